@@ -1,0 +1,289 @@
+"""`hermes-bulk`: the command line over the jobs API. One handler per command.
+
+Errors hermes-bulk understands print one line and exit non-zero; anything unexpected prints one
+line that points at a log file holding the traceback. Never a traceback on the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+import time
+import traceback
+from argparse import Namespace
+from pathlib import Path
+
+from rich.console import Console
+
+from . import views
+from .broker import open_backend
+from .commands import UsageError, build_parser, normalise
+from .config import Settings, load_settings
+from .errors import BackendUnavailable, HermesBulkError, InputError
+from .jobs import Jobs
+from .tasks import consumer_options
+from .worker import WorkerRuntime
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = normalise(list(sys.argv[1:] if argv is None else argv))
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        err.print(exc.usage.rstrip(), markup=False)
+        err.print(f"hermes-bulk: {exc}", markup=False)
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    settings: Settings | None = None
+    try:
+        settings = load_settings()
+        return HANDLERS[args.command](args, settings) or EXIT_OK
+    except BackendUnavailable as exc:
+        err.print(f"hermes-bulk: {exc}", markup=False)
+        return EXIT_BACKEND
+    except HermesBulkError as exc:
+        err.print(f"hermes-bulk: {exc}", markup=False)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        err.print("hermes-bulk: interrupted.")
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: keep the traceback out of the terminal, but keep it
+        log_path = _save_traceback(settings)
+        err.print(f"hermes-bulk: internal error ({type(exc).__name__}); the traceback is in {log_path}. "
+                  "Please report it.", markup=False)
+        return EXIT_ERROR
+
+
+def _save_traceback(settings: Settings | None) -> Path:
+    home = settings.home if settings else Path.home() / ".hermes" / "plugin-data" / "bulk"
+    path = home / "logs" / "errors.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n{traceback.format_exc()}\n")
+    except OSError:
+        pass
+    return path
+
+
+# Handlers -----------------------------------------------------------------------------------
+
+
+def cmd_create(args: Namespace, settings: Settings) -> int:
+    schema = _read_schema(args.schema) if args.schema else None
+    jobs = Jobs(settings)
+    progress = (lambda n: err.print(f"\rdiscovered {n} items…", end="")) if not args.json and sys.stderr.isatty() else None
+    created = jobs.create(args.instruction, args.over, concurrency=args.concurrency, retries=args.retries,
+                          max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm, model=args.model,
+                          schema=schema, on_progress=progress)
+    if progress:
+        err.print()
+    if args.json:
+        print(json.dumps({"job_id": created.job.job_id, "items": created.job.total, "skipped": created.job.skipped,
+                          "skipped_entries": [{"name": s.name, "reason": s.reason} for s in created.skipped]}))
+    else:
+        print(views.created_text(created, "hermes-bulk run"))
+    return EXIT_OK
+
+
+def _read_schema(path: str) -> str:
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+        schema = json.loads(text)
+    except OSError as exc:
+        raise InputError(f"--schema {path}: cannot read it ({exc.strerror}).") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
+        raise InputError(f"--schema {path}: give a JSON schema of an object with \"properties\".")
+    return json.dumps(schema)
+
+
+def cmd_run(args: Namespace, settings: Settings) -> int:
+    jobs = Jobs(settings)
+    job = jobs.run(args.job)
+    if not args.wait:
+        print(f"Job {job.job_id} is running: {job.pending} items pending. Workers pick it up "
+              f"(start one with: hermes-bulk worker). Check it with: hermes-bulk status {job.job_id}")
+        return EXIT_OK
+    return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
+
+
+def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
+    """Run workers in this process until the job stops processing, with a progress bar."""
+    runtime = WorkerRuntime(jobs.backend, settings, threads=threads)
+    runtime.start()
+    runtime.start_embedded_consumer()
+    try:
+        st = views.follow(jobs, job_id, err, until=lambda s: s.state != "processing")
+    except KeyboardInterrupt:
+        err.print("Stopping: items in progress go back to the queue…")
+        runtime.stop(graceful=False)
+        err.print(f"Stopped. Continue with: hermes-bulk run {job_id} --wait")
+        return EXIT_INTERRUPTED
+    runtime.stop(graceful=True)
+    print(views.status_text(jobs.status(job_id)))
+    return EXIT_OK if st.state in ("completed", "paused") else EXIT_ERROR
+
+
+def cmd_status(args: Namespace, settings: Settings) -> int:
+    jobs = Jobs(settings)
+    if args.job is None and not args.watch:
+        statuses = jobs.list(10)
+        if args.json:
+            print(json.dumps([s.as_dict() for s in statuses]))
+        elif not statuses:
+            print('No jobs yet. Create one with: hermes-bulk create "<instruction>" --over PATH')
+        else:
+            out.print(views.jobs_table(statuses))
+        return EXIT_OK
+    if args.watch:
+        job_id = jobs.resolve(args.job)
+        try:
+            views.follow(jobs, job_id, err, until=lambda s: s.state in views.FINAL_STATES)
+        except KeyboardInterrupt:
+            pass
+        args.job = job_id
+    st = jobs.status(args.job, events=args.events)
+    print(json.dumps(st.as_dict()) if args.json else views.status_text(st))
+    return EXIT_OK
+
+
+def cmd_pause(args: Namespace, settings: Settings) -> int:
+    job = Jobs(settings).pause(args.job)
+    print(f"Job {job.job_id} paused: no new items start; items in progress may finish. "
+          f"Continue with: hermes-bulk resume {job.job_id}")
+    return EXIT_OK
+
+
+def cmd_resume(args: Namespace, settings: Settings) -> int:
+    jobs = Jobs(settings)
+    job = jobs.resume(args.job, max_tokens=args.max_tokens)
+    print(f"Job {job.job_id} resumed: {job.pending} items pending.")
+    return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
+
+
+def cmd_retry(args: Namespace, settings: Settings) -> int:
+    jobs = Jobs(settings)
+    job, n = jobs.retry(args.job)
+    print(f"Job {job.job_id}: {n} failed items returned to the queue.")
+    return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
+
+
+def cmd_export(args: Namespace, settings: Settings) -> int:
+    print(Jobs(settings).export(args.job, fmt=args.format, output=args.output))
+    return EXIT_OK
+
+
+def cmd_list(args: Namespace, settings: Settings) -> int:
+    statuses = Jobs(settings).list(args.limit)
+    if args.json:
+        print(json.dumps([s.as_dict() for s in statuses]))
+    elif statuses:
+        out.print(views.jobs_table(statuses))
+    else:
+        print('No jobs yet. Create one with: hermes-bulk create "<instruction>" --over PATH')
+    return EXIT_OK
+
+
+def cmd_events(args: Namespace, settings: Settings) -> int:
+    jobs = Jobs(settings)
+    st = jobs.status(args.job, events=args.limit)
+    print("\n".join(views.event_lines(st.events)) or f"Job {st.job.job_id} has no events yet.")
+    return EXIT_OK
+
+
+def cmd_delete(args: Namespace, settings: Settings) -> int:
+    print(f"Deleted job {Jobs(settings).delete(args.job)}.")
+    return EXIT_OK
+
+
+def cmd_workers(args: Namespace, settings: Settings) -> int:
+    backend = open_backend(settings)
+    workers = backend.store.live_workers()
+    if not workers:
+        print("No live workers. Start one with: hermes-bulk worker")
+    else:
+        out.print(views.workers_table(workers, backend.store.now()))
+    return EXIT_OK
+
+
+def cmd_path(args: Namespace, settings: Settings) -> int:
+    print(settings.home)
+    return EXIT_OK
+
+
+def cmd_worker(args: Namespace, settings: Settings) -> int:
+    from huey.consumer import Consumer
+
+    _configure_logging(args)
+    threads = args.workers or settings.max_concurrency
+    backend = open_backend(settings)
+    runtime = WorkerRuntime(backend, settings, threads=threads)
+    consumer = Consumer(backend.huey, **consumer_options(
+        threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
+        shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
+    runtime.start()
+    if args.burst:
+        threading.Thread(target=_stop_when_idle, args=(Jobs(settings, backend), consumer), daemon=True).start()
+    logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s", runtime.worker_id, threads,
+                                           _redacted(settings.backend_url))
+    try:
+        consumer.run()
+    finally:
+        runtime.stop(graceful=False)
+    return EXIT_OK
+
+
+def _stop_when_idle(jobs: Jobs, consumer) -> None:
+    """--burst: stop once no running job has pending or running items and the queue is empty."""
+    idle_since = None
+    while True:
+        time.sleep(0.5)
+        busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids()) if j)
+        if busy or jobs.backend.queue_length():
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > 1.0:
+            consumer.stop(graceful=True)
+            return
+
+
+def _redacted(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _configure_logging(args: Namespace) -> None:
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    handler: logging.Handler = logging.FileHandler(args.logfile) if args.logfile else logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
+HANDLERS = {
+    "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
+    "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
+    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path,
+}
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The command grammar, shared by `hermes-bulk …` and `/bulk …` (one parser serves both).
+
+A first word that is not a command means `create`, so `/bulk "Summarize" --over ./reports`
+and `hermes-bulk create "Summarize" --over ./reports` are the same request. Parse errors
+raise UsageError (never exit), so the slash command can answer with the message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from typing import NoReturn
+
+from .errors import InputError
+
+COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events",
+            "delete", "worker", "workers", "path")
+
+EPILOG = """\
+examples:
+  hermes-bulk create "Summarize this report in 3 bullet points" --over ./reports
+  hermes-bulk run 29b74c4db08b --wait
+  hermes-bulk status 29b74c4db08b --watch
+  hermes-bulk export 29b74c4db08b --format csv
+  hermes-bulk worker -w 16            # process jobs that were run (any number of machines)
+
+exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 130 interrupted
+"""
+
+
+class UsageError(InputError):
+    """The command line does not parse; the message says what is wrong."""
+
+    def __init__(self, message: str, usage: str = "") -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message[:1].upper() + message[1:] + ".", self.format_usage())
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        # --help already printed; the CLI exits, /bulk answers with the help text instead.
+        raise SystemExit(status)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
+    return value
+
+
+def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Apply one instruction to many items, each its own model call, "
+                     "as a durable background job.", epilog=None if for_slash else EPILOG,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("create", help="create a job over a directory or file (no model calls)")
+    p.add_argument("instruction", help="what to do with each item")
+    p.add_argument("--over", required=True, metavar="PATH", help="a directory, .csv, .json, .jsonl or any file")
+    p.add_argument("--concurrency", type=_positive, metavar="N", help="items at once (default 4, at most max_concurrency)")
+    p.add_argument("--retries", type=_non_negative, metavar="N", help="automatic retries per item (default max_retries)")
+    p.add_argument("--max-tokens", type=_positive, metavar="N", help="pause the job before it goes over N tokens")
+    p.add_argument("--rpm", type=_positive, metavar="N", help="pace requests to N per minute (shared by all workers)")
+    p.add_argument("--tpm", type=_positive, metavar="N", help="pace tokens to N per minute (shared by all workers)")
+    p.add_argument("--schema", metavar="FILE", help="JSON schema file: structured answers, one export column per field")
+    if not for_slash:
+        p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
+        p.add_argument("--json", action="store_true", help='print {"job_id", "items", "skipped"}')
+
+    p = sub.add_parser("run", help="process the job's pending items")
+    p.add_argument("job", metavar="JOB")
+    if not for_slash:
+        p.add_argument("--wait", action="store_true", help="also run workers here until the job ends, with progress")
+        p.add_argument("-w", "--workers", type=_positive, metavar="N", help="threads with --wait (default: the job's concurrency)")
+
+    p = sub.add_parser("status", help="one job, or the most recent jobs")
+    p.add_argument("job", nargs="?", metavar="JOB")
+    p.add_argument("--events", type=_non_negative, default=0, metavar="N", help="also show the last N events")
+    if not for_slash:
+        p.add_argument("--json", action="store_true", help="machine-readable")
+        p.add_argument("--watch", action="store_true", help="live view until the job ends")
+
+    p = sub.add_parser("pause", help="stop new items from starting")
+    p.add_argument("job", metavar="JOB")
+    p = sub.add_parser("resume", help="continue a paused job")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--max-tokens", type=_positive, metavar="N", help="a new token limit")
+    p = sub.add_parser("retry", help="return failed items to the queue and process them")
+    p.add_argument("job", metavar="JOB")
+    if not for_slash:
+        for name in ("resume", "retry"):
+            sub.choices[name].add_argument("--wait", action="store_true", help="also run workers here until the job ends")
+
+    p = sub.add_parser("export", help="write all results to one file (no model calls)")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--format", choices=("md", "csv", "jsonl"), default="md")
+    p.add_argument("--output", metavar="PATH", help="where to write (default: the job's folder)")
+
+    p = sub.add_parser("list", help="the most recent jobs")
+    p.add_argument("--limit", type=_positive, default=20, metavar="N")
+    if not for_slash:
+        p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("events", help="a job's history: skipped entries, failed attempts, waits")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("--limit", type=_positive, default=50, metavar="N")
+
+    p = sub.add_parser("delete", help="remove a job, its results and its files")
+    p.add_argument("job", metavar="JOB")
+
+    if not for_slash:
+        p = sub.add_parser("worker", help="run a worker (a Huey consumer) for the configured backend",
+                           description="Processes triggers of jobs that were run. Flags follow huey_consumer.")
+        p.add_argument("-w", "--workers", type=_positive, metavar="N", help="worker threads (default max_concurrency)")
+        p.add_argument("-d", "--delay", type=_seconds, metavar="S", help="initial queue polling delay (SQLite)")
+        p.add_argument("-m", "--max-delay", type=_seconds, metavar="S", help="longest queue polling delay (SQLite)")
+        p.add_argument("-b", "--backoff", type=_seconds, metavar="F", help="polling backoff factor (SQLite)")
+        p.add_argument("-t", "--shutdown-timeout", type=_seconds, metavar="S", help="bound the graceful shutdown")
+        p.add_argument("-g", "--graceful-signal", choices=("INT", "TERM"), default="INT",
+                       help="the signal that lets running items finish (the other stops at once)")
+        p.add_argument("--burst", action="store_true", help="exit once no running job has work left")
+        p.add_argument("-l", "--logfile", metavar="FILE", help="log to this file")
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+        group.add_argument("-q", "--quiet", action="store_true", help="warnings only")
+
+        sub.add_parser("workers", help="list live workers and the items they hold")
+        sub.add_parser("path", help="print the data directory")
+    return parser
+
+
+def normalise(argv: list[str]) -> list[str]:
+    """A first word that is not a command (or an option) is the instruction of `create`."""
+    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+        return ["create", *argv]
+    return argv
+
+
+def split_slash_args(raw: str) -> list[str]:
+    try:
+        return normalise(shlex.split(raw))
+    except ValueError as exc:
+        raise UsageError(f"Cannot read the arguments ({exc}); close every quote.") from None

@@ -1,0 +1,78 @@
+"""Every error hermes-bulk raises on purpose, in one small hierarchy.
+
+User-facing errors carry a message that says what is wrong and what to do; the CLI and the
+`/bulk` command print `str(exc)` of these and nothing else. Model errors are classified once,
+at the client boundary (`model.py`), and never carry provider text: a provider's error body
+can echo credentials, so it goes to the log only.
+"""
+
+from __future__ import annotations
+
+
+class HermesBulkError(Exception):
+    """Base class: a failure hermes-bulk understands and can explain in one line."""
+
+
+class InputError(HermesBulkError):
+    """The source given to `create` (or a flag) cannot be used; nothing was created."""
+
+
+class ConfigError(HermesBulkError):
+    """A setting has a bad value; the message names the setting."""
+
+
+class BackendUnavailable(HermesBulkError):
+    """The configured backend (Redis, or the SQLite file) cannot be reached or opened."""
+
+
+class JobNotFound(HermesBulkError):
+    """No job matches the id (or id prefix) given."""
+
+
+class InvalidTransition(HermesBulkError):
+    """The job is not in a state that allows the requested command."""
+
+
+# Model errors ---------------------------------------------------------------------------------
+
+
+class ModelError(HermesBulkError):
+    """A model call failed. `error_type` and `http_status` are what job records keep."""
+
+    error_type = "ModelError"
+
+    def __init__(self, message: str, *, http_status: int | None = None) -> None:
+        super().__init__(message)
+        self.http_status = http_status
+
+
+class RateLimited(ModelError):
+    """HTTP 429: every worker sharing the provider key waits; does not use up retries."""
+
+    error_type = "RateLimitError"
+
+    def __init__(self, message: str = "rate limited by the provider (HTTP 429)", *,
+                 retry_after_s: float | None = None, http_status: int | None = 429) -> None:
+        super().__init__(message, http_status=http_status)
+        self.retry_after_s = retry_after_s
+
+
+class TransientModelError(ModelError):
+    """Timeouts, connection errors, empty answers, HTTP 408/409/425/5xx: retried with backoff."""
+
+    error_type = "TransientError"
+
+
+class PermanentModelError(ModelError):
+    """Authentication, other 4xx, content filters: the item fails at once."""
+
+    error_type = "PermanentError"
+
+
+class SourceChanged(HermesBulkError):
+    """The item's source is readable and differs from what was captured at create."""
+
+    error_type = "SourceChanged"
+
+    def __init__(self) -> None:
+        super().__init__("source content changed since the job was created")

@@ -1,0 +1,123 @@
+"""Combined exports (Markdown, CSV, JSONL) in input order, and the per-item output files.
+
+Exports stream items from the store in batches, so a million results export in flat memory,
+and are written to a temporary file then renamed over the target: running export again
+replaces the file whole. No model calls. CSV cells that a spreadsheet would run as a formula
+(starting with =, +, -, @, tab or carriage return) get a leading apostrophe.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+from .errors import InputError
+from .pipeline import write_private
+from .store.protocol import COMPLETED, ItemRecord, JobRecord, JobStore
+
+FORMATS = ("md", "csv", "jsonl")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise(cell: str) -> str:
+    """Keep a spreadsheet from running a cell as a formula (OWASP's CSV-injection advice)."""
+    return "'" + cell if cell.startswith(_FORMULA_START) else cell
+
+
+def describe_error(item: ItemRecord) -> str:
+    if item.status == COMPLETED or not item.error_type:
+        return ""
+    status = f" (HTTP {item.http_status})" if item.http_status else ""
+    return f"{item.error_type}{status}: {item.error_message or ''}".rstrip(": ")
+
+
+def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, outputs_dir: Path) -> None:
+    """Write the export to target; also restores missing outputs/NNNNNN.md of completed items."""
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: use one of {', '.join(FORMATS)}.")
+    if target.exists() and target.is_dir():
+        raise InputError(f"--output {target}: is a directory; give a file name.")
+    writer = {"md": _write_md, "csv": _write_csv, "jsonl": _write_jsonl}[fmt]
+    with _replace_atomically(target) as f:
+        writer(f, job, _restoring_outputs(store.iter_items(job.job_id), outputs_dir))
+
+
+def _restoring_outputs(items: Iterator[ItemRecord], outputs_dir: Path) -> Iterator[ItemRecord]:
+    """Pass items through, writing any completed item's output file that is missing here.
+
+    In a fleet, workers on other machines write outputs/ on their own disks; the store has every
+    result, so the machine that exports gets the files too.
+    """
+    for item in items:
+        if item.status == COMPLETED and item.result is not None:
+            path = outputs_dir / f"{item.index:06d}.md"
+            if not path.exists():
+                write_private(path, item.result + "\n")
+        yield item
+
+
+def _write_md(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+    spec = job.spec
+    f.write(f"# Bulk job {spec.job_id}\n\n")
+    f.write(f"- Instruction: {spec.instruction}\n- Source: {spec.source}\n")
+    f.write(f"- Items: {job.completed} completed, {job.failed} failed, "
+            f"{job.total - job.completed - job.failed} unfinished, of {job.total}\n\n")
+    for item in items:
+        f.write(f"## {item.name}\n\n")
+        if item.status == COMPLETED:
+            f.write((item.result or "").rstrip("\n") + "\n\n")
+        elif item.status == "failed":
+            f.write(f"_Failed: {describe_error(item)}_\n\n")
+        else:
+            f.write(f"_Not processed yet ({item.status})._\n\n")
+
+
+def _write_csv(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+    w = csv.writer(f)
+    w.writerow(["item", "status", "result", "error"])
+    for item in items:
+        result = item.result if item.status == COMPLETED and item.result is not None else ""
+        w.writerow([neutralise(item.name), item.status, neutralise(result), neutralise(describe_error(item))])
+
+
+def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+    for item in items:
+        f.write(json.dumps({
+            "item": item.name, "index": item.index, "status": item.status,
+            "result": item.result if item.status == COMPLETED else None,
+            "error": describe_error(item) or None, "tokens_in": item.tokens_in, "tokens_out": item.tokens_out,
+        }, ensure_ascii=False) + "\n")
+
+
+@contextmanager
+def _replace_atomically(target: Path) -> Iterator[TextIO]:
+    """A temp file beside target, renamed over it on success (owner-only, as all our files)."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".export-")
+    except OSError as exc:
+        raise InputError(f"Cannot write {target} ({exc.strerror}); choose another --output.") from None
+    # utf-8-sig: Excel reads a BOM-less CSV as the local code page and garbles non-ASCII text.
+    encoding = "utf-8-sig" if target.suffix.lower() == ".csv" else "utf-8"
+    try:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
+            yield f
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def remove_tree(path: Path, must_be_under: Path) -> None:
+    """Delete a job's folder, refusing anything outside the data directory."""
+    resolved = path.resolve()
+    if must_be_under.resolve() not in resolved.parents:
+        raise InputError(f"Refusing to delete {path}: it is outside {must_be_under}.")
+    shutil.rmtree(resolved, ignore_errors=True)

@@ -1,0 +1,274 @@
+"""The one service API: create, run, status, pause, resume, retry, export, list, delete.
+
+The CLI and the `/bulk` command both call this module and nothing below it, so they behave the
+same. Functions take and return plain records; rendering is `views.py`'s job.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import export as export_mod
+from . import prompt
+from .broker import Backend, open_backend
+from .config import Settings
+from .errors import ConfigError, InputError, InvalidTransition, JobNotFound
+from .model import provider_key
+from .sources import Skipped, Source, content_hash
+from .store.protocol import (
+    AWAITING_RECOVERY,
+    NOT_STARTED,
+    PAUSE_TOKEN_LIMIT,
+    PAUSE_USER,
+    PAUSED,
+    RUNNING,
+    Event,
+    JobRecord,
+    JobSpec,
+    NewItem,
+    PauseState,
+)
+from .worker import Liveness
+
+ADD_BATCH = 2000  # items per transaction while creating: memory stays flat, commits stay few
+SKIPPED_SHOWN = 20
+
+# States `status` shows (the seed's table).
+STATES = ("not_started", "processing", "paused", "awaiting_recovery", "completed",
+          "completed_with_errors", "failed")
+
+
+@dataclass(frozen=True)
+class Created:
+    job: JobRecord
+    skipped: list[Skipped]  # the first few; job.skipped has the count
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job: JobRecord
+    state: str
+    rate_limit: PauseState | None
+    live_workers: int
+    events: list[Event] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """The `status --json` shape (a binding contract: keys are only ever added)."""
+        j = self.job
+        return {
+            "job_id": j.job_id, "state": self.state, "total": j.total, "completed": j.completed,
+            "failed": j.failed, "pending": j.pending, "running": j.running,
+            "tokens_in": j.tokens_in, "tokens_out": j.tokens_out, "estimated_tokens": j.estimated_tokens,
+            "concurrency": j.spec.concurrency, "skipped": j.skipped, "pause_reason": j.pause_reason,
+            "max_tokens": j.spec.max_tokens, "tokens_charged": j.tokens_charged,
+            "tokens_reserved": j.tokens_reserved, "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
+            "instruction": j.spec.instruction, "source": j.spec.source, "created_at": j.created_at,
+            "live_workers": self.live_workers,
+        }
+
+
+def derive_state(job: JobRecord, live_workers: int) -> str:
+    """What `status` shows, from the persisted run state, the counts and worker liveness."""
+    if job.finished:
+        if job.failed == 0:
+            return "completed"
+        return "failed" if job.completed == 0 else "completed_with_errors"
+    if job.state == RUNNING:
+        return "processing" if live_workers else "awaiting_recovery"
+    return job.state  # not_started, paused, awaiting_recovery
+
+
+class Jobs:
+    """Job operations over one backend."""
+
+    def __init__(self, settings: Settings, backend: Backend | None = None) -> None:
+        self.settings = settings
+        self.backend = backend or open_backend(settings)
+        self.store = self.backend.store
+        self.liveness = Liveness(self.backend, settings.home / "workers")
+
+    # Creating ------------------------------------------------------------------------------
+    def create(self, instruction: str, over: str, *, concurrency: int | None = None,
+               retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
+               tpm: int | None = None, model: str | None = None, client: str = "http",
+               provider: str | None = None, schema: str | None = None,
+               on_progress: Callable[[int], None] | None = None) -> Created:
+        """Discover the items and record them; makes no model calls. Bad input creates nothing."""
+        s = self.settings
+        if not instruction.strip():
+            raise InputError("The instruction is empty; say what to do with each item.")
+        concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
+        if concurrency > s.max_concurrency:
+            raise InputError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
+                             "lower it, or raise HERMES_BULK_MAX_CONCURRENCY.")
+        if client == "http":
+            model = model or s.model
+            if not model:
+                raise ConfigError("No model configured: set HERMES_BULK_MODEL (and HERMES_BULK_BASE_URL, "
+                                  "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model.")
+            api_key = s.api_key.get_secret_value() if s.api_key else None
+            provider = provider or provider_key(s.base_url, api_key)
+        source = Source(over, max_item_bytes=s.max_item_bytes)
+        spec = JobSpec(
+            job_id=secrets.token_hex(6), instruction=instruction, source=str(source.path),
+            source_kind=source.kind, concurrency=concurrency,
+            retries=s.max_retries if retries is None else retries, max_tokens=max_tokens,
+            rpm=rpm or s.rpm, tpm=tpm or s.tpm, model=model, client=client, provider_key=provider or "",
+            output_tokens_estimate=s.max_output_tokens or s.output_tokens_estimate,
+            max_output_tokens=s.max_output_tokens, schema=schema,
+        )
+        self.store.begin_job(spec)
+        try:
+            skipped = self._add_items(spec, source, on_progress)
+            job = self.store.finish_job(spec.job_id)
+            if job.total == 0:
+                reasons = ", ".join(sorted({s.reason for s in skipped})) or "nothing found"
+                raise InputError(f"--over {over}: no items to process ({job.skipped} entries left out: {reasons}).")
+        except BaseException:
+            self.store.delete_job(spec.job_id)
+            raise
+        self.job_dir(job.job_id).mkdir(parents=True, exist_ok=True, mode=0o700)
+        return Created(job=job, skipped=skipped)
+
+    def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
+        batch: list[NewItem] = []
+        skipped: list[Skipped] = []
+        index = 0
+        for entry in source.entries():
+            if isinstance(entry, Skipped):
+                if len(skipped) < SKIPPED_SHOWN:
+                    skipped.append(entry)
+                self.store.add_events(spec.job_id, [Event("skipped", f"{entry.name}: {entry.reason}")])
+                continue
+            batch.append(NewItem(
+                index=index, name=entry.name, content=entry.content, content_hash=content_hash(entry.content),
+                origin=entry.origin, offset=entry.offset, stat_sig=entry.stat_sig,
+                estimated_tokens=prompt.estimate_tokens(entry.content, spec.instruction, spec.output_tokens_estimate)))
+            index += 1
+            if len(batch) >= ADD_BATCH:
+                self.store.add_items(spec.job_id, batch)
+                batch = []
+                if on_progress:
+                    on_progress(index)
+        if batch:
+            self.store.add_items(spec.job_id, batch)
+        if on_progress:
+            on_progress(index)
+        return skipped
+
+    # Reading -------------------------------------------------------------------------------
+    def resolve(self, job_ref: str | None) -> str:
+        """A job id from an id or a unique prefix of one; the newest job when job_ref is None."""
+        if not job_ref:
+            jobs = self.store.list_jobs(1)
+            if not jobs:
+                raise JobNotFound("There are no jobs yet. Create one with: hermes-bulk create \"…\" --over PATH")
+            return jobs[0].job_id
+        if self.store.get_job(job_ref):
+            return job_ref
+        matches = self.store.find_job_ids(job_ref)
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise JobNotFound(f"No job {job_ref!r}. List jobs with: hermes-bulk list")
+        raise JobNotFound(f"{job_ref!r} matches several jobs ({', '.join(matches[:5])}); give more of the id.")
+
+    def get(self, job_ref: str | None) -> JobRecord:
+        job = self.store.get_job(self.resolve(job_ref))
+        if job is None:
+            raise JobNotFound(f"No job {job_ref!r}.")
+        return job
+
+    def status(self, job_ref: str | None, *, events: int = 0) -> JobStatus:
+        job = self.get(job_ref)
+        return self._status(job, len(self.liveness.live_worker_ids()), events)
+
+    def _status(self, job: JobRecord, live: int, events: int = 0) -> JobStatus:
+        rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
+        return JobStatus(job=job, state=derive_state(job, live), rate_limit=rate_limit, live_workers=live,
+                         events=self.store.list_events(job.job_id, events) if events else [])
+
+    def list(self, limit: int = 20) -> list[JobStatus]:
+        live = len(self.liveness.live_worker_ids())
+        return [self._status(job, live) for job in self.store.list_jobs(limit)]
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.settings.jobs_dir / job_id
+
+    # Changing state ------------------------------------------------------------------------
+    def run(self, job_ref: str | None) -> JobRecord:
+        """Continue a job: return items of dead workers to the queue, mark it running, send triggers."""
+        job = self.get(job_ref)
+        if job.finished:
+            raise InvalidTransition(f"Job {job.job_id} has no pending items"
+                                    + (f"; {job.failed} failed: run hermes-bulk retry {job.job_id}" if job.failed else "."))
+        self.liveness.recover_dead()
+        self.store.release_expired_leases()
+        updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY, PAUSED],
+                                       event=Event("run", "processing pending items"))
+        return self._start(updated or job)
+
+    def _start(self, job: JobRecord) -> JobRecord:
+        fresh = self.store.get_job(job.job_id) or job
+        slots = min(fresh.spec.concurrency, self.settings.max_concurrency) - fresh.running
+        if slots > 0 and fresh.pending > 0:
+            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending))
+        return fresh
+
+    def pause(self, job_ref: str | None) -> JobRecord:
+        job = self.get(job_ref)
+        updated = self.store.set_state(job.job_id, PAUSED, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY],
+                                       pause_reason=PAUSE_USER, event=Event("paused", "paused by the user"))
+        if updated is None:
+            raise InvalidTransition(f"Job {job.job_id} is already paused.")
+        return updated
+
+    def resume(self, job_ref: str | None, *, max_tokens: int | None = None) -> JobRecord:
+        job = self.get(job_ref)
+        if max_tokens is not None and max_tokens < job.tokens_charged + job.tokens_reserved:
+            raise InputError(f"--max-tokens {max_tokens} is below what the job has already used "
+                             f"({job.tokens_charged + job.tokens_reserved}); give a larger limit.")
+        if max_tokens is None and job.state == PAUSED and job.pause_reason == PAUSE_TOKEN_LIMIT:
+            raise InputError(f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
+                             f"with a larger one: hermes-bulk resume {job.job_id} --max-tokens N")
+        note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
+        updated = self.store.set_state(job.job_id, RUNNING, from_states=[PAUSED], max_tokens=max_tokens,
+                                       event=Event("resumed", "resumed" + note))
+        if updated is None:
+            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: hermes-bulk run {job.job_id}")
+        return self._start(updated)
+
+    def retry(self, job_ref: str | None) -> tuple[JobRecord, int]:
+        """Failed items back to the queue; processing starts at once unless the job is paused."""
+        job = self.get(job_ref)
+        n = self.store.retry_failed(job.job_id)
+        if n == 0:
+            raise InvalidTransition(f"Job {job.job_id} has no failed items.")
+        self.store.add_events(job.job_id, [Event("retry", f"{n} failed item(s) returned to the queue")])
+        if job.state == PAUSED:
+            return self.get(job.job_id), n
+        updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY])
+        return self._start(updated or job), n
+
+    def delete(self, job_ref: str) -> str:
+        job = self.get(job_ref)
+        if job.running and job.state == RUNNING and self.liveness.live_worker_ids():
+            raise InvalidTransition(f"Job {job.job_id} has items in progress; pause it first.")
+        self.store.delete_job(job.job_id)
+        export_mod.remove_tree(self.job_dir(job.job_id), self.settings.jobs_dir)
+        return job.job_id
+
+    # Results -------------------------------------------------------------------------------
+    def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None) -> Path:
+        job = self.get(job_ref)
+        target = Path(output).expanduser() if output else self.job_dir(job.job_id) / f"results.{fmt}"
+        export_mod.export(self.store, job, fmt, target, outputs_dir=self.job_dir(job.job_id) / "outputs")
+        return target
+
+
+def state_label(state: str) -> str:
+    return state.replace("_", " ")
+

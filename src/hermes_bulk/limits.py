@@ -1,0 +1,57 @@
+"""Waiting policy over the backend's shared limiter: 429 pauses, pacing, how long to block.
+
+The atomic parts (take a request, extend a pause) live in the store (`SharedLimits`); this
+module decides how long to wait and when to give a worker thread back instead of sleeping.
+
+Flow of a 429, as every worker sees it:
+  1. a worker gets HTTP 429 → `pause(key, Retry-After or 5 s · 2^step, at most 2 min)`
+  2. every worker asks `acquire(key)` before each request → "wait N s" while the pause lasts
+  3. the pause ends → requests resume (paced, if --rpm/--tpm are set); a success resets the step
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .store.protocol import SharedLimits
+
+RATE_LIMIT_BASE_S = 5.0  #: first wait after a 429 without Retry-After
+RATE_LIMIT_CAP_S = 120.0  #: longest wait without Retry-After (5 s doubling, 2 min at most)
+RETRY_AFTER_CAP_S = 3600.0  #: a provider's Retry-After is honoured up to an hour
+MAX_RATE_LIMIT_WAITS = 8  #: consecutive 429s after which an item fails
+IN_PLACE_WAIT_S = 15.0  #: longer waits give the worker thread back and reschedule the item
+
+
+class LongWait(Exception):
+    """The provider is paused for longer than a thread should sleep; reschedule the item."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"provider paused for {seconds:.1f} s")
+        self.seconds = seconds
+
+
+class ProviderGate:
+    """One provider key's shared wait and pacing, as one worker uses it."""
+
+    def __init__(self, limits: SharedLimits, key: str, *, rpm: int | None, tpm: int | None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.limits, self.key, self.rpm, self.tpm, self.sleep = limits, key, rpm, tpm, sleep
+
+    def wait_for_turn(self, tokens: int, *, max_block_s: float = IN_PLACE_WAIT_S) -> None:
+        """Block until this worker may send one request; raise LongWait past max_block_s."""
+        while True:
+            wait = self.limits.acquire(self.key, rpm=self.rpm, tpm=self.tpm, tokens=tokens)
+            if wait <= 0:
+                return
+            if wait > max_block_s:
+                raise LongWait(wait)
+            self.sleep(wait)
+
+    def rate_limited(self, retry_after_s: float | None) -> float:
+        """Record a 429 for every worker on this key; returns when the shared wait ends."""
+        seconds = None if retry_after_s is None else min(retry_after_s, RETRY_AFTER_CAP_S)
+        return self.limits.pause(self.key, seconds=seconds, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S)
+
+    def succeeded(self) -> None:
+        self.limits.clear_backoff(self.key)

@@ -1,0 +1,159 @@
+"""Model clients: one small protocol, and errors classified once at its boundary.
+
+`HttpModelClient` speaks the OpenAI chat-completions protocol to any compatible endpoint (the
+CLI and the fleet); the Hermes plugin provides a second client backed by `ctx.llm`. Both raise
+only the classes in `errors.py`: RateLimited (with Retry-After), TransientModelError,
+PermanentModelError. Provider error text goes to the log, never into a job record.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import hashlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from .errors import PermanentModelError, RateLimited, TransientModelError
+from .store.protocol import Usage
+
+log = logging.getLogger("hermes_bulk.model")
+
+TRANSIENT_STATUS = frozenset({408, 409, 425})  # plus every 5xx
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    usage: Usage
+    provider: str | None = None
+    model: str | None = None
+
+
+class ModelClient(Protocol):
+    """Sends one request for one item."""
+
+    #: Identifies the provider quota this client draws on (a hash; never the key itself).
+    provider_key: str
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int | None,
+                 json_schema: dict[str, Any] | None = None) -> Completion:
+        """One model call; raises RateLimited, TransientModelError or PermanentModelError."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+def provider_key(base_url: str, api_key: str | None) -> str:
+    """Workers that share an endpoint and key share one quota, so they share one wait."""
+    digest = hashlib.sha256(f"{base_url.rstrip('/')}\0{api_key or ''}".encode()).hexdigest()
+    return "p:" + digest[:20]
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None,
+                        now: datetime.datetime | None = None) -> float | None:
+    """A provider's wait: `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date."""
+    if not headers:
+        return None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lowered:
+        try:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    now = now or datetime.datetime.now(datetime.UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def classify_status(status: int, headers: Mapping[str, str] | None) -> Exception:
+    """The error class for an HTTP error status (shared by every client)."""
+    if status == 429:
+        return RateLimited(retry_after_s=retry_after_seconds(headers))
+    if status in TRANSIENT_STATUS or status >= 500:
+        return TransientModelError(f"the provider answered HTTP {status}", http_status=status)
+    if status in (401, 403):
+        return PermanentModelError(f"the provider refused the credentials (HTTP {status}); check "
+                                   "HERMES_BULK_API_KEY or OPENAI_API_KEY", http_status=status)
+    if status == 404:
+        return PermanentModelError("the provider does not know this endpoint or model (HTTP 404); "
+                                   "check HERMES_BULK_BASE_URL and HERMES_BULK_MODEL", http_status=status)
+    return PermanentModelError(f"the provider rejected the request (HTTP {status}); the details "
+                               "are in the log", http_status=status)
+
+
+class HttpModelClient:
+    """OpenAI-compatible chat completions over HTTP, one pooled connection per worker thread."""
+
+    def __init__(self, *, base_url: str, api_key: str | None, model: str, timeout_s: float,
+                 max_connections: int = 16) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.provider_key = provider_key(self.base_url, api_key)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def complete(self, messages, *, max_tokens, json_schema=None) -> Completion:
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        if json_schema is not None:
+            body["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "item_result", "schema": json_schema, "strict": True}}
+        try:
+            response = self._http.post(f"{self.base_url}/chat/completions", json=body)
+        except httpx.TimeoutException:
+            raise TransientModelError("the request timed out") from None
+        except httpx.TransportError as exc:
+            log.warning("connection error talking to %s: %r", self.base_url, exc)
+            raise TransientModelError(f"connection error ({type(exc).__name__})") from None
+        if response.status_code != 200:
+            log.warning("HTTP %s from %s: %s", response.status_code, self.base_url, response.text[:2000])
+            raise classify_status(response.status_code, response.headers)
+        return self._parse(response)
+
+    def _parse(self, response: httpx.Response) -> Completion:
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            text = choice["message"].get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            log.warning("unreadable answer from %s: %s", self.base_url, response.text[:2000])
+            raise TransientModelError("the provider's answer could not be read", http_status=200) from None
+        if choice.get("finish_reason") == "content_filter":
+            raise PermanentModelError("the provider's content filter withheld the answer", http_status=200)
+        if not isinstance(text, str) or not text.strip():
+            raise TransientModelError("the provider returned an empty answer", http_status=200)
+        usage = data.get("usage") or {}
+        return Completion(
+            text=text,
+            usage=Usage(_int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))),
+            provider=self.base_url, model=data.get("model") or self.model,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
+

@@ -1,0 +1,166 @@
+"""One item's life, once a trigger arrives: claim → check source → wait on limits → call → save.
+
+Nothing here knows about Huey: a trigger is just (job id, index hint), and the outcome says
+whether the caller should reschedule the trigger or send the next one. That keeps the whole
+pipeline testable against a real store and a real HTTP server without a queue.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
+
+from . import prompt, sources
+from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
+from .limits import MAX_RATE_LIMIT_WAITS, LongWait, ProviderGate
+from .model import Completion, ModelClient
+from .store.protocol import Claim, ClaimRefused, ItemError, JobRecord, JobStore, SharedLimits
+
+log = logging.getLogger("hermes_bulk.pipeline")
+
+RETRY_WAIT = wait_exponential(multiplier=2, max=30)  # 2, 4, 8, 16, 30, 30 … seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a trigger: `claimed` (an item was worked on), `reschedule_in` seconds."""
+
+    claimed: bool
+    refused: str | None = None
+    reschedule_in: float | None = None
+    index: int | None = None
+
+
+class _LostClaim(Exception):
+    """The item is no longer ours (its lease expired and it was given away)."""
+
+
+def output_path(jobs_dir: Path, job_id: str, index: int) -> Path:
+    return jobs_dir / job_id / "outputs" / f"{index:06d}.md"
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file owner-only, atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+class ItemProcessor:
+    """Processes triggers for one worker (one id, shared by its threads)."""
+
+    def __init__(self, *, store: JobStore, limits: SharedLimits, worker_id: str,
+                 client_for: Callable[[JobRecord], ModelClient], jobs_dir: Path,
+                 lease_s: float, concurrency_cap: int,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.store, self.limits, self.worker_id = store, limits, worker_id
+        self.client_for, self.jobs_dir = client_for, jobs_dir
+        self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
+
+    def handle(self, job_id: str, index_hint: int) -> Outcome:
+        claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
+                                      max_running=self.concurrency_cap)
+        if isinstance(claim, ClaimRefused):
+            return Outcome(claimed=False, refused=claim.reason)
+        try:
+            self._process(claim)
+        except LongWait as wait:
+            self.store.release_item(job_id, claim.index, self.worker_id)
+            return Outcome(claimed=True, reschedule_in=wait.seconds, index=claim.index)
+        except _LostClaim:
+            log.info("job %s item %s: lease lost; another worker has it", job_id, claim.index)
+        except Exception:
+            log.exception("job %s item %s: unexpected error", job_id, claim.index)
+            self.store.fail_item(job_id, claim.index, self.worker_id,
+                                 ItemError("InternalError", "unexpected error in the worker; see the worker log"))
+        return Outcome(claimed=True, index=claim.index)
+
+    # The steps -----------------------------------------------------------------------------
+    def _process(self, claim: Claim) -> None:
+        spec = claim.job.spec
+        current = sources.read_again(spec.source_kind, spec.source, claim.origin, claim.offset, claim.stat_sig)
+        if current is not None and sources.content_hash(current) != claim.content_hash:
+            self._fail(claim, ItemError("SourceChanged", "source content changed since the job was created"))
+            return
+        client = self.client_for(claim.job)
+        try:
+            completion = self._call_with_retries(claim, client)
+        except (PermanentModelError, TransientModelError, RateLimited) as exc:
+            self._fail(claim, _item_error(exc))
+            return
+        if self.store.complete_item(spec.job_id, claim.index, self.worker_id, completion.text,
+                                    completion.usage, provider=completion.provider, model=completion.model):
+            write_private(output_path(self.jobs_dir, spec.job_id, claim.index), completion.text + "\n")
+        else:
+            raise _LostClaim()
+
+    def _call_with_retries(self, claim: Claim, client: ModelClient) -> Completion:
+        """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries."""
+        retries = claim.job.spec.retries
+
+        def record(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            if isinstance(exc, ModelError) and self.store.record_attempt(
+                    claim.job.job_id, claim.index, self.worker_id, _item_error(exc, attempt=True),
+                    rate_limited=False) < 0:
+                raise _LostClaim()
+
+        retrying = Retrying(
+            retry=retry_if_exception_type(TransientModelError),
+            stop=lambda state: claim.attempts + state.attempt_number > retries,
+            wait=RETRY_WAIT, after=record, sleep=self.sleep, reraise=True,
+        )
+        return retrying(self._call_through_limits, claim, client)
+
+    def _call_through_limits(self, claim: Claim, client: ModelClient) -> Completion:
+        """One attempt: wait for the shared limiter, call; a 429 pauses everyone and loops."""
+        spec = claim.job.spec
+        gate = ProviderGate(self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep)
+        messages = prompt.build_messages(spec.instruction, claim.name, claim.content, claim.content_hash)
+        estimate = prompt.estimate_tokens(claim.content, spec.instruction, spec.output_tokens_estimate)
+        while True:
+            gate.wait_for_turn(estimate)
+            try:
+                completion = client.complete(messages, max_tokens=spec.max_output_tokens)
+            except RateLimited as exc:
+                until = gate.rate_limited(exc.retry_after_s)
+                waits = self.store.record_attempt(spec.job_id, claim.index, self.worker_id, ItemError(
+                    "RateLimitError", f"rate limited (HTTP 429); all workers wait until {_clock(until)}", 429),
+                    rate_limited=True)
+                if waits < 0:
+                    raise _LostClaim() from None
+                if spec.retries == 0 or waits >= MAX_RATE_LIMIT_WAITS:
+                    raise RateLimited(f"rate limited (HTTP 429) {waits} times in a row; run retry "
+                                      "later or lower --concurrency") from None
+                continue
+            gate.succeeded()
+            return completion
+
+    def _fail(self, claim: Claim, error: ItemError) -> None:
+        if not self.store.fail_item(claim.job.job_id, claim.index, self.worker_id, error):
+            raise _LostClaim()
+
+
+def _item_error(exc: ModelError, *, attempt: bool = False) -> ItemError:
+    message = str(exc)
+    if attempt:
+        message = f"attempt failed: {message}"
+    return ItemError(exc.error_type, message, exc.http_status)
+
+
+def _clock(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")

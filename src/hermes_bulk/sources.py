@@ -1,0 +1,426 @@
+"""Finding items in a source, and reading one item again to see whether it changed.
+
+| source                         | one item per        | item name             |
+|--------------------------------|---------------------|-----------------------|
+| directory, searched recursively| UTF-8 text file     | relative path         |
+| `.csv` with a header row       | data row            | row:1, row:2, …       |
+| `.json` with a top-level array | array element       | record:1, record:2, … |
+| `.jsonl`                       | non-blank line      | line:1, line:2, …     |
+| any other file                 | the whole file      | the file name         |
+
+Discovery streams: records are parsed one at a time from a binary file, and each item remembers
+the byte offset where its record starts, so a worker can re-read just that record to check that
+the source has not changed (DESIGN.md invariant 4). Content is never truncated.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import hashlib
+import json
+import os
+import stat as stat_mod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import InputError
+
+WHOLE_FILE = -1  # offset of an item that is a whole file
+_READ_CHUNK = 1 << 16
+csv.field_size_limit(2**31 - 1)  # a CSV cell may be as large as an item may be
+
+
+@dataclass(frozen=True, slots=True)
+class SourceItem:
+    """One item found at create time, with what is needed to find it again."""
+
+    name: str
+    content: str
+    origin: str  # path relative to a directory source; "" when the source is one file
+    offset: int  # byte offset of the record in its file; WHOLE_FILE for whole files
+    stat_sig: str  # "size:mtime_ns" of the file when the item was read
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An entry left out of a directory source, with the reason (recorded as a job event)."""
+
+    name: str
+    reason: str
+
+
+def content_hash(text: str) -> str:
+    """The content-address of an item: `b2:` + BLAKE2b-128 of its UTF-8 bytes, in hex."""
+    return "b2:" + hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def stat_sig(st: os.stat_result) -> str:
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def kind_of(path: Path) -> str:
+    if path.is_dir():
+        return "directory"
+    return {".csv": "csv", ".json": "json", ".jsonl": "jsonl"}.get(path.suffix.lower(), "file")
+
+
+class Source:
+    """A validated `--over` path. `entries()` yields SourceItem and Skipped in item order."""
+
+    def __init__(self, path: str | os.PathLike[str], *, max_item_bytes: int) -> None:
+        raw = Path(path).expanduser()
+        try:
+            resolved = raw.resolve(strict=True)
+            st = os.stat(resolved)
+        except FileNotFoundError:
+            raise InputError(f"--over {path}: no such file or directory.") from None
+        except RuntimeError:  # Path.resolve reports a symlink loop this way
+            raise InputError(f"--over {path}: symbolic link loop; point --over at the real path.") from None
+        except OSError as exc:
+            raise InputError(f"--over {path}: cannot read it ({_reason(exc)}).") from None
+        if not (stat_mod.S_ISDIR(st.st_mode) or stat_mod.S_ISREG(st.st_mode)):
+            raise InputError(f"--over {path}: not a regular file or directory.")
+        if not os.access(resolved, os.R_OK | (os.X_OK if stat_mod.S_ISDIR(st.st_mode) else 0)):
+            raise InputError(f"--over {path}: permission denied; make it readable by this user.")
+        self.path = resolved
+        self.kind = kind_of(resolved)
+        self.max_item_bytes = max_item_bytes
+
+    def entries(self) -> Iterator[SourceItem | Skipped]:
+        if self.kind == "directory":
+            yield from _walk(self.path, "", self.max_item_bytes)
+            return
+        with _open_file(self.path) as f:
+            sig = stat_sig(os.fstat(f.fileno()))
+            if self.kind == "file":
+                yield _whole_file(self.path, f, sig, self.max_item_bytes)
+            else:
+                yield from _RECORD_READERS[self.kind](f, self.path, sig)
+
+
+# Directories ----------------------------------------------------------------------------------
+
+
+def _walk(root: Path, rel: str, max_item_bytes: int) -> Iterator[SourceItem | Skipped]:
+    directory = root / rel if rel else root
+    try:
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        yield Skipped(rel + "/", f"unreadable directory ({_reason(exc)})")
+        return
+    for entry in entries:
+        name = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.name.startswith("."):
+            yield Skipped(name, "hidden entry")
+        elif entry.is_symlink():
+            yield Skipped(name, "symbolic link")
+        elif entry.is_dir(follow_symlinks=False):
+            yield from _walk(root, name, max_item_bytes)
+        elif not entry.is_file(follow_symlinks=False):
+            yield Skipped(name, "not a regular file")
+        else:
+            yield _directory_file(root / name, name, max_item_bytes)
+
+
+def _directory_file(path: Path, name: str, max_item_bytes: int) -> SourceItem | Skipped:
+    try:
+        with _open_file(path) as f:
+            st = os.fstat(f.fileno())
+            if st.st_size == 0:
+                return Skipped(name, "empty file")
+            if st.st_size > max_item_bytes:
+                return Skipped(name, f"larger than max_item_bytes ({max_item_bytes} bytes)")
+            data = f.read()
+    except InputError as exc:
+        return Skipped(name, str(exc).split(": ", 1)[-1].rstrip("."))
+    text = _decode_text(data)
+    if text is None:
+        return Skipped(name, "not UTF-8 text")
+    if "\x00" in text:
+        return Skipped(name, "binary file (contains NUL bytes)")
+    return SourceItem(name, text, name, WHOLE_FILE, stat_sig(st))
+
+
+def _whole_file(path: Path, f: BinaryIO, sig: str, max_item_bytes: int) -> SourceItem:
+    size = int(sig.split(":")[0])
+    if size == 0:
+        raise InputError(f"{path}: the file is empty; there is nothing to process.")
+    if size > max_item_bytes:
+        raise InputError(f"{path}: {size} bytes is more than max_item_bytes ({max_item_bytes}); "
+                         "split it, or raise HERMES_BULK_MAX_ITEM_BYTES.")
+    text = _decode_text(f.read())
+    if text is None or "\x00" in text:
+        raise InputError(f"{path}: not UTF-8 text; convert it (for example with iconv -t UTF-8).")
+    return SourceItem(path.name, text, "", WHOLE_FILE, sig)
+
+
+# Records --------------------------------------------------------------------------------------
+
+
+class _Lines:
+    """Iterates decoded lines of a binary file, tracking the byte offset and line number."""
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self.f, self.path = f, path
+        self.pos = f.tell()
+        self.line_no = 0
+
+    def __iter__(self) -> _Lines:
+        return self
+
+    def __next__(self) -> str:
+        raw = self.f.readline()
+        if not raw:
+            raise StopIteration
+        self.pos += len(raw)
+        self.line_no += 1
+        try:
+            return raw.decode("utf-8-sig" if self.line_no == 1 else "utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{self.path}: line {self.line_no} is not UTF-8 text; convert the "
+                             "file to UTF-8 (for example with iconv -t UTF-8).") from None
+
+
+def _csv_rows(f: BinaryIO, path: Path) -> Iterator[tuple[int, list[str], _Lines]]:
+    """(start offset, fields, line tracker) per record, blank lines skipped."""
+    lines = _Lines(f, path)
+    reader = csv.reader(lines, strict=True)
+    while True:
+        start = lines.pos
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise InputError(f"{path}: malformed CSV at line {lines.line_no}: {exc}.") from None
+        if fields:
+            yield start, fields, lines
+
+
+def _csv_header(names: list[str]) -> list[str]:
+    """Column names made unique and non-empty, so every value keeps a name."""
+    seen: dict[str, int] = {}
+    header = []
+    for i, name in enumerate(names, 1):
+        name = name.strip() or f"column_{i}"
+        if name in seen:
+            seen[name] += 1
+            name = f"{name}_{seen[name]}"
+        seen.setdefault(name, 1)
+        header.append(name)
+    return header
+
+
+def render_csv_row(header: list[str], fields: list[str]) -> str:
+    """A row as a JSON object, so the model sees each value with its column name."""
+    values = fields + [""] * (len(header) - len(fields))
+    return json.dumps(dict(zip(header, values, strict=True)), ensure_ascii=False)
+
+
+def _read_csv(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
+    rows = _csv_rows(f, path)
+    first = next(rows, None)
+    if first is None:
+        raise InputError(f"{path}: the CSV file is empty; it needs a header row and data rows.")
+    header = _csv_header(first[1])
+    n = 0
+    for start, fields, lines in rows:
+        if len(fields) > len(header) and any(v.strip() for v in fields[len(header):]):
+            raise InputError(f"{path}: malformed CSV at line {lines.line_no}: the row has "
+                             f"{len(fields)} fields but the header has {len(header)}.")
+        n += 1
+        yield SourceItem(f"row:{n}", render_csv_row(header, fields[: len(header)]), "", start, sig)
+    if n == 0:
+        raise InputError(f"{path}: the CSV file has a header row but no data rows.")
+
+
+def _read_jsonl(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
+    lines = _Lines(f, path)
+    n = 0
+    while True:
+        start = lines.pos
+        line = next(lines, None)
+        if line is None:
+            break
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: line {lines.line_no} is not valid JSON "
+                             f"({exc.msg} at column {exc.colno}).") from None
+        n += 1
+        yield SourceItem(f"line:{n}", text, "", start, sig)
+    if n == 0:
+        raise InputError(f"{path}: the JSONL file has no records.")
+
+
+class _JsonArrayReader:
+    """Streams the elements of a top-level JSON array with their byte offsets.
+
+    json has no streaming parser, so elements are cut out of a growing text buffer with
+    `raw_decode`; the buffer holds one element (plus a chunk) at a time.
+    """
+
+    def __init__(self, f: BinaryIO, path: Path) -> None:
+        self.f, self.path = f, path
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.buf = ""
+        self.i = 0  # position in buf
+        self.byte_base = f.tell()  # bytes before buf[0]
+        self.line_base = 1  # line number of buf[0]
+        self.eof = False
+        if self.byte_base == 0 and f.read(3) != codecs.BOM_UTF8:
+            f.seek(0)
+        self.byte_base = f.tell()
+
+    def _fill(self) -> bool:
+        """Append the next chunk to the buffer; False at the end of the file."""
+        if self.eof:
+            return False
+        chunk = self.f.read(_READ_CHUNK)
+        try:
+            self.buf += self.decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError:
+            raise InputError(f"{self.path}: not UTF-8 text near line {self._line(len(self.buf))}; "
+                             "convert it (for example with iconv -t UTF-8).") from None
+        self.eof = not chunk
+        return not self.eof
+
+    def _compact(self) -> None:
+        consumed = self.buf[: self.i]
+        self.byte_base += len(consumed.encode("utf-8"))
+        self.line_base += consumed.count("\n")
+        self.buf, self.i = self.buf[self.i:], 0
+
+    def _line(self, pos: int) -> int:
+        return self.line_base + self.buf.count("\n", 0, pos)
+
+    def _skip_ws(self) -> str:
+        while True:
+            while self.i < len(self.buf) and self.buf[self.i] in " \t\r\n":
+                self.i += 1
+            if self.i < len(self.buf):
+                return self.buf[self.i]
+            self._compact()
+            if not self._fill() and not self.buf:
+                return ""
+
+    def _error(self, what: str) -> InputError:
+        return InputError(f"{self.path}: malformed JSON at line {self._line(self.i)}: {what}.")
+
+    def elements(self) -> Iterator[tuple[int, str]]:
+        decoder = json.JSONDecoder()
+        if self._skip_ws() != "[":
+            raise InputError(f"{self.path}: the top-level JSON value is not an array; Bulk makes one "
+                             "item per array element (use .jsonl for one record per line).")
+        self.i += 1
+        first = True
+        while True:
+            ch = self._skip_ws()
+            if ch == "]":
+                self.i += 1
+                if self._skip_ws():
+                    raise self._error("unexpected data after the closing ]")
+                return
+            if not first:
+                if ch != ",":
+                    raise self._error("expected , or ] between elements")
+                self.i += 1
+                self._skip_ws()
+            first = False
+            yield self._element(decoder)
+
+    def _element(self, decoder: json.JSONDecoder) -> tuple[int, str]:
+        self._compact()
+        while True:
+            try:
+                _, end = decoder.raw_decode(self.buf, 0)
+                # A number at the end of the buffer may continue in the next chunk.
+                if end < len(self.buf) or self.eof:
+                    start_byte = self.byte_base
+                    self.i = end
+                    return start_byte, self.buf[:end]
+            except json.JSONDecodeError as exc:
+                if self.eof:
+                    raise self._error(exc.msg) from None
+            self._fill()
+
+
+def _read_json(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
+    n = 0
+    for start, text in _JsonArrayReader(f, path).elements():
+        n += 1
+        yield SourceItem(f"record:{n}", text, "", start, sig)
+    if n == 0:
+        raise InputError(f"{path}: the JSON array is empty.")
+
+
+_RECORD_READERS = {"csv": _read_csv, "jsonl": _read_jsonl, "json": _read_json}
+
+
+# Reading an item again ------------------------------------------------------------------------
+
+
+def read_again(kind: str, source: str, origin: str, offset: int, recorded_sig: str) -> str | None:
+    """The item's content as its source holds it now, or None when the source is not readable here.
+
+    When the file's size and modification time are what they were at create, the content is
+    taken as unchanged without reading it (as make and rsync do). Otherwise the one record is
+    parsed again from its byte offset; a record that no longer parses yields "" (changed).
+    """
+    path = Path(source) / origin if kind == "directory" else Path(source)
+    try:
+        with _open_file(path) as f:
+            if stat_sig(os.fstat(f.fileno())) == recorded_sig:
+                return None
+            if offset == WHOLE_FILE:
+                return _decode_text(f.read()) or ""
+            return _record_at(kind, f, path, offset)
+    except InputError:
+        return None
+
+
+def _record_at(kind: str, f: BinaryIO, path: Path, offset: int) -> str:
+    try:
+        if kind == "csv":
+            header_row = next(_csv_rows(f, path), None)
+            f.seek(offset)
+            row = next(_csv_rows(f, path), None)
+            if header_row is None or row is None:
+                return ""
+            header = _csv_header(header_row[1])
+            return render_csv_row(header, row[1][: len(header)])
+        f.seek(offset)
+        if kind == "jsonl":
+            return f.readline().decode("utf-8").strip()
+        reader = _JsonArrayReader(f, path)
+        return reader._element(json.JSONDecoder())[1]
+    except (InputError, UnicodeDecodeError, ValueError):
+        return ""
+
+
+# Helpers --------------------------------------------------------------------------------------
+
+
+def _open_file(path: Path) -> BinaryIO:
+    try:
+        return open(path, "rb")  # noqa: SIM115 - returned to a with block
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({_reason(exc)}).") from None
+
+
+def _decode_text(data: bytes) -> str | None:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+
+
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or type(exc).__name__).lower()

@@ -1,0 +1,323 @@
+"""What a backend does: the job store and the shared limiter, each method one atomic operation.
+
+This module is the only place that says what a backend must do; `store/sqlite.py` and
+`store/redis_store.py` implement it, and `tests/contract/` holds both to it. Each method's
+docstring is its contract. Every state-changing method is atomic on every backend (one
+`BEGIN IMMEDIATE` transaction on SQLite, one Lua script on Redis), so N workers on M machines
+behave like one. Times are seconds since the epoch, read from the backend's own clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Persisted job run states. What `status` shows is derived from these and the item counts
+# (see jobs.derive_state).
+NOT_STARTED = "not_started"
+RUNNING = "running"
+PAUSED = "paused"
+AWAITING_RECOVERY = "awaiting_recovery"
+CREATING = "creating"  # items are still being added; invisible to list/status
+
+# Item states.
+PENDING = "pending"
+CLAIMED = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+
+# Why a job paused itself (pause_reason); a user's pause has reason "user".
+PAUSE_USER = "user"
+PAUSE_TOKEN_LIMIT = "token limit reached"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What `create` decides about a job; fixed for the job's life except where noted."""
+
+    job_id: str
+    instruction: str
+    source: str  # absolute path given to --over
+    source_kind: str  # directory | csv | json | jsonl | file
+    concurrency: int
+    retries: int
+    max_tokens: int | None = None  # changed by resume --max-tokens
+    rpm: int | None = None
+    tpm: int | None = None
+    model: str | None = None
+    client: str = "http"  # http (OpenAI-compatible endpoint) | hermes (ctx.llm)
+    provider_key: str = ""  # groups workers that share a provider quota (a hash, never a key)
+    output_tokens_estimate: int = 512
+    max_output_tokens: int | None = None
+    schema: str | None = None  # JSON schema text (structured output), or None
+
+
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    """An item as `create` records it; content is stored once per distinct content_hash."""
+
+    index: int  # 0-based position in the source
+    name: str
+    content: str
+    content_hash: str
+    origin: str
+    offset: int
+    stat_sig: str
+    estimated_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened to a job; never holds provider text or credentials."""
+
+    kind: str
+    message: str
+    item_index: int | None = None
+    error_type: str | None = None
+    http_status: int | None = None
+    at: float = 0.0  # filled in by the store when 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    spec: JobSpec
+    created_at: float
+    state: str
+    pause_reason: str | None
+    total: int
+    pending: int
+    running: int
+    completed: int
+    failed: int
+    tokens_in: int  # reported by the provider, completed items
+    tokens_out: int
+    tokens_charged: int  # reported usage, or the estimate where none was reported
+    tokens_reserved: int  # estimates held by running items
+    estimated_tokens: int  # sum of the estimates of every item
+    skipped: int
+    last_claim_at: float | None  # when an item was last claimed
+    run_at: float | None  # when the job last moved to running
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def finished(self) -> bool:
+        return self.total > 0 and self.completed + self.failed == self.total
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """An item handed to one worker, with everything needed to process it."""
+
+    job: JobRecord
+    index: int
+    name: str
+    content: str
+    content_hash: str
+    origin: str
+    offset: int
+    stat_sig: str
+    attempts: int  # failed attempts so far (transient errors)
+    rate_limit_waits: int  # consecutive 429s so far
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRefused:
+    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    index: int
+    name: str
+    status: str
+    result: str | None
+    error_type: str | None
+    http_status: int | None
+    error_message: str | None
+    tokens_in: int
+    tokens_out: int
+    attempts: int
+    provider: str | None
+    model: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+
+    @property
+    def reported(self) -> bool:
+        return self.tokens_in is not None or self.tokens_out is not None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemError:
+    """What a job record keeps of a failure: type, HTTP status, our own message."""
+
+    error_type: str
+    message: str
+    http_status: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    worker_id: str
+    host: str
+    pid: int
+    started_at: float
+    heartbeat_at: float
+    threads: int
+    holding: list[tuple[str, int]] = field(default_factory=list)  # (job_id, item index)
+
+
+@dataclass(frozen=True, slots=True)
+class PauseState:
+    """The shared wait of one provider key: until when, and the current backoff step."""
+
+    until: float
+    backoff_step: int
+
+
+class JobStore(Protocol):
+    """Jobs, items, events and workers. The source of truth; the queue only carries triggers."""
+
+    # Creating ------------------------------------------------------------------------------
+    def begin_job(self, spec: JobSpec) -> None:
+        """Record a job in state `creating` (invisible to list_jobs and recent lookups)."""
+
+    def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
+        """Append items (contents deduplicated by hash within the job) to a `creating` job."""
+
+    def finish_job(self, job_id: str) -> JobRecord:
+        """Move a `creating` job to `not_started` with its totals; it now shows in list_jobs."""
+
+    def delete_job(self, job_id: str) -> bool:
+        """Remove a job and everything it owns (items, contents, events). False if unknown."""
+
+    # Reading -------------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> JobRecord | None:
+        """The job, or None if unknown or still being created."""
+
+    def find_job_ids(self, prefix: str) -> list[str]:
+        """Ids of finished-creating jobs that start with prefix (at most a few)."""
+
+    def list_jobs(self, limit: int = 20) -> list[JobRecord]:
+        """The most recently created jobs, newest first."""
+
+    def active_job_ids(self) -> list[str]:
+        """Jobs in state running: what a worker's maintenance loop looks after."""
+
+    def iter_items(self, job_id: str, batch: int = 1000) -> Iterator[ItemRecord]:
+        """Every item in index order, with results; streams in batches (memory stays flat)."""
+
+    def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
+        """The newest events of a job, oldest first."""
+
+    # Job state -----------------------------------------------------------------------------
+    def set_state(self, job_id: str, state: str, *, from_states: Iterable[str],
+                  pause_reason: str | None = None, max_tokens: int | None = None,
+                  event: Event | None = None) -> JobRecord | None:
+        """Move the job to `state` if it is in one of from_states (and set max_tokens if given).
+
+        Moving to RUNNING records run_at = now.
+        Returns the updated job, or None when the job was not in from_states (nothing changed).
+        """
+
+    def retry_failed(self, job_id: str) -> int:
+        """Return every failed item to pending, clearing errors and attempt counts; the count."""
+
+    # Items: the atomic life of one item ---------------------------------------------------
+    def claim_item(self, job_id: str, index_hint: int, worker_id: str, *, lease_s: float,
+                   max_running: int) -> Claim | ClaimRefused:
+        """Atomically give one pending item of a running job to worker_id until now + lease_s.
+
+        Prefers item index_hint when it is pending, else the lowest pending index. Refuses when
+        the job is not running, no item is pending, or `max_running` items are already running.
+        When the job has max_tokens and charged + reserved + this item's estimate would exceed
+        it, the job is paused with reason PAUSE_TOKEN_LIMIT instead, and the claim is refused.
+        The item's estimate is reserved for as long as it runs.
+        """
+
+    def renew_leases(self, worker_id: str, *, lease_s: float) -> int:
+        """Extend to now + lease_s the lease of every item worker_id holds; how many."""
+
+    def complete_item(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage,
+                      *, provider: str | None = None, model: str | None = None) -> bool:
+        """Save the result and mark the item completed, releasing its reservation.
+
+        Only the current owner of a running item may complete it; a completed item is never
+        completed again and its result never overwritten (returns False, changes nothing).
+        Reported usage is charged; without it the estimate is charged.
+        """
+
+    def fail_item(self, job_id: str, index: int, worker_id: str, error: ItemError) -> bool:
+        """Mark the owner's running item failed with the error, and record an item_failed event."""
+
+    def release_item(self, job_id: str, index: int, worker_id: str) -> bool:
+        """Return the owner's running item to pending (nothing charged), e.g. on shutdown."""
+
+    def record_attempt(self, job_id: str, index: int, worker_id: str, error: ItemError, *,
+                       rate_limited: bool) -> int:
+        """Count a failed attempt of the owner's item and record it as an event.
+
+        rate_limited: counts a consecutive 429 (does not use up retries); otherwise a transient
+        failure. Returns the new count of that kind, or -1 if worker_id does not own the item.
+        """
+
+    def release_expired_leases(self) -> dict[str, int]:
+        """Return every running item whose lease has expired to pending; counts by job id."""
+
+    def release_worker_items(self, worker_id: str) -> dict[str, int]:
+        """Return every item worker_id holds to pending (the worker is known dead); counts by job."""
+
+    def item_owners(self) -> dict[str, int]:
+        """Every worker id that holds running items, with how many it holds."""
+
+    def add_events(self, job_id: str, events: Iterable[Event]) -> None:
+        """Append events to a job's history."""
+
+    # Workers -------------------------------------------------------------------------------
+    def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
+        """Register or refresh a live worker; it counts as live for ttl_s from now."""
+
+    def remove_worker(self, worker_id: str) -> None:
+        """Forget a worker (clean shutdown)."""
+
+    def live_workers(self) -> list[WorkerInfo]:
+        """Workers whose last heartbeat is within their ttl, with the items they hold."""
+
+    def now(self) -> float:
+        """The backend's clock (leases are compared against it)."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+class SharedLimits(Protocol):
+    """Per provider key: the shared 429 wait and request/token pacing (GCRA)."""
+
+    def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
+        """Take one request (and `tokens` tokens) if the key is not paused and pacing allows.
+
+        Returns 0.0 when taken, else the seconds to wait before asking again (nothing taken).
+        """
+
+    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
+        """Start or extend (never shorten) the shared wait of key; returns its end time.
+
+        With seconds=None the wait is base_s * 2**step (capped at cap_s) and the step grows;
+        a provider's Retry-After is passed as seconds.
+        """
+
+    def clear_backoff(self, key: str) -> None:
+        """A request succeeded: the next wait without Retry-After starts from base_s again."""
+
+    def pause_state(self, key: str) -> PauseState | None:
+        """The current wait of key, or None when it is not waiting."""

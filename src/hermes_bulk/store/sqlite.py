@@ -1,0 +1,579 @@
+"""The embedded backend's store and limiter: one SQLite file in WAL mode.
+
+Every state change is one `BEGIN IMMEDIATE` transaction through `SqliteDatabase.write()`, so
+threads and processes on one machine see each operation whole. Each thread has its own
+connection (a shared connection behind a lock would serialise readers too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from pathlib import Path
+
+from ..errors import BackendUnavailable
+from .protocol import (
+    CLAIMED,
+    COMPLETED,
+    CREATING,
+    FAILED,
+    NOT_STARTED,
+    PAUSE_TOKEN_LIMIT,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    Claim,
+    ClaimRefused,
+    Event,
+    ItemError,
+    ItemRecord,
+    JobRecord,
+    JobSpec,
+    NewItem,
+    PauseState,
+    Usage,
+    WorkerInfo,
+)
+
+BUSY_TIMEOUT_MS = 30_000
+
+# Schema migrations, applied in order and recorded by name (the way simonw/llm does it).
+MIGRATIONS: list[tuple[str, str]] = []
+migration = MIGRATIONS.append
+
+migration(("m001_initial", """
+CREATE TABLE jobs (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    pause_reason TEXT,
+    max_tokens INTEGER,
+    total INTEGER NOT NULL DEFAULT 0,
+    pending INTEGER NOT NULL DEFAULT 0,
+    running INTEGER NOT NULL DEFAULT 0,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    tokens_charged INTEGER NOT NULL DEFAULT 0,
+    tokens_reserved INTEGER NOT NULL DEFAULT 0,
+    estimated_tokens INTEGER NOT NULL DEFAULT 0,
+    skipped INTEGER NOT NULL DEFAULT 0,
+    last_claim_at REAL,
+    run_at REAL
+);
+CREATE INDEX jobs_by_created ON jobs (created_at);
+CREATE TABLE items (
+    job_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    byte_offset INTEGER NOT NULL,
+    stat_sig TEXT NOT NULL,
+    estimate INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    rate_limit_waits INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    lease_until REAL,
+    reserved INTEGER NOT NULL DEFAULT 0,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    error_type TEXT,
+    http_status INTEGER,
+    error_message TEXT,
+    provider TEXT,
+    model TEXT,
+    PRIMARY KEY (job_id, idx)
+);
+CREATE INDEX items_pending ON items (job_id, idx) WHERE status = 'pending';
+CREATE INDEX items_leased ON items (lease_until) WHERE status = 'running';
+CREATE INDEX items_owned ON items (owner) WHERE status = 'running';
+CREATE TABLE contents (
+    job_id TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (job_id, hash)
+);
+CREATE TABLE results (
+    job_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx)
+);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    item_idx INTEGER,
+    message TEXT NOT NULL,
+    error_type TEXT,
+    http_status INTEGER
+);
+CREATE INDEX events_by_job ON events (job_id, id);
+CREATE TABLE workers (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    threads INTEGER NOT NULL
+);
+CREATE TABLE limits (
+    key TEXT PRIMARY KEY,
+    request_tat REAL NOT NULL DEFAULT 0,
+    token_tat REAL NOT NULL DEFAULT 0,
+    pause_until REAL NOT NULL DEFAULT 0,
+    backoff_step INTEGER NOT NULL DEFAULT 0
+);
+"""))
+
+
+class SqliteDatabase:
+    """One SQLite file: per-thread connections, migrations, and the write-transaction helper."""
+
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.clock = clock
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Created owner-only before SQLite opens it; SQLite gives -wal/-shm the same mode.
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+            self._migrate()
+        except (OSError, sqlite3.Error) as exc:
+            raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
+                                     "path in HERMES_BULK_BACKEND and its permissions.") from None
+
+    def connection(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+                                   isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode survives process crashes; only power loss can undo the last commits.
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn, self._local.pid = conn, os.getpid()
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One atomic operation: BEGIN IMMEDIATE takes the write lock up front (no upgrade deadlock)."""
+        conn = self.connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    def read(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+        cur = self.connection().execute(sql, params)
+        return cur.fetchall()
+
+    def _migrate(self) -> None:
+        with self.write() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+            done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
+            for name, sql in MIGRATIONS:
+                if name not in done:
+                    for statement in sql.split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self.clock()))
+
+    def schema_version(self) -> list[str]:
+        return [r[0] for r in self.read("SELECT name FROM schema_migrations ORDER BY name")]
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._connections.clear()
+        self._local = threading.local()
+
+
+_JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
+                "completed, failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, "
+                "estimated_tokens, skipped, last_claim_at, run_at")
+
+
+def _job_from_row(row: tuple) -> JobRecord:
+    spec = JobSpec(**json.loads(row[2]))
+    if spec.max_tokens != row[5]:
+        spec = JobSpec(**{**asdict(spec), "max_tokens": row[5]})
+    return JobRecord(spec=spec, created_at=row[1], state=row[3], pause_reason=row[4],
+                     total=row[6], pending=row[7], running=row[8], completed=row[9], failed=row[10],
+                     tokens_in=row[11], tokens_out=row[12], tokens_charged=row[13],
+                     tokens_reserved=row[14], estimated_tokens=row[15], skipped=row[16],
+                     last_claim_at=row[17], run_at=row[18])
+
+
+class SqliteJobStore:
+    """JobStore on SqliteDatabase (see store/protocol.py for each method's contract)."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    def now(self) -> float:
+        return self.db.clock()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # Creating ------------------------------------------------------------------------------
+    def begin_job(self, spec: JobSpec) -> None:
+        with self.db.write() as conn:
+            conn.execute("INSERT INTO jobs (id, created_at, spec, state, max_tokens) VALUES (?, ?, ?, ?, ?)",
+                         (spec.job_id, self.now(), json.dumps(asdict(spec)), CREATING, spec.max_tokens))
+
+    def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
+        items = list(items)
+        with self.db.write() as conn:
+            conn.executemany("INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
+                             [(job_id, it.content_hash, it.content) for it in items])
+            conn.executemany(
+                "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(job_id, it.index, it.name, it.content_hash, it.origin, it.offset, it.stat_sig,
+                  it.estimated_tokens) for it in items])
+
+    def finish_job(self, job_id: str) -> JobRecord:
+        with self.db.write() as conn:
+            total, estimated = conn.execute(
+                "SELECT count(*), coalesce(sum(estimate), 0) FROM items WHERE job_id = ?", (job_id,)).fetchone()
+            (skipped,) = conn.execute(
+                "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'skipped'", (job_id,)).fetchone()
+            conn.execute("UPDATE jobs SET state = ?, total = ?, pending = ?, estimated_tokens = ?, skipped = ?"
+                         " WHERE id = ? AND state = ?",
+                         (NOT_STARTED, total, total, estimated, skipped, job_id, CREATING))
+        job = self.get_job(job_id)
+        assert job is not None
+        return job
+
+    def delete_job(self, job_id: str) -> bool:
+        with self.db.write() as conn:
+            for table, column in (("items", "job_id"), ("contents", "job_id"), ("results", "job_id"),
+                                  ("events", "job_id")):
+                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
+            return conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
+
+    # Reading -------------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> JobRecord | None:
+        rows = self.db.read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND state != ?", (job_id, CREATING))
+        return _job_from_row(rows[0]) if rows else None
+
+    def find_job_ids(self, prefix: str) -> list[str]:
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self.db.read("SELECT id FROM jobs WHERE id LIKE ? ESCAPE '\\' AND state != ? LIMIT 10",
+                            (escaped + "%", CREATING))
+        return [r[0] for r in rows]
+
+    def list_jobs(self, limit: int = 20) -> list[JobRecord]:
+        rows = self.db.read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state != ? ORDER BY created_at DESC LIMIT ?",
+                            (CREATING, limit))
+        return [_job_from_row(r) for r in rows]
+
+    def active_job_ids(self) -> list[str]:
+        return [r[0] for r in self.db.read("SELECT id FROM jobs WHERE state = ?", (RUNNING,))]
+
+    def iter_items(self, job_id: str, batch: int = 1000) -> Iterator[ItemRecord]:
+        last = -1
+        while True:
+            rows = self.db.read(
+                "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
+                " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model"
+                " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
+                " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, last, batch))
+            for r in rows:
+                yield ItemRecord(*r)
+            if len(rows) < batch:
+                return
+            last = rows[-1][0]
+
+    def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
+        rows = self.db.read(
+            "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
+            " WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit))
+        return [Event(*r) for r in reversed(rows)]
+
+    # Job state -----------------------------------------------------------------------------
+    def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):
+        from_states = tuple(from_states)
+        marks = ",".join("?" * len(from_states))
+        with self.db.write() as conn:
+            sets, params = "state = ?, pause_reason = ?", [state, pause_reason]
+            if max_tokens is not None:
+                sets += ", max_tokens = ?"
+                params.append(max_tokens)
+            if state == RUNNING:
+                sets += ", run_at = ?"
+                params.append(self.now())
+            changed = conn.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND state IN ({marks})",
+                                   (*params, job_id, *from_states)).rowcount
+            if not changed:
+                return None
+            if event is not None:
+                self._insert_events(conn, job_id, [event])
+        return self.get_job(job_id)
+
+    def retry_failed(self, job_id: str) -> int:
+        with self.db.write() as conn:
+            n = conn.execute(
+                "UPDATE items SET status = ?, attempts = 0, rate_limit_waits = 0, error_type = NULL,"
+                " http_status = NULL, error_message = NULL WHERE job_id = ? AND status = ?",
+                (PENDING, job_id, FAILED)).rowcount
+            conn.execute("UPDATE jobs SET failed = failed - ?, pending = pending + ? WHERE id = ?", (n, n, job_id))
+            return n
+
+    # Items ---------------------------------------------------------------------------------
+    def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
+        now = self.now()
+        with self.db.write() as conn:
+            job_row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if job_row is None:
+                return ClaimRefused("no_job")
+            job = _job_from_row(job_row)
+            if job.state != RUNNING:
+                return ClaimRefused("not_running")
+            if job.running >= max_running:
+                return ClaimRefused("at_capacity")
+            select = ("SELECT idx, name, content_hash, origin, byte_offset, stat_sig, estimate, attempts,"
+                      " rate_limit_waits FROM items WHERE job_id = ? AND status = 'pending'")
+            row = conn.execute(select + " AND idx = ?", (job_id, index_hint)).fetchone()
+            row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job_id,)).fetchone()
+            if row is None:
+                return ClaimRefused("no_pending")
+            idx, estimate = row[0], row[6]
+            limit = job.spec.max_tokens
+            if limit is not None and job.tokens_charged + job.tokens_reserved + estimate > limit:
+                conn.execute("UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?",
+                             (PAUSED, PAUSE_TOKEN_LIMIT, job_id))
+                self._insert_events(conn, job_id, [Event(
+                    "paused", f"token limit reached: {job.tokens_charged} charged + {job.tokens_reserved}"
+                    f" reserved + {estimate} for item {idx + 1} would exceed --max-tokens {limit}", idx)])
+                return ClaimRefused("token_limit")
+            conn.execute("UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = ?"
+                         " WHERE job_id = ? AND idx = ?", (CLAIMED, worker_id, now + lease_s, estimate, job_id, idx))
+            conn.execute("UPDATE jobs SET pending = pending - 1, running = running + 1,"
+                         " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
+                         (estimate, now, job_id))
+            (content,) = conn.execute("SELECT text FROM contents WHERE job_id = ? AND hash = ?",
+                                      (job_id, row[2])).fetchone()
+        return Claim(job=job, index=idx, name=row[1], content=content, content_hash=row[2], origin=row[3],
+                     offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
+
+    def renew_leases(self, worker_id, *, lease_s):
+        with self.db.write() as conn:
+            return conn.execute("UPDATE items SET lease_until = ? WHERE owner = ? AND status = ?",
+                                (self.now() + lease_s, worker_id, CLAIMED)).rowcount
+
+    def _finish_owned(self, conn, job_id, index, worker_id, status, extra_sets="", extra=()):
+        """Move the owner's running item to status; returns its reservation, or None if not owner."""
+        row = conn.execute("SELECT reserved FROM items WHERE job_id = ? AND idx = ? AND owner = ? AND status = ?",
+                           (job_id, index, worker_id, CLAIMED)).fetchone()
+        if row is None:
+            return None
+        conn.execute(f"UPDATE items SET status = ?, owner = NULL, lease_until = NULL, reserved = 0{extra_sets}"
+                     " WHERE job_id = ? AND idx = ?", (status, *extra, job_id, index))
+        return row[0]
+
+    def complete_item(self, job_id, index, worker_id, result, usage, *, provider=None, model=None):
+        with self.db.write() as conn:
+            tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
+            reserved = self._finish_owned(
+                conn, job_id, index, worker_id, COMPLETED,
+                ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
+                (tokens_in, tokens_out, provider, model))
+            if reserved is None:
+                return False
+            charged = tokens_in + tokens_out if usage.reported else reserved
+            conn.execute("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result))
+            conn.execute("UPDATE jobs SET running = running - 1, completed = completed + 1,"
+                         " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
+                         " tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ?",
+                         (reserved, charged, tokens_in, tokens_out, job_id))
+            return True
+
+    def fail_item(self, job_id, index, worker_id, error: ItemError):
+        with self.db.write() as conn:
+            reserved = self._finish_owned(conn, job_id, index, worker_id, FAILED,
+                                          ", error_type = ?, http_status = ?, error_message = ?",
+                                          (error.error_type, error.http_status, error.message))
+            if reserved is None:
+                return False
+            conn.execute("UPDATE jobs SET running = running - 1, failed = failed + 1,"
+                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (reserved, job_id))
+            self._insert_events(conn, job_id, [Event("item_failed", error.message, index, error.error_type,
+                                                     error.http_status)])
+            return True
+
+    def release_item(self, job_id, index, worker_id):
+        with self.db.write() as conn:
+            reserved = self._finish_owned(conn, job_id, index, worker_id, PENDING)
+            if reserved is None:
+                return False
+            self._count_released(conn, {job_id: (1, reserved)})
+            return True
+
+    def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
+        column, other = ("rate_limit_waits", "attempts") if rate_limited else ("attempts", "rate_limit_waits")
+        reset = "" if rate_limited else ", rate_limit_waits = 0"
+        with self.db.write() as conn:
+            row = conn.execute(f"UPDATE items SET {column} = {column} + 1{reset}"
+                               " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING " + column,
+                               (job_id, index, worker_id, CLAIMED)).fetchone()
+            if row is None:
+                return -1
+            kind = "rate_limited" if rate_limited else "attempt_failed"
+            self._insert_events(conn, job_id, [Event(kind, error.message, index, error.error_type, error.http_status)])
+            return row[0]
+
+    def release_expired_leases(self) -> dict[str, int]:
+        return self._release("status = ? AND lease_until < ?", (CLAIMED, self.now()))
+
+    def release_worker_items(self, worker_id: str) -> dict[str, int]:
+        return self._release("status = ? AND owner = ?", (CLAIMED, worker_id))
+
+    def item_owners(self) -> dict[str, int]:
+        rows = self.db.read("SELECT owner, count(*) FROM items WHERE status = ? GROUP BY owner", (CLAIMED,))
+        return dict(rows)
+
+    def _release(self, where: str, params: tuple) -> dict[str, int]:
+        with self.db.write() as conn:
+            rows = conn.execute(f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL,"
+                                f" reserved = 0 WHERE {where} RETURNING job_id, reserved", params).fetchall()
+            per_job: dict[str, tuple[int, int]] = {}
+            for job_id, reserved in rows:
+                n, r = per_job.get(job_id, (0, 0))
+                per_job[job_id] = (n + 1, r + reserved)
+            self._count_released(conn, per_job)
+            for job_id, (n, _) in per_job.items():
+                self._insert_events(conn, job_id, [Event("recovered", f"{n} interrupted item(s) returned to the queue")])
+        return {job_id: n for job_id, (n, _) in per_job.items()}
+
+    @staticmethod
+    def _count_released(conn, per_job: dict[str, tuple[int, int]]) -> None:
+        for job_id, (n, reserved) in per_job.items():
+            conn.execute("UPDATE jobs SET running = running - ?, pending = pending + ?,"
+                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (n, n, reserved, job_id))
+
+    def add_events(self, job_id: str, events: Iterable[Event]) -> None:
+        with self.db.write() as conn:
+            self._insert_events(conn, job_id, events)
+
+    def _insert_events(self, conn, job_id: str, events: Iterable[Event]) -> None:
+        now = self.now()
+        conn.executemany(
+            "INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(job_id, e.at or now, e.kind, e.item_index, e.message, e.error_type, e.http_status) for e in events])
+
+    # Workers -------------------------------------------------------------------------------
+    def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
+        now = self.now()
+        with self.db.write() as conn:
+            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                         " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
+                         " threads = excluded.threads",
+                         (info.worker_id, info.host, info.pid, info.started_at, now, now + ttl_s, info.threads))
+            conn.execute("DELETE FROM workers WHERE expires_at < ?", (now - 3600,))
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+
+    def live_workers(self) -> list[WorkerInfo]:
+        rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads FROM workers"
+                            " WHERE expires_at >= ? ORDER BY started_at", (self.now(),))
+        held: dict[str, list[tuple[str, int]]] = {}
+        for owner, job_id, idx in self.db.read(
+                "SELECT owner, job_id, idx FROM items WHERE status = ? ORDER BY job_id, idx", (CLAIMED,)):
+            held.setdefault(owner, []).append((job_id, idx))
+        return [WorkerInfo(*r, holding=held.get(r[0], [])) for r in rows]
+
+
+class SqliteLimits:
+    """SharedLimits on SqliteDatabase: GCRA pacing and the shared 429 wait per provider key."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
+        now = self.db.clock()
+        with self.db.write() as conn:
+            row = conn.execute("SELECT request_tat, token_tat, pause_until FROM limits WHERE key = ?",
+                               (key,)).fetchone()
+            request_tat, token_tat, pause_until = row or (0.0, 0.0, 0.0)
+            if pause_until > now:
+                return pause_until - now
+            new_request_tat, wait_r = _gcra(request_tat, now, rpm, 1)
+            new_token_tat, wait_t = _gcra(token_tat, now, tpm, tokens)
+            wait = max(wait_r, wait_t)
+            if wait > 0:
+                return wait
+            conn.execute("INSERT INTO limits (key, request_tat, token_tat) VALUES (?, ?, ?) ON CONFLICT (key)"
+                         " DO UPDATE SET request_tat = excluded.request_tat, token_tat = excluded.token_tat",
+                         (key, new_request_tat, new_token_tat))
+            return 0.0
+
+    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
+        now = self.db.clock()
+        with self.db.write() as conn:
+            row = conn.execute("SELECT pause_until, backoff_step FROM limits WHERE key = ?", (key,)).fetchone()
+            pause_until, step = row or (0.0, 0)
+            if seconds is None:
+                seconds = min(cap_s, base_s * 2 ** step)
+                step += 1
+            until = max(pause_until, now + seconds)
+            conn.execute("INSERT INTO limits (key, pause_until, backoff_step) VALUES (?, ?, ?) ON CONFLICT (key)"
+                         " DO UPDATE SET pause_until = excluded.pause_until, backoff_step = excluded.backoff_step",
+                         (key, until, step))
+            return until
+
+    def clear_backoff(self, key: str) -> None:
+        # Read first: a success is the common case and most of the time there is nothing to clear.
+        rows = self.db.read("SELECT backoff_step FROM limits WHERE key = ?", (key,))
+        if rows and rows[0][0]:
+            with self.db.write() as conn:
+                conn.execute("UPDATE limits SET backoff_step = 0 WHERE key = ?", (key,))
+
+    def pause_state(self, key: str) -> PauseState | None:
+        rows = self.db.read("SELECT pause_until, backoff_step FROM limits WHERE key = ?", (key,))
+        if rows and rows[0][0] > self.db.clock():
+            return PauseState(until=rows[0][0], backoff_step=rows[0][1])
+        return None
+
+
+def _gcra(tat: float, now: float, per_minute: int | None, cost: int) -> tuple[float, float]:
+    """Generic cell rate algorithm: (new theoretical arrival time, seconds to wait).
+
+    The burst is one unit, so requests (or tokens) are spaced evenly at the rate: a provider
+    limit is met without bouncing off it. A cost larger than the burst goes through when the
+    bucket is empty, so one large item can never block forever.
+    """
+    if not per_minute or cost <= 0:
+        return tat, 0.0
+    interval = 60.0 / per_minute
+    if tat > now:
+        return tat, tat - now
+    return now + interval * cost, 0.0

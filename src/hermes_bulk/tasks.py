@@ -1,0 +1,68 @@
+"""The Huey side: the one task (a trigger), and consumers (the `worker` command, and embedded).
+
+A task carries only (job id, index hint): the store holds the truth, because Huey dequeues
+destructively and a killed worker loses the task it held (reference/huey-probe.md). The task
+asks the process's WorkerRuntime to handle the trigger.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from huey import Huey
+from huey.api import TaskWrapper
+from huey.consumer import Consumer
+from huey.exceptions import RetryTask
+
+log = logging.getLogger("hermes_bulk.tasks")
+
+TASK_NAME = "hermes_bulk.process_item"
+
+#: Polling of the SQLite queue, tuned for latency (reference/huey-probe.md §2: the defaults
+#: reach a 10 s poll after a minute idle; these keep pick-up under 50 ms at ~0.2 % CPU).
+POLL_INITIAL_DELAY_S = 0.01
+POLL_MAX_DELAY_S = 0.5
+POLL_BACKOFF = 1.15
+
+
+class TriggerHandler(Protocol):
+    def handle_trigger(self, job_id: str, index_hint: int) -> float | None:
+        """Process one trigger; returns seconds after which to run it again, or None."""
+
+
+def register_process_item(huey: Huey, handler: Callable[[], TriggerHandler | None]) -> TaskWrapper:
+    """Register the trigger task on this Huey instance; the handler is looked up when it runs."""
+
+    def process_item(job_id: str, index_hint: int) -> None:
+        runtime = handler()
+        if runtime is None:  # only a consumer executes tasks, and every consumer has a runtime
+            log.error("trigger for job %s arrived in a process without a worker runtime", job_id)
+            return
+        delay = runtime.handle_trigger(job_id, index_hint)
+        if delay is not None:
+            # RetryTask reschedules without using up Huey retries (we keep our own counts).
+            raise RetryTask(delay=max(1.0, delay))
+
+    return huey.task(name=TASK_NAME, retries=0)(process_item)
+
+
+def consumer_options(workers: int, **overrides) -> dict:
+    options = dict(workers=workers, worker_type="thread", periodic=False,
+                   initial_delay=POLL_INITIAL_DELAY_S, max_delay=POLL_MAX_DELAY_S, backoff=POLL_BACKOFF,
+                   check_worker_health=True, scheduler_interval=1)
+    options.update({k: v for k, v in overrides.items() if v is not None})
+    return options
+
+
+class EmbeddedConsumer(Consumer):
+    """A consumer inside a host process (`run --wait`, the Hermes gateway).
+
+    The host owns process signals: huey's Consumer.start() installs handlers, which fails off
+    the main thread (after the threads have started). This override is a private huey method,
+    so huey is pinned to 3.5.x and tests/test_tasks.py pins the behaviour.
+    """
+
+    def _set_signal_handlers(self) -> None:
+        pass

@@ -1,0 +1,311 @@
+"""A loopback OpenAI-compatible chat-completions server with injectable faults.
+
+Used by the tests, the benchmarks and the demo (when no endpoint is configured). It speaks
+HTTP/1.1 with keep-alive on asyncio, so thousands of concurrent requests cost little, and
+answers each item deterministically (`expected_answer`), so a test can check that every result
+is the answer to its own item.
+
+Faults, set at start or live through `configure()` / `POST /_control`:
+  latency_s        delay before every answer
+  rate_per_s       provider-side limit (token bucket, one second of burst): excess gets 429
+  fail_rate        probability of a transient failure, drawn from fail_kinds
+  fail_kinds       any of 500 502 503 408 409 425 timeout reset empty
+  script           the next responses, in order: "ok", "429:3" (Retry-After 3), "429" (none),
+                   "500", "400", "401", "timeout", "reset", "empty"
+  item_faults      {substring of an item: fault}, e.g. {"PERMANENT-400": "400"}
+  hang_s           how long a "timeout" fault stays silent
+Every request is recorded (`requests`): wall time, item digest, status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import random
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+_ITEM = re.compile(r"----- BEGIN ITEM (\w+) -----\n(.*)\n----- END ITEM \1 -----", re.S)
+
+
+def item_text(prompt: str) -> str:
+    """The item inside a hermes-bulk prompt (the whole prompt when it is not one)."""
+    m = _ITEM.search(prompt)
+    return m.group(2) if m else prompt
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def expected_answer(item: str) -> str:
+    """What the fake answers for an item: its digest, then its first line (so results read well)."""
+    first = item.strip().splitlines()[0][:60] if item.strip() else ""
+    return f"ANSWER[{digest(item)}] {first}"
+
+
+@dataclass
+class RequestRecord:
+    at: float  # wall clock when the request arrived
+    item: str  # digest of the item text
+    status: int  # what was answered (0 for reset / hang)
+    fault: str | None = None
+
+
+@dataclass
+class FakeConfig:
+    latency_s: float = 0.0
+    rate_per_s: float | None = None
+    fail_rate: float = 0.0
+    fail_kinds: list[str] = field(default_factory=lambda: ["500"])
+    script: list[str] = field(default_factory=list)
+    item_faults: dict[str, str] = field(default_factory=dict)
+    hang_s: float = 30.0
+    seed: int = 1234
+
+
+class FakeProvider:
+    """Run with start() (a background thread) or serve_forever(); base_url ends in /v1."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, **config: Any) -> None:
+        self.host, self.port = host, port
+        self.config = FakeConfig(**config)
+        self.requests: list[RequestRecord] = []
+        self._rng = random.Random(self.config.seed)
+        self._lock = threading.Lock()
+        self._tokens = 0.0
+        self._tokens_at = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.base_events.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    # Control -------------------------------------------------------------------------------
+    def configure(self, **changes: Any) -> None:
+        with self._lock:
+            for key, value in changes.items():
+                if not hasattr(self.config, key):
+                    raise ValueError(f"unknown fake-provider setting {key!r}")
+                setattr(self.config, key, value)
+            if "seed" in changes:
+                self._rng = random.Random(self.config.seed)
+            if "rate_per_s" in changes:
+                self._tokens, self._tokens_at = (self.config.rate_per_s or 0.0), time.monotonic()
+
+    def reset_records(self) -> None:
+        with self._lock:
+            self.requests.clear()
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            by_status: dict[str, int] = {}
+            for r in self.requests:
+                by_status[str(r.status)] = by_status.get(str(r.status), 0) + 1
+            return {"requests": len(self.requests), "by_status": by_status}
+
+    # Decisions -----------------------------------------------------------------------------
+    def _decide(self, item: str) -> tuple[str, RequestRecord]:
+        """The fault (or "ok") for this request, and its record, under the lock."""
+        cfg = self.config
+        with self._lock:
+            fault = "ok"
+            for marker, kind in cfg.item_faults.items():
+                if marker in item:
+                    fault = kind
+            if fault == "ok" and cfg.script:
+                fault = cfg.script.pop(0)
+            if fault == "ok" and cfg.rate_per_s:
+                now = time.monotonic()
+                self._tokens = min(cfg.rate_per_s, self._tokens + (now - self._tokens_at) * cfg.rate_per_s)
+                self._tokens_at = now
+                if self._tokens >= 1.0:
+                    self._tokens -= 1.0
+                else:
+                    wait_ms = int((1.0 - self._tokens) / cfg.rate_per_s * 1000) + 1
+                    fault = f"429:ms={wait_ms}"
+            if fault == "ok" and cfg.fail_rate and self._rng.random() < cfg.fail_rate:
+                fault = self._rng.choice(cfg.fail_kinds)
+            record = RequestRecord(at=time.time(), item=digest(item), status=0, fault=None if fault == "ok" else fault)
+            self.requests.append(record)
+            return fault, record
+
+    # HTTP ----------------------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, v in
+                           (line.split(":", 1) for line in lines[1:] if ":" in line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                keep_going = await self._route(method, path, body, writer)
+                if not keep_going or headers.get("connection", "").lower() == "close":
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+            pass
+        finally:
+            if not writer.is_closing():
+                writer.close()
+
+    async def _route(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        if method == "GET" and path.endswith("/models"):
+            return self._send(writer, 200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+        if method == "GET" and path == "/_stats":
+            return self._send(writer, 200, self.stats())
+        if method == "POST" and path == "/_control":
+            payload = json.loads(body or b"{}")
+            if payload.pop("reset_records", False):
+                self.reset_records()
+            self.configure(**payload)
+            return self._send(writer, 200, {"ok": True})
+        if method == "GET" and path == "/_requests":
+            with self._lock:
+                return self._send(writer, 200, [r.__dict__ for r in self.requests])
+        if method == "POST" and path.endswith("/chat/completions"):
+            return await self._chat(json.loads(body or b"{}"), writer)
+        return self._send(writer, 404, {"error": {"message": "not found"}})
+
+    async def _chat(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
+        messages = req.get("messages") or []
+        prompt = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
+        item = item_text(prompt)
+        fault, record = self._decide(item)
+        if self.config.latency_s:
+            await asyncio.sleep(self.config.latency_s)
+        if fault == "reset":
+            _reset(writer)
+            return False
+        if fault == "timeout":
+            await asyncio.sleep(self.config.hang_s)
+            _reset(writer)
+            return False
+        if fault.startswith("429"):
+            record.status = 429
+            headers = []
+            if fault.startswith("429:ms="):
+                ms = int(fault.split("=", 1)[1])
+                headers = [("retry-after-ms", str(ms)), ("Retry-After", str(max(1, -(-ms // 1000))))]
+            elif ":" in fault:
+                headers = [("Retry-After", fault.split(":", 1)[1])]
+            return self._send(writer, 429, {"error": {"message": "Rate limit reached for fake-model (secret sk-LEAKED-1234)",
+                                                      "type": "rate_limit_exceeded"}}, headers)
+        if fault.isdigit():
+            record.status = int(fault)
+            return self._send(writer, int(fault), {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 invalid"}})
+        answer = "" if fault == "empty" else expected_answer(item)
+        if req.get("response_format", {}).get("type") == "json_schema" and answer:
+            answer = json.dumps(_schema_answer(req["response_format"]["json_schema"].get("schema", {}), item))
+        record.status = 200
+        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max(1, len(answer) // 4)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        base = {"id": f"chatcmpl-{digest(item)}", "created": int(time.time()), "model": req.get("model") or "fake-model"}
+        if req.get("stream"):
+            return await self._stream(writer, base, answer, usage)
+        return self._send(writer, 200, {**base, "object": "chat.completion", "usage": usage, "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]})
+
+    async def _stream(self, writer, base, answer, usage) -> bool:
+        chunks = [[{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": None}],
+                  [{"index": 0, "delta": {}, "finish_reason": "stop"}], []]
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        for choices in chunks:
+            chunk = {**base, "object": "chat.completion.chunk", "choices": choices, **({} if choices else {"usage": usage})}
+            writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        writer.write(b"data: [DONE]\n\n")
+        await writer.drain()
+        return False
+
+    @staticmethod
+    def _send(writer: asyncio.StreamWriter, status: int, obj: Any, headers=()) -> bool:
+        body = json.dumps(obj).encode()
+        lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}", "Content-Type: application/json",
+                 f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers)]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        return True
+
+    # Running -------------------------------------------------------------------------------
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=2048,
+                                                  reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with self._server:
+            await self._server.serve_forever()
+
+    def start(self) -> FakeProvider:
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve_quietly()), daemon=True,
+                                        name="fake-provider")
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("fake provider did not start")
+        return self
+
+    async def _serve_quietly(self) -> None:
+        try:
+            await self._serve()
+        except asyncio.CancelledError:
+            pass
+
+    def stop(self) -> None:
+        if self._loop and self._server:
+            self._loop.call_soon_threadsafe(self._server.close)
+            for task in asyncio.all_tasks(self._loop):
+                self._loop.call_soon_threadsafe(task.cancel)
+        if self._thread:
+            self._thread.join(5)
+
+    def serve_forever(self) -> None:
+        asyncio.run(self._serve())
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Close with a TCP reset (SO_LINGER 0), as a dropped connection looks to the client."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+    writer.transport.abort()
+
+
+def _schema_answer(schema: dict[str, Any], item: str) -> dict[str, Any]:
+    """A structured answer that fits a flat object schema (strings, numbers, booleans)."""
+    out: dict[str, Any] = {}
+    for name, prop in (schema.get("properties") or {}).items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        out[name] = len(item) if kind in ("integer", "number") else bool(item) if kind == "boolean" else \
+            f"{name}:{digest(item)}"
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--rate", type=float, default=None, help="provider limit, requests per second")
+    args = parser.parse_args()
+    server = FakeProvider(args.host, args.port, latency_s=args.latency, rate_per_s=args.rate).start()
+    print(server.base_url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

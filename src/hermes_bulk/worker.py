@@ -1,0 +1,232 @@
+"""A worker process's runtime: identity, liveness, leases, recovery, and its Huey consumer.
+
+One WorkerRuntime per process that consumes triggers (`hermes-bulk worker`, `run --wait`, the
+Hermes gateway). Besides the consumer threads it runs one maintenance thread that, every
+lease/3 seconds:
+  1. heartbeats the worker registry and renews the leases of the items it holds;
+  2. returns to the queue items whose owner is dead (lease expired, or, on this host, the
+     owner's lock file is free) and sends triggers for them;
+  3. sends triggers to running jobs whose chain of triggers has stalled (lost with a killed
+     consumer), up to the job's concurrency.
+All three are idempotent and atomic in the store, so every worker can run them: scaling needs
+no special flag.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .broker import Backend
+from .config import Settings
+from .errors import ConfigError, HermesBulkError
+from .model import HttpModelClient, ModelClient
+from .pipeline import ItemProcessor
+from .store.protocol import AWAITING_RECOVERY, RUNNING, Event, JobRecord, WorkerInfo
+from .tasks import EmbeddedConsumer, consumer_options
+
+log = logging.getLogger("hermes_bulk.worker")
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Liveness:
+    """Tells live workers from dead ones: the registry everywhere, lock files on this host."""
+
+    def __init__(self, backend: Backend, locks_dir: Path) -> None:
+        self.backend, self.locks_dir, self.host = backend, locks_dir, socket.gethostname()
+
+    def lock_path(self, worker_id: str) -> Path:
+        return self.locks_dir / (worker_id.replace("/", "_") + ".lock")
+
+    def hold_lock(self, worker_id: str) -> int:
+        self.locks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.lock_path(worker_id), os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+
+    def _lock_is_free(self, worker_id: str) -> bool:
+        """True when the worker ran on this host with this data dir and its process is gone."""
+        if not worker_id.startswith(self.host + ":"):
+            return False
+        try:
+            fd = os.open(self.lock_path(worker_id), os.O_RDWR)
+        except OSError:
+            return False  # no lock file here: it ran with another data dir; trust its lease
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        self.lock_path(worker_id).unlink(missing_ok=True)
+        return True
+
+    def live_worker_ids(self) -> set[str]:
+        return {w.worker_id for w in self.backend.store.live_workers() if not self._lock_is_free(w.worker_id)}
+
+    def dead_owners(self, exclude: str | None = None) -> list[str]:
+        """Owners of running items that are not live workers."""
+        live = self.live_worker_ids()
+        return [o for o in self.backend.store.item_owners() if o not in live and o != exclude]
+
+    def recover_dead(self, exclude: str | None = None) -> dict[str, int]:
+        """Return the items of dead owners to pending; counts by job."""
+        released: dict[str, int] = {}
+        for owner in self.dead_owners(exclude):
+            for job_id, n in self.backend.store.release_worker_items(owner).items():
+                released[job_id] = released.get(job_id, 0) + n
+        return released
+
+
+class WorkerRuntime:
+    """The per-process worker: processes triggers, and keeps leases and recovery going."""
+
+    def __init__(self, backend: Backend, settings: Settings, *, threads: int,
+                 client_for: Callable[[JobRecord], ModelClient] | None = None) -> None:
+        self.backend, self.settings, self.threads = backend, settings, threads
+        self.worker_id = new_worker_id()
+        self.started_at = time.time()
+        self.liveness = Liveness(backend, settings.home / "workers")
+        self._clients: dict[tuple, ModelClient] = {}
+        self._clients_lock = threading.Lock()
+        self.processor = ItemProcessor(
+            store=backend.store, limits=backend.limits, worker_id=self.worker_id,
+            client_for=client_for or self._http_client_for, jobs_dir=settings.jobs_dir,
+            lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
+        )
+        self.interval_s = max(0.2, min(settings.lease_seconds / 3, 5.0))
+        self._stop = threading.Event()
+        self._lock_fd: int | None = None
+        self._maintenance: threading.Thread | None = None
+        self.consumer: EmbeddedConsumer | None = None
+
+    # Triggers ------------------------------------------------------------------------------
+    def handle_trigger(self, job_id: str, index_hint: int) -> float | None:
+        outcome = self.processor.handle(job_id, index_hint)
+        if outcome.reschedule_in is not None:
+            return outcome.reschedule_in
+        if outcome.claimed:
+            # Each finished item sends the next trigger: a job keeps `concurrency` chains going.
+            self.backend.trigger(job_id, (outcome.index or 0) + 1)
+        return None
+
+    def _http_client_for(self, job: JobRecord) -> ModelClient:
+        model = job.spec.model or self.settings.model
+        if not model:
+            raise ConfigError("No model configured: set HERMES_BULK_MODEL or pass --model to create.")
+        api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
+        key = (self.settings.base_url, model)
+        with self._clients_lock:
+            client = self._clients.get(key)
+            if client is None:
+                client = self._clients[key] = HttpModelClient(
+                    base_url=self.settings.base_url, api_key=api_key, model=model,
+                    timeout_s=self.settings.request_timeout_seconds, max_connections=max(4, self.threads))
+            return client
+
+    # Life ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Register, recover what dead workers left, and start the maintenance thread."""
+        self._lock_fd = self.liveness.hold_lock(self.worker_id)
+        self._heartbeat()  # before the scan, so two workers starting together see each other
+        self._mark_interrupted_jobs()
+        self.backend.runtime = self
+        self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
+        self._maintenance.start()
+
+    def start_embedded_consumer(self) -> None:
+        """Consumer threads inside this process; the host keeps its signal handlers."""
+        self.consumer = EmbeddedConsumer(self.backend.huey, **consumer_options(self.threads))
+        self.consumer.start()
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """Stop consuming, return what this worker still holds to the queue, deregister."""
+        if self.consumer is not None:
+            self.consumer.stop(graceful=graceful)
+            self.consumer = None
+        self._stop.set()
+        if self._maintenance is not None:
+            self._maintenance.join(5)
+        try:
+            released = self.backend.store.release_worker_items(self.worker_id)
+            for job_id, n in released.items():
+                self.backend.trigger(job_id, 0, n)
+            self.backend.store.remove_worker(self.worker_id)
+        except HermesBulkError as exc:
+            log.warning("could not deregister worker %s: %s", self.worker_id, exc)
+        if self.backend.runtime is self:
+            self.backend.runtime = None
+        for client in self._clients.values():
+            client.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self.liveness.lock_path(self.worker_id).unlink(missing_ok=True)
+            self._lock_fd = None
+
+    def _mark_interrupted_jobs(self) -> None:
+        """At start with no other live worker: jobs cut off mid-run wait for someone to run them.
+
+        Jobs never start by themselves (DESIGN.md invariant 9): a restart must not spend tokens
+        nobody asked for. A running job that some worker has claimed items of since it was last
+        run was interrupted; one that was run but never picked up is still waiting for a worker.
+        """
+        if self.liveness.live_worker_ids() - {self.worker_id}:
+            return  # the fleet is alive: its maintenance returns dead workers' items as usual
+        self.liveness.recover_dead(exclude=self.worker_id)
+        store = self.backend.store
+        for job_id in store.active_job_ids():
+            job = store.get_job(job_id)
+            if job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
+                store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
+                    "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
+
+    # Maintenance ---------------------------------------------------------------------------
+    def _heartbeat(self) -> None:
+        self.backend.store.heartbeat_worker(
+            WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.started_at, 0.0, self.threads),
+            ttl_s=self.settings.lease_seconds)
+        self.backend.store.renew_leases(self.worker_id, lease_s=self.settings.lease_seconds)
+
+    def _maintain(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.maintain_once()
+            except HermesBulkError as exc:
+                log.warning("maintenance: %s (retrying)", exc)
+            except Exception:
+                log.exception("maintenance failed (retrying)")
+
+    def maintain_once(self) -> None:
+        self._heartbeat()
+        store = self.backend.store
+        released = self.liveness.recover_dead(exclude=self.worker_id)
+        for job_id, n in store.release_expired_leases().items():
+            released[job_id] = released.get(job_id, 0) + n
+        for job_id, n in released.items():
+            self.backend.trigger(job_id, 0, n)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Restart stalled chains: a running job with pending items and free slots but no claims."""
+        store, now = self.backend.store, self.backend.store.now()
+        stall_s = max(2.0, 3 * self.interval_s)
+        for job_id in store.active_job_ids():
+            job = store.get_job(job_id)
+            if job is None or job.pending == 0:
+                continue
+            free = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
+            if free <= 0 or now - (job.last_claim_at or 0) < stall_s:
+                continue
+            if self.backend.limits.pause_state(job.spec.provider_key):
+                continue  # the provider is paused; triggers would only wait
+            self.backend.trigger(job_id, 0, free)
