@@ -239,7 +239,9 @@ class JobStore(Protocol):
         """Atomically give one pending item of a running job to worker_id until now + lease_s.
 
         Prefers item index_hint when it is pending, else the lowest pending index. Refuses when
-        the job is not running, no item is pending, or `max_running` items are already running.
+        the job is not running, no item is pending, or min(the job's concurrency, max_running)
+        items are already running (max_running is the worker's max_concurrency setting, so
+        lowering that setting also applies to existing jobs).
         When the job has max_tokens and charged + reserved + this item's estimate would exceed
         it, the job is paused with reason PAUSE_TOKEN_LIMIT instead, and the claim is refused.
         The item's estimate is reserved for as long as it runs.

@@ -355,7 +355,7 @@ class SqliteJobStore:
             job = _job_from_row(job_row)
             if job.state != RUNNING:
                 return ClaimRefused("not_running")
-            if job.running >= max_running:
+            if job.running >= min(job.spec.concurrency, max_running):
                 return ClaimRefused("at_capacity")
             select = ("SELECT idx, name, content_hash, origin, byte_offset, stat_sig, estimate, attempts,"
                       " rate_limit_waits FROM items WHERE job_id = ? AND status = 'pending'")

@@ -1,0 +1,172 @@
+"""Fixtures: tests own their infrastructure.
+
+- `redis_server`: a real redis-server on a free port in a temp dir (AOF on), with kill and
+  restart, shared by the session; each test gets its own key prefix via `redis_url`.
+- `fake_provider`: the loopback OpenAI-compatible server (hermes_bulk.testing.fake_provider).
+- `env` / `settings`: HERMES_BULK_* pointing at a temp data dir and the fake provider.
+- `cli`: runs `hermes-bulk` in a subprocess with that environment.
+In CI a missing redis-server is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes_bulk import broker
+from hermes_bulk.config import Settings, load_settings
+from hermes_bulk.testing.fake_provider import FakeProvider
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = bool(os.environ.get("CI"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server the tests own: kill it, restart it, point clients at it."""
+
+    def __init__(self, workdir: Path, password: str | None = None) -> None:
+        self.workdir, self.password = workdir, password
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        exe = shutil.which("redis-server")
+        if exe is None:
+            if IN_CI:
+                raise RuntimeError("redis-server is not installed; .ci/run installs it")
+            pytest.skip("redis-server is not installed")
+        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
+                "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
+                "--logfile", str(self.workdir / "redis.log")]
+        if self.password:
+            args += ["--requirepass", self.password]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def redis_url(redis_server) -> str:
+    """The session server, with a key prefix of this test's own (nothing is flushed)."""
+    return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[FakeProvider]:
+    server = FakeProvider().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def env(home, fake_provider, monkeypatch) -> dict[str, str]:
+    """The environment a user would set, applied to this process and handed to subprocesses."""
+    values = {
+        "HERMES_BULK_HOME": str(home),
+        "HERMES_BULK_BASE_URL": fake_provider.base_url,
+        "HERMES_BULK_MODEL": "fake-model",
+        "HERMES_BULK_API_KEY": "sk-test-not-a-secret",
+    }
+    for key in list(os.environ):
+        if key.startswith(("HERMES_BULK_", "OPENAI_")) or key == "HERMES_HOME":
+            monkeypatch.delenv(key, raising=False)
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    return values
+
+
+@pytest.fixture
+def settings(env) -> Iterator[Settings]:
+    yield load_settings()
+    broker.close_all()
+
+
+class Cli:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+
+    def full_env(self, **extra: str) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith(("HERMES_BULK_", "OPENAI_")) and k != "HERMES_HOME"}
+        return {**base, **self.env, **extra}
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 120, **extra_env: str):
+        proc = subprocess.run([sys.executable, "-m", "hermes_bulk", *args], capture_output=True, text=True,
+                              env=self.full_env(**extra_env), timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"hermes-bulk {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str, **extra_env: str):
+        return json.loads(self(*args, **extra_env).stdout)
+
+    def create(self, instruction: str, over: str | Path, *flags: str) -> str:
+        return self.json("create", instruction, "--over", str(over), *flags, "--json")["job_id"]
+
+    def spawn_worker(self, *flags: str, **extra_env: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-q", *flags],
+                                env=self.full_env(**extra_env), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def cli(env) -> Cli:
+    return Cli(env)
+
+
+def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")

@@ -1,0 +1,437 @@
+"""The store and limiter contract, run unchanged against every backend (store/protocol.py).
+
+Concurrency is part of the contract: claims are checked across threads behind a barrier and
+across processes, with counts, never timings.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from hermes_bulk import broker
+from hermes_bulk.store.protocol import (
+    NOT_STARTED,
+    PAUSE_TOKEN_LIMIT,
+    PAUSED,
+    RUNNING,
+    Claim,
+    ClaimRefused,
+    Event,
+    ItemError,
+    JobSpec,
+    NewItem,
+    Usage,
+    WorkerInfo,
+)
+
+BACKENDS = ["sqlite", "redis"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'bulk.db'}"
+    return request.getfixturevalue("redis_url")
+
+
+@pytest.fixture
+def backend(backend_url):
+    b = broker._build(backend_url)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def store(backend):
+    return backend.store
+
+
+@pytest.fixture
+def limits(backend):
+    return backend.limits
+
+
+_counter = iter(range(10**9))
+
+
+def make_job(store, n: int = 10, *, state: str | None = RUNNING, contents=None, estimate: int = 10,
+             **spec_kw) -> str:
+    job_id = f"job{next(_counter):06d}{int(time.time() * 1000) % 100000:05d}"
+    spec = JobSpec(job_id=job_id, instruction="do it", source="/nowhere", source_kind="directory",
+                   concurrency=spec_kw.pop("concurrency", 1000), retries=2, provider_key="p:test", **spec_kw)
+    store.begin_job(spec)
+    items = []
+    for i in range(n):
+        content = contents[i] if contents else f"content {i}"
+        items.append(NewItem(index=i, name=f"item-{i}", content=content, content_hash=f"b2:{hash(content)}",
+                             origin=f"f{i}.txt", offset=-1, stat_sig="1:1", estimated_tokens=estimate))
+    store.add_items(job_id, items)
+    store.finish_job(job_id)
+    if state and state != NOT_STARTED:
+        store.set_state(job_id, state, from_states=[NOT_STARTED])
+    return job_id
+
+
+def claim(store, job_id, worker="w1", hint=0, lease_s=30.0, max_running=1000):
+    return store.claim_item(job_id, hint, worker, lease_s=lease_s, max_running=max_running)
+
+
+# Creating and reading -------------------------------------------------------------------------
+
+
+def test_a_job_is_invisible_until_creation_finishes(store):
+    spec = JobSpec(job_id="creating0001", instruction="x", source="/s", source_kind="file", concurrency=2, retries=1)
+    store.begin_job(spec)
+    assert store.get_job("creating0001") is None
+    assert "creating0001" not in [j.job_id for j in store.list_jobs()]
+    store.add_items("creating0001", [NewItem(0, "a", "abc", "b2:1", "", -1, "1:1", 7)])
+    job = store.finish_job("creating0001")
+    assert (job.state, job.total, job.pending, job.estimated_tokens) == (NOT_STARTED, 1, 1, 7)
+    assert store.get_job("creating0001").spec == spec
+
+
+def test_identical_contents_are_returned_to_each_item(store):
+    job_id = make_job(store, 3, contents=["same", "same", "other"])
+    got = sorted((c.index, c.content) for c in (claim(store, job_id, hint=i) for i in range(3)))
+    assert got == [(0, "same"), (1, "same"), (2, "other")]
+
+
+def test_find_and_list_jobs(store):
+    a = make_job(store, 1)
+    b = make_job(store, 1)
+    assert [j.job_id for j in store.list_jobs(2)] == [b, a]
+    assert store.find_job_ids(a[:-2]) == [a] or a in store.find_job_ids(a[:-2])
+    assert store.find_job_ids("zzz") == []
+
+
+def test_delete_removes_the_job_and_everything_it_owns(store):
+    job_id = make_job(store, 3)
+    store.add_events(job_id, [Event("note", "hello")])
+    assert store.delete_job(job_id) is True
+    assert store.get_job(job_id) is None
+    assert list(store.iter_items(job_id)) == []
+    assert store.list_events(job_id) == []
+    assert store.delete_job(job_id) is False
+
+
+def test_items_stream_in_index_order_across_batches(store):
+    job_id = make_job(store, 25)
+    c = claim(store, job_id, hint=7)
+    store.complete_item(job_id, c.index, "w1", "result seven", Usage(3, 4))
+    items = list(store.iter_items(job_id, batch=4))
+    assert [i.index for i in items] == list(range(25))
+    assert items[7].result == "result seven" and items[7].status == "completed"
+    assert items[0].result is None and items[0].status == "pending"
+
+
+def test_events_keep_order_and_limit(store):
+    job_id = make_job(store, 1)
+    store.add_events(job_id, [Event("e", f"m{i}") for i in range(5)])
+    assert [e.message for e in store.list_events(job_id, 3)] == ["m2", "m3", "m4"]
+
+
+# Claims --------------------------------------------------------------------------------------
+
+
+def test_claim_prefers_the_hint_then_the_lowest_pending_index(store):
+    job_id = make_job(store, 5)
+    assert claim(store, job_id, hint=3).index == 3
+    assert claim(store, job_id, hint=3).index == 0
+    assert claim(store, job_id, hint=99).index == 1
+
+
+def test_claim_refuses_with_a_reason(store):
+    assert claim(store, "nope").reason == "no_job"
+    not_run = make_job(store, 2, state=None)
+    assert claim(store, not_run).reason == "not_running"
+    job_id = make_job(store, 3, concurrency=2)
+    assert isinstance(claim(store, job_id, max_running=2), Claim)
+    assert isinstance(claim(store, job_id, max_running=2), Claim)
+    assert claim(store, job_id, max_running=2).reason == "at_capacity"
+    assert claim(store, job_id, max_running=5).reason == "at_capacity", "the job's own concurrency caps it too"
+    small = make_job(store, 1)
+    claim(store, small)
+    assert claim(store, small).reason == "no_pending"
+
+
+def test_a_claim_records_counts_and_the_reservation(store):
+    job_id = make_job(store, 4, estimate=25)
+    claim(store, job_id)
+    job = store.get_job(job_id)
+    assert (job.pending, job.running, job.tokens_reserved) == (3, 1, 25)
+    assert job.last_claim_at is not None
+
+
+def test_concurrent_claims_give_each_item_to_exactly_one_thread(store):
+    job_id = make_job(store, 40)
+    barrier = threading.Barrier(16)
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        barrier.wait()
+        while True:
+            c = claim(store, job_id, worker=f"w{n}")
+            if isinstance(c, ClaimRefused):
+                return
+            with lock:
+                got.append(c.index)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(40))
+
+
+def _claim_all_in_process(url: str, job_id: str, worker: str, queue) -> None:
+    backend = broker._build(url)
+    got = []
+    while True:
+        c = backend.store.claim_item(job_id, 0, worker, lease_s=30, max_running=1000)
+        if isinstance(c, ClaimRefused):
+            break
+        got.append(c.index)
+    queue.put(got)
+    backend.close()
+
+
+def test_concurrent_claims_across_processes_never_share_an_item(store, backend_url):
+    job_id = make_job(store, 120)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_claim_all_in_process, args=(backend_url, job_id, f"p{i}", queue)) for i in range(4)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(30)
+    flat = [i for r in results for i in r]
+    assert sorted(flat) == list(range(120)), Counter(flat).most_common(3)
+    assert store.get_job(job_id).running == 120
+
+
+# Finishing items -------------------------------------------------------------------------------
+
+
+def test_only_the_owner_completes_and_only_once(store):
+    job_id = make_job(store, 2)
+    c = claim(store, job_id, worker="owner")
+    assert store.complete_item(job_id, c.index, "intruder", "bad", Usage()) is False
+    assert store.complete_item(job_id, c.index, "owner", "good", Usage(5, 6), provider="prov", model="m") is True
+    assert store.complete_item(job_id, c.index, "owner", "again", Usage()) is False
+    item = next(i for i in store.iter_items(job_id) if i.index == c.index)
+    assert (item.result, item.tokens_in, item.tokens_out, item.provider, item.model) == ("good", 5, 6, "prov", "m")
+    job = store.get_job(job_id)
+    assert (job.completed, job.running, job.tokens_in, job.tokens_out, job.tokens_charged) == (1, 0, 5, 6, 11)
+
+
+def test_completion_without_reported_usage_charges_the_estimate(store):
+    job_id = make_job(store, 1, estimate=40)
+    c = claim(store, job_id)
+    store.complete_item(job_id, c.index, "w1", "r", Usage())
+    job = store.get_job(job_id)
+    assert (job.tokens_charged, job.tokens_reserved, job.tokens_in) == (40, 0, 0)
+
+
+def test_a_completed_item_is_never_claimed_again(store):
+    job_id = make_job(store, 1)
+    c = claim(store, job_id, lease_s=0.05)
+    store.complete_item(job_id, c.index, "w1", "r", Usage())
+    time.sleep(0.1)
+    assert store.release_expired_leases() == {}
+    assert claim(store, job_id).reason == "no_pending"
+
+
+def test_fail_records_the_error_and_an_event(store):
+    job_id = make_job(store, 1)
+    c = claim(store, job_id)
+    err = ItemError("PermanentError", "the provider rejected the request (HTTP 400)", 400)
+    assert store.fail_item(job_id, c.index, "other", err) is False
+    assert store.fail_item(job_id, c.index, "w1", err) is True
+    item = next(store.iter_items(job_id))
+    assert (item.status, item.error_type, item.http_status) == ("failed", "PermanentError", 400)
+    assert store.get_job(job_id).failed == 1
+    assert store.list_events(job_id)[-1].kind == "item_failed"
+
+
+def test_release_returns_the_item_without_charging(store):
+    job_id = make_job(store, 1, estimate=9)
+    c = claim(store, job_id)
+    assert store.release_item(job_id, c.index, "w1") is True
+    job = store.get_job(job_id)
+    assert (job.pending, job.running, job.tokens_reserved, job.tokens_charged) == (1, 0, 0, 0)
+    assert store.release_item(job_id, c.index, "w1") is False
+
+
+def test_attempts_and_rate_limit_waits_are_counted_per_item(store):
+    job_id = make_job(store, 1)
+    c = claim(store, job_id)
+    e = ItemError("TransientError", "attempt failed", 503)
+    assert store.record_attempt(job_id, c.index, "w1", e, rate_limited=False) == 1
+    rl = ItemError("RateLimitError", "rate limited", 429)
+    assert store.record_attempt(job_id, c.index, "w1", rl, rate_limited=True) == 1
+    assert store.record_attempt(job_id, c.index, "w1", rl, rate_limited=True) == 2
+    assert store.record_attempt(job_id, c.index, "w1", e, rate_limited=False) == 2
+    assert store.record_attempt(job_id, c.index, "w1", rl, rate_limited=True) == 1, "a transient error breaks the run of 429s"
+    assert store.record_attempt(job_id, c.index, "stranger", e, rate_limited=False) == -1
+    store.release_item(job_id, c.index, "w1")
+    again = claim(store, job_id)
+    assert (again.attempts, again.rate_limit_waits) == (2, 1)
+    assert [e.kind for e in store.list_events(job_id)][-5:] == ["attempt_failed", "rate_limited", "rate_limited",
+                                                                 "attempt_failed", "rate_limited"]
+
+
+# Leases ----------------------------------------------------------------------------------------
+
+
+def test_expired_leases_return_to_pending_and_renewed_ones_stay(store):
+    job_id = make_job(store, 2)
+    a = claim(store, job_id, worker="alive", lease_s=0.3)
+    b = claim(store, job_id, worker="dead", lease_s=0.3)
+    time.sleep(0.15)
+    assert store.renew_leases("alive", lease_s=5) == 1
+    time.sleep(0.3)
+    assert store.release_expired_leases() == {job_id: 1}
+    assert store.complete_item(job_id, a.index, "alive", "ok", Usage()) is True
+    assert store.complete_item(job_id, b.index, "dead", "late", Usage()) is False
+    again = claim(store, job_id, worker="new")
+    assert again.index == b.index
+
+
+def test_release_worker_items_and_item_owners(store):
+    job_id = make_job(store, 5)
+    for w in ("a", "a", "b"):
+        claim(store, job_id, worker=w)
+    assert store.item_owners() == {"a": 2, "b": 1}
+    assert store.release_worker_items("a") == {job_id: 2}
+    assert store.item_owners() == {"b": 1}
+    job = store.get_job(job_id)
+    assert (job.pending, job.running) == (4, 1)
+
+
+# Job state -------------------------------------------------------------------------------------
+
+
+def test_state_moves_only_from_allowed_states(store):
+    job_id = make_job(store, 1, state=None)
+    assert store.get_job(job_id).run_at is None
+    assert store.set_state(job_id, PAUSED, from_states=[RUNNING]) is None
+    job = store.set_state(job_id, RUNNING, from_states=[NOT_STARTED], event=Event("run", "go"))
+    assert job.state == RUNNING and job.run_at is not None
+    job = store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user", max_tokens=500)
+    assert (job.state, job.pause_reason, job.spec.max_tokens) == (PAUSED, "user", 500)
+    assert store.active_job_ids().count(job_id) == 0
+    assert store.list_events(job_id)[-1].message == "go"
+
+
+def test_token_limit_pauses_the_job_before_it_goes_over(store):
+    job_id = make_job(store, 5, estimate=30, max_tokens=100)
+    first = [claim(store, job_id) for _ in range(3)]
+    assert all(isinstance(c, Claim) for c in first)
+    refused = claim(store, job_id)
+    assert refused.reason == "token_limit"
+    job = store.get_job(job_id)
+    assert (job.state, job.pause_reason, job.tokens_reserved) == (PAUSED, PAUSE_TOKEN_LIMIT, 90)
+    # Reported usage replaces the estimate: a cheap answer leaves room for more.
+    store.complete_item(job_id, first[0].index, "w1", "r", Usage(2, 3))
+    store.set_state(job_id, RUNNING, from_states=[PAUSED])
+    assert isinstance(claim(store, job_id), Claim)
+    assert store.get_job(job_id).tokens_charged + store.get_job(job_id).tokens_reserved <= 100
+
+
+def test_retry_returns_failed_items_with_fresh_counts(store):
+    job_id = make_job(store, 2)
+    for _ in range(2):
+        c = claim(store, job_id)
+        store.record_attempt(job_id, c.index, "w1", ItemError("TransientError", "x"), rate_limited=False)
+        store.fail_item(job_id, c.index, "w1", ItemError("TransientError", "x"))
+    assert store.retry_failed(job_id) == 2
+    job = store.get_job(job_id)
+    assert (job.failed, job.pending) == (0, 2)
+    c = claim(store, job_id)
+    assert c.attempts == 0
+    assert next(i for i in store.iter_items(job_id) if i.index == c.index).error_type is None
+
+
+# Workers ---------------------------------------------------------------------------------------
+
+
+def test_workers_are_live_until_their_ttl_passes(store):
+    job_id = make_job(store, 1)
+    now = store.now()
+    store.heartbeat_worker(WorkerInfo("w-live", "h", 1, now, 0.0, 4), ttl_s=10)
+    store.heartbeat_worker(WorkerInfo("w-gone", "h", 2, now, 0.0, 4), ttl_s=0.1)
+    claim(store, job_id, worker="w-live")
+    time.sleep(0.2)
+    live = {w.worker_id: w for w in store.live_workers()}
+    assert set(live) == {"w-live"}
+    assert live["w-live"].holding == [(job_id, 0)] and live["w-live"].threads == 4
+    store.remove_worker("w-live")
+    assert store.live_workers() == []
+
+
+# Shared limits ---------------------------------------------------------------------------------
+
+
+def test_a_pause_is_extended_but_never_shortened(limits):
+    until = limits.pause("k1", seconds=2.0, base_s=5, cap_s=120)
+    assert limits.pause("k1", seconds=0.5, base_s=5, cap_s=120) == pytest.approx(until, abs=0.01)
+    longer = limits.pause("k1", seconds=4.0, base_s=5, cap_s=120)
+    assert longer > until + 1.5
+    assert limits.pause_state("k1").until == pytest.approx(longer, abs=0.01)
+    assert limits.pause_state("other") is None
+
+
+def test_a_pause_without_retry_after_doubles_up_to_the_cap(limits, store):
+    waits = []
+    for _ in range(7):
+        now = store.now()
+        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120) - now))
+    assert waits == [5, 10, 20, 40, 80, 120, 120]
+    limits.clear_backoff("k2")
+    assert limits.pause_state("k2").backoff_step == 0
+
+
+def test_acquire_waits_while_paused_and_takes_nothing(limits):
+    limits.pause("k3", seconds=0.4, base_s=5, cap_s=120)
+    wait = limits.acquire("k3", rpm=None, tpm=None, tokens=10)
+    assert 0.2 < wait <= 0.4
+    time.sleep(wait + 0.02)
+    assert limits.acquire("k3", rpm=None, tpm=None, tokens=10) == 0.0
+
+
+def test_pacing_spaces_requests_for_all_threads(limits):
+    granted = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+    deadline = time.time() + 1.0
+
+    def taker():
+        barrier.wait()
+        while time.time() < deadline:
+            wait = limits.acquire("k4", rpm=1200, tpm=None, tokens=1)  # 20 per second
+            if wait == 0:
+                with lock:
+                    granted.append(time.time())
+            else:
+                time.sleep(min(wait, max(0.0, deadline - time.time())))
+
+    threads = [threading.Thread(target=taker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert 15 <= len(granted) <= 21, len(granted)
+
+
+def test_token_pacing_lets_a_large_item_through_an_empty_bucket(limits):
+    assert limits.acquire("k5", rpm=None, tpm=60, tokens=500) == 0.0  # cost above one second's worth
+    wait = limits.acquire("k5", rpm=None, tpm=60, tokens=1)
+    assert wait > 400, "the next token waits until the large item's tokens have drained"
