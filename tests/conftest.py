@@ -130,8 +130,9 @@ def settings(env) -> Iterator[Settings]:
 
 
 class Cli:
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
+    def __init__(self, env: dict[str, str], logs_dir: Path) -> None:
+        self.env, self.logs_dir = env, logs_dir
+        self._workers = 0
 
     def full_env(self, **extra: str) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items()
@@ -152,21 +153,16 @@ class Cli:
         return self.json("create", instruction, "--over", str(over), *flags, "--json")["job_id"]
 
     def spawn_worker(self, *flags: str, **extra_env: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-q", *flags],
+        """A `hermes-bulk worker` subprocess; its log is in logs_dir (worker-N.log)."""
+        self._workers += 1
+        log = self.logs_dir / f"worker-{self._workers}.log"
+        return subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-l", str(log), *flags],
                                 env=self.full_env(**extra_env), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.DEVNULL)
 
 
 @pytest.fixture
-def cli(env) -> Cli:
-    return Cli(env)
-
-
-def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+def cli(env, tmp_path) -> Cli:
+    logs = tmp_path / "worker-logs"
+    logs.mkdir()
+    return Cli(env, logs)

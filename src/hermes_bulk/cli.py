@@ -6,6 +6,7 @@ line that points at a log file holding the traceback. Never a traceback on the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -17,11 +18,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import views
+from . import logs, views
 from .broker import open_backend
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError
+from .files import private_dir
 from .jobs import Jobs
 from .tasks import consumer_options
 from .worker import WorkerRuntime
@@ -38,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        err.print(exc.usage.rstrip(), markup=False)
-        err.print(f"hermes-bulk: {exc}", markup=False)
+        err.print(f"hermes-bulk: {exc} See: hermes-bulk {argv[0] if argv and argv[0] in HANDLERS else ''} --help"
+                  .replace("  ", " "), markup=False)
         return EXIT_USAGE
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     settings: Settings | None = None
     try:
         settings = load_settings()
+        if args.command != "worker":
+            logs.log_to_file(settings.home)
         return HANDLERS[args.command](args, settings) or EXIT_OK
     except BackendUnavailable as exc:
         err.print(f"hermes-bulk: {exc}", markup=False)
@@ -70,7 +74,7 @@ def _save_traceback(settings: Settings | None) -> Path:
     home = settings.home if settings else Path.home() / ".hermes" / "plugin-data" / "bulk"
     path = home / "logs" / "errors.log"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(path.parent)
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n{traceback.format_exc()}\n")
     except OSError:
@@ -151,10 +155,8 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
         return EXIT_OK
     if args.watch:
         job_id = jobs.resolve(args.job)
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             views.follow(jobs, job_id, err, until=lambda s: s.state in views.FINAL_STATES)
-        except KeyboardInterrupt:
-            pass
         args.job = job_id
     st = jobs.status(args.job, events=args.events)
     print(json.dumps(st.as_dict()) if args.json else views.status_text(st))
@@ -273,10 +275,8 @@ def _redacted(url: str) -> str:
 
 
 def _configure_logging(args: Namespace) -> None:
-    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    handler: logging.Handler = logging.FileHandler(args.logfile) if args.logfile else logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("[%(asctime)s] %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logs.log_to_stream(logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
+                       args.logfile)
 
 
 HANDLERS = {

@@ -122,6 +122,8 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
         name = field if field.startswith(ENV_PREFIX) else env_name(field)
+        if field in _plugin_settings_for_load and field not in overrides and name not in os.environ:
+            name = f"plugins.entries.bulk.settings.{field}"
         got = err.get("input")
         shown = "" if field in ("api_key", "OPENAI_API_KEY") or isinstance(got, dict) else f" (got {got!r})"
         raise ConfigError(f"Invalid setting {name}: {err['msg']}{shown}.") from None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import InputError
-from .pipeline import write_private
+from .files import private_dir, write_private
 from .store.protocol import COMPLETED, ItemRecord, JobRecord, JobStore
 
 FORMATS = ("md", "csv", "jsonl")
@@ -100,7 +100,7 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None
 def _replace_atomically(target: Path) -> Iterator[TextIO]:
     """A temp file beside target, renamed over it on success (owner-only, as all our files)."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(target.parent)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".export-")
     except OSError as exc:
         raise InputError(f"Cannot write {target} ({exc.strerror}); choose another --output.") from None

@@ -16,6 +16,7 @@ from . import prompt
 from .broker import Backend, open_backend
 from .config import Settings
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound
+from .files import private_dir
 from .model import provider_key
 from .sources import Skipped, Source, content_hash
 from .store.protocol import (
@@ -130,7 +131,7 @@ class Jobs:
         except BaseException:
             self.store.delete_job(spec.job_id)
             raise
-        self.job_dir(job.job_id).mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.job_dir(job.job_id))
         return Created(job=job, skipped=skipped)
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:

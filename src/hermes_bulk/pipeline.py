@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from . import prompt, sources
 from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
+from .files import write_private
 from .limits import MAX_RATE_LIMIT_WAITS, LongWait, ProviderGate
 from .model import Completion, ModelClient
 from .store.protocol import Claim, ClaimRefused, ItemError, JobRecord, JobStore, SharedLimits
@@ -45,19 +44,6 @@ class _LostClaim(Exception):
 
 def output_path(jobs_dir: Path, job_id: str, index: int) -> Path:
     return jobs_dir / job_id / "outputs" / f"{index:06d}.md"
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a file owner-only, atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 class ItemProcessor:
@@ -92,8 +78,8 @@ class ItemProcessor:
     # The steps -----------------------------------------------------------------------------
     def _process(self, claim: Claim) -> None:
         spec = claim.job.spec
-        current = sources.read_again(spec.source_kind, spec.source, claim.origin, claim.offset, claim.stat_sig)
-        if current is not None and sources.content_hash(current) != claim.content_hash:
+        if sources.source_changed(spec.source_kind, spec.source, claim.origin, claim.offset, claim.index,
+                                  claim.stat_sig, claim.content_hash):
             self._fail(claim, ItemError("SourceChanged", "source content changed since the job was created"))
             return
         client = self.client_for(claim.job)

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import stat as stat_mod
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,26 +368,36 @@ _RECORD_READERS = {"csv": _read_csv, "jsonl": _read_jsonl, "json": _read_json}
 # Reading an item again ------------------------------------------------------------------------
 
 
-def read_again(kind: str, source: str, origin: str, offset: int, recorded_sig: str) -> str | None:
-    """The item's content as its source holds it now, or None when the source is not readable here.
+def source_changed(kind: str, source: str, origin: str, offset: int, number: int, recorded_sig: str,
+                   expected_hash: str) -> bool:
+    """True when the item's source is readable here and now holds other content for it.
 
-    When the file's size and modification time are what they were at create, the content is
-    taken as unchanged without reading it (as make and rsync do). Otherwise the one record is
-    parsed again from its byte offset; a record that no longer parses yields "" (changed).
+    An unreadable source (deleted, or on another machine) is not a change: the content captured
+    at create is what gets processed. When the file's size and modification time are what they
+    were at create, it is taken as unchanged without reading it (as make and rsync do).
+    Otherwise the record at its old byte offset is checked first (the usual case: an edit
+    elsewhere in the file); failing that, record `number` is found by parsing the file once
+    (cached per file version), so an edit before the record does not make it look changed.
     """
     path = Path(source) / origin if kind == "directory" else Path(source)
     try:
         with _open_file(path) as f:
-            if stat_sig(os.fstat(f.fileno())) == recorded_sig:
-                return None
+            sig = stat_sig(os.fstat(f.fileno()))
+            if sig == recorded_sig:
+                return False
             if offset == WHOLE_FILE:
-                return _decode_text(f.read()) or ""
-            return _record_at(kind, f, path, offset)
+                return content_hash(_decode_text(f.read()) or "") != expected_hash
+            if content_hash(_record_at(kind, f, path, offset)) == expected_hash:
+                return False
     except InputError:
-        return None
+        return False
+    digests = _record_digests(kind, path, sig)
+    return number >= len(digests) // _DIGEST_SIZE or \
+        digests[number * _DIGEST_SIZE:(number + 1) * _DIGEST_SIZE] != bytes.fromhex(expected_hash[3:])
 
 
 def _record_at(kind: str, f: BinaryIO, path: Path, offset: int) -> str:
+    """The record that starts at a byte offset ("" when none parses there)."""
     try:
         if kind == "csv":
             header_row = next(_csv_rows(f, path), None)
@@ -399,10 +410,34 @@ def _record_at(kind: str, f: BinaryIO, path: Path, offset: int) -> str:
         f.seek(offset)
         if kind == "jsonl":
             return f.readline().decode("utf-8").strip()
-        reader = _JsonArrayReader(f, path)
-        return reader._element(json.JSONDecoder())[1]
+        return _JsonArrayReader(f, path)._element(json.JSONDecoder())[1]
     except (InputError, UnicodeDecodeError, ValueError):
         return ""
+
+
+_DIGEST_SIZE = 16
+_digest_cache: dict[Path, tuple[str, bytes]] = {}
+_digest_lock = threading.Lock()
+
+
+def _record_digests(kind: str, path: Path, sig: str) -> bytes:
+    """The content digests of every record of one version of a file, 16 bytes each, cached.
+
+    A million records cost 16 MB; only the newest version of each file is kept.
+    """
+    with _digest_lock:
+        cached = _digest_cache.get(path)
+        if cached and cached[0] == sig:
+            return cached[1]
+        out = bytearray()
+        try:
+            with _open_file(path) as f:
+                for item in _RECORD_READERS[kind](f, path, sig):
+                    out += hashlib.blake2b(item.content.encode("utf-8"), digest_size=_DIGEST_SIZE).digest()
+        except InputError:
+            pass  # a file that no longer parses: the records past the damage count as changed
+        _digest_cache[path] = (sig, bytes(out))
+        return bytes(out)
 
 
 # Helpers --------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from pathlib import Path
 from .broker import Backend
 from .config import Settings
 from .errors import ConfigError, HermesBulkError
+from .files import private_dir
 from .model import HttpModelClient, ModelClient
 from .pipeline import ItemProcessor
 from .store.protocol import AWAITING_RECOVERY, RUNNING, Event, JobRecord, WorkerInfo
@@ -49,7 +50,7 @@ class Liveness:
         return self.locks_dir / (worker_id.replace("/", "_") + ".lock")
 
     def hold_lock(self, worker_id: str) -> int:
-        self.locks_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(self.locks_dir)
         fd = os.open(self.lock_path(worker_id), os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return fd

@@ -13,11 +13,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 
 from ..errors import BackendUnavailable
+from ..files import private_dir
 from .protocol import (
     CLAIMED,
     COMPLETED,
@@ -37,7 +38,6 @@ from .protocol import (
     JobSpec,
     NewItem,
     PauseState,
-    Usage,
     WorkerInfo,
 )
 
@@ -149,7 +149,7 @@ class SqliteDatabase:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            private_dir(path.parent)
             # Created owner-only before SQLite opens it; SQLite gives -wal/-shm the same mode.
             os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
             self._migrate()
@@ -204,10 +204,8 @@ class SqliteDatabase:
     def close(self) -> None:
         with self._lock:
             for conn in self._connections:
-                try:
+                with suppress(sqlite3.Error):
                     conn.close()
-                except sqlite3.Error:
-                    pass
             self._connections.clear()
         self._local = threading.local()
 

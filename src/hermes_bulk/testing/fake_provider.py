@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import json
 import random
@@ -254,10 +255,8 @@ class FakeProvider:
         return self
 
     async def _serve_quietly(self) -> None:
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await self._serve()
-        except asyncio.CancelledError:
-            pass
 
     def stop(self) -> None:
         if self._loop and self._server:
@@ -275,10 +274,8 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     """Close with a TCP reset (SO_LINGER 0), as a dropped connection looks to the client."""
     sock = writer.get_extra_info("socket")
     if sock is not None:
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        except OSError:
-            pass
     writer.transport.abort()
 
 
