@@ -69,7 +69,6 @@ class Liveness:
             return False
         finally:
             os.close(fd)
-        self.lock_path(worker_id).unlink(missing_ok=True)
         return True
 
     def live_worker_ids(self) -> set[str]:
@@ -87,6 +86,20 @@ class Liveness:
             for job_id, n in self.backend.store.release_worker_items(owner).items():
                 released[job_id] = released.get(job_id, 0) + n
         return released
+
+    def sweep(self) -> None:
+        """Forget workers of this host whose process is gone: registry entry and lock file.
+
+        Done only after their items were returned (recover_dead), since the lock file is how
+        others on this host tell that they are dead.
+        """
+        if not self.locks_dir.is_dir():
+            return
+        for path in self.locks_dir.glob("*.lock"):
+            worker_id = path.name[: -len(".lock")]
+            if self._lock_is_free(worker_id) and worker_id not in self.backend.store.item_owners():
+                self.backend.store.remove_worker(worker_id)
+                path.unlink(missing_ok=True)
 
 
 class WorkerRuntime:
@@ -215,6 +228,7 @@ class WorkerRuntime:
             released[job_id] = released.get(job_id, 0) + n
         for job_id, n in released.items():
             self.backend.trigger(job_id, 0, n)
+        self.liveness.sweep()
         self._pump()
 
     def _pump(self) -> None:

@@ -303,23 +303,25 @@ class JobStore(Protocol):
 
 
 class SharedLimits(Protocol):
-    """Per provider key: the shared 429 wait and request/token pacing (GCRA)."""
+    """Per provider key: the shared 429 wait and request/token pacing (store/limits_math.py)."""
 
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
         """Take one request (and `tokens` tokens) if the key is not paused and pacing allows.
 
+        Pacing spaces requests at the slower of rpm and the adaptive rate learned from 429s.
         Returns 0.0 when taken, else the seconds to wait before asking again (nothing taken).
         """
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
-        """Start or extend (never shorten) the shared wait of key; returns its end time.
+        """A 429: start or extend (never shorten) the shared wait of key; returns its end time.
 
         With seconds=None the wait is base_s * 2**step (capped at cap_s) and the step grows;
-        a provider's Retry-After is passed as seconds.
+        a provider's Retry-After is passed as seconds. The first 429 of a wait also halves the
+        key's request rate (adaptive pacing); later ones during the same wait do not.
         """
 
     def clear_backoff(self, key: str) -> None:
-        """A request succeeded: the next wait without Retry-After starts from base_s again."""
+        """A request succeeded: the doubling starts from base_s again; the adaptive rate rises 1 %."""
 
     def pause_state(self, key: str) -> PauseState | None:
         """The current wait of key, or None when it is not waiting."""

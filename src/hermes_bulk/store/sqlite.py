@@ -19,6 +19,8 @@ from pathlib import Path
 
 from ..errors import BackendUnavailable
 from ..files import private_dir
+from . import limits_math
+from .limits_math import LimitState
 from .protocol import (
     CLAIMED,
     COMPLETED,
@@ -134,7 +136,11 @@ CREATE TABLE limits (
     request_tat REAL NOT NULL DEFAULT 0,
     token_tat REAL NOT NULL DEFAULT 0,
     pause_until REAL NOT NULL DEFAULT 0,
-    backoff_step INTEGER NOT NULL DEFAULT 0
+    backoff_step INTEGER NOT NULL DEFAULT 0,
+    auto_interval REAL NOT NULL DEFAULT 0,
+    window_start REAL NOT NULL DEFAULT 0,
+    window_count INTEGER NOT NULL DEFAULT 0,
+    previous_count INTEGER NOT NULL DEFAULT 0
 );
 """))
 
@@ -511,49 +517,50 @@ class SqliteJobStore:
 
 
 class SqliteLimits:
-    """SharedLimits on SqliteDatabase: GCRA pacing and the shared 429 wait per provider key."""
+    """SharedLimits on SqliteDatabase: the shared 429 wait and pacing per provider key.
+
+    The pacing arithmetic lives in `limits_math`, shared in spirit with the Redis Lua scripts.
+    """
 
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
 
+    def _row(self, conn, key: str) -> LimitState:
+        row = conn.execute(f"SELECT {', '.join(LimitState.FIELDS)} FROM limits WHERE key = ?", (key,)).fetchone()
+        return LimitState(*row) if row else LimitState()
+
+    def _save(self, conn, key: str, state: LimitState) -> None:
+        cols = ", ".join(LimitState.FIELDS)
+        marks = ", ".join("?" * len(LimitState.FIELDS))
+        updates = ", ".join(f"{c} = excluded.{c}" for c in LimitState.FIELDS)
+        conn.execute(f"INSERT INTO limits (key, {cols}) VALUES (?, {marks}) ON CONFLICT (key) DO UPDATE SET {updates}",
+                     (key, *state.values()))
+
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
         now = self.db.clock()
         with self.db.write() as conn:
-            row = conn.execute("SELECT request_tat, token_tat, pause_until FROM limits WHERE key = ?",
-                               (key,)).fetchone()
-            request_tat, token_tat, pause_until = row or (0.0, 0.0, 0.0)
-            if pause_until > now:
-                return pause_until - now
-            new_request_tat, wait_r = _gcra(request_tat, now, rpm, 1)
-            new_token_tat, wait_t = _gcra(token_tat, now, tpm, tokens)
-            wait = max(wait_r, wait_t)
-            if wait > 0:
-                return wait
-            conn.execute("INSERT INTO limits (key, request_tat, token_tat) VALUES (?, ?, ?) ON CONFLICT (key)"
-                         " DO UPDATE SET request_tat = excluded.request_tat, token_tat = excluded.token_tat",
-                         (key, new_request_tat, new_token_tat))
-            return 0.0
+            state = self._row(conn, key)
+            wait = limits_math.acquire(state, now, rpm=rpm, tpm=tpm, tokens=tokens)
+            if wait == 0:
+                self._save(conn, key, state)
+            return wait
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
         now = self.db.clock()
         with self.db.write() as conn:
-            row = conn.execute("SELECT pause_until, backoff_step FROM limits WHERE key = ?", (key,)).fetchone()
-            pause_until, step = row or (0.0, 0)
-            if seconds is None:
-                seconds = min(cap_s, base_s * 2 ** step)
-                step += 1
-            until = max(pause_until, now + seconds)
-            conn.execute("INSERT INTO limits (key, pause_until, backoff_step) VALUES (?, ?, ?) ON CONFLICT (key)"
-                         " DO UPDATE SET pause_until = excluded.pause_until, backoff_step = excluded.backoff_step",
-                         (key, until, step))
-            return until
+            state = self._row(conn, key)
+            limits_math.rate_limited(state, now, seconds=seconds, base_s=base_s, cap_s=cap_s)
+            self._save(conn, key, state)
+            return state.pause_until
 
     def clear_backoff(self, key: str) -> None:
-        # Read first: a success is the common case and most of the time there is nothing to clear.
-        rows = self.db.read("SELECT backoff_step FROM limits WHERE key = ?", (key,))
-        if rows and rows[0][0]:
+        # Read first: most successes have nothing to change, and a read takes no write lock.
+        rows = self.db.read("SELECT backoff_step, auto_interval FROM limits WHERE key = ?", (key,))
+        if rows and (rows[0][0] or rows[0][1]):
             with self.db.write() as conn:
-                conn.execute("UPDATE limits SET backoff_step = 0 WHERE key = ?", (key,))
+                state = self._row(conn, key)
+                limits_math.succeeded(state)
+                self._save(conn, key, state)
 
     def pause_state(self, key: str) -> PauseState | None:
         rows = self.db.read("SELECT pause_until, backoff_step FROM limits WHERE key = ?", (key,))
@@ -562,16 +569,3 @@ class SqliteLimits:
         return None
 
 
-def _gcra(tat: float, now: float, per_minute: int | None, cost: int) -> tuple[float, float]:
-    """Generic cell rate algorithm: (new theoretical arrival time, seconds to wait).
-
-    The burst is one unit, so requests (or tokens) are spaced evenly at the rate: a provider
-    limit is met without bouncing off it. A cost larger than the burst goes through when the
-    bucket is empty, so one large item can never block forever.
-    """
-    if not per_minute or cost <= 0:
-        return tat, 0.0
-    interval = 60.0 / per_minute
-    if tat > now:
-        return tat, tat - now
-    return now + interval * cost, 0.0

@@ -83,6 +83,8 @@ class FakeProvider:
         self._lock = threading.Lock()
         self._tokens = 0.0
         self._tokens_at = time.monotonic()
+        self.in_flight = 0  # chat requests being answered now
+        self.max_in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
@@ -107,13 +109,14 @@ class FakeProvider:
     def reset_records(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.max_in_flight = self.in_flight
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             by_status: dict[str, int] = {}
             for r in self.requests:
                 by_status[str(r.status)] = by_status.get(str(r.status), 0) + 1
-            return {"requests": len(self.requests), "by_status": by_status}
+            return {"requests": len(self.requests), "by_status": by_status, "max_in_flight": self.max_in_flight}
 
     # Decisions -----------------------------------------------------------------------------
     def _decide(self, item: str) -> tuple[str, RequestRecord]:
@@ -179,6 +182,14 @@ class FakeProvider:
         return self._send(writer, 404, {"error": {"message": "not found"}})
 
     async def _chat(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
+        self.in_flight += 1  # the event loop is one thread: no lock needed
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(req, writer)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
         messages = req.get("messages") or []
         prompt = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
         item = item_text(prompt)
