@@ -14,7 +14,16 @@ import redis
 
 from hermes_bulk import broker
 from hermes_bulk.errors import BackendUnavailable
-from hermes_bulk.store.protocol import PAUSED, RUNNING, Event, ItemError, JobSpec, Usage, WorkerInfo
+from hermes_bulk.store.protocol import (
+    NOT_STARTED,
+    PAUSED,
+    RUNNING,
+    Event,
+    ItemError,
+    JobSpec,
+    Usage,
+    WorkerInfo,
+)
 from hermes_bulk.store.redis_store import EVENTS_KEPT, RETRY_BATCH_ITEMS
 from tests.conftest import RedisServer, free_port
 
@@ -205,3 +214,19 @@ def test_a_job_run_again_survives_a_prune_from_before(store, raw, redis_url):
     assert store.lua.prune_active(keys=[active], args=[job_id, seen_epoch]) == 0
     # Then the job stays where the workers' maintenance looks
     assert store.active_job_ids() == [job_id]
+
+
+def test_a_refused_run_leaves_no_lasting_index_entry(store, raw, redis_url):
+    # Given a job that ran, was paused and left the index
+    active = f"{prefix_of(redis_url)}:jobs:active"
+    job_id = make_job(store, 1)
+    store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user")
+    store.release_expired_leases()
+    assert raw.zscore(active, job_id) is None
+    # When a run is refused (the job is not in the states it may move from)
+    assert store.set_state(job_id, RUNNING, from_states=[NOT_STARTED]) is None
+    assert raw.zscore(active, job_id) == 0, "listed ahead of the run that was refused"
+    # Then the next reaper pass removes that entry
+    assert store.active_job_ids() == []
+    store.release_expired_leases()
+    assert raw.zscore(active, job_id) is None

@@ -500,13 +500,19 @@ class RedisJobStore:
     def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):
         args = [state, _opt(pause_reason), _opt(max_tokens)]
         args += _event_args([event]) if event is not None else [0, ""]
-        epoch = self.lua.set_state(keys=self.keys.job(job_id), args=[*args, *from_states])
+        pipe = self.r.pipeline(transaction=False)
+        if state == RUNNING:
+            # Listed before it runs (score 0, NX: never lowers an entry), so a process that
+            # dies right after the script cannot leave a running job out of the index.
+            pipe.zadd(self.keys.jobs_active, {job_id: 0}, nx=True)
+        self.lua.set_state(keys=self.keys.job(job_id), args=[*args, *from_states], client=pipe)
+        epoch = pipe.execute()[-1]
         if epoch is None:
             return None
         if state == RUNNING:
-            # After the script, with its new epoch: a concurrent prune of the old epoch then
-            # cannot remove the job (prune_active.lua). GT: a slower concurrent run must not
-            # put back an older epoch.
+            # Then with the new epoch: a prune by a reaper that saw the job idle at an older
+            # epoch can no longer remove it (prune_active.lua). GT: a slower concurrent run
+            # never puts back an older epoch.
             self.r.zadd(self.keys.jobs_active, {job_id: epoch}, gt=True)
         return self.get_job(job_id)
 
