@@ -41,10 +41,14 @@ Across jobs:
     huey.{redis,schedule,results,counters}.P.<queue>   Huey's own (RedisHuey, results off)
 
 delete_job removes all ten keys of a job and its index entries. The cross-job indexes are
-updated outside the job's script (so job scripts stay in one slot), in an order that keeps
-each index a superset of the jobs it lists: entries are added before a job's keys exist and
-removed after they are gone, and readers skip entries whose job is missing. No credentials
-are ever written to Redis.
+updated outside the job's scripts (so those stay in one slot), in an order that keeps each
+index a superset of what it must list: a job is indexed before its keys exist (and before it
+runs) and unindexed after they are gone; readers skip entries whose job is missing or still
+being created. The active-jobs index is pruned by run epoch (prune_active.lua), so a job run
+again while it is being pruned stays listed. Operations the SQLite store does in one
+statement across jobs (release_expired_leases, release_worker_items, renew_leases,
+item_owners, live_workers' holdings) run one atomic script per job on that index, pipelined;
+retry_failed is atomic per RETRY_BATCH_ITEMS items. No credentials are ever written to Redis.
 """
 
 from __future__ import annotations
@@ -241,8 +245,7 @@ class RedisKeys:
 
     def job(self, job_id: str) -> list[str]:
         """The job's ten keys, in the order _job.lua names them."""
-        tag = f"{{{self.prefix}:job:{job_id}}}"
-        return [f"{tag}:{suffix}" for suffix in _JOB_KEY_SUFFIXES]
+        return [self.job_key(job_id, suffix) for suffix in _JOB_KEY_SUFFIXES]
 
     def job_key(self, job_id: str, suffix: str) -> str:
         return f"{{{self.prefix}:job:{job_id}}}:{suffix}"
@@ -389,6 +392,8 @@ class RedisJobStore:
         args: list = []
         size = 0
         for it in items:
+            if "\t" in it.content_hash:  # the items-hash record is tab-separated
+                raise ValueError(f"add_items: content hash {it.content_hash!r} contains a tab")
             args += [it.index, _item_record(it), it.content_hash, it.content, it.estimated_tokens]
             size += len(it.content)
             if len(args) >= 5 * ADD_BATCH_ITEMS or size >= ADD_BATCH_BYTES:
