@@ -1,0 +1,61 @@
+-- _job.lua: prepended to every per-job script.
+--
+-- KEYS are always the job's ten keys, in this order (RedisKeys.job builds them; all share
+-- the hash tag {<prefix>:job:<id>}, so a job's script touches one cluster slot):
+--   KEYS[1] meta      KEYS[2] items    KEYS[3] states   KEYS[4] contents  KEYS[5] results
+--   KEYS[6] pending   KEYS[7] leases   KEYS[8] owners   KEYS[9] failed    KEYS[10] events
+local META, ITEMS, STATES, CONTENTS, RESULTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local PENDING, LEASES, OWNERS, FAILED, EVENTS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+
+-- An item's changing fields; absent means a fresh pending item.
+local function item_state(idx)
+  local raw = redis.call('HGET', STATES, idx)
+  if raw then return cjson.decode(raw) end
+  return {s = S_PENDING, a = 0, w = 0, r = 0}
+end
+
+local function save_state(idx, st)
+  redis.call('HSET', STATES, idx, cjson.encode(st))
+end
+
+-- Events are "<at_ms>\t<JSON [kind, message, index, error_type, http_status]>", newest kept.
+local function add_event(at_ms, kind, message, idx, error_type, http_status)
+  local null = cjson.null
+  local body = cjson.encode({kind, message, idx or null, error_type or null, http_status or null})
+  redis.call('RPUSH', EVENTS, fmt_ms(at_ms) .. '\t' .. body)
+  redis.call('LTRIM', EVENTS, -EVENTS_KEPT, -1)
+end
+
+local function owned_by(idx, worker_id)
+  return redis.call('HGET', OWNERS, idx) == worker_id
+end
+
+-- Take a running item off its lease; returns its state (reservation cleared) and the reservation.
+local function unlease(idx)
+  redis.call('ZREM', LEASES, idx)
+  redis.call('HDEL', OWNERS, idx)
+  local st = item_state(idx)
+  local reserved = st.r or 0
+  st.r = 0
+  return st, reserved
+end
+
+-- A running item back to pending, nothing charged; returns the reservation it held.
+local function requeue(idx)
+  local st, reserved = unlease(idx)
+  st.s = S_PENDING
+  save_state(idx, st)
+  redis.call('ZADD', PENDING, idx, idx)
+  return reserved
+end
+
+local function count_released(n, reserved)
+  redis.call('HINCRBY', META, 'running', -n)
+  redis.call('HINCRBY', META, 'pending', n)
+  redis.call('HINCRBY', META, 'tokens_reserved', -reserved)
+end
+
+-- Items taken back from workers (expired or dead) are recorded, like the SQLite store does.
+local function released_event(now, n)
+  add_event(now, 'recovered', string.format('%d interrupted item(s) returned to the queue', n))
+end

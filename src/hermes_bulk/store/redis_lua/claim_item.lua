@@ -1,0 +1,51 @@
+-- claim_item: give one pending item of a running job to a worker until now + lease.
+-- KEYS: the job's keys (_job.lua); reads ITEMS, CONTENTS; writes META, STATES, PENDING,
+--       LEASES, OWNERS, EVENTS.
+-- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running
+-- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, token_limit),
+-- else {'ok', job (HGETALL of META before the claim), index, item record, state JSON or
+-- false, content}.
+local flat = redis.call('HGETALL', META)
+if #flat == 0 then return {'no_job'} end
+local job = {}
+for i = 1, #flat, 2 do job[flat[i]] = flat[i + 1] end
+if job.state ~= S_RUNNING then return {'not_running'} end
+if tonumber(job.running) >= math.min(tonumber(job.concurrency), tonumber(ARGV[4])) then
+  return {'at_capacity'}
+end
+
+-- The hint first, else the lowest pending index: O(log n) either way.
+local idx = ARGV[1]
+if not redis.call('ZSCORE', PENDING, idx) then
+  idx = redis.call('ZRANGE', PENDING, 0, 0)[1]
+  if not idx then return {'no_pending'} end
+end
+local item = redis.call('HGET', ITEMS, idx)
+local estimate, content_hash = string.match(item, '^(%-?%d+)\t([^\t]*)\t')
+estimate = tonumber(estimate)
+local now = now_ms()
+
+if job.max_tokens ~= '' then
+  local limit = tonumber(job.max_tokens)
+  local charged, reserved = tonumber(job.tokens_charged), tonumber(job.tokens_reserved)
+  if charged + reserved + estimate > limit then
+    redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)
+    add_event(now, 'paused', string.format(
+      'token limit reached: %d charged + %d reserved + %d for item %d would exceed --max-tokens %d',
+      charged, reserved, estimate, tonumber(idx) + 1, limit), tonumber(idx))
+    return {'token_limit'}
+  end
+end
+
+local raw_state = redis.call('HGET', STATES, idx)
+local st = item_state(idx)
+st.s, st.r = S_CLAIMED, estimate
+save_state(idx, st)
+redis.call('ZREM', PENDING, idx)
+redis.call('ZADD', LEASES, now + tonumber(ARGV[3]), idx)
+redis.call('HSET', OWNERS, idx, ARGV[2])
+redis.call('HINCRBY', META, 'pending', -1)
+redis.call('HINCRBY', META, 'running', 1)
+redis.call('HINCRBY', META, 'tokens_reserved', estimate)
+redis.call('HSET', META, 'last_claim_at_ms', fmt_ms(now))
+return {'ok', flat, idx, item, raw_state or false, redis.call('HGET', CONTENTS, content_hash)}

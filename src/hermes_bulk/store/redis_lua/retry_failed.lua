@@ -1,0 +1,18 @@
+-- retry_failed: return up to ARGV[1] failed items to pending, clearing errors and counts.
+-- KEYS: the job's keys (_job.lua); writes META, STATES, PENDING, FAILED.
+-- ARGV[1] how many at most (the caller repeats until fewer come back, so one call never
+--         holds Redis for a million items)
+-- Returns the number returned to pending.
+local idxs = redis.call('ZRANGE', FAILED, 0, tonumber(ARGV[1]) - 1)
+for _, idx in ipairs(idxs) do
+  local st = item_state(idx)
+  st.s, st.a, st.w, st.et, st.hs, st.em = S_PENDING, 0, 0, nil, nil, nil
+  save_state(idx, st)
+  redis.call('ZADD', PENDING, idx, idx)
+end
+if #idxs > 0 then
+  redis.call('ZREMRANGEBYRANK', FAILED, 0, #idxs - 1)
+  redis.call('HINCRBY', META, 'failed', -#idxs)
+  redis.call('HINCRBY', META, 'pending', #idxs)
+end
+return #idxs

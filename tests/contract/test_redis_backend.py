@@ -1,0 +1,232 @@
+"""What only the Redis backend has: credentials in the URL, its key schema, its own limits.
+
+The shared contract is in test_store_contract.py; these tests look at Redis itself (keys,
+TTLs, the server going away), on servers this file starts where a test needs its own.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import redis
+
+from hermes_bulk import broker
+from hermes_bulk.errors import BackendUnavailable
+from hermes_bulk.store.protocol import (
+    NOT_STARTED,
+    PAUSED,
+    RUNNING,
+    Event,
+    ItemError,
+    JobSpec,
+    Usage,
+    WorkerInfo,
+)
+from hermes_bulk.store.redis_store import EVENTS_KEPT, RETRY_BATCH_ITEMS
+from tests.conftest import RedisServer, free_port
+
+from .test_store_contract import claim, make_job
+
+
+@pytest.fixture
+def backend(redis_url):
+    b = broker._build(redis_url)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def store(backend):
+    return backend.store
+
+
+@pytest.fixture
+def raw(redis_server) -> redis.Redis:
+    client = redis.Redis(port=redis_server.port, decode_responses=True)
+    yield client
+    client.close()
+
+
+def prefix_of(url: str) -> str:
+    return url.rsplit("prefix=", 1)[1]
+
+
+def keys_of(raw: redis.Redis, prefix: str) -> list[str]:
+    # Job keys start with their hash tag ({prefix:job:…}), Huey's with "huey.": match anywhere.
+    return sorted(raw.scan_iter(match=f"*{prefix}*", count=1000))
+
+
+@pytest.fixture
+def secured(tmp_path) -> RedisServer:
+    server = RedisServer(tmp_path, password=f"pw-{uuid.uuid4().hex}").start()
+    yield server
+    server.kill()
+
+
+# Connecting ------------------------------------------------------------------------------------
+
+
+def test_a_password_in_the_url_opens_a_protected_redis(secured):
+    b = broker._build(f"{secured.url}?prefix=auth")
+    try:
+        assert b.store.list_jobs() == []
+    finally:
+        b.close()
+
+
+@pytest.mark.parametrize("credentials", ["", ":wrong-password@", "someone:wrong-password@"])
+def test_wrong_or_missing_credentials_are_refused_without_echoing_them(secured, credentials):
+    url = f"redis://{credentials}127.0.0.1:{secured.port}/0"
+    with pytest.raises(BackendUnavailable) as info:
+        broker._build(url)
+    message = str(info.value)
+    assert f"127.0.0.1:{secured.port}" in message and "password" in message
+    assert "wrong-password" not in message and secured.password not in message
+    assert "\n" not in message
+
+
+def test_an_unreachable_redis_names_host_and_port_and_what_to_do():
+    port = free_port()  # nothing listens there
+    with pytest.raises(BackendUnavailable) as info:
+        broker._build(f"redis://:not-shown@127.0.0.1:{port}/0")
+    message = str(info.value)
+    assert f"127.0.0.1:{port}" in message
+    assert "Start it, or use the sqlite:// backend for a single machine" in message
+    assert "not-shown" not in message and "\n" not in message
+
+
+def test_a_redis_lost_mid_run_raises_backend_unavailable(tmp_path):
+    server = RedisServer(tmp_path).start()
+    b = broker._build(f"{server.url}?prefix=lost")
+    try:
+        job_id = make_job(b.store, 3)
+        server.kill()
+        with pytest.raises(BackendUnavailable, match=f"127.0.0.1:{server.port}"):
+            claim(b.store, job_id)
+        with pytest.raises(BackendUnavailable):
+            list(b.store.iter_items(job_id))  # a generator: raised while iterating
+        with pytest.raises(BackendUnavailable):
+            b.limits.acquire("k", rpm=60, tpm=None, tokens=1)
+    finally:
+        b.close()
+        server.kill()
+
+
+# Keys ------------------------------------------------------------------------------------------
+
+
+def test_delete_job_leaves_no_key_of_the_job_behind(store, raw, redis_url):
+    prefix = prefix_of(redis_url)
+    job_id = make_job(store, 6, contents=["same", "same", "a", "b", "c", "d"])
+    store.add_events(job_id, [Event("note", "hello")])
+    done, failed, _running = (claim(store, job_id) for _ in range(3))
+    store.complete_item(job_id, done.index, "w1", "result", Usage(1, 2))
+    store.fail_item(job_id, failed.index, "w1", ItemError("PermanentError", "no", 400))
+    assert any(f"{{{prefix}:job:{job_id}}}" in k for k in keys_of(raw, prefix))
+
+    assert store.delete_job(job_id) is True
+    assert keys_of(raw, prefix) == [], "the job's keys and its index entries are all gone"
+
+
+def test_finished_workers_and_their_index_expire(store, raw, redis_url):
+    prefix = prefix_of(redis_url)
+    store.heartbeat_worker(WorkerInfo("w-short", "h", 1, time.time(), 0.0, 2), ttl_s=0.1)
+    assert keys_of(raw, prefix)
+    time.sleep(0.4)
+    assert store.live_workers() == []
+    assert keys_of(raw, prefix) == [], "a dead worker leaves nothing behind"
+
+
+def test_huey_queue_keys_are_namespaced_by_the_prefix(redis_server, raw):
+    a, b = (broker._build(f"{redis_server.url}?prefix=q{uuid.uuid4().hex[:8]}") for _ in range(2))
+    try:
+        a.trigger("job-a", 0, 3)
+        prefix_a, prefix_b = prefix_of(a.url), prefix_of(b.url)
+        assert keys_of(raw, prefix_a) == [f"huey.redis.{prefix_a}.{broker.QUEUE_NAME}"]
+        assert raw.llen(f"huey.redis.{prefix_a}.{broker.QUEUE_NAME}") == 3
+        assert (a.queue_length(), b.queue_length()) == (3, 0), "another prefix is another queue"
+        assert keys_of(raw, prefix_b) == []
+    finally:
+        a.close()
+        b.close()
+
+
+# Bounds ----------------------------------------------------------------------------------------
+
+
+def test_events_keep_only_the_newest(store):
+    job_id = make_job(store, 1)
+    store.add_events(job_id, [Event("e", f"m{i}") for i in range(EVENTS_KEPT + 5)])
+    events = store.list_events(job_id, EVENTS_KEPT + 100)
+    assert len(events) == EVENTS_KEPT
+    assert (events[0].message, events[-1].message) == ("m5", f"m{EVENTS_KEPT + 4}")
+
+
+def test_retry_returns_more_failed_items_than_one_script_call_moves(store):
+    n = RETRY_BATCH_ITEMS + 3
+    job_id = make_job(store, n)
+    for _ in range(n):
+        c = claim(store, job_id)
+        store.fail_item(job_id, c.index, "w1", ItemError("TransientError", "x"))
+    assert store.retry_failed(job_id) == n
+    job = store.get_job(job_id)
+    assert (job.failed, job.pending) == (0, n)
+
+
+def test_a_job_leaves_the_active_index_only_when_idle_and_returns_when_run(store, raw, redis_url):
+    active = f"{prefix_of(redis_url)}:jobs:active"
+    job_id = make_job(store, 2)
+    c = claim(store, job_id)
+    store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user")
+    store.release_expired_leases()
+    assert raw.zscore(active, job_id) is not None, "a paused job still holding a lease stays"
+    store.release_item(job_id, c.index, "w1")
+    store.release_expired_leases()
+    assert raw.zscore(active, job_id) is None, "paused and holding nothing: pruned"
+    store.set_state(job_id, RUNNING, from_states=[PAUSED])
+    assert store.active_job_ids() == [job_id]
+    store.release_expired_leases()
+    assert raw.zscore(active, job_id) is not None, "a running job is never pruned"
+
+
+def test_a_job_being_created_is_indexed_but_never_listed(store, raw, redis_url):
+    spec = JobSpec(job_id="creating-redis", instruction="x", source="/s", source_kind="file",
+                   concurrency=1, retries=0)
+    store.begin_job(spec)
+    # Indexed before its keys exist, so an interrupted create can always be found and deleted.
+    assert raw.zscore(f"{prefix_of(redis_url)}:jobs:created", spec.job_id) is not None
+    assert store.find_job_ids("creating-") == []
+    assert store.list_jobs() == []
+    assert store.delete_job(spec.job_id) is True
+    assert keys_of(raw, prefix_of(redis_url)) == []
+
+
+def test_a_job_run_again_survives_a_prune_from_before(store, raw, redis_url):
+    # Given a reaper that saw the paused job idle at its current run epoch
+    active = f"{prefix_of(redis_url)}:jobs:active"
+    job_id = make_job(store, 1)
+    store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user")
+    seen_epoch = int(raw.zscore(active, job_id))
+    # When someone runs the job before the reaper's prune arrives
+    store.set_state(job_id, RUNNING, from_states=[PAUSED])
+    assert store.lua.prune_active(keys=[active], args=[job_id, seen_epoch]) == 0
+    # Then the job stays where the workers' maintenance looks
+    assert store.active_job_ids() == [job_id]
+
+
+def test_a_refused_run_leaves_no_lasting_index_entry(store, raw, redis_url):
+    # Given a job that ran, was paused and left the index
+    active = f"{prefix_of(redis_url)}:jobs:active"
+    job_id = make_job(store, 1)
+    store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user")
+    store.release_expired_leases()
+    assert raw.zscore(active, job_id) is None
+    # When a run is refused (the job is not in the states it may move from)
+    assert store.set_state(job_id, RUNNING, from_states=[NOT_STARTED]) is None
+    assert raw.zscore(active, job_id) == 0, "listed ahead of the run that was refused"
+    # Then the next reaper pass removes that entry
+    assert store.active_job_ids() == []
+    store.release_expired_leases()
+    assert raw.zscore(active, job_id) is None
