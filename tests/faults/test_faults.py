@@ -51,7 +51,7 @@ def stop(*procs) -> None:
 
 def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_flight(cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 500)
-    fake_provider.configure(latency_s=0.02)
+    fake_provider.configure(latency_s=0.15)  # 8 in flight: about 50 items a second, so 10 rounds fit
     job_id = cli.create("Process", src, "--concurrency", "8")
     rng = random.Random(7)
     kills: list[float] = []
@@ -64,8 +64,6 @@ def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_fli
         for w in workers:
             w.wait(10)
         kills.append(time.time())
-        if status(cli, job_id)["state"] == "completed":
-            break
     assert status(cli, job_id)["completed"] < 500, "the kills happened mid-job"
     cli("run", job_id, "--wait", timeout=300)
 
@@ -171,15 +169,15 @@ def test_status_says_when_workers_wait_on_a_rate_limit(cli, tmp_path, fake_provi
 
 def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 30)
-    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
+    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "2000")
     cli("run", job_id, "--wait", timeout=120)
     paused = status(cli, job_id)
     assert (paused["state"], paused["pause_reason"]) == ("paused", "token limit reached")
     assert 0 < paused["completed"] < 30
-    assert paused["tokens_charged"] + paused["tokens_reserved"] <= 3000, "never over, by its own accounting"
+    assert paused["tokens_charged"] + paused["tokens_reserved"] <= 2000, "never over, by its own accounting"
     (event,) = [line for line in cli("events", job_id).stdout.splitlines() if "token limit reached" in line]
     charged, reserved, needed = map(int, re.search(r"(\d+) charged \+ (\d+) reserved \+ (\d+) for", event).groups())
-    assert charged + reserved <= 3000 < charged + reserved + needed, "paused only when the next would not fit"
+    assert charged + reserved <= 2000 < charged + reserved + needed, "paused only when the next would not fit"
     assert "token limit reached" in cli("status", job_id).stdout
     proc = cli("resume", job_id, check=False)
     assert proc.returncode == 1 and "--max-tokens" in proc.stderr, "resuming at the same limit would pause again"

@@ -36,7 +36,8 @@ Across jobs:
                                    hold leases (a superset, pruned by release_expired_leases)
     {P:workers}              ZSET  worker id scored by expiry; PEXPIREs after its last entry
     {P:workers}:<worker id>  HASH  host, pid, started_at, heartbeat_at_ms, threads; PEXPIRE ttl
-    {P:limit:<provider key>} HASH  request_tat_ms, token_tat_ms, pause_until_ms, backoff_step;
+    {P:limit:<provider key>} HASH  request_tat_ms, token_tat_ms, pause_until_ms, backoff_step,
+                                   auto_interval_ms, window_start_ms, window_count, previous_count;
                                    expires LIMIT_IDLE_KEEP_MS after its pacing and wait are over
     huey.{redis,schedule,results,counters}.P.<queue>   Huey's own (RedisHuey, results off)
 
@@ -65,6 +66,7 @@ import redis
 from huey import RedisHuey
 
 from ..errors import BackendUnavailable, ConfigError
+from . import limits_math
 from .protocol import (
     CLAIMED,
     COMPLETED,
@@ -656,11 +658,13 @@ class RedisLimits:
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
         wait_ms = "" if seconds is None else seconds * 1000
-        until_ms = self.lua.pause(keys=[self.keys.limit(key)], args=[wait_ms, base_s * 1000, cap_s * 1000])
+        until_ms = self.lua.pause(keys=[self.keys.limit(key)], args=[
+            wait_ms, base_s * 1000, cap_s * 1000, limits_math.AIMD_DECREASE, limits_math.AUTO_MAX_INTERVAL_S * 1000])
         return float(until_ms) / 1000
 
     def clear_backoff(self, key: str) -> None:
-        self.lua.clear_backoff(keys=[self.keys.limit(key)])
+        self.lua.clear_backoff(keys=[self.keys.limit(key)],
+                               args=[limits_math.AIMD_INCREASE, limits_math.AUTO_OFF_BELOW_S * 1000])
 
     def pause_state(self, key: str) -> PauseState | None:
         pipe = self.r.pipeline(transaction=False)

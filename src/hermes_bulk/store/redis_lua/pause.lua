@@ -1,11 +1,33 @@
--- pause: start or extend (never shorten) the shared wait of a provider key.
+-- pause: a 429. Start or extend (never shorten) the shared wait of a provider key; the first
+-- 429 of a wait also halves the request rate the key was seeing (adaptive pacing), later
+-- ones during the same wait do not (store/limits_math.py has the rules).
 -- KEYS[1] {<prefix>:limit:<key>} (HASH, as acquire.lua)
 -- ARGV[1] wait_ms ('' = none given: base_ms * 2^step, capped, and the step grows)
 -- ARGV[2] base_ms   ARGV[3] cap_ms
+-- ARGV[4] AIMD decrease factor   ARGV[5] longest adaptive interval, ms
 -- Returns the end of the wait (ms since the epoch) as a string.
 local now = now_ms()
-local h = redis.call('HMGET', KEYS[1], 'pause_until_ms', 'backoff_step')
+local h = redis.call('HMGET', KEYS[1], 'pause_until_ms', 'backoff_step', 'auto_interval_ms',
+  'window_start_ms', 'window_count', 'previous_count')
 local pause_until, step = tonumber(h[1]) or 0, tonumber(h[2]) or 0
+local auto_interval = tonumber(h[3]) or 0
+if pause_until <= now then
+  local rate  -- requests per ms
+  if auto_interval > 0 then
+    rate = 1 / auto_interval
+  else
+    local elapsed = now - (tonumber(h[4]) or 0)
+    local count, previous = tonumber(h[5]) or 0, tonumber(h[6]) or 0
+    local per_s
+    if elapsed >= 2000 then per_s = 0
+    elseif elapsed >= 1000 then per_s = count * math.max(0, 2 - elapsed / 1000)
+    else per_s = previous * (1 - elapsed / 1000) + count end
+    rate = per_s / 1000
+  end
+  local longest = tonumber(ARGV[5])
+  auto_interval = math.min(longest, 1 / math.max(rate * tonumber(ARGV[4]), 1 / longest))
+  redis.call('HSET', KEYS[1], 'auto_interval_ms', fmt_ms(auto_interval))
+end
 local wait_ms = tonumber(ARGV[1])
 if not wait_ms then
   wait_ms = math.min(tonumber(ARGV[3]), tonumber(ARGV[2]) * 2 ^ step)
