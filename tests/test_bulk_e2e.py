@@ -211,3 +211,28 @@ def test_the_shipped_examples_run(cli):
     job_id = cli.create("Summarize this report in 3 bullet points", EXAMPLES / "reports")
     cli("run", job_id, "--wait")
     assert cli.json("status", job_id, "--json")["state"] == "completed"
+
+
+def test_a_schema_gives_structured_results_and_one_export_column_per_field(cli, tmp_path, fake_provider):
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {
+        "summary": {"type": "string"}, "length": {"type": "integer"}}, "required": ["summary", "length"]}))
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"t": "alpha"}\n{"t": "=cmd"}\n')
+    job_id = cli.create("Describe", src, "--schema", str(schema))
+    cli("run", job_id, "--wait")
+    path = cli("export", job_id, "--format", "csv").stdout.strip()
+    rows = list(csv.DictReader(Path(path).read_text(encoding="utf-8-sig").splitlines()))
+    assert list(rows[0]) == ["item", "status", "result", "error", "summary", "length"]
+    alpha, cmd = '{"t": "alpha"}', '{"t": "=cmd"}'
+    assert rows[0]["summary"] == "summary:" + digest(alpha)
+    assert rows[0]["length"] == str(len('{"t": "alpha"}'))
+    rows = export_jsonl(cli, job_id)
+    assert rows[1]["data"] == {"summary": "summary:" + digest(cmd), "length": len(cmd)}
+
+
+def test_a_schema_file_must_describe_an_object(cli, tmp_path):
+    schema = tmp_path / "schema.json"
+    schema.write_text('["not", "an", "object"]')
+    proc = cli("create", "Do", "--over", str(tmp_path), "--schema", str(schema), check=False)
+    assert proc.returncode == 1 and "properties" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -79,21 +79,49 @@ def _write_md(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
             f.write(f"_Not processed yet ({item.status})._\n\n")
 
 
+def schema_fields(job: JobRecord) -> list[str]:
+    """The top-level fields of a --schema job: one export column each."""
+    if not job.spec.schema:
+        return []
+    return list((json.loads(job.spec.schema).get("properties") or {}).keys())
+
+
+def _fields_of(item: ItemRecord) -> dict:
+    if item.status != COMPLETED or not item.result:
+        return {}
+    try:
+        data = json.loads(item.result)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cell(value) -> str:
+    return value if isinstance(value, str) else "" if value is None else json.dumps(value, ensure_ascii=False)
+
+
 def _write_csv(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+    fields = schema_fields(job)
     w = csv.writer(f)
-    w.writerow(["item", "status", "result", "error"])
+    w.writerow(["item", "status", "result", "error", *fields])
     for item in items:
         result = item.result if item.status == COMPLETED and item.result is not None else ""
-        w.writerow([neutralise(item.name), item.status, neutralise(result), neutralise(describe_error(item))])
+        data = _fields_of(item) if fields else {}
+        w.writerow([neutralise(item.name), item.status, neutralise(result), neutralise(describe_error(item)),
+                    *(neutralise(_cell(data.get(name))) for name in fields)])
 
 
 def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+    structured = bool(job.spec.schema)
     for item in items:
-        f.write(json.dumps({
+        row = {
             "item": item.name, "index": item.index, "status": item.status,
             "result": item.result if item.status == COMPLETED else None,
             "error": describe_error(item) or None, "tokens_in": item.tokens_in, "tokens_out": item.tokens_out,
-        }, ensure_ascii=False) + "\n")
+        }
+        if structured:
+            row["data"] = _fields_of(item) or None
+        f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from .config import Settings
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound
 from .files import private_dir
 from .model import provider_key
+from .pipeline import OpenGate, RequestGate
 from .sources import Skipped, Source, content_hash
 from .store.protocol import (
     AWAITING_RECOVERY,
@@ -55,6 +56,7 @@ class JobStatus:
     rate_limit: PauseState | None
     live_workers: int
     events: list[Event] = field(default_factory=list)
+    budget_held_until: float | None = None  # the request budget holds the job until then
 
     def as_dict(self) -> dict:
         """The `status --json` shape (a binding contract: keys are only ever added)."""
@@ -67,7 +69,7 @@ class JobStatus:
             "max_tokens": j.spec.max_tokens, "tokens_charged": j.tokens_charged,
             "tokens_reserved": j.tokens_reserved, "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
             "instruction": j.spec.instruction, "source": j.spec.source, "created_at": j.created_at,
-            "live_workers": self.live_workers,
+            "live_workers": self.live_workers, "budget_held_until": self.budget_held_until,
         }
 
 
@@ -85,9 +87,11 @@ def derive_state(job: JobRecord, live_workers: int) -> str:
 class Jobs:
     """Job operations over one backend."""
 
-    def __init__(self, settings: Settings, backend: Backend | None = None) -> None:
+    def __init__(self, settings: Settings, backend: Backend | None = None,
+                 request_gate: RequestGate | None = None) -> None:
         self.settings = settings
         self.backend = backend or open_backend(settings)
+        self.request_gate = request_gate or OpenGate()
         self.store = self.backend.store
         self.liveness = Liveness(self.backend, settings.home / "workers")
 
@@ -190,7 +194,8 @@ class Jobs:
     def _status(self, job: JobRecord, live: int, events: int = 0) -> JobStatus:
         rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
         return JobStatus(job=job, state=derive_state(job, live), rate_limit=rate_limit, live_workers=live,
-                         events=self.store.list_events(job.job_id, events) if events else [])
+                         events=self.store.list_events(job.job_id, events) if events else [],
+                         budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None)
 
     def list(self, limit: int = 20) -> list[JobStatus]:
         live = len(self.liveness.live_worker_ids())

@@ -8,11 +8,13 @@ pipeline testable against a real store and a real HTTP server without a queue.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
@@ -26,6 +28,26 @@ from .store.protocol import Claim, ClaimRefused, ItemError, JobRecord, JobStore,
 log = logging.getLogger("hermes_bulk.pipeline")
 
 RETRY_WAIT = wait_exponential(multiplier=2, max=30)  # 2, 4, 8, 16, 30, 30 … seconds
+
+
+class RequestGate(Protocol):
+    """Decides, before each model request, whether the job may spend one (the cron budget)."""
+
+    def admit(self, job: JobRecord) -> float:
+        """Count one request for job; 0.0 to send it now, else seconds until it may be (nothing counted)."""
+
+    def held_until(self, job: JobRecord) -> float | None:
+        """When the job may send again, if it is being held now; for status and the pump."""
+
+
+class OpenGate:
+    """No budget: every request may go."""
+
+    def admit(self, job: JobRecord) -> float:
+        return 0.0
+
+    def held_until(self, job: JobRecord) -> float | None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,9 +73,10 @@ class ItemProcessor:
 
     def __init__(self, *, store: JobStore, limits: SharedLimits, worker_id: str,
                  client_for: Callable[[JobRecord], ModelClient], jobs_dir: Path,
-                 lease_s: float, concurrency_cap: int,
+                 lease_s: float, concurrency_cap: int, request_gate: RequestGate | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.store, self.limits, self.worker_id = store, limits, worker_id
+        self.request_gate = request_gate or OpenGate()
         self.client_for, self.jobs_dir = client_for, jobs_dir
         self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
 
@@ -118,10 +141,14 @@ class ItemProcessor:
         gate = ProviderGate(self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep)
         messages = prompt.build_messages(spec.instruction, claim.name, claim.content, claim.content_hash)
         estimate = prompt.estimate_tokens(claim.content, spec.instruction, spec.output_tokens_estimate)
+        schema = json.loads(spec.schema) if spec.schema else None
         while True:
             gate.wait_for_turn(estimate)
+            held_s = self.request_gate.admit(claim.job)
+            if held_s > 0:
+                raise LongWait(held_s)  # the budget window is spent: give the item back until it reopens
             try:
-                completion = client.complete(messages, max_tokens=spec.max_output_tokens)
+                completion = client.complete(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
             except RateLimited as exc:
                 until = gate.rate_limited(exc.retry_after_s)
                 waits = self.store.record_attempt(spec.job_id, claim.index, self.worker_id, ItemError(
@@ -134,11 +161,25 @@ class ItemProcessor:
                                       "later or lower --concurrency") from None
                 continue
             gate.succeeded()
-            return completion
+            return structured(completion) if schema is not None else completion
 
     def _fail(self, claim: Claim, error: ItemError) -> None:
         if not self.store.fail_item(claim.job.job_id, claim.index, self.worker_id, error):
             raise _LostClaim()
+
+
+def structured(completion: Completion) -> Completion:
+    """A --schema answer as canonical JSON; an answer that is not a JSON object is retried."""
+    text = completion.text.strip()
+    if text.startswith("```"):  # some models fence JSON even when asked not to
+        text = text.strip("`").removeprefix("json").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise TransientModelError("the answer is not a JSON object as --schema asks", http_status=200)
+    return Completion(json.dumps(data, ensure_ascii=False), completion.usage, completion.provider, completion.model)
 
 
 def _item_error(exc: ModelError, *, attempt: bool = False) -> ItemError:

@@ -61,6 +61,9 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
         lines.append(f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} reserved)")
     if st.rate_limit and st.state == "processing":
         lines.append(f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait together)")
+    if st.budget_held_until:
+        lines.append(f"Waiting for the request budget: the window reopens at {_clock(st.budget_held_until)} "
+                     "(requests are kept for chat)")
     if st.state == "paused":
         if j.pause_reason == PAUSE_TOKEN_LIMIT:
             lines.append(f"Paused: token limit reached. Continue with: {cmd} resume {j.job_id} --max-tokens <n>")

@@ -29,7 +29,7 @@ from .config import Settings
 from .errors import ConfigError, HermesBulkError
 from .files import private_dir
 from .model import HttpModelClient, ModelClient
-from .pipeline import ItemProcessor
+from .pipeline import ItemProcessor, OpenGate, RequestGate
 from .store.protocol import AWAITING_RECOVERY, RUNNING, Event, JobRecord, WorkerInfo
 from .tasks import EmbeddedConsumer, consumer_options
 
@@ -106,17 +106,20 @@ class WorkerRuntime:
     """The per-process worker: processes triggers, and keeps leases and recovery going."""
 
     def __init__(self, backend: Backend, settings: Settings, *, threads: int,
-                 client_for: Callable[[JobRecord], ModelClient] | None = None) -> None:
+                 client_for: Callable[[JobRecord], ModelClient] | None = None,
+                 request_gate: RequestGate | None = None) -> None:
         self.backend, self.settings, self.threads = backend, settings, threads
         self.worker_id = new_worker_id()
         self.started_at = time.time()
         self.liveness = Liveness(backend, settings.home / "workers")
         self._clients: dict[tuple, ModelClient] = {}
         self._clients_lock = threading.Lock()
+        self.request_gate = request_gate or OpenGate()
         self.processor = ItemProcessor(
             store=backend.store, limits=backend.limits, worker_id=self.worker_id,
             client_for=client_for or self._http_client_for, jobs_dir=settings.jobs_dir,
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
+            request_gate=self.request_gate,
         )
         self.interval_s = max(0.2, min(settings.lease_seconds / 3, 5.0))
         self._stop = threading.Event()
@@ -242,6 +245,6 @@ class WorkerRuntime:
             free = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
             if free <= 0 or now - (job.last_claim_at or 0) < stall_s:
                 continue
-            if self.backend.limits.pause_state(job.spec.provider_key):
-                continue  # the provider is paused; triggers would only wait
+            if self.backend.limits.pause_state(job.spec.provider_key) or self.request_gate.held_until(job):
+                continue  # the provider is paused or the budget spent; triggers would only wait
             self.backend.trigger(job_id, 0, free)
