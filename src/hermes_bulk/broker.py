@@ -7,7 +7,9 @@ a URL to classes; nothing above it branches on the backend.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +19,7 @@ from huey import Huey, SqliteHuey
 from huey.api import TaskWrapper
 
 from .config import Settings
-from .errors import ConfigError
+from .errors import BackendUnavailable, ConfigError
 from .store.protocol import JobStore, SharedLimits
 from .store.sqlite import SqliteDatabase, SqliteJobStore, SqliteLimits
 from .tasks import register_process_item
@@ -34,6 +36,9 @@ class Backend:
     huey: Huey
     store: JobStore
     limits: SharedLimits
+    queue_errors: tuple[type[Exception], ...] = ()  # what the queue raises when the backend is gone
+    unavailable: Callable[[Exception], BackendUnavailable] = lambda exc: BackendUnavailable(str(exc))
+    warnings: Callable[[], list[str]] = list  # e.g. Redis without persistence
     process_item: TaskWrapper = field(init=False)
     runtime: WorkerRuntime | None = None
 
@@ -42,11 +47,17 @@ class Backend:
 
     def trigger(self, job_id: str, index_hint: int = 0, count: int = 1) -> None:
         """Enqueue `count` triggers for a job (each one lets one more item start)."""
-        for i in range(count):
-            self.huey.enqueue(self.process_item.s(job_id, index_hint + i))
+        try:
+            for i in range(count):
+                self.huey.enqueue(self.process_item.s(job_id, index_hint + i))
+        except self.queue_errors as exc:
+            raise self.unavailable(exc) from exc
 
     def queue_length(self) -> int:
-        return self.huey.pending_count()
+        try:
+            return self.huey.pending_count()
+        except self.queue_errors as exc:
+            raise self.unavailable(exc) from exc
 
     def close(self) -> None:
         self.store.close()
@@ -93,10 +104,15 @@ def _build(url: str) -> Backend:
         db = SqliteDatabase(store_path)
         huey = SqliteHuey(QUEUE_NAME, filename=str(queue_path), fsync=False, results=False, utc=True)
         queue_path.chmod(0o600)
-        return Backend(url=url, huey=huey, store=SqliteJobStore(db), limits=SqliteLimits(db))
+        return Backend(url=url, huey=huey, store=SqliteJobStore(db), limits=SqliteLimits(db),
+                       queue_errors=(sqlite3.OperationalError,),
+                       unavailable=lambda exc: BackendUnavailable(f"The queue database {queue_path} is "
+                                                                  f"unusable ({exc}); check the disk and permissions."))
     if scheme in ("redis", "rediss"):
-        from .store.redis_store import open_redis_backend_parts
+        from .store import redis_store
 
-        huey, store, limits = open_redis_backend_parts(url, QUEUE_NAME)
-        return Backend(url=url, huey=huey, store=store, limits=limits)
+        huey, store, limits, conn = redis_store.open_redis_backend_parts(url, QUEUE_NAME)
+        warning = lambda: [w for w in [redis_store.persistence_warning(conn)] if w]  # noqa: E731
+        return Backend(url=url, huey=huey, store=store, limits=limits, queue_errors=redis_store.QUEUE_ERRORS,
+                       unavailable=conn.unavailable, warnings=warning)
     raise ConfigError(f"Invalid setting HERMES_BULK_BACKEND: unknown scheme {scheme!r}; use sqlite:// or redis://.")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import logs, views
+from . import logs, metrics, views
 from .broker import open_backend
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
@@ -237,7 +237,17 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     consumer = Consumer(backend.huey, **consumer_options(
         threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
+    for warning in backend.warnings():
+        logging.getLogger("hermes_bulk").warning("%s", warning)
+        err.print(f"hermes-bulk: warning: {warning}", markup=False)
     runtime.start()
+    if args.metrics_port:
+        try:
+            metrics.serve(args.metrics_host, args.metrics_port, runtime.metrics_page)
+        except OSError as exc:
+            runtime.stop(graceful=False)
+            raise InputError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
+                             f"({exc.strerror}); choose another port.") from None
     if args.burst:
         threading.Thread(target=_stop_when_idle, args=(Jobs(settings, backend), consumer), daemon=True).start()
     logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s", runtime.worker_id, threads,

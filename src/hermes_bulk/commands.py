@@ -146,6 +146,9 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> argpa
         p.add_argument("-g", "--graceful-signal", choices=("INT", "TERM"), default="INT",
                        help="the signal that lets running items finish (the other stops at once)")
         p.add_argument("--burst", action="store_true", help="exit once no running job has work left")
+        p.add_argument("--metrics-port", type=_positive, metavar="N", help="serve Prometheus metrics on this port")
+        p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
+                       help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for a fleet)")
         p.add_argument("-l", "--logfile", metavar="FILE", help="log to this file")
         group = p.add_mutually_exclusive_group()
         group.add_argument("-v", "--verbose", action="store_true", help="debug logging")

@@ -37,11 +37,46 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+class OutageFilter(logging.Filter):
+    """A backend outage in one line every few seconds, not a traceback per thread per poll.
+
+    Huey logs every failed dequeue with its traceback; while Redis restarts that is dozens of
+    tracebacks a second that hide the one line that matters.
+    """
+
+    EVERY_S = 5.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or not _is_outage(exc):
+            return True
+        if record.created - self._last < self.EVERY_S:
+            return False
+        self._last = record.created
+        record.msg, record.args, record.exc_info, record.exc_text = (
+            "%s: the backend is unreachable (%s); retrying", (record.getMessage(), type(exc).__name__), None, None)
+        return True
+
+
+def _is_outage(exc: BaseException) -> bool:
+    outage = {"ConnectionError", "TimeoutError", "BackendUnavailable", "OSError"}
+    while exc is not None:  # by class name: this module must not import redis
+        if outage & {cls.__name__ for cls in type(exc).__mro__}:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 
 
 def _install(handler: logging.Handler, level: int) -> None:
     handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(OutageFilter())
     handler.addFilter(RedactingFilter())
     root = logging.getLogger("hermes_bulk")
     for old in list(root.handlers):

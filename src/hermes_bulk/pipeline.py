@@ -10,18 +10,32 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from . import prompt, sources
-from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
+from .errors import (
+    BackendUnavailable,
+    ModelError,
+    PermanentModelError,
+    RateLimited,
+    TransientModelError,
+)
 from .files import write_private
 from .limits import MAX_RATE_LIMIT_WAITS, LongWait, ProviderGate
+from .metrics import WorkerCounters
 from .model import Completion, ModelClient
 from .store.protocol import Claim, ClaimRefused, ItemError, JobRecord, JobStore, SharedLimits
 
@@ -77,6 +91,9 @@ class ItemProcessor:
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.store, self.limits, self.worker_id = store, limits, worker_id
         self.request_gate = request_gate or OpenGate()
+        self.counters = WorkerCounters()
+        self._held: set[tuple[str, int]] = set()  # items this worker is working on: their leases are renewed
+        self._held_lock = threading.Lock()
         self.client_for, self.jobs_dir = client_for, jobs_dir
         self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
 
@@ -85,6 +102,8 @@ class ItemProcessor:
                                       max_running=self.concurrency_cap)
         if isinstance(claim, ClaimRefused):
             return Outcome(claimed=False, refused=claim.reason)
+        with self._held_lock:
+            self._held.add((job_id, claim.index))
         try:
             self._process(claim)
         except LongWait as wait:
@@ -92,11 +111,22 @@ class ItemProcessor:
             return Outcome(claimed=True, reschedule_in=wait.seconds, index=claim.index)
         except _LostClaim:
             log.info("job %s item %s: lease lost; another worker has it", job_id, claim.index)
+        except BackendUnavailable as exc:
+            # Its lease runs out and a live worker returns it to the queue; nothing else to do.
+            log.warning("job %s item %s: %s; the item goes back to the queue when its lease ends",
+                        job_id, claim.index, exc)
         except Exception:
             log.exception("job %s item %s: unexpected error", job_id, claim.index)
             self.store.fail_item(job_id, claim.index, self.worker_id,
                                  ItemError("InternalError", "unexpected error in the worker; see the worker log"))
+        finally:
+            with self._held_lock:
+                self._held.discard((job_id, claim.index))
         return Outcome(claimed=True, index=claim.index)
+
+    def held_items(self) -> list[tuple[str, int]]:
+        with self._held_lock:
+            return list(self._held)
 
     # The steps -----------------------------------------------------------------------------
     def _process(self, claim: Claim) -> None:
@@ -111,8 +141,10 @@ class ItemProcessor:
         except (PermanentModelError, TransientModelError, RateLimited) as exc:
             self._fail(claim, _item_error(exc))
             return
-        if self.store.complete_item(spec.job_id, claim.index, self.worker_id, completion.text,
-                                    completion.usage, provider=completion.provider, model=completion.model):
+        if self._persist(self.store.complete_item, spec.job_id, claim.index, self.worker_id, completion.text,
+                         completion.usage, provider=completion.provider, model=completion.model):
+            self.counters.add(items_completed=1, tokens_in=completion.usage.tokens_in or 0,
+                              tokens_out=completion.usage.tokens_out or 0)
             write_private(output_path(self.jobs_dir, spec.job_id, claim.index), completion.text + "\n")
         else:
             raise _LostClaim()
@@ -147,9 +179,11 @@ class ItemProcessor:
             held_s = self.request_gate.admit(claim.job)
             if held_s > 0:
                 raise LongWait(held_s)  # the budget window is spent: give the item back until it reopens
+            self.counters.add(requests=1)
             try:
                 completion = client.complete(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
             except RateLimited as exc:
+                self.counters.add(rate_limit_waits=1)
                 until = gate.rate_limited(exc.retry_after_s)
                 waits = self.store.record_attempt(spec.job_id, claim.index, self.worker_id, ItemError(
                     "RateLimitError", f"rate limited (HTTP 429); all workers wait until {_clock(until)}", 429),
@@ -164,8 +198,20 @@ class ItemProcessor:
             return structured(completion) if schema is not None else completion
 
     def _fail(self, claim: Claim, error: ItemError) -> None:
-        if not self.store.fail_item(claim.job.job_id, claim.index, self.worker_id, error):
+        if not self._persist(self.store.fail_item, claim.job.job_id, claim.index, self.worker_id, error):
             raise _LostClaim()
+        self.counters.add(items_failed=1)
+
+    def _persist(self, write, *args, **kwargs):
+        """Save an outcome, waiting out a backend outage of up to a lease.
+
+        The answer is already paid for: losing it to a Redis restart would send the item to the
+        model again. Past a lease the item may have been handed to another worker anyway, and
+        the store refuses a non-owner's write.
+        """
+        retrying = Retrying(retry=retry_if_exception_type(BackendUnavailable), reraise=True, sleep=self.sleep,
+                            wait=wait_exponential(multiplier=0.25, max=5), stop=stop_after_delay(self.lease_s))
+        return retrying(write, *args, **kwargs)
 
 
 def structured(completion: Completion) -> Completion:

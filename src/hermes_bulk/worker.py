@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from . import metrics
 from .broker import Backend
 from .config import Settings
 from .errors import ConfigError, HermesBulkError
@@ -207,12 +208,24 @@ class WorkerRuntime:
                 store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
                     "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
 
+    def metrics_page(self) -> str:
+        store = self.backend.store
+        jobs = []
+        for job_id in store.active_job_ids():
+            job = store.get_job(job_id)
+            if job is not None:
+                jobs.append((job_id, {"pending": job.pending, "running": job.running,
+                                      "completed": job.completed, "failed": job.failed}))
+        return metrics.render(self.worker_id, self.processor.counters.snapshot(), len(self.processor.held_items()),
+                              self.backend.queue_length(), jobs)
+
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
         self.backend.store.heartbeat_worker(
             WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.started_at, 0.0, self.threads),
             ttl_s=self.settings.lease_seconds)
-        self.backend.store.renew_leases(self.worker_id, lease_s=self.settings.lease_seconds)
+        self.backend.store.renew_leases(self.worker_id, self.processor.held_items(),
+                                        lease_s=self.settings.lease_seconds)
 
     def _maintain(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -296,13 +296,24 @@ def test_expired_leases_return_to_pending_and_renewed_ones_stay(store):
     a = claim(store, job_id, worker="alive", lease_s=0.3)
     b = claim(store, job_id, worker="dead", lease_s=0.3)
     time.sleep(0.15)
-    assert store.renew_leases("alive", lease_s=5) == 1
+    assert store.renew_leases("alive", [(job_id, a.index), (job_id, b.index)], lease_s=5) == 1, \
+        "only the worker's own items are renewed"
     time.sleep(0.3)
     assert store.release_expired_leases() == {job_id: 1}
     assert store.complete_item(job_id, a.index, "alive", "ok", Usage()) is True
     assert store.complete_item(job_id, b.index, "dead", "late", Usage()) is False
     again = claim(store, job_id, worker="new")
     assert again.index == b.index
+
+
+def test_an_item_the_worker_lost_track_of_is_not_renewed(store):
+    job_id = make_job(store, 2)
+    kept = claim(store, job_id, worker="w", lease_s=0.3)
+    claim(store, job_id, worker="w", lease_s=0.3)  # say its claim reply was lost: the worker never knew
+    assert store.renew_leases("w", [(job_id, kept.index)], lease_s=5) == 1
+    time.sleep(0.4)
+    assert store.release_expired_leases() == {job_id: 1}
+    assert store.item_owners() == {"w": 1}
 
 
 def test_release_worker_items_and_item_owners(store):

@@ -247,8 +247,14 @@ class JobStore(Protocol):
         The item's estimate is reserved for as long as it runs.
         """
 
-    def renew_leases(self, worker_id: str, *, lease_s: float) -> int:
-        """Extend to now + lease_s the lease of every item worker_id holds; how many."""
+    def renew_leases(self, worker_id: str, items: Iterable[tuple[str, int]], *, lease_s: float) -> int:
+        """Extend to now + lease_s the leases of these (job id, index) items that worker_id holds.
+
+        Only items the worker is still working on are named, so an item it owns but lost track
+        of (a claim whose reply never arrived, a completion the backend did not take) expires
+        and returns to the queue instead of staying owned for as long as the worker lives.
+        Returns how many leases were extended.
+        """
 
     def complete_item(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage,
                       *, provider: str | None = None, model: str | None = None) -> bool:

@@ -544,8 +544,16 @@ class RedisJobStore:
                      content=_text(content), content_hash=content_hash, origin=origin, offset=offset,
                      stat_sig=stat_sig, attempts=st.get("a", 0), rate_limit_waits=st.get("w", 0))
 
-    def renew_leases(self, worker_id, *, lease_s):
-        return sum(self._each_active_job(self.lua.renew_leases, [worker_id, lease_s * 1000]).values())
+    def renew_leases(self, worker_id, items, *, lease_s):
+        by_job: dict[str, list[int]] = {}
+        for job_id, idx in items:
+            by_job.setdefault(job_id, []).append(idx)
+        if not by_job:
+            return 0
+        pipe = self.r.pipeline(transaction=False)
+        for job_id, indexes in by_job.items():
+            self.lua.renew_leases(keys=self.keys.job(job_id), args=[worker_id, lease_s * 1000, *indexes], client=pipe)
+        return sum(int(n) for n in pipe.execute())
 
     def complete_item(self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None):
         return bool(self.lua.complete_item(keys=self.keys.job(job_id), args=[
@@ -676,11 +684,31 @@ class RedisLimits:
         return None
 
 
-def open_redis_backend_parts(url: str, queue_name: str) -> tuple[RedisHuey, RedisJobStore, RedisLimits]:
-    """The Huey queue, the store and the limiter for a redis:// URL, on one connection pool."""
+QUEUE_ERRORS = (redis.ConnectionError, redis.TimeoutError)  #: what Huey's RedisStorage raises when Redis is gone
+
+
+def persistence_warning(conn: RedisConnection) -> str | None:
+    """A warning when this Redis would lose jobs on restart (no AOF), else None.
+
+    Jobs live in Redis: without the append-only file a restart (or a crash) forgets them.
+    Managed Redis may refuse INFO; then nothing can be said.
+    """
+    try:
+        info = conn.client.info("persistence")
+    except redis.RedisError:
+        return None
+    if str(info.get("aof_enabled", "1")) == "1":
+        return None
+    return (f"Redis at {conn.where} does not persist with an append-only file (appendonly no): a Redis "
+            "restart would lose jobs. Turn it on: redis-server --appendonly yes (docker/compose.yaml does).")
+
+
+def open_redis_backend_parts(url: str, queue_name: str) -> tuple[RedisHuey, RedisJobStore, RedisLimits,
+                                                                  RedisConnection]:
+    """The Huey queue, the store, the limiter and the connection for a redis:// URL, on one pool."""
     conn = connect_redis(url)
     # results=False: nothing reads Huey results (the store has them), and RedisHuey's results
     # hash would grow forever. clean_name=False keeps the prefix readable in Huey's key names.
     huey = RedisHuey(name=f"{conn.prefix}.{queue_name}", connection_pool=conn.pool, results=False,
                      utc=True, clean_name=False)
-    return huey, RedisJobStore(conn), RedisLimits(conn)
+    return huey, RedisJobStore(conn), RedisLimits(conn), conn

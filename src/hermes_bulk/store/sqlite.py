@@ -386,10 +386,15 @@ class SqliteJobStore:
         return Claim(job=job, index=idx, name=row[1], content=content, content_hash=row[2], origin=row[3],
                      offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
 
-    def renew_leases(self, worker_id, *, lease_s):
+    def renew_leases(self, worker_id, items, *, lease_s):
+        items = list(items)
+        if not items:
+            return 0
+        until = self.now() + lease_s
         with self.db.write() as conn:
-            return conn.execute("UPDATE items SET lease_until = ? WHERE owner = ? AND status = ?",
-                                (self.now() + lease_s, worker_id, CLAIMED)).rowcount
+            return sum(conn.execute("UPDATE items SET lease_until = ? WHERE job_id = ? AND idx = ? AND owner = ?"
+                                    " AND status = ?", (until, job_id, idx, worker_id, CLAIMED)).rowcount
+                       for job_id, idx in items)
 
     def _finish_owned(self, conn, job_id, index, worker_id, status, extra_sets="", extra=()):
         """Move the owner's running item to status; returns its reservation, or None if not owner."""
