@@ -135,8 +135,8 @@ def test_status_json_has_the_contract_keys_through_the_life_of_a_job(cli, tmp_pa
 
 def test_pause_stops_new_items_and_resume_continues(cli, tmp_path, fake_provider):
     src = tmp_path / "rows.jsonl"
-    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(40)))
-    fake_provider.configure(latency_s=0.05)
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(120)))
+    fake_provider.configure(latency_s=0.1)  # 2 at a time: about 20 items a second, 6 s in all
     job_id = cli.create("Do", src, "--concurrency", "2")
     cli("run", job_id)
     worker = cli.spawn_worker("-w", "2")
@@ -151,11 +151,11 @@ def test_pause_stops_new_items_and_resume_continues(cli, tmp_path, fake_provider
         time.sleep(1.0)
         assert cli.json("status", job_id, "--json")["completed"] == settled
         cli("resume", job_id)
-        wait_for(lambda: cli.json("status", job_id, "--json")["state"] == "completed", message="completion")
+        wait_for(lambda: cli.json("status", job_id, "--json")["state"] == "completed", timeout=60, message="completion")
     finally:
         worker.terminate()
         worker.wait(30)
-    assert sorted(Counter(r.item for r in fake_provider.requests).values()) == [1] * 40
+    assert sorted(Counter(r.item for r in fake_provider.requests).values()) == [1] * 120
 
 
 def test_retry_returns_failed_items_and_processes_them(cli, tmp_path, fake_provider):
