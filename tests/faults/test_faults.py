@@ -99,10 +99,10 @@ def test_a_429_pauses_every_worker_in_every_process_for_retry_after(cli, tmp_pat
     (t429,) = [r.at for r in fake_provider.requests if r.status == 429]
     after = [r.at - t429 for r in fake_provider.requests if r.at > t429]
     # Requests already on the wire when the 429 was answered may still arrive; none after that.
-    in_pause = [d for d in after if 0.25 < d < 2.95]
+    in_pause = [d for d in after if 0.5 < d < 2.9]
     assert in_pause == [], f"{len(in_pause)} requests reached the provider during the shared wait"
-    assert min(d for d in after if d >= 0.25) >= 2.95, "the wait lasted Retry-After"
-    assert any(d < 4.0 for d in after if d >= 2.95), "work resumed after the wait"
+    assert min(d for d in after if d >= 0.5) >= 2.9, "the wait lasted Retry-After"
+    assert any(d < 4.5 for d in after if d >= 2.9), "work resumed after the wait"
     done = status(cli, job_id)
     assert (done["completed"], done["failed"]) == (400, 0)
     events = cli("events", job_id, "--limit", "5000").stdout
