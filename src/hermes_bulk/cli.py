@@ -19,12 +19,12 @@ from pathlib import Path
 from rich.console import Console
 
 from . import logs, views
-from .broker import open_backend
+from .broker import open_backend, redacted_url
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
-from .errors import BackendUnavailable, HermesBulkError, InputError
+from .errors import BackendUnavailable, HermesBulkError
 from .files import private_dir
-from .jobs import Jobs
+from .jobs import Jobs, read_schema
 from .tasks import consumer_options
 from .worker import WorkerRuntime
 
@@ -86,7 +86,7 @@ def _save_traceback(settings: Settings | None) -> Path:
 
 
 def cmd_create(args: Namespace, settings: Settings) -> int:
-    schema = _read_schema(args.schema) if args.schema else None
+    schema = read_schema(Path(args.schema)) if args.schema else None
     jobs = Jobs(settings)
     progress = (lambda n: err.print(f"\rdiscovered {n} items…", end="")) if not args.json and sys.stderr.isatty() else None
     created = jobs.create(args.instruction, args.over, concurrency=args.concurrency, retries=args.retries,
@@ -100,19 +100,6 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
     else:
         print(views.created_text(created, "hermes-bulk run"))
     return EXIT_OK
-
-
-def _read_schema(path: str) -> str:
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-        schema = json.loads(text)
-    except OSError as exc:
-        raise InputError(f"--schema {path}: cannot read it ({exc.strerror}).") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
-        raise InputError(f"--schema {path}: give a JSON schema of an object with \"properties\".")
-    return json.dumps(schema)
 
 
 def cmd_run(args: Namespace, settings: Settings) -> int:
@@ -241,7 +228,7 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     if args.burst:
         threading.Thread(target=_stop_when_idle, args=(Jobs(settings, backend), consumer), daemon=True).start()
     logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s", runtime.worker_id, threads,
-                                           _redacted(settings.backend_url))
+                                           redacted_url(settings.backend_url))
     try:
         consumer.run()
     finally:
@@ -262,16 +249,6 @@ def _stop_when_idle(jobs: Jobs, consumer) -> None:
         elif time.monotonic() - idle_since > 1.0:
             consumer.stop(graceful=True)
             return
-
-
-def _redacted(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
 
 
 def _configure_logging(args: Namespace) -> None:
