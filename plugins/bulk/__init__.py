@@ -26,7 +26,7 @@ def register(ctx) -> None:
     try:
         bulk = _import_plugin()
     except ImportError as exc:
-        missing = getattr(exc, "name", None) or "hermes_bulk"
+        missing = (getattr(exc, "name", None) or "hermes_bulk").split(".")[0]
         message = (f"Bulk cannot start: the Python package {missing!r} is not installed in Hermes' Python "
                    f"({sys.executable}). Install hermes-bulk there with:\n"
                    f"  {sys.executable} -m pip install hermes-bulk\n"
