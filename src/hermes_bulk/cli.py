@@ -112,9 +112,26 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
 
 
+def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRuntime, str]:
+    """A worker for every kind of job this machine can serve, and a line saying which.
+
+    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; jobs created in
+    Hermes (`/bulk`) call Hermes' model, which a worker can do where hermes-agent is installed
+    and HERMES_HOME is the profile they were created in. Hermes itself is imported only when
+    such a job arrives (plugin/hermes.py), and its calls are admitted by the request budget.
+    """
+    from .plugin import background, hermes
+
+    clients, note = hermes.worker_clients(settings)
+    runtime = WorkerRuntime(backend, settings, threads=threads,
+                            request_gate=background.request_gate(settings) if clients else None)
+    runtime.clients.update(clients)
+    return runtime, note
+
+
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime = WorkerRuntime(jobs.backend, settings, threads=threads)
+    runtime, _ = _worker_runtime(jobs.backend, settings, threads)
     runtime.start()
     runtime.start_embedded_consumer()
     try:
@@ -220,15 +237,15 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     _configure_logging(args)
     threads = args.workers or settings.max_concurrency
     backend = open_backend(settings)
-    runtime = WorkerRuntime(backend, settings, threads=threads)
+    runtime, serves_hermes = _worker_runtime(backend, settings, threads)
     consumer = Consumer(backend.huey, **consumer_options(
         threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
     runtime.start()
     if args.burst:
         threading.Thread(target=_stop_when_idle, args=(Jobs(settings, backend), consumer), daemon=True).start()
-    logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s", runtime.worker_id, threads,
-                                           redacted_url(settings.backend_url))
+    logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s; %s", runtime.worker_id, threads,
+                                           redacted_url(settings.backend_url), serves_hermes)
     try:
         consumer.run()
     finally:
