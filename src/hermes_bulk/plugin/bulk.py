@@ -60,7 +60,9 @@ A job id may be shortened to any unique prefix. Details of one command: {CMD} <c
 
 _ctx: Any = None  # the PluginContext Hermes registered us with: ctx.llm and, newer, ctx.get_config
 _late_lock = threading.Lock()
-_late_answers: list[str] = []  # answers that came after their reply; they go out with the next one
+# Answers that came after their reply, by profile home: they go out with the next /bulk of that
+# profile (whoever may run /bulk there sees its jobs anyway; another profile's do not).
+_late_answers: dict[str, list[str]] = {}
 
 
 def register(ctx: Any) -> None:
@@ -76,8 +78,8 @@ def register(ctx: Any) -> None:
 class _Command:
     """One /bulk command on its thread; the handler waits for it, up to REPLY_WAIT_S."""
 
-    def __init__(self, raw_args: str) -> None:
-        self.raw_args = raw_args
+    def __init__(self, raw_args: str, profile: str) -> None:
+        self.raw_args, self.profile = raw_args, profile
         self.answer: str | None = None
         self.items_found = 0
         self.abandoned = False  # the reply went out without the answer
@@ -95,7 +97,7 @@ class _Command:
             self.answer = text
             if self.abandoned:
                 with _late_lock:
-                    _late_answers.append(f"Earlier {CMD} {self.raw_args}:\n{text}")
+                    _late_answers.setdefault(self.profile, []).append(f"Earlier {CMD} {self.raw_args}:\n{text}")
         self.done.set()
 
     def _progress(self, found: int) -> None:
@@ -113,7 +115,8 @@ class _Command:
 
 async def handle(raw_args: str) -> str:
     """The /bulk handler: returns to the event loop while the command runs on its thread."""
-    command = _Command(raw_args or "")
+    profile = str(hermes.profile_home())
+    command = _Command(raw_args or "", profile)
     command.start()
     deadline = time.monotonic() + REPLY_WAIT_S
     # Polling, not a future bound to this loop: Hermes' CLI runs the coroutine in a loop that is
@@ -122,8 +125,7 @@ async def handle(raw_args: str) -> str:
         await asyncio.sleep(_POLL_S)
     text = command.answer if command.done.is_set() and command.answer is not None else command.give_up()
     with _late_lock:
-        late = list(_late_answers)
-        _late_answers.clear()
+        late = _late_answers.pop(profile, [])
     return "\n\n".join([*late, text])
 
 
