@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from huey import Huey, SqliteHuey
 from huey.api import TaskWrapper
@@ -74,6 +74,15 @@ def sqlite_paths(url: str) -> tuple[Path, Path]:
         raise ConfigError(f"Invalid setting HERMES_BULK_BACKEND: {url!r} is not sqlite:///path/to/bulk.db.")
     store = Path(raw).expanduser()
     return store, store.with_name(store.stem + "-queue.db")
+
+
+def redacted_url(url: str) -> str:
+    """A backend URL fit for logs and messages: the password replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
 
 
 _open: dict[str, Backend] = {}

@@ -19,12 +19,12 @@ from pathlib import Path
 from rich.console import Console
 
 from . import logs, metrics, views
-from .broker import open_backend
+from .broker import open_backend, redacted_url
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError
 from .files import private_dir
-from .jobs import Jobs
+from .jobs import Jobs, read_schema
 from .tasks import consumer_options
 from .worker import WorkerRuntime
 
@@ -86,7 +86,7 @@ def _save_traceback(settings: Settings | None) -> Path:
 
 
 def cmd_create(args: Namespace, settings: Settings) -> int:
-    schema = _read_schema(args.schema) if args.schema else None
+    schema = read_schema(Path(args.schema)) if args.schema else None
     jobs = Jobs(settings)
     progress = (lambda n: err.print(f"\rdiscovered {n} items…", end="")) if not args.json and sys.stderr.isatty() else None
     created = jobs.create(args.instruction, args.over, concurrency=args.concurrency, retries=args.retries,
@@ -102,19 +102,6 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _read_schema(path: str) -> str:
-    try:
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-        schema = json.loads(text)
-    except OSError as exc:
-        raise InputError(f"--schema {path}: cannot read it ({exc.strerror}).") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
-        raise InputError(f"--schema {path}: give a JSON schema of an object with \"properties\".")
-    return json.dumps(schema)
-
-
 def cmd_run(args: Namespace, settings: Settings) -> int:
     jobs = Jobs(settings)
     job = jobs.run(args.job)
@@ -125,9 +112,26 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
 
 
+def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRuntime, str]:
+    """A worker for every kind of job this machine can serve, and a line saying which.
+
+    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; jobs created in
+    Hermes (`/bulk`) call Hermes' model, which a worker can do where hermes-agent is installed
+    and HERMES_HOME is the profile they were created in. Hermes itself is imported only when
+    such a job arrives (plugin/hermes.py), and its calls are admitted by the request budget.
+    """
+    from .plugin import background, hermes
+
+    clients, note = hermes.worker_clients(settings)
+    runtime = WorkerRuntime(backend, settings, threads=threads,
+                            request_gate=background.request_gate(settings) if clients else None)
+    runtime.clients.update(clients)
+    return runtime, note
+
+
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime = WorkerRuntime(jobs.backend, settings, threads=threads)
+    runtime, _ = _worker_runtime(jobs.backend, settings, threads)
     runtime.start()
     runtime.start_embedded_consumer()
     try:
@@ -233,7 +237,7 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     _configure_logging(args)
     threads = args.workers or settings.max_concurrency
     backend = open_backend(settings)
-    runtime = WorkerRuntime(backend, settings, threads=threads)
+    runtime, serves_hermes = _worker_runtime(backend, settings, threads)
     consumer = Consumer(backend.huey, **consumer_options(
         threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
@@ -250,8 +254,8 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
                              f"({exc.strerror}); choose another port.") from None
     if args.burst:
         threading.Thread(target=_stop_when_idle, args=(Jobs(settings, backend), consumer), daemon=True).start()
-    logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s", runtime.worker_id, threads,
-                                           _redacted(settings.backend_url))
+    logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s; %s", runtime.worker_id, threads,
+                                           redacted_url(settings.backend_url), serves_hermes)
     try:
         consumer.run()
     finally:
@@ -272,16 +276,6 @@ def _stop_when_idle(jobs: Jobs, consumer) -> None:
         elif time.monotonic() - idle_since > 1.0:
             consumer.stop(graceful=True)
             return
-
-
-def _redacted(url: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
 
 
 def _configure_logging(args: Namespace) -> None:

@@ -37,6 +37,9 @@ class UsageError(InputError):
 
 
 class _Parser(argparse.ArgumentParser):
+    #: command name -> its parser, so a caller can show one command's help without printing it
+    subcommands: dict[str, argparse.ArgumentParser]
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(message[:1].upper() + message[1:] + ".", self.format_usage())
 
@@ -75,11 +78,12 @@ def _seconds(text: str) -> float:
     return value
 
 
-def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> argparse.ArgumentParser:
+def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Parser:
     parser = _Parser(prog=prog, description="Apply one instruction to many items, each its own model call, "
                      "as a durable background job.", epilog=None if for_slash else EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.subcommands = sub.choices
 
     p = sub.add_parser("create", help="create a job over a directory or file (no model calls)")
     p.add_argument("instruction", help="what to do with each item")

@@ -33,6 +33,14 @@ class InvalidTransition(HermesBulkError):
     """The job is not in a state that allows the requested command."""
 
 
+class ClientUnavailable(HermesBulkError):
+    """This worker cannot make the model calls a job needs; it leaves the job to workers that can.
+
+    A job created in Hermes calls Hermes' model (`ctx.llm`), a job created by `hermes-bulk
+    create` calls the endpoint in HERMES_BULK_*: a worker never sends one kind to the other.
+    """
+
+
 # Model errors ---------------------------------------------------------------------------------
 
 

@@ -118,6 +118,8 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None
             "item": item.name, "index": item.index, "status": item.status,
             "result": item.result if item.status == COMPLETED else None,
             "error": describe_error(item) or None, "tokens_in": item.tokens_in, "tokens_out": item.tokens_out,
+            # Who answered: with Hermes' fallbacks it may not be the configured provider.
+            "provider": item.provider, "model": item.model,
         }
         if structured:
             row["data"] = _fields_of(item) or None

@@ -6,6 +6,7 @@ same. Functions take and return plain records; rendering is `views.py`'s job.
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +15,7 @@ from pathlib import Path
 from . import export as export_mod
 from . import prompt
 from .broker import Backend, open_backend
-from .config import Settings
+from .config import Settings, env_name
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound
 from .files import private_dir
 from .model import provider_key
@@ -85,11 +86,17 @@ def derive_state(job: JobRecord, live_workers: int) -> str:
 
 
 class Jobs:
-    """Job operations over one backend."""
+    """Job operations over one backend.
+
+    `cmd` and `setting_name` are how messages name commands and settings to the user:
+    `hermes-bulk` and HERMES_BULK_* on the command line, `/bulk` and config.yaml keys in Hermes.
+    """
 
     def __init__(self, settings: Settings, backend: Backend | None = None,
-                 request_gate: RequestGate | None = None) -> None:
+                 request_gate: RequestGate | None = None, *, cmd: str = "hermes-bulk",
+                 setting_name: Callable[[str], str] = env_name) -> None:
         self.settings = settings
+        self.cmd, self.setting_name = cmd, setting_name
         self.backend = backend or open_backend(settings)
         self.request_gate = request_gate or OpenGate()
         self.store = self.backend.store
@@ -108,7 +115,7 @@ class Jobs:
         concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
         if concurrency > s.max_concurrency:
             raise InputError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
-                             "lower it, or raise HERMES_BULK_MAX_CONCURRENCY.")
+                             f"lower it, or raise {self.setting_name('max_concurrency')}.")
         if client == "http":
             model = model or s.model
             if not model:
@@ -170,7 +177,7 @@ class Jobs:
         if not job_ref:
             jobs = self.store.list_jobs(1)
             if not jobs:
-                raise JobNotFound("There are no jobs yet. Create one with: hermes-bulk create \"…\" --over PATH")
+                raise JobNotFound(f'There are no jobs yet. Create one with: {self.cmd} "<instruction>" --over PATH')
             return jobs[0].job_id
         if self.store.get_job(job_ref):
             return job_ref
@@ -178,7 +185,7 @@ class Jobs:
         if len(matches) == 1:
             return matches[0]
         if not matches:
-            raise JobNotFound(f"No job {job_ref!r}. List jobs with: hermes-bulk list")
+            raise JobNotFound(f"No job {job_ref!r}. List jobs with: {self.cmd} list")
         raise JobNotFound(f"{job_ref!r} matches several jobs ({', '.join(matches[:5])}); give more of the id.")
 
     def get(self, job_ref: str | None) -> JobRecord:
@@ -210,7 +217,7 @@ class Jobs:
         job = self.get(job_ref)
         if job.finished:
             raise InvalidTransition(f"Job {job.job_id} has no pending items"
-                                    + (f"; {job.failed} failed: run hermes-bulk retry {job.job_id}" if job.failed else "."))
+                                    + (f"; {job.failed} failed: run {self.cmd} retry {job.job_id}" if job.failed else "."))
         self.liveness.recover_dead()
         self.store.release_expired_leases()
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY, PAUSED],
@@ -239,12 +246,12 @@ class Jobs:
                              f"({job.tokens_charged + job.tokens_reserved}); give a larger limit.")
         if max_tokens is None and job.state == PAUSED and job.pause_reason == PAUSE_TOKEN_LIMIT:
             raise InputError(f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
-                             f"with a larger one: hermes-bulk resume {job.job_id} --max-tokens N")
+                             f"with a larger one: {self.cmd} resume {job.job_id} --max-tokens N")
         note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[PAUSED], max_tokens=max_tokens,
                                        event=Event("resumed", "resumed" + note))
         if updated is None:
-            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: hermes-bulk run {job.job_id}")
+            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: {self.cmd} run {job.job_id}")
         return self._start(updated)
 
     def retry(self, job_ref: str | None) -> tuple[JobRecord, int]:
@@ -273,6 +280,19 @@ class Jobs:
         target = Path(output).expanduser() if output else self.job_dir(job.job_id) / f"results.{fmt}"
         export_mod.export(self.store, job, fmt, target, outputs_dir=self.job_dir(job.job_id) / "outputs")
         return target
+
+
+def read_schema(path: Path) -> str:
+    """A --schema file as compact JSON text: a JSON schema of an object with "properties"."""
+    try:
+        schema = json.loads(path.expanduser().read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"--schema {path}: cannot read it ({exc.strerror}).") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
+    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
+        raise InputError(f"--schema {path}: give a JSON schema of an object with \"properties\".")
+    return json.dumps(schema)
 
 
 def state_label(state: str) -> str:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from .errors import PermanentModelError, RateLimited, TransientModelError
+from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
 from .store.protocol import Usage
 
 log = logging.getLogger("hermes_bulk.model")
@@ -82,18 +82,23 @@ def retry_after_seconds(headers: Mapping[str, str] | None,
     return max(0.0, (when - now).total_seconds())
 
 
-def classify_status(status: int, headers: Mapping[str, str] | None) -> Exception:
-    """The error class for an HTTP error status (shared by every client)."""
+def classify_status(status: int, headers: Mapping[str, str] | None, *, setup_fix: str | None = None) -> ModelError:
+    """The error class for an HTTP error status (shared by every client).
+
+    setup_fix: where the user fixes credentials or the model name, when it is not HERMES_BULK_*
+    (inside Hermes it is Hermes' own model setup).
+    """
     if status == 429:
         return RateLimited(retry_after_s=retry_after_seconds(headers))
     if status in TRANSIENT_STATUS or status >= 500:
         return TransientModelError(f"the provider answered HTTP {status}", http_status=status)
     if status in (401, 403):
-        return PermanentModelError(f"the provider refused the credentials (HTTP {status}); check "
-                                   "HERMES_BULK_API_KEY or OPENAI_API_KEY", http_status=status)
+        return PermanentModelError(f"the provider refused the credentials (HTTP {status}); "
+                                   f"{setup_fix or 'check HERMES_BULK_API_KEY or OPENAI_API_KEY'}", http_status=status)
     if status == 404:
         return PermanentModelError("the provider does not know this endpoint or model (HTTP 404); "
-                                   "check HERMES_BULK_BASE_URL and HERMES_BULK_MODEL", http_status=status)
+                                   f"{setup_fix or 'check HERMES_BULK_BASE_URL and HERMES_BULK_MODEL'}",
+                                   http_status=status)
     return PermanentModelError(f"the provider rejected the request (HTTP {status}); the details "
                                "are in the log", http_status=status)
 

@@ -28,6 +28,7 @@ from tenacity import (
 from . import prompt, sources
 from .errors import (
     BackendUnavailable,
+    ClientUnavailable,
     ModelError,
     PermanentModelError,
     RateLimited,
@@ -37,11 +38,13 @@ from .files import write_private
 from .limits import MAX_RATE_LIMIT_WAITS, LongWait, ProviderGate
 from .metrics import WorkerCounters
 from .model import Completion, ModelClient
-from .store.protocol import Claim, ClaimRefused, ItemError, JobRecord, JobStore, SharedLimits
+from .store.protocol import Claim, ClaimRefused, Event, ItemError, JobRecord, JobStore, SharedLimits
 
 log = logging.getLogger("hermes_bulk.pipeline")
 
 RETRY_WAIT = wait_exponential(multiplier=2, max=30)  # 2, 4, 8, 16, 30, 30 … seconds
+#: How soon a trigger this worker cannot serve goes back on the queue for another worker.
+CLIENT_UNAVAILABLE_RETRY_S = 5.0
 
 
 class RequestGate(Protocol):
@@ -96,6 +99,7 @@ class ItemProcessor:
         self._held_lock = threading.Lock()
         self.client_for, self.jobs_dir = client_for, jobs_dir
         self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
+        self._told_cannot_serve: set[str] = set()  # job ids that have the event already
 
     def handle(self, job_id: str, index_hint: int) -> Outcome:
         claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
@@ -109,6 +113,12 @@ class ItemProcessor:
         except LongWait as wait:
             self.store.release_item(job_id, claim.index, self.worker_id)
             return Outcome(claimed=True, reschedule_in=wait.seconds, index=claim.index)
+        except ClientUnavailable as exc:
+            # Never send an item to a model it was not created for: give it back, and put the
+            # trigger back on the queue, where a worker that can serve the job will take it.
+            self.store.release_item(job_id, claim.index, self.worker_id)
+            self._tell_cannot_serve(job_id, exc)
+            return Outcome(claimed=True, reschedule_in=CLIENT_UNAVAILABLE_RETRY_S, index=claim.index)
         except _LostClaim:
             log.info("job %s item %s: lease lost; another worker has it", job_id, claim.index)
         except BackendUnavailable as exc:
@@ -131,11 +141,11 @@ class ItemProcessor:
     # The steps -----------------------------------------------------------------------------
     def _process(self, claim: Claim) -> None:
         spec = claim.job.spec
+        client = self.client_for(claim.job)  # first: a worker that cannot serve the job reads nothing
         if sources.source_changed(spec.source_kind, spec.source, claim.origin, claim.offset, claim.index,
                                   claim.stat_sig, claim.content_hash):
             self._fail(claim, ItemError("SourceChanged", "source content changed since the job was created"))
             return
-        client = self.client_for(claim.job)
         try:
             completion = self._call_with_retries(claim, client)
         except (PermanentModelError, TransientModelError, RateLimited) as exc:
@@ -196,6 +206,14 @@ class ItemProcessor:
                 continue
             gate.succeeded()
             return structured(completion) if schema is not None else completion
+
+    def _tell_cannot_serve(self, job_id: str, exc: ClientUnavailable) -> None:
+        if job_id in self._told_cannot_serve:
+            return
+        self._told_cannot_serve.add(job_id)
+        log.warning("job %s: worker %s leaves it to other workers: %s", job_id, self.worker_id, exc)
+        self.store.add_events(job_id, [Event("worker_cannot_serve", f"worker {self.worker_id} leaves this job "
+                                             f"to other workers: {exc}")])
 
     def _fail(self, claim: Claim, error: ItemError) -> None:
         if not self._persist(self.store.fail_item, claim.job.job_id, claim.index, self.worker_id, error):

@@ -92,6 +92,21 @@ def event_lines(events: list[Event]) -> list[str]:
     return lines
 
 
+def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
+    """The most recent jobs as plain lines (a chat reply has no tables)."""
+    if not statuses:
+        return f'No jobs yet. Create one with: {cmd} "<instruction>" --over PATH'
+    lines = ["Recent jobs (newest first):"]
+    for st in statuses:
+        j = st.job
+        instruction = j.spec.instruction.replace("\n", " ")
+        instruction = instruction if len(instruction) <= 40 else instruction[:39] + "…"
+        lines.append(f"{j.job_id}  {state_label(st.state)}  {j.completed}/{j.total} completed, {j.failed} failed  "
+                     f"{datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  {instruction}")
+    lines.append(f"Details of one job: {cmd} status <job_id>")
+    return "\n".join(lines)
+
+
 def jobs_table(statuses: list[JobStatus]) -> Table:
     table = Table(title="Bulk jobs (newest first)")
     for col, kw in (("job", {"no_wrap": True}), ("state", {"no_wrap": True}), ("done", {"justify": "right"}),

@@ -21,13 +21,13 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from . import metrics
 from .broker import Backend
 from .config import Settings
-from .errors import ConfigError, HermesBulkError
+from .errors import ClientUnavailable, ConfigError, HermesBulkError
 from .files import private_dir
 from .model import HttpModelClient, ModelClient
 from .pipeline import ItemProcessor, OpenGate, RequestGate
@@ -35,6 +35,16 @@ from .store.protocol import AWAITING_RECOVERY, RUNNING, Event, JobRecord, Worker
 from .tasks import EmbeddedConsumer, consumer_options
 
 log = logging.getLogger("hermes_bulk.worker")
+
+ClientFactory = Callable[[JobRecord], ModelClient]
+
+#: Why a worker without a client for a job's kind leaves the job to others (job.spec.client).
+_CANNOT_SERVE = {
+    "http": "it was created by hermes-bulk create, and this worker serves only jobs created in Hermes; "
+            "process it with: hermes-bulk run JOB --wait, or a hermes-bulk worker",
+    "hermes": "it was created in Hermes, and this worker cannot call Hermes' model (that needs hermes-agent "
+              "installed here and HERMES_HOME set to the profile the job was created in)",
+}
 
 
 def new_worker_id() -> str:
@@ -107,9 +117,14 @@ class WorkerRuntime:
     """The per-process worker: processes triggers, and keeps leases and recovery going."""
 
     def __init__(self, backend: Backend, settings: Settings, *, threads: int,
-                 client_for: Callable[[JobRecord], ModelClient] | None = None,
+                 clients: Mapping[str, ClientFactory] | None = None,
+                 client_for: ClientFactory | None = None,
                  request_gate: RequestGate | None = None) -> None:
+        """`clients`: a model-client factory per kind of job (job.spec.client) this worker serves;
+        by default only "http", the endpoint in HERMES_BULK_*. A job of another kind is left to
+        workers that serve it. `client_for` replaces the routing altogether."""
         self.backend, self.settings, self.threads = backend, settings, threads
+        self.clients: dict[str, ClientFactory] = dict(clients) if clients is not None else {"http": self.http_client_for}
         self.worker_id = new_worker_id()
         self.started_at = time.time()
         self.liveness = Liveness(backend, settings.home / "workers")
@@ -118,7 +133,7 @@ class WorkerRuntime:
         self.request_gate = request_gate or OpenGate()
         self.processor = ItemProcessor(
             store=backend.store, limits=backend.limits, worker_id=self.worker_id,
-            client_for=client_for or self._http_client_for, jobs_dir=settings.jobs_dir,
+            client_for=client_for or self.client_for, jobs_dir=settings.jobs_dir,
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
             request_gate=self.request_gate,
         )
@@ -138,7 +153,16 @@ class WorkerRuntime:
             self.backend.trigger(job_id, (outcome.index or 0) + 1)
         return None
 
-    def _http_client_for(self, job: JobRecord) -> ModelClient:
+    def client_for(self, job: JobRecord) -> ModelClient:
+        """The model client for a job; ClientUnavailable when this worker does not serve its kind."""
+        factory = self.clients.get(job.spec.client)
+        if factory is None:
+            raise ClientUnavailable(_CANNOT_SERVE.get(job.spec.client, f"this worker has no {job.spec.client!r} "
+                                                      "model client"))
+        return factory(job)
+
+    def http_client_for(self, job: JobRecord) -> ModelClient:
+        """The endpoint in HERMES_BULK_* (jobs created by `hermes-bulk create`)."""
         model = job.spec.model or self.settings.model
         if not model:
             raise ConfigError("No model configured: set HERMES_BULK_MODEL or pass --model to create.")

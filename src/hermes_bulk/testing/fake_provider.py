@@ -191,7 +191,7 @@ class FakeProvider:
 
     async def _answer(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
         messages = req.get("messages") or []
-        prompt = "\n".join(str(m.get("content", "")) for m in messages if m.get("role") == "user")
+        prompt = "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user")
         item = item_text(prompt)
         fault, record = self._decide(item)
         if self.config.latency_s:
@@ -279,6 +279,14 @@ class FakeProvider:
 
     def serve_forever(self) -> None:
         asyncio.run(self._serve())
+
+
+def _content_text(content: Any) -> str:
+    """A message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, list):
+        return "\n".join(str(part.get("text", "")) for part in content
+                         if isinstance(part, dict) and part.get("type") == "text")
+    return str(content or "")
 
 
 def _reset(writer: asyncio.StreamWriter) -> None:

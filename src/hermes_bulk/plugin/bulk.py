@@ -1,0 +1,278 @@
+"""`/bulk` in Hermes Agent: `register(ctx)` and the slash command, over the same jobs API as the CLI.
+
+What it wires into Hermes, and nothing else:
+- `/bulk …` takes the grammar of `hermes-bulk` (commands.py: one parser serves both) and answers
+  with the texts the CLI prints, commands spelled `/bulk`;
+- Hermes calls the handler on its event loop (in the gateway), so the handler is a coroutine:
+  the command runs on a thread of its own, and the loop is free while it does;
+- `/bulk run`, `resume` and `retry` start the embedded workers in this process
+  (background.py) and answer at once; each item goes to Hermes' own model through ctx.llm
+  (hermes.HermesLlmClient), never to an endpoint of Bulk's.
+Jobs are decided in jobs.py; Hermes is imported only in hermes.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from argparse import Namespace
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import views
+from ..broker import open_backend
+from ..commands import UsageError, build_parser, split_slash_args
+from ..config import load_settings
+from ..errors import HermesBulkError, InvalidTransition
+from ..jobs import Jobs, JobStatus, read_schema
+from ..store.protocol import PAUSED, JobRecord
+from . import background, hermes
+
+log = logging.getLogger("hermes_bulk.plugin")
+
+CMD = "/bulk"
+REPLY_WAIT_S = 20.0  #: longer commands (a huge --over) answer later; Hermes gives a handler 30 s
+_POLL_S = 0.02
+
+DESCRIPTION = "Apply one instruction to many files, CSV rows or JSON records, in the background"
+ARGS_HINT = '"<instruction>" --over <path> | run|status|pause|resume|retry|export <job_id>'
+
+HELP = f"""\
+Bulk: apply one instruction to many files, CSV rows or JSON records. Each item is its own
+model call, made in the background with Hermes' model; progress is kept outside the chat.
+
+{CMD} "<instruction>" --over <path> [--concurrency N] [--retries N] [--max-tokens N]
+      [--rpm N] [--tpm N] [--schema FILE]        Creates a job. Makes no model calls.
+{CMD} run <job_id>                     Processes all pending items in the background.
+{CMD} status [job_id] [--events N]     Shows one job, or the most recent jobs.
+{CMD} pause <job_id>                   Stops new items from starting. Items in progress may finish.
+{CMD} resume <job_id> [--max-tokens N] Continues a paused job, optionally with a new limit.
+{CMD} retry <job_id>                   Returns failed items to the queue and processes them.
+{CMD} export <job_id> [--format md|csv|jsonl] [--output PATH]
+                                        Writes all results to one file. Makes no model calls.
+{CMD} list | events <job_id> | delete <job_id>
+
+A job id may be shortened to any unique prefix. Details of one command: {CMD} <command> --help"""
+
+_ctx: Any = None  # the PluginContext Hermes registered us with: ctx.llm and, newer, ctx.get_config
+_late_lock = threading.Lock()
+# Answers that came after their reply, by profile home: they go out with the next /bulk of that
+# profile (whoever may run /bulk there sees its jobs anyway; another profile's do not).
+_late_answers: dict[str, list[str]] = {}
+
+
+def register(ctx: Any) -> None:
+    """Hermes' plugin entry point."""
+    global _ctx
+    _ctx = ctx
+    ctx.register_command("bulk", handle, description=DESCRIPTION, args_hint=ARGS_HINT)
+
+
+# The handler ----------------------------------------------------------------------------------
+
+
+class _Command:
+    """One /bulk command on its thread; the handler waits for it, up to REPLY_WAIT_S."""
+
+    def __init__(self, raw_args: str, profile: str) -> None:
+        self.raw_args, self.profile = raw_args, profile
+        self.answer: str | None = None
+        self.items_found = 0
+        self.abandoned = False  # the reply went out without the answer
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        # The profile of a multiplexed gateway is a context variable: carry it onto the thread.
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(self._run,), name="hermes-bulk-command", daemon=True).start()
+
+    def _run(self) -> None:
+        text = answer(self.raw_args, on_progress=self._progress)
+        with self.lock:
+            self.answer = text
+            if self.abandoned:
+                with _late_lock:
+                    _late_answers.setdefault(self.profile, []).append(f"Earlier {CMD} {self.raw_args}:\n{text}")
+        self.done.set()
+
+    def _progress(self, found: int) -> None:
+        self.items_found = found
+
+    def give_up(self) -> str:
+        with self.lock:
+            if self.answer is not None:
+                return self.answer
+            self.abandoned = True
+        found = f" ({self.items_found} items found so far)" if self.items_found else ""
+        return (f"Still working on it{found}. It goes on in the background; the answer comes with your "
+                f"next {CMD} command.")
+
+
+async def handle(raw_args: str) -> str:
+    """The /bulk handler: returns to the event loop while the command runs on its thread."""
+    profile = str(hermes.profile_home())
+    command = _Command(raw_args or "", profile)
+    command.start()
+    deadline = time.monotonic() + REPLY_WAIT_S
+    # Polling, not a future bound to this loop: Hermes' CLI runs the coroutine in a loop that is
+    # closed as soon as it returns, and the thread may outlive it.
+    while not command.done.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(_POLL_S)
+    text = command.answer if command.done.is_set() and command.answer is not None else command.give_up()
+    with _late_lock:
+        late = _late_answers.pop(profile, [])
+    return "\n\n".join([*late, text])
+
+
+def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -> str:
+    """One /bulk command, start to finish, as the text to show. Never raises, never a traceback."""
+    first = raw_args.split(None, 1)[0] if raw_args.strip() else ""
+    if first in ("", "help", "-h", "--help"):
+        return HELP
+    parser = build_parser(CMD, for_slash=True)
+    try:
+        argv = split_slash_args(raw_args)
+        if "-h" in argv or "--help" in argv:
+            return _command_help(parser, argv[0])
+        args = parser.parse_args(argv)
+        return HANDLERS[args.command](args, _Session(), on_progress)
+    except UsageError as exc:
+        return f"{exc}\n{exc.usage.strip()}\nSee: {CMD} help".replace("\n\n", "\n")
+    except HermesBulkError as exc:
+        return str(exc)
+    except Exception as exc:  # a bug: keep the traceback for the log, give the user one line
+        log.exception("bulk: %s %s failed", CMD, raw_args)
+        return (f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes log "
+                f"({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it.")
+
+
+def _command_help(parser, name: str) -> str:
+    # argparse prints help to stdout, which is the JSON-RPC channel in Hermes' TUI gateway.
+    sub = parser.subcommands.get(name)
+    return sub.format_help() if sub is not None else HELP
+
+
+class _Session:
+    """What one command works with: settings for this profile, its backend, the jobs API."""
+
+    def __init__(self) -> None:
+        defaults = {"home": str(hermes.data_dir())}
+        self.settings = load_settings(plugin_settings={**defaults, **hermes.plugin_settings(_ctx)})
+        self.backend = open_backend(self.settings)
+        self.gate = background.request_gate(self.settings)
+        self.jobs = Jobs(self.settings, self.backend, self.gate, cmd=CMD,
+                         setting_name=lambda field: f"plugins.entries.{hermes.PLUGIN_ID}.settings.{field}")
+
+    def start_workers(self) -> None:
+        factory = hermes.client_factory(lambda: _ctx.llm, settings=self.settings, profile=hermes.profile_name(),
+                                        home=hermes.profile_home())
+        clients = {hermes.CLIENT: factory}
+        background.ensure_running(self.settings, self.backend, clients=clients, gate=self.gate)
+
+    def servable(self, job_ref: str) -> JobRecord:
+        """The job, if the workers in this process can run it; else why not."""
+        job = self.jobs.get(job_ref)
+        if job.spec.client != hermes.CLIENT:
+            raise InvalidTransition(f"Job {job.job_id} was created by hermes-bulk create and calls the endpoint "
+                                    f"set in HERMES_BULK_*, not Hermes' model. Process it with: hermes-bulk run "
+                                    f"{job.job_id} --wait")
+        created_in, here = hermes.profile_of(job.spec.provider_key), hermes.profile_name()
+        if created_in != here:
+            raise InvalidTransition(f"Job {job.job_id} was created in Hermes profile {created_in!r}; run it from "
+                                    f"that profile (this is {here!r}).")
+        return job
+
+
+def _path(text: str) -> Path:
+    path = Path(text).expanduser()
+    return path if path.is_absolute() else hermes.working_directory() / path
+
+
+# Commands --------------------------------------------------------------------------------------
+
+
+def cmd_create(args: Namespace, s: _Session, on_progress) -> str:
+    schema = read_schema(_path(args.schema)) if args.schema else None
+    model = hermes.configured_model()
+    created = s.jobs.create(args.instruction, str(_path(args.over)), concurrency=args.concurrency,
+                            retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
+                            client=hermes.CLIENT, provider=model.provider_key, model=model.model or None,
+                            schema=schema, on_progress=on_progress)
+    return views.created_text(created, f"{CMD} run")
+
+
+def cmd_run(args: Namespace, s: _Session, _on_progress) -> str:
+    s.servable(args.job)
+    job = s.jobs.run(args.job)
+    s.start_workers()
+    at_once = min(job.spec.concurrency, s.settings.max_concurrency)
+    return (f"Job {job.job_id} is running in the background: {job.pending} items pending, up to {at_once} "
+            f"at once.\nCheck it with: {CMD} status {job.job_id}")
+
+
+def cmd_status(args: Namespace, s: _Session, _on_progress) -> str:
+    if args.job is None:
+        return views.jobs_text(s.jobs.list(10), cmd=CMD)
+    return _status_text(s.jobs.status(args.job, events=args.events))
+
+
+def _status_text(st: JobStatus) -> str:
+    source = "Hermes" if st.job.spec.client == hermes.CLIENT else "the provider"
+    return views.status_text(st, tokens_source=source, cmd=CMD)
+
+
+def cmd_pause(args: Namespace, s: _Session, _on_progress) -> str:
+    job = s.jobs.pause(args.job)
+    return (f"Job {job.job_id} paused: no new items start; items in progress may finish.\n"
+            f"Continue with: {CMD} resume {job.job_id}")
+
+
+def cmd_resume(args: Namespace, s: _Session, _on_progress) -> str:
+    s.servable(args.job)
+    job = s.jobs.resume(args.job, max_tokens=args.max_tokens)
+    s.start_workers()
+    return (f"Job {job.job_id} resumed: {job.pending} items pending, processing in the background.\n"
+            f"Check it with: {CMD} status {job.job_id}")
+
+
+def cmd_retry(args: Namespace, s: _Session, _on_progress) -> str:
+    s.servable(args.job)
+    job, n = s.jobs.retry(args.job)
+    if job.state == PAUSED:
+        return (f"Job {job.job_id}: {n} failed items returned to the queue. The job is paused; "
+                f"continue with: {CMD} resume {job.job_id}")
+    s.start_workers()
+    return (f"Job {job.job_id}: {n} failed items returned to the queue, processing in the background.\n"
+            f"Check it with: {CMD} status {job.job_id}")
+
+
+def cmd_export(args: Namespace, s: _Session, _on_progress) -> str:
+    path = s.jobs.export(args.job, fmt=args.format, output=str(_path(args.output)) if args.output else None)
+    job = s.jobs.get(args.job)
+    unfinished = job.total - job.completed - job.failed
+    return (f"Exported job {job.job_id} to {path}\n"
+            f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, of {job.total} items.")
+
+
+def cmd_list(args: Namespace, s: _Session, _on_progress) -> str:
+    return views.jobs_text(s.jobs.list(args.limit), cmd=CMD)
+
+
+def cmd_events(args: Namespace, s: _Session, _on_progress) -> str:
+    st = s.jobs.status(args.job, events=args.limit)
+    return "\n".join(views.event_lines(st.events)) or f"Job {st.job.job_id} has no events yet."
+
+
+def cmd_delete(args: Namespace, s: _Session, _on_progress) -> str:
+    return f"Deleted job {s.jobs.delete(args.job)}."
+
+
+HANDLERS: dict[str, Callable[[Namespace, _Session, Any], str]] = {
+    "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
+    "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
+}

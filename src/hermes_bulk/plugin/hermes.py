@@ -1,0 +1,305 @@
+"""The one module that imports Hermes: homes, settings, the model, and ctx.llm as a ModelClient.
+
+Each Hermes API Bulk relies on sits behind one function here, and tests/plugin/test_hermes_api.py
+pins its behaviour against hermes-agent 0.19.0, so a Hermes upgrade that changes one shows up
+as one failing test. Hermes is imported inside functions only: importing this module (or the
+plugin) needs nothing but hermes-bulk itself.
+
+Errors from ctx.llm reach us after Hermes' own retries and fallbacks, as the provider SDK's
+exceptions (openai's, for every OpenAI-compatible provider). `classify_error` maps them onto the
+same classes, and so the same policies, as the HTTP client: RateLimited (with Retry-After),
+TransientModelError, PermanentModelError. Their text goes to the Hermes log only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings
+from ..errors import (
+    ClientUnavailable,
+    ModelError,
+    PermanentModelError,
+    RateLimited,
+    TransientModelError,
+)
+from ..model import Completion, classify_status, retry_after_seconds
+from ..store.protocol import JobRecord, Usage
+
+log = logging.getLogger("hermes_bulk.plugin")
+
+PLUGIN_ID = "bulk"  #: the entry-point name, the directory name and the plugins.entries key
+CLIENT = "hermes"  #: job.spec.client of jobs whose items go through ctx.llm
+PURPOSE = "bulk item"  #: what Hermes' log records as the purpose of each call
+SETUP_FIX = "check the model setup in Hermes (hermes model)"
+_KEY_PREFIX = CLIENT + ":"
+
+
+# Homes, settings, paths ------------------------------------------------------------------------
+
+
+def profile_home() -> Path:
+    """The active profile's home (a multiplexed gateway switches it per turn)."""
+    from hermes_constants import get_hermes_home
+
+    return Path(get_hermes_home())
+
+
+def profile_name() -> str:
+    """"default", a profile's name, or "custom" when HERMES_HOME is somewhere else."""
+    from hermes_cli.profiles import get_active_profile_name
+
+    return get_active_profile_name()
+
+
+def data_dir() -> Path:
+    """Where Bulk keeps its data for this profile: <profile home>/plugin-data/bulk."""
+    return profile_home() / "plugin-data" / PLUGIN_ID
+
+
+def plugin_settings(ctx: Any = None) -> dict[str, Any]:
+    """`plugins.entries.bulk.settings` from the profile's config.yaml.
+
+    Newer Hermes gives plugins ctx.get_config(key, default); 0.19.0 does not, so there the
+    profile's config is read directly (load_config follows the per-turn profile too).
+    """
+    get_config = getattr(ctx, "get_config", None)
+    if callable(get_config):
+        values = {name: get_config(name, None) for name in Settings.model_fields}
+        return {k: v for k, v in values.items() if v is not None}
+    from hermes_cli.config import load_config
+
+    entry = ((load_config().get("plugins") or {}).get("entries") or {}).get(PLUGIN_ID) or {}
+    settings = entry.get("settings") if isinstance(entry, dict) else None
+    return dict(settings) if isinstance(settings, dict) else {}
+
+
+def working_directory() -> Path:
+    """What relative paths in a command are relative to: Hermes' terminal cwd, as its tools use."""
+    return Path(os.environ.get("TERMINAL_CWD") or os.getcwd())
+
+
+@contextlib.contextmanager
+def in_profile(home: Path | None) -> Iterator[None]:
+    """Run Hermes calls as the profile `home`, also on a worker thread.
+
+    A multiplexed gateway sets the profile per turn in a context variable that threads started
+    elsewhere do not see; the workers set it back for each ctx.llm call of a job.
+    """
+    if home is None:
+        yield
+        return
+    from hermes_constants import reset_hermes_home_override, set_hermes_home_override
+
+    token = set_hermes_home_override(str(home))
+    try:
+        yield
+    finally:
+        reset_hermes_home_override(token)
+
+
+# The model ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HermesModel:
+    """The profile's configured main model, which ctx.llm calls (no credentials)."""
+
+    profile: str
+    provider: str
+    model: str
+
+    @property
+    def provider_key(self) -> str:
+        """Groups workers on one provider quota, so a 429 makes them wait together."""
+        return f"{_KEY_PREFIX}{self.profile}:{self.provider}:{self.model}"
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.provider or self.model)
+
+
+def configured_model() -> HermesModel:
+    """model.provider and model.default from the profile's config.yaml ("" when unset)."""
+    from hermes_cli.config import load_config
+
+    section = load_config().get("model")
+    if isinstance(section, str):
+        return HermesModel(profile_name(), "", section.strip())
+    section = section if isinstance(section, dict) else {}
+    provider = str(section.get("provider") or "").strip().lower()
+    model = str(section.get("default") or section.get("model") or "").strip()
+    return HermesModel(profile_name(), provider, model)
+
+
+def profile_of(provider_key: str) -> str | None:
+    """The Hermes profile a job was created in, from its provider key."""
+    if not provider_key.startswith(_KEY_PREFIX):
+        return None
+    return provider_key[len(_KEY_PREFIX):].split(":", 1)[0]
+
+
+def classify_error(exc: BaseException) -> ModelError:
+    """An exception from ctx.llm as Bulk's error class; its text goes to the log, never further.
+
+    Order matters: openai's APITimeoutError is an APIConnectionError, and RateLimitError an
+    APIStatusError. Other SDKs' errors are recognised by their status_code attribute.
+    """
+    log.warning("Hermes' model call failed: %s: %s", type(exc).__name__, exc)
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - hermes-agent depends on openai
+        openai = None
+    if openai is not None:
+        if isinstance(exc, openai.RateLimitError):
+            return RateLimited(retry_after_s=retry_after_seconds(_headers(exc)))
+        if isinstance(exc, openai.APITimeoutError):
+            return TransientModelError("the request timed out")
+        if isinstance(exc, openai.APIConnectionError):
+            return TransientModelError("connection error (APIConnectionError)")
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and 400 <= status <= 599:
+        return classify_status(status, _headers(exc), setup_fix=SETUP_FIX)
+    name = type(exc).__name__
+    if "Timeout" in name:
+        return TransientModelError("the request timed out")
+    if "Connection" in name:
+        return TransientModelError(f"connection error ({name})")
+    if isinstance(exc, PermissionError):  # agent.plugin_llm.PluginLlmTrustError
+        return PermanentModelError("Hermes refused the call (plugins.entries.bulk.llm); the details are in "
+                                   "the Hermes log")
+    if isinstance(exc, RuntimeError):  # call_llm: no provider configured, or no credentials for it
+        return PermanentModelError(f"Hermes could not call a model: {SETUP_FIX}; the details are in the "
+                                   "Hermes log")
+    if isinstance(exc, ValueError):  # complete_structured: the answer does not match --schema
+        return TransientModelError("the answer does not match --schema", http_status=200)
+    return TransientModelError(f"Hermes' model call failed ({name}); the details are in the Hermes log")
+
+
+def _headers(exc: BaseException) -> Mapping[str, str] | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    return headers if isinstance(headers, Mapping) else None
+
+
+class HermesLlmClient:
+    """model.ModelClient over ctx.llm: the user's provider, model, credentials and fallbacks.
+
+    No API key passes through Bulk. Items with --schema go through complete_structured; the
+    answer is returned as JSON text, and pipeline.structured() holds it to being an object.
+    """
+
+    def __init__(self, llm: Any, *, provider_key: str, timeout_s: float, home: Path | None = None) -> None:
+        self.llm, self.provider_key, self.timeout_s, self.home = llm, provider_key, timeout_s, home
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int | None,
+                 json_schema: dict[str, Any] | None = None) -> Completion:
+        try:
+            with in_profile(self.home):
+                result = self._call(messages, max_tokens, json_schema)
+        except Exception as exc:
+            raise classify_error(exc) from None
+        text = result.text or ""
+        if json_schema is not None and isinstance(getattr(result, "parsed", None), dict):
+            text = json.dumps(result.parsed, ensure_ascii=False)
+        if not text.strip():
+            raise TransientModelError("the provider returned an empty answer", http_status=200)
+        usage = getattr(result, "usage", None)
+        tokens_in, tokens_out = getattr(usage, "input_tokens", 0), getattr(usage, "output_tokens", 0)
+        reported = bool(tokens_in or tokens_out)  # Hermes reports 0/0 when the provider said nothing
+        return Completion(text=text, usage=Usage(tokens_in if reported else None, tokens_out if reported else None),
+                          provider=result.provider or None, model=result.model or None)
+
+    def _call(self, messages: list[dict[str, str]], max_tokens: int | None, json_schema: dict[str, Any] | None):
+        if json_schema is None:
+            return self.llm.complete(messages, max_tokens=max_tokens, timeout=self.timeout_s, purpose=PURPOSE)
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        user = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
+        return self.llm.complete_structured(
+            instructions=user, input=[{"type": "text", "text": "Answer for this item with one JSON object."}],
+            json_schema=json_schema, system_prompt=system or None, max_tokens=max_tokens,
+            timeout=self.timeout_s, purpose=PURPOSE)
+
+    def close(self) -> None:
+        """Nothing to release: Hermes owns the connections."""
+
+
+ClientFactory = Callable[[JobRecord], HermesLlmClient]
+
+
+def client_factory(make_llm: Callable[[], Any], *, settings: Settings, profile: str,
+                   home: Path | None) -> ClientFactory:
+    """The model client for each job created in Hermes that this process may serve.
+
+    A job is served only by a process running the profile it was created in: another profile
+    has another model and other credentials. One client per provider key. `make_llm` gives
+    ctx.llm; it is called when the first job needs it, so a fleet worker loads Hermes only then.
+    """
+    clients: dict[str, HermesLlmClient] = {}
+    lock = threading.Lock()
+    made: list[Any] = []
+
+    def client_for(job: JobRecord) -> HermesLlmClient:
+        created_in = profile_of(job.spec.provider_key)
+        if created_in != profile:
+            raise ClientUnavailable(f"it was created in Hermes profile {created_in!r} and this worker runs "
+                                    f"profile {profile!r}; run it where HERMES_HOME is that profile")
+        with lock:
+            client = clients.get(job.spec.provider_key)
+            if client is None:
+                if not made:
+                    made.append(make_llm())
+                client = clients[job.spec.provider_key] = HermesLlmClient(
+                    made[0], provider_key=job.spec.provider_key, timeout_s=settings.request_timeout_seconds,
+                    home=home)
+            return client
+
+    return client_for
+
+
+# Outside Hermes: `hermes-bulk worker` serving jobs created in Hermes -----------------------------
+
+
+def standalone_llm() -> Any:
+    """Hermes' plugin LLM facade in a process that is not Hermes (a fleet worker).
+
+    The same object Hermes hands the plugin as ctx.llm: the trust gate reads
+    plugins.entries.bulk.llm and calls go through Hermes' call_llm, with the profile's
+    provider, credentials and fallbacks. Hermes' CLI and cron load the profile's .env before
+    any model call; a worker has to do the same.
+    """
+    from agent.plugin_llm import PluginLlm
+    from hermes_cli.env_loader import load_hermes_dotenv
+
+    load_hermes_dotenv(hermes_home=profile_home())
+    return PluginLlm(plugin_id=PLUGIN_ID)
+
+
+def worker_clients(settings: Settings) -> tuple[dict[str, ClientFactory], str]:
+    """For `hermes-bulk worker`: {"hermes": factory} when this machine can call Hermes' model.
+
+    That needs hermes-agent importable here and a model configured in the profile HERMES_HOME
+    points at (else ~/.hermes). Nothing of Hermes' is loaded until a job created in Hermes
+    arrives. The second value says which, for the worker's log.
+    """
+    if importlib.util.find_spec("agent") is None or importlib.util.find_spec("hermes_cli") is None:
+        return {}, "does not serve jobs created in Hermes: hermes-agent is not installed in this Python"
+    home = profile_home()
+    if not (home / "config.yaml").is_file():  # checked first: Hermes' load_config creates a home
+        return {}, f"does not serve jobs created in Hermes: no Hermes configuration at {home}"
+    model = configured_model()
+    if not model.configured:
+        return {}, (f"does not serve jobs created in Hermes: Hermes profile {model.profile!r} at {home} "
+                    "has no model configured")
+    factory = client_factory(standalone_llm, settings=settings, profile=model.profile, home=home)
+    return {CLIENT: factory}, (f"serves jobs created in Hermes profile {model.profile!r} through Hermes' model "
+                               f"configuration ({model.provider or 'auto'} / {model.model or 'default'})")

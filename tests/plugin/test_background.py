@@ -1,0 +1,149 @@
+"""The plugin's process-side machinery, without Hermes: the handler on an event loop, the
+embedded workers' lifetime, and the request-budget seam."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+from hermes_bulk.jobs import Jobs
+from hermes_bulk.model import HttpModelClient
+from hermes_bulk.pipeline import OpenGate
+from hermes_bulk.plugin import background, bulk
+
+from ..helpers import wait_for
+
+
+def test_the_handler_leaves_the_event_loop_free_while_a_command_runs(monkeypatch):
+    monkeypatch.setattr(bulk, "answer", lambda raw, on_progress=None: time.sleep(0.6) or f"done: {raw}")
+
+    async def main():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        reply = await bulk.handle("status")
+        task.cancel()
+        return reply, ticks
+
+    reply, ticks = asyncio.run(main())
+    assert reply == "done: status"
+    assert ticks >= 20, "Hermes' event loop went on while the command ran on its thread"
+
+
+def test_a_slow_command_answers_with_the_next_one(monkeypatch):
+    monkeypatch.setattr(bulk, "REPLY_WAIT_S", 0.2)
+    release = threading.Event()
+
+    def slow_answer(raw, on_progress=None):
+        if raw.startswith('"Summarize"'):
+            on_progress(1200)
+            release.wait(5)
+            return "Created job abc with 5000 items."
+        return f"answer to {raw}"
+
+    monkeypatch.setattr(bulk, "answer", slow_answer)
+    first = asyncio.run(bulk.handle('"Summarize" --over big'))
+    assert first == ("Still working on it (1200 items found so far). It goes on in the background; the answer "
+                     "comes with your next /bulk command.")
+    release.set()
+    time.sleep(0.1)
+    assert asyncio.run(bulk.handle("status")) == ('Earlier /bulk "Summarize" --over big:\nCreated job abc with '
+                                                  '5000 items.\n\nanswer to status')
+    assert asyncio.run(bulk.handle("status")) == "answer to status", "delivered once"
+
+
+def test_the_budget_seam_is_open_without_the_ledger_and_the_ledgers_gate_with_it(settings, monkeypatch):
+    monkeypatch.setattr(background, "_gates", {})
+    assert isinstance(background.request_gate(settings), OpenGate)
+
+    class LedgerGate:
+        def __init__(self, settings):
+            self.settings = settings
+
+        def admit(self, job):
+            return 0.0
+
+        def held_until(self, job):
+            return None
+
+    module = types.ModuleType("hermes_bulk.budget.gate")
+    module.gate_from_environment = LedgerGate
+    monkeypatch.setitem(sys.modules, "hermes_bulk.budget", types.ModuleType("hermes_bulk.budget"))
+    monkeypatch.setitem(sys.modules, "hermes_bulk.budget.gate", module)
+    monkeypatch.setattr(background, "_gates", {})
+    gate = background.request_gate(settings)
+    assert isinstance(gate, LedgerGate) and gate.settings is settings
+    assert background.request_gate(settings) is gate, "one gate per backend"
+
+
+class CountingGate(OpenGate):
+    def __init__(self) -> None:
+        self.admitted: list[str] = []
+
+    def admit(self, job):
+        self.admitted.append(job.job_id)
+        return 0.0
+
+
+@pytest.fixture
+def hermes_job(settings, tmp_path):
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(f'{{"n": {i}}}\n' for i in range(6)))
+    jobs = Jobs(settings)
+    job_id = jobs.create("Do", str(src), client="hermes", provider="hermes:default:custom:fake-model",
+                         model="fake-model", concurrency=2).job.job_id
+    return jobs, job_id
+
+
+def test_embedded_workers_start_once_charge_every_call_and_stop_when_idle(settings, fake_provider, hermes_job,
+                                                                         monkeypatch):
+    monkeypatch.setattr(background, "IDLE_STOP_S", 0.5)
+    monkeypatch.setattr(background, "SUPERVISE_EVERY_S", 0.1)
+    jobs, job_id = hermes_job
+    model = HttpModelClient(base_url=fake_provider.base_url, api_key=None, model="fake-model", timeout_s=10)
+    gate = CountingGate()
+    clients = {"hermes": lambda job: model}
+    try:
+        jobs.run(job_id)
+        runtime = background.ensure_running(settings, jobs.backend, clients=clients, gate=gate)
+        assert background.ensure_running(settings, jobs.backend, clients=clients, gate=gate) is runtime
+        assert all(t.daemon for t in threading.enumerate() if t.name.startswith(("hermes-bulk", "Worker", "Scheduler")))
+        wait_for(lambda: jobs.status(job_id).state == "completed", timeout=30, message="completion")
+        assert gate.admitted == [job_id] * 6, "every model call went through the request gate first"
+
+        wait_for(lambda: background.running(jobs.backend.url) is None and not jobs.liveness.live_worker_ids(),
+                 timeout=10, message="the idle stop")
+        assert runtime.consumer is None
+        again = background.ensure_running(settings, jobs.backend, clients=clients, gate=gate)
+        assert again is not runtime, "the next run starts workers again"
+    finally:
+        background.stop_all()
+        model.close()
+    assert background.running(jobs.backend.url) is None
+
+
+def test_when_hermes_exits_items_in_progress_go_back_to_the_queue(settings, fake_provider, hermes_job):
+    jobs, job_id = hermes_job
+    fake_provider.configure(latency_s=2.0)
+    model = HttpModelClient(base_url=fake_provider.base_url, api_key=None, model="fake-model", timeout_s=10)
+    try:
+        jobs.run(job_id)
+        background.ensure_running(settings, jobs.backend, clients={"hermes": lambda job: model}, gate=OpenGate())
+        wait_for(lambda: jobs.status(job_id).job.running == 2, timeout=10, message="items in progress")
+        background.stop_all()  # what the atexit hook does
+        st = jobs.status(job_id)
+        assert (st.job.running, st.job.pending) == (0, 6) and st.state == "awaiting_recovery"
+    finally:
+        background.stop_all()
+        model.close()
