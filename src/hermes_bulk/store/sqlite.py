@@ -148,9 +148,14 @@ CREATE TABLE limits (
 class SqliteDatabase:
     """One SQLite file: per-thread connections, migrations, and the write-transaction helper."""
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time,
+                 migrations: list[tuple[str, str]] | None = None,
+                 busy_timeout_ms: int = BUSY_TIMEOUT_MS, setting: str = "HERMES_BULK_BACKEND") -> None:
         self.path = path
         self.clock = clock
+        # The job store's schema by default; the budget ledger brings its own (budget/sqlite_ledger.py).
+        self.migrations = MIGRATIONS if migrations is None else migrations
+        self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -161,14 +166,14 @@ class SqliteDatabase:
             self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
-                                     "path in HERMES_BULK_BACKEND and its permissions.") from None
+                                     f"path in {setting} and its permissions.") from None
 
     def connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000,
                                    isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives process crashes; only power loss can undo the last commits.
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -197,7 +202,7 @@ class SqliteDatabase:
         with self.write() as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)")
             done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
-            for name, sql in MIGRATIONS:
+            for name, sql in self.migrations:
                 if name not in done:
                     for statement in sql.split(";"):
                         if statement.strip():
