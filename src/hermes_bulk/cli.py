@@ -227,6 +227,20 @@ def cmd_path(args: Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def cmd_budget(args: Namespace, settings: Settings) -> int:
+    from .budget.commands import run_budget_command
+    from .budget.service import Budget
+    from .budget.settings import budget_dir
+
+    budget = Budget(budget_dir())
+    try:
+        status, text = run_budget_command(args, budget, prog="hermes-bulk budget")
+    finally:
+        budget.close()
+    (out if status == EXIT_OK else err).print(text, markup=False, highlight=False)
+    return status
+
+
 def cmd_worker(args: Namespace, settings: Settings) -> int:
     from huey.consumer import Consumer
 
@@ -282,7 +296,7 @@ def _configure_logging(args: Namespace) -> None:
 HANDLERS = {
     "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
     "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
-    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path,
+    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget,
 }
 
 if __name__ == "__main__":  # pragma: no cover
