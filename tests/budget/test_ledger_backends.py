@@ -11,7 +11,12 @@ import pytest
 import redis
 
 from hermes_bulk.budget import policy, redis_ledger
-from hermes_bulk.budget.ledger import KEEP_AFTER_WINDOW_S, CallRecord, LedgerUnavailable, open_ledger
+from hermes_bulk.budget.ledger import (
+    KEEP_AFTER_WINDOW_S,
+    CallRecord,
+    LedgerUnavailable,
+    open_ledger,
+)
 from hermes_bulk.budget.windows import Window, window_at
 from tests.conftest import RedisServer, free_port
 
@@ -36,6 +41,47 @@ def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_within_a_secon
     finally:
         blocker.execute("ROLLBACK")
     assert led.admit(CallRecord("chat"), window, TERMS).decision == "allowed"
+    led.close()
+
+
+def test_sqlite_admissions_take_turns_on_the_lock_file_and_give_up_on_a_holder_that_keeps_it(tmp_path, window):
+    import fcntl
+    import os
+
+    led = open_ledger(str(tmp_path / "ledger.db"))
+    fd = os.open(tmp_path / "ledger.db.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another process's turn that does not end
+    try:
+        started = time.monotonic()
+        with pytest.raises(LedgerUnavailable, match="is busy"):
+            led.admit(CallRecord("chat"), window, TERMS)
+        assert 0.4 < time.monotonic() - started < 1.0
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    assert led.admit(CallRecord("chat"), window, TERMS).window_total == 1  # the abandoned turn counted nothing
+    led.close()
+
+
+def test_sqlite_many_threads_admitting_at_once_all_get_their_turn(tmp_path, window):
+    import threading
+
+    led = open_ledger(str(tmp_path / "ledger.db"))
+    errors = []
+
+    def admit_many():
+        try:
+            for _ in range(50):
+                led.admit(CallRecord("chat"), window, TERMS)
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=admit_many) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and led.counts(window).total == 800
     led.close()
 
 

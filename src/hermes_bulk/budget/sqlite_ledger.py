@@ -1,8 +1,10 @@
 """The embedded ledger: one SQLite file in WAL mode, shared by every Hermes profile on a machine.
 
 Each admission is one `BEGIN IMMEDIATE` transaction (read the counts, decide, count, record),
-so processes cannot both pass the same last free request. The write lock is waited for at most
-ADMIT_BUSY_TIMEOUT_MS: a ledger locked longer than that fails the call open (the caller
+so processes cannot both pass the same last free request. Admissions first take a turn on
+`ledger.db.lock` (turns.py): under heavy contention SQLite's sleeping busy handler lets a writer
+starve, a kernel lock wakes it at once. An admission waits at most ADMIT_TIMEOUT_S for its turn
+and again for the write lock; a ledger locked longer than that fails the call open (the caller
 decides), because a budget must never be the reason an agent stops answering.
 """
 
@@ -23,9 +25,11 @@ from .ledger import (
     run_counter,
 )
 from .policy import Terms, counts_toward_total, decide
+from .turns import FileTurns, TurnTimeout
 from .windows import Window
 
-#: How long an admission waits for the write lock before the call fails open.
+#: How long an admission waits for its turn, then for SQLite's write lock, before the call fails open.
+ADMIT_TIMEOUT_S = 0.5
 ADMIT_BUSY_TIMEOUT_MS = 500
 #: Opening (and migrating) may wait longer: it happens once per process.
 OPEN_BUSY_TIMEOUT_MS = 10_000
@@ -87,12 +91,15 @@ class SqliteLedger:
         # Connections made from now on wait briefly; the one that migrated is shortened too.
         self.db.busy_timeout_ms = ADMIT_BUSY_TIMEOUT_MS
         self.db.connection().execute(f"PRAGMA busy_timeout={ADMIT_BUSY_TIMEOUT_MS}")
+        # Admissions take turns on a lock file first, so they rarely meet SQLite's busy handler.
+        self.turns = FileTurns(path.with_name(path.name + ".lock"))
 
     def admit(self, call: CallRecord, window: Window, terms: Terms) -> Admission:
-        now = self.db.clock()
         try:
-            with self.db.write() as conn:
-                return self._admit(conn, call, window, terms, now)
+            with self.turns.turn(ADMIT_TIMEOUT_S), self.db.write() as conn:
+                return self._admit(conn, call, window, terms, self.db.clock())
+        except TurnTimeout as exc:
+            raise LedgerUnavailable(f"The cron-budget ledger is busy: {exc}.") from None
         except sqlite3.OperationalError as exc:  # locked past the busy timeout, disk I/O, …
             raise LedgerUnavailable(f"The cron-budget ledger {self.path} is not answering ({exc}).") from None
 
