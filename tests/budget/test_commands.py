@@ -96,3 +96,18 @@ def test_moving_the_reset_time_says_that_counting_starts_afresh_in_the_new_windo
     hour = budget.window(budget.settings()).start_local.hour
     reply = slash(f"set reset {(hour + 12) % 24:02d}:00", budget)
     assert "the 4 requests counted so far stay with the old window, and counting starts afresh" in reply
+
+
+def test_setting_an_unreachable_redis_ledger_is_saved_with_a_warning(budget):
+    from tests.conftest import free_port
+
+    reply = slash(f"set ledger redis://127.0.0.1:{free_port()}/0", budget)
+    assert reply.splitlines()[0].startswith("ledger = redis://127.0.0.1:")
+    assert "Warning: the ledger cannot be used now" in reply and "calls go through uncounted" in reply
+    assert budget.settings().ledger.startswith("redis://")
+
+
+def test_setting_a_reachable_redis_ledger_moves_counting_there(budget, redis_url):
+    assert slash(f"set ledger {redis_url}", budget).count("\n") == 0
+    budget.admit(CallRecord("chat"))
+    assert budget.report().counts.total == 1 and budget.report().ledger.startswith("redis://")

@@ -6,7 +6,12 @@ import pytest
 
 from hermes_bulk import broker
 from hermes_bulk.broker import open_backend
-from hermes_bulk.budget.gate import BudgetGate, gate_from_environment, mark_precharged, take_precharged
+from hermes_bulk.budget.gate import (
+    BudgetGate,
+    gate_from_environment,
+    mark_precharged,
+    take_precharged,
+)
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import LEDGER_ENV, budget_dir
 from hermes_bulk.config import load_settings

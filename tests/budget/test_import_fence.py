@@ -39,8 +39,8 @@ def test_no_module_outside_plugin_imports_hermes_and_plugin_modules_import_it_on
 
 
 def test_the_plugin_module_imports_in_a_bare_interpreter_without_hermes_on_the_path():
-    code = ("import sys; sys.modules.update({m: None for m in %r}); "
-            "import hermes_bulk.plugin.cron_budget as p; print(callable(p.register))" % (HERMES_MODULES,))
+    code = (f"import sys; sys.modules.update({{m: None for m in {HERMES_MODULES!r}}}); "
+            "import hermes_bulk.plugin.cron_budget as p; print(callable(p.register))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "True"

@@ -45,7 +45,10 @@ def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -
         if command == "set":
             before = budget.settings()
             settings = budget.settings_file.set(args.key, args.value)
-            return EXIT_OK, f"{args.key} = {settings.shown(args.key)}" + _moved_window_note(budget, before, settings)
+            text = f"{args.key} = {settings.shown(args.key)}" + _moved_window_note(budget, before, settings)
+            if args.key == "ledger":
+                text += _reachability_note(budget, settings)
+            return EXIT_OK, text
         if command == "path":
             return EXIT_OK, str(budget.directory)
         report = budget.report()
@@ -70,6 +73,16 @@ def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSett
     return (f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the {used} requests counted "
             "so far stay with the old window, and counting starts afresh. Lower daily_limit for today if the "
             "provider's own window did not reset.")
+
+
+def _reachability_note(budget: Budget, settings: BudgetSettings) -> str:
+    """A new ledger is saved even when it cannot be reached now; say so, since calls then go uncounted."""
+    try:
+        budget.ledger(settings)
+    except HermesBulkError as exc:
+        return (f"\nWarning: the ledger cannot be used now ({exc}). Until it can, calls go through "
+                "uncounted and status warns.")
+    return ""
 
 
 def slash(raw_args: str, budget: Budget) -> str:

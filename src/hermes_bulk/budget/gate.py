@@ -50,6 +50,7 @@ class BudgetGate:
 
     def admit(self, job: JobRecord) -> float:
         spec = job.spec
+        take_precharged()  # a mark left by a ctx.llm call that failed (unseen) must not carry over
         outcome = self.budget.admit(CallRecord(
             call_class=BULK, profile=self.profile, job_id=spec.job_id, job_name="bulk job",
             provider="hermes" if spec.client == "hermes" else "openai-compatible",

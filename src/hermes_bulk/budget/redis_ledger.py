@@ -108,7 +108,7 @@ class RedisLedger:
                 page = self.r.xrange(self.window_keys(window)[2], min=start, count=min(_ENTRY_PAGE, limit - len(out)))
                 if not page:
                     break
-                for entry_id, fields in page:
+                for _entry_id, fields in page:
                     f = {_text(k): _text(v) for k, v in fields.items()}
                     out.append(LedgerEntry(
                         at=float(f["at"]), window_start_s=int(f["w"]), decision=f["decision"],

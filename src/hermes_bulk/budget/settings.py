@@ -99,44 +99,66 @@ def _whole(key: str, text: str, *, minimum: int) -> int:
 
 def parse_value(key: str, text: object):
     """One setting's value from text (or a JSON value from budget.json); ConfigError if bad."""
-    if key not in KEYS:
+    parser = _PARSERS.get(key)
+    if parser is None:
         raise ConfigError(f"Unknown setting {key!r}; the settings are: {', '.join(KEYS)}.")
-    raw = text if not isinstance(text, str) else text.strip()
-    if key == "mode":
-        if raw not in (OBSERVE, ENFORCE):
-            raise ConfigError(f"mode {raw!r} is not observe or enforce; observe records what would be held, "
-                              "enforce holds it.")
-        return raw
-    if key == "daily_limit":
-        return _whole(key, raw, minimum=1)
-    if key == "chat_reserve":
-        return _whole(key, raw, minimum=0)
-    if key == "job_limit":
-        if raw is None or str(raw).lower() in ("off", "none", ""):
-            return None
-        return _whole(key, raw, minimum=1)
-    if key == "reset":
-        m = _TIME.match(str(raw))
-        if not m:
-            raise ConfigError(f"reset {raw!r} is not a time of day; use HH:MM on a 24-hour clock, e.g. 09:00.")
-        return dt.time(int(m.group(1)), int(m.group(2)))
-    if key == "timezone":
-        if raw is None or str(raw).lower() in ("", "machine", "local"):
-            return None
-        return _zone_name(str(raw))
-    if key == "models":
-        globs = raw if isinstance(raw, list) else str(raw).split(",")
-        globs = tuple(str(g).strip() for g in globs if str(g).strip())
-        if not globs:
-            raise ConfigError('models is empty; give model-name globs separated by commas, e.g. "*:free,gpt-*" '
-                              'or "*" for every model.')
-        return globs
-    # ledger
+    return parser(text.strip() if isinstance(text, str) else text)
+
+
+def _mode(raw):
+    if raw not in (OBSERVE, ENFORCE):
+        raise ConfigError(f"mode {raw!r} is not observe or enforce; observe records what would be held, "
+                          "enforce holds it.")
+    return raw
+
+
+def _job_limit(raw):
+    if raw is None or str(raw).lower() in ("off", "none", ""):
+        return None
+    return _whole("job_limit", raw, minimum=1)
+
+
+def _reset(raw):
+    m = _TIME.match(str(raw))
+    if not m:
+        raise ConfigError(f"reset {raw!r} is not a time of day; use HH:MM on a 24-hour clock, e.g. 09:00.")
+    return dt.time(int(m.group(1)), int(m.group(2)))
+
+
+def _timezone(raw):
+    if raw is None or str(raw).lower() in ("", "machine", "local"):
+        return None
+    return _zone_name(str(raw))
+
+
+def _models(raw):
+    globs = raw if isinstance(raw, list) else str(raw).split(",")
+    globs = tuple(str(g).strip() for g in globs if str(g).strip())
+    if not globs:
+        raise ConfigError('models is empty; give model-name globs separated by commas, e.g. "*:free,gpt-*" '
+                          'or "*" for every model.')
+    return globs
+
+
+def _ledger(raw):
     value = str(raw or "")
-    if value and "://" in value and value.split("://", 1)[0].lower() not in ("redis", "rediss", "sqlite"):
-        raise ConfigError(f"ledger {value.split('://', 1)[0]}:// is not supported; give a redis:// URL, a "
-                          "SQLite file path, or an empty value for the local default.")
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    if scheme and scheme not in ("redis", "rediss", "sqlite"):
+        raise ConfigError(f"ledger {scheme}:// is not supported; give a redis:// URL, a SQLite file path, "
+                          "or an empty value for the local default.")
     return value
+
+
+_PARSERS = {
+    "mode": _mode,
+    "daily_limit": lambda raw: _whole("daily_limit", raw, minimum=1),
+    "chat_reserve": lambda raw: _whole("chat_reserve", raw, minimum=0),
+    "job_limit": _job_limit,
+    "reset": _reset,
+    "timezone": _timezone,
+    "models": _models,
+    "ledger": _ledger,
+}
 
 
 def _zone_name(name: str) -> str:
