@@ -29,7 +29,7 @@ def window() -> Window:
     return window_at(time.time(), dt.time(0, 0), ZoneInfo("UTC"))
 
 
-def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_within_a_second(tmp_path, window):
+def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_after_about_a_second(tmp_path, window):
     led = open_ledger(str(tmp_path / "ledger.db"))
     blocker = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
@@ -37,7 +37,7 @@ def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_within_a_secon
         started = time.monotonic()
         with pytest.raises(LedgerUnavailable, match="is not answering"):
             led.admit(CallRecord("chat"), window, TERMS)
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 2.0
     finally:
         blocker.execute("ROLLBACK")
     assert led.admit(CallRecord("chat"), window, TERMS).decision == "allowed"
@@ -55,7 +55,7 @@ def test_sqlite_admissions_take_turns_on_the_lock_file_and_give_up_on_a_holder_t
         started = time.monotonic()
         with pytest.raises(LedgerUnavailable, match="is busy"):
             led.admit(CallRecord("chat"), window, TERMS)
-        assert 0.4 < time.monotonic() - started < 1.0
+        assert 0.9 < time.monotonic() - started < 2.0
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)

@@ -75,7 +75,7 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
         started = time.monotonic()
         outcome = budget.admit(cron())
         assert outcome.decision == FAILED_OPEN and not outcome.held
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 2.0
         # Moments later the ledger is left alone: no second wait on the lock.
         started = time.monotonic()
         assert budget.admit(cron()).decision == FAILED_OPEN
@@ -84,6 +84,7 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
         blocker.execute("ROLLBACK")
     report = budget.report()
     assert report.failopen is not None and report.failopen.calls == 2
+    assert "is not answering (database is locked)" in report.failopen.reason  # the cause, not "skipped"
     assert "⚠ Accounting failed 2 time(s) in this window" in status_text(report)
     assert "went through uncounted" in status_text(report)
     later = Budget(budget_dir, clock=lambda: time.time() + 86_400)  # the next window starts clean

@@ -87,6 +87,7 @@ class Budget:
         self._ledger: RequestLedger | None = None
         self._ledger_at = ""
         self._skip_until = 0.0
+        self._skip_reason = ""
 
     # Settings and ledger, kept current ------------------------------------------------------
     def settings(self) -> BudgetSettings:
@@ -120,19 +121,22 @@ class Budget:
             settings = self.settings()
             window = self.window(settings)
             if self.clock() < self._skip_until:
-                return self._failed_open(settings, window, "the ledger failed moments ago")
+                return self._failed_open(settings, window, self._skip_reason)
             terms = policy.terms_for(call.call_class, call.model, call.job_id, mode=settings.mode,
                                      daily_limit=settings.daily_limit, chat_reserve=settings.chat_reserve,
                                      job_limit=settings.job_limit, models=settings.models)
             admission = self.ledger(settings).admit(call, window, terms)
         except HermesBulkError as exc:
-            self._skip_until = self.clock() + RETRY_AFTER_S
-            return self._failed_open(settings, window, str(exc))
+            return self._failed_open(settings, window, self._skip_for_a_while(str(exc)))
         except Exception as exc:  # a budget must never stop an agent: log it, let the call through
             log.exception("cron-budget accounting failed")
-            self._skip_until = self.clock() + RETRY_AFTER_S
-            return self._failed_open(settings, window, f"internal error ({type(exc).__name__})")
+            return self._failed_open(settings, window, self._skip_for_a_while(f"internal error ({type(exc).__name__})"))
         return Outcome(admission.decision, window, settings, admission)
+
+    def _skip_for_a_while(self, reason: str) -> str:
+        self._skip_reason = reason
+        self._skip_until = self.clock() + RETRY_AFTER_S
+        return reason
 
     def _failed_open(self, settings: BudgetSettings, window: Window | None, reason: str) -> Outcome:
         if window is None:

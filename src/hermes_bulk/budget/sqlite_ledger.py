@@ -28,9 +28,11 @@ from .policy import Terms, counts_toward_total, decide
 from .turns import FileTurns, TurnTimeout
 from .windows import Window
 
-#: How long an admission waits for its turn, then for SQLite's write lock, before the call fails open.
-ADMIT_TIMEOUT_S = 0.5
-ADMIT_BUSY_TIMEOUT_MS = 500
+#: How long an admission waits for its turn, then for SQLite's write lock, before the call fails
+#: open. An admission takes about 0.1 ms; a second covers a turn holder that the OS descheduled
+#: on a loaded machine (a spurious warning for the rest of the day is worse than a rare wait).
+ADMIT_TIMEOUT_S = 1.0
+ADMIT_BUSY_TIMEOUT_MS = 1000
 #: Opening (and migrating) may wait longer: it happens once per process.
 OPEN_BUSY_TIMEOUT_MS = 10_000
 
