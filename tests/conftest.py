@@ -120,6 +120,11 @@ def env(home, fake_provider, monkeypatch) -> dict[str, str]:
             monkeypatch.delenv(key, raising=False)
     for key, value in values.items():
         monkeypatch.setenv(key, value)
+    # HOME too: nothing may find (or write) the real ~/.hermes of whoever runs the tests.
+    user_home = home.parent / "user-home"
+    user_home.mkdir(exist_ok=True)
+    monkeypatch.setenv("HOME", str(user_home))
+    values["HOME"] = str(user_home)
     return values
 
 

@@ -7,6 +7,7 @@ line that points at a log file holding the traceback. Never a traceback on the t
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -20,11 +21,13 @@ from rich.console import Console
 
 from . import logs, metrics, views
 from .broker import open_backend, redacted_url
+from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError
 from .files import private_dir
 from .jobs import Jobs, read_schema
+from .pipeline import OpenGate, RequestGate
 from .tasks import consumer_options
 from .worker import WorkerRuntime
 
@@ -85,9 +88,20 @@ def _save_traceback(settings: Settings | None) -> Path:
 # Handlers -----------------------------------------------------------------------------------
 
 
+def _jobs(settings: Settings, backend=None) -> Jobs:
+    """The jobs API, with the cron budget's gate when a budget is configured on this machine."""
+    return Jobs(settings, backend, request_gate=_request_gate())
+
+
+@functools.cache
+def _request_gate() -> RequestGate:
+    return gate_from_environment() or OpenGate()
+
+
+
 def cmd_create(args: Namespace, settings: Settings) -> int:
     schema = read_schema(Path(args.schema)) if args.schema else None
-    jobs = Jobs(settings)
+    jobs = _jobs(settings)
     progress = (lambda n: err.print(f"\rdiscovered {n} items…", end="")) if not args.json and sys.stderr.isatty() else None
     created = jobs.create(args.instruction, args.over, concurrency=args.concurrency, retries=args.retries,
                           max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm, model=args.model,
@@ -103,7 +117,7 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_run(args: Namespace, settings: Settings) -> int:
-    jobs = Jobs(settings)
+    jobs = _jobs(settings)
     job = jobs.run(args.job)
     if not args.wait:
         print(f"Job {job.job_id} is running: {job.pending} items pending. Workers pick it up "
@@ -123,8 +137,10 @@ def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRu
     from .plugin import background, hermes
 
     clients, note = hermes.worker_clients(settings)
-    runtime = WorkerRuntime(backend, settings, threads=threads,
-                            request_gate=background.request_gate(settings) if clients else None)
+    # Every bulk request is charged to the cron budget when one is configured on this machine
+    # (its `models` globs decide which count); with Hermes, as this profile.
+    gate = background.request_gate(settings) if clients else _request_gate()
+    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=gate)
     runtime.clients.update(clients)
     return runtime, note
 
@@ -147,7 +163,7 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
 
 
 def cmd_status(args: Namespace, settings: Settings) -> int:
-    jobs = Jobs(settings)
+    jobs = _jobs(settings)
     if args.job is None and not args.watch:
         statuses = jobs.list(10)
         if args.json:
@@ -168,33 +184,33 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_pause(args: Namespace, settings: Settings) -> int:
-    job = Jobs(settings).pause(args.job)
+    job = _jobs(settings).pause(args.job)
     print(f"Job {job.job_id} paused: no new items start; items in progress may finish. "
           f"Continue with: hermes-bulk resume {job.job_id}")
     return EXIT_OK
 
 
 def cmd_resume(args: Namespace, settings: Settings) -> int:
-    jobs = Jobs(settings)
+    jobs = _jobs(settings)
     job = jobs.resume(args.job, max_tokens=args.max_tokens)
     print(f"Job {job.job_id} resumed: {job.pending} items pending.")
     return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
 
 
 def cmd_retry(args: Namespace, settings: Settings) -> int:
-    jobs = Jobs(settings)
+    jobs = _jobs(settings)
     job, n = jobs.retry(args.job)
     print(f"Job {job.job_id}: {n} failed items returned to the queue.")
     return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
 
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
-    print(Jobs(settings).export(args.job, fmt=args.format, output=args.output))
+    print(_jobs(settings).export(args.job, fmt=args.format, output=args.output))
     return EXIT_OK
 
 
 def cmd_list(args: Namespace, settings: Settings) -> int:
-    statuses = Jobs(settings).list(args.limit)
+    statuses = _jobs(settings).list(args.limit)
     if args.json:
         print(json.dumps([s.as_dict() for s in statuses]))
     elif statuses:
@@ -205,14 +221,14 @@ def cmd_list(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_events(args: Namespace, settings: Settings) -> int:
-    jobs = Jobs(settings)
+    jobs = _jobs(settings)
     st = jobs.status(args.job, events=args.limit)
     print("\n".join(views.event_lines(st.events)) or f"Job {st.job.job_id} has no events yet.")
     return EXIT_OK
 
 
 def cmd_delete(args: Namespace, settings: Settings) -> int:
-    print(f"Deleted job {Jobs(settings).delete(args.job)}.")
+    print(f"Deleted job {_jobs(settings).delete(args.job)}.")
     return EXIT_OK
 
 
@@ -229,6 +245,20 @@ def cmd_workers(args: Namespace, settings: Settings) -> int:
 def cmd_path(args: Namespace, settings: Settings) -> int:
     print(settings.home)
     return EXIT_OK
+
+
+def cmd_budget(args: Namespace, settings: Settings) -> int:
+    from .budget.commands import run_budget_command
+    from .budget.service import Budget
+    from .budget.settings import budget_dir
+
+    budget = Budget(budget_dir())
+    try:
+        status, text = run_budget_command(args, budget, prog="hermes-bulk budget")
+    finally:
+        budget.close()
+    (out if status == EXIT_OK else err).print(text, markup=False, highlight=False)
+    return status
 
 
 def cmd_worker(args: Namespace, settings: Settings) -> int:
@@ -253,7 +283,7 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
             raise InputError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
                              f"({exc.strerror}); choose another port.") from None
     if args.burst:
-        threading.Thread(target=_stop_when_idle, args=(Jobs(settings, backend), consumer), daemon=True).start()
+        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer), daemon=True).start()
     logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s; %s", runtime.worker_id, threads,
                                            redacted_url(settings.backend_url), serves_hermes)
     try:
@@ -286,7 +316,7 @@ def _configure_logging(args: Namespace) -> None:
 HANDLERS = {
     "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
     "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
-    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path,
+    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget,
 }
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,7 +14,7 @@ from typing import NoReturn
 from .errors import InputError
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events",
-            "delete", "worker", "workers", "path")
+            "delete", "worker", "workers", "path", "budget")
 
 EPILOG = """\
 examples:
@@ -23,6 +23,7 @@ examples:
   hermes-bulk status 29b74c4db08b --watch
   hermes-bulk export 29b74c4db08b --format csv
   hermes-bulk worker -w 16            # process jobs that were run (any number of machines)
+  hermes-bulk budget status           # the request budget shared with Hermes' cron-budget
 
 exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 130 interrupted
 """
@@ -160,6 +161,12 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
 
         sub.add_parser("workers", help="list live workers and the items they hold")
         sub.add_parser("path", help="print the data directory")
+
+        from .budget.commands import add_budget_arguments
+
+        p = sub.add_parser("budget", help="the request budget that holds cron and bulk before the chat reserve",
+                           description="The cron-budget ledger (shared with Hermes' `hermes cron-budget`).")
+        add_budget_arguments(p)
     return parser
 
 

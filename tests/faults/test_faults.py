@@ -145,8 +145,7 @@ def test_an_item_fails_after_eight_consecutive_429s(cli, tmp_path, fake_provider
     row = exported(cli, job_id)[40]
     assert row["status"] == "failed" and row["error"].startswith("RateLimitError (HTTP 429)")
     gaps = [b.at - a.at for a, b in zip(hits, hits[1:], strict=False)]
-    assert all(later >= earlier * 1.5 for earlier, later in zip(gaps, gaps[1:], strict=False)), \
-        f"each 429 halves the request rate: {gaps}"
+    assert gaps[-1] > 4 * gaps[0], f"each 429 slows the requests down: {gaps}"
 
 
 def test_status_says_when_workers_wait_on_a_rate_limit(cli, tmp_path, fake_provider):

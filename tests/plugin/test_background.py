@@ -4,13 +4,13 @@ embedded workers' lifetime, and the request-budget seam."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 import time
-import types
 
 import pytest
 
+from hermes_bulk.budget.gate import BudgetGate
+from hermes_bulk.budget.settings import SettingsFile, budget_dir
 from hermes_bulk.jobs import Jobs
 from hermes_bulk.model import HttpModelClient
 from hermes_bulk.pipeline import OpenGate
@@ -63,27 +63,15 @@ def test_a_slow_command_answers_with_the_next_one(monkeypatch):
     assert asyncio.run(bulk.handle("status")) == "answer to status", "delivered once"
 
 
-def test_the_budget_seam_is_open_without_the_ledger_and_the_ledgers_gate_with_it(settings, monkeypatch):
+def test_the_budget_seam_is_open_without_a_budget_and_the_ledgers_gate_with_one(settings, monkeypatch, tmp_path):
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes-root"))
+    monkeypatch.delenv("HERMES_BULK_BUDGET_LEDGER", raising=False)
     monkeypatch.setattr(background, "_gates", {})
-    assert isinstance(background.request_gate(settings), OpenGate)
-
-    class LedgerGate:
-        def __init__(self, settings):
-            self.settings = settings
-
-        def admit(self, job):
-            return 0.0
-
-        def held_until(self, job):
-            return None
-
-    module = types.ModuleType("hermes_bulk.budget.gate")
-    module.gate_from_environment = LedgerGate
-    monkeypatch.setitem(sys.modules, "hermes_bulk.budget", types.ModuleType("hermes_bulk.budget"))
-    monkeypatch.setitem(sys.modules, "hermes_bulk.budget.gate", module)
+    assert isinstance(background.request_gate(settings), OpenGate), "no budget configured: every request goes"
+    SettingsFile(budget_dir()).set("mode", "enforce")
     monkeypatch.setattr(background, "_gates", {})
     gate = background.request_gate(settings)
-    assert isinstance(gate, LedgerGate) and gate.settings is settings
+    assert isinstance(gate, BudgetGate)
     assert background.request_gate(settings) is gate, "one gate per backend"
 
 

@@ -9,10 +9,12 @@ the contract suite holds both to them.
   the burst goes through when the bucket is empty, so one large item never blocks forever.
 - A 429 starts (or extends, never shortens) the shared wait: Retry-After, else
   base · 2^step up to the cap.
-- Adaptive pacing (AIMD): the first 429 of a wait halves the request rate the key was seeing
-  (measured over about the last second), later ones in the same wait change nothing; each
-  success raises the rate by 1 %. Without it, every worker released at the end of a wait hits
-  the provider at once and earns the next 429.
+- Adaptive pacing: the first 429 of a wait halves the request rate the key was seeing (its
+  learned rate, else the rate measured over about the last second); later 429s of the same
+  wait change nothing. From the end of the wait the learned rate doubles every
+  AUTO_RECOVERY_DOUBLING_S until pacing switches itself off. Without it, every worker released
+  at the end of a short wait hits the provider at once and earns the next 429; recovering by
+  time, not per success, keeps a slow job from crawling for minutes after one 429.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 
 AIMD_DECREASE = 0.5  #: a 429 multiplies the request rate by this
-AIMD_INCREASE = 1.01  #: each success multiplies it by this
+AUTO_RECOVERY_DOUBLING_S = 5.0  #: after a wait, the learned rate doubles this often
 AUTO_MAX_INTERVAL_S = 60.0  #: adaptive pacing never goes below one request a minute
 AUTO_OFF_BELOW_S = 0.001  #: above 1,000 requests a second adaptive pacing switches itself off
 
@@ -31,13 +33,14 @@ class LimitState:
     token_tat: float = 0.0
     pause_until: float = 0.0
     backoff_step: int = 0
-    auto_interval: float = 0.0  # seconds between requests learned from 429s; 0 = off
+    auto_interval: float = 0.0  # seconds between requests learned at the last 429; 0 = off
+    auto_since: float = 0.0  # when that interval started to relax (the end of the wait)
     window_start: float = 0.0  # a one-second window counting granted requests
     window_count: int = 0
     previous_count: int = 0  # the count of the window before
 
     FIELDS = ("request_tat", "token_tat", "pause_until", "backoff_step", "auto_interval",
-              "window_start", "window_count", "previous_count")
+              "auto_since", "window_start", "window_count", "previous_count")
 
     def values(self) -> tuple:
         return astuple(self)
@@ -62,11 +65,19 @@ def observed_rate(state: LimitState, now: float) -> float:
     return state.previous_count * (1.0 - elapsed) + state.window_count
 
 
+def auto_interval(state: LimitState, now: float) -> float:
+    """The learned interval now: it halves every AUTO_RECOVERY_DOUBLING_S after the wait."""
+    if not state.auto_interval:
+        return 0.0
+    interval = state.auto_interval * 2.0 ** (-max(0.0, now - state.auto_since) / AUTO_RECOVERY_DOUBLING_S)
+    return interval if interval >= AUTO_OFF_BELOW_S else 0.0
+
+
 def acquire(state: LimitState, now: float, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
     """0.0 and state updated when a request may go now; else the seconds to wait (state as was)."""
     if state.pause_until > now:
         return state.pause_until - now
-    interval = max(60.0 / rpm if rpm else 0.0, state.auto_interval)
+    interval = max(60.0 / rpm if rpm else 0.0, auto_interval(state, now))
     request_tat, wait_requests = _gcra(state.request_tat, now, interval, 1)
     token_tat, wait_tokens = _gcra(state.token_tat, now, 60.0 / tpm if tpm else 0.0, tokens)
     wait = max(wait_requests, wait_tokens)
@@ -82,19 +93,19 @@ def acquire(state: LimitState, now: float, *, rpm: int | None, tpm: int | None, 
 
 def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s: float, cap_s: float) -> None:
     """A 429: start or extend the shared wait, and halve the request rate once per wait."""
-    if state.pause_until <= now:  # the first 429 of this wait
-        rate = 1.0 / state.auto_interval if state.auto_interval else observed_rate(state, now)
+    first = state.pause_until <= now  # the first 429 of this wait
+    if first:
+        learned = auto_interval(state, now)
+        rate = 1.0 / learned if learned else observed_rate(state, now)
         state.auto_interval = min(AUTO_MAX_INTERVAL_S, 1.0 / max(rate * AIMD_DECREASE, 1.0 / AUTO_MAX_INTERVAL_S))
     if seconds is None:
         seconds = min(cap_s, base_s * 2 ** state.backoff_step)
         state.backoff_step += 1
     state.pause_until = max(state.pause_until, now + seconds)
+    if first:
+        state.auto_since = state.pause_until  # relaxing starts when the wait is over
 
 
 def succeeded(state: LimitState) -> None:
-    """A request went through: the doubling starts again from base, and the rate creeps up."""
+    """A request went through: the next wait without Retry-After starts from base again."""
     state.backoff_step = 0
-    if state.auto_interval:
-        state.auto_interval /= AIMD_INCREASE
-        if state.auto_interval < AUTO_OFF_BELOW_S:
-            state.auto_interval = 0.0

@@ -323,11 +323,12 @@ class SharedLimits(Protocol):
 
         With seconds=None the wait is base_s * 2**step (capped at cap_s) and the step grows;
         a provider's Retry-After is passed as seconds. The first 429 of a wait also halves the
-        key's request rate (adaptive pacing); later ones during the same wait do not.
+        key's request rate (adaptive pacing), which then doubles back every few seconds after
+        the wait; later 429s during the same wait change nothing.
         """
 
     def clear_backoff(self, key: str) -> None:
-        """A request succeeded: the doubling starts from base_s again; the adaptive rate rises 1 %."""
+        """A request succeeded: the next wait without Retry-After starts from base_s again."""
 
     def pause_state(self, key: str) -> PauseState | None:
         """The current wait of key, or None when it is not waiting."""

@@ -37,7 +37,8 @@ Across jobs:
     {P:workers}              ZSET  worker id scored by expiry; PEXPIREs after its last entry
     {P:workers}:<worker id>  HASH  host, pid, started_at, heartbeat_at_ms, threads; PEXPIRE ttl
     {P:limit:<provider key>} HASH  request_tat_ms, token_tat_ms, pause_until_ms, backoff_step,
-                                   auto_interval_ms, window_start_ms, window_count, previous_count;
+                                   auto_interval_ms, auto_since_ms, window_start_ms, window_count,
+                                   previous_count;
                                    expires LIMIT_IDLE_KEEP_MS after its pacing and wait are over
     huey.{redis,schedule,results,counters}.P.<queue>   Huey's own (RedisHuey, results off)
 
@@ -134,13 +135,14 @@ class RedisConnection:
     client: redis.Redis
     prefix: str
     where: str  # host:port, never credentials
+    setting: str = "HERMES_BULK_BACKEND"  # what messages tell the user to check
 
     def unavailable(self, exc: Exception, *, lost: bool = True) -> BackendUnavailable:
         """The one-line, credential-free error for a Redis that cannot be used."""
         if isinstance(exc, redis.AuthenticationError):
             return BackendUnavailable(
                 f"Redis at {self.where} did not accept the credentials (authentication failed or "
-                "required); check the username and password in HERMES_BULK_BACKEND.")
+                f"required); check the username and password in {self.setting}.")
         what = "Lost the connection to" if lost else "Cannot reach"
         return BackendUnavailable(f"{what} Redis at {self.where} ({self._reason(exc)}). Start it, or "
                                   "use the sqlite:// backend for a single machine.")
@@ -163,35 +165,38 @@ class RedisConnection:
         self.pool.disconnect()
 
 
-def connect_redis(url: str) -> RedisConnection:
+def connect_redis(url: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                  socket_timeout_s: float = SOCKET_TIMEOUT_S,
+                  setting: str = "HERMES_BULK_BACKEND") -> RedisConnection:
     """A pinged connection pool for a redis:// or rediss:// URL with an optional `prefix=`.
 
     redis-py reads the rest of the URL: username and password, db number, TLS for rediss://.
     Raises BackendUnavailable naming host:port (never the password) when Redis cannot be used.
+    `setting` names where the URL came from, for messages (the budget ledger has its own).
     """
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
     prefixes = [v for k, v in query if k == "prefix"]
     prefix = prefixes[-1] if prefixes else DEFAULT_PREFIX
     if not prefix or any(c in prefix for c in "{} \t\r\n*?[]"):
-        raise ConfigError(f"Invalid setting HERMES_BULK_BACKEND: prefix={prefix!r}; use letters, "
+        raise ConfigError(f"Invalid setting {setting}: prefix={prefix!r}; use letters, "
                           "digits, '-', '_', '.' or ':'.")
     clean_url = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if k != "prefix"])))
     try:
         host, port = parts.hostname or "localhost", parts.port or 6379
     except ValueError:
-        raise ConfigError("Invalid setting HERMES_BULK_BACKEND: the Redis port is not a number.") from None
+        raise ConfigError(f"Invalid setting {setting}: the Redis port is not a number.") from None
     try:
         # No retries: a script whose reply was lost must not run a second time (a claim would
         # take a second item). A stale pooled connection is replaced at checkout instead.
         pool = redis.ConnectionPool.from_url(
-            clean_url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=SOCKET_TIMEOUT_S,
+            clean_url, socket_connect_timeout=connect_timeout_s, socket_timeout=socket_timeout_s,
             health_check_interval=HEALTH_CHECK_INTERVAL_S)
     except ValueError:
-        raise ConfigError("Invalid setting HERMES_BULK_BACKEND: not a redis:// or rediss:// URL "
+        raise ConfigError(f"Invalid setting {setting}: not a redis:// or rediss:// URL "
                           "(redis://[[user]:password@]host[:port][/db][?prefix=name]).") from None
     conn = RedisConnection(pool=pool, client=redis.Redis(connection_pool=pool), prefix=prefix,
-                           where=f"{host}:{port}")
+                           where=f"{host}:{port}", setting=setting)
     try:
         conn.client.ping()
     except redis.RedisError as exc:
@@ -661,18 +666,19 @@ class RedisLimits:
         self.lua = conn.lua
 
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
-        wait_ms = self.lua.acquire(keys=[self.keys.limit(key)], args=[rpm or 0, tpm or 0, tokens])
+        wait_ms = self.lua.acquire(keys=[self.keys.limit(key)], args=[
+            rpm or 0, tpm or 0, tokens, limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000])
         return float(wait_ms) / 1000
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
         wait_ms = "" if seconds is None else seconds * 1000
         until_ms = self.lua.pause(keys=[self.keys.limit(key)], args=[
-            wait_ms, base_s * 1000, cap_s * 1000, limits_math.AIMD_DECREASE, limits_math.AUTO_MAX_INTERVAL_S * 1000])
+            wait_ms, base_s * 1000, cap_s * 1000, limits_math.AIMD_DECREASE, limits_math.AUTO_MAX_INTERVAL_S * 1000,
+            limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000])
         return float(until_ms) / 1000
 
     def clear_backoff(self, key: str) -> None:
-        self.lua.clear_backoff(keys=[self.keys.limit(key)],
-                               args=[limits_math.AIMD_INCREASE, limits_math.AUTO_OFF_BELOW_S * 1000])
+        self.lua.clear_backoff(keys=[self.keys.limit(key)])
 
     def pause_state(self, key: str) -> PauseState | None:
         pipe = self.r.pipeline(transaction=False)

@@ -138,6 +138,7 @@ CREATE TABLE limits (
     pause_until REAL NOT NULL DEFAULT 0,
     backoff_step INTEGER NOT NULL DEFAULT 0,
     auto_interval REAL NOT NULL DEFAULT 0,
+    auto_since REAL NOT NULL DEFAULT 0,
     window_start REAL NOT NULL DEFAULT 0,
     window_count INTEGER NOT NULL DEFAULT 0,
     previous_count INTEGER NOT NULL DEFAULT 0
@@ -148,9 +149,14 @@ CREATE TABLE limits (
 class SqliteDatabase:
     """One SQLite file: per-thread connections, migrations, and the write-transaction helper."""
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time,
+                 migrations: list[tuple[str, str]] | None = None,
+                 busy_timeout_ms: int = BUSY_TIMEOUT_MS, setting: str = "HERMES_BULK_BACKEND") -> None:
         self.path = path
         self.clock = clock
+        # The job store's schema by default; the budget ledger brings its own (budget/sqlite_ledger.py).
+        self.migrations = MIGRATIONS if migrations is None else migrations
+        self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -161,14 +167,14 @@ class SqliteDatabase:
             self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
-                                     "path in HERMES_BULK_BACKEND and its permissions.") from None
+                                     f"path in {setting} and its permissions.") from None
 
     def connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000,
                                    isolation_level=None, check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives process crashes; only power loss can undo the last commits.
             conn.execute("PRAGMA synchronous=NORMAL")
@@ -197,7 +203,7 @@ class SqliteDatabase:
         with self.write() as conn:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)")
             done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
-            for name, sql in MIGRATIONS:
+            for name, sql in self.migrations:
                 if name not in done:
                     for statement in sql.split(";"):
                         if statement.strip():
@@ -560,8 +566,8 @@ class SqliteLimits:
 
     def clear_backoff(self, key: str) -> None:
         # Read first: most successes have nothing to change, and a read takes no write lock.
-        rows = self.db.read("SELECT backoff_step, auto_interval FROM limits WHERE key = ?", (key,))
-        if rows and (rows[0][0] or rows[0][1]):
+        rows = self.db.read("SELECT backoff_step FROM limits WHERE key = ?", (key,))
+        if rows and rows[0][0]:
             with self.db.write() as conn:
                 state = self._row(conn, key)
                 limits_math.succeeded(state)

@@ -1,20 +1,23 @@
 -- acquire: take one request (and `tokens` tokens) for a provider key if it is not paused
 -- and pacing allows (the rules are store/limits_math.py's, in milliseconds): GCRA with a burst
 -- of one unit, requests spaced at the slower of rpm and the adaptive interval learned from
--- 429s; a cost above one unit goes through when the bucket is empty. A granted request is
--- counted in a one-second window, which is how the adaptive rate is measured.
+-- 429s (which halves every recovery period after the wait); a cost above one unit goes
+-- through when the bucket is empty. A granted request is counted in a one-second window,
+-- which is how the adaptive rate is measured.
 -- KEYS[1] {<prefix>:limit:<key>} (HASH request_tat_ms, token_tat_ms, pause_until_ms,
---         backoff_step, auto_interval_ms, window_start_ms, window_count, previous_count)
+--         backoff_step, auto_interval_ms, auto_since_ms, window_start_ms, window_count,
+--         previous_count)
 -- ARGV[1] requests per minute (0 = unpaced)   ARGV[2] tokens per minute (0 = unpaced)
--- ARGV[3] tokens
+-- ARGV[3] tokens   ARGV[4] recovery doubling period, ms   ARGV[5] shortest adaptive interval, ms
 -- Returns the wait in ms as a string: '0.000' when taken, else how long to wait before
 -- asking again (nothing taken).
 local now = now_ms()
 local h = redis.call('HMGET', KEYS[1], 'request_tat_ms', 'token_tat_ms', 'pause_until_ms',
-  'auto_interval_ms', 'window_start_ms', 'window_count')
+  'auto_interval_ms', 'auto_since_ms', 'window_start_ms', 'window_count')
 local request_tat, token_tat = tonumber(h[1]) or 0, tonumber(h[2]) or 0
 local pause_until, auto_interval = tonumber(h[3]) or 0, tonumber(h[4]) or 0
-local window_start, window_count = tonumber(h[5]) or 0, tonumber(h[6]) or 0
+local auto_since = tonumber(h[5]) or 0
+local window_start, window_count = tonumber(h[6]) or 0, tonumber(h[7]) or 0
 if pause_until > now then return fmt_ms(pause_until - now) end
 
 -- (new theoretical arrival time, wait) for one pacing dimension.
@@ -24,6 +27,10 @@ local function gcra(tat, interval, cost)
   return now + interval * cost, 0
 end
 
+if auto_interval > 0 then  -- relaxed since the wait ended
+  auto_interval = auto_interval * 2 ^ (-math.max(0, now - auto_since) / tonumber(ARGV[4]))
+  if auto_interval < tonumber(ARGV[5]) then auto_interval = 0 end
+end
 local rpm, tpm = tonumber(ARGV[1]), tonumber(ARGV[2])
 local request_interval = math.max(rpm > 0 and 60000 / rpm or 0, auto_interval)
 local new_request_tat, wait_request = gcra(request_tat, request_interval, 1)

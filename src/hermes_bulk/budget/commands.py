@@ -1,0 +1,104 @@
+"""`status` and `set`: one argparse grammar for `hermes cron-budget`, `hermes-bulk budget` and `/cron-budget`.
+
+The handler returns (exit status, text) and prints nothing, so the Hermes CLI command, the
+standalone CLI and the slash command (whose reply is the text) all say the same thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+
+from ..commands import UsageError, _Parser
+from ..errors import HermesBulkError
+from .report import as_dict, status_text
+from .service import Budget
+from .settings import BudgetSettings, describe
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def settings_help() -> str:
+    return "settings:\n" + "\n".join(f"  {k:<13} {meaning} (default {default})" for k, default, meaning in describe())
+
+
+def add_budget_arguments(parser: argparse.ArgumentParser, *, for_slash: bool = False) -> None:
+    """Add `status` and `set KEY VALUE` to a parser (Hermes hands its CLI command one)."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = settings_help()
+    sub = parser.add_subparsers(dest="budget_command", metavar="COMMAND")
+    p = sub.add_parser("status", help="the window, requests by class, each job's requests, held runs")
+    if not for_slash:
+        p.add_argument("--json", action="store_true", help="machine-readable")
+    p = sub.add_parser("set", help="change one setting (validated)", epilog=settings_help(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("value", metavar="VALUE")
+    sub.add_parser("path", help="print where budget.json and the local ledger are")
+
+
+def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -> tuple[int, str]:
+    """Run a parsed command; (exit status, text to show). Errors are one line."""
+    command = getattr(args, "budget_command", None) or "status"
+    try:
+        if command == "set":
+            before = budget.settings()
+            settings = budget.settings_file.set(args.key, args.value)
+            text = f"{args.key} = {settings.shown(args.key)}" + _moved_window_note(budget, before, settings)
+            if args.key == "ledger":
+                text += _reachability_note(budget, settings)
+            return EXIT_OK, text
+        if command == "path":
+            return EXIT_OK, str(budget.directory)
+        report = budget.report()
+        if getattr(args, "json", False):
+            return EXIT_OK, json.dumps(as_dict(report))
+        return EXIT_OK, status_text(report)
+    except HermesBulkError as exc:
+        return EXIT_ERROR, f"{prog}: {exc}"
+
+
+def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSettings) -> str:
+    """Counts belong to a window; a new reset or zone starts a different one, so say what happens."""
+    old, new = budget.window(before), budget.window(after)
+    if old.start_s == new.start_s:
+        return ""
+    try:
+        used = budget.ledger(before).counts(old).total
+    except HermesBulkError:
+        return ""
+    if not used:
+        return ""
+    return (f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the {used} requests counted "
+            "so far stay with the old window, and counting starts afresh. Lower daily_limit for today if the "
+            "provider's own window did not reset.")
+
+
+def _reachability_note(budget: Budget, settings: BudgetSettings) -> str:
+    """A new ledger is saved even when it cannot be reached now; say so, since calls then go uncounted."""
+    try:
+        budget.ledger(settings)
+    except HermesBulkError as exc:
+        return (f"\nWarning: the ledger cannot be used now ({exc}). Until it can, calls go through "
+                "uncounted and status warns.")
+    return ""
+
+
+def slash(raw_args: str, budget: Budget) -> str:
+    """`/cron-budget [status | set KEY VALUE | path | help]`: the reply text."""
+    parser = _Parser(prog="/cron-budget", add_help=False)
+    add_budget_arguments(parser, for_slash=True)
+    try:
+        words = shlex.split(raw_args or "")
+    except ValueError as exc:
+        return f"/cron-budget: cannot read the arguments ({exc}); close every quote."
+    if words[:1] in (["help"], ["-h"], ["--help"]):
+        return parser.format_help()
+    try:
+        args = parser.parse_args(words)
+    except UsageError as exc:
+        return f"/cron-budget: {exc} Usage: /cron-budget [status | set KEY VALUE | path]"
+    except SystemExit:
+        return parser.format_help()
+    return run_budget_command(args, budget, prog="/cron-budget")[1]
