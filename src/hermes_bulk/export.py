@@ -55,11 +55,12 @@ def _restoring_outputs(items: Iterator[ItemRecord], outputs_dir: Path) -> Iterat
     In a fleet, workers on other machines write outputs/ on their own disks; the store has every
     result, so the machine that exports gets the files too.
     """
+    folder = str(outputs_dir)
     for item in items:
         if item.status == COMPLETED and item.result is not None:
-            path = outputs_dir / f"{item.index:06d}.md"
-            if not path.exists():
-                write_private(path, item.result + "\n")
+            path = os.path.join(folder, f"{item.index:06d}.md")  # str, not Path: a million of them
+            if not os.path.exists(path):
+                write_private(Path(path), item.result + "\n")
         yield item
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import threading
 from pathlib import Path
 
 
@@ -22,13 +22,27 @@ def private_dir(path: Path) -> Path:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file owner-only, atomically (a reader never sees half a file)."""
-    private_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    """Write a file owner-only, atomically (a reader never sees half a file).
+
+    Every completed item comes through here, so it is plain os calls: the temporary name is
+    this thread's own (no random names to try) and the folder is made only when missing.
+    """
+    tmp = os.path.join(path.parent, f".tmp-{os.getpid()}-{threading.get_ident()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        fd = os.open(tmp, flags, 0o600)
+    except FileNotFoundError:
+        private_dir(path.parent)
+        fd = os.open(tmp, flags, 0o600)
+    try:
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise

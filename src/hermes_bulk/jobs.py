@@ -36,7 +36,11 @@ from .store.protocol import (
 )
 from .worker import Liveness
 
-ADD_BATCH = 2000  # items per transaction while creating: memory stays flat, commits stay few
+# Items per transaction while creating, and the content bytes one may hold: memory stays flat,
+# and commits stay few (a million-row CSV took 55 s in batches of 2,000, 31 s in 20,000: each
+# batch rewrites the index pages it touches, and a bigger batch touches fewer per item).
+ADD_BATCH = 20_000
+ADD_BATCH_BYTES = 16 * 1024 * 1024
 SKIPPED_SHOWN = 20
 
 # States `status` shows (the seed's table).
@@ -147,6 +151,7 @@ class Jobs:
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
         batch: list[NewItem] = []
+        batch_bytes = 0
         skipped: list[Skipped] = []
         index = 0
         for entry in source.entries():
@@ -160,9 +165,10 @@ class Jobs:
                 origin=entry.origin, offset=entry.offset, stat_sig=entry.stat_sig,
                 estimated_tokens=prompt.estimate_tokens(entry.content, spec.instruction, spec.output_tokens_estimate)))
             index += 1
-            if len(batch) >= ADD_BATCH:
+            batch_bytes += len(entry.content)
+            if len(batch) >= ADD_BATCH or batch_bytes >= ADD_BATCH_BYTES:
                 self.store.add_items(spec.job_id, batch)
-                batch = []
+                batch, batch_bytes = [], 0
                 if on_progress:
                     on_progress(index)
         if batch:

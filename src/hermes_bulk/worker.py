@@ -46,6 +46,11 @@ _CANNOT_SERVE = {
               "installed here and HERMES_HOME set to the profile the job was created in)",
 }
 
+#: How long one trigger keeps claiming the next item of its job before it re-enqueues itself.
+CHAIN_SLICE_S = 1.0
+#: How often expired leases are looked for (the rest of the maintenance runs every lease/3, 5 s at most).
+REAP_EVERY_S = 1.0
+
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -139,19 +144,28 @@ class WorkerRuntime:
         )
         self.interval_s = max(0.2, min(settings.lease_seconds / 3, 5.0))
         self._stop = threading.Event()
+        self._stopping = threading.Event()  # set first thing in stop(): chains hand back at once
         self._lock_fd: int | None = None
         self._maintenance: threading.Thread | None = None
         self.consumer: EmbeddedConsumer | None = None
 
     # Triggers ------------------------------------------------------------------------------
     def handle_trigger(self, job_id: str, index_hint: int) -> float | None:
-        outcome = self.processor.handle(job_id, index_hint)
-        if outcome.reschedule_in is not None:
-            return outcome.reschedule_in
-        if outcome.claimed:
-            # Each finished item sends the next trigger: a job keeps `concurrency` chains going.
-            self.backend.trigger(job_id, (outcome.index or 0) + 1)
-        return None
+        """Process items of the job one after another, as one chain: a job keeps `concurrency`
+        chains going. After CHAIN_SLICE_S the chain goes back through the queue as the next
+        trigger, so jobs that share these threads take turns; until then the next item is
+        claimed here, which spares each item a queue round trip (benchmarks, row 1)."""
+        ends = time.monotonic() + CHAIN_SLICE_S
+        while True:
+            outcome = self.processor.handle(job_id, index_hint)
+            if outcome.reschedule_in is not None:
+                return outcome.reschedule_in
+            if not outcome.claimed:
+                return None  # nothing to claim (done, paused, at capacity): the chain ends
+            index_hint = (outcome.index or 0) + 1
+            if self._stopping.is_set() or time.monotonic() >= ends:
+                self.backend.trigger(job_id, index_hint)
+                return None
 
     def client_for(self, job: JobRecord) -> ModelClient:
         """The model client for a job; ClientUnavailable when this worker does not serve its kind."""
@@ -193,6 +207,7 @@ class WorkerRuntime:
 
     def stop(self, *, graceful: bool = True) -> None:
         """Stop consuming, return what this worker still holds to the queue, deregister."""
+        self._stopping.set()
         if self.consumer is not None:
             self.consumer.stop(graceful=graceful)
             self.consumer = None
@@ -252,13 +267,25 @@ class WorkerRuntime:
                                         lease_s=self.settings.lease_seconds)
 
     def _maintain(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        # Everything every interval_s; in between, expired leases every REAP_EVERY_S, so an item
+        # of a worker that died on another machine is back within about a second of its lease
+        # ending, rather than up to interval_s (5 s) later (benchmarks, row 6).
+        due = time.monotonic() + self.interval_s
+        while not self._stop.wait(min(self.interval_s, REAP_EVERY_S, max(0.0, due - time.monotonic()))):
             try:
-                self.maintain_once()
+                if time.monotonic() >= due:
+                    due = time.monotonic() + self.interval_s
+                    self.maintain_once()
+                else:
+                    self._send_triggers(self.backend.store.release_expired_leases())
             except HermesBulkError as exc:
                 log.warning("maintenance: %s (retrying)", exc)
             except Exception:
                 log.exception("maintenance failed (retrying)")
+
+    def _send_triggers(self, released: dict[str, int]) -> None:
+        for job_id, n in released.items():
+            self.backend.trigger(job_id, 0, n)
 
     def maintain_once(self) -> None:
         self._heartbeat()
@@ -266,8 +293,7 @@ class WorkerRuntime:
         released = self.liveness.recover_dead(exclude=self.worker_id)
         for job_id, n in store.release_expired_leases().items():
             released[job_id] = released.get(job_id, 0) + n
-        for job_id, n in released.items():
-            self.backend.trigger(job_id, 0, n)
+        self._send_triggers(released)
         self.liveness.sweep()
         self._pump()
 

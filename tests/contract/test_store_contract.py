@@ -324,7 +324,16 @@ def test_release_worker_items_and_item_owners(store):
     assert store.release_worker_items("a") == {job_id: 2}
     assert store.item_owners() == {"b": 1}
     job = store.get_job(job_id)
-    assert (job.pending, job.running) == (4, 1)
+    assert (job.pending, job.running, job.tokens_reserved) == (4, 1, 10), "their reservations are given back"
+
+
+def test_expired_leases_give_back_their_reservations(store):
+    job_id = make_job(store, 3, estimate=7)
+    claim(store, job_id, worker="dead", lease_s=0.1)
+    claim(store, job_id, worker="dead", lease_s=0.1)
+    time.sleep(0.2)
+    assert store.release_expired_leases() == {job_id: 2}
+    assert store.get_job(job_id).tokens_reserved == 0
 
 
 # Job state -------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ the contract suite holds both to them.
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 AIMD_DECREASE = 0.5  #: a 429 multiplies the request rate by this
 AUTO_RECOVERY_DOUBLING_S = 5.0  #: after a wait, the learned rate doubles this often
@@ -40,10 +40,11 @@ class LimitState:
     previous_count: int = 0  # the count of the window before
 
     FIELDS = ("request_tat", "token_tat", "pause_until", "backoff_step", "auto_interval",
-              "auto_since", "window_start", "window_count", "previous_count")
+              "auto_since", "window_start", "window_count", "previous_count")  # the order of values()
 
     def values(self) -> tuple:
-        return astuple(self)
+        return (self.request_tat, self.token_tat, self.pause_until, self.backoff_step, self.auto_interval,
+                self.auto_since, self.window_start, self.window_count, self.previous_count)
 
 
 def _gcra(tat: float, now: float, interval: float, cost: int) -> tuple[float, float]:
@@ -77,18 +78,36 @@ def acquire(state: LimitState, now: float, *, rpm: int | None, tpm: int | None, 
     """0.0 and state updated when a request may go now; else the seconds to wait (state as was)."""
     if state.pause_until > now:
         return state.pause_until - now
-    interval = max(60.0 / rpm if rpm else 0.0, auto_interval(state, now))
+    learned = auto_interval(state, now)
+    if state.auto_interval and not learned:
+        state.auto_interval = 0.0  # relaxed all the way: adaptive pacing is off again
+    interval = max(60.0 / rpm if rpm else 0.0, learned)
     request_tat, wait_requests = _gcra(state.request_tat, now, interval, 1)
     token_tat, wait_tokens = _gcra(state.token_tat, now, 60.0 / tpm if tpm else 0.0, tokens)
     wait = max(wait_requests, wait_tokens)
     if wait > 0:
         return wait
     state.request_tat, state.token_tat = request_tat, token_tat
+    count(state, now)
+    return 0.0
+
+
+def unpaced(state: LimitState, now: float, *, rpm: int | None, tpm: int | None) -> bool:
+    """True when acquire would grant at once and change nothing but the request count."""
+    return not rpm and not tpm and not auto_interval(state, now) and state.pause_until <= now
+
+
+def clean(state: LimitState) -> bool:
+    """No backoff step: a success would change nothing (see succeeded)."""
+    return not state.backoff_step
+
+
+def count(state: LimitState, now: float, n: int = 1) -> None:
+    """Record n granted requests in the one-second window that observed_rate reads."""
     if now - state.window_start >= 1.0:
         state.previous_count = state.window_count if now - state.window_start < 2.0 else 0
         state.window_start, state.window_count = now, 0
-    state.window_count += 1
-    return 0.0
+    state.window_count += n
 
 
 def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s: float, cap_s: float) -> None:

@@ -9,6 +9,8 @@ behave like one. Times are seconds since the epoch, read from the backend's own 
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -51,6 +53,13 @@ class JobSpec:
     output_tokens_estimate: int = 512
     max_output_tokens: int | None = None
     schema: str | None = None  # JSON schema text (structured output), or None
+
+
+@functools.lru_cache(maxsize=256)
+def spec_from_json(text: str) -> JobSpec:
+    """A stored spec, parsed once per distinct text (a claim reads it for every item; JobSpec is
+    frozen, so one instance can be shared)."""
+    return JobSpec(**json.loads(text))
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,6 +89,7 @@ from .protocol import (
     PauseState,
     Usage,
     WorkerInfo,
+    spec_from_json,
 )
 
 DEFAULT_PREFIX = "hermes-bulk"
@@ -316,7 +317,7 @@ def _job_from_meta(meta: dict[str, str]) -> JobRecord | None:
     """The JobRecord, or None when the job is unknown or still being created."""
     if not meta or meta.get("state") == CREATING:
         return None
-    spec = JobSpec(**json.loads(meta["spec"]))
+    spec = spec_from_json(meta["spec"])
     max_tokens = int(meta["max_tokens"]) if meta.get("max_tokens") else None
     if spec.max_tokens != max_tokens:
         spec = replace(spec, max_tokens=max_tokens)
@@ -664,13 +665,18 @@ class RedisLimits:
         self.r = conn.client
         self.keys = RedisKeys(conn.prefix)
         self.lua = conn.lua
+        # Per key: the last acquire here found nothing a success would clear, and no 429 was
+        # seen here since; clear_backoff then skips its round trip (see SqliteLimits._clean).
+        self._clean: dict[str, bool] = {}
 
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
-        wait_ms = self.lua.acquire(keys=[self.keys.limit(key)], args=[
+        wait_ms, clean = self.lua.acquire(keys=[self.keys.limit(key)], args=[
             rpm or 0, tpm or 0, tokens, limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000])
+        self._clean[key] = bool(clean)
         return float(wait_ms) / 1000
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
+        self._clean[key] = False
         wait_ms = "" if seconds is None else seconds * 1000
         until_ms = self.lua.pause(keys=[self.keys.limit(key)], args=[
             wait_ms, base_s * 1000, cap_s * 1000, limits_math.AIMD_DECREASE, limits_math.AUTO_MAX_INTERVAL_S * 1000,
@@ -678,6 +684,8 @@ class RedisLimits:
         return float(until_ms) / 1000
 
     def clear_backoff(self, key: str) -> None:
+        if self._clean.get(key):
+            return  # nothing to clear as of this process's last acquire (as SqliteLimits)
         self.lua.clear_backoff(keys=[self.keys.limit(key)])
 
     def pause_state(self, key: str) -> PauseState | None:

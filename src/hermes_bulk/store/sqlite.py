@@ -41,6 +41,7 @@ from .protocol import (
     NewItem,
     PauseState,
     WorkerInfo,
+    spec_from_json,
 )
 
 BUSY_TIMEOUT_MS = 30_000
@@ -160,6 +161,10 @@ class SqliteDatabase:
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        # Threads of this process take turns at the write lock here, in order, instead of in
+        # SQLite's busy handler, which sleeps 1, 2, 5 … 100 ms between tries. Other processes
+        # still meet at BEGIN IMMEDIATE (busy_timeout).
+        self._write_turn = threading.RLock()
         try:
             private_dir(path.parent)
             # Created owner-only before SQLite opens it; SQLite gives -wal/-shm the same mode.
@@ -187,13 +192,14 @@ class SqliteDatabase:
     def write(self) -> Iterator[sqlite3.Connection]:
         """One atomic operation: BEGIN IMMEDIATE takes the write lock up front (no upgrade deadlock)."""
         conn = self.connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with self._write_turn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def read(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
         cur = self.connection().execute(sql, params)
@@ -228,7 +234,7 @@ _JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, p
 
 
 def _job_from_row(row: tuple) -> JobRecord:
-    spec = JobSpec(**json.loads(row[2]))
+    spec = spec_from_json(row[2])
     if spec.max_tokens != row[5]:
         spec = JobSpec(**{**asdict(spec), "max_tokens": row[5]})
     return JobRecord(spec=spec, created_at=row[1], state=row[3], pause_reason=row[4],
@@ -367,30 +373,47 @@ class SqliteJobStore:
                 return ClaimRefused("not_running")
             if job.running >= min(job.spec.concurrency, max_running):
                 return ClaimRefused("at_capacity")
-            select = ("SELECT idx, name, content_hash, origin, byte_offset, stat_sig, estimate, attempts,"
-                      " rate_limit_waits FROM items WHERE job_id = ? AND status = 'pending'")
-            row = conn.execute(select + " AND idx = ?", (job_id, index_hint)).fetchone()
-            row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job_id,)).fetchone()
-            if row is None:
-                return ClaimRefused("no_pending")
-            idx, estimate = row[0], row[6]
+            # One statement takes the hint, else the lowest pending index, if its estimate fits
+            # under --max-tokens (fewer statements: less time holding the write lock).
             limit = job.spec.max_tokens
-            if limit is not None and job.tokens_charged + job.tokens_reserved + estimate > limit:
-                conn.execute("UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?",
-                             (PAUSED, PAUSE_TOKEN_LIMIT, job_id))
-                self._insert_events(conn, job_id, [Event(
-                    "paused", f"token limit reached: {job.tokens_charged} charged + {job.tokens_reserved}"
-                    f" reserved + {estimate} for item {idx + 1} would exceed --max-tokens {limit}", idx)])
-                return ClaimRefused("token_limit")
-            conn.execute("UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = ?"
-                         " WHERE job_id = ? AND idx = ?", (CLAIMED, worker_id, now + lease_s, estimate, job_id, idx))
+            used = job.tokens_charged + job.tokens_reserved
+            row = conn.execute(
+                "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = estimate"
+                " WHERE job_id = ? AND status = 'pending' AND idx = coalesce("
+                "(SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?),"
+                " (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1))"
+                " AND (? IS NULL OR ? + estimate <= ?)"
+                " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, estimate, attempts,"
+                " rate_limit_waits",
+                (CLAIMED, worker_id, now + lease_s, job_id, job_id, index_hint, job_id, limit, used, limit)).fetchone()
+            if row is None:
+                return self._refuse_claim(conn, job, index_hint)
+            idx, estimate = row[0], row[6]
             conn.execute("UPDATE jobs SET pending = pending - 1, running = running + 1,"
                          " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
                          (estimate, now, job_id))
-            (content,) = conn.execute("SELECT text FROM contents WHERE job_id = ? AND hash = ?",
-                                      (job_id, row[2])).fetchone()
+        # Contents never change once added, so they are read after the write lock is released.
+        contents = self.db.read("SELECT text FROM contents WHERE job_id = ? AND hash = ?", (job_id, row[2]))
+        if not contents:
+            return ClaimRefused("no_job")  # deleted in the meantime
+        content = contents[0][0]
         return Claim(job=job, index=idx, name=row[1], content=content, content_hash=row[2], origin=row[3],
                      offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
+
+    def _refuse_claim(self, conn, job: JobRecord, index_hint: int) -> ClaimRefused:
+        """No item was claimed: none is pending, or the next one would go over --max-tokens
+        (then the job pauses, in the same transaction)."""
+        select = "SELECT idx, estimate FROM items WHERE job_id = ? AND status = 'pending'"
+        row = conn.execute(select + " AND idx = ?", (job.job_id, index_hint)).fetchone()
+        row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job.job_id,)).fetchone()
+        if row is None:
+            return ClaimRefused("no_pending")
+        idx, estimate = row
+        conn.execute("UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?", (PAUSED, PAUSE_TOKEN_LIMIT, job.job_id))
+        self._insert_events(conn, job.job_id, [Event(
+            "paused", f"token limit reached: {job.tokens_charged} charged + {job.tokens_reserved}"
+            f" reserved + {estimate} for item {idx + 1} would exceed --max-tokens {job.spec.max_tokens}", idx)])
+        return ClaimRefused("token_limit")
 
     def renew_leases(self, worker_id, items, *, lease_s):
         items = list(items)
@@ -403,14 +426,15 @@ class SqliteJobStore:
                        for job_id, idx in items)
 
     def _finish_owned(self, conn, job_id, index, worker_id, status, extra_sets="", extra=()):
-        """Move the owner's running item to status; returns its reservation, or None if not owner."""
-        row = conn.execute("SELECT reserved FROM items WHERE job_id = ? AND idx = ? AND owner = ? AND status = ?",
-                           (job_id, index, worker_id, CLAIMED)).fetchone()
-        if row is None:
-            return None
-        conn.execute(f"UPDATE items SET status = ?, owner = NULL, lease_until = NULL, reserved = 0{extra_sets}"
-                     " WHERE job_id = ? AND idx = ?", (status, *extra, job_id, index))
-        return row[0]
+        """Move the owner's running item to status; returns its reservation, or None if not owner.
+
+        An item's `reserved` is the estimate its claim reserved; it counts only while the item
+        runs, so it is left as it is here and RETURNING can give it back in one statement.
+        """
+        row = conn.execute(f"UPDATE items SET status = ?, owner = NULL, lease_until = NULL{extra_sets}"
+                           " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING reserved",
+                           (status, *extra, job_id, index, worker_id, CLAIMED)).fetchone()
+        return None if row is None else row[0]
 
     def complete_item(self, job_id, index, worker_id, result, usage, *, provider=None, model=None):
         with self.db.write() as conn:
@@ -475,8 +499,9 @@ class SqliteJobStore:
 
     def _release(self, where: str, params: tuple) -> dict[str, int]:
         with self.db.write() as conn:
-            rows = conn.execute(f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL,"
-                                f" reserved = 0 WHERE {where} RETURNING job_id, reserved", params).fetchall()
+            # `reserved` is left as it is (see _finish_owned), so RETURNING gives each reservation.
+            rows = conn.execute(f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL"
+                                f" WHERE {where} RETURNING job_id, reserved", params).fetchall()
             per_job: dict[str, tuple[int, int]] = {}
             for job_id, reserved in rows:
                 n, r = per_job.get(job_id, (0, 0))
@@ -533,8 +558,30 @@ class SqliteLimits:
     The pacing arithmetic lives in `limits_math`, shared in spirit with the Redis Lua scripts.
     """
 
+    #: Requests granted on an unpaced key are added to its shared count in batches, at most this
+    #: often per process, instead of one write transaction each (that write was one of three on
+    #: every item's path). observed_rate reads the count over about a second, so it lags by at
+    #: most this much; a 429 adds what is pending first.
+    COUNT_EVERY_S = 0.1
+
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
+        self._uncounted: dict[str, int] = {}
+        self._counted_at: dict[str, float] = {}
+        self._count_lock = threading.Lock()
+        # Per key: this process's last acquire found no backoff step, and it has not seen a 429
+        # since, so a success has nothing to clear (clear_backoff skips its read). A 429 elsewhere in between is cleared by the next success after its wait.
+        self._clean: dict[str, bool] = {}
+
+    def _take_uncounted(self, key: str, now: float, *, plus: int = 0, force: bool = False) -> int:
+        """Requests granted here and not yet counted (plus `plus`), if it is time to count them."""
+        with self._count_lock:
+            n = self._uncounted.get(key, 0) + plus
+            if not force and now - self._counted_at.get(key, 0.0) < self.COUNT_EVERY_S:
+                self._uncounted[key] = n
+                return 0
+            self._uncounted[key], self._counted_at[key] = 0, now
+            return n
 
     def _row(self, conn, key: str) -> LimitState:
         row = conn.execute(f"SELECT {', '.join(LimitState.FIELDS)} FROM limits WHERE key = ?", (key,)).fetchone()
@@ -549,8 +596,25 @@ class SqliteLimits:
 
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
         now = self.db.clock()
+        if not rpm and not tpm:
+            # Unpaced: a read (no write lock) says whether the key is waiting or adaptively paced;
+            # when it is neither, the grant only needs counting, which is batched.
+            rows = self.db.read("SELECT pause_until, auto_interval, auto_since, backoff_step FROM limits"
+                                " WHERE key = ?", (key,))
+            seen = LimitState(pause_until=rows[0][0], auto_interval=rows[0][1], auto_since=rows[0][2],
+                              backoff_step=rows[0][3]) if rows else LimitState()
+            self._clean[key] = limits_math.clean(seen)
+            if limits_math.unpaced(seen, now, rpm=rpm, tpm=tpm):
+                n = self._take_uncounted(key, now, plus=1)
+                if n:
+                    with self.db.write() as conn:
+                        state = self._row(conn, key)
+                        limits_math.count(state, now, n)
+                        self._save(conn, key, state)
+                return 0.0
         with self.db.write() as conn:
             state = self._row(conn, key)
+            self._clean[key] = limits_math.clean(state)
             wait = limits_math.acquire(state, now, rpm=rpm, tpm=tpm, tokens=tokens)
             if wait == 0:
                 self._save(conn, key, state)
@@ -558,13 +622,19 @@ class SqliteLimits:
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
         now = self.db.clock()
+        self._clean[key] = False
         with self.db.write() as conn:
             state = self._row(conn, key)
+            uncounted = self._take_uncounted(key, now, force=True)
+            if uncounted:  # the rate seen before this 429 includes them
+                limits_math.count(state, now, uncounted)
             limits_math.rate_limited(state, now, seconds=seconds, base_s=base_s, cap_s=cap_s)
             self._save(conn, key, state)
             return state.pause_until
 
     def clear_backoff(self, key: str) -> None:
+        if self._clean.get(key):
+            return
         # Read first: most successes have nothing to change, and a read takes no write lock.
         rows = self.db.read("SELECT backoff_step FROM limits WHERE key = ?", (key,))
         if rows and rows[0][0]:
