@@ -1,0 +1,187 @@
+"""What a benchmark runs in a child process (each measured side has a process of its own).
+
+    python -m bench.drive pool --source F --threads N       the bare thread-pool baseline (--client)
+    python -m bench.drive run JOB --threads N               hermes-bulk `run --wait`, timed by the store
+    python -m bench.drive run JOB --external K              `run`, with K `hermes-bulk worker`s already up
+    python -m bench.drive fill JOB                          complete every item through the store API
+    python -m bench.drive admit --factory M:F …             time budget admissions (row 5)
+
+Each prints one JSON object on its last line. Settings come from the environment
+(HERMES_BULK_*), as for `hermes-bulk` itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+INSTRUCTION = "Summarize this item in one line"
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def pool(args: argparse.Namespace) -> dict:
+    """A bare thread pool making the calls hermes-bulk makes, with the same request body.
+
+    --client hermes (the baseline): hermes-bulk's own HttpModelClient, as its workers build it
+    (httpx, one connection per thread); the difference to hermes-bulk is then all dispatch.
+    --client shared: one httpx.Client with a pool of --threads connections, as one would write
+    it by hand.
+    """
+    import httpx
+
+    from hermes_bulk import prompt
+    from hermes_bulk.model import HttpModelClient
+    from hermes_bulk.sources import Source, content_hash
+
+    items = [(e.name, e.content) for e in Source(args.source, max_item_bytes=1 << 22).entries()]
+    url = args.base_url.rstrip("/")
+    if args.client == "hermes":
+        client = HttpModelClient(base_url=url, api_key="sk-bench-not-a-secret", model="fake-model",
+                                 timeout_s=120.0, max_connections=max(4, args.threads))
+
+        def call(item: tuple[str, str]) -> bool:
+            name, content = item
+            messages = prompt.build_messages(INSTRUCTION, name, content, content_hash(content))
+            return bool(client.complete(messages, max_tokens=None).text)
+    else:
+        client = httpx.Client(headers={"Authorization": "Bearer sk-bench-not-a-secret"},
+                              timeout=httpx.Timeout(120.0, connect=10.0),
+                              limits=httpx.Limits(max_connections=max(4, args.threads),
+                                                  max_keepalive_connections=max(4, args.threads)))
+
+        def call(item: tuple[str, str]) -> bool:
+            name, content = item
+            body = {"model": "fake-model",
+                    "messages": prompt.build_messages(INSTRUCTION, name, content, content_hash(content))}
+            response = client.post(url + "/chat/completions", json=body)
+            return response.status_code == 200 and bool(response.json()["choices"][0]["message"]["content"])
+
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.threads) as executor:
+        ok = sum(executor.map(call, items))
+    elapsed = time.perf_counter() - t0
+    client.close()
+    return {"elapsed_s": elapsed, "items": len(items), "ok": ok, "cpu_s": _cpu_s() - cpu0}
+
+
+def run(args: argparse.Namespace) -> dict:
+    """`hermes-bulk run JOB --wait`, without the progress bar: from `run` until the store's
+    counts say every item finished. With --external K, this process only runs the job (as
+    `hermes-bulk run JOB` does) and watches; K worker processes, already registered, do the work."""
+    from hermes_bulk.config import load_settings
+    from hermes_bulk.jobs import Jobs
+    from hermes_bulk.worker import WorkerRuntime
+
+    settings = load_settings()
+    jobs = Jobs(settings)
+    store = jobs.backend.store
+    job_id = jobs.resolve(args.job)
+    if args.external:
+        deadline = time.monotonic() + 60
+        while len(store.live_workers()) < args.external:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{args.external} workers did not register within 60 s")
+            time.sleep(0.05)
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    jobs.run(job_id)
+    runtime = None
+    if not args.external:
+        runtime = WorkerRuntime(jobs.backend, settings, threads=args.threads)
+        runtime.start()
+        runtime.start_embedded_consumer()
+    first_done = None
+    deadline = t0 + args.timeout
+    try:
+        while True:
+            job = store.get_job(job_id)
+            if first_done is None and job.completed + job.failed > 0:
+                first_done = time.perf_counter() - t0
+            if job.finished:
+                break
+            if time.perf_counter() > deadline:
+                raise SystemExit(f"job {job_id} did not finish within {args.timeout} s: {job}")
+            time.sleep(args.poll)
+        elapsed = time.perf_counter() - t0
+        cpu = _cpu_s() - cpu0
+    finally:
+        if runtime is not None:
+            runtime.stop(graceful=True)
+    return {"elapsed_s": elapsed, "first_done_s": first_done, "items": job.total, "completed": job.completed,
+            "failed": job.failed, "cpu_s": cpu}
+
+
+def fill(args: argparse.Namespace) -> dict:
+    """Give every item of a job a result through the store's own claim and complete (no model
+    calls): how the export benchmark gets a million completed results in minutes."""
+    from hermes_bulk.broker import open_backend
+    from hermes_bulk.config import load_settings
+    from hermes_bulk.store.protocol import NOT_STARTED, RUNNING, ClaimRefused, Usage
+    from hermes_bulk.testing.fake_provider import expected_answer
+
+    settings = load_settings()
+    store = open_backend(settings).store
+    store.set_state(args.job, RUNNING, from_states=[NOT_STARTED, RUNNING])
+    worker, usage = "bench-filler", Usage(40, 20)
+    t0, n = time.perf_counter(), 0
+    while True:
+        claim = store.claim_item(args.job, n, worker, lease_s=3600, max_running=1 << 30)
+        if isinstance(claim, ClaimRefused):
+            break
+        store.complete_item(args.job, claim.index, worker, expected_answer(claim.content), usage,
+                            provider="bench", model="fake-model")
+        n += 1
+    return {"elapsed_s": time.perf_counter() - t0, "items": n}
+
+
+def admit(args: argparse.Namespace) -> dict:
+    """Time each of --count admissions made through factory(backend, cap), starting at --start-at."""
+    import importlib
+
+    module, name = args.factory.split(":")
+    call = getattr(importlib.import_module(module), name)(args.backend, args.cap)
+    time.sleep(max(0.0, args.start_at - time.time()))
+    latencies, admitted = [], 0
+    for _ in range(args.count):
+        t0 = time.perf_counter_ns()
+        admitted += bool(call())
+        latencies.append((time.perf_counter_ns() - t0) / 1e6)
+    return {"latencies_ms": latencies, "admitted": admitted}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.drive")
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("pool")
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--source", required=True)
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--client", choices=("hermes", "shared"), default="hermes")
+    p = sub.add_parser("run")
+    p.add_argument("job")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--external", type=int, default=0, metavar="K")
+    p.add_argument("--poll", type=float, default=0.02)
+    p.add_argument("--timeout", type=float, default=3600)
+    p = sub.add_parser("fill")
+    p.add_argument("job")
+    p = sub.add_parser("admit")
+    p.add_argument("--factory", required=True, metavar="MODULE:FUNCTION")
+    p.add_argument("--backend", required=True)
+    p.add_argument("--cap", type=int, required=True)
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--start-at", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    result = {"pool": pool, "run": run, "fill": fill, "admit": admit}[args.what](args)
+    sys.stdout.write(json.dumps(result) + "\n")
+
+
+if __name__ == "__main__":
+    main()
