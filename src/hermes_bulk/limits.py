@@ -37,21 +37,25 @@ class ProviderGate:
     def __init__(self, limits: SharedLimits, key: str, *, rpm: int | None, tpm: int | None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.limits, self.key, self.rpm, self.tpm, self.sleep = limits, key, rpm, tpm, sleep
+        self.epoch: int | None = None  # of the last turn taken: a 429 to it hands this back
 
     def wait_for_turn(self, tokens: int, *, max_block_s: float = IN_PLACE_WAIT_S) -> None:
         """Block until this worker may send one request; raise LongWait past max_block_s."""
         while True:
-            wait = self.limits.acquire(self.key, rpm=self.rpm, tpm=self.tpm, tokens=tokens)
+            wait, epoch = self.limits.acquire(self.key, rpm=self.rpm, tpm=self.tpm, tokens=tokens)
             if wait <= 0:
+                self.epoch = epoch
                 return
             if wait > max_block_s:
                 raise LongWait(wait)
             self.sleep(wait)
 
     def rate_limited(self, retry_after_s: float | None) -> float:
-        """Record a 429 for every worker on this key; returns when the shared wait ends."""
+        """Record a 429 to the last turn for every worker on this key; returns when the shared
+        wait ends. Only a 429 to a request sent after the key's last slow-down slows it again."""
         seconds = None if retry_after_s is None else min(retry_after_s, RETRY_AFTER_CAP_S)
-        return self.limits.pause(self.key, seconds=seconds, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S)
+        return self.limits.pause(self.key, seconds=seconds, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S,
+                                 epoch=self.epoch)
 
     def succeeded(self) -> None:
         self.limits.clear_backoff(self.key)

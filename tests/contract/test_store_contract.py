@@ -421,10 +421,10 @@ def test_a_pause_without_retry_after_doubles_up_to_the_cap(limits, store):
 
 def test_acquire_waits_while_paused_and_takes_nothing(limits):
     limits.pause("k3", seconds=0.4, base_s=5, cap_s=120)
-    wait = limits.acquire("k3", rpm=None, tpm=None, tokens=10)
+    wait = limits.acquire("k3", rpm=None, tpm=None, tokens=10).wait
     assert 0.2 < wait <= 0.4
     time.sleep(wait + 0.02)
-    assert limits.acquire("k3", rpm=None, tpm=None, tokens=10) == 0.0
+    assert limits.acquire("k3", rpm=None, tpm=None, tokens=10).wait == 0.0
 
 
 def test_pacing_spaces_requests_for_all_threads(limits):
@@ -436,7 +436,7 @@ def test_pacing_spaces_requests_for_all_threads(limits):
     def taker():
         barrier.wait()
         while time.time() < deadline:
-            wait = limits.acquire("k4", rpm=1200, tpm=None, tokens=1)  # 20 per second
+            wait = limits.acquire("k4", rpm=1200, tpm=None, tokens=1).wait  # 20 per second
             if wait == 0:
                 with lock:
                     granted.append(time.time())
@@ -452,8 +452,8 @@ def test_pacing_spaces_requests_for_all_threads(limits):
 
 
 def test_token_pacing_lets_a_large_item_through_an_empty_bucket(limits):
-    assert limits.acquire("k5", rpm=None, tpm=60, tokens=500) == 0.0  # cost above one second's worth
-    wait = limits.acquire("k5", rpm=None, tpm=60, tokens=1)
+    assert limits.acquire("k5", rpm=None, tpm=60, tokens=500).wait == 0.0  # cost above one second's worth
+    wait = limits.acquire("k5", rpm=None, tpm=60, tokens=1).wait
     assert wait > 400, "the next token waits until the large item's tokens have drained"
 
 
@@ -461,7 +461,7 @@ def _granted_within(limits, key: str, seconds: float) -> int:
     granted = 0
     deadline = time.time() + seconds
     while time.time() < deadline:
-        wait = limits.acquire(key, rpm=None, tpm=None, tokens=1)
+        wait = limits.acquire(key, rpm=None, tpm=None, tokens=1).wait
         if wait == 0:
             granted += 1
         else:
@@ -472,7 +472,7 @@ def _granted_within(limits, key: str, seconds: float) -> int:
 def test_a_429_halves_the_rate_once_per_wait_and_it_recovers_with_time(limits):
     # Twenty requests in a burst, then three 429s from that burst: one wait, one halving.
     for _ in range(20):
-        assert limits.acquire("k6", rpm=None, tpm=None, tokens=1) == 0.0
+        assert limits.acquire("k6", rpm=None, tpm=None, tokens=1).wait == 0.0
     for _ in range(3):
         limits.pause("k6", seconds=0.2, base_s=5, cap_s=120)
     time.sleep(0.25)
@@ -482,3 +482,32 @@ def test_a_429_halves_the_rate_once_per_wait_and_it_recovers_with_time(limits):
     time.sleep(5.0)
     recovered = _granted_within(limits, "k6", 0.5)
     assert recovered >= 9, f"back to about 20/s or more, got {recovered * 2}/s"
+
+
+def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(limits):
+    # A burst granted at one epoch; a 429 to one of them halves the rate (a short wait).
+    epochs = []
+    for _ in range(20):
+        turn = limits.acquire("k7", rpm=None, tpm=None, tokens=1)
+        assert turn.wait == 0.0
+        epochs.append(turn.epoch)
+    assert len(set(epochs)) == 1
+    limits.pause("k7", seconds=0.05, base_s=5, cap_s=120, epoch=epochs[0])
+    time.sleep(0.1)
+    # The wait is over; more 429s arrive for requests of the same burst (sent before the
+    # decrease): each starts a new short wait, but none halves the rate again.
+    for _ in range(3):
+        limits.pause("k7", seconds=0.05, base_s=5, cap_s=120, epoch=epochs[0])
+        time.sleep(0.1)
+    after_stale = _granted_within(limits, "k7", 1.0)
+    assert 6 <= after_stale <= 13, f"about half of the 20/s, not less, got {after_stale}"
+    # A 429 to a request sent after the decrease halves it once more.
+    turn = limits.acquire("k7", rpm=None, tpm=None, tokens=1)
+    while turn.wait:
+        time.sleep(turn.wait)
+        turn = limits.acquire("k7", rpm=None, tpm=None, tokens=1)
+    assert turn.epoch == epochs[0] + 1
+    limits.pause("k7", seconds=0.05, base_s=5, cap_s=120, epoch=turn.epoch)
+    time.sleep(0.1)
+    quartered = _granted_within(limits, "k7", 1.0)
+    assert quartered <= after_stale * 0.75, (quartered, after_stale)

@@ -9,12 +9,16 @@ the contract suite holds both to them.
   the burst goes through when the bucket is empty, so one large item never blocks forever.
 - A 429 starts (or extends, never shortens) the shared wait: Retry-After, else
   base · 2^step up to the cap.
-- Adaptive pacing: the first 429 of a wait halves the request rate the key was seeing (its
-  learned rate, else the rate measured over about the last second); later 429s of the same
-  wait change nothing. From the end of the wait the learned rate doubles every
-  AUTO_RECOVERY_DOUBLING_S until pacing switches itself off. Without it, every worker released
-  at the end of a short wait hits the provider at once and earns the next 429; recovering by
-  time, not per success, keeps a slow job from crawling for minutes after one 429.
+- Adaptive pacing: a 429 halves the request rate the key was seeing (its learned rate, else
+  the rate measured over about the last second), once per generation of requests: only a 429
+  to a request granted after the last decrease counts (every grant carries the key's count
+  of decreases, its epoch), as TCP halves its window once per round trip. 429s to requests
+  sent before the decrease arrive later, often after a short wait has ended, and say nothing
+  about the new rate. Callers that cannot tell fall back to: the first 429 of a wait halves.
+  From the end of the wait the learned rate doubles every AUTO_RECOVERY_DOUBLING_S until
+  pacing switches itself off. Without it, every worker released at the end of a short wait
+  hits the provider at once and earns the next 429; recovering by time, not per success,
+  keeps a slow job from crawling for minutes after one 429.
 """
 
 from __future__ import annotations
@@ -38,13 +42,15 @@ class LimitState:
     window_start: float = 0.0  # a one-second window counting granted requests
     window_count: int = 0
     previous_count: int = 0  # the count of the window before
+    decreases: int = 0  # adaptive decreases so far: the epoch a grant carries
 
     FIELDS = ("request_tat", "token_tat", "pause_until", "backoff_step", "auto_interval",
-              "auto_since", "window_start", "window_count", "previous_count")  # the order of values()
+              "auto_since", "window_start", "window_count", "previous_count", "decreases")  # values() order
 
     def values(self) -> tuple:
         return (self.request_tat, self.token_tat, self.pause_until, self.backoff_step, self.auto_interval,
-                self.auto_since, self.window_start, self.window_count, self.previous_count)
+                self.auto_since, self.window_start, self.window_count, self.previous_count, self.decreases)
+
 
 
 def _gcra(tat: float, now: float, interval: float, cost: int) -> tuple[float, float]:
@@ -110,18 +116,22 @@ def count(state: LimitState, now: float, n: int = 1) -> None:
     state.window_count += n
 
 
-def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s: float, cap_s: float) -> None:
-    """A 429: start or extend the shared wait, and halve the request rate once per wait."""
-    first = state.pause_until <= now  # the first 429 of this wait
-    if first:
+def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s: float, cap_s: float,
+                 epoch: int | None = None) -> None:
+    """A 429 to a request granted at `epoch`: start or extend the shared wait, and halve the
+    request rate if the request was granted after the last decrease (epoch None: if this is
+    the first 429 of a wait)."""
+    decrease = state.pause_until <= now if epoch is None else epoch == state.decreases
+    if decrease:
         learned = auto_interval(state, now)
         rate = 1.0 / learned if learned else observed_rate(state, now)
         state.auto_interval = min(AUTO_MAX_INTERVAL_S, 1.0 / max(rate * AIMD_DECREASE, 1.0 / AUTO_MAX_INTERVAL_S))
+        state.decreases += 1
     if seconds is None:
         seconds = min(cap_s, base_s * 2 ** state.backoff_step)
         state.backoff_step += 1
     state.pause_until = max(state.pause_until, now + seconds)
-    if first:
+    if decrease:
         state.auto_since = state.pause_until  # relaxing starts when the wait is over
 
 

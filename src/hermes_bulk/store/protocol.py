@@ -13,7 +13,7 @@ import functools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 # Persisted job run states. What `status` shows is derived from these and the item counts
 # (see jobs.derive_state).
@@ -194,6 +194,14 @@ class PauseState:
     backoff_step: int
 
 
+class Turn(NamedTuple):
+    """SharedLimits.acquire's answer: wait is 0.0 when a request was taken, else the seconds to
+    wait before asking again; epoch is the key's count of adaptive decreases at the grant."""
+
+    wait: float
+    epoch: int
+
+
 class JobStore(Protocol):
     """Jobs, items, events and workers. The source of truth; the queue only carries triggers."""
 
@@ -320,20 +328,23 @@ class JobStore(Protocol):
 class SharedLimits(Protocol):
     """Per provider key: the shared 429 wait and request/token pacing (store/limits_math.py)."""
 
-    def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
+    def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> Turn:
         """Take one request (and `tokens` tokens) if the key is not paused and pacing allows.
 
         Pacing spaces requests at the slower of rpm and the adaptive rate learned from 429s.
-        Returns 0.0 when taken, else the seconds to wait before asking again (nothing taken).
+        Returns Turn(wait=0.0, epoch) when taken, else the seconds to wait before asking again
+        (nothing taken). Pass the epoch to pause() if this request is answered 429.
         """
 
-    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
+    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
+              epoch: int | None = None) -> float:
         """A 429: start or extend (never shorten) the shared wait of key; returns its end time.
 
         With seconds=None the wait is base_s * 2**step (capped at cap_s) and the step grows;
-        a provider's Retry-After is passed as seconds. The first 429 of a wait also halves the
-        key's request rate (adaptive pacing), which then doubles back every few seconds after
-        the wait; later 429s during the same wait change nothing.
+        a provider's Retry-After is passed as seconds. A 429 to a request granted at the key's
+        current epoch (after its last decrease) also halves the key's request rate (adaptive
+        pacing), which then doubles back every few seconds after the wait; 429s to requests
+        sent before the last decrease change nothing. epoch=None: the first 429 of a wait halves.
         """
 
     def clear_backoff(self, key: str) -> None:

@@ -40,6 +40,7 @@ from .protocol import (
     JobSpec,
     NewItem,
     PauseState,
+    Turn,
     WorkerInfo,
     spec_from_json,
 )
@@ -139,10 +140,29 @@ CREATE TABLE limits (
     pause_until REAL NOT NULL DEFAULT 0,
     backoff_step INTEGER NOT NULL DEFAULT 0,
     auto_interval REAL NOT NULL DEFAULT 0,
-    auto_since REAL NOT NULL DEFAULT 0,
     window_start REAL NOT NULL DEFAULT 0,
     window_count INTEGER NOT NULL DEFAULT 0,
     previous_count INTEGER NOT NULL DEFAULT 0
+);
+"""))
+
+# Adaptive pacing that relaxes with time (auto_since) and slows down once per generation of
+# requests (decreases). The limiter's state is short-lived (waits, pacing, a two-second rate
+# window), so its table is rebuilt rather than altered.
+migration(("m002_limits_decrease_epochs", """
+DROP TABLE limits;
+CREATE TABLE limits (
+    key TEXT PRIMARY KEY,
+    request_tat REAL NOT NULL DEFAULT 0,
+    token_tat REAL NOT NULL DEFAULT 0,
+    pause_until REAL NOT NULL DEFAULT 0,
+    backoff_step INTEGER NOT NULL DEFAULT 0,
+    auto_interval REAL NOT NULL DEFAULT 0,
+    auto_since REAL NOT NULL DEFAULT 0,
+    window_start REAL NOT NULL DEFAULT 0,
+    window_count INTEGER NOT NULL DEFAULT 0,
+    previous_count INTEGER NOT NULL DEFAULT 0,
+    decreases INTEGER NOT NULL DEFAULT 0
 );
 """))
 
@@ -594,15 +614,15 @@ class SqliteLimits:
         conn.execute(f"INSERT INTO limits (key, {cols}) VALUES (?, {marks}) ON CONFLICT (key) DO UPDATE SET {updates}",
                      (key, *state.values()))
 
-    def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
+    def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> Turn:
         now = self.db.clock()
         if not rpm and not tpm:
             # Unpaced: a read (no write lock) says whether the key is waiting or adaptively paced;
             # when it is neither, the grant only needs counting, which is batched.
-            rows = self.db.read("SELECT pause_until, auto_interval, auto_since, backoff_step FROM limits"
-                                " WHERE key = ?", (key,))
+            rows = self.db.read("SELECT pause_until, auto_interval, auto_since, backoff_step, decreases"
+                                " FROM limits WHERE key = ?", (key,))
             seen = LimitState(pause_until=rows[0][0], auto_interval=rows[0][1], auto_since=rows[0][2],
-                              backoff_step=rows[0][3]) if rows else LimitState()
+                              backoff_step=rows[0][3], decreases=rows[0][4]) if rows else LimitState()
             self._clean[key] = limits_math.clean(seen)
             if limits_math.unpaced(seen, now, rpm=rpm, tpm=tpm):
                 n = self._take_uncounted(key, now, plus=1)
@@ -611,16 +631,17 @@ class SqliteLimits:
                         state = self._row(conn, key)
                         limits_math.count(state, now, n)
                         self._save(conn, key, state)
-                return 0.0
+                return Turn(0.0, seen.decreases)
         with self.db.write() as conn:
             state = self._row(conn, key)
             self._clean[key] = limits_math.clean(state)
             wait = limits_math.acquire(state, now, rpm=rpm, tpm=tpm, tokens=tokens)
             if wait == 0:
                 self._save(conn, key, state)
-            return wait
+            return Turn(wait, state.decreases)
 
-    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float) -> float:
+    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
+              epoch: int | None = None) -> float:
         now = self.db.clock()
         self._clean[key] = False
         with self.db.write() as conn:
@@ -628,7 +649,7 @@ class SqliteLimits:
             uncounted = self._take_uncounted(key, now, force=True)
             if uncounted:  # the rate seen before this 429 includes them
                 limits_math.count(state, now, uncounted)
-            limits_math.rate_limited(state, now, seconds=seconds, base_s=base_s, cap_s=cap_s)
+            limits_math.rate_limited(state, now, seconds=seconds, base_s=base_s, cap_s=cap_s, epoch=epoch)
             self._save(conn, key, state)
             return state.pause_until
 

@@ -1,0 +1,38 @@
+"""SQLite schema migrations: a database made by an older hermes-bulk opens, is brought up to
+date in place, and keeps its jobs (store/sqlite.py MIGRATIONS)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from hermes_bulk import broker
+from hermes_bulk.store.sqlite import MIGRATIONS, SqliteDatabase
+
+
+def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path):
+    path = tmp_path / "bulk.db"
+    old = SqliteDatabase(path, migrations=MIGRATIONS[:1])
+    with old.write() as conn:
+        conn.execute("INSERT INTO limits (key, pause_until) VALUES ('k', 1e12)")
+        conn.execute("INSERT INTO jobs (id, created_at, spec, state, total) VALUES"
+                     " ('j1', 0, '{}', 'completed', 0)")
+    old.close()
+
+    backend = broker._build(f"sqlite:///{path}")
+    try:
+        assert backend.store.db.schema_version() == [name for name, _ in MIGRATIONS]
+        columns = {row[1] for row in backend.store.db.read("PRAGMA table_info(limits)")}
+        assert {"auto_since", "decreases"} <= columns
+        # The limiter's short-lived state starts afresh; the jobs are untouched.
+        turn = backend.limits.acquire("k", rpm=None, tpm=None, tokens=1)
+        assert (turn.wait, turn.epoch) == (0.0, 0)
+        assert backend.store.db.read("SELECT id, state FROM jobs") == [("j1", "completed")]
+    finally:
+        backend.close()
+
+    # Opening it again applies nothing twice.
+    again = SqliteDatabase(path)
+    assert again.schema_version() == [name for name, _ in MIGRATIONS]
+    again.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
