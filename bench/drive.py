@@ -142,18 +142,23 @@ def fill(args: argparse.Namespace) -> dict:
 
 
 def admit(args: argparse.Namespace) -> dict:
-    """Time each of --count admissions made through factory(backend, cap), starting at --start-at."""
+    """Time each of --count admissions made through factory(backend, cap), starting at --start-at;
+    back to back, or at --rate admissions a second (0: back to back)."""
     import importlib
 
     module, name = args.factory.split(":")
     call = getattr(importlib.import_module(module), name)(args.backend, args.cap)
     time.sleep(max(0.0, args.start_at - time.time()))
     latencies, admitted = [], 0
-    for _ in range(args.count):
+    cpu0, wall0 = _cpu_s(), time.perf_counter()
+    for n in range(args.count):
+        if args.rate:
+            time.sleep(max(0.0, wall0 + n / args.rate - time.perf_counter()))
         t0 = time.perf_counter_ns()
         admitted += bool(call())
         latencies.append((time.perf_counter_ns() - t0) / 1e6)
-    return {"latencies_ms": latencies, "admitted": admitted}
+    return {"latencies_ms": latencies, "admitted": admitted, "cpu_s": _cpu_s() - cpu0,
+            "wall_s": time.perf_counter() - wall0}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -178,6 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cap", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--start-at", type=float, default=0.0)
+    p.add_argument("--rate", type=float, default=0.0, help="admissions a second per process (0: back to back)")
     args = parser.parse_args(argv)
     result = {"pool": pool, "run": run, "fill": fill, "admit": admit}[args.what](args)
     sys.stdout.write(json.dumps(result) + "\n")
