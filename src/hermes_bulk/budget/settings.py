@@ -242,8 +242,33 @@ def redacted(location: str) -> str:
     return location
 
 
+def _stamp(path: str) -> tuple[int, int] | None:
+    with contextlib.suppress(OSError):
+        st = os.stat(path, follow_symlinks=False)
+        return st.st_ino, st.st_mtime_ns
+    return None
+
+
+_machine_zone_seen: tuple[tuple, str] | None = None  # (what it was worked out from, the zone)
+
+
 def machine_zone() -> str:
-    """The machine's IANA zone name: $TZ, /etc/timezone, the /etc/localtime link; else UTC."""
+    """The machine's IANA zone name: $TZ, /etc/timezone, the /etc/localtime link; else UTC.
+
+    Every admission asks (a window opens at a local time), so the answer is kept until $TZ or
+    either file changes: two stat calls instead of a read, a realpath and a zone lookup.
+    """
+    global _machine_zone_seen
+    basis = (os.environ.get("TZ"), _stamp("/etc/timezone"), _stamp("/etc/localtime"))
+    seen = _machine_zone_seen
+    if seen is not None and seen[0] == basis:
+        return seen[1]
+    zone = _read_machine_zone()
+    _machine_zone_seen = (basis, zone)
+    return zone
+
+
+def _read_machine_zone() -> str:
     candidates = [os.environ.get("TZ", "").lstrip(":")]
     with contextlib.suppress(OSError):
         candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
