@@ -52,7 +52,6 @@ class LimitState:
                 self.auto_since, self.window_start, self.window_count, self.previous_count, self.decreases)
 
 
-
 def _gcra(tat: float, now: float, interval: float, cost: int) -> tuple[float, float]:
     """(new theoretical arrival time, seconds to wait)."""
     if interval <= 0 or cost <= 0:
