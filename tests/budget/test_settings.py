@@ -145,3 +145,24 @@ def test_the_machine_zone_is_an_iana_name(monkeypatch):
     assert bs.machine_zone() == "America/Chicago"
     monkeypatch.setenv("TZ", "not-a-zone")
     assert bs.ZoneInfo(bs.machine_zone())  # falls back to the system's zone, or UTC
+
+
+def test_the_machine_zone_is_kept_until_tz_or_the_zone_files_change(monkeypatch, tmp_path):
+    name_file, link = tmp_path / "timezone", tmp_path / "localtime"
+    monkeypatch.setattr(bs, "ZONE_NAME_FILE", str(name_file))
+    monkeypatch.setattr(bs, "LOCALTIME_FILE", str(link))
+    monkeypatch.delenv("TZ", raising=False)
+    name_file.write_text("Asia/Tokyo\n")
+    assert bs.machine_zone() == "Asia/Tokyo"
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    assert bs.machine_zone() == "Europe/Berlin"
+    monkeypatch.delenv("TZ")
+    assert bs.machine_zone() == "Asia/Tokyo"
+    # The way tools change it: a new file (or link) renamed over the old one.
+    replacement = tmp_path / "timezone.new"
+    replacement.write_text("America/Denver\n")
+    replacement.replace(name_file)
+    assert bs.machine_zone() == "America/Denver"
+    name_file.unlink()
+    link.symlink_to("/usr/share/zoneinfo/Australia/Perth")
+    assert bs.machine_zone() == "Australia/Perth"

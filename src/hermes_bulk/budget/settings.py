@@ -249,6 +249,8 @@ def _stamp(path: str) -> tuple[int, int] | None:
     return None
 
 
+ZONE_NAME_FILE = "/etc/timezone"  # Debian's zone name
+LOCALTIME_FILE = "/etc/localtime"  # a link into the zoneinfo tree
 _machine_zone_seen: tuple[tuple, str] | None = None  # (what it was worked out from, the zone)
 
 
@@ -259,7 +261,7 @@ def machine_zone() -> str:
     either file changes: two stat calls instead of a read, a realpath and a zone lookup.
     """
     global _machine_zone_seen
-    basis = (os.environ.get("TZ"), _stamp("/etc/timezone"), _stamp("/etc/localtime"))
+    basis = (os.environ.get("TZ"), _stamp(ZONE_NAME_FILE), _stamp(LOCALTIME_FILE))
     seen = _machine_zone_seen
     if seen is not None and seen[0] == basis:
         return seen[1]
@@ -271,9 +273,9 @@ def machine_zone() -> str:
 def _read_machine_zone() -> str:
     candidates = [os.environ.get("TZ", "").lstrip(":")]
     with contextlib.suppress(OSError):
-        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
+        candidates.append(Path(ZONE_NAME_FILE).read_text(encoding="utf-8").strip())
     with contextlib.suppress(OSError):
-        target = os.path.realpath("/etc/localtime")
+        target = os.path.realpath(LOCALTIME_FILE)
         if "zoneinfo/" in target:
             candidates.append(target.split("zoneinfo/", 1)[1])
     for name in candidates:
