@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 from hermes_bulk import broker
 from hermes_bulk.store.sqlite import MIGRATIONS, SqliteDatabase
 
 
-def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path):
+@pytest.mark.parametrize("with_auto_since", [False, True], ids=["first-release", "auto-since-in-m001"])
+def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_since):
     path = tmp_path / "bulk.db"
     old = SqliteDatabase(path, migrations=MIGRATIONS[:1])
     with old.write() as conn:
+        if with_auto_since:  # m001 as one earlier version of main wrote it
+            conn.execute("ALTER TABLE limits ADD COLUMN auto_since REAL NOT NULL DEFAULT 0")
         conn.execute("INSERT INTO limits (key, pause_until) VALUES ('k', 1e12)")
         conn.execute("INSERT INTO jobs (id, created_at, spec, state, total) VALUES"
                      " ('j1', 0, '{}', 'completed', 0)")

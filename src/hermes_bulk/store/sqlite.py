@@ -147,8 +147,9 @@ CREATE TABLE limits (
 """))
 
 # Adaptive pacing that relaxes with time (auto_since) and slows down once per generation of
-# requests (decreases). The limiter's state is short-lived (waits, pacing, a two-second rate
-# window), so its table is rebuilt rather than altered.
+# requests (decreases). Databases made earlier have limits with or without auto_since (one
+# version of main added it to m001), so the table is rebuilt rather than altered: its state is
+# short-lived (waits, pacing, a two-second rate window).
 migration(("m002_limits_decrease_epochs", """
 DROP TABLE limits;
 CREATE TABLE limits (
