@@ -13,10 +13,6 @@ from pathlib import Path
 from .procs import RedisProc
 
 
-class RowUnavailable(Exception):
-    """The row cannot run here (a module it measures is not installed); the reason is printed."""
-
-
 @dataclass
 class Line:
     """One figure of a row, side by side with what it is compared with."""

@@ -1,9 +1,8 @@
 """`python -m bench`: discover the rows, run them, print the tables, rewrite docs/benchmarks.md.
 
 A row is a module `bench/rows/row<N>_<name>.py` with ROW (its number), TITLE and
-`run(ctx) -> RowResult`, and optionally `available() -> str | None` (why it cannot run here).
-Adding a row is adding a module. A row whose module cannot be imported, or that says it is not
-available, prints "row N: not available (reason)" and produces no numbers.
+`run(ctx) -> RowResult`. Adding a row is adding a module. A row whose module cannot be imported
+prints "row N: not available (reason)" and produces no numbers.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 
 from . import report, rows
-from .core import Context, RowResult, RowUnavailable, now_text, table
+from .core import Context, RowResult, now_text, table
 from .procs import ROOT
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -46,8 +45,7 @@ def discover() -> dict[int, tuple[str, ModuleType | None, str | None]]:
         except ImportError as exc:
             found[number] = (name, None, f"{exc.name or exc} is not installed")
             continue
-        reason = module.available() if hasattr(module, "available") else None
-        found[number] = (name, module, reason)
+        found[number] = (name, module, None)
     return dict(sorted(found.items()))
 
 
@@ -115,10 +113,6 @@ def run_rows(wanted: list[int] | None, *, quick: bool, rounds: int | None = None
             started, load_before = time.monotonic(), os.getloadavg()[0]
             try:
                 result = module.run(ctx)
-            except RowUnavailable as exc:
-                unavailable[number] = str(exc)
-                log(f"row {number}: not available ({exc})")
-                continue
             finally:
                 ctx.close()
                 from hermes_bulk import broker
