@@ -37,7 +37,7 @@ class ProviderGate:
     def __init__(self, limits: SharedLimits, key: str, *, rpm: int | None, tpm: int | None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.limits, self.key, self.rpm, self.tpm, self.sleep = limits, key, rpm, tpm, sleep
-        self.epoch: int | None = None  # of the last turn taken: a 429 to it hands this back
+        self.epoch = 0  # of the last turn taken: a 429 to it hands this back
 
     def wait_for_turn(self, tokens: int, *, max_block_s: float = IN_PLACE_WAIT_S) -> None:
         """Block until this worker may send one request; raise LongWait past max_block_s."""

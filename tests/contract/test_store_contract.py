@@ -401,9 +401,9 @@ def test_workers_are_live_until_their_ttl_passes(store):
 
 
 def test_a_pause_is_extended_but_never_shortened(limits):
-    until = limits.pause("k1", seconds=2.0, base_s=5, cap_s=120)
-    assert limits.pause("k1", seconds=0.5, base_s=5, cap_s=120) == pytest.approx(until, abs=0.01)
-    longer = limits.pause("k1", seconds=4.0, base_s=5, cap_s=120)
+    until = limits.pause("k1", seconds=2.0, base_s=5, cap_s=120, epoch=0)
+    assert limits.pause("k1", seconds=0.5, base_s=5, cap_s=120, epoch=0) == pytest.approx(until, abs=0.01)
+    longer = limits.pause("k1", seconds=4.0, base_s=5, cap_s=120, epoch=0)
     assert longer > until + 1.5
     assert limits.pause_state("k1").until == pytest.approx(longer, abs=0.01)
     assert limits.pause_state("other") is None
@@ -413,14 +413,14 @@ def test_a_pause_without_retry_after_doubles_up_to_the_cap(limits, store):
     waits = []
     for _ in range(7):
         now = store.now()
-        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120) - now))
+        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120, epoch=0) - now))
     assert waits == [5, 10, 20, 40, 80, 120, 120]
     limits.clear_backoff("k2")
     assert limits.pause_state("k2").backoff_step == 0
 
 
 def test_acquire_waits_while_paused_and_takes_nothing(limits):
-    limits.pause("k3", seconds=0.4, base_s=5, cap_s=120)
+    limits.pause("k3", seconds=0.4, base_s=5, cap_s=120, epoch=0)
     wait = limits.acquire("k3", rpm=None, tpm=None, tokens=10).wait
     assert 0.2 < wait <= 0.4
     time.sleep(wait + 0.02)
@@ -469,12 +469,12 @@ def _granted_within(limits, key: str, seconds: float) -> int:
     return granted
 
 
-def test_a_429_halves_the_rate_once_per_wait_and_it_recovers_with_time(limits):
+def test_429s_to_one_burst_halve_the_rate_once_and_it_recovers_with_time(limits):
     # Twenty requests in a burst, then three 429s from that burst: one wait, one halving.
-    for _ in range(20):
-        assert limits.acquire("k6", rpm=None, tpm=None, tokens=1).wait == 0.0
-    for _ in range(3):
-        limits.pause("k6", seconds=0.2, base_s=5, cap_s=120)
+    turns = [limits.acquire("k6", rpm=None, tpm=None, tokens=1) for _ in range(20)]
+    assert [t.wait for t in turns] == [0.0] * 20
+    for turn in turns[:3]:
+        limits.pause("k6", seconds=0.2, base_s=5, cap_s=120, epoch=turn.epoch)
     time.sleep(0.25)
     halved = _granted_within(limits, "k6", 1.0)
     assert 6 <= halved <= 13, f"about half of the 20/s seen before the 429, got {halved}"

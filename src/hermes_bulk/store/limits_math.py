@@ -14,7 +14,7 @@ the contract suite holds both to them.
   to a request granted after the last decrease counts (every grant carries the key's count
   of decreases, its epoch), as TCP halves its window once per round trip. 429s to requests
   sent before the decrease arrive later, often after a short wait has ended, and say nothing
-  about the new rate. Callers that cannot tell fall back to: the first 429 of a wait halves.
+  about the new rate.
   From the end of the wait the learned rate doubles every AUTO_RECOVERY_DOUBLING_S until
   pacing switches itself off. Without it, every worker released at the end of a short wait
   hits the provider at once and earns the next 429; recovering by time, not per success,
@@ -116,11 +116,10 @@ def count(state: LimitState, now: float, n: int = 1) -> None:
 
 
 def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s: float, cap_s: float,
-                 epoch: int | None = None) -> None:
+                 epoch: int) -> None:
     """A 429 to a request granted at `epoch`: start or extend the shared wait, and halve the
-    request rate if the request was granted after the last decrease (epoch None: if this is
-    the first 429 of a wait)."""
-    decrease = state.pause_until <= now if epoch is None else epoch == state.decreases
+    request rate if the request was granted after the last decrease."""
+    decrease = epoch == state.decreases
     if decrease:
         learned = auto_interval(state, now)
         rate = 1.0 / learned if learned else observed_rate(state, now)

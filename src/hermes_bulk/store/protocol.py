@@ -337,14 +337,14 @@ class SharedLimits(Protocol):
         """
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
-              epoch: int | None = None) -> float:
+              epoch: int) -> float:
         """A 429: start or extend (never shorten) the shared wait of key; returns its end time.
 
         With seconds=None the wait is base_s * 2**step (capped at cap_s) and the step grows;
         a provider's Retry-After is passed as seconds. A 429 to a request granted at the key's
         current epoch (after its last decrease) also halves the key's request rate (adaptive
         pacing), which then doubles back every few seconds after the wait; 429s to requests
-        sent before the last decrease change nothing. epoch=None: the first 429 of a wait halves.
+        sent before the last decrease change nothing.
         """
 
     def clear_backoff(self, key: str) -> None:

@@ -677,13 +677,13 @@ class RedisLimits:
         return Turn(float(wait_ms) / 1000, int(epoch))
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
-              epoch: int | None = None) -> float:
+              epoch: int) -> float:
         self._clean[key] = False
         wait_ms = "" if seconds is None else seconds * 1000
         until_ms = self.lua.pause(keys=[self.keys.limit(key)], args=[
             wait_ms, base_s * 1000, cap_s * 1000, limits_math.AIMD_DECREASE, limits_math.AUTO_MAX_INTERVAL_S * 1000,
             limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000,
-            "" if epoch is None else epoch])
+            epoch])
         return float(until_ms) / 1000
 
     def clear_backoff(self, key: str) -> None:

@@ -642,7 +642,7 @@ class SqliteLimits:
             return Turn(wait, state.decreases)
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
-              epoch: int | None = None) -> float:
+              epoch: int) -> float:
         now = self.db.clock()
         self._clean[key] = False
         with self.db.write() as conn:

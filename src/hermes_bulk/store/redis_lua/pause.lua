@@ -1,14 +1,14 @@
 -- pause: a 429. Start or extend (never shorten) the shared wait of a provider key. A 429 to a
 -- request granted at the key's current epoch (after its last decrease) also halves the request
 -- rate the key was seeing (adaptive pacing), which relaxes again from the end of the wait;
--- 429s to requests sent before the last decrease change nothing. Without an epoch, the first
--- 429 of a wait halves (store/limits_math.py has the rules).
+-- 429s to requests sent before the last decrease change nothing (store/limits_math.py has
+-- the rules).
 -- KEYS[1] {<prefix>:limit:<key>} (HASH, as acquire.lua)
 -- ARGV[1] wait_ms ('' = none given: base_ms * 2^step, capped, and the step grows)
 -- ARGV[2] base_ms   ARGV[3] cap_ms
 -- ARGV[4] decrease factor   ARGV[5] longest adaptive interval, ms
 -- ARGV[6] recovery doubling period, ms   ARGV[7] shortest adaptive interval, ms
--- ARGV[8] the epoch acquire.lua gave the request ('' = unknown)
+-- ARGV[8] the epoch acquire.lua gave the request
 -- Returns the end of the wait (ms since the epoch) as a string.
 local now = now_ms()
 local h = redis.call('HMGET', KEYS[1], 'pause_until_ms', 'backoff_step', 'auto_interval_ms',
@@ -20,8 +20,7 @@ if auto_interval > 0 then  -- the learned interval as it has relaxed by now
   if auto_interval < tonumber(ARGV[7]) then auto_interval = 0 end
 end
 local decreases = tonumber(h[8]) or 0
-local decrease
-if ARGV[8] == "" then decrease = pause_until <= now else decrease = tonumber(ARGV[8]) == decreases end
+local decrease = tonumber(ARGV[8]) == decreases
 if decrease then
   local rate  -- requests per ms
   if auto_interval > 0 then
