@@ -21,7 +21,7 @@ from huey.api import TaskWrapper
 from .config import Settings
 from .errors import BackendUnavailable, ConfigError
 from .store.protocol import JobStore, SharedLimits
-from .store.sqlite import SqliteDatabase, SqliteJobStore, SqliteLimits
+from .store.sqlite import SqliteJobStore, SqliteLimits, open_database, sqlite_file_identity
 from .tasks import register_process_item
 
 if TYPE_CHECKING:
@@ -85,7 +85,9 @@ def redacted_url(url: str) -> str:
     return url
 
 
-_open: dict[str, Backend] = {}
+# One Backend per URL, and per store file for sqlite:// (however the URL spells its path), so a
+# process never has two Huey queues on one file: invariant 10.
+_open: dict[object, Backend] = {}
 _open_lock = threading.Lock()
 
 
@@ -93,10 +95,21 @@ def open_backend(settings: Settings) -> Backend:
     """The backend for settings.backend_url; one per URL per process (connections are shared)."""
     url = settings.backend_url
     with _open_lock:
-        backend = _open.get(url)
+        key = _backend_key(url)
+        backend = _open.get(key)
         if backend is None:
-            backend = _open[url] = _build(url)
+            backend = _open[key] = _build(url)
         return backend
+
+
+def _backend_key(url: str) -> object:
+    if url.split("://", 1)[0].lower() != "sqlite":
+        return url
+    store_path, _ = sqlite_paths(url)
+    try:
+        return "sqlite", sqlite_file_identity(store_path)
+    except OSError:
+        return url  # _build says what is wrong with the file
 
 
 def close_all() -> None:
@@ -110,9 +123,17 @@ def _build(url: str) -> Backend:
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
         store_path, queue_path = sqlite_paths(url)
-        db = SqliteDatabase(store_path)
-        huey = SqliteHuey(QUEUE_NAME, filename=str(queue_path), fsync=False, results=False, utc=True)
-        queue_path.chmod(0o600)
+        db = open_database(store_path)
+        try:
+            # Made owner-only before Huey's SQLite opens it (its -wal/-shm take its mode); an
+            # older, wider queue file is narrowed by path (chmod opens no descriptor).
+            sqlite_file_identity(queue_path)
+            queue_path.chmod(0o600)
+            huey = SqliteHuey(QUEUE_NAME, filename=str(queue_path), fsync=False, results=False, utc=True)
+        except (OSError, sqlite3.Error) as exc:
+            db.close()
+            raise BackendUnavailable(f"The queue database {queue_path} is unusable ({exc}); check the "
+                                     "disk and permissions.") from None
         return Backend(url=url, huey=huey, store=SqliteJobStore(db), limits=SqliteLimits(db),
                        queue_errors=(sqlite3.OperationalError,),
                        unavailable=lambda exc: BackendUnavailable(f"The queue database {queue_path} is "

@@ -8,6 +8,7 @@ with one line that names the setting (`ConfigError`).
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ class Settings(BaseSettings):
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
                                    dotenv_settings, file_secret_settings):
-        plugin = _MappingSource(settings_cls, _plugin_settings_for_load)
+        plugin = _MappingSource(settings_cls, _plugin_settings_for_load.get() or {})
         return (init_settings, env_settings, plugin)
 
     @property
@@ -102,9 +103,10 @@ class Settings(BaseSettings):
         return self.home / "jobs"
 
 
-# Hermes' plugin settings are handed to the source through this module-level slot because
-# pydantic-settings builds sources from the class, not the instance; load_settings sets it.
-_plugin_settings_for_load: dict[str, Any] = {}
+# Hermes' plugin settings are handed to the source through a context variable because
+# pydantic-settings builds sources from the class, not the instance; load_settings sets it. Each
+# thread has its own context, so a gateway loading two profiles' settings at once keeps them apart.
+_plugin_settings_for_load: ContextVar[dict[str, Any] | None] = ContextVar("plugin_settings_for_load", default=None)
 
 
 def env_name(field: str) -> str:
@@ -113,19 +115,19 @@ def env_name(field: str) -> str:
 
 def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: Any) -> Settings:
     """Build Settings, turning a validation failure into one line that names the setting."""
-    global _plugin_settings_for_load
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    _plugin_settings_for_load = dict(plugin_settings or {})
+    plugin_settings = dict(plugin_settings or {})
+    token = _plugin_settings_for_load.set(plugin_settings)
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
         name = field if field.startswith(ENV_PREFIX) else env_name(field)
-        if field in _plugin_settings_for_load and field not in overrides and name not in os.environ:
+        if field in plugin_settings and field not in overrides and name not in os.environ:
             name = f"plugins.entries.bulk.settings.{field}"
         got = err.get("input")
         shown = "" if field in ("api_key", "OPENAI_API_KEY") or isinstance(got, dict) else f" (got {got!r})"
         raise ConfigError(f"Invalid setting {name}: {err['msg']}{shown}.") from None
     finally:
-        _plugin_settings_for_load = {}
+        _plugin_settings_for_load.reset(token)

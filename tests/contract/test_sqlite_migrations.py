@@ -8,13 +8,13 @@ import sqlite3
 import pytest
 
 from hermes_bulk import broker
-from hermes_bulk.store.sqlite import MIGRATIONS, SqliteDatabase
+from hermes_bulk.store.sqlite import MIGRATIONS, open_database
 
 
 @pytest.mark.parametrize("with_auto_since", [False, True], ids=["first-release", "auto-since-in-m001"])
 def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_since):
     path = tmp_path / "bulk.db"
-    old = SqliteDatabase(path, migrations=MIGRATIONS[:1])
+    old = open_database(path, migrations=MIGRATIONS[:1])
     with old.write() as conn:
         if with_auto_since:  # m001 as one earlier version of main wrote it
             conn.execute("ALTER TABLE limits ADD COLUMN auto_since REAL NOT NULL DEFAULT 0")
@@ -36,7 +36,7 @@ def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_si
         backend.close()
 
     # Opening it again applies nothing twice.
-    again = SqliteDatabase(path)
+    again = open_database(path)
     assert again.schema_version() == [name for name, _ in MIGRATIONS]
     again.close()
     with sqlite3.connect(path) as conn:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from ..store.sqlite import SqliteDatabase
+from ..store.sqlite import open_database
 from .ledger import (
     KEEP_AFTER_WINDOW_S,
     Admission,
@@ -88,8 +88,11 @@ class SqliteLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.location = str(path)
-        self.db = SqliteDatabase(path, migrations=MIGRATIONS, busy_timeout_ms=OPEN_BUSY_TIMEOUT_MS,
-                                 setting="the cron-budget ledger setting")
+        # The process's one database for this file, shared with any other ledger object on it
+        # (the bulk plugin's budget and its gate each have one): invariant 10.
+        self.db = open_database(path, migrations=MIGRATIONS, busy_timeout_ms=OPEN_BUSY_TIMEOUT_MS,
+                                setting="the cron-budget ledger setting")
+        self._closed = False
         # Connections made from now on wait briefly; the one that migrated is shortened too.
         self.db.busy_timeout_ms = ADMIT_BUSY_TIMEOUT_MS
         self.db.connection().execute(f"PRAGMA busy_timeout={ADMIT_BUSY_TIMEOUT_MS}")
@@ -164,4 +167,6 @@ class SqliteLedger:
                             counted=bool(r[11])) for r in rows]
 
     def close(self) -> None:
-        self.db.close()
+        if not self._closed:  # once per open: the database is shared with other users
+            self._closed = True
+            self.db.close()

@@ -1,8 +1,9 @@
 """The embedded backend's store and limiter: one SQLite file in WAL mode.
 
 Every state change is one `BEGIN IMMEDIATE` transaction through `SqliteDatabase.write()`, so
-threads and processes on one machine see each operation whole. Each thread has its own
-connection (a shared connection behind a lock would serialise readers too).
+threads and processes on one machine see each operation whole. A process has one
+`SqliteDatabase` per file (`open_database`), and in it each thread has its own connection (a
+shared connection behind a lock would serialise readers too), closed once the thread has ended.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -169,31 +171,30 @@ CREATE TABLE limits (
 
 
 class SqliteDatabase:
-    """One SQLite file: per-thread connections, migrations, and the write-transaction helper."""
+    """One SQLite file: per-thread connections, migrations, and the write-transaction helper.
 
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time,
-                 migrations: list[tuple[str, str]] | None = None,
-                 busy_timeout_ms: int = BUSY_TIMEOUT_MS, setting: str = "HERMES_BULK_BACKEND") -> None:
+    Made only by `open_database`, which keeps one per file per process (DESIGN.md invariant 10).
+    """
+
+    def __init__(self, path: Path, identity: tuple[int, int], *, migrations: list[tuple[str, str]],
+                 busy_timeout_ms: int, setting: str) -> None:
         self.path = path
-        self.clock = clock
-        # The job store's schema by default; the budget ledger brings its own (budget/sqlite_ledger.py).
-        self.migrations = MIGRATIONS if migrations is None else migrations
+        self.identity = identity  # (st_dev, st_ino): the registry's key
+        self.clock: Callable[[], float] = time.time
+        self.migrations = migrations
         self.busy_timeout_ms = busy_timeout_ms
+        self.setting = setting
+        self._users = 0  # open_database calls not yet matched by close()
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        # Each thread's connection, kept to close it once its thread has ended (a gateway runs
+        # every command on a new thread). Connections a forked child inherited stay here too.
+        self._connections: dict[threading.Thread, tuple[int, sqlite3.Connection]] = {}
+        self._inherited: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         # Threads of this process take turns at the write lock here, in order, instead of in
         # SQLite's busy handler, which sleeps 1, 2, 5 … 100 ms between tries. Other processes
         # still meet at BEGIN IMMEDIATE (busy_timeout).
         self._write_turn = threading.RLock()
-        try:
-            private_dir(path.parent)
-            # Created owner-only before SQLite opens it; SQLite gives -wal/-shm the same mode.
-            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-            self._migrate()
-        except (OSError, sqlite3.Error) as exc:
-            raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
-                                     f"path in {setting} and its permissions.") from None
 
     def connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -204,10 +205,33 @@ class SqliteDatabase:
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives process crashes; only power loss can undo the last commits.
             conn.execute("PRAGMA synchronous=NORMAL")
-            self._local.conn, self._local.pid = conn, os.getpid()
             with self._lock:
-                self._connections.append(conn)
+                self._close_connections_of_ended_threads()
+                self._connections[threading.current_thread()] = (os.getpid(), conn)
+            self._local.conn, self._local.pid = conn, os.getpid()
         return conn
+
+    def _close_connections_of_ended_threads(self) -> None:
+        """Close the connections whose threads have ended (only their own thread ever used them).
+
+        In a forked child, the parent's connections are kept, never closed or collected: SQLite
+        must not tear down (checkpoint, unlock, delete the WAL of) a connection made by another
+        process.
+        """
+        pid = os.getpid()
+        for thread, (owner_pid, conn) in list(self._connections.items()):
+            if owner_pid != pid:
+                self._inherited.append(conn)
+                del self._connections[thread]
+            elif not thread.is_alive():
+                with suppress(sqlite3.Error):
+                    conn.close()
+                del self._connections[thread]
+
+    def live_connections(self) -> int:
+        """This process's open connections (one per thread that used the file and may still)."""
+        with self._lock:
+            return sum(1 for owner_pid, _ in self._connections.values() if owner_pid == os.getpid())
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -241,12 +265,82 @@ class SqliteDatabase:
         return [r[0] for r in self.read("SELECT name FROM schema_migrations ORDER BY name")]
 
     def close(self) -> None:
+        """One user is done with the file; the last one closes this process's connections.
+
+        Closing through SQLite is safe for other connections to the file: SQLite keeps a
+        descriptor whose file is still locked by another connection until that one closes too.
+        """
+        with _databases_lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            if _databases.get(self.identity) is self:
+                del _databases[self.identity]
         with self._lock:
-            for conn in self._connections:
-                with suppress(sqlite3.Error):
-                    conn.close()
+            for owner_pid, conn in self._connections.values():
+                if owner_pid == os.getpid():
+                    with suppress(sqlite3.Error):
+                        conn.close()
+                else:
+                    self._inherited.append(conn)
             self._connections.clear()
         self._local = threading.local()
+
+
+# Every SqliteDatabase open in this process, by file (st_dev, st_ino). Reference-counted rather
+# than kept for the process's life: a user that closes (a test's temporary directory, the budget
+# moving its ledger) releases the descriptors once no other user in the process needs them.
+_databases: dict[tuple[int, int], SqliteDatabase] = {}
+_databases_lock = threading.Lock()
+
+
+def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None,
+                  busy_timeout_ms: int = BUSY_TIMEOUT_MS, setting: str = "HERMES_BULK_BACKEND") -> SqliteDatabase:
+    """This process's one open database for the file at path (made owner-only if missing), migrated.
+
+    A symlink, hard link or another spelling of the path gives the same object. Every call is
+    matched by one `close()`. `migrations` default to the job store's; the budget ledger brings
+    its own (budget/sqlite_ledger.py), and one file cannot be both.
+    """
+    migrations = MIGRATIONS if migrations is None else migrations
+    with _databases_lock:
+        try:
+            identity = sqlite_file_identity(path)
+            db = _databases.get(identity)
+            if db is None:
+                db = SqliteDatabase(path, identity, migrations=migrations, busy_timeout_ms=busy_timeout_ms,
+                                    setting=setting)
+                db._migrate()
+                _databases[identity] = db
+        except (OSError, sqlite3.Error) as exc:
+            raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
+                                     f"path in {setting} and its permissions.") from None
+        if [name for name, _ in db.migrations] != [name for name, _ in migrations]:
+            raise BackendUnavailable(f"The SQLite database {path} is already open in this process as "
+                                     f"{db.path} for {db.setting}; give {setting} a file of its own.")
+        db._users += 1
+        return db
+
+
+def sqlite_file_identity(path: Path) -> tuple[int, int]:
+    """(st_dev, st_ino) of the regular file at path, creating it owner-only first if missing.
+
+    Never opens an existing file: closing that descriptor would drop every lock this process
+    holds on the file, SQLite's included. O_EXCL makes sure the one descriptor opened here is of
+    a file that did not exist a moment ago, which no connection in this process can hold.
+    """
+    real = Path(os.path.realpath(path))  # a dangling link: the file is made where it points
+    private_dir(real.parent)
+    try:
+        fd = os.open(real, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
+    st = os.stat(real)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{real} is not a regular file")
+    return st.st_dev, st.st_ino
 
 
 _JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
@@ -270,12 +364,15 @@ class SqliteJobStore:
 
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
+        self._closed = False
 
     def now(self) -> float:
         return self.db.clock()
 
     def close(self) -> None:
-        self.db.close()
+        if not self._closed:  # once per open: the database is shared with other users
+            self._closed = True
+            self.db.close()
 
     # Creating ------------------------------------------------------------------------------
     def begin_job(self, spec: JobSpec) -> None:
