@@ -169,13 +169,13 @@ def test_two_opens_in_one_process_share_one_database_and_keep_its_locks(tmp_path
     link.symlink_to(path)
     second = open_ledger(f"sqlite:///{link}")  # another spelling of the same file
     try:
-        assert second.db is first.db
         # Another process closing its last connection must find this one's locks held.
         subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
                         " c.execute('select count(*) from requests').fetchall(); c.close()", str(path)],
                        check=True)
         assert not [h for h in _fds_on(path) if "(deleted)" in h]
         assert (tmp_path / "ledger.db-wal").exists() and (tmp_path / "ledger.db-shm").exists()
+        assert second.db is first.db
         second.close()
         first.admit(call, window, terms)
         assert first.counts(window).total == 2
