@@ -130,6 +130,7 @@ def _build(url: str) -> Backend:
             sqlite_file_identity(queue_path)
             queue_path.chmod(0o600)
             huey = SqliteHuey(QUEUE_NAME, filename=str(queue_path), fsync=False, results=False, utc=True)
+            db.companions.append(queue_path)  # so nothing in this process reads it (is_open_sqlite_file)
         except (OSError, sqlite3.Error) as exc:
             db.close()
             raise BackendUnavailable(f"The queue database {queue_path} is unusable ({exc}); check the "

@@ -34,6 +34,7 @@ from .store.protocol import (
     NewItem,
     PauseState,
 )
+from .store.sqlite import is_open_sqlite_file
 from .worker import Liveness
 
 # Items per transaction while creating, and the content bytes one may hold: memory stays flat,
@@ -290,6 +291,8 @@ class Jobs:
 
 def read_schema(path: Path) -> str:
     """A --schema file as compact JSON text: a JSON schema of an object with "properties"."""
+    if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
+        raise InputError(f"--schema {path}: a hermes-bulk database in use, not a JSON schema.")
     try:
         schema = json.loads(path.expanduser().read_text(encoding="utf-8"))
     except OSError as exc:

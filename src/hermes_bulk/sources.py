@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import InputError
+from .store.sqlite import is_open_sqlite_file
 
 WHOLE_FILE = -1  # offset of an item that is a whole file
 _READ_CHUNK = 1 << 16
@@ -444,6 +445,8 @@ def _record_digests(kind: str, path: Path, sig: str) -> bytes:
 
 
 def _open_file(path: Path) -> BinaryIO:
+    if is_open_sqlite_file(path):  # reading it would drop this process's SQLite locks on it
+        raise InputError(f"{path}: a hermes-bulk database in use, not a source.")
     try:
         return open(path, "rb")  # noqa: SIM115 - returned to a with block
     except OSError as exc:

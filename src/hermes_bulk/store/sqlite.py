@@ -184,6 +184,7 @@ class SqliteDatabase:
         self.migrations = migrations
         self.busy_timeout_ms = busy_timeout_ms
         self.setting = setting
+        self.companions: list[Path] = []  # other SQLite files living as long as this one (Huey's queue)
         self._users = 0  # open_database calls not yet matched by close()
         self._local = threading.local()
         # Each thread's connection, kept to close it once its thread has ended (a gateway runs
@@ -320,6 +321,30 @@ def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None
                                      f"{db.path} for {db.setting}; give {setting} a file of its own.")
         db._users += 1
         return db
+
+
+def is_open_sqlite_file(path: Path) -> bool:
+    """Whether path is one of the SQLite files this process has open, or their -wal/-shm/-journal.
+
+    Reading such a file (a source folder holding the data directory, a --schema pointing at
+    bulk.db) would open and close a descriptor on it and drop SQLite's locks: invariant 10.
+    Files are matched by device and inode (a hard link), the side files by their real path.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    with _databases_lock:
+        files = [f for db in _databases.values() for f in (db.path, *db.companions)]
+    real = os.path.realpath(path)
+    for file in files:
+        with suppress(OSError):
+            held = os.stat(file)
+            if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino):
+                return True
+        if real in {os.path.realpath(file) + suffix for suffix in ("-wal", "-shm", "-journal")}:
+            return True
+    return False
 
 
 def sqlite_file_identity(path: Path) -> tuple[int, int]:
