@@ -201,7 +201,7 @@ def test_the_job_store_is_one_database_per_file_under_any_spelling_of_its_url(tm
         broker.close_all()
 
 
-def test_a_source_or_schema_that_is_an_open_database_is_not_read(tmp_path):
+def test_a_source_schema_or_export_that_is_an_open_database_is_refused(tmp_path):
     home = tmp_path / "data"
     jobs = Jobs(Settings(home=home, model="m", backend=""))
     try:
@@ -213,6 +213,9 @@ def test_a_source_or_schema_that_is_an_open_database_is_not_read(tmp_path):
         assert created.job.total == 1
         with pytest.raises(InputError, match="database in use"):
             read_schema(home / "bulk.db")
+        for name in ("bulk.db", "bulk.db-wal", "bulk-queue.db"):
+            with pytest.raises(InputError, match="database in use"):
+                jobs.export(created.job.job_id, output=str(home / name))
         # Nothing above released this process's locks: another process's close leaves the WAL be.
         subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
                         " c.execute('select count(*) from jobs').fetchall(); c.close()", str(home / "bulk.db")],

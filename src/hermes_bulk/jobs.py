@@ -285,6 +285,8 @@ class Jobs:
     def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None) -> Path:
         job = self.get(job_ref)
         target = Path(output).expanduser() if output else self.job_dir(job.job_id) / f"results.{fmt}"
+        if is_open_sqlite_file(target):  # replacing it would take the database from under every process
+            raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
         export_mod.export(self.store, job, fmt, target, outputs_dir=self.job_dir(job.job_id) / "outputs")
         return target
 
