@@ -176,7 +176,7 @@ def test_two_opens_in_one_process_share_one_database_and_keep_its_locks(tmp_path
                        check=True)
         assert not [h for h in _fds_on(path) if "(deleted)" in h]
         assert (tmp_path / "ledger.db-wal").exists() and (tmp_path / "ledger.db-shm").exists()
-        assert second.db is first.db
+        assert second.db is first.db and second.turns is first.turns
         second.close()
         first.admit(call, window, terms)
         assert first.counts(window).total == 2

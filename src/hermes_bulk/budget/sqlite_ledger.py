@@ -10,7 +10,9 @@ decides), because a budget must never be the reason an agent stops answering.
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
 from pathlib import Path
 
 from ..store.sqlite import open_database
@@ -82,6 +84,21 @@ _ENTRY_COLUMNS = ("at, window_start, call_class, profile, job_id, job_name, run_
                   "api_mode, decision, counted")
 
 
+# One FileTurns (a lock-file descriptor and its thread) per ledger file per process, for the
+# process's life: ledgers opened again (status, the bulk plugin's budget and gate) share it.
+_turns: dict[tuple[tuple[int, int], str], FileTurns] = {}
+_turns_lock = threading.Lock()
+
+
+def _turns_for(identity: tuple[int, int], lock_path: Path) -> FileTurns:
+    key = (identity, str(lock_path))  # the path too: a deleted file's inode may be reused
+    with _turns_lock:
+        turns = _turns.get(key)
+        if turns is None:
+            turns = _turns[key] = FileTurns(lock_path)
+        return turns
+
+
 class SqliteLedger:
     """RequestLedger on one SQLite file (see ledger.py for the contract)."""
 
@@ -97,7 +114,9 @@ class SqliteLedger:
         self.db.busy_timeout_ms = ADMIT_BUSY_TIMEOUT_MS
         self.db.connection().execute(f"PRAGMA busy_timeout={ADMIT_BUSY_TIMEOUT_MS}")
         # Admissions take turns on a lock file first, so they rarely meet SQLite's busy handler.
-        self.turns = FileTurns(path.with_name(path.name + ".lock"))
+        # Beside the real file, so every spelling of its path (a symlink) takes turns on one lock.
+        real = Path(os.path.realpath(path))
+        self.turns = _turns_for(self.db.identity, real.with_name(real.name + ".lock"))
 
     def admit(self, call: CallRecord, window: Window, terms: Terms) -> Admission:
         try:
