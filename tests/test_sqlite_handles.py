@@ -335,9 +335,19 @@ def test_a_live_threads_connection_is_never_closed_by_another_threads_sweep(tmp_
 def test_a_forked_child_makes_its_own_connection_and_leaves_the_parents_alone(tmp_path):
     path = tmp_path / "bulk.db"
     db = open_database(path)
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_write_turn():  # another thread is between its turn and its commit at the fork
+        with db._write_turn:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold_the_write_turn)
     try:
         _one_item_of_work(db)
         parent_conn = db.connection()
+        holder.start()
+        assert held.wait(30)
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child
             code = 1
@@ -347,13 +357,22 @@ def test_a_forked_child_makes_its_own_connection_and_leaves_the_parents_alone(tm
                     code = 0
             finally:
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+        deadline = time.monotonic() + 30
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if done[0] == 0:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child hung on a lock the parent's other thread held at the fork")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        release.set()
+        holder.join()
         assert db.connection() is parent_conn
         _one_item_of_work(db)
         assert db.read("SELECT window_count FROM limits WHERE key = 'k'")[0][0] == 2
         assert not [h for h in _fds_on(path) if "(deleted)" in h]
     finally:
+        release.set()
         db.close()
 
 

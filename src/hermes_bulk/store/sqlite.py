@@ -277,6 +277,9 @@ class SqliteDatabase:
                 return
             if _databases.get(self.identity) is self:
                 del _databases[self.identity]
+        self._close_connections()
+
+    def _close_connections(self) -> None:
         with self._lock:
             for owner_pid, conn in self._connections.values():
                 if owner_pid == os.getpid():
@@ -287,12 +290,26 @@ class SqliteDatabase:
             self._connections.clear()
         self._local = threading.local()
 
+    def _after_fork_in_child(self) -> None:
+        # A lock another thread of the parent held at the fork would never be released here.
+        self._lock, self._write_turn = threading.Lock(), threading.RLock()
+
 
 # Every SqliteDatabase open in this process, by file (st_dev, st_ino). Reference-counted rather
 # than kept for the process's life: a user that closes (a test's temporary directory, the budget
 # moving its ledger) releases the descriptors once no other user in the process needs them.
 _databases: dict[tuple[int, int], SqliteDatabase] = {}
 _databases_lock = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    global _databases_lock
+    _databases_lock = threading.Lock()
+    for db in _databases.values():
+        db._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None,
@@ -311,7 +328,11 @@ def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None
             if db is None:
                 db = SqliteDatabase(path, identity, migrations=migrations, busy_timeout_ms=busy_timeout_ms,
                                     setting=setting)
-                db._migrate()
+                try:
+                    db._migrate()
+                except BaseException:
+                    db._close_connections()
+                    raise
                 _databases[identity] = db
         except (OSError, sqlite3.Error) as exc:
             raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
