@@ -411,9 +411,9 @@ def test_a_pause_is_extended_but_never_shortened(limits):
 
 def test_a_pause_without_retry_after_doubles_up_to_the_cap(limits, store):
     waits = []
-    for _ in range(7):
+    for generation in range(7):  # each 429 to a request sent after the one before it
         now = store.now()
-        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120, epoch=0) - now))
+        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120, epoch=generation) - now))
     assert waits == [5, 10, 20, 40, 80, 120, 120]
     limits.clear_backoff("k2")
     assert limits.pause_state("k2").backoff_step == 0
@@ -511,3 +511,54 @@ def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(l
     time.sleep(0.1)
     quartered = _granted_within(limits, "k7", 1.0)
     assert quartered <= after_stale * 0.75, (quartered, after_stale)
+
+
+def _concurrent_429s(limits, key: str, turns, *, base_s: float) -> None:
+    """One 429 without Retry-After per turn, all at once from threads behind a barrier."""
+    barrier = threading.Barrier(len(turns))
+
+    def answered_429(turn) -> None:
+        barrier.wait()
+        limits.pause(key, seconds=None, base_s=base_s, cap_s=120, epoch=turn.epoch)
+
+    threads = [threading.Thread(target=answered_429, args=(t,)) for t in turns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_429s_to_one_generation_of_requests_double_the_wait_once(limits, store):
+    # Sixteen requests sent together, all answered 429 without Retry-After: one wait of the
+    # base, not 5 s * 2**15 capped at 2 min.
+    turns = [limits.acquire("k8", rpm=None, tpm=None, tokens=1) for _ in range(16)]
+    assert [t.wait for t in turns] == [0.0] * 16
+    _concurrent_429s(limits, "k8", turns, base_s=5)
+    state = limits.pause_state("k8")
+    assert state.until - store.now() == pytest.approx(5, abs=1.0)
+    assert state.backoff_step == 1
+    # One more late 429 from the same burst changes nothing.
+    limits.pause("k8", seconds=None, base_s=5, cap_s=120, epoch=turns[0].epoch)
+    assert limits.pause_state("k8").until - store.now() == pytest.approx(5, abs=1.0)
+
+
+def test_a_429_to_a_request_sent_after_the_wait_doubles_it_and_retry_after_still_wins(limits, store):
+    base = 0.3  # short enough to wait out here; the doubling is the same at 5 s
+    turns = [limits.acquire("k9", rpm=None, tpm=None, tokens=1) for _ in range(16)]
+    _concurrent_429s(limits, "k9", turns, base_s=base)
+    first = limits.pause_state("k9")
+    assert first.until - store.now() < 2 * base and first.backoff_step == 1
+    time.sleep(max(0.0, first.until - store.now()) + 0.05)
+    later = limits.acquire("k9", rpm=None, tpm=None, tokens=1)  # sent after the wait ended
+    assert later.wait == 0.0 and later.epoch == turns[0].epoch + 1
+    now = store.now()
+    assert limits.pause("k9", seconds=None, base_s=base, cap_s=120, epoch=later.epoch) - now == pytest.approx(
+        2 * base, abs=0.1)
+    # A straggler of the first burst, answered now, does not double it again.
+    now = store.now()
+    assert limits.pause("k9", seconds=None, base_s=base, cap_s=120, epoch=turns[5].epoch) - now <= 2 * base + 0.1
+    assert limits.pause_state("k9").backoff_step == 2
+    # A provider's Retry-After is honoured whatever the request's generation.
+    now = store.now()
+    assert limits.pause("k9", seconds=30, base_s=base, cap_s=120, epoch=turns[5].epoch) - now == pytest.approx(
+        30, abs=0.5)

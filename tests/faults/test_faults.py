@@ -109,6 +109,22 @@ def test_a_429_pauses_every_worker_in_every_process_for_retry_after(cli, tmp_pat
     assert events.count("rate_limited") == 1 and "attempt_failed" not in events, "429 waits use up no retries"
 
 
+def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes(cli, tmp_path, fake_provider):
+    # Sixteen requests in flight together, all answered 429 with no Retry-After: one shared
+    # wait of 5 s. Each doubling it would have stalled every worker for the 2-minute cap.
+    src = jsonl(tmp_path / "items.jsonl", 32)
+    fake_provider.configure(latency_s=0.5, script=["429"] * 16)
+    job_id = cli.create("Process", src, "--concurrency", "16")
+    cli("run", job_id, "--wait", "-w", "16", timeout=60)  # 2 min without the fix
+    done = status(cli, job_id)
+    assert (done["completed"], done["failed"]) == (32, 0)
+    statuses = [r.status for r in fake_provider.requests]
+    assert statuses[:16] == [429] * 16 and 429 not in statuses[16:]
+    last_429 = fake_provider.requests[15].at
+    resumed = fake_provider.requests[16].at - last_429
+    assert 4.0 < resumed < 12.0, f"one wait of about 5 s (10 s if a late request was a new generation), got {resumed:.1f}"
+
+
 def test_pacing_keeps_a_job_under_the_provider_limit(cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 200)
     fake_provider.configure(rate_per_s=10)

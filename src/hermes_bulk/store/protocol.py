@@ -340,11 +340,13 @@ class SharedLimits(Protocol):
               epoch: int) -> float:
         """A 429: start or extend (never shorten) the shared wait of key; returns its end time.
 
-        With seconds=None the wait is base_s * 2**step (capped at cap_s) and the step grows;
-        a provider's Retry-After is passed as seconds. A 429 to a request granted at the key's
-        current epoch (after its last decrease) also halves the key's request rate (adaptive
-        pacing), which then doubles back every few seconds after the wait; 429s to requests
-        sent before the last decrease change nothing.
+        A provider's Retry-After is passed as seconds. A 429 to a request granted at the key's
+        current epoch (after its last decrease: the first 429 of its generation) halves the
+        key's request rate (adaptive pacing), which then doubles back every few seconds after
+        the wait, and grows the backoff step. With seconds=None the wait is then
+        base_s * 2**step (capped at cap_s, before the step grows). A 429 to a request sent
+        before the last decrease slows nothing and grows nothing: without seconds it waits
+        base_s * 2**(step-1), the wait its generation already chose (base_s at step 0).
         """
 
     def clear_backoff(self, key: str) -> None:
