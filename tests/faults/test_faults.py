@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_bulk.broker import open_backend
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
 from ..helpers import wait_for
@@ -184,15 +185,15 @@ def test_status_says_when_workers_wait_on_a_rate_limit(cli, tmp_path, fake_provi
 
 def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 30)
-    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "2000")
+    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "1000")
     cli("run", job_id, "--wait", timeout=120)
     paused = status(cli, job_id)
     assert (paused["state"], paused["pause_reason"]) == ("paused", "token limit reached")
     assert 0 < paused["completed"] < 30
-    assert paused["tokens_charged"] + paused["tokens_reserved"] <= 2000, "never over, by its own accounting"
+    assert paused["tokens_charged"] + paused["tokens_reserved"] <= 1000, "never over, by its own accounting"
     (event,) = [line for line in cli("events", job_id).stdout.splitlines() if "token limit reached" in line]
-    charged, reserved, needed = map(int, re.search(r"(\d+) charged \+ (\d+) reserved \+ (\d+) for", event).groups())
-    assert charged + reserved <= 2000 < charged + reserved + needed, "paused only when the next would not fit"
+    charged, needed = map(int, re.search(r"(\d+) charged \+ (\d+) for item", event).groups())
+    assert charged <= 1000 < charged + needed, "paused only when the next would not fit beside what was charged"
     assert "token limit reached" in cli("status", job_id).stdout
     proc = cli("resume", job_id, check=False)
     assert proc.returncode == 1 and "--max-tokens" in proc.stderr, "resuming at the same limit would pause again"
@@ -200,6 +201,53 @@ def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(c
     done = status(cli, job_id)
     assert (done["state"], done["completed"], done["max_tokens"]) == ("completed", 30, 1000000)
     assert len(fake_provider.requests) == 30
+
+
+def test_max_tokens_counts_what_items_use_not_what_is_still_reserved(cli, tmp_path, fake_provider):
+    # Each item reserves its estimate (about 620 tokens) while it runs and uses about 60: four
+    # in flight reserve most of 3000, and the next item waits for them to settle instead of
+    # pausing the job. (It paused with 0 charged + 2528 reserved, and resume refused 3000.)
+    fake_provider.configure(latency_s=0.1)
+    src = jsonl(tmp_path / "items.jsonl", 16)
+    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
+    per_item = status(cli, job_id)["estimated_tokens"] / 16
+    assert 4 * per_item <= 3000 < 5 * per_item, "a fifth reservation would not fit"
+    cli("run", job_id, "--wait", timeout=120)
+    done = status(cli, job_id)
+    assert (done["state"], done["completed"], done["pause_reason"]) == ("completed", 16, None)
+    assert done["tokens_charged"] < 16 * per_item / 4, "charged by real usage"
+    assert fake_provider.max_in_flight >= 2, "items still ran side by side"
+    assert "token limit reached" not in cli("events", job_id).stdout
+
+
+def test_max_tokens_pauses_when_what_is_charged_leaves_no_room_and_resume_needs_room(cli, tmp_path, fake_provider):
+    src = jsonl(tmp_path / "items.jsonl", 80)
+    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
+    per_item = status(cli, job_id)["estimated_tokens"] / 80
+    cli("run", job_id, "--wait", timeout=120)
+    paused = status(cli, job_id)
+    assert (paused["state"], paused["pause_reason"], paused["tokens_reserved"]) == ("paused", "token limit reached", 0)
+    assert paused["tokens_charged"] <= 3000 < paused["tokens_charged"] + per_item, "paused at the limit, not before"
+    assert paused["completed"] > 2 * 3000 / per_item, "well past the four items whose reservations fill 3000"
+    for flags in ((), ("--max-tokens", "3000")):  # the next item does not fit: it would pause again at once
+        proc = cli("resume", job_id, *flags, check=False)
+        assert proc.returncode == 1 and "--max-tokens" in proc.stderr and "Traceback" not in proc.stderr
+    cli("resume", job_id, "--max-tokens", "1000000", "--wait", timeout=120)
+    assert (status(cli, job_id)["state"], status(cli, job_id)["completed"]) == ("completed", 80)
+
+
+def test_resume_takes_the_same_limit_when_what_is_charged_leaves_room(cli, settings, tmp_path, fake_provider):
+    # A job paused at its limit by a version that counted reservations in flight: nothing is
+    # charged, so the same limit has room, and resume takes it, with or without --max-tokens.
+    src = jsonl(tmp_path / "items.jsonl", 8)
+    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
+    open_backend(settings).store.set_state(job_id, "paused", from_states=["not_started"],
+                                           pause_reason="token limit reached")
+    cli("resume", job_id, "--max-tokens", "3000")
+    cli("pause", job_id)
+    open_backend(settings).store.set_state(job_id, "paused", from_states=["paused"], pause_reason="token limit reached")
+    cli("resume", job_id, "--wait", timeout=120)
+    assert (status(cli, job_id)["state"], status(cli, job_id)["completed"]) == ("completed", 8)
 
 
 def test_a_source_edited_after_create_fails_just_that_item_and_retry_after_restoring_works(cli, tmp_path):

@@ -135,7 +135,8 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class ClaimRefused:
-    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit."""
+    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit (the
+    job paused), tokens_in_flight (try again shortly: reservations in flight may settle)."""
 
     reason: str
 
@@ -259,10 +260,18 @@ class JobStore(Protocol):
         the job is not running, no item is pending, or min(the job's concurrency, max_running)
         items are already running (max_running is the worker's max_concurrency setting, so
         lowering that setting also applies to existing jobs).
-        When the job has max_tokens and charged + reserved + this item's estimate would exceed
-        it, the job is paused with reason PAUSE_TOKEN_LIMIT instead, and the claim is refused.
-        The item's estimate is reserved for as long as it runs.
+        The item's estimate is reserved for as long as it runs. When the job has max_tokens
+        and charged + reserved + this item's estimate would exceed it, nothing is claimed: if
+        charged + estimate alone fits, the refusal is tokens_in_flight (the job stays running;
+        the caller tries again once reservations settle, for what the items really used);
+        otherwise the job is paused with reason PAUSE_TOKEN_LIMIT and the refusal is
+        token_limit. So charged + reserved never exceeds max_tokens through a claim.
         """
+
+    def next_item_estimate(self, job_id: str) -> int | None:
+        """The estimate of the lowest-index pending item (what a trigger without a hint claims
+        next), or None when no item is pending. A read: resume uses it to refuse a limit the
+        next item would not fit under."""
 
     def renew_leases(self, worker_id: str, items: Iterable[tuple[str, int]], *, lease_s: float) -> int:
         """Extend to now + lease_s the leases of these (job id, index) items that worker_id holds.
