@@ -8,9 +8,11 @@ changed sources, leases held by live workers, and jobs that do not start by them
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import signal
+import socket
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -18,7 +20,9 @@ from pathlib import Path
 import pytest
 
 from hermes_bulk.broker import open_backend
+from hermes_bulk.store.protocol import WorkerInfo
 from hermes_bulk.testing.fake_provider import digest, expected_answer
+from hermes_bulk.worker import Liveness
 
 from ..helpers import wait_for
 
@@ -82,6 +86,47 @@ def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_fli
         for earlier, later in zip(times, times[1:], strict=False):
             assert any(earlier < k < later for k in kills), f"item {item} was sent again without a kill in between"
     assert len(resent) <= len(kills) * 16, "at most the items in flight at each kill are sent again"
+
+
+def test_a_new_worker_returns_a_killed_workers_items_at_once_while_another_worker_is_alive(
+        cli, settings, tmp_path, fake_provider):
+    # Lease 60 s: maintenance runs every 5 s, so an item back sooner came back at start.
+    lease = {"HERMES_BULK_LEASE_SECONDS": "60"}
+    fake_provider.configure(item_faults={'"n"': "timeout"}, hang_s=300)  # every request hangs
+    job_id = cli.create("Process", jsonl(tmp_path / "items.jsonl", 4), "--concurrency", "4")
+    cli("run", job_id)
+    store = open_backend(settings).store
+    # Another worker of this host stays alive throughout: registered, its lock file held. (A
+    # stand-in without a maintenance loop, so nothing but the new worker can return the items.)
+    alive_id = f"{socket.gethostname()}:{os.getpid()}:alive0"
+    lock_fd = Liveness(open_backend(settings), settings.home / "workers").hold_lock(alive_id)
+    store.heartbeat_worker(WorkerInfo(alive_id, socket.gethostname(), os.getpid(), time.time(), 0.0, 1), ttl_s=600)
+    doomed = cli.spawn_worker("-w", "4", **lease)
+    restarted = None
+    try:
+        wait_for(lambda: len(fake_provider.requests) == 4, message="the first worker's four requests hanging")
+        owners = store.item_owners()
+        (dead_id,) = owners
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        restarted = cli.spawn_worker("-w", "4", **lease)
+        known = {alive_id, dead_id}
+        wait_for(lambda: {w.worker_id for w in store.live_workers()} - known, interval=0.01,
+                 message="the new worker registered")
+        registered = time.monotonic()
+        wait_for(lambda: dead_id not in store.item_owners(), timeout=20, interval=0.01,
+                 message="the killed worker's items returned")
+        returned = time.monotonic() - registered
+        assert returned < 2.5, f"returned {returned:.1f} s after the new worker started, not at once"
+        wait_for(lambda: sum(store.item_owners().values()) == 4 and len(fake_provider.requests) == 8,
+                 timeout=20, message="the items running again on the new worker")
+    finally:
+        for proc in (doomed, restarted):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+        store.remove_worker(alive_id)
+        os.close(lock_fd)
 
 
 def test_a_429_pauses_every_worker_in_every_process_for_retry_after(cli, tmp_path, fake_provider):
