@@ -155,14 +155,17 @@ def test_a_429_pauses_every_worker_in_every_process_for_retry_after(cli, tmp_pat
     assert events.count("rate_limited") == 1 and "attempt_failed" not in events, "429 waits use up no retries"
 
 
-def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes(cli, tmp_path, fake_provider):
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes(cli, tmp_path, fake_provider,
+                                                                                   backend, request):
     # Sixteen requests in flight together, all answered 429 with no Retry-After: one shared
     # wait of 5 s. Each doubling it would have stalled every worker for the 2-minute cap.
+    on = {} if backend == "sqlite" else {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url")}
     src = jsonl(tmp_path / "items.jsonl", 32)
     fake_provider.configure(latency_s=0.5, script=["429"] * 16)
-    job_id = cli.create("Process", src, "--concurrency", "16")
-    cli("run", job_id, "--wait", "-w", "16", timeout=60)  # 2 min without the fix
-    done = status(cli, job_id)
+    job_id = cli.json("create", "Process", "--over", str(src), "--concurrency", "16", "--json", **on)["job_id"]
+    cli("run", job_id, "--wait", "-w", "16", timeout=60, **on)  # 2 min without the fix
+    done = cli.json("status", job_id, "--json", **on)
     assert (done["completed"], done["failed"]) == (32, 0)
     statuses = [r.status for r in fake_provider.requests]
     assert statuses[:16] == [429] * 16 and 429 not in statuses[16:]
