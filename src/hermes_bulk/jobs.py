@@ -251,9 +251,18 @@ class Jobs:
         if max_tokens is not None and max_tokens < job.tokens_charged + job.tokens_reserved:
             raise InputError(f"--max-tokens {max_tokens} is below what the job has already used "
                              f"({job.tokens_charged + job.tokens_reserved}); give a larger limit.")
-        if max_tokens is None and job.state == PAUSED and job.pause_reason == PAUSE_TOKEN_LIMIT:
-            raise InputError(f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
-                             f"with a larger one: {self.cmd} resume {job.job_id} --max-tokens N")
+        # A limit the next item does not fit under beside what is charged would pause again at
+        # once; one it fits under is fine even if the job paused there before.
+        limit = job.spec.max_tokens if max_tokens is None else max_tokens
+        nxt = self.store.next_item_estimate(job.job_id) if limit is not None and job.state == PAUSED else None
+        if nxt is not None and job.tokens_charged + nxt > limit:
+            if max_tokens is not None:
+                raise InputError(f"--max-tokens {max_tokens} leaves no room for the next item: {job.tokens_charged}"
+                                 f" charged + about {nxt} for it would exceed it; give at least "
+                                 f"{job.tokens_charged + nxt}.")
+            if job.pause_reason == PAUSE_TOKEN_LIMIT:
+                raise InputError(f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
+                                 f"with a larger one: {self.cmd} resume {job.job_id} --max-tokens N")
         note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[PAUSED], max_tokens=max_tokens,
                                        event=Event("resumed", "resumed" + note))

@@ -4,7 +4,8 @@ The atomic parts (take a request, extend a pause) live in the store (`SharedLimi
 module decides how long to wait and when to give a worker thread back instead of sleeping.
 
 Flow of a 429, as every worker sees it:
-  1. a worker gets HTTP 429 → `pause(key, Retry-After or 5 s · 2^step, at most 2 min)`
+  1. a worker gets HTTP 429 → `pause(key, Retry-After or 5 s · 2^step, at most 2 min)`; the
+     step grows once per generation of requests, so a burst of 429s doubles the wait once
   2. every worker asks `acquire(key)` before each request → "wait N s" while the pause lasts
   3. the pause ends → requests resume (paced, if --rpm/--tpm are set); a success resets the step
 """

@@ -45,6 +45,10 @@ log = logging.getLogger("hermes_bulk.pipeline")
 RETRY_WAIT = wait_exponential(multiplier=2, max=30)  # 2, 4, 8, 16, 30, 30 … seconds
 #: How soon a trigger this worker cannot serve goes back on the queue for another worker.
 CLIENT_UNAVAILABLE_RETRY_S = 5.0
+#: How soon a trigger tries again when its item must wait for the job's token reservations to
+#: settle (--max-tokens; claim refused with tokens_in_flight). The chains whose items settle
+#: claim on at once; this brings the others back (Huey's scheduler runs once a second).
+TOKENS_IN_FLIGHT_RETRY_S = 1.0
 
 
 class RequestGate(Protocol):
@@ -105,7 +109,8 @@ class ItemProcessor:
         claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
                                       max_running=self.concurrency_cap)
         if isinstance(claim, ClaimRefused):
-            return Outcome(claimed=False, refused=claim.reason)
+            again = TOKENS_IN_FLIGHT_RETRY_S if claim.reason == "tokens_in_flight" else None
+            return Outcome(claimed=False, refused=claim.reason, reschedule_in=again)
         with self._held_lock:
             self._held.add((job_id, claim.index))
         try:

@@ -1,8 +1,9 @@
 """A worker process's runtime: identity, liveness, leases, recovery, and its Huey consumer.
 
 One WorkerRuntime per process that consumes triggers (`hermes-bulk worker`, `run --wait`, the
-Hermes gateway). Besides the consumer threads it runs one maintenance thread that, every
-lease/3 seconds:
+Hermes gateway). At start it returns the items of dead workers to the queue; besides the
+consumer threads it runs one maintenance thread that, at start and every lease/3 seconds
+(5 s at most):
   1. heartbeats the worker registry and renews the leases of the items it holds;
   2. returns to the queue items whose owner is dead (lease expired, or, on this host, the
      owner's lock file is free) and sends triggers for them;
@@ -195,7 +196,7 @@ class WorkerRuntime:
         """Register, recover what dead workers left, and start the maintenance thread."""
         self._lock_fd = self.liveness.hold_lock(self.worker_id)
         self._heartbeat()  # before the scan, so two workers starting together see each other
-        self._mark_interrupted_jobs()
+        self._recover_at_start()
         self.backend.runtime = self
         self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
         self._maintenance.start()
@@ -230,6 +231,22 @@ class WorkerRuntime:
             self.liveness.lock_path(self.worker_id).unlink(missing_ok=True)
             self._lock_fd = None
 
+    def _recover_at_start(self) -> None:
+        """Return dead workers' items to the queue now, whether or not other workers are alive.
+
+        A worker restarted after a crash gets its predecessor's items back at once (on this host
+        its lock file is free), not at the next maintenance pass of whichever worker is alive.
+        Alone, it first marks interrupted jobs (below); the items of jobs still running are
+        triggered again.
+        """
+        alone = not (self.liveness.live_worker_ids() - {self.worker_id})
+        released = self.liveness.recover_dead(exclude=self.worker_id)
+        if alone:
+            self._mark_interrupted_jobs()
+        if released:
+            running = set(self.backend.store.active_job_ids())
+            self._send_triggers({job_id: n for job_id, n in released.items() if job_id in running})
+
     def _mark_interrupted_jobs(self) -> None:
         """At start with no other live worker: jobs cut off mid-run wait for someone to run them.
 
@@ -237,9 +254,6 @@ class WorkerRuntime:
         nobody asked for. A running job that some worker has claimed items of since it was last
         run was interrupted; one that was run but never picked up is still waiting for a worker.
         """
-        if self.liveness.live_worker_ids() - {self.worker_id}:
-            return  # the fleet is alive: its maintenance returns dead workers' items as usual
-        self.liveness.recover_dead(exclude=self.worker_id)
         store = self.backend.store
         for job_id in store.active_job_ids():
             job = store.get_job(job_id)
@@ -267,10 +281,10 @@ class WorkerRuntime:
                                         lease_s=self.settings.lease_seconds)
 
     def _maintain(self) -> None:
-        # Everything every interval_s; in between, expired leases every REAP_EVERY_S, so an item
-        # of a worker that died on another machine is back within about a second of its lease
-        # ending, rather than up to interval_s (5 s) later (benchmarks, row 6).
-        due = time.monotonic() + self.interval_s
+        # Everything every interval_s, the first time at once; in between, expired leases every
+        # REAP_EVERY_S, so an item of a worker that died on another machine is back within about
+        # a second of its lease ending, rather than up to interval_s (5 s) later (benchmarks, row 6).
+        due = time.monotonic()
         while not self._stop.wait(min(self.interval_s, REAP_EVERY_S, max(0.0, due - time.monotonic()))):
             try:
                 if time.monotonic() >= due:

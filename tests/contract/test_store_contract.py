@@ -59,7 +59,7 @@ def limits(backend):
 _counter = iter(range(10**9))
 
 
-def make_job(store, n: int = 10, *, state: str | None = RUNNING, contents=None, estimate: int = 10,
+def make_job(store, n: int = 10, *, state: str | None = RUNNING, contents=None, estimate: int | list[int] = 10,
              **spec_kw) -> str:
     job_id = f"job{next(_counter):06d}{int(time.time() * 1000) % 100000:05d}"
     spec = JobSpec(job_id=job_id, instruction="do it", source="/nowhere", source_kind="directory",
@@ -69,7 +69,8 @@ def make_job(store, n: int = 10, *, state: str | None = RUNNING, contents=None, 
     for i in range(n):
         content = contents[i] if contents else f"content {i}"
         items.append(NewItem(index=i, name=f"item-{i}", content=content, content_hash=f"b2:{hash(content)}",
-                             origin=f"f{i}.txt", offset=-1, stat_sig="1:1", estimated_tokens=estimate))
+                             origin=f"f{i}.txt", offset=-1, stat_sig="1:1",
+                             estimated_tokens=estimate[i] if isinstance(estimate, list) else estimate))
     store.add_items(job_id, items)
     store.finish_job(job_id)
     if state and state != NOT_STARTED:
@@ -351,19 +352,91 @@ def test_state_moves_only_from_allowed_states(store):
     assert store.list_events(job_id)[-1].message == "go"
 
 
-def test_token_limit_pauses_the_job_before_it_goes_over(store):
+def _within_limit(store, job_id, limit):
+    job = store.get_job(job_id)  # one read of the job: charged and reserved from one instant
+    assert job.tokens_charged + job.tokens_reserved <= limit, (job.tokens_charged, job.tokens_reserved)
+    return job
+
+
+def test_a_claim_waits_for_reservations_in_flight_instead_of_pausing(store):
     job_id = make_job(store, 5, estimate=30, max_tokens=100)
     first = [claim(store, job_id) for _ in range(3)]
     assert all(isinstance(c, Claim) for c in first)
-    refused = claim(store, job_id)
-    assert refused.reason == "token_limit"
-    job = store.get_job(job_id)
-    assert (job.state, job.pause_reason, job.tokens_reserved) == (PAUSED, PAUSE_TOKEN_LIMIT, 90)
-    # Reported usage replaces the estimate: a cheap answer leaves room for more.
+    # 90 reserved + 30 would exceed 100, but nothing is charged yet: the item waits.
+    assert claim(store, job_id) == ClaimRefused("tokens_in_flight")
+    job = _within_limit(store, job_id, 100)
+    assert (job.state, job.pause_reason, job.tokens_reserved, job.pending) == (RUNNING, None, 90, 2)
+    assert not [e for e in store.list_events(job_id) if e.kind == "paused"]
+    # Reported usage replaces the estimate: a cheap answer leaves room for the next item.
     store.complete_item(job_id, first[0].index, "w1", "r", Usage(2, 3))
-    store.set_state(job_id, RUNNING, from_states=[PAUSED])
     assert isinstance(claim(store, job_id), Claim)
-    assert store.get_job(job_id).tokens_charged + store.get_job(job_id).tokens_reserved <= 100
+    _within_limit(store, job_id, 100)
+    assert claim(store, job_id) == ClaimRefused("tokens_in_flight")
+
+
+def test_token_limit_pauses_only_when_what_is_charged_leaves_no_room(store):
+    job_id = make_job(store, 3, estimate=30, max_tokens=80)
+    a, b = claim(store, job_id), claim(store, job_id)
+    assert claim(store, job_id).reason == "tokens_in_flight"
+    store.complete_item(job_id, a.index, "w1", "r", Usage())  # no usage reported: the estimate is charged
+    assert claim(store, job_id).reason == "tokens_in_flight"  # 30 charged + 30 fits under 80
+    store.complete_item(job_id, b.index, "w1", "r", Usage(20, 10))
+    assert claim(store, job_id) == ClaimRefused("token_limit")  # 60 charged + 30 does not
+    job = _within_limit(store, job_id, 80)
+    assert (job.state, job.pause_reason, job.tokens_charged, job.tokens_reserved) == (PAUSED, PAUSE_TOKEN_LIMIT, 60, 0)
+    (event,) = [e for e in store.list_events(job_id) if e.kind == "paused"]
+    assert event.message == "token limit reached: 60 charged + 30 for item 3 would exceed --max-tokens 80"
+    assert store.next_item_estimate(job_id) == 30
+    # A larger limit lets it go on.
+    store.set_state(job_id, RUNNING, from_states=[PAUSED], max_tokens=90)
+    assert isinstance(claim(store, job_id), Claim)
+    assert store.next_item_estimate(job_id) is None
+
+
+def test_token_limit_pauses_while_reservations_are_in_flight_when_they_cannot_help(store):
+    # Charged only grows: an item that does not fit beside it never will.
+    job_id = make_job(store, 3, estimate=[10, 50, 95], max_tokens=100)
+    small, mid = claim(store, job_id), claim(store, job_id)
+    store.complete_item(job_id, small.index, "w1", "r", Usage(5, 5))
+    assert claim(store, job_id) == ClaimRefused("token_limit")  # 10 charged + 95 > 100, 50 still reserved
+    job = _within_limit(store, job_id, 100)
+    assert (job.state, job.tokens_reserved) == (PAUSED, 50)
+    assert store.complete_item(job_id, mid.index, "w1", "r", Usage(1, 1))
+
+
+def test_concurrent_claims_never_go_over_the_token_limit_and_run_until_it_is_reached(store):
+    limit, estimate = 600, 30
+    job_id = make_job(store, 60, estimate=estimate, max_tokens=limit)
+    barrier = threading.Barrier(8)
+    outcomes: Counter = Counter()
+    lock = threading.Lock()
+
+    def worker(name: str) -> None:
+        barrier.wait()
+        while True:
+            c = claim(store, job_id, worker=name)
+            if isinstance(c, ClaimRefused):
+                with lock:
+                    outcomes[c.reason] += 1
+                if c.reason != "tokens_in_flight":
+                    return
+                time.sleep(0.002)
+                continue
+            _within_limit(store, job_id, limit)
+            time.sleep(0.001)
+            assert store.complete_item(job_id, c.index, name, "r", Usage(5, 5 + c.index % 10))  # below the estimate
+            _within_limit(store, job_id, limit)
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    job = _within_limit(store, job_id, limit)
+    assert outcomes["tokens_in_flight"] > 0, "reservations were in flight when the limit was near"
+    assert (job.state, job.tokens_reserved, job.running) == (PAUSED, 0, 0)
+    assert job.tokens_charged + estimate > limit >= job.tokens_charged, "paused only when the next would not fit"
+    assert job.completed == 60 - job.pending and job.completed > limit // estimate
 
 
 def test_retry_returns_failed_items_with_fresh_counts(store):
@@ -411,9 +484,9 @@ def test_a_pause_is_extended_but_never_shortened(limits):
 
 def test_a_pause_without_retry_after_doubles_up_to_the_cap(limits, store):
     waits = []
-    for _ in range(7):
+    for generation in range(7):  # each 429 to a request sent after the one before it
         now = store.now()
-        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120, epoch=0) - now))
+        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120, epoch=generation) - now))
     assert waits == [5, 10, 20, 40, 80, 120, 120]
     limits.clear_backoff("k2")
     assert limits.pause_state("k2").backoff_step == 0
@@ -511,3 +584,54 @@ def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(l
     time.sleep(0.1)
     quartered = _granted_within(limits, "k7", 1.0)
     assert quartered <= after_stale * 0.75, (quartered, after_stale)
+
+
+def _concurrent_429s(limits, key: str, turns, *, base_s: float) -> None:
+    """One 429 without Retry-After per turn, all at once from threads behind a barrier."""
+    barrier = threading.Barrier(len(turns))
+
+    def answered_429(turn) -> None:
+        barrier.wait()
+        limits.pause(key, seconds=None, base_s=base_s, cap_s=120, epoch=turn.epoch)
+
+    threads = [threading.Thread(target=answered_429, args=(t,)) for t in turns]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def test_429s_to_one_generation_of_requests_double_the_wait_once(limits, store):
+    # Sixteen requests sent together, all answered 429 without Retry-After: one wait of the
+    # base, not 5 s * 2**15 capped at 2 min.
+    turns = [limits.acquire("k8", rpm=None, tpm=None, tokens=1) for _ in range(16)]
+    assert [t.wait for t in turns] == [0.0] * 16
+    _concurrent_429s(limits, "k8", turns, base_s=5)
+    state = limits.pause_state("k8")
+    assert state.until - store.now() == pytest.approx(5, abs=1.0)
+    assert state.backoff_step == 1
+    # One more late 429 from the same burst changes nothing.
+    limits.pause("k8", seconds=None, base_s=5, cap_s=120, epoch=turns[0].epoch)
+    assert limits.pause_state("k8").until - store.now() == pytest.approx(5, abs=1.0)
+
+
+def test_a_429_to_a_request_sent_after_the_wait_doubles_it_and_retry_after_still_wins(limits, store):
+    base = 0.3  # short enough to wait out here; the doubling is the same at 5 s
+    turns = [limits.acquire("k9", rpm=None, tpm=None, tokens=1) for _ in range(16)]
+    _concurrent_429s(limits, "k9", turns, base_s=base)
+    first = limits.pause_state("k9")
+    assert first.until - store.now() < 2 * base and first.backoff_step == 1
+    time.sleep(max(0.0, first.until - store.now()) + 0.05)
+    later = limits.acquire("k9", rpm=None, tpm=None, tokens=1)  # sent after the wait ended
+    assert later.wait == 0.0 and later.epoch == turns[0].epoch + 1
+    now = store.now()
+    assert limits.pause("k9", seconds=None, base_s=base, cap_s=120, epoch=later.epoch) - now == pytest.approx(
+        2 * base, abs=0.1)
+    # A straggler of the first burst, answered now, does not double it again.
+    now = store.now()
+    assert limits.pause("k9", seconds=None, base_s=base, cap_s=120, epoch=turns[5].epoch) - now <= 2 * base + 0.1
+    assert limits.pause_state("k9").backoff_step == 2
+    # A provider's Retry-After is honoured whatever the request's generation.
+    now = store.now()
+    assert limits.pause("k9", seconds=30, base_s=base, cap_s=120, epoch=turns[5].epoch) - now == pytest.approx(
+        30, abs=0.5)

@@ -1,14 +1,15 @@
 """The arithmetic of the shared limiter, on one provider key's state (no I/O).
 
 SqliteLimits runs these functions inside one BEGIN IMMEDIATE transaction; the Redis Lua
-scripts (store/redis_lua/acquire.lua, pause.lua, succeeded.lua) implement the same rules and
+scripts (store/redis_lua/acquire.lua, pause.lua, clear_backoff.lua) implement the same rules and
 the contract suite holds both to them.
 
 - Pacing is GCRA (generic cell rate) with a burst of one unit: requests, and tokens, are spaced
   evenly at the rate, so a provider limit is met without bouncing off it. A cost larger than
   the burst goes through when the bucket is empty, so one large item never blocks forever.
 - A 429 starts (or extends, never shortens) the shared wait: Retry-After, else
-  base · 2^step up to the cap.
+  base · 2^step up to the cap, the step growing once per generation of requests (below):
+  sixteen 429s to one burst wait base once, not base · 2^15.
 - Adaptive pacing: a 429 halves the request rate the key was seeing (its learned rate, else
   the rate measured over about the last second), once per generation of requests: only a 429
   to a request granted after the last decrease counts (every grant carries the key's count
@@ -115,10 +116,19 @@ def count(state: LimitState, now: float, n: int = 1) -> None:
     state.window_count += n
 
 
+def backoff_wait(state: LimitState, *, base_s: float, cap_s: float, doubling: bool) -> float:
+    """The wait for a 429 without Retry-After: base · 2^step up to the cap for the first 429 of
+    a generation (which then grows the step); a 429 to a request sent before that one (a stale
+    one) gets the wait already chosen, base · 2^(step-1), so one burst doubles the wait once."""
+    step = state.backoff_step if doubling else max(0, state.backoff_step - 1)
+    return min(cap_s, base_s * 2 ** step)
+
+
 def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s: float, cap_s: float,
                  epoch: int) -> None:
-    """A 429 to a request granted at `epoch`: start or extend the shared wait, and halve the
-    request rate if the request was granted after the last decrease."""
+    """A 429 to a request granted at `epoch`: start or extend the shared wait, and, if the
+    request was granted after the last decrease (the first 429 of its generation), halve the
+    request rate and double the next wait without Retry-After (backoff_wait)."""
     decrease = epoch == state.decreases
     if decrease:
         learned = auto_interval(state, now)
@@ -126,8 +136,9 @@ def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s
         state.auto_interval = min(AUTO_MAX_INTERVAL_S, 1.0 / max(rate * AIMD_DECREASE, 1.0 / AUTO_MAX_INTERVAL_S))
         state.decreases += 1
     if seconds is None:
-        seconds = min(cap_s, base_s * 2 ** state.backoff_step)
-        state.backoff_step += 1
+        seconds = backoff_wait(state, base_s=base_s, cap_s=cap_s, doubling=decrease)
+        if decrease:
+            state.backoff_step += 1
     state.pause_until = max(state.pause_until, now + seconds)
     if decrease:
         state.auto_since = state.pause_until  # relaxing starts when the wait is over

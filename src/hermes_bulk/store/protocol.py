@@ -135,7 +135,8 @@ class Claim:
 
 @dataclass(frozen=True, slots=True)
 class ClaimRefused:
-    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit."""
+    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit (the
+    job paused), tokens_in_flight (try again shortly: reservations in flight may settle)."""
 
     reason: str
 
@@ -259,10 +260,18 @@ class JobStore(Protocol):
         the job is not running, no item is pending, or min(the job's concurrency, max_running)
         items are already running (max_running is the worker's max_concurrency setting, so
         lowering that setting also applies to existing jobs).
-        When the job has max_tokens and charged + reserved + this item's estimate would exceed
-        it, the job is paused with reason PAUSE_TOKEN_LIMIT instead, and the claim is refused.
-        The item's estimate is reserved for as long as it runs.
+        The item's estimate is reserved for as long as it runs. When the job has max_tokens
+        and charged + reserved + this item's estimate would exceed it, nothing is claimed: if
+        charged + estimate alone fits, the refusal is tokens_in_flight (the job stays running;
+        the caller tries again once reservations settle, for what the items really used);
+        otherwise the job is paused with reason PAUSE_TOKEN_LIMIT and the refusal is
+        token_limit. So charged + reserved never exceeds max_tokens through a claim.
         """
+
+    def next_item_estimate(self, job_id: str) -> int | None:
+        """The estimate of the lowest-index pending item (what a trigger without a hint claims
+        next), or None when no item is pending. A read: resume uses it to refuse a limit the
+        next item would not fit under."""
 
     def renew_leases(self, worker_id: str, items: Iterable[tuple[str, int]], *, lease_s: float) -> int:
         """Extend to now + lease_s the leases of these (job id, index) items that worker_id holds.
@@ -340,11 +349,13 @@ class SharedLimits(Protocol):
               epoch: int) -> float:
         """A 429: start or extend (never shorten) the shared wait of key; returns its end time.
 
-        With seconds=None the wait is base_s * 2**step (capped at cap_s) and the step grows;
-        a provider's Retry-After is passed as seconds. A 429 to a request granted at the key's
-        current epoch (after its last decrease) also halves the key's request rate (adaptive
-        pacing), which then doubles back every few seconds after the wait; 429s to requests
-        sent before the last decrease change nothing.
+        A provider's Retry-After is passed as seconds. A 429 to a request granted at the key's
+        current epoch (after its last decrease: the first 429 of its generation) halves the
+        key's request rate (adaptive pacing), which then doubles back every few seconds after
+        the wait, and grows the backoff step. With seconds=None the wait is then
+        base_s * 2**step (capped at cap_s, before the step grows). A 429 to a request sent
+        before the last decrease slows nothing and grows nothing: without seconds it waits
+        base_s * 2**(step-1), the wait its generation already chose (base_s at step 0).
         """
 
     def clear_backoff(self, key: str) -> None:

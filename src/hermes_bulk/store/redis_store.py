@@ -551,6 +551,11 @@ class RedisJobStore:
                      content=_text(content), content_hash=content_hash, origin=origin, offset=offset,
                      stat_sig=stat_sig, attempts=st.get("a", 0), rate_limit_waits=st.get("w", 0))
 
+    def next_item_estimate(self, job_id: str) -> int | None:
+        first = self.r.zrange(self.keys.job_key(job_id, "pending"), 0, 0)
+        raw = self.r.hget(self.keys.job_key(job_id, "items"), first[0]) if first else None
+        return _parse_item(raw)[0] if raw is not None else None
+
     def renew_leases(self, worker_id, items, *, lease_s):
         by_job: dict[str, list[int]] = {}
         for job_id, idx in items:

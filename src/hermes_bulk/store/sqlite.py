@@ -565,19 +565,28 @@ class SqliteJobStore:
                      offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
 
     def _refuse_claim(self, conn, job: JobRecord, index_hint: int) -> ClaimRefused:
-        """No item was claimed: none is pending, or the next one would go over --max-tokens
-        (then the job pauses, in the same transaction)."""
+        """No item was claimed: none is pending, or the next one does not fit under --max-tokens
+        beside what is charged and reserved. It waits while reservations are in flight (they
+        may settle for less); the job pauses, in the same transaction, only when it would not
+        fit beside what is charged alone."""
         select = "SELECT idx, estimate FROM items WHERE job_id = ? AND status = 'pending'"
         row = conn.execute(select + " AND idx = ?", (job.job_id, index_hint)).fetchone()
         row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job.job_id,)).fetchone()
         if row is None:
             return ClaimRefused("no_pending")
         idx, estimate = row
+        if job.spec.max_tokens is None or job.tokens_charged + estimate <= job.spec.max_tokens:
+            return ClaimRefused("tokens_in_flight")
         conn.execute("UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?", (PAUSED, PAUSE_TOKEN_LIMIT, job.job_id))
         self._insert_events(conn, job.job_id, [Event(
-            "paused", f"token limit reached: {job.tokens_charged} charged + {job.tokens_reserved}"
-            f" reserved + {estimate} for item {idx + 1} would exceed --max-tokens {job.spec.max_tokens}", idx)])
+            "paused", f"token limit reached: {job.tokens_charged} charged + {estimate} for item {idx + 1}"
+            f" would exceed --max-tokens {job.spec.max_tokens}", idx)])
         return ClaimRefused("token_limit")
+
+    def next_item_estimate(self, job_id: str) -> int | None:
+        rows = self.db.read("SELECT estimate FROM items WHERE job_id = ? AND status = 'pending'"
+                            " ORDER BY idx LIMIT 1", (job_id,))
+        return rows[0][0] if rows else None
 
     def renew_leases(self, worker_id, items, *, lease_s):
         items = list(items)

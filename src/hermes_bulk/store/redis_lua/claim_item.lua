@@ -2,7 +2,8 @@
 -- KEYS: the job's keys (_job.lua); reads ITEMS, CONTENTS; writes META, STATES, PENDING,
 --       LEASES, OWNERS, EVENTS.
 -- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running
--- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, token_limit),
+-- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, tokens_in_flight,
+-- token_limit),
 -- else {'ok', job (HGETALL of META before the claim), index, item record, state JSON or
 -- false, content}.
 local flat = redis.call('HGETALL', META)
@@ -25,14 +26,18 @@ local estimate, content_hash = string.match(item, '^(%-?%d+)\t([^\t]*)\t')
 estimate = tonumber(estimate)
 local now = now_ms()
 
+-- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while
+-- reservations are in flight (they may settle for less); the job pauses only when the item
+-- would not fit beside what is charged alone (as SqliteJobStore._refuse_claim).
 if job.max_tokens ~= '' then
   local limit = tonumber(job.max_tokens)
   local charged, reserved = tonumber(job.tokens_charged), tonumber(job.tokens_reserved)
   if charged + reserved + estimate > limit then
+    if charged + estimate <= limit then return {'tokens_in_flight'} end
     redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)
     add_event(now, 'paused', string.format(
-      'token limit reached: %d charged + %d reserved + %d for item %d would exceed --max-tokens %d',
-      charged, reserved, estimate, tonumber(idx) + 1, limit), tonumber(idx))
+      'token limit reached: %d charged + %d for item %d would exceed --max-tokens %d',
+      charged, estimate, tonumber(idx) + 1, limit), tonumber(idx))
     return {'token_limit'}
   end
 end

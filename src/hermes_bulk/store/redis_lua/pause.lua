@@ -1,10 +1,10 @@
 -- pause: a 429. Start or extend (never shorten) the shared wait of a provider key. A 429 to a
 -- request granted at the key's current epoch (after its last decrease) also halves the request
--- rate the key was seeing (adaptive pacing), which relaxes again from the end of the wait;
--- 429s to requests sent before the last decrease change nothing (store/limits_math.py has
--- the rules).
+-- rate the key was seeing (adaptive pacing), which relaxes again from the end of the wait, and
+-- doubles the next wait without Retry-After; 429s to requests sent before the last decrease
+-- neither slow the rate nor double the wait (store/limits_math.py has the rules).
 -- KEYS[1] {<prefix>:limit:<key>} (HASH, as acquire.lua)
--- ARGV[1] wait_ms ('' = none given: base_ms * 2^step, capped, and the step grows)
+-- ARGV[1] wait_ms ('' = none given: base_ms * 2^step, capped, and the step grows; see below)
 -- ARGV[2] base_ms   ARGV[3] cap_ms
 -- ARGV[4] decrease factor   ARGV[5] longest adaptive interval, ms
 -- ARGV[6] recovery doubling period, ms   ARGV[7] shortest adaptive interval, ms
@@ -40,8 +40,11 @@ if decrease then
 end
 local wait_ms = tonumber(ARGV[1])
 if not wait_ms then
-  wait_ms = math.min(tonumber(ARGV[3]), tonumber(ARGV[2]) * 2 ^ step)
-  step = step + 1
+  -- One doubling per generation: a 429 to a request sent before the first 429 of its burst
+  -- gets the wait that one chose (limits_math.backoff_wait).
+  local exponent = decrease and step or math.max(0, step - 1)
+  wait_ms = math.min(tonumber(ARGV[3]), tonumber(ARGV[2]) * 2 ^ exponent)
+  if decrease then step = step + 1 end
 end
 pause_until = math.max(pause_until, now + wait_ms)
 redis.call('HSET', KEYS[1], 'pause_until_ms', fmt_ms(pause_until), 'backoff_step', step)

@@ -1,0 +1,39 @@
+"""A trigger whose item must wait for the job's token reservations to settle comes back later.
+
+Under --max-tokens the store refuses such a claim with tokens_in_flight (the job keeps
+running); the worker's chain must then be retried, not end as it does when nothing is left.
+"""
+
+from __future__ import annotations
+
+from hermes_bulk.jobs import Jobs
+from hermes_bulk.pipeline import TOKENS_IN_FLIGHT_RETRY_S
+from hermes_bulk.store.protocol import RUNNING, Claim, Usage
+from hermes_bulk.worker import WorkerRuntime
+
+
+def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_item(settings, fake_provider, tmp_path):
+    src = tmp_path / "rows.jsonl"
+    src.write_text('{"n": 1}\n{"n": 2}\n{"n": 3}\n')
+    jobs = Jobs(settings)
+    job = jobs.create("Do", str(src), concurrency=3, max_tokens=1300).job
+    per_item = job.estimated_tokens / 3
+    assert 2 * per_item <= 1300 < 3 * per_item, "two reservations fit, a third does not"
+    jobs.run(job.job_id)
+    store = jobs.backend.store
+    elsewhere = [store.claim_item(job.job_id, i, "elsewhere", lease_s=60, max_running=16) for i in (0, 1)]
+    assert all(isinstance(c, Claim) for c in elsewhere)
+
+    runtime = WorkerRuntime(jobs.backend, settings, threads=1)
+    try:
+        assert runtime.handle_trigger(job.job_id, 2) == TOKENS_IN_FLIGHT_RETRY_S
+        assert store.get_job(job.job_id).state == RUNNING and fake_provider.requests == []
+
+        for c in elsewhere:  # they settle for far less than their estimates
+            assert store.complete_item(job.job_id, c.index, "elsewhere", "r", Usage(10, 10))
+        assert runtime.handle_trigger(job.job_id, 2) is None  # ran item 3, then nothing was left
+    finally:
+        runtime.stop()
+    done = store.get_job(job.job_id)
+    assert (done.state, done.completed, done.tokens_reserved) == (RUNNING, 3, 0)
+    assert len(fake_provider.requests) == 1
