@@ -28,7 +28,7 @@ from .errors import BackendUnavailable, HermesBulkError, InputError
 from .files import private_dir
 from .jobs import Jobs, read_schema
 from .pipeline import OpenGate, RequestGate
-from .tasks import consumer_options
+from .tasks import QueuesConsumer, consumer_options
 from .worker import WorkerRuntime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -262,13 +262,11 @@ def cmd_budget(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: Namespace, settings: Settings) -> int:
-    from huey.consumer import Consumer
-
     _configure_logging(args)
     threads = args.workers or settings.max_concurrency
     backend = open_backend(settings)
     runtime, serves_hermes = _worker_runtime(backend, settings, threads)
-    consumer = Consumer(backend.huey, **consumer_options(
+    consumer = QueuesConsumer(runtime.queues(), **consumer_options(
         threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
     for warning in backend.warnings():
@@ -283,7 +281,8 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
             raise InputError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
                              f"({exc.strerror}); choose another port.") from None
     if args.burst:
-        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer), daemon=True).start()
+        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, set(runtime.clients)),
+                         daemon=True).start()
     logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s; %s", runtime.worker_id, threads,
                                            redacted_url(settings.backend_url), serves_hermes)
     try:
@@ -293,13 +292,15 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _stop_when_idle(jobs: Jobs, consumer) -> None:
-    """--burst: stop once no running job has pending or running items and the queue is empty."""
+def _stop_when_idle(jobs: Jobs, consumer, clients: set[str]) -> None:
+    """--burst: stop once no running job this worker serves has pending or running items and its
+    queues are empty."""
     idle_since = None
     while True:
         time.sleep(0.5)
-        busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids()) if j)
-        if busy or jobs.backend.queue_length():
+        busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids())
+                   if j and j.spec.client in clients)
+        if busy or jobs.backend.queue_length(clients):
             idle_since = None
         elif idle_since is None:
             idle_since = time.monotonic()

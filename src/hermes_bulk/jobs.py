@@ -234,7 +234,7 @@ class Jobs:
         fresh = self.store.get_job(job.job_id) or job
         slots = min(fresh.spec.concurrency, self.settings.max_concurrency) - fresh.running
         if slots > 0 and fresh.pending > 0:
-            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending))
+            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending), client=fresh.spec.client)
         return fresh
 
     def pause(self, job_ref: str | None) -> JobRecord:

@@ -147,7 +147,7 @@ class WorkerRuntime:
         self._stopping = threading.Event()  # set first thing in stop(): chains hand back at once
         self._lock_fd: int | None = None
         self._maintenance: threading.Thread | None = None
-        self.consumer: EmbeddedConsumer | None = None
+        self.consumers: list[EmbeddedConsumer] = []
 
     # Triggers ------------------------------------------------------------------------------
     def handle_trigger(self, job_id: str, index_hint: int) -> float | None:
@@ -155,6 +155,14 @@ class WorkerRuntime:
         chains going. After CHAIN_SLICE_S the chain goes back through the queue as the next
         trigger, so jobs that share these threads take turns; until then the next item is
         claimed here, which spares each item a queue round trip (benchmarks, row 1)."""
+        client = self.backend.client_of(job_id)
+        if client is None:
+            return None  # the job was deleted
+        if client not in self.clients:
+            # On a queue this worker serves but not the job's (sent before queues were per kind
+            # of client): pass it on to the workers that can call the job's model, at once.
+            self.backend.trigger(job_id, index_hint, client=client)
+            return None
         ends = time.monotonic() + CHAIN_SLICE_S
         while True:
             outcome = self.processor.handle(job_id, index_hint)
@@ -164,7 +172,7 @@ class WorkerRuntime:
                 return None  # nothing to claim (done, paused, at capacity): the chain ends
             index_hint = (outcome.index or 0) + 1
             if self._stopping.is_set() or time.monotonic() >= ends:
-                self.backend.trigger(job_id, index_hint)
+                self.backend.trigger(job_id, index_hint, client=client)
                 return None
 
     def client_for(self, job: JobRecord) -> ModelClient:
@@ -200,17 +208,22 @@ class WorkerRuntime:
         self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
         self._maintenance.start()
 
+    def queues(self) -> list:
+        """The Huey queues this worker consumes: one per kind of job it has a model client for."""
+        return [self.backend.queue(client) for client in self.clients]
+
     def start_embedded_consumer(self) -> None:
-        """Consumer threads inside this process; the host keeps its signal handlers."""
-        self.consumer = EmbeddedConsumer(self.backend.huey, **consumer_options(self.threads))
-        self.consumer.start()
+        """Consumer threads inside this process, `threads` per queue; the host keeps its signal handlers."""
+        self.consumers = [EmbeddedConsumer(huey, **consumer_options(self.threads)) for huey in self.queues()]
+        for consumer in self.consumers:
+            consumer.start()
 
     def stop(self, *, graceful: bool = True) -> None:
         """Stop consuming, return what this worker still holds to the queue, deregister."""
         self._stopping.set()
-        if self.consumer is not None:
-            self.consumer.stop(graceful=graceful)
-            self.consumer = None
+        consumers, self.consumers = self.consumers, []
+        for consumer in consumers:
+            consumer.stop(graceful=graceful)
         self._stop.set()
         if self._maintenance is not None:
             self._maintenance.join(5)
@@ -256,7 +269,7 @@ class WorkerRuntime:
                 jobs.append((job_id, {"pending": job.pending, "running": job.running,
                                       "completed": job.completed, "failed": job.failed}))
         return metrics.render(self.worker_id, self.processor.counters.snapshot(), len(self.processor.held_items()),
-                              self.backend.queue_length(), jobs)
+                              self.backend.queue_length(self.clients), jobs)
 
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -298,16 +311,19 @@ class WorkerRuntime:
         self._pump()
 
     def _pump(self) -> None:
-        """Restart stalled chains: a running job with pending items and free slots but no claims."""
+        """Restart stalled chains: a running job with pending items and free slots but no claims.
+
+        Only jobs this worker can serve: a worker that serves the kind pumps it, and triggers
+        for a kind nobody serves would only pile up on its queue."""
         store, now = self.backend.store, self.backend.store.now()
         stall_s = max(2.0, 3 * self.interval_s)
         for job_id in store.active_job_ids():
             job = store.get_job(job_id)
-            if job is None or job.pending == 0:
+            if job is None or job.pending == 0 or job.spec.client not in self.clients:
                 continue
             free = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
             if free <= 0 or now - (job.last_claim_at or 0) < stall_s:
                 continue
             if self.backend.limits.pause_state(job.spec.provider_key) or self.request_gate.held_until(job):
                 continue  # the provider is paused or the budget spent; triggers would only wait
-            self.backend.trigger(job_id, 0, free)
+            self.backend.trigger(job_id, 0, free, client=job.spec.client)
