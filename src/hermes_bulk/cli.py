@@ -19,7 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import logs, metrics, views
+from . import hints, logs, metrics, views
 from .broker import open_backend, redacted_url
 from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
@@ -186,7 +186,7 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
 def cmd_pause(args: Namespace, settings: Settings) -> int:
     job = _jobs(settings).pause(args.job)
     print(f"Job {job.job_id} paused: no new items start; items in progress may finish. "
-          f"Continue with: hermes-bulk resume {job.job_id}")
+          f"Continue with: {hints.process(job, 'resume', hints.CLI)}")
     return EXIT_OK
 
 

@@ -118,6 +118,26 @@ class Liveness:
                 path.unlink(missing_ok=True)
 
 
+def recover_interrupted(backend: Backend, liveness: Liveness, exclude: str | None = None) -> None:
+    """When Bulk starts (a worker, or the plugin in a Hermes process) and no other worker is alive:
+    items dead workers left running go back to the queue, and jobs cut off mid-run wait for
+    someone to run them.
+
+    Jobs never start by themselves (DESIGN.md invariant 9): a restart must not spend tokens
+    nobody asked for. A running job that some worker has claimed items of since it was last
+    run was interrupted; one that was run but never picked up is still waiting for a worker.
+    """
+    if liveness.live_worker_ids() - {exclude}:
+        return  # the fleet is alive: its maintenance returns dead workers' items as usual
+    liveness.recover_dead(exclude=exclude)
+    store = backend.store
+    for job_id in store.active_job_ids():
+        job = store.get_job(job_id)
+        if job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
+            store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
+                "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
+
+
 class WorkerRuntime:
     """The per-process worker: processes triggers, and keeps leases and recovery going."""
 
@@ -244,21 +264,7 @@ class WorkerRuntime:
             self._lock_fd = None
 
     def _mark_interrupted_jobs(self) -> None:
-        """At start with no other live worker: jobs cut off mid-run wait for someone to run them.
-
-        Jobs never start by themselves (DESIGN.md invariant 9): a restart must not spend tokens
-        nobody asked for. A running job that some worker has claimed items of since it was last
-        run was interrupted; one that was run but never picked up is still waiting for a worker.
-        """
-        if self.liveness.live_worker_ids() - {self.worker_id}:
-            return  # the fleet is alive: its maintenance returns dead workers' items as usual
-        self.liveness.recover_dead(exclude=self.worker_id)
-        store = self.backend.store
-        for job_id in store.active_job_ids():
-            job = store.get_job(job_id)
-            if job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
-                store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
-                    "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
+        recover_interrupted(self.backend, self.liveness, exclude=self.worker_id)
 
     def metrics_page(self) -> str:
         store = self.backend.store
