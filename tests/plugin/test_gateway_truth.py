@@ -129,7 +129,9 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(gateway, hermes_home, herme
     print(f"\nhermes-bulk run --wait, 24 items: {with_gateway:.2f} s with the gateway's worker alive, "
           f"{without:.2f} s without")
 
-    assert with_gateway < without + 2.0, (with_gateway, without)
+    # Before queues were per kind of client: 50 s against 4.3 s (each trigger the gateway took
+    # waited 5 s); the margin only absorbs a busy machine.
+    assert with_gateway < 1.5 * without + 2.0, (with_gateway, without)
     assert live_after == 1, "the gateway's worker was alive throughout"
     for job in (with_gateway_job, without_job):
         st = status_json(env, job)
