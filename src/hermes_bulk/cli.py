@@ -120,10 +120,17 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     job = jobs.run(args.job)
     if not args.wait:
-        print(f"Job {job.job_id} is running: {job.pending} items pending. Workers pick it up "
-              f"(start one with: hermes-bulk worker). Check it with: hermes-bulk status {job.job_id}")
+        print(f"Job {job.job_id} is running: {job.pending} items pending. {_who_picks_it_up(job)} "
+              f"Check it with: hermes-bulk status {job.job_id}")
         return EXIT_OK
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
+
+
+def _who_picks_it_up(job) -> str:
+    if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
+        return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
+                f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
+    return "Workers pick it up (start one with: hermes-bulk worker)."
 
 
 def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRuntime, str]:

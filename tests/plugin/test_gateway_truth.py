@@ -100,6 +100,10 @@ def test_hints_for_a_job_made_by_the_cli_name_commands_that_work_from_hermes(gat
     assert (f"Start it with: /bulk run {hermes_job} (in Hermes, in the profile the job was created in)"
             in cli_status)
     assert f"Start it with: /bulk run {hermes_job}" in gw.bulk(f"status {hermes_job}")
+    ran = bulk_cli(env, "run", hermes_job).stdout
+    assert "(start one with: hermes-bulk worker)" not in ran
+    assert (f"a hermes-bulk worker with HERMES_HOME set to the profile it was created in, or Hermes itself: "
+            f"/bulk run {hermes_job} (in Hermes, in the profile the job was created in).") in ran
 
 
 # 3. A worker that cannot serve a job never takes its triggers --------------------------------------
