@@ -106,3 +106,13 @@ def test_a_worker_consumes_the_queues_of_the_kinds_it_serves(settings, clients, 
 
 def test_the_default_worker_serves_only_jobs_made_by_hermes_bulk_create(settings):
     assert set(WorkerRuntime(Jobs(settings).backend, settings, threads=1).clients) == {"http"}
+
+
+def test_run_wait_on_a_job_this_machine_cannot_serve_says_so_instead_of_waiting(cli, settings, tmp_path):
+    """No Hermes configuration here (HOME is empty): the CLI cannot call Hermes' model."""
+    job_id = _hermes_job(Jobs(settings), tmp_path)
+    proc = cli("run", job_id, "--wait", check=False, timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith(f"hermes-bulk: Job {job_id} cannot be processed here: this machine does not "
+                                  "serve jobs created in Hermes: no Hermes configuration at ")
+    assert f"continue it with: /bulk run {job_id} (in Hermes" in " ".join(proc.stderr.split())

@@ -24,7 +24,7 @@ from .broker import open_backend, redacted_url
 from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
-from .errors import BackendUnavailable, HermesBulkError, InputError
+from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
 from .files import private_dir
 from .jobs import Jobs, read_schema
 from .pipeline import OpenGate, RequestGate
@@ -154,7 +154,11 @@ def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRu
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime, _ = _worker_runtime(jobs.backend, settings, threads)
+    runtime, note = _worker_runtime(jobs.backend, settings, threads)
+    job = jobs.get(job_id)
+    if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
+        raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {note}. It stays queued "
+                                f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}")
     runtime.start()
     runtime.start_embedded_consumer()
     try:
