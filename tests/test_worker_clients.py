@@ -1,13 +1,18 @@
-"""A worker serves only the kinds of job it has a model client for, and leaves the others alone.
+"""A worker serves only the kinds of job it has a model client for, and never sees the others.
 
 A job created in Hermes must reach Hermes' model; one created by `hermes-bulk create` the
-endpoint in HERMES_BULK_*. A worker without the client a job needs gives its items back and puts
-the trigger back on the queue for another worker: nothing is failed, nothing goes to the wrong
-endpoint.
+endpoint in HERMES_BULK_*. Each kind has its own queue, so a worker without the client a job
+needs never takes its triggers: nothing is failed, nothing goes to the wrong endpoint, and the
+job waits for no one (issue 12, point 3).
 """
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
+from hermes_bulk import broker
 from hermes_bulk.jobs import Jobs
 from hermes_bulk.model import HttpModelClient
 from hermes_bulk.worker import WorkerRuntime
@@ -15,28 +20,34 @@ from hermes_bulk.worker import WorkerRuntime
 from .helpers import wait_for
 
 
-def test_a_worker_leaves_a_job_it_has_no_client_for_to_one_that_has(settings, fake_provider, tmp_path):
+def _hermes_job(jobs: Jobs, tmp_path, n: int = 3) -> str:
     src = tmp_path / "rows.jsonl"
-    src.write_text('{"n": 1}\n{"n": 2}\n{"n": 3}\n')
+    src.write_text("".join(f'{{"n": {i}}}\n' for i in range(n)))
+    return jobs.create("Do", str(src), client="hermes", provider="hermes:default:custom:fake-model",
+                       model="fake-model").job.job_id
+
+
+def test_a_worker_never_takes_triggers_of_a_job_it_has_no_client_for(settings, fake_provider, tmp_path):
     jobs = Jobs(settings)
-    job_id = jobs.create("Do", str(src), client="hermes", provider="hermes:default:custom:fake-model",
-                         model="fake-model").job.job_id
+    job_id = _hermes_job(jobs, tmp_path)
     jobs.run(job_id)
+    assert jobs.backend.queue_length(["hermes"]) == 3 and jobs.backend.queue_length(["http"]) == 0, \
+        "the triggers wait on the queue of jobs created in Hermes"
 
     http_only = WorkerRuntime(jobs.backend, settings, threads=2)  # the default: HERMES_BULK_* only
     http_only.start()
     http_only.start_embedded_consumer()
     try:
-        wait_for(lambda: any(e.kind == "worker_cannot_serve" for e in jobs.status(job_id, events=20).events),
-                 timeout=15, message="the worker to say it leaves the job")
-        handled = len(fake_provider.requests)
+        http_only.maintain_once()  # its pump, too, leaves the job to workers that serve it
+        time.sleep(1.0)  # time enough for a consumer polling every 0.5 s at most to take a trigger
+        st = jobs.status(job_id, events=50)
     finally:
         http_only.stop()
-    st = jobs.status(job_id, events=50)
-    assert handled == 0 and fake_provider.requests == [], "nothing went to HERMES_BULK_BASE_URL"
-    assert (st.job.pending, st.job.completed, st.job.failed) == (3, 0, 0), "no item failed, none lost"
-    told = [e for e in st.events if e.kind == "worker_cannot_serve"]
-    assert len(told) == 1 and "created in Hermes" in told[0].message
+    assert fake_provider.requests == [], "nothing went to HERMES_BULK_BASE_URL"
+    assert (st.job.pending, st.job.running, st.job.completed, st.job.failed) == (3, 0, 0, 0)
+    assert st.job.last_claim_at is None, "the worker never claimed an item of it"
+    assert not [e for e in st.events if e.kind == "worker_cannot_serve"]
+    assert jobs.backend.queue_length(["hermes"]) == 3, "its triggers were left for a worker that can serve it"
 
     # A worker that has a client for jobs created in Hermes (here: the loopback endpoint).
     model = HttpModelClient(base_url=fake_provider.base_url, api_key=None, model="fake-model", timeout_s=10)
@@ -44,7 +55,6 @@ def test_a_worker_leaves_a_job_it_has_no_client_for_to_one_that_has(settings, fa
     serving.start()
     serving.start_embedded_consumer()
     try:
-        jobs.run(job_id)
         wait_for(lambda: jobs.status(job_id).state == "completed", timeout=30, message="completion")
     finally:
         serving.stop()
@@ -52,5 +62,57 @@ def test_a_worker_leaves_a_job_it_has_no_client_for_to_one_that_has(settings, fa
     assert len(fake_provider.requests) == 3
 
 
+def test_a_trigger_on_the_wrong_queue_is_passed_on_to_the_right_one(settings, fake_provider, tmp_path):
+    """Triggers sent before queues were per kind sit on the http queue: they move, not loop."""
+    jobs = Jobs(settings)
+    job_id = _hermes_job(jobs, tmp_path, n=2)
+    jobs.store.set_state(job_id, "running", from_states=["not_started"])
+    jobs.backend.trigger(job_id, 0, 2, client="http")  # where an older release put it
+    http_only = WorkerRuntime(jobs.backend, settings, threads=2)
+    http_only.start()
+    http_only.start_embedded_consumer()
+    try:
+        wait_for(lambda: jobs.backend.queue_length(["hermes"]) == 2, timeout=10, message="the hand-over")
+        assert jobs.backend.queue_length(["http"]) == 0
+    finally:
+        http_only.stop()
+    assert fake_provider.requests == [] and jobs.status(job_id).job.pending == 2
+
+
+def test_each_kind_of_model_client_has_its_own_queue_on_both_backends(settings, redis_url, tmp_path):
+    (tmp_path / "q").mkdir()
+    sqlite = broker._build(f"sqlite:///{tmp_path / 'q' / 'bulk.db'}")
+    redis = broker._build(redis_url)
+    try:
+        for backend in (sqlite, redis):
+            backend.trigger("j1", 0, 2, client="http")
+            backend.trigger("j2", 0, 3, client="hermes")
+            assert backend.queue("http").name.endswith(broker.QUEUE_NAME)
+            assert backend.queue("hermes").name.endswith(broker.QUEUE_NAME + ".hermes")
+            assert (backend.queue_length(["http"]), backend.queue_length(["hermes"]),
+                    backend.queue_length(["http", "hermes"])) == (2, 3, 5)
+            assert [t.args for t in backend.queue("hermes").pending()] == [("j2", 0), ("j2", 1), ("j2", 2)]
+    finally:
+        sqlite.close()
+        redis.close()
+
+
+@pytest.mark.parametrize("clients, queues", [(None, ["hermes-bulk"]),
+                                             ({"hermes": None}, ["hermes-bulk.hermes"])])
+def test_a_worker_consumes_the_queues_of_the_kinds_it_serves(settings, clients, queues):
+    runtime = WorkerRuntime(Jobs(settings).backend, settings, threads=1, clients=clients)
+    assert [q.name for q in runtime.queues()] == queues
+
+
 def test_the_default_worker_serves_only_jobs_made_by_hermes_bulk_create(settings):
     assert set(WorkerRuntime(Jobs(settings).backend, settings, threads=1).clients) == {"http"}
+
+
+def test_run_wait_on_a_job_this_machine_cannot_serve_says_so_instead_of_waiting(cli, settings, tmp_path):
+    """No Hermes configuration here (HOME is empty): the CLI cannot call Hermes' model."""
+    job_id = _hermes_job(Jobs(settings), tmp_path)
+    proc = cli("run", job_id, "--wait", check=False, timeout=30)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.startswith(f"hermes-bulk: Job {job_id} cannot be processed here: this machine does not "
+                                  "serve jobs created in Hermes: no Hermes configuration at ")
+    assert f"continue it with: /bulk run {job_id} (in Hermes" in " ".join(proc.stderr.split())

@@ -1,15 +1,20 @@
 """A backend from one URL: the Huey queue, the job store and the shared limiter, together.
 
-`sqlite:///path/bulk.db` (the embedded default: the store in that file, the Huey queue beside it
+`sqlite:///path/bulk.db` (the embedded default: the store in that file, the Huey queues beside it
 in `bulk-queue.db`) or `redis://…` / `rediss://…` (the fleet). This is the only place that maps
 a URL to classes; nothing above it branches on the backend.
+
+One Huey queue per kind of model client (job.spec.client): a trigger goes only to workers that
+can call the job's model, so a worker that cannot (the Hermes gateway's, for a job made by
+`hermes-bulk create`) never takes it and makes it wait. Both backends key a queue by its Huey
+name (Redis: in the key names; SQLite: the `queue` column of one file).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,43 +32,83 @@ from .tasks import register_process_item
 if TYPE_CHECKING:
     from .worker import WorkerRuntime
 
-QUEUE_NAME = "hermes-bulk"
+QUEUE_NAME = "hermes-bulk"  #: the queue of jobs made by `hermes-bulk create` (client "http")
+DEFAULT_CLIENT = "http"
+
+
+def queue_name(client: str) -> str:
+    """The Huey name of the queue for jobs of one kind of model client: `hermes-bulk` for http
+    jobs (the name every release used), `hermes-bulk.<client>` for the others."""
+    return QUEUE_NAME if client == DEFAULT_CLIENT else f"{QUEUE_NAME}.{client}"
 
 
 @dataclass
 class Backend:
     url: str
-    huey: Huey
+    make_queue: Callable[[str], Huey]  # a Huey queue by name, on this backend's storage
     store: JobStore
     limits: SharedLimits
     queue_errors: tuple[type[Exception], ...] = ()  # what the queue raises when the backend is gone
     unavailable: Callable[[Exception], BackendUnavailable] = lambda exc: BackendUnavailable(str(exc))
     warnings: Callable[[], list[str]] = list  # e.g. Redis without persistence
-    process_item: TaskWrapper = field(init=False)
     runtime: WorkerRuntime | None = None
+    _queues: dict[str, tuple[Huey, TaskWrapper]] = field(default_factory=dict, init=False)
+    _clients: dict[str, str] = field(default_factory=dict, init=False)  # job id -> its client kind
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
-        self.process_item = register_process_item(self.huey, lambda: self.runtime)
+        self._queue(DEFAULT_CLIENT)
 
-    def trigger(self, job_id: str, index_hint: int = 0, count: int = 1) -> None:
-        """Enqueue `count` triggers for a job (each one lets one more item start)."""
+    def _queue(self, client: str) -> tuple[Huey, TaskWrapper]:
+        with self._lock:
+            queue = self._queues.get(client)
+            if queue is None:
+                huey = self.make_queue(queue_name(client))
+                queue = self._queues[client] = (huey, register_process_item(huey, lambda: self.runtime))
+            return queue
+
+    def queue(self, client: str) -> Huey:
+        """The Huey queue that carries triggers of jobs whose model client is `client`."""
+        return self._queue(client)[0]
+
+    def client_of(self, job_id: str) -> str | None:
+        """A job's kind of model client (it never changes); None when there is no such job."""
+        client = self._clients.get(job_id)
+        if client is None:
+            job = self.store.get_job(job_id)
+            if job is None:
+                return None
+            client = self._clients[job_id] = job.spec.client
+        return client
+
+    def trigger(self, job_id: str, index_hint: int = 0, count: int = 1, *, client: str | None = None) -> None:
+        """Enqueue `count` triggers for a job (each one lets one more item start), on the queue
+        of its kind of model client (looked up when not given; a deleted job gets none)."""
+        client = client or self.client_of(job_id)
+        if client is None:
+            return
+        huey, process_item = self._queue(client)
         try:
             for i in range(count):
-                self.huey.enqueue(self.process_item.s(job_id, index_hint + i))
+                huey.enqueue(process_item.s(job_id, index_hint + i))
         except self.queue_errors as exc:
             raise self.unavailable(exc) from exc
 
-    def queue_length(self) -> int:
+    def queue_length(self, clients: Iterable[str] = (DEFAULT_CLIENT,)) -> int:
+        """Triggers waiting on the queues of these kinds of model client."""
         try:
-            return self.huey.pending_count()
+            return sum(self.queue(client).pending_count() for client in clients)
         except self.queue_errors as exc:
             raise self.unavailable(exc) from exc
 
     def close(self) -> None:
         self.store.close()
-        close = getattr(self.huey.storage, "close", None)
-        if close:
-            close()
+        with self._lock:
+            queues, self._queues = list(self._queues.values()), {}
+        for huey, _ in queues:  # all at once: on SQLite they share one file (DESIGN.md invariant 10)
+            close = getattr(huey.storage, "close", None)
+            if close:
+                close()
 
 
 def sqlite_paths(url: str) -> tuple[Path, Path]:
@@ -129,21 +174,34 @@ def _build(url: str) -> Backend:
             # older, wider queue file is narrowed by path (chmod opens no descriptor).
             sqlite_file_identity(queue_path)
             queue_path.chmod(0o600)
-            huey = SqliteHuey(QUEUE_NAME, filename=str(queue_path), fsync=False, results=False, utc=True)
             db.companions.append(queue_path)  # so nothing in this process reads it (is_open_sqlite_file)
-        except (OSError, sqlite3.Error) as exc:
+        except OSError as exc:
             db.close()
             raise BackendUnavailable(f"The queue database {queue_path} is unusable ({exc}); check the "
                                      "disk and permissions.") from None
-        return Backend(url=url, huey=huey, store=SqliteJobStore(db), limits=SqliteLimits(db),
+        made: list[str] = []
+
+        def make_queue(name: str) -> Huey:
+            # The first queue creates the tables; the others share them: SqliteStorage keys
+            # every row by queue name.
+            try:
+                huey = SqliteHuey(name, filename=str(queue_path), fsync=False, results=False, utc=True,
+                                  create_tables=not made)
+            except sqlite3.Error as exc:
+                raise BackendUnavailable(f"The queue database {queue_path} is unusable ({exc}); check "
+                                         "the disk and permissions.") from None
+            made.append(name)
+            return huey
+
+        return Backend(url=url, make_queue=make_queue, store=SqliteJobStore(db), limits=SqliteLimits(db),
                        queue_errors=(sqlite3.OperationalError,),
                        unavailable=lambda exc: BackendUnavailable(f"The queue database {queue_path} is "
                                                                   f"unusable ({exc}); check the disk and permissions."))
     if scheme in ("redis", "rediss"):
         from .store import redis_store
 
-        huey, store, limits, conn = redis_store.open_redis_backend_parts(url, QUEUE_NAME)
+        make_queue, store, limits, conn = redis_store.open_redis_backend_parts(url)
         warning = lambda: [w for w in [redis_store.persistence_warning(conn)] if w]  # noqa: E731
-        return Backend(url=url, huey=huey, store=store, limits=limits, queue_errors=redis_store.QUEUE_ERRORS,
+        return Backend(url=url, make_queue=make_queue, store=store, limits=limits, queue_errors=redis_store.QUEUE_ERRORS,
                        unavailable=conn.unavailable, warnings=warning)
     raise ConfigError(f"Invalid setting HERMES_BULK_BACKEND: unknown scheme {scheme!r}; use sqlite:// or redis://.")

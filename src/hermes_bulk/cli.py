@@ -19,16 +19,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import logs, metrics, views
+from . import hints, logs, metrics, views
 from .broker import open_backend, redacted_url
 from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
-from .errors import BackendUnavailable, HermesBulkError, InputError
+from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
 from .files import private_dir
 from .jobs import Jobs, read_schema
 from .pipeline import OpenGate, RequestGate
-from .tasks import consumer_options
+from .tasks import QueuesConsumer, consumer_options
 from .worker import WorkerRuntime
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -120,10 +120,17 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     job = jobs.run(args.job)
     if not args.wait:
-        print(f"Job {job.job_id} is running: {job.pending} items pending. Workers pick it up "
-              f"(start one with: hermes-bulk worker). Check it with: hermes-bulk status {job.job_id}")
+        print(f"Job {job.job_id} is running: {job.pending} items pending. {_who_picks_it_up(job)} "
+              f"Check it with: hermes-bulk status {job.job_id}")
         return EXIT_OK
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
+
+
+def _who_picks_it_up(job) -> str:
+    if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
+        return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
+                f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
+    return "Workers pick it up (start one with: hermes-bulk worker)."
 
 
 def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRuntime, str]:
@@ -147,7 +154,11 @@ def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRu
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime, _ = _worker_runtime(jobs.backend, settings, threads)
+    runtime, note = _worker_runtime(jobs.backend, settings, threads)
+    job = jobs.get(job_id)
+    if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
+        raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {note}. It stays queued "
+                                f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}")
     runtime.start()
     runtime.start_embedded_consumer()
     try:
@@ -186,7 +197,7 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
 def cmd_pause(args: Namespace, settings: Settings) -> int:
     job = _jobs(settings).pause(args.job)
     print(f"Job {job.job_id} paused: no new items start; items in progress may finish. "
-          f"Continue with: hermes-bulk resume {job.job_id}")
+          f"Continue with: {hints.process(job, 'resume', hints.CLI)}")
     return EXIT_OK
 
 
@@ -262,13 +273,11 @@ def cmd_budget(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: Namespace, settings: Settings) -> int:
-    from huey.consumer import Consumer
-
     _configure_logging(args)
     threads = args.workers or settings.max_concurrency
     backend = open_backend(settings)
     runtime, serves_hermes = _worker_runtime(backend, settings, threads)
-    consumer = Consumer(backend.huey, **consumer_options(
+    consumer = QueuesConsumer(runtime.queues(), **consumer_options(
         threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
     for warning in backend.warnings():
@@ -283,7 +292,8 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
             raise InputError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
                              f"({exc.strerror}); choose another port.") from None
     if args.burst:
-        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer), daemon=True).start()
+        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, set(runtime.clients)),
+                         daemon=True).start()
     logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s; %s", runtime.worker_id, threads,
                                            redacted_url(settings.backend_url), serves_hermes)
     try:
@@ -293,13 +303,15 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def _stop_when_idle(jobs: Jobs, consumer) -> None:
-    """--burst: stop once no running job has pending or running items and the queue is empty."""
+def _stop_when_idle(jobs: Jobs, consumer, clients: set[str]) -> None:
+    """--burst: stop once no running job this worker serves has pending or running items and its
+    queues are empty."""
     idle_since = None
     while True:
         time.sleep(0.5)
-        busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids()) if j)
-        if busy or jobs.backend.queue_length():
+        busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids())
+                   if j and j.spec.client in clients)
+        if busy or jobs.backend.queue_length(clients):
             idle_since = None
         elif idle_since is None:
             idle_since = time.monotonic()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import export as export_mod
-from . import prompt
+from . import hints, prompt
 from .broker import Backend, open_backend
 from .config import Settings, env_name
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound
@@ -63,6 +63,13 @@ class JobStatus:
     live_workers: int
     events: list[Event] = field(default_factory=list)
     budget_held_until: float | None = None  # the request budget holds the job until then
+    max_concurrency: int | None = None  # the cap in force where the job's items run
+    max_concurrency_setting: int | None = None  # the setting now: in force once those workers restart
+
+    @property
+    def concurrency(self) -> int:
+        """Items of the job that run at once: its --concurrency, capped by max_concurrency in force."""
+        return min(self.job.spec.concurrency, self.max_concurrency or self.job.spec.concurrency)
 
     def as_dict(self) -> dict:
         """The `status --json` shape (a binding contract: keys are only ever added)."""
@@ -106,6 +113,9 @@ class Jobs:
         self.request_gate = request_gate or OpenGate()
         self.store = self.backend.store
         self.liveness = Liveness(self.backend, settings.home / "workers")
+        #: max_concurrency in force where a job's items run: the settings here, unless the host
+        #: knows better (a worker running in Hermes keeps the settings it started with).
+        self.max_concurrency_for: Callable[[JobRecord], int] = lambda job: settings.max_concurrency
 
     # Creating ------------------------------------------------------------------------------
     def create(self, instruction: str, over: str, *, concurrency: int | None = None,
@@ -209,7 +219,9 @@ class Jobs:
         rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
         return JobStatus(job=job, state=derive_state(job, live), rate_limit=rate_limit, live_workers=live,
                          events=self.store.list_events(job.job_id, events) if events else [],
-                         budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None)
+                         budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
+                         max_concurrency=self.max_concurrency_for(job),
+                         max_concurrency_setting=self.settings.max_concurrency)
 
     def list(self, limit: int = 20) -> list[JobStatus]:
         live = len(self.liveness.live_worker_ids())
@@ -224,7 +236,7 @@ class Jobs:
         job = self.get(job_ref)
         if job.finished:
             raise InvalidTransition(f"Job {job.job_id} has no pending items"
-                                    + (f"; {job.failed} failed: run {self.cmd} retry {job.job_id}" if job.failed else "."))
+                                    + (f"; {job.failed} failed: run {hints.process(job, 'retry', self.cmd)}" if job.failed else "."))
         self.liveness.recover_dead()
         self.store.release_expired_leases()
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY, PAUSED],
@@ -235,7 +247,7 @@ class Jobs:
         fresh = self.store.get_job(job.job_id) or job
         slots = min(fresh.spec.concurrency, self.settings.max_concurrency) - fresh.running
         if slots > 0 and fresh.pending > 0:
-            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending))
+            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending), client=fresh.spec.client)
         return fresh
 
     def pause(self, job_ref: str | None) -> JobRecord:
@@ -262,12 +274,13 @@ class Jobs:
                                  f"{job.tokens_charged + nxt}.")
             if job.pause_reason == PAUSE_TOKEN_LIMIT:
                 raise InputError(f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
-                                 f"with a larger one: {self.cmd} resume {job.job_id} --max-tokens N")
+                                 f"with a larger one: {hints.process(job, 'resume', self.cmd, '--max-tokens N')}")
         note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[PAUSED], max_tokens=max_tokens,
                                        event=Event("resumed", "resumed" + note))
         if updated is None:
-            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: {self.cmd} run {job.job_id}")
+            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: "
+                                    f"{hints.process(job, 'run', self.cmd)}")
         return self._start(updated)
 
     def retry(self, job_ref: str | None) -> tuple[JobRecord, int]:

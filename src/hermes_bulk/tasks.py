@@ -66,3 +66,27 @@ class EmbeddedConsumer(Consumer):
 
     def _set_signal_handlers(self) -> None:
         pass
+
+
+class QueuesConsumer(Consumer):
+    """The `worker` command's consumer: huey's own, in the foreground with its signal handling,
+    on the first queue; the other queues (one per further kind of job the worker serves) get
+    embedded consumers that start, stop and are health-checked with it."""
+
+    def __init__(self, queues: list[Huey], **options) -> None:
+        super().__init__(queues[0], **options)
+        self.others = [EmbeddedConsumer(huey, **options) for huey in queues[1:]]
+
+    def start(self) -> None:
+        for other in self.others:
+            other.start()
+        super().start()
+
+    def stop(self, graceful: bool = False) -> None:
+        super().stop(graceful=graceful)
+        for other in self.others:
+            other.stop(graceful=graceful)
+
+    def check_worker_health(self) -> bool:
+        healthy = [other.check_worker_health() for other in self.others]
+        return super().check_worker_health() and all(healthy)

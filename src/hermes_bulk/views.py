@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from . import hints
 from .jobs import Created, Jobs, JobStatus, state_label
 from .store.protocol import PAUSE_TOKEN_LIMIT, Event, WorkerInfo
 
@@ -49,14 +50,18 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
     """The status block (the seed's shape, plus what the user needs to act)."""
     j, spec = st.job, st.job.spec
     summary = {"processing": "running", "not_started": "not started"}.get(st.state, state_label(st.state))
+    # With no worker alive, items still marked running are not running: they were interrupted,
+    # and go back to the queue when Bulk next starts or the job is run.
+    running = f"{j.running} interrupted" if st.state == "awaiting_recovery" and j.running else f"{j.running} running"
     lines = [
         f"Job {j.job_id}: {summary}",
         f"State: {state_label(st.state)}",
-        f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, {j.running} running",
+        f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, {running}",
         f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in, {j.tokens_out} out",
         f"Estimated tokens for the whole job: {j.estimated_tokens}",
-        f"Concurrency: up to {spec.concurrency} items at once",
+        concurrency_line(st),
     ]
+    lines += concurrency_notes(st)
     if spec.max_tokens is not None:
         lines.append(f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} reserved)")
     if st.rate_limit and st.state == "processing":
@@ -64,23 +69,47 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
     if st.budget_held_until:
         lines.append(f"Waiting for the request budget: the window reopens at {_clock(st.budget_held_until)} "
                      "(requests are kept for chat)")
-    if st.state == "paused":
-        if j.pause_reason == PAUSE_TOKEN_LIMIT:
-            lines.append(f"Paused: token limit reached. Continue with: {cmd} resume {j.job_id} --max-tokens <n>")
-        else:
-            lines.append(f"Paused. Continue with: {cmd} resume {j.job_id}")
-    elif st.state == "awaiting_recovery":
-        lines.append(f"No worker is running this job. Continue with: {cmd} run {j.job_id}")
-    elif st.state == "not_started":
-        lines.append(f"Start it with: {cmd} run {j.job_id}")
-    elif st.state in ("completed_with_errors", "failed"):
-        lines.append(f"Return failed items to the queue with: {cmd} retry {j.job_id}")
+    lines += _next_step(st, cmd)
     if j.skipped:
         lines.append(f"Left out at create: {j.skipped} entries")
     if st.events:
         lines.append("Events:")
         lines += ["  " + line for line in event_lines(st.events)]
     return "\n".join(lines)
+
+
+def concurrency_line(st: JobStatus) -> str:
+    line = f"Concurrency: up to {st.concurrency} items at once"
+    if st.concurrency < st.job.spec.concurrency:
+        line += f" (the job asks for {st.job.spec.concurrency}; max_concurrency is {st.max_concurrency})"
+    return line
+
+
+def concurrency_notes(st: JobStatus) -> list[str]:
+    """When the setting changed under running workers: what is in force, and when the new value is."""
+    now, in_force = st.max_concurrency_setting, st.max_concurrency
+    if now is None or in_force is None or now == in_force:
+        return []
+    return [f"max_concurrency is now {now}; the workers running this job started with {in_force} and keep it "
+            "until they stop. The new value applies when workers next start."]
+
+
+def _next_step(st: JobStatus, cmd: str) -> list[str]:
+    """The command to act on the job, one that works where the status is shown (hints.py)."""
+    j = st.job
+    if st.state == "paused":
+        if j.pause_reason == PAUSE_TOKEN_LIMIT:
+            return [f"Paused: token limit reached. Continue with: {hints.process(j, 'resume', cmd, '--max-tokens <n>')}"]
+        return [f"Paused. Continue with: {hints.process(j, 'resume', cmd)}"]
+    if st.state == "awaiting_recovery":
+        return ["No worker is running this job. Items that were in progress when its workers stopped go back to "
+                "the queue and are sent again only when the job runs.",
+                f"Continue with: {hints.process(j, 'run', cmd)}"]
+    if st.state == "not_started":
+        return [f"Start it with: {hints.process(j, 'run', cmd)}"]
+    if st.state in ("completed_with_errors", "failed"):
+        return [f"Return failed items to the queue with: {hints.process(j, 'retry', cmd)}"]
+    return []
 
 
 def event_lines(events: list[Event]) -> list[str]:

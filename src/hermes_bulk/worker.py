@@ -119,6 +119,29 @@ class Liveness:
                 path.unlink(missing_ok=True)
 
 
+def recover_interrupted(backend: Backend, liveness: Liveness, exclude: str | None = None) -> dict[str, int]:
+    """When Bulk starts (a worker, or the plugin in a Hermes process): items dead workers left
+    running go back to the queue at once, whether or not other workers are alive (on this host
+    a dead worker's lock file is free, so this needs no lease to lapse); with no other worker
+    alive, jobs cut off mid-run also wait for someone to run them. Returns the items returned
+    per job.
+
+    Jobs never start by themselves (DESIGN.md invariant 9): a restart must not spend tokens
+    nobody asked for. A running job that some worker has claimed items of since it was last
+    run was interrupted; one that was run but never picked up is still waiting for a worker.
+    """
+    alone = not (liveness.live_worker_ids() - {exclude})
+    released = liveness.recover_dead(exclude=exclude)
+    if alone:
+        store = backend.store
+        for job_id in store.active_job_ids():
+            job = store.get_job(job_id)
+            if job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
+                store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
+                    "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
+    return released
+
+
 class WorkerRuntime:
     """The per-process worker: processes triggers, and keeps leases and recovery going."""
 
@@ -148,7 +171,7 @@ class WorkerRuntime:
         self._stopping = threading.Event()  # set first thing in stop(): chains hand back at once
         self._lock_fd: int | None = None
         self._maintenance: threading.Thread | None = None
-        self.consumer: EmbeddedConsumer | None = None
+        self.consumers: list[EmbeddedConsumer] = []
 
     # Triggers ------------------------------------------------------------------------------
     def handle_trigger(self, job_id: str, index_hint: int) -> float | None:
@@ -156,6 +179,14 @@ class WorkerRuntime:
         chains going. After CHAIN_SLICE_S the chain goes back through the queue as the next
         trigger, so jobs that share these threads take turns; until then the next item is
         claimed here, which spares each item a queue round trip (benchmarks, row 1)."""
+        client = self.backend.client_of(job_id)
+        if client is None:
+            return None  # the job was deleted
+        if client not in self.clients:
+            # On a queue this worker serves but not the job's (sent before queues were per kind
+            # of client): pass it on to the workers that can call the job's model, at once.
+            self.backend.trigger(job_id, index_hint, client=client)
+            return None
         ends = time.monotonic() + CHAIN_SLICE_S
         while True:
             outcome = self.processor.handle(job_id, index_hint)
@@ -165,7 +196,7 @@ class WorkerRuntime:
                 return None  # nothing to claim (done, paused, at capacity): the chain ends
             index_hint = (outcome.index or 0) + 1
             if self._stopping.is_set() or time.monotonic() >= ends:
-                self.backend.trigger(job_id, index_hint)
+                self.backend.trigger(job_id, index_hint, client=client)
                 return None
 
     def client_for(self, job: JobRecord) -> ModelClient:
@@ -201,17 +232,22 @@ class WorkerRuntime:
         self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
         self._maintenance.start()
 
+    def queues(self) -> list:
+        """The Huey queues this worker consumes: one per kind of job it has a model client for."""
+        return [self.backend.queue(client) for client in self.clients]
+
     def start_embedded_consumer(self) -> None:
-        """Consumer threads inside this process; the host keeps its signal handlers."""
-        self.consumer = EmbeddedConsumer(self.backend.huey, **consumer_options(self.threads))
-        self.consumer.start()
+        """Consumer threads inside this process, `threads` per queue; the host keeps its signal handlers."""
+        self.consumers = [EmbeddedConsumer(huey, **consumer_options(self.threads)) for huey in self.queues()]
+        for consumer in self.consumers:
+            consumer.start()
 
     def stop(self, *, graceful: bool = True) -> None:
         """Stop consuming, return what this worker still holds to the queue, deregister."""
         self._stopping.set()
-        if self.consumer is not None:
-            self.consumer.stop(graceful=graceful)
-            self.consumer = None
+        consumers, self.consumers = self.consumers, []
+        for consumer in consumers:
+            consumer.stop(graceful=graceful)
         self._stop.set()
         if self._maintenance is not None:
             self._maintenance.join(5)
@@ -232,34 +268,13 @@ class WorkerRuntime:
             self._lock_fd = None
 
     def _recover_at_start(self) -> None:
-        """Return dead workers' items to the queue now, whether or not other workers are alive.
-
-        A worker restarted after a crash gets its predecessor's items back at once (on this host
-        its lock file is free), not at the next maintenance pass of whichever worker is alive.
-        Alone, it first marks interrupted jobs (below); the items of jobs still running are
-        triggered again.
-        """
-        alone = not (self.liveness.live_worker_ids() - {self.worker_id})
-        released = self.liveness.recover_dead(exclude=self.worker_id)
-        if alone:
-            self._mark_interrupted_jobs()
+        """Return dead workers' items now (recover_interrupted) and trigger those of jobs still
+        running: a worker restarted after a crash gets its predecessor's items back at once, not
+        at the next maintenance pass of whichever worker is alive."""
+        released = recover_interrupted(self.backend, self.liveness, exclude=self.worker_id)
         if released:
             running = set(self.backend.store.active_job_ids())
             self._send_triggers({job_id: n for job_id, n in released.items() if job_id in running})
-
-    def _mark_interrupted_jobs(self) -> None:
-        """At start with no other live worker: jobs cut off mid-run wait for someone to run them.
-
-        Jobs never start by themselves (DESIGN.md invariant 9): a restart must not spend tokens
-        nobody asked for. A running job that some worker has claimed items of since it was last
-        run was interrupted; one that was run but never picked up is still waiting for a worker.
-        """
-        store = self.backend.store
-        for job_id in store.active_job_ids():
-            job = store.get_job(job_id)
-            if job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
-                store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
-                    "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
 
     def metrics_page(self) -> str:
         store = self.backend.store
@@ -270,7 +285,7 @@ class WorkerRuntime:
                 jobs.append((job_id, {"pending": job.pending, "running": job.running,
                                       "completed": job.completed, "failed": job.failed}))
         return metrics.render(self.worker_id, self.processor.counters.snapshot(), len(self.processor.held_items()),
-                              self.backend.queue_length(), jobs)
+                              self.backend.queue_length(self.clients), jobs)
 
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
@@ -312,16 +327,19 @@ class WorkerRuntime:
         self._pump()
 
     def _pump(self) -> None:
-        """Restart stalled chains: a running job with pending items and free slots but no claims."""
+        """Restart stalled chains: a running job with pending items and free slots but no claims.
+
+        Only jobs this worker can serve: a worker that serves the kind pumps it, and triggers
+        for a kind nobody serves would only pile up on its queue."""
         store, now = self.backend.store, self.backend.store.now()
         stall_s = max(2.0, 3 * self.interval_s)
         for job_id in store.active_job_ids():
             job = store.get_job(job_id)
-            if job is None or job.pending == 0:
+            if job is None or job.pending == 0 or job.spec.client not in self.clients:
                 continue
             free = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
             if free <= 0 or now - (job.last_claim_at or 0) < stall_s:
                 continue
             if self.backend.limits.pause_state(job.spec.provider_key) or self.request_gate.held_until(job):
                 continue  # the provider is paused or the budget spent; triggers would only wait
-            self.backend.trigger(job_id, 0, free)
+            self.backend.trigger(job_id, 0, free, client=job.spec.client)

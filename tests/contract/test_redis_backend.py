@@ -142,7 +142,7 @@ def test_finished_workers_and_their_index_expire(store, raw, redis_url):
 def test_huey_queue_keys_are_namespaced_by_the_prefix(redis_server, raw):
     a, b = (broker._build(f"{redis_server.url}?prefix=q{uuid.uuid4().hex[:8]}") for _ in range(2))
     try:
-        a.trigger("job-a", 0, 3)
+        a.trigger("job-a", 0, 3, client="http")
         prefix_a, prefix_b = prefix_of(a.url), prefix_of(b.url)
         assert keys_of(raw, prefix_a) == [f"huey.redis.{prefix_a}.{broker.QUEUE_NAME}"]
         assert raw.llen(f"huey.redis.{prefix_a}.{broker.QUEUE_NAME}") == 3

@@ -112,7 +112,7 @@ def test_embedded_workers_start_once_charge_every_call_and_stop_when_idle(settin
 
         wait_for(lambda: background.running(jobs.backend.url) is None and not jobs.liveness.live_worker_ids(),
                  timeout=10, message="the idle stop")
-        assert runtime.consumer is None
+        assert runtime.consumers == []
         again = background.ensure_running(settings, jobs.backend, clients=clients, gate=gate)
         assert again is not runtime, "the next run starts workers again"
     finally:

@@ -18,10 +18,10 @@ import logging
 import threading
 import time
 
-from ..broker import Backend, redacted_url
+from ..broker import Backend, open_backend, redacted_url, sqlite_paths
 from ..config import Settings
 from ..pipeline import OpenGate, RequestGate
-from ..worker import ClientFactory, WorkerRuntime
+from ..worker import ClientFactory, Liveness, WorkerRuntime, recover_interrupted
 
 log = logging.getLogger("hermes_bulk.plugin")
 
@@ -54,6 +54,18 @@ def _budget_gate(settings: Settings) -> RequestGate:
     from . import hermes
 
     return gate_from_environment(profile=hermes.profile_name()) or OpenGate()
+
+
+def recover_at_start(settings: Settings) -> None:
+    """Bulk starts in this Hermes process: items that workers which have since died left running
+    go back to the queue, and jobs they were running wait for `/bulk run` (the seed: interrupted
+    items return to the queue when Bulk next starts, and are sent again only after run). No
+    worker starts here. Nothing is created where Bulk has no data yet."""
+    url = settings.backend_url
+    if url.split("://", 1)[0].lower() == "sqlite" and not sqlite_paths(url)[0].exists():
+        return
+    backend = open_backend(settings)
+    recover_interrupted(backend, Liveness(backend, settings.home / "workers"))
 
 
 def ensure_running(settings: Settings, backend: Backend, *, clients: dict[str, ClientFactory],

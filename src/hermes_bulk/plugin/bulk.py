@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import views
+from .. import hints, views
 from ..broker import open_backend
 from ..commands import UsageError, build_parser, split_slash_args
-from ..config import load_settings
+from ..config import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..jobs import Jobs, JobStatus, read_schema
 from ..store.protocol import PAUSED, JobRecord
@@ -65,11 +65,27 @@ _late_lock = threading.Lock()
 _late_answers: dict[str, list[str]] = {}
 
 
+_recovery: threading.Thread | None = None  # the recovery at start; commands wait for it
+RECOVERY_WAIT_S = 10.0
+
+
 def register(ctx: Any) -> None:
     """Hermes' plugin entry point."""
-    global _ctx
+    global _ctx, _recovery
     _ctx = ctx
     ctx.register_command("bulk", handle, description=DESCRIPTION, args_hint=ARGS_HINT)
+    # On a thread: Hermes' start must not wait on Bulk's store (a Redis backend may be far).
+    context = contextvars.copy_context()
+    _recovery = threading.Thread(target=context.run, args=(_recover_at_start,), name="hermes-bulk-recovery",
+                                 daemon=True)
+    _recovery.start()
+
+
+def _recover_at_start() -> None:
+    try:
+        background.recover_at_start(_settings())
+    except Exception:  # Bulk still works: `/bulk run` recovers the job it continues
+        log.warning("bulk: could not return interrupted items to the queue at start", exc_info=True)
 
 
 # The handler ----------------------------------------------------------------------------------
@@ -161,12 +177,23 @@ class _Session:
     """What one command works with: settings for this profile, its backend, the jobs API."""
 
     def __init__(self) -> None:
-        defaults = {"home": str(hermes.data_dir())}
-        self.settings = load_settings(plugin_settings={**defaults, **hermes.plugin_settings(_ctx)})
+        if _recovery is not None:  # what a command shows comes after the recovery at start
+            _recovery.join(RECOVERY_WAIT_S)
+        self.settings = _settings()
         self.backend = open_backend(self.settings)
         self.gate = background.request_gate(self.settings)
         self.jobs = Jobs(self.settings, self.backend, self.gate, cmd=CMD,
                          setting_name=lambda field: f"plugins.entries.{hermes.PLUGIN_ID}.settings.{field}")
+        self.jobs.max_concurrency_for = self.max_concurrency_for
+
+    def max_concurrency_for(self, job: JobRecord) -> int:
+        """The cap in force for a job: the embedded worker's, which keeps the settings it started
+        with, when one runs here and serves the job; else this command's settings (the next
+        worker starts with them)."""
+        runtime = background.running(self.backend.url)
+        if runtime is not None and job.spec.client in runtime.clients:
+            return runtime.settings.max_concurrency
+        return self.settings.max_concurrency
 
     def start_workers(self) -> None:
         factory = hermes.client_factory(lambda: _ctx.llm, settings=self.settings, profile=hermes.profile_name(),
@@ -186,6 +213,11 @@ class _Session:
             raise InvalidTransition(f"Job {job.job_id} was created in Hermes profile {created_in!r}; run it from "
                                     f"that profile (this is {here!r}).")
         return job
+
+
+def _settings() -> Settings:
+    """This profile's settings: config.yaml's plugins.entries.bulk.settings over the defaults."""
+    return load_settings(plugin_settings={"home": str(hermes.data_dir()), **hermes.plugin_settings(_ctx)})
 
 
 def _path(text: str) -> Path:
@@ -210,9 +242,10 @@ def cmd_run(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job = s.jobs.run(args.job)
     s.start_workers()
-    at_once = min(job.spec.concurrency, s.settings.max_concurrency)
-    return (f"Job {job.job_id} is running in the background: {job.pending} items pending, up to {at_once} "
-            f"at once.\nCheck it with: {CMD} status {job.job_id}")
+    st = s.jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
+    return "\n".join([f"Job {job.job_id} is running in the background: {job.pending} items pending, up to "
+                      f"{st.concurrency} at once.", *views.concurrency_notes(st),
+                      f"Check it with: {CMD} status {job.job_id}"])
 
 
 def cmd_status(args: Namespace, s: _Session, _on_progress) -> str:
@@ -229,7 +262,7 @@ def _status_text(st: JobStatus) -> str:
 def cmd_pause(args: Namespace, s: _Session, _on_progress) -> str:
     job = s.jobs.pause(args.job)
     return (f"Job {job.job_id} paused: no new items start; items in progress may finish.\n"
-            f"Continue with: {CMD} resume {job.job_id}")
+            f"Continue with: {hints.process(job, 'resume', CMD)}")
 
 
 def cmd_resume(args: Namespace, s: _Session, _on_progress) -> str:

@@ -40,7 +40,8 @@ Across jobs:
                                    auto_interval_ms, auto_since_ms, window_start_ms, window_count,
                                    previous_count;
                                    expires LIMIT_IDLE_KEEP_MS after its pacing and wait are over
-    huey.{redis,schedule,results,counters}.P.<queue>   Huey's own (RedisHuey, results off)
+    huey.{redis,schedule,results,counters}.P.<queue>   Huey's own (RedisHuey, results off); one
+                                   <queue> per kind of model client (broker.queue_name)
 
 delete_job removes all ten keys of a job and its index entries. The cross-job indexes are
 updated outside the job's scripts (so those stay in one slot), in an order that keeps each
@@ -58,7 +59,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -725,12 +726,16 @@ def persistence_warning(conn: RedisConnection) -> str | None:
             "restart would lose jobs. Turn it on: redis-server --appendonly yes (docker/compose.yaml does).")
 
 
-def open_redis_backend_parts(url: str, queue_name: str) -> tuple[RedisHuey, RedisJobStore, RedisLimits,
-                                                                  RedisConnection]:
-    """The Huey queue, the store, the limiter and the connection for a redis:// URL, on one pool."""
+def open_redis_backend_parts(url: str) -> tuple[Callable[[str], RedisHuey], RedisJobStore, RedisLimits,
+                                                   RedisConnection]:
+    """A maker of Huey queues by name, the store, the limiter and the connection for a redis://
+    URL, all on one pool."""
     conn = connect_redis(url)
-    # results=False: nothing reads Huey results (the store has them), and RedisHuey's results
-    # hash would grow forever. clean_name=False keeps the prefix readable in Huey's key names.
-    huey = RedisHuey(name=f"{conn.prefix}.{queue_name}", connection_pool=conn.pool, results=False,
-                     utc=True, clean_name=False)
-    return huey, RedisJobStore(conn), RedisLimits(conn), conn
+
+    def make_queue(name: str) -> RedisHuey:
+        # results=False: nothing reads Huey results (the store has them), and RedisHuey's results
+        # hash would grow forever. clean_name=False keeps the prefix readable in Huey's key names.
+        return RedisHuey(name=f"{conn.prefix}.{name}", connection_pool=conn.pool, results=False,
+                         utc=True, clean_name=False)
+
+    return make_queue, RedisJobStore(conn), RedisLimits(conn), conn
