@@ -30,6 +30,7 @@ from ..config import load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..jobs import Jobs, JobStatus, read_schema
 from ..store.protocol import PAUSED, JobRecord
+from ..words import count
 from . import background, hermes
 
 log = logging.getLogger("hermes_bulk.plugin")
@@ -108,7 +109,7 @@ class _Command:
             if self.answer is not None:
                 return self.answer
             self.abandoned = True
-        found = f" ({self.items_found} items found so far)" if self.items_found else ""
+        found = f" ({count(self.items_found, 'item')} found so far)" if self.items_found else ""
         return (f"Still working on it{found}. It goes on in the background; the answer comes with your "
                 f"next {CMD} command.")
 
@@ -211,7 +212,7 @@ def cmd_run(args: Namespace, s: _Session, _on_progress) -> str:
     job = s.jobs.run(args.job)
     s.start_workers()
     at_once = min(job.spec.concurrency, s.settings.max_concurrency)
-    return (f"Job {job.job_id} is running in the background: {job.pending} items pending, up to {at_once} "
+    return (f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, up to {at_once} "
             f"at once.\nCheck it with: {CMD} status {job.job_id}")
 
 
@@ -236,7 +237,7 @@ def cmd_resume(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job = s.jobs.resume(args.job, max_tokens=args.max_tokens)
     s.start_workers()
-    return (f"Job {job.job_id} resumed: {job.pending} items pending, processing in the background.\n"
+    return (f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending, processing in the background.\n"
             f"Check it with: {CMD} status {job.job_id}")
 
 
@@ -244,10 +245,10 @@ def cmd_retry(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job, n = s.jobs.retry(args.job)
     if job.state == PAUSED:
-        return (f"Job {job.job_id}: {n} failed items returned to the queue. The job is paused; "
+        return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue. The job is paused; "
                 f"continue with: {CMD} resume {job.job_id}")
     s.start_workers()
-    return (f"Job {job.job_id}: {n} failed items returned to the queue, processing in the background.\n"
+    return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue, processing in the background.\n"
             f"Check it with: {CMD} status {job.job_id}")
 
 
@@ -256,7 +257,7 @@ def cmd_export(args: Namespace, s: _Session, _on_progress) -> str:
     job = s.jobs.get(args.job)
     unfinished = job.total - job.completed - job.failed
     return (f"Exported job {job.job_id} to {path}\n"
-            f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, of {job.total} items.")
+            f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, of {count(job.total, 'item')}.")
 
 
 def cmd_list(args: Namespace, s: _Session, _on_progress) -> str:

@@ -156,7 +156,6 @@ def cli_setup(parser) -> None:
 def cli_run(args) -> None:
     """`hermes cron-budget …`: Hermes ignores the return value, so the exit status is ours to set."""
     from ..budget.commands import run_budget_command
-
     from ..pipes import stdout_gone
 
     status, text = run_budget_command(args, budget(), prog="hermes cron-budget")
