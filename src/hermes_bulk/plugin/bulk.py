@@ -29,7 +29,7 @@ from ..commands import UsageError, build_parser, split_slash_args
 from ..config import load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..jobs import Jobs, JobStatus, read_schema
-from ..store.protocol import PAUSED, JobRecord
+from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
 from ..words import count
 from . import background, hermes
 
@@ -64,6 +64,11 @@ _late_lock = threading.Lock()
 # Answers that came after their reply, by profile home: they go out with the next /bulk of that
 # profile (whoever may run /bulk there sees its jobs anyway; another profile's do not).
 _late_answers: dict[str, list[str]] = {}
+# Jobs a /bulk command set running, by profile home: when one ends (finished, or paused at its
+# token limit) the next /bulk reply of that profile says so, once. Hermes 0.19.0 gives a plugin
+# no way to message a session outside a turn (inject_message starts a model turn, and a slash
+# handler is not told its session), so the news rides on the next reply, as late answers do.
+_watched: dict[str, set[str]] = {}
 
 
 def register(ctx: Any) -> None:
@@ -93,7 +98,10 @@ class _Command:
         threading.Thread(target=context.run, args=(self._run,), name="hermes-bulk-command", daemon=True).start()
 
     def _run(self) -> None:
+        news = end_notices(self.profile)  # first: what ended before this command, not because of it
         text = answer(self.raw_args, on_progress=self._progress)
+        if news:
+            text = "\n".join(news) + "\n\n" + text
         with self.lock:
             self.answer = text
             if self.abandoned:
@@ -150,6 +158,42 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -
         log.exception("bulk: %s %s failed", CMD, raw_args)
         return (f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes log "
                 f"({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it.")
+
+
+def watch(profile: str, job_id: str) -> None:
+    with _late_lock:
+        _watched.setdefault(profile, set()).add(job_id)
+
+
+def unwatch(profile: str, job_id: str) -> None:
+    with _late_lock:
+        _watched.get(profile, set()).discard(job_id)
+
+
+def end_notices(profile: str) -> list[str]:
+    """One line for each watched job of this profile that has ended since; never raises."""
+    with _late_lock:
+        job_ids = sorted(_watched.get(profile, ()))
+    if not job_ids:
+        return []
+    news = []
+    try:
+        session = _Session()
+        for job_id in job_ids:
+            try:
+                st = session.jobs.status(job_id)
+            except HermesBulkError:  # deleted meanwhile
+                unwatch(profile, job_id)
+                continue
+            if not views.has_ended(st):
+                continue
+            unwatch(profile, job_id)
+            if st.state == PAUSED and st.job.pause_reason == PAUSE_USER:
+                continue  # the user paused it: not news to them
+            news.append(views.end_notice(st, CMD))
+    except Exception:  # the reply itself matters more than the news
+        log.exception("bulk: checking for ended jobs failed")
+    return news
 
 
 def _command_help(parser, name: str) -> str:
@@ -211,6 +255,7 @@ def cmd_run(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job = s.jobs.run(args.job)
     s.start_workers()
+    watch(str(hermes.profile_home()), job.job_id)
     at_once = min(job.spec.concurrency, s.settings.max_concurrency)
     return (f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, up to {at_once} "
             f"at once.\nCheck it with: {CMD} status {job.job_id}")
@@ -229,6 +274,7 @@ def _status_text(st: JobStatus) -> str:
 
 def cmd_pause(args: Namespace, s: _Session, _on_progress) -> str:
     job = s.jobs.pause(args.job)
+    unwatch(str(hermes.profile_home()), job.job_id)
     return (f"Job {job.job_id} paused: no new items start; items in progress may finish.\n"
             f"Continue with: {CMD} resume {job.job_id}")
 
@@ -237,6 +283,7 @@ def cmd_resume(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job = s.jobs.resume(args.job, max_tokens=args.max_tokens)
     s.start_workers()
+    watch(str(hermes.profile_home()), job.job_id)
     return (f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending, processing in the background.\n"
             f"Check it with: {CMD} status {job.job_id}")
 
@@ -248,6 +295,7 @@ def cmd_retry(args: Namespace, s: _Session, _on_progress) -> str:
         return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue. The job is paused; "
                 f"continue with: {CMD} resume {job.job_id}")
     s.start_workers()
+    watch(str(hermes.profile_home()), job.job_id)
     return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue, processing in the background.\n"
             f"Check it with: {CMD} status {job.job_id}")
 
