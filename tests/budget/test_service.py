@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
@@ -91,6 +93,31 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
     later = Budget(budget_dir, clock=lambda: time.time() + 86_400)  # the next window starts clean
     assert later.report().failopen is None
     later.close()
+
+
+def test_the_first_call_of_a_process_fails_open_within_a_second_on_a_locked_ledger_and_opens_it_later(budget_dir):
+    first = Budget(budget_dir)
+    first.admit(CallRecord("chat"))  # the ledger exists (and is migrated)
+    first.close()
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time\n"
+                               "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                               "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(60)",
+                               str(budget_dir / "ledger.db")], stdout=subprocess.PIPE, text=True)
+    now = [time.time()]
+    fresh = Budget(budget_dir, clock=lambda: now[0])  # a new process: the ledger is not open yet
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        assert fresh.admit(cron()).decision == FAILED_OPEN
+        assert time.monotonic() - started < 2.0  # was 10 s: the open waited longer than an admission
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    now[0] += 3  # past RETRY_AFTER_S: the ledger is opened again, and counts
+    assert fresh.admit(cron()).decision == ALLOWED
+    assert fresh.report().counts.by_class()["cron"] == 1
+    fresh.close()
 
 
 def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_back(tmp_path, budget_dir, monkeypatch):
