@@ -35,6 +35,17 @@ def test_the_next_reply_tells_once_how_a_job_ended(gateway, hermes_provider, tmp
     assert sum(notice in r for r in replies) == 1
     assert notice not in gw.bulk("list")  # told once
 
+    again = job_id_of(gw.bulk(f'"Summarize" --over {src}'))
+    gw.bulk(f"run {again}")
+
+    def completed_status() -> str | None:
+        reply = gw.bulk(f"status {again}")
+        return reply if "State: completed" in reply else None
+
+    status = wait_for(completed_status, timeout=60, interval=0.3, message="completed")
+    assert status.startswith(f"Job {again}: completed\n")  # a status showing the end is the news itself
+    assert f"Job {again} ended" not in gw.bulk("list")
+
     assert gw.bulk(f"pause {job}") == f"Job {job} is already completed; nothing changed."
 
 

@@ -98,8 +98,13 @@ class _Command:
         threading.Thread(target=context.run, args=(self._run,), name="hermes-bulk-command", daemon=True).start()
 
     def _run(self) -> None:
-        news = end_notices(self.profile)  # first: what ended before this command, not because of it
-        text = answer(self.raw_args, on_progress=self._progress)
+        with _late_lock:
+            before = set(_watched.get(self.profile, ()))  # not a job this very command starts
+        sessions: list[_Session] = []
+        text = answer(self.raw_args, on_progress=self._progress, sessions=sessions)
+        # After the answer: a status that showed a job's end has told it already. With the
+        # command's own session: a second backend in this process could disturb the workers' locks.
+        news = end_notices(self.profile, sessions[0].jobs, before) if sessions and before else []
         if news:
             text = "\n".join(news) + "\n\n" + text
         with self.lock:
@@ -138,7 +143,8 @@ async def handle(raw_args: str) -> str:
     return "\n\n".join([*late, text])
 
 
-def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -> str:
+def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
+           sessions: list[_Session] | None = None) -> str:
     """One /bulk command, start to finish, as the text to show. Never raises, never a traceback."""
     first = raw_args.split(None, 1)[0] if raw_args.strip() else ""
     if first in ("", "help", "-h", "--help"):
@@ -149,7 +155,10 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -
         if "-h" in argv or "--help" in argv:
             return _command_help(parser, argv[0])
         args = parser.parse_args(argv)
-        return HANDLERS[args.command](args, _Session(), on_progress)
+        session = _Session()
+        if sessions is not None:
+            sessions.append(session)
+        return HANDLERS[args.command](args, session, on_progress)
     except UsageError as exc:
         return f"{exc}\n{exc.usage.strip()}\nSee: {CMD} help".replace("\n\n", "\n")
     except HermesBulkError as exc:
@@ -170,18 +179,17 @@ def unwatch(profile: str, job_id: str) -> None:
         _watched.get(profile, set()).discard(job_id)
 
 
-def end_notices(profile: str) -> list[str]:
-    """One line for each watched job of this profile that has ended since; never raises."""
+def end_notices(profile: str, jobs: Jobs, among: set[str]) -> list[str]:
+    """One line for each job among those watched for this profile that has ended; never raises."""
     with _late_lock:
-        job_ids = sorted(_watched.get(profile, ()))
+        job_ids = sorted(_watched.get(profile, set()) & among)
     if not job_ids:
         return []
     news = []
     try:
-        session = _Session()
         for job_id in job_ids:
             try:
-                st = session.jobs.status(job_id)
+                st = jobs.status(job_id)
             except HermesBulkError:  # deleted meanwhile
                 unwatch(profile, job_id)
                 continue
@@ -264,7 +272,10 @@ def cmd_run(args: Namespace, s: _Session, _on_progress) -> str:
 def cmd_status(args: Namespace, s: _Session, _on_progress) -> str:
     if args.job is None:
         return views.jobs_text(s.jobs.list(10), cmd=CMD)
-    return _status_text(s.jobs.status(args.job, events=args.events))
+    st = s.jobs.status(args.job, events=args.events)
+    if views.has_ended(st):
+        unwatch(str(hermes.profile_home()), st.job.job_id)  # this reply is the news
+    return _status_text(st)
 
 
 def _status_text(st: JobStatus) -> str:
