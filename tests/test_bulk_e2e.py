@@ -166,7 +166,7 @@ def test_retry_returns_failed_items_and_processes_them(cli, tmp_path, fake_provi
     cli("run", job_id, "--wait", check=False)
     assert cli.json("status", job_id, "--json")["failed"] == 1
     fake_provider.configure(item_faults={})
-    assert "1 failed items returned" in cli("retry", job_id, "--wait").stdout
+    assert "1 failed item returned" in cli("retry", job_id, "--wait").stdout
     assert cli.json("status", job_id, "--json")["state"] == "completed"
 
 

@@ -26,15 +26,36 @@ from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
 from .files import private_dir
-from .jobs import Jobs, read_schema
+from .jobs import Jobs, read_schema, state_label
 from .pipeline import OpenGate, RequestGate
+from .pipes import is_broken_pipe, stdout_gone
 from .tasks import QueuesConsumer, consumer_options
-from .worker import WorkerRuntime
+from .words import count
+from .worker import WorkerRuntime, heartbeat_interval
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_PAUSED, EXIT_TIMEOUT = 4, 124  # `wait`: the job paused; --timeout passed (as timeout(1) exits)
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich exits 1 on its own; main() ends every closed pipe the same way (141, quietly)."""
+        raise BrokenPipeError
+
+
+out = _Console(highlight=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_table(table) -> None:
+    """A table on stdout: fitted to a terminal; at its natural width into a pipe or file, since
+    no reader there has a width to fit (80 columns squeezed the counts of `list` to nothing)."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    width = Console(width=100_000).measure(table).maximum
+    _Console(file=sys.stdout, width=max(width, 20), highlight=False, soft_wrap=True).print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         if args.command != "worker":
             logs.log_to_file(settings.home)
-        return HANDLERS[args.command](args, settings) or EXIT_OK
+        status = HANDLERS[args.command](args, settings) or EXIT_OK
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        return status
     except BackendUnavailable as exc:
         err.print(f"hermes-bulk: {exc}", markup=False)
         return EXIT_BACKEND
@@ -67,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         err.print("hermes-bulk: interrupted.")
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: keep the traceback out of the terminal, but keep it
+        if is_broken_pipe(exc):  # `hermes-bulk status … | head`: the reader has what it wanted
+            return stdout_gone()
         log_path = _save_traceback(settings)
         err.print(f"hermes-bulk: internal error ({type(exc).__name__}); the traceback is in {log_path}. "
                   "Please report it.", markup=False)
@@ -102,7 +127,7 @@ def _request_gate() -> RequestGate:
 def cmd_create(args: Namespace, settings: Settings) -> int:
     schema = read_schema(Path(args.schema)) if args.schema else None
     jobs = _jobs(settings)
-    progress = (lambda n: err.print(f"\rdiscovered {n} items…", end="")) if not args.json and sys.stderr.isatty() else None
+    progress = (lambda n: err.print(f"\rdiscovered {count(n, 'item')}…", end="")) if not args.json and sys.stderr.isatty() else None
     created = jobs.create(args.instruction, args.over, concurrency=args.concurrency, retries=args.retries,
                           max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm, model=args.model,
                           schema=schema, on_progress=progress)
@@ -120,7 +145,7 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     job = jobs.run(args.job)
     if not args.wait:
-        print(f"Job {job.job_id} is running: {job.pending} items pending. {_who_picks_it_up(job)} "
+        print(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_who_picks_it_up(job)} "
               f"Check it with: hermes-bulk status {job.job_id}")
         return EXIT_OK
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
@@ -182,7 +207,7 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
         elif not statuses:
             print('No jobs yet. Create one with: hermes-bulk create "<instruction>" --over PATH')
         else:
-            out.print(views.jobs_table(statuses))
+            print_table(views.jobs_table(statuses))
         return EXIT_OK
     if args.watch:
         job_id = jobs.resolve(args.job)
@@ -204,14 +229,14 @@ def cmd_pause(args: Namespace, settings: Settings) -> int:
 def cmd_resume(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     job = jobs.resume(args.job, max_tokens=args.max_tokens)
-    print(f"Job {job.job_id} resumed: {job.pending} items pending.")
+    print(f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending.")
     return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
 
 
 def cmd_retry(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     job, n = jobs.retry(args.job)
-    print(f"Job {job.job_id}: {n} failed items returned to the queue.")
+    print(f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue.")
     return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
 
 
@@ -225,7 +250,7 @@ def cmd_list(args: Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps([s.as_dict() for s in statuses]))
     elif statuses:
-        out.print(views.jobs_table(statuses))
+        print_table(views.jobs_table(statuses))
     else:
         print('No jobs yet. Create one with: hermes-bulk create "<instruction>" --over PATH')
     return EXIT_OK
@@ -249,8 +274,29 @@ def cmd_workers(args: Namespace, settings: Settings) -> int:
     if not workers:
         print("No live workers. Start one with: hermes-bulk worker")
     else:
-        out.print(views.workers_table(workers, backend.store.now()))
+        print_table(views.workers_table(workers, backend.store.now(),
+                                        heartbeat_s=heartbeat_interval(settings.lease_seconds)))
     return EXIT_OK
+
+
+def cmd_wait(args: Namespace, settings: Settings) -> int:
+    """Block until the job ends; the exit status says how (for scripts)."""
+    jobs = _jobs(settings)
+    job_id = jobs.resolve(args.job)
+    if err.is_terminal:
+        st = views.follow(jobs, job_id, err, until=views.has_ended, timeout_s=args.timeout)
+    else:  # no bar into a pipe or a log: poll quietly
+        deadline = None if args.timeout is None else time.monotonic() + args.timeout
+        while not views.has_ended(st := jobs.status(job_id)) and (deadline is None or time.monotonic() < deadline):
+            time.sleep(0.5)
+    if not views.has_ended(st):
+        err.print(f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
+                  f"(it is {state_label(st.state)}).", markup=False)
+        return EXIT_TIMEOUT
+    print(views.status_text(st))
+    if st.state == "paused":
+        return EXIT_PAUSED
+    return EXIT_OK if st.state == "completed" else EXIT_ERROR
 
 
 def cmd_path(args: Namespace, settings: Settings) -> int:
@@ -328,7 +374,7 @@ def _configure_logging(args: Namespace) -> None:
 HANDLERS = {
     "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
     "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
-    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget,
+    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget, "wait": cmd_wait,
 }
 
 if __name__ == "__main__":  # pragma: no cover

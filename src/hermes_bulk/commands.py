@@ -14,7 +14,7 @@ from typing import NoReturn
 from .errors import InputError
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events",
-            "delete", "worker", "workers", "path", "budget")
+            "delete", "worker", "workers", "path", "budget", "wait")
 
 EPILOG = """\
 examples:
@@ -156,6 +156,14 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
         group.add_argument("-q", "--quiet", action="store_true", help="warnings only")
 
         sub.add_parser("workers", help="list live workers and the items they hold")
+        p = sub.add_parser("wait", help="block until a job ends (for scripts)",
+                           description="Blocks until the job ends, with a progress bar on a terminal, then "
+                                       "prints its status. Runs no workers: something else processes the job.",
+                           epilog="exit status: 0 completed without failures, 1 completed with failed items or "
+                                  "failed, 4 paused (by a user or at its token limit), 124 --timeout passed, "
+                                  "2 bad usage, 3 backend unreachable")
+        p.add_argument("job", metavar="JOB")
+        p.add_argument("--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)")
         sub.add_parser("path", help="print the data directory")
 
         from .budget.commands import add_budget_arguments

@@ -35,6 +35,7 @@ from .store.protocol import (
     PauseState,
 )
 from .store.sqlite import is_open_sqlite_file
+from .words import count
 from .worker import Liveness
 
 # Items per transaction while creating, and the content bytes one may hold: memory stays flat,
@@ -252,6 +253,9 @@ class Jobs:
 
     def pause(self, job_ref: str | None) -> JobRecord:
         job = self.get(job_ref)
+        if job.finished:  # nothing left to hold back: saying "paused" would be untrue
+            raise InvalidTransition(f"Job {job.job_id} is already {state_label(derive_state(job, 0))}; "
+                                    "nothing changed.")
         updated = self.store.set_state(job.job_id, PAUSED, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY],
                                        pause_reason=PAUSE_USER, event=Event("paused", "paused by the user"))
         if updated is None:
@@ -289,7 +293,7 @@ class Jobs:
         n = self.store.retry_failed(job.job_id)
         if n == 0:
             raise InvalidTransition(f"Job {job.job_id} has no failed items.")
-        self.store.add_events(job.job_id, [Event("retry", f"{n} failed item(s) returned to the queue")])
+        self.store.add_events(job.job_id, [Event("retry", f"{count(n, 'failed item')} returned to the queue")])
         if job.state == PAUSED:
             return self.get(job.job_id), n
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY])

@@ -24,24 +24,46 @@ from rich.table import Table
 from . import hints
 from .jobs import Created, Jobs, JobStatus, state_label
 from .store.protocol import PAUSE_TOKEN_LIMIT, Event, WorkerInfo
+from .words import count
 
 FINAL_STATES = ("completed", "completed_with_errors", "failed")
 
 
-def _clock(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
+def has_ended(st: JobStatus) -> bool:
+    """Finished, or paused (by a user, or at its token limit): nothing more happens by itself."""
+    return st.state in FINAL_STATES or st.state == "paused"
+
+
+def end_notice(st: JobStatus, cmd: str) -> str:
+    """One line saying how a job ended, and what to do next."""
+    j = st.job
+    done = f"{j.completed}/{count(j.total, 'item')} completed, {j.failed} failed"
+    if st.state == "paused":
+        why = "paused at its token limit" if j.pause_reason == PAUSE_TOKEN_LIMIT else "paused"
+        hint = (f"{cmd} resume {j.job_id} --max-tokens <n>" if j.pause_reason == PAUSE_TOKEN_LIMIT
+                else f"{cmd} resume {j.job_id}")
+        return f"Job {j.job_id} {why} ({done}). Continue with: {hint}"
+    hint = f"{cmd} retry {j.job_id}" if j.failed else f"{cmd} export {j.job_id}"
+    return f"Job {j.job_id} ended: {state_label(st.state)} ({done}). Next: {hint}"
+
+
+def _clock(ts: float, now: float | None = None) -> str:
+    """A local time; with its date when that is not today (a window reopening tomorrow at 09:28)."""
+    when = datetime.datetime.fromtimestamp(ts)
+    today = datetime.datetime.fromtimestamp(time.time() if now is None else now).date()
+    return when.strftime("%H:%M:%S" if when.date() == today else "%Y-%m-%d %H:%M:%S")
 
 
 def created_text(created: Created, run_command: str) -> str:
     job = created.job
-    lines = [f"Created job {job.job_id} with {job.total} items."]
+    lines = [f"Created job {job.job_id} with {count(job.total, 'item')}."]
     if job.skipped:
         reasons: dict[str, int] = {}
         for s in created.skipped:
             reasons[s.reason] = reasons.get(s.reason, 0) + 1
         shown = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
         more = "" if job.skipped <= len(created.skipped) else ", …"
-        lines.append(f"Left out {job.skipped} entries ({shown}{more}); each is listed in the job's events.")
+        lines.append(f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the job's events.")
     lines.append(f"Start it with: {run_command} {job.job_id}")
     return "\n".join(lines)
 
@@ -71,7 +93,7 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
                      "(requests are kept for chat)")
     lines += _next_step(st, cmd)
     if j.skipped:
-        lines.append(f"Left out at create: {j.skipped} entries")
+        lines.append(f"Left out at create: {count(j.skipped, 'entry')}")
     if st.events:
         lines.append("Events:")
         lines += ["  " + line for line in event_lines(st.events)]
@@ -79,7 +101,7 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
 
 
 def concurrency_line(st: JobStatus) -> str:
-    line = f"Concurrency: up to {st.concurrency} items at once"
+    line = f"Concurrency: up to {count(st.concurrency, 'item')} at once"
     if st.concurrency < st.job.spec.concurrency:
         line += f" (the job asks for {st.job.spec.concurrency}; max_concurrency is {st.max_concurrency})"
     return line
@@ -138,8 +160,10 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
 
 def jobs_table(statuses: list[JobStatus]) -> Table:
     table = Table(title="Bulk jobs (newest first)")
-    for col, kw in (("job", {"no_wrap": True}), ("state", {"no_wrap": True}), ("done", {"justify": "right"}),
-                    ("failed", {"justify": "right"}), ("total", {"justify": "right"}), ("created", {"no_wrap": True}),
+    # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80 columns.
+    number = {"justify": "right", "no_wrap": True}
+    for col, kw in (("job", {"no_wrap": True}), ("state", {"no_wrap": True}), ("done", number),
+                    ("failed", number), ("total", number), ("created", {"no_wrap": True}),
                     ("instruction", {"overflow": "ellipsis", "no_wrap": True, "max_width": 40})):
         table.add_column(col, **kw)
     for st in statuses:
@@ -150,20 +174,28 @@ def jobs_table(statuses: list[JobStatus]) -> Table:
     return table
 
 
-def workers_table(workers: list[WorkerInfo], now: float) -> Table:
-    table = Table(title="Live workers")
+#: A worker whose last heartbeat is older than this many heartbeat intervals is not answering
+#: (killed, frozen, cut off), though it stays registered until its lease runs out.
+SILENT_AFTER_BEATS = 3
+
+
+def workers_table(workers: list[WorkerInfo], now: float, *, heartbeat_s: float) -> Table:
+    table = Table(title="Workers")
     for col in ("worker", "host", "pid", "threads", "up", "last seen", "holding"):
         table.add_column(col)
     for w in workers:
         holding = ", ".join(f"{job}#{idx + 1}" for job, idx in w.holding[:6]) + (" …" if len(w.holding) > 6 else "")
+        age = now - w.heartbeat_at
+        seen = f"not answering for {age:.0f} s" if age > SILENT_AFTER_BEATS * heartbeat_s else f"{age:.1f}s ago"
         table.add_row(w.worker_id, w.host, str(w.pid), str(w.threads), f"{now - w.started_at:.0f}s",
-                      f"{now - w.heartbeat_at:.1f}s ago", holding or "-")
+                      seen, holding or "-")
     return table
 
 
 def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobStatus], bool],
-           interval_s: float = 0.5) -> JobStatus:
-    """A live progress bar until `until(status)`; returns the last status."""
+           interval_s: float = 0.5, timeout_s: float | None = None) -> JobStatus:
+    """A live progress bar until `until(status)` or timeout_s; returns the last status."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -171,11 +203,11 @@ def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobSta
         while True:
             st = jobs.status(job_id)
             j = st.job
-            detail = f"{j.failed} failed, {j.running} running, {j.tokens_in + j.tokens_out} tokens"
+            detail = f"{j.failed} failed, {j.running} running, {count(j.tokens_in + j.tokens_out, 'token')}"
             if st.rate_limit:
                 detail += f", rate limited until {_clock(st.rate_limit.until)}"
             progress.update(task, total=j.total, completed=j.completed + j.failed,
                             description=f"{job_id} {state_label(st.state)}", detail=detail)
-            if until(st):
+            if until(st) or (deadline is not None and time.monotonic() >= deadline):
                 return st
             time.sleep(interval_s)

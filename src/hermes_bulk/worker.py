@@ -53,6 +53,11 @@ CHAIN_SLICE_S = 1.0
 REAP_EVERY_S = 1.0
 
 
+def heartbeat_interval(lease_s: float) -> float:
+    """How often a worker heartbeats and renews its leases: a third of a lease, 5 s at most."""
+    return max(0.2, min(lease_s / 3, 5.0))
+
+
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
@@ -166,7 +171,7 @@ class WorkerRuntime:
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
             request_gate=self.request_gate,
         )
-        self.interval_s = max(0.2, min(settings.lease_seconds / 3, 5.0))
+        self.interval_s = heartbeat_interval(settings.lease_seconds)
         self._stop = threading.Event()
         self._stopping = threading.Event()  # set first thing in stop(): chains hand back at once
         self._lock_fd: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import signal
 
@@ -22,11 +23,16 @@ def test_a_bulk_job_stops_at_the_background_cap_and_says_it_waits_for_the_window
         wait_for(lambda: "Waiting for the request budget" in cli("status", job_id, **env).stdout, timeout=60,
                  message="the budget line in status")
         status = cli.json("status", job_id, "--json", **env)
+        text = cli("status", job_id, **env).stdout
     finally:
         worker.send_signal(signal.SIGINT)
         worker.wait(30)
     assert (status["state"], status["completed"], status["failed"]) == ("processing", 8, 0)
     assert status["budget_held_until"] is not None
+    # The window (reset 00:00, machine zone) reopens tomorrow: the line gives the date, not just a time.
+    reopens = datetime.datetime.fromtimestamp(status["budget_held_until"])
+    assert reopens.date() > datetime.date.today()
+    assert f"Waiting for the request budget: the window reopens at {reopens:%Y-%m-%d %H:%M:%S} " in text
     assert len(fake_provider.requests) == 8, "the cap (daily_limit - chat_reserve) is not crossed"
     report = cli("budget", "status", **env).stdout
     assert "bulk" in report

@@ -115,3 +115,21 @@ def test_pre_auxiliary_call_counts_each_attempt_and_skips_a_bulk_charged_one(bud
     assert counts.by_class()["auxiliary"] == 1
     (entry,) = budget.ledger(budget.settings()).entries(budget.window(budget.settings()))
     assert (entry.call.model, entry.call.provider, entry.call.api_mode) == ("aux-model", "openrouter", "chat_completions")
+
+
+def test_a_held_run_counts_its_words_one_request_one_is_kept(budget):
+    f = budget.settings_file
+    f.set("chat_reserve", "1")
+    f.set("daily_limit", "3")
+    f.set("job_limit", "1")
+    f.set("mode", "enforce")
+    provider = Provider()
+    session = "cron_abc123def456_20261130_1200{:02d}"
+    cron_budget.llm_execution({"messages": []}, provider, session_id=session.format(0), platform="cron", **MAIN_LOOP)
+    held = cron_budget.llm_execution({"messages": []}, provider, session_id=session.format(1), platform="cron",
+                                     **MAIN_LOOP)
+    assert "it reached its job_limit of 1 request for this window" in held.choices[0].message.content
+    budget.admit(CallRecord("chat"))  # the window's background share (2 of 3) is used
+    other = cron_budget.llm_execution({"messages": []}, provider, session_id="cron_0123456789ab_20261130_120000",
+                                      platform="cron", **MAIN_LOOP)
+    assert "(2 of 3; 1 is kept for chat)" in other.choices[0].message.content

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 import time
 
 import pytest
 
 from hermes_bulk.budget.ledger import CallRecord
 from hermes_bulk.budget.policy import ALLOWED, FAILED_OPEN, HELD
-from hermes_bulk.budget.report import status_text
+from hermes_bulk.budget.report import as_dict, status_text
 from hermes_bulk.budget.service import HELD_FOR_JOB_LIMIT, HELD_FOR_WINDOW, Budget
-from hermes_bulk.budget.settings import LEDGER_ENV
+from hermes_bulk.budget.settings import LEDGER_ENV, BudgetSettings
 from tests.conftest import RedisServer
 
 
@@ -85,11 +88,36 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
     report = budget.report()
     assert report.failopen is not None and report.failopen.calls == 2
     assert "is not answering (database is locked)" in report.failopen.reason  # the cause, not "skipped"
-    assert "⚠ Accounting failed 2 time(s) in this window" in status_text(report)
+    assert "⚠ Accounting failed 2 times in this window" in status_text(report)
     assert "went through uncounted" in status_text(report)
     later = Budget(budget_dir, clock=lambda: time.time() + 86_400)  # the next window starts clean
     assert later.report().failopen is None
     later.close()
+
+
+def test_the_first_call_of_a_process_fails_open_within_a_second_on_a_locked_ledger_and_opens_it_later(budget_dir):
+    first = Budget(budget_dir)
+    first.admit(CallRecord("chat"))  # the ledger exists (and is migrated)
+    first.close()
+    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time\n"
+                               "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+                               "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(60)",
+                               str(budget_dir / "ledger.db")], stdout=subprocess.PIPE, text=True)
+    now = [time.time()]
+    fresh = Budget(budget_dir, clock=lambda: now[0])  # a new process: the ledger is not open yet
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        assert fresh.admit(cron()).decision == FAILED_OPEN
+        assert time.monotonic() - started < 2.0  # was 10 s: the open waited longer than an admission
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    now[0] += 3  # past RETRY_AFTER_S: the ledger is opened again, and counts
+    assert fresh.admit(cron()).decision == ALLOWED
+    assert fresh.report().counts.by_class()["cron"] == 1
+    fresh.close()
 
 
 def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_back(tmp_path, budget_dir, monkeypatch):
@@ -114,14 +142,39 @@ def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_ba
         server.kill()
 
 
-def test_a_broken_budget_json_fails_calls_open_and_commands_say_what_to_fix(budget, budget_dir):
-    budget_dir.mkdir(parents=True)
-    (budget_dir / "budget.json").write_text("{not json")
-    assert budget.admit(cron()).decision == FAILED_OPEN
-    from hermes_bulk.errors import ConfigError
+def test_a_broken_budget_json_fails_calls_open_and_status_shows_the_defaults_the_error_and_the_warning(
+        budget, budget_dir):
+    from hermes_bulk.budget.commands import add_budget_arguments, run_budget_command
+    from hermes_bulk.commands import _Parser
 
-    with pytest.raises(ConfigError, match="is not a JSON object; fix it or delete it"):
-        budget.report()
+    budget_dir.mkdir(parents=True)
+    (budget_dir / "budget.json").write_text(json.dumps({"mode": "enforce", "timezone": "Asia/Tokyo",
+                                                        "daily_limit": "lots"}))
+    assert budget.admit(cron()).decision == FAILED_OPEN
+    report = budget.report()  # status still works
+    assert report.settings == BudgetSettings() and "daily_limit 'lots' is not a whole number" in report.settings_error
+    assert report.failopen is not None and report.failopen.calls == 1  # the warning is found
+    text = status_text(report)
+    assert "⚠ Accounting failed 1 time in this window" in text
+    assert "⚠ Settings cannot be read, so calls go through uncounted until they can: " in text
+    assert "fix it with: hermes cron-budget set daily_limit VALUE." in text
+    assert "Settings (defaults, not in budget.json): mode=observe, daily_limit=1000" in text
+    assert as_dict(report)["settings_error"] == report.settings_error
+
+    parser = _Parser(prog="hermes cron-budget")
+    add_budget_arguments(parser)
+    status, reply = run_budget_command(parser.parse_args(["set", "daily_limit", "500"]), budget,
+                                       prog="hermes cron-budget")
+    assert (status, reply) == (0, "daily_limit = 500")  # set repairs the bad key and keeps the others
+    assert budget.settings().mode == "enforce" and budget.settings().timezone == "Asia/Tokyo"
+    assert budget.report().settings_error is None
+
+    (budget_dir / "budget.json").write_text("{not json")
+    status, reply = run_budget_command(parser.parse_args(["set", "mode", "observe"]), budget,
+                                       prog="hermes cron-budget")
+    assert status == 1 and "budget.json is not valid JSON (Expecting property name enclosed in double quotes at " \
+        "line 1, column 2); fix it by hand, or delete it (rm " in reply
+    assert (budget_dir / "budget.json").read_text() == "{not json"  # nothing changed
 
 
 def test_background_work_is_reported_held_until_the_window_ends_only_in_enforce_mode(budget):

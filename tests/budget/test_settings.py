@@ -106,7 +106,7 @@ def test_a_hand_edited_file_with_a_bad_value_names_the_file_and_the_problem(tmp_
     with pytest.raises(ConfigError, match=r"budget\.json: timezone 'Nowhere/Land' is not an IANA zone name"):
         f.load()
     f.path.write_text("[1, 2]")
-    with pytest.raises(ConfigError, match="is not a JSON object; fix it or delete it"):
+    with pytest.raises(ConfigError, match=r"is not a JSON object; fix it by hand, or delete it \(rm "):
         f.load()
 
 

@@ -12,6 +12,7 @@ import shlex
 
 from ..commands import UsageError, _Parser
 from ..errors import HermesBulkError
+from ..words import count
 from .report import as_dict, status_text
 from .service import Budget
 from .settings import BudgetSettings, describe
@@ -43,7 +44,7 @@ def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -
     command = getattr(args, "budget_command", None) or "status"
     try:
         if command == "set":
-            before = budget.settings()
+            before = budget.settings_in_force()[0]  # a broken budget.json is what `set` repairs
             settings = budget.settings_file.set(args.key, args.value)
             text = f"{args.key} = {settings.shown(args.key)}" + _moved_window_note(budget, before, settings)
             if args.key == "ledger":
@@ -70,7 +71,7 @@ def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSett
         return ""
     if not used:
         return ""
-    return (f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the {used} requests counted "
+    return (f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the {count(used, 'request')} counted "
             "so far stay with the old window, and counting starts afresh. Lower daily_limit for today if the "
             "provider's own window did not reset.")
 

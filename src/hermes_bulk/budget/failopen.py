@@ -51,12 +51,21 @@ class FailOpenNotes:
             finally:
                 os.close(fd)
 
+    def read_since(self, window_start_s: int) -> FailOpenNote | None:
+        """The note, if a call failed open since the window began, whichever window it was noted
+        under (with a broken budget.json a failure is noted under the default settings' window)."""
+        note = self._load()
+        return note if note and (note.window_start_s == window_start_s or note.last_at >= window_start_s) else None
+
     def read(self, window_start_s: int) -> FailOpenNote | None:
         """The note for this window, or None (no failure in it, or the note is of an older window)."""
+        note = self._load()
+        return note if note and note.window_start_s == window_start_s else None
+
+    def _load(self) -> FailOpenNote | None:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            note = FailOpenNote(int(data["window_start_s"]), int(data["calls"]), float(data["first_at"]),
+            return FailOpenNote(int(data["window_start_s"]), int(data["calls"]), float(data["first_at"]),
                                 float(data["last_at"]), str(data["reason"]))
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        return note if note.window_start_s == window_start_s else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from ..words import count
 from .ledger import JobCounts
 from .policy import CALL_CLASSES, ENFORCE, HELD, WOULD_BLOCK
 from .service import Report
@@ -49,7 +50,7 @@ def status_text(r: Report) -> str:
     else:
         c = r.counts
         pct = 100 * c.total / max(s.daily_limit, 1)
-        lines.append(f"Used: {c.total} of {s.daily_limit} requests [{use_bar(c.total, s.daily_limit, s.background_cap)}] {pct:.0f}%")
+        lines.append(f"Used: {c.total} of {count(s.daily_limit, 'request')} [{use_bar(c.total, s.daily_limit, s.background_cap)}] {pct:.0f}%")
         lines.append(f"Cron and bulk stop at {s.background_cap} ({s.chat_reserve} kept for chat); "
                      f"{max(0, s.background_cap - c.total)} left for them")
         by_class = c.by_class()
@@ -65,14 +66,18 @@ def status_text(r: Report) -> str:
             lines.append("")
             lines += _jobs_table(jobs[:JOBS_SHOWN], s.job_limit)
             if len(jobs) > JOBS_SHOWN:
-                lines.append(f"… and {len(jobs) - JOBS_SHOWN} more jobs")
+                lines.append(f"… and {count(len(jobs) - JOBS_SHOWN, 'more job')}")
     if r.failopen:
         lines.append("")
-        lines.append(f"⚠ Accounting failed {r.failopen.calls} time(s) in this window (last at "
+        lines.append(f"⚠ Accounting failed {count(r.failopen.calls, 'time')} in this window (last at "
                      f"{dt.datetime.fromtimestamp(r.failopen.last_at).strftime('%H:%M:%S')}: {r.failopen.reason}); "
                      "those calls went through uncounted.")
     lines.append("")
-    lines.append("Settings: " + ", ".join(f"{k}={s.shown(k)}" for k in KEYS))
+    if r.settings_error:
+        lines.append(f"⚠ Settings cannot be read, so calls go through uncounted until they can: {r.settings_error}")
+        lines.append("Settings (defaults, not in budget.json): " + ", ".join(f"{k}={s.shown(k)}" for k in KEYS))
+    else:
+        lines.append("Settings: " + ", ".join(f"{k}={s.shown(k)}" for k in KEYS))
     return "\n".join(lines)
 
 
@@ -113,4 +118,5 @@ def as_dict(r: Report) -> dict:
         "failed_open": {"calls": r.failopen.calls, "last_at": r.failopen.last_at, "reason": r.failopen.reason}
         if r.failopen else None,
         "settings": {k: r.settings.shown(k) for k in KEYS},
+        "settings_error": r.settings_error,
     }

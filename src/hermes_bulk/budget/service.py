@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import HermesBulkError
+from ..errors import ConfigError, HermesBulkError
 from . import policy
 from .failopen import FailOpenNote, FailOpenNotes
 from .ledger import Admission, CallRecord, RequestLedger, WindowCounts, open_ledger
@@ -69,6 +69,7 @@ class Report:
     ledger: str  # where the ledger is, fit to print
     ledger_error: str | None
     now_s: float
+    settings_error: str | None = None  # budget.json cannot be used: the defaults are shown, calls fail open
 
 
 class Budget:
@@ -98,6 +99,13 @@ class Budget:
                 self._settings = self.settings_file.load()
                 self._settings_mtime_ns = mtime
             return self._settings
+
+    def settings_in_force(self) -> tuple[BudgetSettings, str | None]:
+        """budget.json's settings; or, when it cannot be used, the defaults and why (for status)."""
+        try:
+            return self.settings(), None
+        except ConfigError as exc:
+            return BudgetSettings(), str(exc)
 
     def ledger(self, settings: BudgetSettings) -> RequestLedger:
         location = ledger_location(settings, self.directory)
@@ -151,8 +159,12 @@ class Budget:
 
     # Reading --------------------------------------------------------------------------------
     def report(self) -> Report:
-        """The current window's counts; a ledger that cannot be read is reported, not raised."""
-        settings = self.settings()
+        """The current window's counts; a ledger or a budget.json that cannot be read is reported, not raised.
+
+        With a broken budget.json every call fails open (its settings are unknown), so the
+        defaults shown here are what status can say, marked as such, with the file's error.
+        """
+        settings, settings_error = self.settings_in_force()
         window = self.window(settings)
         counts, error = None, None
         location = ledger_location(settings, self.directory)
@@ -161,8 +173,8 @@ class Budget:
         except HermesBulkError as exc:
             error = str(exc)
         return Report(settings=settings, window=window, counts=counts,
-                      failopen=self.notes.read(window.start_s), ledger=redacted(location),
-                      ledger_error=error, now_s=self.clock())
+                      failopen=self.notes.read_since(window.start_s), ledger=redacted(location),
+                      ledger_error=error, now_s=self.clock(), settings_error=settings_error)
 
     def background_held_until(self, model: str | None) -> float | None:
         """When background calls of this model may go again, if the window's cap holds them now."""

@@ -76,11 +76,12 @@ class BudgetSettings:
 
     def as_json(self) -> dict:
         """The keys that were set, as budget.json stores them."""
-        out = {}
-        for key in sorted(self.explicit):
-            value = getattr(self, key)
-            out[key] = (value.strftime("%H:%M") if key == "reset" else list(value) if key == "models" else value)
-        return out
+        return {key: stored_value(key, getattr(self, key)) for key in sorted(self.explicit)}
+
+
+def stored_value(key: str, value):
+    """A parsed value as budget.json stores it."""
+    return value.strftime("%H:%M") if key == "reset" else list(value) if key == "models" else value
 
 
 # Parsing one key ------------------------------------------------------------------------------
@@ -186,16 +187,24 @@ def with_value(settings: BudgetSettings, key: str, text: object) -> BudgetSettin
 
 
 def from_mapping(values: dict, *, source: str = SETTINGS_FILE) -> BudgetSettings:
+    settings = _parsed(values, source)
+    try:
+        return check(settings)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+def _parsed(values: dict, source: str) -> BudgetSettings:
+    """Each key parsed, not yet checked against the others; a bad key is named with its fix."""
     settings = BudgetSettings()
     for key, value in values.items():
         try:
             settings = replace(settings, **{key: parse_value(key, value)}, explicit=settings.explicit | {key})
         except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-    try:
-        return check(settings)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+            how = (f"remove {key!r} from the file" if key not in KEYS
+                   else f"fix it with: hermes cron-budget set {key} VALUE")
+            raise ConfigError(f"{source}: {str(exc).rstrip('.')}; {how}.") from None
+    return settings
 
 
 # Where things live ----------------------------------------------------------------------------
@@ -306,25 +315,37 @@ class SettingsFile:
             return 0
 
     def load(self) -> BudgetSettings:
+        return from_mapping(self._values(), source=str(self.path))
+
+    def _values(self) -> dict:
+        """The file's keys as stored ({} when there is no file); ConfigError when it is not JSON."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return BudgetSettings()
+            return {}
         except OSError as exc:
             raise ConfigError(f"Cannot read {self.path} ({exc.strerror}); check its permissions.") from None
         try:
             values = json.loads(text)
-            if not isinstance(values, dict):
-                raise ValueError
-        except ValueError:
-            raise ConfigError(f"{self.path} is not a JSON object; fix it or delete it to start from the "
-                              "defaults.") from None
-        return from_mapping(values, source=str(self.path))
+        except ValueError as exc:
+            where = f" ({exc.msg} at line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise ConfigError(f"{self.path} is not valid JSON{where}; fix it by hand, or delete it "
+                              f"(rm {self.path}) to start from the defaults and set your keys again.") from None
+        if not isinstance(values, dict):
+            raise ConfigError(f"{self.path} is not a JSON object; fix it by hand, or delete it "
+                              f"(rm {self.path}) to start from the defaults and set your keys again.")
+        return values
 
     def set(self, key: str, text: str) -> BudgetSettings:
-        """Validate and store one key; returns the new settings."""
+        """Validate and store one key; returns the new settings.
+
+        The other keys are taken as the file stores them, so setting a key whose stored value is
+        bad repairs the file; a bad value of another key is named, with the command that fixes it.
+        """
         with self._locked():
-            settings = with_value(self.load(), key, text)
+            values = self._values()
+            values[key] = stored_value(key, parse_value(key, text))  # the new value alone, checked first
+            settings = check(_parsed(values, str(self.path)))
             write_private(self.path, json.dumps(settings.as_json(), indent=2, sort_keys=True) + "\n")
             return settings
 

@@ -29,7 +29,8 @@ from ..commands import UsageError, build_parser, split_slash_args
 from ..config import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..jobs import Jobs, JobStatus, read_schema
-from ..store.protocol import PAUSED, JobRecord
+from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
+from ..words import count
 from . import background, hermes
 
 log = logging.getLogger("hermes_bulk.plugin")
@@ -63,6 +64,11 @@ _late_lock = threading.Lock()
 # Answers that came after their reply, by profile home: they go out with the next /bulk of that
 # profile (whoever may run /bulk there sees its jobs anyway; another profile's do not).
 _late_answers: dict[str, list[str]] = {}
+# Jobs a /bulk command set running, by profile home: when one ends (finished, or paused at its
+# token limit) the next /bulk reply of that profile says so, once. Hermes 0.19.0 gives a plugin
+# no way to message a session outside a turn (inject_message starts a model turn, and a slash
+# handler is not told its session), so the news rides on the next reply, as late answers do.
+_watched: dict[str, set[str]] = {}
 
 
 _recovery: threading.Thread | None = None  # the recovery at start; commands wait for it
@@ -108,7 +114,15 @@ class _Command:
         threading.Thread(target=context.run, args=(self._run,), name="hermes-bulk-command", daemon=True).start()
 
     def _run(self) -> None:
-        text = answer(self.raw_args, on_progress=self._progress)
+        with _late_lock:
+            before = set(_watched.get(self.profile, ()))  # not a job this very command starts
+        sessions: list[_Session] = []
+        text = answer(self.raw_args, on_progress=self._progress, sessions=sessions)
+        # After the answer: a status that showed a job's end has told it already. With the
+        # command's own session: a second backend in this process could disturb the workers' locks.
+        news = end_notices(self.profile, sessions[0].jobs, before) if sessions and before else []
+        if news:
+            text = "\n".join(news) + "\n\n" + text
         with self.lock:
             self.answer = text
             if self.abandoned:
@@ -124,7 +138,7 @@ class _Command:
             if self.answer is not None:
                 return self.answer
             self.abandoned = True
-        found = f" ({self.items_found} items found so far)" if self.items_found else ""
+        found = f" ({count(self.items_found, 'item')} found so far)" if self.items_found else ""
         return (f"Still working on it{found}. It goes on in the background; the answer comes with your "
                 f"next {CMD} command.")
 
@@ -145,7 +159,8 @@ async def handle(raw_args: str) -> str:
     return "\n\n".join([*late, text])
 
 
-def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -> str:
+def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
+           sessions: list[_Session] | None = None) -> str:
     """One /bulk command, start to finish, as the text to show. Never raises, never a traceback."""
     first = raw_args.split(None, 1)[0] if raw_args.strip() else ""
     if first in ("", "help", "-h", "--help"):
@@ -156,7 +171,10 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -
         if "-h" in argv or "--help" in argv:
             return _command_help(parser, argv[0])
         args = parser.parse_args(argv)
-        return HANDLERS[args.command](args, _Session(), on_progress)
+        session = _Session()
+        if sessions is not None:
+            sessions.append(session)
+        return HANDLERS[args.command](args, session, on_progress)
     except UsageError as exc:
         return f"{exc}\n{exc.usage.strip()}\nSee: {CMD} help".replace("\n\n", "\n")
     except HermesBulkError as exc:
@@ -165,6 +183,41 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -
         log.exception("bulk: %s %s failed", CMD, raw_args)
         return (f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes log "
                 f"({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it.")
+
+
+def watch(profile: str, job_id: str) -> None:
+    with _late_lock:
+        _watched.setdefault(profile, set()).add(job_id)
+
+
+def unwatch(profile: str, job_id: str) -> None:
+    with _late_lock:
+        _watched.get(profile, set()).discard(job_id)
+
+
+def end_notices(profile: str, jobs: Jobs, among: set[str]) -> list[str]:
+    """One line for each job among those watched for this profile that has ended; never raises."""
+    with _late_lock:
+        job_ids = sorted(_watched.get(profile, set()) & among)
+    if not job_ids:
+        return []
+    news = []
+    try:
+        for job_id in job_ids:
+            try:
+                st = jobs.status(job_id)
+            except HermesBulkError:  # deleted meanwhile
+                unwatch(profile, job_id)
+                continue
+            if not views.has_ended(st):
+                continue
+            unwatch(profile, job_id)
+            if st.state == PAUSED and st.job.pause_reason == PAUSE_USER:
+                continue  # the user paused it: not news to them
+            news.append(views.end_notice(st, CMD))
+    except Exception:  # the reply itself matters more than the news
+        log.exception("bulk: checking for ended jobs failed")
+    return news
 
 
 def _command_help(parser, name: str) -> str:
@@ -242,16 +295,20 @@ def cmd_run(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job = s.jobs.run(args.job)
     s.start_workers()
+    watch(str(hermes.profile_home()), job.job_id)
     st = s.jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
-    return "\n".join([f"Job {job.job_id} is running in the background: {job.pending} items pending, up to "
-                      f"{st.concurrency} at once.", *views.concurrency_notes(st),
+    return "\n".join([f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, "
+                      f"up to {st.concurrency} at once.", *views.concurrency_notes(st),
                       f"Check it with: {CMD} status {job.job_id}"])
 
 
 def cmd_status(args: Namespace, s: _Session, _on_progress) -> str:
     if args.job is None:
         return views.jobs_text(s.jobs.list(10), cmd=CMD)
-    return _status_text(s.jobs.status(args.job, events=args.events))
+    st = s.jobs.status(args.job, events=args.events)
+    if views.has_ended(st):
+        unwatch(str(hermes.profile_home()), st.job.job_id)  # this reply is the news
+    return _status_text(st)
 
 
 def _status_text(st: JobStatus) -> str:
@@ -261,6 +318,7 @@ def _status_text(st: JobStatus) -> str:
 
 def cmd_pause(args: Namespace, s: _Session, _on_progress) -> str:
     job = s.jobs.pause(args.job)
+    unwatch(str(hermes.profile_home()), job.job_id)
     return (f"Job {job.job_id} paused: no new items start; items in progress may finish.\n"
             f"Continue with: {hints.process(job, 'resume', CMD)}")
 
@@ -269,7 +327,8 @@ def cmd_resume(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job = s.jobs.resume(args.job, max_tokens=args.max_tokens)
     s.start_workers()
-    return (f"Job {job.job_id} resumed: {job.pending} items pending, processing in the background.\n"
+    watch(str(hermes.profile_home()), job.job_id)
+    return (f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending, processing in the background.\n"
             f"Check it with: {CMD} status {job.job_id}")
 
 
@@ -277,10 +336,11 @@ def cmd_retry(args: Namespace, s: _Session, _on_progress) -> str:
     s.servable(args.job)
     job, n = s.jobs.retry(args.job)
     if job.state == PAUSED:
-        return (f"Job {job.job_id}: {n} failed items returned to the queue. The job is paused; "
+        return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue. The job is paused; "
                 f"continue with: {CMD} resume {job.job_id}")
     s.start_workers()
-    return (f"Job {job.job_id}: {n} failed items returned to the queue, processing in the background.\n"
+    watch(str(hermes.profile_home()), job.job_id)
+    return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue, processing in the background.\n"
             f"Check it with: {CMD} status {job.job_id}")
 
 
@@ -289,7 +349,7 @@ def cmd_export(args: Namespace, s: _Session, _on_progress) -> str:
     job = s.jobs.get(args.job)
     unfinished = job.total - job.completed - job.failed
     return (f"Exported job {job.job_id} to {path}\n"
-            f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, of {job.total} items.")
+            f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, of {count(job.total, 'item')}.")
 
 
 def cmd_list(args: Namespace, s: _Session, _on_progress) -> str:

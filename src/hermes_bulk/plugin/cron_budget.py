@@ -70,14 +70,16 @@ def held_text(outcome) -> str:
     if not outcome.first_held_run:
         return SILENT
     from ..budget.service import HELD_FOR_JOB_LIMIT
+    from ..words import count
 
     s, w = outcome.settings, outcome.window
     reopens = w.end_local.strftime("%Y-%m-%d %H:%M %Z")
     if outcome.held_because == HELD_FOR_JOB_LIMIT:
-        why = f"it reached its job_limit of {s.job_limit} requests for this window"
+        why = f"it reached its job_limit of {count(s.job_limit, 'request')} for this window"
     else:
+        kept = f"{s.chat_reserve} {'is' if s.chat_reserve == 1 else 'are'} kept for chat"
         why = (f"cron and bulk jobs have used their share of this window's requests "
-               f"({s.background_cap} of {s.daily_limit}; {s.chat_reserve} are kept for chat)")
+               f"({s.background_cap} of {s.daily_limit}; {kept})")
     return (f"Held by cron-budget: this run was not sent to the model because {why}. "
             f"The job keeps its schedule and runs normally after the window resets at {reopens}; "
             "later runs until then stay silent. See: hermes cron-budget status")
@@ -154,9 +156,13 @@ def cli_setup(parser) -> None:
 def cli_run(args) -> None:
     """`hermes cron-budget …`: Hermes ignores the return value, so the exit status is ours to set."""
     from ..budget.commands import run_budget_command
+    from ..pipes import stdout_gone
 
     status, text = run_budget_command(args, budget(), prog="hermes cron-budget")
-    print(text, file=sys.stdout if status == 0 else sys.stderr)
+    try:
+        print(text, file=sys.stdout if status == 0 else sys.stderr, flush=True)
+    except BrokenPipeError:  # `hermes cron-budget status | head -5`: the reader has all it wants
+        sys.exit(stdout_gone())
     sys.exit(status)
 
 

@@ -220,6 +220,11 @@ class HermesLlmClient:
                           provider=result.provider or None, model=result.model or None)
 
     def _call(self, messages: list[dict[str, str]], max_tokens: int | None, json_schema: dict[str, Any] | None):
+        with one_attempt():  # Bulk retries (and charges) each attempt itself: Hermes must not retry unseen
+            return self._call_once(messages, max_tokens, json_schema)
+
+    def _call_once(self, messages: list[dict[str, str]], max_tokens: int | None,
+                   json_schema: dict[str, Any] | None):
         if json_schema is None:
             return self.llm.complete(messages, max_tokens=max_tokens, timeout=self.timeout_s, purpose=PURPOSE)
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
@@ -234,6 +239,54 @@ class HermesLlmClient:
 
 
 ClientFactory = Callable[[JobRecord], HermesLlmClient]
+
+
+# One HTTP request per ctx.llm call -------------------------------------------------------------
+
+_one_attempt = threading.local()
+_retries_wrapped = False
+_retries_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def one_attempt() -> Iterator[None]:
+    """On this thread, Hermes makes no same-provider retries of a transient error (5xx, 408, a
+    dropped connection): the budget charges each ctx.llm call once, so each must be one request.
+
+    Private API (Hermes 0.19.0): call_llm asks agent.auxiliary_client._transient_retry_count()
+    how often to retry; it is wrapped once per process to answer 0 inside this block only.
+    Where it is missing (another Hermes), calls run as before and Hermes' retries go uncounted.
+    """
+    _wrap_transient_retries()
+    before = getattr(_one_attempt, "active", False)
+    _one_attempt.active = True
+    try:
+        yield
+    finally:
+        _one_attempt.active = before
+
+
+def _wrap_transient_retries() -> bool:
+    global _retries_wrapped
+    with _retries_lock:
+        if _retries_wrapped:
+            return True
+        try:
+            import agent.auxiliary_client as aux
+        except Exception:
+            return False
+        original = getattr(aux, "_transient_retry_count", None)
+        if not callable(original):
+            log.info("bulk: this Hermes has no _transient_retry_count; its own retries of ctx.llm calls "
+                     "are not counted by the request budget")
+            return False
+
+        def transient_retry_count() -> int:
+            return 0 if getattr(_one_attempt, "active", False) else original()
+
+        aux._transient_retry_count = transient_retry_count
+        _retries_wrapped = True
+        return True
 
 
 def client_factory(make_llm: Callable[[], Any], *, settings: Settings, profile: str,
