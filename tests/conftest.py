@@ -112,8 +112,15 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self) -> None:
-        self.kill()
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM), as a service restart does: Redis first writes its
+        append-only file, so nothing acknowledged is lost (a kill can lose the last second)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+    def restart(self, *, graceful: bool = False) -> None:
+        self.stop() if graceful else self.kill()
         self.start()
 
 
