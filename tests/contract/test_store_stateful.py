@@ -36,6 +36,7 @@ from hermes_bulk.store.protocol import (
     CLAIMED,
     COMPLETED,
     FAILED,
+    MAX_USAGE_TOKENS,
     NOT_STARTED,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
@@ -180,7 +181,7 @@ class Model:
 # Strategies ----------------------------------------------------------------------------------
 
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
-tokens = st.one_of(st.none(), st.integers(0, 5000), st.just(2**31))
+tokens = st.one_of(st.none(), st.integers(0, 5000), st.just(MAX_USAGE_TOKENS))
 errors = st.builds(ItemError, error_type=st.sampled_from(["PermanentError", "TransientError", "RateLimitError"]),
                    message=texts, http_status=st.one_of(st.none(), st.integers(400, 599)))
 workers = st.sampled_from(WORKERS)

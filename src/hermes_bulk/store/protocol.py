@@ -156,8 +156,16 @@ class ItemRecord:
     model: str | None
 
 
+# The most tokens one request may report. Redis scripts hold numbers as doubles and pass them
+# on with 14 significant digits, so a larger count would fail on Redis where SQLite takes it;
+# model clients treat a larger (or non-integer) report as no report (the estimate is charged).
+MAX_USAGE_TOKENS = 10**9
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens a provider reported for one request, each 0..MAX_USAGE_TOKENS or None."""
+
     tokens_in: int | None = None
     tokens_out: int | None = None
 
