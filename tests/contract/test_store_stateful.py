@@ -209,6 +209,8 @@ class StoreMachine(RuleBasedStateMachine):
         self.job_id = f"sm{next(self._ids):07d}"
         self.m: Model | None = None
         self.seen: dict[int, str] = {}  # item states at the last check
+        self.bystander = f"{self.job_id}b"
+        self.bystander_b3 = True  # b3 still holds its (expired) item
 
     # Creating --------------------------------------------------------------------------------
     @initialize(estimates=st.lists(st.integers(0, 60), min_size=2, max_size=MAX_ITEMS),
@@ -232,10 +234,26 @@ class StoreMachine(RuleBasedStateMachine):
         self.seen = {i: PENDING for i in range(len(items))}
         if running:  # mostly: most of what is worth testing happens while the job runs
             self.move(RUNNING, (NOT_STARTED,), None, None)
+        self._create_bystander()
+
+    def _create_bystander(self) -> None:
+        """A second running job whose items workers b1, b2 (live) and b3 (lease run out) hold:
+        operations across jobs (expiry, a dead worker, owners) must count it apart and leave
+        b1's and b2's items alone."""
+        spec = JobSpec(job_id=self.bystander, instruction="other", source="/elsewhere", source_kind="jsonl",
+                       concurrency=3, retries=2, provider_key="p:sm")
+        self.store.begin_job(spec)
+        self.store.add_items(self.bystander, [NewItem(i, f"line:{i + 1}", "x", "h:x", "y.jsonl", i, "1:1", 5)
+                                              for i in range(3)])
+        self.store.finish_job(self.bystander)
+        self.store.set_state(self.bystander, RUNNING, from_states=[NOT_STARTED])
+        for worker, lease in (("b1", LEASE_S), ("b2", LEASE_S), ("b3", EXPIRED_S)):
+            assert isinstance(self.store.claim_item(self.bystander, 0, worker, lease_s=lease, max_running=9), Claim)
 
     def teardown(self) -> None:
         if self.m is not None:
             self.store.delete_job(self.job_id)
+            self.store.delete_job(self.bystander)
 
     def _pick(self, aim: bool, pick: int, worker: str, index: int) -> tuple[str, int]:
         running = [(it.owner, i) for i, it in enumerate(self.m.items) if it.status == CLAIMED]
@@ -361,6 +379,9 @@ class StoreMachine(RuleBasedStateMachine):
         for it in due:
             self.m.requeue(it)
         assert got.get(self.job_id, 0) == len(due)
+        assert got.get(self.bystander, 0) == int(self.bystander_b3), "another job's expired item, counted apart"
+        assert set(got) <= {self.job_id, self.bystander}
+        self.bystander_b3 = False
 
     @rule(worker=workers)
     def worker_died(self, worker):
@@ -368,8 +389,9 @@ class StoreMachine(RuleBasedStateMachine):
         held = [it for it in self.m.items if it.status == CLAIMED and it.owner == worker]
         for it in held:
             self.m.requeue(it)
-        assert got.get(self.job_id, 0) == len(held)
+        assert got.get(self.job_id, 0) == len(held) and self.bystander not in got
 
+    @precondition(lambda self: self.m is not None and self.m.count(FAILED) > 0)
     @rule()
     def retry_failed(self):
         n = self.store.retry_failed(self.job_id)
@@ -395,7 +417,11 @@ class StoreMachine(RuleBasedStateMachine):
         assert [r.index for r in records] == list(range(len(m.items)))
         for r, it in zip(records, m.items, strict=True):
             self._check_item(r, it)
-        assert self.store.item_owners() == m.owners(), "at most one owner per item, and the right one"
+        others = {"b1": 1, "b2": 1, **({"b3": 1} if self.bystander_b3 else {})}
+        assert self.store.item_owners() == {**m.owners(), **others}, "at most one owner per item, the right one"
+        other = self.store.get_job(self.bystander)
+        held = len(others)
+        assert (other.pending, other.running, other.tokens_reserved) == (3 - held, held, 5 * held)
 
     def _check_item(self, r, it: ModelItem) -> None:
         assert (self.seen[r.index], r.status) in ITEM_MOVES or self.seen[r.index] == r.status, \
