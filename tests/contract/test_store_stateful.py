@@ -69,11 +69,11 @@ STATESTEP = settings(max_examples=200, stateful_step_count=25, deadline=None,
 
 
 # The reservation rule ----------------------------------------------------------------------
-# INTEGRATOR: this is the one place the model says what a claim does about --max-tokens
-# (protocol.py, JobStore.claim_item). h4-limits changes the rule: while reservations are in
-# flight the next item waits for them to settle, and the job pauses only when charged + next
-# would not fit. Align it here: return WAIT in that case (and set WAIT_REASON to the reason the
-# store's ClaimRefused then gives); the rest of the model follows.
+# The one place the model says what a claim does about --max-tokens (protocol.py,
+# JobStore.claim_item). When that rule changes (say, the next item waits while reservations are
+# in flight, and the job pauses only when charged + next would not fit), change token_rule (WAIT
+# for the waiting case) and WAIT_REASON (the reason the store's ClaimRefused then gives); the
+# rest of the model follows.
 CLAIM, WAIT, PAUSE = "claim", "wait", "pause"
 WAIT_REASON = "token_limit"
 
@@ -197,7 +197,7 @@ targets = st.tuples(st.sampled_from([True, True, False]), st.integers(0, MAX_ITE
 
 def busy(machine) -> bool:
     """Owner-only steps run while some item runs (else nearly every one would be a no-op);
-    half of them still name a stranger (see `targets`)."""
+    one in three still names a stranger (see `targets`)."""
     return machine.m is not None and machine.m.count(CLAIMED) > 0
 
 
