@@ -5,7 +5,9 @@
 - `fake_provider`: the loopback OpenAI-compatible server (hermes_bulk.testing.fake_provider).
 - `env` / `settings`: HERMES_BULK_* pointing at a temp data dir and the fake provider.
 - `cli`: runs `hermes-bulk` in a subprocess with that environment.
-In CI a missing redis-server is a failure, never a skip.
+In CI (CI set) a skip is a failure: redis-server, hermes-agent and network namespaces are all
+present on a CI machine, so a skip there means a test silently did not run. A non-strict xfail
+is refused in CI for the same reason (an xpass of it would pass unnoticed).
 """
 
 from __future__ import annotations
@@ -29,6 +31,40 @@ from hermes_bulk.testing.fake_provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = bool(os.environ.get("CI"))
+
+
+def _ci_refusal(report) -> str | None:
+    """Why a skipped or xfail report must count as a failure in CI, or None."""
+    if not IN_CI:
+        return None
+    if hasattr(report, "wasxfail"):
+        return None if getattr(report, "_strict_xfail", False) else f"non-strict xfail under CI=1: {report.wasxfail}"
+    if report.skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        return f"skipped under CI=1 (a skip is a failure in CI): {reason}"
+    return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    marker = item.get_closest_marker("xfail")
+    report._strict_xfail = bool(marker and marker.kwargs.get("strict", item.config.getini("xfail_strict")))
+    refusal = _ci_refusal(report)
+    if refusal:
+        report.outcome, report.longrepr = "failed", refusal
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module that skips itself at import (pytest.importorskip) fails too in CI."""
+    outcome = yield
+    report = outcome.get_result()
+    refusal = _ci_refusal(report)
+    if refusal:
+        report.outcome, report.longrepr = "failed", refusal
 
 
 def free_port() -> int:
@@ -76,8 +112,15 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self) -> None:
-        self.kill()
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM), as a service restart does: Redis first writes its
+        append-only file, so nothing acknowledged is lost (a kill can lose the last second)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+    def restart(self, *, graceful: bool = False) -> None:
+        self.stop() if graceful else self.kill()
         self.start()
 
 

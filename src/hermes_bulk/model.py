@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import httpx
 
 from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
-from .store.protocol import Usage
+from .store.protocol import MAX_USAGE_TOKENS, Usage
 
 log = logging.getLogger("hermes_bulk.model")
 
@@ -185,5 +185,8 @@ class HttpModelClient:
 
 
 def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
+    """A reported token count, or None for anything that cannot be one (JSON true, a negative
+    or absurd number: 10**30 once failed every answered item, the store could not save it)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_USAGE_TOKENS
+    return value if ok else None
 

@@ -240,6 +240,12 @@ def _read_csv(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
         raise InputError(f"{path}: the CSV file has a header row but no data rows.")
 
 
+# Records are checked to be JSON, never used as values: numbers stay text, so a number past
+# int()'s 4300-digit limit is a record like any other, not a ValueError.
+_JSON_CHECK = json.JSONDecoder(parse_int=str)
+_TOO_DEEP = "nested too deeply to read"
+
+
 def _read_jsonl(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
     lines = _Lines(f, path)
     n = 0
@@ -252,10 +258,12 @@ def _read_jsonl(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
         if not text:
             continue
         try:
-            json.loads(text)
+            _JSON_CHECK.decode(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: line {lines.line_no} is not valid JSON "
                              f"({exc.msg} at column {exc.colno}).") from None
+        except RecursionError:
+            raise InputError(f"{path}: line {lines.line_no} is {_TOO_DEEP}.") from None
         n += 1
         yield SourceItem(f"line:{n}", text, "", start, sig)
     if n == 0:
@@ -317,7 +325,7 @@ class _JsonArrayReader:
         return InputError(f"{self.path}: malformed JSON at line {self._line(self.i)}: {what}.")
 
     def elements(self) -> Iterator[tuple[int, str]]:
-        decoder = json.JSONDecoder()
+        decoder = _JSON_CHECK
         if self._skip_ws() != "[":
             raise InputError(f"{self.path}: the top-level JSON value is not an array; Bulk makes one "
                              "item per array element (use .jsonl for one record per line).")
@@ -351,6 +359,8 @@ class _JsonArrayReader:
             except json.JSONDecodeError as exc:
                 if self.eof:
                     raise self._error(exc.msg) from None
+            except RecursionError:
+                raise self._error(f"an element is {_TOO_DEEP}") from None
             self._fill()
 
 
@@ -411,7 +421,7 @@ def _record_at(kind: str, f: BinaryIO, path: Path, offset: int) -> str:
         f.seek(offset)
         if kind == "jsonl":
             return f.readline().decode("utf-8").strip()
-        return _JsonArrayReader(f, path)._element(json.JSONDecoder())[1]
+        return _JsonArrayReader(f, path)._element(_JSON_CHECK)[1]
     except (InputError, UnicodeDecodeError, ValueError):
         return ""
 

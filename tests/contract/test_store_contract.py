@@ -262,6 +262,29 @@ def test_fail_records_the_error_and_an_event(store):
     assert store.list_events(job_id)[-1].kind == "item_failed"
 
 
+def test_an_item_that_reserved_nothing_completes_fails_and_is_released(store):
+    """A zero estimate gives back a zero reservation (Lua's -0 once made Redis refuse it)."""
+    job_id = make_job(store, 4, estimate=0)
+    a, b, c, d = (claim(store, job_id, worker=w, lease_s=ls) for w, ls in
+                  (("w1", 30), ("w1", 30), ("w1", 30), ("dead", -60)))
+    assert store.complete_item(job_id, a.index, "w1", "r", Usage(None, 5)) is True
+    assert store.fail_item(job_id, b.index, "w1", ItemError("PermanentError", "no", 400)) is True
+    assert store.release_item(job_id, c.index, "w1") is True
+    assert store.release_expired_leases() == {job_id: 1}
+    job = store.get_job(job_id)
+    assert (job.pending, job.running, job.completed, job.failed) == (2, 0, 1, 1)
+    assert (job.tokens_reserved, job.tokens_charged) == (0, 5)
+    assert d.index == 3
+
+
+def test_an_empty_provider_or_model_is_recorded_as_none(store):
+    job_id = make_job(store, 1)
+    c = claim(store, job_id)
+    assert store.complete_item(job_id, c.index, "w1", "r", Usage(), provider="", model="") is True
+    item = next(store.iter_items(job_id))
+    assert (item.provider, item.model) == (None, None)
+
+
 def test_release_returns_the_item_without_charging(store):
     job_id = make_job(store, 1, estimate=9)
     c = claim(store, job_id)

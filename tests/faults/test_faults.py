@@ -3,6 +3,8 @@
 DESIGN.md invariants 1-6 and 9, each shown against the real thing: kill -9 at random moments,
 a shared 429 wait across processes, pacing under a provider limit, token reservations,
 changed sources, leases held by live workers, and jobs that do not start by themselves.
+The kill -9 and 429 tests run on both backends (`backend`); on Redis the kill -9 test also
+restarts redis-server mid-job.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ from hermes_bulk.worker import Liveness
 from ..helpers import wait_for
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend(request, cli) -> str:
+    """Runs the test on each backend: on Redis, every command and worker uses the session's
+    redis-server (a key prefix of the test's own)."""
+    if request.param == "redis":
+        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
+    return request.param
 
 
 def jsonl(path: Path, n: int, key: str = "n") -> Path:
@@ -54,16 +65,24 @@ def stop(*procs) -> None:
             p.kill()
 
 
-def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_flight(cli, tmp_path, fake_provider):
+def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_flight(
+        backend, cli, tmp_path, fake_provider, request):
     src = jsonl(tmp_path / "items.jsonl", 500)
     fake_provider.configure(latency_s=0.15)  # 8 in flight: about 50 items a second, so 10 rounds fit
     job_id = cli.create("Process", src, "--concurrency", "8")
     rng = random.Random(7)
     kills: list[float] = []
-    for _round in range(10):
+    for round_no in range(10):
         cli("run", job_id)
         workers = [cli.spawn_worker("-w", "8", HERMES_BULK_LEASE_SECONDS="2") for _ in range(2)]
         time.sleep(rng.uniform(0.4, 1.2))
+        if backend == "redis" and round_no == 4:
+            # redis-server restarts under the running workers; they go on once it is back.
+            before = status(cli, job_id)["completed"]
+            request.getfixturevalue("redis_server").restart(graceful=True)
+            wait_for(lambda before=before: status(cli, job_id)["completed"] > before + 8, timeout=30,
+                     message="progress after the Redis restart")
+            assert all(w.poll() is None for w in workers), "workers outlive a Redis restart"
         for w in workers:
             w.send_signal(signal.SIGKILL)
         for w in workers:
@@ -129,7 +148,7 @@ def test_a_new_worker_returns_a_killed_workers_items_at_once_while_another_worke
         os.close(lock_fd)
 
 
-def test_a_429_pauses_every_worker_in_every_process_for_retry_after(cli, tmp_path, fake_provider):
+def test_a_429_pauses_every_worker_in_every_process_for_retry_after(backend, cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 400)
     fake_provider.configure(latency_s=0.01)
     job_id = cli.create("Process", src, "--concurrency", "16")
@@ -196,7 +215,7 @@ def test_without_pacing_a_provider_limit_is_met_by_shared_waits(cli, tmp_path, f
     assert Counter(r.status for r in fake_provider.requests)[429] > 0, "the limit was hit and waited out"
 
 
-def test_an_item_fails_after_eight_consecutive_429s(cli, tmp_path, fake_provider):
+def test_an_item_fails_after_eight_consecutive_429s(backend, cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 40)
     with open(src, "a") as f:
         f.write('{"x": "ALWAYS-429"}\n')

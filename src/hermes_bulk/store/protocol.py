@@ -157,8 +157,16 @@ class ItemRecord:
     model: str | None
 
 
+# The most tokens one request may report. Redis scripts hold numbers as doubles and pass them
+# on with 14 significant digits, so a larger count would fail on Redis where SQLite takes it;
+# model clients treat a larger (or non-integer) report as no report (the estimate is charged).
+MAX_USAGE_TOKENS = 10**9
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Tokens a provider reported for one request, each 0..MAX_USAGE_TOKENS or None."""
+
     tokens_in: int | None = None
     tokens_out: int | None = None
 
@@ -256,10 +264,11 @@ class JobStore(Protocol):
                    max_running: int) -> Claim | ClaimRefused:
         """Atomically give one pending item of a running job to worker_id until now + lease_s.
 
-        Prefers item index_hint when it is pending, else the lowest pending index. Refuses when
-        the job is not running, no item is pending, or min(the job's concurrency, max_running)
-        items are already running (max_running is the worker's max_concurrency setting, so
-        lowering that setting also applies to existing jobs).
+        Prefers item index_hint when it is pending, else the lowest pending index. Refuses, with
+        the first reason that applies, when the job is not running (not_running), when
+        min(the job's concurrency, max_running) items are already running (at_capacity;
+        max_running is the worker's max_concurrency setting, so lowering that setting also
+        applies to existing jobs), or when no item is pending (no_pending).
         The item's estimate is reserved for as long as it runs. When the job has max_tokens
         and charged + reserved + this item's estimate would exceed it, nothing is claimed: if
         charged + estimate alone fits, the refusal is tokens_in_flight (the job stays running;
@@ -288,7 +297,8 @@ class JobStore(Protocol):
 
         Only the current owner of a running item may complete it; a completed item is never
         completed again and its result never overwritten (returns False, changes nothing).
-        Reported usage is charged; without it the estimate is charged.
+        Reported usage is charged; without it the estimate is charged. An empty provider or
+        model is recorded as None.
         """
 
     def fail_item(self, job_id: str, index: int, worker_id: str, error: ItemError) -> bool:

@@ -615,7 +615,7 @@ class SqliteJobStore:
             reserved = self._finish_owned(
                 conn, job_id, index, worker_id, COMPLETED,
                 ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
-                (tokens_in, tokens_out, provider, model))
+                (tokens_in, tokens_out, provider or None, model or None))  # "" is none, as on Redis
             if reserved is None:
                 return False
             charged = tokens_in + tokens_out if usage.reported else reserved

@@ -70,6 +70,7 @@ class FakeConfig:
     item_faults: dict[str, str] = field(default_factory=dict)
     hang_s: float = 30.0
     seed: int = 1234
+    usage: dict[str, Any] | None = None  # reported instead of the computed usage (a bad provider)
 
 
 class FakeProvider:
@@ -222,6 +223,7 @@ class FakeProvider:
         record.status = 200
         usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max(1, len(answer) // 4)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        usage = self.config.usage if self.config.usage is not None else usage
         base = {"id": f"chatcmpl-{digest(item)}", "created": int(time.time()), "model": req.get("model") or "fake-model"}
         if req.get("stream"):
             return await self._stream(writer, base, answer, usage)

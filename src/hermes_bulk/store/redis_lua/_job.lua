@@ -7,6 +7,12 @@
 local META, ITEMS, STATES, CONTENTS, RESULTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local PENDING, LEASES, OWNERS, FAILED, EVENTS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 
+-- Subtract n from a META counter. Not HINCRBY by -n: for n = 0 Lua's -n is -0, which reaches
+-- Redis as "-0" and is refused ("value is not an integer"), failing the whole operation.
+local function meta_decr(field, n)
+  if n ~= 0 then redis.call('HINCRBY', META, field, -n) end
+end
+
 -- An item's changing fields; absent means a fresh pending item.
 local function item_state(idx)
   local raw = redis.call('HGET', STATES, idx)
@@ -50,9 +56,9 @@ local function requeue(idx)
 end
 
 local function count_released(n, reserved)
-  redis.call('HINCRBY', META, 'running', -n)
+  meta_decr('running', n)
   redis.call('HINCRBY', META, 'pending', n)
-  redis.call('HINCRBY', META, 'tokens_reserved', -reserved)
+  meta_decr('tokens_reserved', reserved)
 end
 
 -- Items taken back from workers (expired or dead) are recorded, like the SQLite store does.

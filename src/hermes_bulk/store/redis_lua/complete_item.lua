@@ -18,7 +18,7 @@ local charged = reserved
 if reported then charged = tokens_in + tokens_out end
 redis.call('HINCRBY', META, 'running', -1)
 redis.call('HINCRBY', META, 'completed', 1)
-redis.call('HINCRBY', META, 'tokens_reserved', -reserved)
+meta_decr('tokens_reserved', reserved)
 redis.call('HINCRBY', META, 'tokens_charged', charged)
 redis.call('HINCRBY', META, 'tokens_in', tokens_in)
 redis.call('HINCRBY', META, 'tokens_out', tokens_out)

@@ -11,6 +11,6 @@ save_state(idx, st)
 redis.call('ZADD', FAILED, idx, idx)
 redis.call('HINCRBY', META, 'running', -1)
 redis.call('HINCRBY', META, 'failed', 1)
-redis.call('HINCRBY', META, 'tokens_reserved', -reserved)
+meta_decr('tokens_reserved', reserved)
 add_event(now_ms(), 'item_failed', ARGV[5], tonumber(idx), ARGV[3], tonumber(ARGV[4]))
 return 1
