@@ -15,6 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
+from .redact import register_secret, register_url
 
 ENV_PREFIX = "HERMES_BULK_"
 BACKEND_SCHEMES = ("sqlite", "redis", "rediss")
@@ -117,7 +118,7 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
     overrides = {k: v for k, v in overrides.items() if v is not None}
     _plugin_settings_for_load = dict(plugin_settings or {})
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
@@ -129,3 +130,12 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
         raise ConfigError(f"Invalid setting {name}: {err['msg']}{shown}.") from None
     finally:
         _plugin_settings_for_load = {}
+    register_settings_secrets(settings)
+    return settings
+
+
+def register_settings_secrets(settings: Settings) -> None:
+    """The key and the credentials in the endpoint and backend URLs: masked by value in every log."""
+    register_secret(settings.api_key.get_secret_value() if settings.api_key else None)
+    register_url(settings.base_url)
+    register_url(settings.backend)
