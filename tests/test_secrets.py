@@ -191,6 +191,7 @@ def test_a_registered_key_is_masked_whole_whatever_its_shape(shape):
     ("key hf_" + "Qq8" * 10, "Qq8" * 10),
     ("digest " + "0123456789abcdef" * 3, "0123456789abcdef" * 3),
     ("https://x/v1?access_token=opaque-77&b=1", "opaque-77"),
+    ("https://x/v1?key=AbC123xyz789&b=1", "AbC123xyz789"),
     ('{"api_key": "unshaped-4242"}', "unshaped-4242"),
 ])
 def test_secrets_nobody_registered_are_masked_by_shape(text, secret):
@@ -248,3 +249,22 @@ def test_records_of_our_loggers_are_masked_whichever_handler_writes_them(tmp_pat
     written = (tmp_path / "host.log").read_text()
     assert "call failed: ***" in written and "provider said: *** is wrong" in written
     assert "plain-value-secret-91" not in written
+
+
+@pytest.mark.parametrize("name, value, shown", [
+    ("HERMES_BULK_BASE_URL", "ftp://u:topsecret1@h/v1?key=k-topsecret2", "ftp://u:***@h/v1?key=***"),
+    ("HERMES_BULK_BACKEND", "mysql://u:topsecret1@h/db", "mysql://u:***@h/db"),
+])
+def test_a_rejected_url_is_quoted_without_its_credentials(env, monkeypatch, name, value, shown):
+    from hermes_bulk.config import load_settings
+    from hermes_bulk.errors import ConfigError
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert f"(got {shown!r})" in str(caught.value) and "topsecret" not in str(caught.value)
+
+
+def test_words_that_merely_follow_key_are_not_masked():
+    for text in ("rate-limit key: p:0a1b", "sort key=name", "HTTP 401 from http://h/v1"):
+        assert redact.redact(text) == text

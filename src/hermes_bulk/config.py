@@ -15,7 +15,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
-from .redact import register_secret, register_url
+from .redact import public_url, register_secret, register_url
 
 ENV_PREFIX = "HERMES_BULK_"
 BACKEND_SCHEMES = ("sqlite", "redis", "rediss")
@@ -126,6 +126,7 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
         if field in _plugin_settings_for_load and field not in overrides and name not in os.environ:
             name = f"plugins.entries.bulk.settings.{field}"
         got = err.get("input")
+        got = public_url(got) if isinstance(got, str) else got  # a rejected URL may still hold a password
         shown = "" if field in ("api_key", "OPENAI_API_KEY") or isinstance(got, dict) else f" (got {got!r})"
         raise ConfigError(f"Invalid setting {name}: {err['msg']}{shown}.") from None
     finally:

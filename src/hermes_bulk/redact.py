@@ -35,8 +35,8 @@ _SHAPES = re.compile(
     r"|\bAIza[0-9A-Za-z_\-]{20,}"
     r"|\b(?:bearer|basic)\s+[A-Za-z0-9._~+/\-]{8,}=*"
     r"|(?<![0-9a-f])[0-9a-f]{32,}(?![0-9a-f])"
-    r"|(?:api[_-]?key|access[_-]?token|password|passwd|secret|token|key|sig|signature)[\"']?\s*[:=]\s*[\"']?"
-    r"[^\s\"'&,;}]{4,})"
+    r"|(?:api[_-]?key|access[_-]?token|password|passwd|secret|token)[\"']?\s*[:=]\s*[\"']?[^\s\"'&,;}]{4,}"
+    r"|\b(?:key|sig|signature|code)=[A-Za-z0-9+/_.~%\-]{8,})"  # URL query values: long ones only
 )
 
 _lock = threading.Lock()

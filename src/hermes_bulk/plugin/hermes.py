@@ -157,7 +157,7 @@ def register_model_secrets() -> None:
             register_secret(str(section.get("api_key") or ""))
             register_url(str(section.get("base_url") or ""))
     for name, value in os.environ.items():
-        if name.endswith(("_API_KEY", "_TOKEN")):
+        if name.endswith(("_API_KEY", "_TOKEN")) and len(value) >= 12:  # not flags like USE_TOKEN=true
             register_secret(value)
 
 
