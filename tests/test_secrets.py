@@ -268,3 +268,15 @@ def test_a_rejected_url_is_quoted_without_its_credentials(env, monkeypatch, name
 def test_words_that_merely_follow_key_are_not_masked():
     for text in ("rate-limit key: p:0a1b", "sort key=name", "HTTP 401 from http://h/v1"):
         assert redact.redact(text) == text
+
+
+def test_an_endpoint_stored_with_credentials_before_is_exported_without_them(cli, tmp_path, home):
+    """A bulk.db written by an earlier version holds the endpoint as configured."""
+    src = tmp_path / "items.jsonl"
+    src.write_text('{"x": "one"}\n')
+    job_id = cli.create("Do", src)
+    cli("run", job_id, "--wait")
+    with sqlite3.connect(home / "bulk.db") as db:
+        assert db.execute("UPDATE items SET provider = 'http://u:old-pw-3e1@h/v1?token=old-tok-9'").rowcount == 1
+    path = Path(cli("export", job_id, "--format", "jsonl").stdout.strip())
+    assert json.loads(path.read_text())["provider"] == "http://u:***@h/v1?token=***"
