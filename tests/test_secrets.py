@@ -280,3 +280,15 @@ def test_an_endpoint_stored_with_credentials_before_is_exported_without_them(cli
         assert db.execute("UPDATE items SET provider = 'http://u:old-pw-3e1@h/v1?token=old-tok-9'").rowcount == 1
     path = Path(cli("export", job_id, "--format", "jsonl").stdout.strip())
     assert json.loads(path.read_text())["provider"] == "http://u:***@h/v1?token=***"
+
+
+def test_other_code_logging_through_the_root_logger_in_a_worker_is_masked(env, tmp_path):
+    """`hermes-bulk worker` serving Hermes jobs runs Hermes' code, which logs to the root logger:
+    with no handler there, Python's last-resort handler writes it to stderr."""
+    script = ("from hermes_bulk import config, logs; import logging; config.load_settings(); "
+              "logs.log_to_stream(logfile=None); "
+              "logging.getLogger('agent.auxiliary_client').warning('provider said %s', 'my-plain-key-0042')")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "HERMES_BULK_API_KEY": "my-plain-key-0042"})
+    assert proc.returncode == 0, proc.stderr
+    assert "provider said ***" in proc.stderr and "my-plain-key-0042" not in proc.stderr

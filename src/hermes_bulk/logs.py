@@ -95,6 +95,7 @@ FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 
 
 def _install(handler: logging.Handler, level: int) -> None:
+    _filter_host_handlers()  # Hermes' code in a worker serving Hermes jobs logs through the root logger
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(OutageFilter())
     handler.addFilter(RedactingFilter())
@@ -162,6 +163,11 @@ def guard_host_logging() -> None:
 
         redacting_factory._hermes_bulk_redacts = True  # type: ignore[attr-defined]
         logging.setLogRecordFactory(redacting_factory)
+    _filter_host_handlers()
+
+
+def _filter_host_handlers() -> None:
+    """The filter on the root logger's handlers and on the last-resort (stderr) handler."""
     for handler in [*logging.getLogger().handlers, logging.lastResort]:
         if handler is not None and not any(isinstance(f, RedactingFilter) for f in handler.filters):
             with contextlib.suppress(Exception):
