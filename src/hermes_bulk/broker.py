@@ -18,13 +18,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from huey import Huey, SqliteHuey
 from huey.api import TaskWrapper
 
 from .config import Settings
 from .errors import BackendUnavailable, ConfigError
+from .redact import public_url, register_url
 from .store.protocol import JobStore, SharedLimits
 from .store.sqlite import SqliteJobStore, SqliteLimits, open_database, sqlite_file_identity
 from .tasks import register_process_item
@@ -122,12 +123,8 @@ def sqlite_paths(url: str) -> tuple[Path, Path]:
 
 
 def redacted_url(url: str) -> str:
-    """A backend URL fit for logs and messages: the password replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
+    """A backend URL fit for logs and messages: the password replaced by *** (redact.public_url)."""
+    return public_url(url)
 
 
 # One Backend per URL, and per store file for sqlite:// (however the URL spells its path), so a
@@ -165,6 +162,7 @@ def close_all() -> None:
 
 
 def _build(url: str) -> Backend:
+    register_url(url)  # a Redis error or a log line may quote the URL, password and all
     scheme = url.split("://", 1)[0].lower()
     if scheme == "sqlite":
         store_path, queue_path = sqlite_paths(url)

@@ -25,7 +25,6 @@ from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
-from .files import private_dir
 from .jobs import Jobs, read_schema, state_label
 from .pipeline import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
@@ -101,12 +100,10 @@ def main(argv: list[str] | None = None) -> int:
 def _save_traceback(settings: Settings | None) -> Path:
     home = settings.home if settings else Path.home() / ".hermes" / "plugin-data" / "bulk"
     path = home / "logs" / "errors.log"
-    try:
-        private_dir(path.parent)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n{traceback.format_exc()}\n")
-    except OSError:
-        pass
+    # The command line and the traceback can hold a key or a URL's password: appended masked.
+    with contextlib.suppress(OSError):
+        logs.append_private(path, f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n"
+                                  f"{traceback.format_exc()}\n")
     return path
 
 

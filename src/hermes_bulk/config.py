@@ -16,6 +16,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
+from .redact import public_url, register_secret, register_url
 
 ENV_PREFIX = "HERMES_BULK_"
 BACKEND_SCHEMES = ("sqlite", "redis", "rediss")
@@ -119,7 +120,7 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
     plugin_settings = dict(plugin_settings or {})
     token = _plugin_settings_for_load.set(plugin_settings)
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
@@ -127,7 +128,17 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
         if field in plugin_settings and field not in overrides and name not in os.environ:
             name = f"plugins.entries.bulk.settings.{field}"
         got = err.get("input")
+        got = public_url(got) if isinstance(got, str) else got  # a rejected URL may still hold a password
         shown = "" if field in ("api_key", "OPENAI_API_KEY") or isinstance(got, dict) else f" (got {got!r})"
         raise ConfigError(f"Invalid setting {name}: {err['msg']}{shown}.") from None
     finally:
         _plugin_settings_for_load.reset(token)
+    register_settings_secrets(settings)
+    return settings
+
+
+def register_settings_secrets(settings: Settings) -> None:
+    """The key and the credentials in the endpoint and backend URLs: masked by value in every log."""
+    register_secret(settings.api_key.get_secret_value() if settings.api_key else None)
+    register_url(settings.base_url)
+    register_url(settings.backend)

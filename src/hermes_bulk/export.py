@@ -20,6 +20,7 @@ from typing import TextIO
 
 from .errors import InputError
 from .files import private_dir, write_private
+from .redact import public_url
 from .store.protocol import COMPLETED, ItemRecord, JobRecord, JobStore
 
 FORMATS = ("md", "csv", "jsonl")
@@ -120,7 +121,8 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None
             "result": item.result if item.status == COMPLETED else None,
             "error": describe_error(item) or None, "tokens_in": item.tokens_in, "tokens_out": item.tokens_out,
             # Who answered: with Hermes' fallbacks it may not be the configured provider.
-            "provider": item.provider, "model": item.model,
+            # public_url again: items completed before endpoints were stored masked still hold them.
+            "provider": public_url(item.provider) if item.provider else None, "model": item.model,
         }
         if structured:
             row["data"] = _fields_of(item) or None

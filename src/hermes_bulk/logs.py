@@ -1,39 +1,59 @@
 """Where logs go, and the redaction every log line passes through.
 
 Provider error text is logged (job records keep only the error type and HTTP status), but it
-can echo credentials, so secret-looking tokens are masked before any handler writes them.
-Commands log to `<data dir>/logs/hermes-bulk.log`, never to the terminal they print results
-on; `hermes-bulk worker` logs to stderr (or -l FILE), as a consumer does.
+can echo credentials, so secrets are masked (`redact.py`: the configured ones by value, others
+by shape) before any handler writes a line. Commands log to `<data dir>/logs/hermes-bulk.log`,
+never to the terminal they print results on; `hermes-bulk worker` logs to stderr (or -l FILE),
+as a consumer does. Every log file is owner-only, also one that existed before.
+
+Inside Hermes the plugin logs through Hermes' handlers, which Hermes adds only once a session
+starts (before that, Python's last-resort handler writes to stderr): `guard_host_logging` masks
+our records as they are made, whichever handler ends up writing them, and puts the filter on
+the handlers the host has.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-import re
+import stat
+import traceback
 from pathlib import Path
 
 from .files import private_dir
+from .redact import redact
 
-_SECRET = re.compile(
-    r"(?i)(\b(?:sk|rk|pk|key|token|ghp|gho|xox[abp])[-_][A-Za-z0-9_\-]{6,}"
-    r"|bearer\s+[A-Za-z0-9._\-]{8,}"
-    r"|(?:api[_-]?key|password|secret|token)[\"']?\s*[:=]\s*[\"']?[^\s\"',}]{4,})"
-)
+#: Loggers whose records are ours (huey logs our task failures, with their tracebacks).
+OWN_LOGGERS = ("hermes_bulk", "huey")
 
 
-def redact(text: str) -> str:
-    return _SECRET.sub(lambda m: m.group(0)[:3] + "***", text)
+def redact_record(record: logging.LogRecord) -> None:
+    """Mask secrets in a record's message, exception and stack text, in place (idempotent)."""
+    if getattr(record, "_hermes_bulk_redacted", False):
+        return
+    try:
+        message = record.getMessage()
+    except Exception:  # a bad format string: the handler reports it, with the raw parts masked
+        record.msg, record.args = redact(str(record.msg)), tuple(redact(str(a)) for a in record.args or ())
+        return
+    cleaned = redact(message)
+    if cleaned != message:
+        record.msg, record.args = cleaned, None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+    if record.exc_text:
+        record.exc_text = redact(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)
+    record._hermes_bulk_redacted = True
 
 
 class RedactingFilter(logging.Filter):
-    """Masks secret-looking tokens in the final message (arguments included)."""
+    """Masks secrets in the final message (arguments included), the traceback and the stack."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        cleaned = redact(message)
-        if cleaned != message:
-            record.msg, record.args = cleaned, None
+        redact_record(record)
         return True
 
 
@@ -75,6 +95,7 @@ FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 
 
 def _install(handler: logging.Handler, level: int) -> None:
+    _filter_host_handlers()  # Hermes' code in a worker serving Hermes jobs logs through the root logger
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(OutageFilter())
     handler.addFilter(RedactingFilter())
@@ -92,15 +113,62 @@ def _install(handler: logging.Handler, level: int) -> None:
     huey_log.propagate = False
 
 
+def open_private_log(path: Path | str) -> Path:
+    """Create a log file owner-only, or make an existing one so; a device (/dev/stderr) is left alone."""
+    path = Path(path)
+    fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    return path
+
+
 def log_to_file(home: Path, level: int = logging.INFO) -> Path:
     """Commands: a private log file in the data directory."""
     path = home / "logs" / "hermes-bulk.log"
     private_dir(path.parent)
-    os.close(os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY, 0o600))
-    _install(logging.FileHandler(path, encoding="utf-8"), level)
+    _install(logging.FileHandler(open_private_log(path), encoding="utf-8"), level)
     return path
 
 
 def log_to_stream(level: int = logging.INFO, logfile: str | None = None) -> None:
     """The worker: stderr (or a file), like huey_consumer."""
-    _install(logging.FileHandler(logfile, encoding="utf-8") if logfile else logging.StreamHandler(), level)
+    _install(logging.FileHandler(open_private_log(logfile), encoding="utf-8") if logfile
+             else logging.StreamHandler(), level)
+
+
+def append_private(path: Path, text: str) -> None:
+    """Add text, masked, to an owner-only file (the traceback log)."""
+    private_dir(path.parent)
+    with open(open_private_log(path), "a", encoding="utf-8") as f:
+        f.write(redact(text))
+
+
+def guard_host_logging() -> None:
+    """Inside a host process (Hermes): mask our records at birth, and filter the host's handlers.
+
+    The record factory covers handlers the host adds later (Hermes adds its files when a
+    session starts); the handler filters cover the host's own records on the handlers it has
+    now and on the last-resort stderr handler. Idempotent.
+    """
+    factory = logging.getLogRecordFactory()
+    if not getattr(factory, "_hermes_bulk_redacts", False):
+        def redacting_factory(*args, **kwargs):
+            record = factory(*args, **kwargs)
+            if record.name.startswith(OWN_LOGGERS):
+                redact_record(record)
+            return record
+
+        redacting_factory._hermes_bulk_redacts = True  # type: ignore[attr-defined]
+        logging.setLogRecordFactory(redacting_factory)
+    _filter_host_handlers()
+
+
+def _filter_host_handlers() -> None:
+    """The filter on the root logger's handlers and on the last-resort (stderr) handler."""
+    for handler in [*logging.getLogger().handlers, logging.lastResort]:
+        if handler is not None and not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            with contextlib.suppress(Exception):
+                handler.addFilter(RedactingFilter())

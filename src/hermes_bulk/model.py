@@ -16,10 +16,12 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
 from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
+from .redact import public_url
 from .store.protocol import MAX_USAGE_TOKENS, Usage
 
 log = logging.getLogger("hermes_bulk.model")
@@ -116,6 +118,9 @@ class HttpModelClient:
     def __init__(self, *, base_url: str, api_key: str | None, model: str, timeout_s: float,
                  max_connections: int = 16) -> None:
         self.base_url = base_url.rstrip("/")
+        #: The endpoint as logged and stored with each result: no password, no secret query values.
+        self.endpoint = public_url(self.base_url)
+        self._chat_url = endpoint_url(self.base_url, "chat/completions")
         self.model = model
         self.provider_key = provider_key(self.base_url, api_key)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -147,14 +152,14 @@ class HttpModelClient:
                 "name": "item_result", "schema": json_schema, "strict": True}}
         try:
             with self._slots:
-                response = self._http.post(f"{self.base_url}/chat/completions", json=body)
+                response = self._http.post(self._chat_url, json=body)
         except httpx.TimeoutException:
             raise TransientModelError("the request timed out") from None
         except httpx.TransportError as exc:
-            log.warning("connection error talking to %s: %r", self.base_url, exc)
+            log.warning("connection error talking to %s: %r", self.endpoint, exc)
             raise TransientModelError(f"connection error ({type(exc).__name__})") from None
         if response.status_code != 200:
-            log.warning("HTTP %s from %s: %s", response.status_code, self.base_url, response.text[:2000])
+            log.warning("HTTP %s from %s: %s", response.status_code, self.endpoint, response.text[:2000])
             raise classify_status(response.status_code, response.headers)
         return self._parse(response)
 
@@ -164,7 +169,7 @@ class HttpModelClient:
             choice = data["choices"][0]
             text = choice["message"].get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            log.warning("unreadable answer from %s: %s", self.base_url, response.text[:2000])
+            log.warning("unreadable answer from %s: %s", self.endpoint, response.text[:2000])
             raise TransientModelError("the provider's answer could not be read", http_status=200) from None
         if choice.get("finish_reason") == "content_filter":
             raise PermanentModelError("the provider's content filter withheld the answer", http_status=200)
@@ -174,7 +179,7 @@ class HttpModelClient:
         return Completion(
             text=text,
             usage=Usage(_int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))),
-            provider=self.base_url, model=data.get("model") or self.model,
+            provider=self.endpoint, model=data.get("model") or self.model,
         )
 
     def close(self) -> None:
@@ -182,6 +187,12 @@ class HttpModelClient:
             clients, self._clients = self._clients, []
         for client in clients:
             client.close()
+
+
+def endpoint_url(base_url: str, path: str) -> str:
+    """base_url with path appended to its path, its query kept (`…/v1?api-key=…` stays a query)."""
+    parts = urlsplit(base_url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + path))
 
 
 def _int_or_none(value: Any) -> int | None:

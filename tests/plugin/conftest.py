@@ -74,6 +74,7 @@ def _session_provider() -> Iterator[FakeProvider]:
 @pytest.fixture
 def hermes_provider(_session_provider) -> FakeProvider:
     _session_provider.configure(latency_s=0.0, rate_per_s=None, fail_rate=0.0, script=[], item_faults={},
+                                echo_credentials=False, error_echo="",
                                 hang_s=30.0)
     _session_provider.reset_records()
     return _session_provider

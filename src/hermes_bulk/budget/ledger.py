@@ -28,6 +28,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from ..errors import BackendUnavailable, ConfigError
+from ..redact import register_url
 from .policy import CALL_CLASSES, HELD, WOULD_BLOCK, Terms
 from .windows import Window
 
@@ -178,6 +179,7 @@ def open_ledger(location: str) -> RequestLedger:
     """A ledger for a location: a redis:// or rediss:// URL, or a SQLite file path (or sqlite:///path)."""
     scheme = location.split("://", 1)[0].lower() if "://" in location else ""
     if scheme in ("redis", "rediss"):
+        register_url(location)  # a Redis error or a log line may quote the URL, password and all
         from .redis_ledger import RedisLedger
 
         return RedisLedger(location)

@@ -22,11 +22,11 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigError
 from ..files import private_dir, write_private
+from ..redact import public_url
 from .policy import ENFORCE, OBSERVE
 
 SETTINGS_FILE = "budget.json"
@@ -244,11 +244,8 @@ def ledger_location(settings: BudgetSettings, directory: Path) -> str:
 
 
 def redacted(location: str) -> str:
-    """A ledger location fit to print: a URL's password is masked."""
-    parts = urlsplit(location)
-    if "://" in location and parts.password:
-        return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")))
-    return location
+    """A ledger location fit to print: a URL's password is masked (redact.public_url)."""
+    return public_url(location) if "://" in location else location
 
 
 def _stamp(path: str) -> tuple[int, int] | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import hints, views
+from .. import hints, logs, views
 from ..broker import open_backend
 from ..commands import UsageError, build_parser, split_slash_args
 from ..config import Settings, load_settings
@@ -79,6 +79,8 @@ def register(ctx: Any) -> None:
     """Hermes' plugin entry point."""
     global _ctx, _recovery
     _ctx = ctx
+    logs.guard_host_logging()  # before any session exists our lines go to stderr: masked from here on
+    hermes.register_model_secrets()
     ctx.register_command("bulk", handle, description=DESCRIPTION, args_hint=ARGS_HINT)
     # On a thread: Hermes' start must not wait on Bulk's store (a Redis backend may be far).
     context = contextvars.copy_context()

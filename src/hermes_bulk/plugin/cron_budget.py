@@ -168,8 +168,10 @@ def cli_run(args) -> None:
 
 def register(ctx) -> None:
     global _aux_via_hook
+    from ..logs import guard_host_logging
     from .hermes_budget import has_hook, observe_auxiliary_responses
 
+    guard_host_logging()  # our lines may quote a provider's error: masked whichever handler writes them
     ctx.register_middleware("llm_execution", llm_execution)
     if has_hook("pre_auxiliary_call"):
         ctx.register_hook("pre_auxiliary_call", on_pre_auxiliary_call)

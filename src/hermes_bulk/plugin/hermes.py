@@ -33,6 +33,7 @@ from ..errors import (
     TransientModelError,
 )
 from ..model import Completion, classify_status, retry_after_seconds
+from ..redact import register_secret, register_url
 from ..store.protocol import JobRecord, Usage
 
 log = logging.getLogger("hermes_bulk.plugin")
@@ -139,6 +140,25 @@ def configured_model() -> HermesModel:
     provider = str(section.get("provider") or "").strip().lower()
     model = str(section.get("default") or section.get("model") or "").strip()
     return HermesModel(profile_name(), provider, model)
+
+
+def register_model_secrets() -> None:
+    """Mask Hermes' provider credentials by value in our logs: a provider may echo its key.
+
+    The profile's model.api_key and model.base_url, and the *_API_KEY variables Hermes loaded
+    from the profile's .env (where its providers' keys live). Read, not resolved: resolving a
+    provider can refresh OAuth tokens, which a plugin must not trigger.
+    """
+    with contextlib.suppress(Exception):  # a config Hermes cannot read leaves shapes to do it
+        from hermes_cli.config import load_config
+
+        section = load_config().get("model")
+        if isinstance(section, dict):
+            register_secret(str(section.get("api_key") or ""))
+            register_url(str(section.get("base_url") or ""))
+    for name, value in os.environ.items():
+        if name.endswith(("_API_KEY", "_TOKEN")) and len(value) >= 12:  # not flags like USE_TOKEN=true
+            register_secret(value)
 
 
 def profile_of(provider_key: str) -> str | None:
@@ -311,6 +331,7 @@ def client_factory(make_llm: Callable[[], Any], *, settings: Settings, profile: 
             if client is None:
                 if not made:
                     made.append(make_llm())
+                    register_model_secrets()
                 client = clients[job.spec.provider_key] = HermesLlmClient(
                     made[0], provider_key=job.spec.provider_key, timeout_s=settings.request_timeout_seconds,
                     home=home)

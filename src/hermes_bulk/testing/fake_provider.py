@@ -14,6 +14,9 @@ Faults, set at start or live through `configure()` / `POST /_control`:
                    "500", "400", "401", "timeout", "reset", "empty"
   item_faults      {substring of an item: fault}, e.g. {"PERMANENT-400": "400"}
   hang_s           how long a "timeout" fault stays silent
+  echo_credentials error bodies quote the request's Authorization header and target (its query),
+                   as careless providers do: what a leak test needs
+  error_echo       a string every error body quotes (e.g. a key of some shape)
 Every request is recorded (`requests`): wall time, item digest, status.
 """
 
@@ -69,6 +72,8 @@ class FakeConfig:
     script: list[str] = field(default_factory=list)
     item_faults: dict[str, str] = field(default_factory=dict)
     hang_s: float = 30.0
+    echo_credentials: bool = False
+    error_echo: str = ""
     seed: int = 1234
     usage: dict[str, Any] | None = None  # reported instead of the computed usage (a bad provider)
 
@@ -155,7 +160,7 @@ class FakeProvider:
                 headers = {k.strip().lower(): v.strip() for k, v in
                            (line.split(":", 1) for line in lines[1:] if ":" in line)}
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
-                keep_going = await self._route(method, path, body, writer)
+                keep_going = await self._route(method, path, body, writer, headers)
                 if not keep_going or headers.get("connection", "").lower() == "close":
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
@@ -164,7 +169,9 @@ class FakeProvider:
             if not writer.is_closing():
                 writer.close()
 
-    async def _route(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _route(self, method: str, target: str, body: bytes, writer: asyncio.StreamWriter,
+                     headers: dict[str, str] | None = None) -> bool:
+        path = target.split("?", 1)[0]  # a base URL may carry a query (…/v1?api-key=…)
         if method == "GET" and path.endswith("/models"):
             return self._send(writer, 200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
         if method == "GET" and path == "/_stats":
@@ -179,18 +186,24 @@ class FakeProvider:
             with self._lock:
                 return self._send(writer, 200, [r.__dict__ for r in self.requests])
         if method == "POST" and path.endswith("/chat/completions"):
-            return await self._chat(json.loads(body or b"{}"), writer)
+            return await self._chat(json.loads(body or b"{}"), writer, self._echo(target, headers or {}))
         return self._send(writer, 404, {"error": {"message": "not found"}})
 
-    async def _chat(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
+    def _echo(self, target: str, headers: dict[str, str]) -> str:
+        """What error bodies quote besides the usual text (echo_credentials, error_echo)."""
+        parts = [f"request {target} with Authorization: {headers.get('authorization', '')}"] \
+            if self.config.echo_credentials else []
+        return "".join(f"; {part}" for part in [*parts, self.config.error_echo] if part)
+
+    async def _chat(self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = "") -> bool:
         self.in_flight += 1  # the event loop is one thread: no lock needed
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            return await self._answer(req, writer)
+            return await self._answer(req, writer, echo)
         finally:
             self.in_flight -= 1
 
-    async def _answer(self, req: dict[str, Any], writer: asyncio.StreamWriter) -> bool:
+    async def _answer(self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = "") -> bool:
         messages = req.get("messages") or []
         prompt = "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user")
         item = item_text(prompt)
@@ -212,11 +225,13 @@ class FakeProvider:
                 headers = [("retry-after-ms", str(ms)), ("Retry-After", str(max(1, -(-ms // 1000))))]
             elif ":" in fault:
                 headers = [("Retry-After", fault.split(":", 1)[1])]
-            return self._send(writer, 429, {"error": {"message": "Rate limit reached for fake-model (secret sk-LEAKED-1234)",
+            return self._send(writer, 429, {"error": {"message": "Rate limit reached for fake-model (secret "
+                                                                 f"sk-LEAKED-1234){echo}",
                                                       "type": "rate_limit_exceeded"}}, headers)
         if fault.isdigit():
             record.status = int(fault)
-            return self._send(writer, int(fault), {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 invalid"}})
+            return self._send(writer, int(fault), {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 "
+                                                                        f"invalid{echo}"}})
         answer = "" if fault == "empty" else expected_answer(item)
         if req.get("response_format", {}).get("type") == "json_schema" and answer:
             answer = json.dumps(_schema_answer(req["response_format"]["json_schema"].get("schema", {}), item))
