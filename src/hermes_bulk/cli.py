@@ -60,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         err.print(f"hermes-bulk: {exc}", markup=False)
         return EXIT_BACKEND
+    except UsageError as exc:  # a value that parsed but cannot be used (an empty job id, a limit)
+        err.print(f"hermes-bulk: {exc}", markup=False)
+        return EXIT_USAGE
     except HermesBulkError as exc:
         err.print(f"hermes-bulk: {exc}", markup=False)
         return EXIT_ERROR

@@ -11,7 +11,7 @@ import argparse
 import shlex
 from typing import NoReturn
 
-from .errors import InputError
+from .errors import UsageError
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events",
             "delete", "worker", "workers", "path", "budget")
@@ -27,14 +27,6 @@ examples:
 
 exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 130 interrupted
 """
-
-
-class UsageError(InputError):
-    """The command line does not parse; the message says what is wrong."""
-
-    def __init__(self, message: str, usage: str = "") -> None:
-        super().__init__(message)
-        self.usage = usage
 
 
 class _Parser(argparse.ArgumentParser):

@@ -16,7 +16,7 @@ from . import export as export_mod
 from . import prompt
 from .broker import Backend, open_backend
 from .config import Settings, env_name
-from .errors import ConfigError, InputError, InvalidTransition, JobNotFound
+from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, UsageError
 from .files import private_dir
 from .model import provider_key
 from .pipeline import OpenGate, RequestGate
@@ -179,8 +179,16 @@ class Jobs:
 
     # Reading -------------------------------------------------------------------------------
     def resolve(self, job_ref: str | None) -> str:
-        """A job id from an id or a unique prefix of one; the newest job when job_ref is None."""
-        if not job_ref:
+        """A job id from an id or a unique prefix of one; the newest job when job_ref is None.
+
+        Only None (no argument at all: `status`) means the newest job. An empty or blank id is a
+        mistake (a variable that was not set), never a prefix of every id: `delete ""` must not
+        delete whatever job happens to be newest.
+        """
+        if job_ref is not None and not job_ref.strip():
+            raise UsageError(f"The job id is empty; give a job id or a unique prefix of one. "
+                             f"List jobs with: {self.cmd} list")
+        if job_ref is None:
             jobs = self.store.list_jobs(1)
             if not jobs:
                 raise JobNotFound(f'There are no jobs yet. Create one with: {self.cmd} "<instruction>" --over PATH')
