@@ -208,7 +208,10 @@ def cmd_retry(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
-    print(_jobs(settings).export(args.job, fmt=args.format, output=args.output))
+    if args.output == "-":
+        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format)
+    else:
+        print(_jobs(settings).export(args.job, fmt=args.format, output=args.output))
     return EXIT_OK
 
 

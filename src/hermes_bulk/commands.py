@@ -114,7 +114,8 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p = sub.add_parser("export", help="write all results to one file (no model calls)")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--format", choices=("md", "csv", "jsonl"), default="md")
-    p.add_argument("--output", metavar="PATH", help="where to write (default: the job's folder)")
+    p.add_argument("--output", metavar="PATH",
+                   help="a regular file to write (default: the job's folder)" + ("" if for_slash else "; - for standard output"))
 
     p = sub.add_parser("list", help="the most recent jobs")
     p.add_argument("--limit", type=_positive, default=20, metavar="N")

@@ -11,6 +11,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from . import export as export_mod
 from . import prompt
@@ -290,10 +291,23 @@ class Jobs:
 
     # Results -------------------------------------------------------------------------------
     def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None) -> Path:
+        """Write the export to output (a regular file, or a new name in an existing folder), by
+        default results.<fmt> in the job's folder; returns the path written."""
         job = self.get(job_ref)
-        target = Path(output).expanduser() if output else self.job_dir(job.job_id) / f"results.{fmt}"
-        export_mod.export(self.store, job, fmt, target, outputs_dir=self.job_dir(job.job_id) / "outputs")
+        outputs_dir = self.job_dir(job.job_id) / "outputs"
+        if output is not None and not output.strip():
+            raise UsageError("--output is empty; give a file name (or - for standard output).")
+        if output:
+            export_mod.export(self.store, job, fmt, Path(output).expanduser(), outputs_dir=outputs_dir)
+            return Path(output).expanduser()
+        target = self.job_dir(job.job_id) / f"results.{fmt}"
+        export_mod.export(self.store, job, fmt, target, outputs_dir=outputs_dir, make_folder=True)
         return target
+
+    def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md") -> None:
+        """The export written to stream (`--output -`)."""
+        job = self.get(job_ref)
+        export_mod.export_to_stream(self.store, job, fmt, stream, outputs_dir=self.job_dir(job.job_id) / "outputs")
 
 
 def read_schema(path: Path) -> str:

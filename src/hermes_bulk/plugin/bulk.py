@@ -252,6 +252,8 @@ def cmd_retry(args: Namespace, s: _Session, _on_progress) -> str:
 
 
 def cmd_export(args: Namespace, s: _Session, _on_progress) -> str:
+    if args.output == "-":  # Hermes' standard output is its own channel (JSON-RPC in the TUI gateway)
+        raise UsageError(f"{CMD} export cannot write to standard output; give a file name as --output.")
     path = s.jobs.export(args.job, fmt=args.format, output=str(_path(args.output)) if args.output else None)
     job = s.jobs.get(args.job)
     unfinished = job.total - job.completed - job.failed
