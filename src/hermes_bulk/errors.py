@@ -95,3 +95,10 @@ class SourceChanged(HermesBulkError):
 
     def __init__(self) -> None:
         super().__init__("source content changed since the job was created")
+
+
+class SourceUnusable(HermesBulkError):
+    """Something other than a regular file is now where the item's source was (DESIGN.md
+    invariant 11): it is not read, and the item fails with this reason."""
+
+    error_type = "SourceUnusable"

@@ -140,7 +140,7 @@ class WorkerRuntime:
             store=backend.store, limits=backend.limits, worker_id=self.worker_id,
             client_for=client_for or self.client_for, jobs_dir=settings.jobs_dir,
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
-            request_gate=self.request_gate,
+            request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes,
         )
         self.interval_s = max(0.2, min(settings.lease_seconds / 3, 5.0))
         self._stop = threading.Event()
