@@ -83,7 +83,7 @@ def test_bad_flags(cli, home, existing_job, args, needles):
 
 def test_concurrency_above_max_concurrency(cli, home, tmp_path, existing_job):
     proc = cli("create", "Do", "--over", str(tmp_path / "ok.txt"), "--concurrency", "17", check=False)
-    assert_one_line_error(proc, 1, "--concurrency 17 is more than max_concurrency (16)")
+    assert_one_line_error(proc, 2, "--concurrency 17 is more than max_concurrency (16)")
     assert_nothing_created(cli, home, existing_job)
 
 

@@ -78,7 +78,11 @@ def sqlite_paths(url: str) -> tuple[Path, Path]:
 
 def redacted_url(url: str) -> str:
     """A backend URL fit for logs and messages: the password replaced by ***."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:  # not parsable: show no more than the scheme
+        return url.split("://", 1)[0] + "://…"
     if parts.password:
         netloc = parts.netloc.replace(":" + parts.password + "@", ":***@")
         return urlunsplit(parts._replace(netloc=netloc))

@@ -119,7 +119,7 @@ class Jobs:
             raise InputError("The instruction is empty; say what to do with each item.")
         concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
         if concurrency > s.max_concurrency:
-            raise InputError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
+            raise UsageError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
                              f"lower it, or raise {self.setting_name('max_concurrency')}.")
         if client == "http":
             model = model or s.model
