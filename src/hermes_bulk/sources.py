@@ -140,9 +140,9 @@ def _directory_file(path: Path, name: str, max_item_bytes: int) -> SourceItem | 
             st = os.fstat(f.fileno())
             if st.st_size == 0:
                 return Skipped(name, "empty file")
-            if st.st_size > max_item_bytes:
+            data = f.read(max_item_bytes + 1)  # bounded: the file may grow after fstat
+            if st.st_size > max_item_bytes or len(data) > max_item_bytes:
                 return Skipped(name, f"larger than max_item_bytes ({max_item_bytes} bytes)")
-            data = f.read()
     except NotRegularFile as exc:  # swapped in after the directory was listed
         return Skipped(name, f"not a regular file ({exc.reason})")
     except InputError as exc:
@@ -162,7 +162,11 @@ def _whole_file(path: Path, f: BinaryIO, sig: str, max_item_bytes: int) -> Sourc
     if size > max_item_bytes:
         raise InputError(f"{path}: {size} bytes is more than max_item_bytes ({max_item_bytes}); "
                          "split it, or raise HERMES_BULK_MAX_ITEM_BYTES.")
-    text = _decode_text(f.read())
+    data = f.read(max_item_bytes + 1)  # bounded: the file may grow after fstat
+    if len(data) > max_item_bytes:
+        raise InputError(f"{path}: it grew past max_item_bytes ({max_item_bytes}) while being read; "
+                         "try again once it is written.")
+    text = _decode_text(data)
     if text is None or "\x00" in text:
         raise InputError(f"{path}: not UTF-8 text; convert it (for example with iconv -t UTF-8).")
     return SourceItem(path.name, text, "", WHOLE_FILE, sig)

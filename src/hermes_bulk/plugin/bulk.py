@@ -142,6 +142,8 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None) -
         args = parser.parse_args(argv)
         return HANDLERS[args.command](args, _Session(), on_progress)
     except UsageError as exc:
+        if not exc.usage:  # a value the parser took but the command cannot use: the line says it all
+            return str(exc)
         return f"{exc}\n{exc.usage.strip()}\nSee: {CMD} help".replace("\n\n", "\n")
     except HermesBulkError as exc:
         return str(exc)
