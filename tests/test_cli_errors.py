@@ -69,7 +69,7 @@ def test_bad_sources(cli, home, tmp_path, existing_job, name, make, needles):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["create", "Do", "--over", "x", "--concurrency", "0"], ["--concurrency", "must be at least 1"]),
+    (["create", "Do", "--over", "x", "--concurrency", "0"], ["--concurrency", "0 is out of range; use 1 to 1,024"]),
     (["create", "Do", "--over", "x", "--retries", "many"], ["--retries", "'many' is not a whole number"]),
     (["create", "Do"], ["--over"]),
     (["create", "Do", "--over", "x", "--frobnicate"], ["Unrecognized arguments: --frobnicate"]),
