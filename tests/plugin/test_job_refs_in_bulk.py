@@ -6,6 +6,9 @@ looked at, and the jobs made here are in the same data directory the handler ope
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
 from hermes_bulk import broker
@@ -47,3 +50,15 @@ def test_bulk_status_without_an_argument_lists_recent_jobs(plugin_jobs):
     _, ids = plugin_jobs
     reply = bulk.answer("status")
     assert all(i in reply for i in ids), reply
+
+
+def test_bulk_export_writes_only_a_regular_file(plugin_jobs, tmp_path):
+    """/bulk has no standard output of its own (the gateway's is JSON-RPC), and refuses a FIFO."""
+    _, ids = plugin_jobs
+    assert bulk.answer(f"export {ids[0]} --output -") == (
+        "/bulk export cannot write to standard output; give a file name as --output.")
+    fifo = tmp_path / "pipe.md"
+    os.mkfifo(fifo)
+    reply = bulk.answer(f"export {ids[0]} --output {fifo}")
+    assert "it is a FIFO (named pipe), not a regular file" in reply, reply
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
