@@ -208,3 +208,18 @@ def test_a_job_whose_sources_became_fifo_device_and_folder_finishes(cli, tmp_pat
     for name, what in (("b.txt", "a FIFO"), ("c.txt", "a symbolic link"), ("d.txt", "a directory")):
         assert rows[name]["error"].startswith("SourceUnusable: the source "), rows[name]
         assert f"is {what}" in rows[name]["error"] and "only regular files are read" in rows[name]["error"]
+
+
+@pytest.mark.parametrize("make, needles", [
+    (lambda p: (os.mkfifo(p), p)[1], ["it is a FIFO (named pipe)"]),
+    (lambda p: (p.symlink_to("/dev/zero"), p)[1], ["it is a character device"]),
+    (lambda p: (p.mkdir(), p)[1], ["it is a directory"]),
+    (lambda p: p, ["cannot read it (no such file or directory)"]),
+    (lambda p: (p.write_text(" " * (1024 * 1024 + 1)), p)[1], ["larger than 1,048,576 bytes"]),
+], ids=["fifo", "link-to-dev-zero", "directory", "missing", "huge"])
+def test_a_schema_file_must_be_a_small_regular_file(cli, tmp_path, make, needles):
+    src = tmp_path / "a.txt"
+    src.write_text("x")
+    schema = make(tmp_path / "schema.json")
+    proc = cli("create", "Do", "--over", str(src), "--schema", str(schema), check=False, timeout=30)
+    assert_one_line_error(proc, 1, "--schema", *needles)

@@ -21,7 +21,7 @@ from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, Usa
 from .files import private_dir
 from .model import provider_key
 from .pipeline import OpenGate, RequestGate
-from .sources import Skipped, Source, content_hash
+from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
 from .store.protocol import (
     AWAITING_RECOVERY,
     NOT_STARTED,
@@ -310,12 +310,22 @@ class Jobs:
         export_mod.export_to_stream(self.store, job, fmt, stream, outputs_dir=self.job_dir(job.job_id) / "outputs")
 
 
+#: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).
+MAX_SCHEMA_BYTES = 1024 * 1024
+
+
 def read_schema(path: Path) -> str:
     """A --schema file as compact JSON text: a JSON schema of an object with "properties"."""
     try:
-        schema = json.loads(path.expanduser().read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"--schema {path}: cannot read it ({exc.strerror}).") from None
+        data = read_regular_file(path.expanduser(), MAX_SCHEMA_BYTES)
+    except NotRegularFile as exc:
+        raise InputError(f"--schema {path}: it is {exc.reason}; give a JSON file.") from None
+    except InputError as exc:  # "<path>: cannot read it (<reason>)."
+        raise InputError(f"--schema {exc}") from None
+    if data is None:
+        raise InputError(f"--schema {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; a schema is a small JSON file.")
+    try:
+        schema = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
     if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):

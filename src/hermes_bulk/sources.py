@@ -514,6 +514,16 @@ def _open_file(path: Path, *, follow: bool = True) -> BinaryIO:
         raise
 
 
+def read_regular_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file (links followed), or None when it is larger than limit.
+
+    NotRegularFile for a FIFO, device or directory; InputError when it cannot be opened.
+    """
+    with _open_file(path) as f:
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data
+
+
 def _decode_text(data: bytes) -> str | None:
     try:
         return data.decode("utf-8-sig")
