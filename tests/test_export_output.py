@@ -119,3 +119,27 @@ def test_a_regular_file_is_replaced_and_dash_is_standard_output(cli, job_id, tmp
     piped = cli("export", job_id, "--format", "jsonl", "--output", "-")
     assert piped.stdout == from_file, "the same export, on standard output, and nothing else"
     assert not (tmp_path / "-").exists() and not Path("-").exists()
+
+
+@pytest.mark.parametrize("plant", [
+    lambda p: os.mkfifo(p), lambda p: p.symlink_to("/dev/null"), lambda p: p.mkdir(), lambda p: p.write_text("old"),
+], ids=["fifo", "link", "directory", "stale-file"])
+def test_an_output_file_never_opens_what_holds_its_temporary_name(tmp_path, plant):
+    """write_private (every outputs/NNNNNN.md) creates its temporary file afresh: a FIFO left at
+    that name once would have blocked the worker's write forever."""
+    import threading
+
+    from hermes_bulk.files import write_private
+
+    go, done = threading.Event(), threading.Event()
+    worker = threading.Thread(target=lambda: (go.wait(), write_private(tmp_path / "000000.md", "answer\n"),
+                                              done.set()), daemon=True)
+    worker.start()
+    planted = tmp_path / f".tmp-{os.getpid()}-{worker.ident}"  # the name that thread will use
+    plant(planted)
+    go.set()
+    worker.join(5)
+    assert done.is_set(), "write_private did not finish"
+    assert (tmp_path / "000000.md").read_text() == "answer\n"
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert not planted.exists() and not planted.is_symlink()
