@@ -183,6 +183,7 @@ def test_outputs_and_exports(cli, tmp_path, home):
     text = md.read_text()
     assert text.index("## line:1") < text.index("## line:5") and expected_answer('"plain"') in text
     # Names and results are neutralised so a spreadsheet does not run them.
+    (tmp_path / "out").mkdir()  # an --output folder must exist: a typo is not made into folders
     out = tmp_path / "out" / "r.csv"
     assert cli("export", job_id, "--format", "csv", "--output", str(out)).stdout.strip() == str(out)
     first = out.read_bytes()

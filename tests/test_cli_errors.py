@@ -69,7 +69,7 @@ def test_bad_sources(cli, home, tmp_path, existing_job, name, make, needles):
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["create", "Do", "--over", "x", "--concurrency", "0"], ["--concurrency", "must be at least 1"]),
+    (["create", "Do", "--over", "x", "--concurrency", "0"], ["--concurrency", "0 is out of range; use 1 to 1,024"]),
     (["create", "Do", "--over", "x", "--retries", "many"], ["--retries", "'many' is not a whole number"]),
     (["create", "Do"], ["--over"]),
     (["create", "Do", "--over", "x", "--frobnicate"], ["Unrecognized arguments: --frobnicate"]),
@@ -83,7 +83,7 @@ def test_bad_flags(cli, home, existing_job, args, needles):
 
 def test_concurrency_above_max_concurrency(cli, home, tmp_path, existing_job):
     proc = cli("create", "Do", "--over", str(tmp_path / "ok.txt"), "--concurrency", "17", check=False)
-    assert_one_line_error(proc, 1, "--concurrency 17 is more than max_concurrency (16)")
+    assert_one_line_error(proc, 2, "--concurrency 17 is more than max_concurrency (16)")
     assert_nothing_created(cli, home, existing_job)
 
 

@@ -123,7 +123,12 @@ def sqlite_paths(url: str) -> tuple[Path, Path]:
 
 
 def redacted_url(url: str) -> str:
-    """A backend URL fit for logs and messages: the password replaced by *** (redact.public_url)."""
+    """A backend URL fit for logs and messages: the password replaced by *** (redact.public_url);
+    an unparsable one shows no more than its scheme."""
+    try:
+        urlsplit(url).port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        return url.split("://", 1)[0] + "://…"
     return public_url(url)
 
 

@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     except BackendUnavailable as exc:
         err.print(f"hermes-bulk: {exc}", markup=False)
         return EXIT_BACKEND
+    except UsageError as exc:  # a value that parsed but cannot be used (an empty job id, a limit)
+        err.print(f"hermes-bulk: {exc}", markup=False)
+        return EXIT_USAGE
     except HermesBulkError as exc:
         err.print(f"hermes-bulk: {exc}", markup=False)
         return EXIT_ERROR
@@ -238,7 +241,10 @@ def cmd_retry(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
-    print(_jobs(settings).export(args.job, fmt=args.format, output=args.output))
+    if args.output == "-":
+        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format)
+    else:
+        print(_jobs(settings).export(args.job, fmt=args.format, output=args.output))
     return EXIT_OK
 
 

@@ -8,10 +8,11 @@ raise UsageError (never exit), so the slash command can answer with the message.
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 from typing import NoReturn
 
-from .errors import InputError
+from .errors import UsageError
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events",
             "delete", "worker", "workers", "path", "budget", "wait")
@@ -29,14 +30,6 @@ exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 130 interrupted
 """
 
 
-class UsageError(InputError):
-    """The command line does not parse; the message says what is wrong."""
-
-    def __init__(self, message: str, usage: str = "") -> None:
-        super().__init__(message)
-        self.usage = usage
-
-
 class _Parser(argparse.ArgumentParser):
     #: command name -> its parser, so a caller can show one command's help without printing it
     subcommands: dict[str, argparse.ArgumentParser]
@@ -49,30 +42,59 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(status)
 
 
-def _whole(minimum: int):
-    """An argparse type: a whole number of at least `minimum`, with a message that says so."""
+# The range of every number on the command line (shown in --help and docs/cli.md). The upper
+# bounds keep a typo from reaching the store as a value it cannot hold (SQLite's 64-bit
+# integers, Lua's 2**53) or from starting a billion threads; each is far above real use.
+MAX_CONCURRENCY = 1024  #: as the max_concurrency setting's own bound (config.py)
+MAX_RETRIES = 20  #: as the max_retries setting's bound
+MAX_TOKENS = 10**12  #: --max-tokens: a trillion tokens
+MAX_RPM = 1_000_000  #: --rpm, as the rpm setting's bound
+MAX_TPM = 1_000_000_000  #: --tpm, as the tpm setting's bound
+MAX_LISTED = 10_000  #: --limit, --events
+MAX_PORT = 65_535
+MAX_WAIT_S = 3600.0  #: worker polling delays
+MAX_SHUTDOWN_S = 86_400.0
+MAX_BACKOFF = 10.0
+
+
+def _whole(minimum: int, maximum: int):
+    """An argparse type: a whole number from minimum to maximum, with a message that says so."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum}")
+        if not minimum <= value <= maximum:
+            shown = f"{value:,}" if len(str(value)) <= 24 else f"{str(value)[:12]}… ({len(str(value))} digits)"
+            raise argparse.ArgumentTypeError(f"{shown} is out of range; use {minimum:,} to {maximum:,}")
         return value
     return parse
 
 
-_positive, _non_negative = _whole(1), _whole(0)
+def _number(minimum: float, maximum: float, *, above_minimum: bool = True):
+    """An argparse type: a finite number in (minimum, maximum] (or [minimum, maximum])."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        low_ok = value > minimum if above_minimum else value >= minimum
+        if not (math.isfinite(value) and low_ok and value <= maximum):
+            low = f"more than {minimum:g}" if above_minimum else f"from {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{text} is out of range; use {low} up to {maximum:g}")
+        return value
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{value} must be more than 0")
-    return value
+def _range(minimum: float, maximum: float) -> str:
+    return f"{minimum:,}-{maximum:,}" if isinstance(minimum, int) else f"{minimum:g}-{maximum:g}"
+
+
+_concurrency = _whole(1, MAX_CONCURRENCY)
+_retries = _whole(0, MAX_RETRIES)
+_max_tokens = _whole(1, MAX_TOKENS)
+_listed, _events = _whole(1, MAX_LISTED), _whole(0, MAX_LISTED)
+_seconds = _number(0, MAX_WAIT_S)
 
 
 def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Parser:
@@ -85,11 +107,16 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p = sub.add_parser("create", help="create a job over a directory or file (no model calls)")
     p.add_argument("instruction", help="what to do with each item")
     p.add_argument("--over", required=True, metavar="PATH", help="a directory, .csv, .json, .jsonl or any file")
-    p.add_argument("--concurrency", type=_positive, metavar="N", help="items at once (default 4, at most max_concurrency)")
-    p.add_argument("--retries", type=_non_negative, metavar="N", help="automatic retries per item (default max_retries)")
-    p.add_argument("--max-tokens", type=_positive, metavar="N", help="pause the job before it goes over N tokens")
-    p.add_argument("--rpm", type=_positive, metavar="N", help="pace requests to N per minute (shared by all workers)")
-    p.add_argument("--tpm", type=_positive, metavar="N", help="pace tokens to N per minute (shared by all workers)")
+    p.add_argument("--concurrency", type=_concurrency, metavar="N",
+                   help=f"items at once, 1 to max_concurrency (default 4; max_concurrency is at most {MAX_CONCURRENCY})")
+    p.add_argument("--retries", type=_retries, metavar="N",
+                   help=f"automatic retries per item, {_range(0, MAX_RETRIES)} (default max_retries)")
+    p.add_argument("--max-tokens", type=_max_tokens, metavar="N",
+                   help=f"pause the job before it goes over N tokens ({_range(1, MAX_TOKENS)})")
+    p.add_argument("--rpm", type=_whole(1, MAX_RPM), metavar="N",
+                   help=f"pace requests to N per minute, shared by all workers ({_range(1, MAX_RPM)})")
+    p.add_argument("--tpm", type=_whole(1, MAX_TPM), metavar="N",
+                   help=f"pace tokens to N per minute, shared by all workers ({_range(1, MAX_TPM)})")
     p.add_argument("--schema", metavar="FILE", help="JSON schema file: structured answers, one export column per field")
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
@@ -99,11 +126,13 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p.add_argument("job", metavar="JOB")
     if not for_slash:
         p.add_argument("--wait", action="store_true", help="also run workers here until the job ends, with progress")
-        p.add_argument("-w", "--workers", type=_positive, metavar="N", help="threads with --wait (default: the job's concurrency)")
+        p.add_argument("-w", "--workers", type=_concurrency, metavar="N",
+                       help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's concurrency)")
 
     p = sub.add_parser("status", help="one job, or the most recent jobs")
     p.add_argument("job", nargs="?", metavar="JOB")
-    p.add_argument("--events", type=_non_negative, default=0, metavar="N", help="also show the last N events")
+    p.add_argument("--events", type=_events, default=0, metavar="N",
+                   help=f"also show the last N events ({_range(0, MAX_LISTED)})")
     if not for_slash:
         p.add_argument("--json", action="store_true", help="machine-readable")
         p.add_argument("--watch", action="store_true", help="live view until the job ends")
@@ -112,7 +141,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p.add_argument("job", metavar="JOB")
     p = sub.add_parser("resume", help="continue a paused job")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--max-tokens", type=_positive, metavar="N", help="a new token limit")
+    p.add_argument("--max-tokens", type=_max_tokens, metavar="N", help=f"a new token limit ({_range(1, MAX_TOKENS)})")
     p = sub.add_parser("retry", help="return failed items to the queue and process them")
     p.add_argument("job", metavar="JOB")
     if not for_slash:
@@ -122,16 +151,17 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p = sub.add_parser("export", help="write all results to one file (no model calls)")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--format", choices=("md", "csv", "jsonl"), default="md")
-    p.add_argument("--output", metavar="PATH", help="where to write (default: the job's folder)")
+    p.add_argument("--output", metavar="PATH",
+                   help="a regular file to write (default: the job's folder)" + ("" if for_slash else "; - for standard output"))
 
     p = sub.add_parser("list", help="the most recent jobs")
-    p.add_argument("--limit", type=_positive, default=20, metavar="N")
+    p.add_argument("--limit", type=_listed, default=20, metavar="N", help=f"at most N jobs ({_range(1, MAX_LISTED)})")
     if not for_slash:
         p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("events", help="a job's history: skipped entries, failed attempts, waits")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--limit", type=_positive, default=50, metavar="N")
+    p.add_argument("--limit", type=_listed, default=50, metavar="N", help=f"the last N events ({_range(1, MAX_LISTED)})")
 
     p = sub.add_parser("delete", help="remove a job, its results and its files")
     p.add_argument("job", metavar="JOB")
@@ -139,15 +169,21 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     if not for_slash:
         p = sub.add_parser("worker", help="run a worker (a Huey consumer) for the configured backend",
                            description="Processes triggers of jobs that were run. Flags follow huey_consumer.")
-        p.add_argument("-w", "--workers", type=_positive, metavar="N", help="worker threads (default max_concurrency)")
-        p.add_argument("-d", "--delay", type=_seconds, metavar="S", help="initial queue polling delay (SQLite)")
-        p.add_argument("-m", "--max-delay", type=_seconds, metavar="S", help="longest queue polling delay (SQLite)")
-        p.add_argument("-b", "--backoff", type=_seconds, metavar="F", help="polling backoff factor (SQLite)")
-        p.add_argument("-t", "--shutdown-timeout", type=_seconds, metavar="S", help="bound the graceful shutdown")
+        p.add_argument("-w", "--workers", type=_concurrency, metavar="N",
+                       help=f"worker threads, {_range(1, MAX_CONCURRENCY)} (default max_concurrency)")
+        p.add_argument("-d", "--delay", type=_seconds, metavar="S",
+                       help=f"initial queue polling delay, more than 0 up to {MAX_WAIT_S:g} (SQLite)")
+        p.add_argument("-m", "--max-delay", type=_seconds, metavar="S",
+                       help=f"longest queue polling delay, more than 0 up to {MAX_WAIT_S:g} (SQLite)")
+        p.add_argument("-b", "--backoff", type=_number(1, MAX_BACKOFF, above_minimum=False), metavar="F",
+                       help=f"polling backoff factor, {_range(1.0, MAX_BACKOFF)} (SQLite)")
+        p.add_argument("-t", "--shutdown-timeout", type=_number(0, MAX_SHUTDOWN_S), metavar="S",
+                       help=f"bound the graceful shutdown, more than 0 up to {MAX_SHUTDOWN_S:g}")
         p.add_argument("-g", "--graceful-signal", choices=("INT", "TERM"), default="INT",
                        help="the signal that lets running items finish (the other stops at once)")
         p.add_argument("--burst", action="store_true", help="exit once no running job has work left")
-        p.add_argument("--metrics-port", type=_positive, metavar="N", help="serve Prometheus metrics on this port")
+        p.add_argument("--metrics-port", type=_whole(1, MAX_PORT), metavar="N",
+                       help=f"serve Prometheus metrics on this port ({_range(1, MAX_PORT)})")
         p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
                        help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for a fleet)")
         p.add_argument("-l", "--logfile", metavar="FILE", help="log to this file")

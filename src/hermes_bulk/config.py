@@ -67,13 +67,13 @@ class Settings(BaseSettings):
     max_retries: int = Field(2, ge=0, le=20, description="Default automatic retries per item.")
     max_concurrency: int = Field(16, ge=1, le=1024, description="The most items one job may run at once.")
     default_concurrency: int = Field(4, ge=1, le=1024, description="--concurrency when not given.")
-    rpm: int | None = Field(None, ge=1, description="Default requests per minute for pacing (none: no pacing).")
-    tpm: int | None = Field(None, ge=1, description="Default tokens per minute for pacing (none: no pacing).")
+    rpm: int | None = Field(None, ge=1, le=1_000_000, description="Default requests per minute for pacing (none: no pacing).")
+    tpm: int | None = Field(None, ge=1, le=1_000_000_000, description="Default tokens per minute for pacing (none: no pacing).")
     lease_seconds: float = Field(30.0, ge=0.5, le=3600, description="How long a claimed item stays owned without renewal.")
     request_timeout_seconds: float = Field(120.0, gt=0, le=3600, description="Timeout of one model request.")
-    output_tokens_estimate: int = Field(512, ge=0, description="Output allowance in token reservations.")
-    max_output_tokens: int | None = Field(None, ge=1, description="max_tokens sent with each request (none: provider default).")
-    max_item_bytes: int = Field(4 * 1024 * 1024, ge=1, description="Larger files in a directory are left out, with an event.")
+    output_tokens_estimate: int = Field(512, ge=0, le=1_000_000, description="Output allowance in token reservations.")
+    max_output_tokens: int | None = Field(None, ge=1, le=1_000_000, description="max_tokens sent with each request (none: provider default).")
+    max_item_bytes: int = Field(4 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024, description="Larger files in a directory are left out, with an event.")
 
     @field_validator("backend")
     @classmethod

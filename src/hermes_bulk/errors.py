@@ -17,6 +17,17 @@ class InputError(HermesBulkError):
     """The source given to `create` (or a flag) cannot be used; nothing was created."""
 
 
+class UsageError(InputError):
+    """The command line (or a value on it) is not usable as given: exit 2, or /bulk's usage reply.
+
+    `usage` is the command's usage line when the parser knows it, else "".
+    """
+
+    def __init__(self, message: str, usage: str = "") -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
 class ConfigError(HermesBulkError):
     """A setting has a bad value; the message names the setting."""
 
@@ -84,3 +95,10 @@ class SourceChanged(HermesBulkError):
 
     def __init__(self) -> None:
         super().__init__("source content changed since the job was created")
+
+
+class SourceUnusable(HermesBulkError):
+    """Something other than a regular file is now where the item's source was (DESIGN.md
+    invariant 11): it is not read, and the item fails with this reason."""
+
+    error_type = "SourceUnusable"

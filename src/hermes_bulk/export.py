@@ -2,7 +2,9 @@
 
 Exports stream items from the store in batches, so a million results export in flat memory,
 and are written to a temporary file then renamed over the target: running export again
-replaces the file whole. No model calls. CSV cells that a spreadsheet would run as a formula
+replaces the file whole. Only a regular file (or a new name in an existing folder) is ever
+replaced: a device, FIFO, directory or symbolic link at the target is refused, and so is a
+missing folder for an `--output` the user named (DESIGN.md invariant 11). No model calls. CSV cells that a spreadsheet would run as a formula
 (starting with =, +, -, @, tab or carriage return) get a leading apostrophe.
 """
 
@@ -12,6 +14,7 @@ import csv
 import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,15 +42,71 @@ def describe_error(item: ItemRecord) -> str:
     return f"{item.error_type}{status}: {item.error_message or ''}".rstrip(": ")
 
 
-def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, outputs_dir: Path) -> None:
-    """Write the export to target; also restores missing outputs/NNNNNN.md of completed items."""
-    if fmt not in FORMATS:
-        raise InputError(f"--format {fmt}: use one of {', '.join(FORMATS)}.")
-    if target.exists() and target.is_dir():
-        raise InputError(f"--output {target}: is a directory; give a file name.")
-    writer = {"md": _write_md, "csv": _write_csv, "jsonl": _write_jsonl}[fmt]
+def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, outputs_dir: Path,
+           make_folder: bool = False) -> None:
+    """Write the export to target; also restores missing outputs/NNNNNN.md of completed items.
+
+    make_folder: create target's folder when missing (the job's own folder); a folder the user
+    named must exist, so a typo in --output is not silently made into a tree of folders.
+    """
+    writer = _writer(fmt)
+    check_target(target, folder_must_exist=not make_folder)
     with _replace_atomically(target) as f:
         writer(f, job, _restoring_outputs(store.iter_items(job.job_id), outputs_dir))
+
+
+def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO, *, outputs_dir: Path) -> None:
+    """`--output -`: the export on standard output (no BOM: it is piped, not opened by Excel)."""
+    _writer(fmt)(stream, job, _restoring_outputs(store.iter_items(job.job_id), outputs_dir))
+    stream.flush()
+
+
+def _writer(fmt: str):
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt}: use one of {', '.join(FORMATS)}.")
+    return {"md": _write_md, "csv": _write_csv, "jsonl": _write_jsonl}[fmt]
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_target(target: Path, *, folder_must_exist: bool) -> None:
+    """Refuse an export target that is not a regular file or a new name, before anything is written.
+
+    A symbolic link is refused, naming where it points: the export is renamed into place, which
+    would replace the link itself, and writing through it would replace whatever it points at
+    (a link to /dev/null once turned that device into a file). Give the real path instead.
+    """
+    try:
+        st = os.lstat(target)
+    except (FileNotFoundError, NotADirectoryError):  # a new name; its folder is checked below
+        st = None
+    except OSError as exc:
+        raise InputError(f"Cannot write the export to {target} ({_reason(exc)}); choose another --output.") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise InputError(f"Cannot write the export to {target}: it is a symbolic link to {os.readlink(target)}; "
+                             "give the real path or a new file name as --output.")
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), None)
+        if kind:
+            raise InputError(f"Cannot write the export to {target}: it is {kind}, not a regular file; "
+                             "give a file name as --output (or - for standard output).")
+        return
+    if folder_must_exist:
+        try:
+            folder = os.stat(target.parent)
+        except OSError as exc:
+            raise InputError(f"Cannot write the export to {target}: the folder {target.parent} "
+                             f"{'does not exist' if isinstance(exc, FileNotFoundError) else _reason(exc)}; "
+                             "create it first or choose another --output.") from None
+        if not stat.S_ISDIR(folder.st_mode):
+            raise InputError(f"Cannot write the export to {target}: {target.parent} is not a folder; "
+                             "choose another --output.")
+
+
+def _reason(exc: OSError) -> str:
+    return (exc.strerror or type(exc).__name__).lower()
 
 
 def _restoring_outputs(items: Iterator[ItemRecord], outputs_dir: Path) -> Iterator[ItemRecord]:
@@ -131,17 +190,22 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None
 
 @contextmanager
 def _replace_atomically(target: Path) -> Iterator[TextIO]:
-    """A temp file beside target, renamed over it on success (owner-only, as all our files)."""
+    """A temp file beside target, renamed over it on success (owner-only, as all our files).
+
+    The target is checked again just before the rename: what appeared there while the export
+    was written (a FIFO, a link) is refused, not replaced.
+    """
     try:
         private_dir(target.parent)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".export-")
     except OSError as exc:
-        raise InputError(f"Cannot write {target} ({exc.strerror}); choose another --output.") from None
+        raise InputError(f"Cannot write {target} ({_reason(exc)}); choose another --output.") from None
     # utf-8-sig: Excel reads a BOM-less CSV as the local code page and garbles non-ASCII text.
     encoding = "utf-8-sig" if target.suffix.lower() == ".csv" else "utf-8"
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
             yield f
+        check_target(target, folder_must_exist=True)
         os.replace(tmp, target)
     except BaseException:
         os.unlink(tmp)

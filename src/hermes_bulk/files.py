@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -28,11 +29,17 @@ def write_private(path: Path, text: str) -> None:
     this thread's own (no random names to try) and the folder is made only when missing.
     """
     tmp = os.path.join(path.parent, f".tmp-{os.getpid()}-{threading.get_ident()}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    # O_EXCL: never open what is already there (a FIFO would block the write forever, a link
+    # would be written through). The name is this thread's own, so whatever holds it is left
+    # over from a crash: remove it and create the file afresh.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(tmp, flags, 0o600)
     except FileNotFoundError:
         private_dir(path.parent)
+        fd = os.open(tmp, flags, 0o600)
+    except FileExistsError:
+        _remove(tmp)
         fd = os.open(tmp, flags, 0o600)
     try:
         try:
@@ -46,3 +53,15 @@ def write_private(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _remove(path: str) -> None:
+    """Remove a left-over file, link, FIFO or (empty or not) directory at path."""
+    try:
+        os.unlink(path)
+    except IsADirectoryError:
+        shutil.rmtree(path)
+    except PermissionError:  # Linux reports a directory to unlink() as EISDIR, others as EPERM
+        if not os.path.isdir(path) or os.path.islink(path):
+            raise
+        shutil.rmtree(path)

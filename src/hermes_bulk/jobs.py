@@ -11,16 +11,17 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from . import export as export_mod
 from . import hints, prompt
 from .broker import Backend, open_backend
 from .config import Settings, env_name
-from .errors import ConfigError, InputError, InvalidTransition, JobNotFound
+from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, UsageError
 from .files import private_dir
 from .model import provider_key
 from .pipeline import OpenGate, RequestGate
-from .sources import Skipped, Source, content_hash
+from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
 from .store.protocol import (
     AWAITING_RECOVERY,
     NOT_STARTED,
@@ -130,7 +131,7 @@ class Jobs:
             raise InputError("The instruction is empty; say what to do with each item.")
         concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
         if concurrency > s.max_concurrency:
-            raise InputError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
+            raise UsageError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
                              f"lower it, or raise {self.setting_name('max_concurrency')}.")
         if client == "http":
             model = model or s.model
@@ -191,8 +192,16 @@ class Jobs:
 
     # Reading -------------------------------------------------------------------------------
     def resolve(self, job_ref: str | None) -> str:
-        """A job id from an id or a unique prefix of one; the newest job when job_ref is None."""
-        if not job_ref:
+        """A job id from an id or a unique prefix of one; the newest job when job_ref is None.
+
+        Only None (no argument at all: `status`) means the newest job. An empty or blank id is a
+        mistake (a variable that was not set), never a prefix of every id: `delete ""` must not
+        delete whatever job happens to be newest.
+        """
+        if job_ref is not None and not job_ref.strip():
+            raise UsageError(f"The job id is empty; give a job id or a unique prefix of one. "
+                             f"List jobs with: {self.cmd} list")
+        if job_ref is None:
             jobs = self.store.list_jobs(1)
             if not jobs:
                 raise JobNotFound(f'There are no jobs yet. Create one with: {self.cmd} "<instruction>" --over PATH')
@@ -309,12 +318,30 @@ class Jobs:
 
     # Results -------------------------------------------------------------------------------
     def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None) -> Path:
+        """Write the export to output (a regular file, or a new name in an existing folder), by
+        default results.<fmt> in the job's folder; returns the path written."""
         job = self.get(job_ref)
-        target = Path(output).expanduser() if output else self.job_dir(job.job_id) / f"results.{fmt}"
-        if is_open_sqlite_file(target):  # replacing it would take the database from under every process
-            raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
-        export_mod.export(self.store, job, fmt, target, outputs_dir=self.job_dir(job.job_id) / "outputs")
+        outputs_dir = self.job_dir(job.job_id) / "outputs"
+        if output is not None and not output.strip():
+            raise UsageError("--output is empty; give a file name (or - for standard output).")
+        if output:
+            target = Path(output).expanduser()
+            if is_open_sqlite_file(target):  # replacing it would take the database from under every process
+                raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
+            export_mod.export(self.store, job, fmt, target, outputs_dir=outputs_dir)
+            return target
+        target = self.job_dir(job.job_id) / f"results.{fmt}"
+        export_mod.export(self.store, job, fmt, target, outputs_dir=outputs_dir, make_folder=True)
         return target
+
+    def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md") -> None:
+        """The export written to stream (`--output -`)."""
+        job = self.get(job_ref)
+        export_mod.export_to_stream(self.store, job, fmt, stream, outputs_dir=self.job_dir(job.job_id) / "outputs")
+
+
+#: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).
+MAX_SCHEMA_BYTES = 1024 * 1024
 
 
 def read_schema(path: Path) -> str:
@@ -322,9 +349,15 @@ def read_schema(path: Path) -> str:
     if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
         raise InputError(f"--schema {path}: a hermes-bulk database in use, not a JSON schema.")
     try:
-        schema = json.loads(path.expanduser().read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"--schema {path}: cannot read it ({exc.strerror}).") from None
+        data = read_regular_file(path.expanduser(), MAX_SCHEMA_BYTES)
+    except NotRegularFile as exc:
+        raise InputError(f"--schema {path}: it is {exc.reason}; give a JSON file.") from None
+    except InputError as exc:  # "<path>: cannot read it (<reason>)."
+        raise InputError(f"--schema {exc}") from None
+    if data is None:
+        raise InputError(f"--schema {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; a schema is a small JSON file.")
+    try:
+        schema = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
     if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):

@@ -32,6 +32,7 @@ from .errors import (
     ModelError,
     PermanentModelError,
     RateLimited,
+    SourceUnusable,
     TransientModelError,
 )
 from .files import write_private
@@ -95,7 +96,8 @@ class ItemProcessor:
     def __init__(self, *, store: JobStore, limits: SharedLimits, worker_id: str,
                  client_for: Callable[[JobRecord], ModelClient], jobs_dir: Path,
                  lease_s: float, concurrency_cap: int, request_gate: RequestGate | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES) -> None:
         self.store, self.limits, self.worker_id = store, limits, worker_id
         self.request_gate = request_gate or OpenGate()
         self.counters = WorkerCounters()
@@ -103,6 +105,7 @@ class ItemProcessor:
         self._held_lock = threading.Lock()
         self.client_for, self.jobs_dir = client_for, jobs_dir
         self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
+        self.max_item_bytes = max_item_bytes  # the most a source-change check reads for one item
         self._told_cannot_serve: set[str] = set()  # job ids that have the event already
 
     def handle(self, job_id: str, index_hint: int) -> Outcome:
@@ -147,8 +150,13 @@ class ItemProcessor:
     def _process(self, claim: Claim) -> None:
         spec = claim.job.spec
         client = self.client_for(claim.job)  # first: a worker that cannot serve the job reads nothing
-        if sources.source_changed(spec.source_kind, spec.source, claim.origin, claim.offset, claim.index,
-                                  claim.stat_sig, claim.content_hash):
+        try:
+            changed = sources.source_changed(spec.source_kind, spec.source, claim.origin, claim.offset, claim.index,
+                                             claim.stat_sig, claim.content_hash, max_item_bytes=self.max_item_bytes)
+        except SourceUnusable as exc:
+            self._fail(claim, ItemError(SourceUnusable.error_type, str(exc)))
+            return
+        if changed:
             self._fail(claim, ItemError("SourceChanged", "source content changed since the job was created"))
             return
         try:

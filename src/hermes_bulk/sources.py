@@ -11,13 +11,19 @@
 Discovery streams: records are parsed one at a time from a binary file, and each item remembers
 the byte offset where its record starts, so a worker can re-read just that record to check that
 the source has not changed (DESIGN.md invariant 4). Content is never truncated.
+
+Only regular files are read (DESIGN.md invariant 11): every open is non-blocking and checked
+with fstat before a byte is read, so a FIFO, device or directory put in a file's place is
+refused with a reason instead of hanging or filling memory.
 """
 
 from __future__ import annotations
 
 import codecs
 import csv
+import errno
 import hashlib
+import io
 import json
 import os
 import stat as stat_mod
@@ -27,10 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import InputError
+from .errors import InputError, SourceUnusable
 from .store.sqlite import is_open_sqlite_file
 
 WHOLE_FILE = -1  # offset of an item that is a whole file
+DEFAULT_MAX_ITEM_BYTES = 4 * 1024 * 1024  # the max_item_bytes setting's default
 _READ_CHUNK = 1 << 16
 csv.field_size_limit(2**31 - 1)  # a CSV cell may be as large as an item may be
 
@@ -95,7 +102,7 @@ class Source:
         if self.kind == "directory":
             yield from _walk(self.path, "", self.max_item_bytes)
             return
-        with _open_file(self.path) as f:
+        with _open_file(self.path, follow=False) as f:  # self.path is resolved: no link is left
             sig = stat_sig(os.fstat(f.fileno()))
             if self.kind == "file":
                 yield _whole_file(self.path, f, sig, self.max_item_bytes)
@@ -130,13 +137,15 @@ def _walk(root: Path, rel: str, max_item_bytes: int) -> Iterator[SourceItem | Sk
 
 def _directory_file(path: Path, name: str, max_item_bytes: int) -> SourceItem | Skipped:
     try:
-        with _open_file(path) as f:
+        with _open_file(path, follow=False) as f:
             st = os.fstat(f.fileno())
             if st.st_size == 0:
                 return Skipped(name, "empty file")
-            if st.st_size > max_item_bytes:
+            data = f.read(max_item_bytes + 1)  # bounded: the file may grow after fstat
+            if st.st_size > max_item_bytes or len(data) > max_item_bytes:
                 return Skipped(name, f"larger than max_item_bytes ({max_item_bytes} bytes)")
-            data = f.read()
+    except NotRegularFile as exc:  # swapped in after the directory was listed
+        return Skipped(name, f"not a regular file ({exc.reason})")
     except InputError as exc:
         return Skipped(name, str(exc).split(": ", 1)[-1].rstrip("."))
     text = _decode_text(data)
@@ -154,7 +163,11 @@ def _whole_file(path: Path, f: BinaryIO, sig: str, max_item_bytes: int) -> Sourc
     if size > max_item_bytes:
         raise InputError(f"{path}: {size} bytes is more than max_item_bytes ({max_item_bytes}); "
                          "split it, or raise HERMES_BULK_MAX_ITEM_BYTES.")
-    text = _decode_text(f.read())
+    data = f.read(max_item_bytes + 1)  # bounded: the file may grow after fstat
+    if len(data) > max_item_bytes:
+        raise InputError(f"{path}: it grew past max_item_bytes ({max_item_bytes}) while being read; "
+                         "try again once it is written.")
+    text = _decode_text(data)
     if text is None or "\x00" in text:
         raise InputError(f"{path}: not UTF-8 text; convert it (for example with iconv -t UTF-8).")
     return SourceItem(path.name, text, "", WHOLE_FILE, sig)
@@ -380,26 +393,36 @@ _RECORD_READERS = {"csv": _read_csv, "jsonl": _read_jsonl, "json": _read_json}
 
 
 def source_changed(kind: str, source: str, origin: str, offset: int, number: int, recorded_sig: str,
-                   expected_hash: str) -> bool:
+                   expected_hash: str, *, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> bool:
     """True when the item's source is readable here and now holds other content for it.
 
     An unreadable source (deleted, or on another machine) is not a change: the content captured
     at create is what gets processed. When the file's size and modification time are what they
     were at create, it is taken as unchanged without reading it (as make and rsync do).
     Otherwise the record at its old byte offset is checked first (the usual case: an edit
-    elsewhere in the file); failing that, record `number` is found by parsing the file once
-    (cached per file version), so an edit before the record does not make it look changed.
+    elsewhere in the file), reading at most max_item_bytes; failing that, record `number` is
+    found by parsing the file once (cached per file version), so an edit before the record
+    does not make it look changed. A whole file now larger than max_item_bytes has changed
+    (it was at most that at create) and is not read.
+
+    Raises SourceUnusable when something other than a regular file is in the source's place
+    (a FIFO, device, directory or symbolic link): the item fails with that reason.
     """
     path = Path(source) / origin if kind == "directory" else Path(source)
     try:
-        with _open_file(path) as f:
-            sig = stat_sig(os.fstat(f.fileno()))
+        with _open_file(path, follow=False) as f:
+            st = os.fstat(f.fileno())
+            sig = stat_sig(st)
             if sig == recorded_sig:
                 return False
             if offset == WHOLE_FILE:
-                return content_hash(_decode_text(f.read()) or "") != expected_hash
-            if content_hash(_record_at(kind, f, path, offset)) == expected_hash:
+                if st.st_size > max_item_bytes:
+                    return True
+                return content_hash(_decode_text(f.read(max_item_bytes + 1)) or "") != expected_hash
+            if content_hash(_record_at(kind, f, path, offset, max_item_bytes)) == expected_hash:
                 return False
+    except NotRegularFile as exc:
+        raise SourceUnusable(f"the source {path} is {exc.reason}; only regular files are read") from None
     except InputError:
         return False
     digests = _record_digests(kind, path, sig)
@@ -407,60 +430,112 @@ def source_changed(kind: str, source: str, origin: str, offset: int, number: int
         digests[number * _DIGEST_SIZE:(number + 1) * _DIGEST_SIZE] != bytes.fromhex(expected_hash[3:])
 
 
-def _record_at(kind: str, f: BinaryIO, path: Path, offset: int) -> str:
-    """The record that starts at a byte offset ("" when none parses there)."""
+def _window(f: BinaryIO, offset: int, size: int) -> BinaryIO:
+    """At most size bytes of f from offset, in memory: one record's re-read stays bounded."""
+    f.seek(offset)
+    return io.BytesIO(f.read(size))
+
+
+def _record_at(kind: str, f: BinaryIO, path: Path, offset: int, max_item_bytes: int) -> str:
+    """The record that starts at a byte offset ("" when none parses in max_item_bytes there)."""
     try:
         if kind == "csv":
-            header_row = next(_csv_rows(f, path), None)
-            f.seek(offset)
-            row = next(_csv_rows(f, path), None)
+            header_row = next(_csv_rows(_window(f, 0, max_item_bytes), path), None)
+            row = next(_csv_rows(_window(f, offset, max_item_bytes), path), None)
             if header_row is None or row is None:
                 return ""
             header = _csv_header(header_row[1])
             return render_csv_row(header, row[1][: len(header)])
-        f.seek(offset)
+        window = _window(f, offset, max_item_bytes)
         if kind == "jsonl":
-            return f.readline().decode("utf-8").strip()
-        return _JsonArrayReader(f, path)._element(_JSON_CHECK)[1]
+            return window.readline().decode("utf-8").strip()
+        return _JsonArrayReader(window, path)._element(_JSON_CHECK)[1]
     except (InputError, UnicodeDecodeError, ValueError):
         return ""
 
 
 _DIGEST_SIZE = 16
 _digest_cache: dict[Path, tuple[str, bytes]] = {}
-_digest_lock = threading.Lock()
+_digest_lock = threading.Lock()  # guards the cache only; never held while a file is read
 
 
 def _record_digests(kind: str, path: Path, sig: str) -> bytes:
     """The content digests of every record of one version of a file, 16 bytes each, cached.
 
-    A million records cost 16 MB; only the newest version of each file is kept.
+    A million records cost 16 MB; only the newest version of each file is kept. The file is
+    parsed outside the lock, so one thread's long parse never stalls the worker's others (two
+    threads may parse the same new version once each; the result is the same).
     """
     with _digest_lock:
         cached = _digest_cache.get(path)
-        if cached and cached[0] == sig:
-            return cached[1]
-        out = bytearray()
-        try:
-            with _open_file(path) as f:
-                for item in _RECORD_READERS[kind](f, path, sig):
-                    out += hashlib.blake2b(item.content.encode("utf-8"), digest_size=_DIGEST_SIZE).digest()
-        except InputError:
-            pass  # a file that no longer parses: the records past the damage count as changed
+    if cached and cached[0] == sig:
+        return cached[1]
+    out = bytearray()
+    try:
+        with _open_file(path, follow=False) as f:
+            if stat_sig(os.fstat(f.fileno())) != sig:
+                return b""  # changed again since it was looked at: its records are not known
+            for item in _RECORD_READERS[kind](f, path, sig):
+                out += hashlib.blake2b(item.content.encode("utf-8"), digest_size=_DIGEST_SIZE).digest()
+    except InputError:
+        pass  # a file that no longer parses: the records past the damage count as changed
+    with _digest_lock:
         _digest_cache[path] = (sig, bytes(out))
-        return bytes(out)
+    return bytes(out)
 
 
 # Helpers --------------------------------------------------------------------------------------
 
 
-def _open_file(path: Path) -> BinaryIO:
-    if is_open_sqlite_file(path):  # reading it would drop this process's SQLite locks on it
+class NotRegularFile(InputError):
+    """Something other than a regular file is at a path to read; `reason` says what."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}; only regular files are read.")
+        self.reason = reason
+
+
+_KINDS = ((stat_mod.S_ISDIR, "a directory"), (stat_mod.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat_mod.S_ISCHR, "a character device"), (stat_mod.S_ISBLK, "a block device"),
+          (stat_mod.S_ISSOCK, "a socket"))
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_file(path: Path, *, follow: bool = True) -> BinaryIO:
+    """A regular file opened for reading, or NotRegularFile / InputError saying why not.
+
+    O_NONBLOCK: opening a FIFO would otherwise wait for a writer forever (it means nothing for
+    a regular file). O_NOFOLLOW (follow=False) where a link in the file's place is not what was
+    found at create. fstat on the open descriptor decides, so nothing swapped in between a
+    check and the open is read. Never one of this process's open SQLite files: closing any
+    descriptor of it would drop this process's SQLite locks on it (invariant 10).
+    """
+    if is_open_sqlite_file(path):
         raise InputError(f"{path}: a hermes-bulk database in use, not a source.")
     try:
-        return open(path, "rb")  # noqa: SIM115 - returned to a with block
+        fd = os.open(path, _OPEN_FLAGS | (0 if follow else os.O_NOFOLLOW))
     except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise NotRegularFile(path, "a symbolic link") from None
         raise InputError(f"{path}: cannot read it ({_reason(exc)}).") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat_mod.S_ISREG(mode):
+            raise NotRegularFile(path, next((name for test, name in _KINDS if test(mode)), "not a regular file"))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_file(path: Path, limit: int) -> bytes | None:
+    """The bytes of a regular file (links followed), or None when it is larger than limit.
+
+    NotRegularFile for a FIFO, device or directory; InputError when it cannot be opened.
+    """
+    with _open_file(path) as f:
+        data = f.read(limit + 1)
+    return None if len(data) > limit else data
 
 
 def _decode_text(data: bytes) -> str | None:

@@ -169,7 +169,7 @@ class WorkerRuntime:
             store=backend.store, limits=backend.limits, worker_id=self.worker_id,
             client_for=client_for or self.client_for, jobs_dir=settings.jobs_dir,
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
-            request_gate=self.request_gate,
+            request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes,
         )
         self.interval_s = heartbeat_interval(settings.lease_seconds)
         self._stop = threading.Event()

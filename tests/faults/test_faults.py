@@ -363,7 +363,7 @@ def test_lowering_max_concurrency_applies_to_existing_jobs(cli, tmp_path, fake_p
     assert fake_provider.max_in_flight == 3
     proc = cli("create", "Process", "--over", str(src), "--concurrency", "5", check=False,
                HERMES_BULK_MAX_CONCURRENCY="3")
-    assert proc.returncode == 1 and "more than max_concurrency (3)" in proc.stderr
+    assert proc.returncode == 2 and "more than max_concurrency (3)" in proc.stderr
 
 
 def test_jobs_do_not_start_by_themselves_after_a_restart(cli, tmp_path, fake_provider):

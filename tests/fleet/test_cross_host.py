@@ -230,6 +230,7 @@ def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_rest
     assert "Redis" in (tmp_path / "worker2.log").read_text(), "the worker saw Redis go away and backed off"
 
     out = tmp_path / "cli" / "out" / "results.jsonl"
+    out.parent.mkdir()  # an --output folder must exist
     assert cli("export", job_id, "--format", "jsonl", "--output", str(out)).strip() == str(out)
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 1000 and all(r["status"] == "completed" for r in rows)

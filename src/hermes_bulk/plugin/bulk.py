@@ -178,6 +178,8 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
             sessions.append(session)
         return HANDLERS[args.command](args, session, on_progress)
     except UsageError as exc:
+        if not exc.usage:  # a value the parser took but the command cannot use: the line says it all
+            return str(exc)
         return f"{exc}\n{exc.usage.strip()}\nSee: {CMD} help".replace("\n\n", "\n")
     except HermesBulkError as exc:
         return str(exc)
@@ -347,6 +349,8 @@ def cmd_retry(args: Namespace, s: _Session, _on_progress) -> str:
 
 
 def cmd_export(args: Namespace, s: _Session, _on_progress) -> str:
+    if args.output == "-":  # Hermes' standard output is its own channel (JSON-RPC in the TUI gateway)
+        raise UsageError(f"{CMD} export cannot write to standard output; give a file name as --output.")
     path = s.jobs.export(args.job, fmt=args.format, output=str(_path(args.output)) if args.output else None)
     job = s.jobs.get(args.job)
     unfinished = job.total - job.completed - job.failed

@@ -177,8 +177,7 @@ def connect_redis(url: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
     Raises BackendUnavailable naming host:port (never the password) when Redis cannot be used.
     `setting` names where the URL came from, for messages (the budget ledger has its own).
     """
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
+    parts, query, host, port = _checked_url(url, setting)
     prefixes = [v for k, v in query if k == "prefix"]
     prefix = prefixes[-1] if prefixes else DEFAULT_PREFIX
     if not prefix or any(c in prefix for c in "{} \t\r\n*?[]"):
@@ -186,26 +185,73 @@ def connect_redis(url: str, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
                           "digits, '-', '_', '.' or ':'.")
     clean_url = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if k != "prefix"])))
     try:
-        host, port = parts.hostname or "localhost", parts.port or 6379
-    except ValueError:
-        raise ConfigError(f"Invalid setting {setting}: the Redis port is not a number.") from None
-    try:
         # No retries: a script whose reply was lost must not run a second time (a claim would
         # take a second item). A stale pooled connection is replaced at checkout instead.
         pool = redis.ConnectionPool.from_url(
             clean_url, socket_connect_timeout=connect_timeout_s, socket_timeout=socket_timeout_s,
             health_check_interval=HEALTH_CHECK_INTERVAL_S)
-    except ValueError:
+    except (ValueError, TypeError):
         raise ConfigError(f"Invalid setting {setting}: not a redis:// or rediss:// URL "
-                          "(redis://[[user]:password@]host[:port][/db][?prefix=name]).") from None
+                          f"({URL_SHAPE}).") from None
     conn = RedisConnection(pool=pool, client=redis.Redis(connection_pool=pool), prefix=prefix,
                            where=f"{host}:{port}", setting=setting)
     try:
         conn.client.ping()
+    except redis.ResponseError as exc:
+        pool.disconnect()
+        if "DB index is out of range" in str(exc):
+            raise ConfigError(f"Invalid setting {setting}: database {parts.path.strip('/')} is out of range for "
+                              f"Redis at {conn.where} (it has databases 0 to 15 unless its `databases` "
+                              "setting says otherwise).") from None
+        raise conn.unavailable(exc, lost=False) from None
     except redis.RedisError as exc:
         pool.disconnect()
         raise conn.unavailable(exc, lost=False) from None
+    except TypeError as exc:  # an option redis-py passes on to a connection that does not take it
+        pool.disconnect()
+        raise ConfigError(f"Invalid setting {setting}: an option in the URL is not one Redis connections "
+                          f"take ({str(exc).rsplit(' ', 1)[-1]}).") from None
     return conn
+
+
+URL_SHAPE = "redis://[[user]:password@]host[:port][/db][?prefix=name]"
+#: Query options that need TLS, and ssl_cert_reqs' values (redis-py passes them to ssl).
+_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname",
+                "ssl_ca_path", "ssl_ca_data", "ssl_password", "ssl_min_version", "ssl_ciphers")
+_CERT_REQS = ("none", "optional", "required")
+
+
+def _checked_url(url: str, setting: str) -> tuple:
+    """(parts, query, host, port) of a Redis URL, or a one-line ConfigError saying what is wrong.
+
+    Caught here, before redis-py sees the URL: a broken IPv6 host or a port past 65535 raised
+    ValueError deep inside it, a database that is not a number was silently taken as 0, and
+    TLS options on redis:// raised TypeError at the first command.
+    """
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"Invalid setting {setting}: {what}.")
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        if "port" in str(exc).lower():
+            raise bad("the Redis port must be a whole number from 1 to 65535") from None
+        raise bad(f"not a valid URL ({exc}; {URL_SHAPE})") from None
+    if port == 0:
+        raise bad("the Redis port must be a whole number from 1 to 65535")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    databases = [parts.path.strip("/")] + [v for k, v in query if k == "db"]
+    for db in databases:
+        if db and not (db.isascii() and db.isdigit()):
+            raise bad(f"the database {db!r} is not a number; use /0, /1, … ({URL_SHAPE})")
+    tls = parts.scheme.lower() == "rediss"
+    for key, value in query:
+        if key in _TLS_OPTIONS and not tls:
+            raise bad(f"{key} needs TLS; use rediss:// or drop it")
+        if key == "ssl_cert_reqs" and value.lower() not in _CERT_REQS:
+            raise bad(f"ssl_cert_reqs={value!r}; use one of {', '.join(_CERT_REQS)}")
+    return parts, query, parts.hostname or "localhost", port or 6379
 
 
 def _map_connection_errors(cls):
