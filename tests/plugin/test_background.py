@@ -20,7 +20,7 @@ from ..helpers import wait_for
 
 
 def test_the_handler_leaves_the_event_loop_free_while_a_command_runs(monkeypatch):
-    monkeypatch.setattr(bulk, "answer", lambda raw, on_progress=None: time.sleep(0.6) or f"done: {raw}")
+    monkeypatch.setattr(bulk, "answer", lambda raw, on_progress=None, sessions=None: time.sleep(0.6) or f"done: {raw}")
 
     async def main():
         ticks = 0
@@ -45,7 +45,7 @@ def test_a_slow_command_answers_with_the_next_one(monkeypatch):
     monkeypatch.setattr(bulk, "REPLY_WAIT_S", 0.2)
     release = threading.Event()
 
-    def slow_answer(raw, on_progress=None):
+    def slow_answer(raw, on_progress=None, sessions=None):
         if raw.startswith('"Summarize"'):
             on_progress(1200)
             release.wait(5)
