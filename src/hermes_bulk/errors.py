@@ -88,14 +88,6 @@ class PermanentModelError(ModelError):
     error_type = "PermanentError"
 
 
-class SourceChanged(HermesBulkError):
-    """The item's source is readable and differs from what was captured at create."""
-
-    error_type = "SourceChanged"
-
-    def __init__(self) -> None:
-        super().__init__("source content changed since the job was created")
-
 
 class SourceUnusable(HermesBulkError):
     """Something other than a regular file is now where the item's source was (DESIGN.md

@@ -40,10 +40,10 @@ def register_process_item(huey: Huey, handler: Callable[[], TriggerHandler | Non
         if runtime is None:  # only a consumer executes tasks, and every consumer has a runtime
             log.error("trigger for job %s arrived in a process without a worker runtime", job_id)
             return
-        delay = runtime.handle_trigger(job_id, index_hint)
-        if delay is not None:
+        delay_s = runtime.handle_trigger(job_id, index_hint)
+        if delay_s is not None:
             # RetryTask reschedules without using up Huey retries (we keep our own counts).
-            raise RetryTask(delay=max(1.0, delay))
+            raise RetryTask(delay=max(1.0, delay_s))
 
     return huey.task(name=TASK_NAME, retries=0)(process_item)
 

@@ -47,10 +47,10 @@ def end_notice(st: JobStatus, cmd: str) -> str:
     return f"Job {j.job_id} ended: {state_label(st.state)} ({done}). Next: {hint}"
 
 
-def _clock(ts: float, now: float | None = None) -> str:
+def _clock(at_s: float, now_s: float | None = None) -> str:
     """A local time; with its date when that is not today (a window reopening tomorrow at 09:28)."""
-    when = datetime.datetime.fromtimestamp(ts)
-    today = datetime.datetime.fromtimestamp(time.time() if now is None else now).date()
+    when = datetime.datetime.fromtimestamp(at_s)
+    today = datetime.datetime.fromtimestamp(time.time() if now_s is None else now_s).date()
     return when.strftime("%H:%M:%S" if when.date() == today else "%Y-%m-%d %H:%M:%S")
 
 
@@ -179,15 +179,15 @@ def jobs_table(statuses: list[JobStatus]) -> Table:
 SILENT_AFTER_BEATS = 3
 
 
-def workers_table(workers: list[WorkerInfo], now: float, *, heartbeat_s: float) -> Table:
+def workers_table(workers: list[WorkerInfo], now_s: float, *, heartbeat_s: float) -> Table:
     table = Table(title="Workers")
     for col in ("worker", "host", "pid", "threads", "up", "last seen", "holding"):
         table.add_column(col)
     for w in workers:
         holding = ", ".join(f"{job}#{idx + 1}" for job, idx in w.holding[:6]) + (" …" if len(w.holding) > 6 else "")
-        age = now - w.heartbeat_at
-        seen = f"not answering for {age:.0f} s" if age > SILENT_AFTER_BEATS * heartbeat_s else f"{age:.1f}s ago"
-        table.add_row(w.worker_id, w.host, str(w.pid), str(w.threads), f"{now - w.started_at:.0f}s",
+        age_s = now_s - w.heartbeat_at
+        seen = f"not answering for {age_s:.0f} s" if age_s > SILENT_AFTER_BEATS * heartbeat_s else f"{age_s:.1f}s ago"
+        table.add_row(w.worker_id, w.host, str(w.pid), str(w.threads), f"{now_s - w.started_at:.0f}s",
                       seen, holding or "-")
     return table
 
@@ -195,7 +195,7 @@ def workers_table(workers: list[WorkerInfo], now: float, *, heartbeat_s: float) 
 def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobStatus], bool],
            interval_s: float = 0.5, timeout_s: float | None = None) -> JobStatus:
     """A live progress bar until `until(status)` or timeout_s; returns the last status."""
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
@@ -208,6 +208,6 @@ def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobSta
                 detail += f", rate limited until {_clock(st.rate_limit.until)}"
             progress.update(task, total=j.total, completed=j.completed + j.failed,
                             description=f"{job_id} {state_label(st.state)}", detail=detail)
-            if until(st) or (deadline is not None and time.monotonic() >= deadline):
+            if until(st) or (deadline_s is not None and time.monotonic() >= deadline_s):
                 return st
             time.sleep(interval_s)

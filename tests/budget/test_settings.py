@@ -166,3 +166,36 @@ def test_the_machine_zone_is_kept_until_tz_or_the_zone_files_change(monkeypatch,
     name_file.unlink()
     link.symlink_to("/usr/share/zoneinfo/Australia/Perth")
     assert bs.machine_zone() == "Australia/Perth"
+
+
+@pytest.mark.parametrize("stored", [True, 1.5, 1e300, "٣", [1000], {"n": 1}, None])
+def test_a_count_in_budget_json_that_is_not_a_whole_number_is_named(tmp_path, stored):
+    """JSON can hold what `set` never writes; pydantic would take true as 1, and 1e300 is not a count."""
+    f = SettingsFile(tmp_path)
+    f.path.write_text(json.dumps({"daily_limit": stored}))
+    with pytest.raises(ConfigError) as err:
+        f.load()
+    assert f"daily_limit {stored!r} is not a whole number" in str(err.value)
+    assert str(err.value).endswith("; fix it with: hermes cron-budget set daily_limit VALUE.")
+
+
+def test_a_whole_number_written_with_a_point_is_taken():
+    assert parse_value("daily_limit", "500.0") == 500 and parse_value("job_limit", 7.0) == 7
+
+
+def test_only_the_settings_are_keys_of_budget_json(tmp_path):
+    """The keys that were set are pydantic's own record, not a field that the file could set."""
+    f = SettingsFile(tmp_path)
+    for key in ("explicit", "model_fields_set", "zone", "background_cap"):
+        f.path.write_text(json.dumps({key: ["mode"]}))
+        with pytest.raises(ConfigError, match=rf"Unknown setting '{key}'; .*; remove '{key}' from the file\.$"):
+            f.load()
+
+
+def test_a_value_set_is_stored_as_set_takes_it_and_reads_back_equal(tmp_path):
+    f = SettingsFile(tmp_path)
+    for key, text in [("reset", "7:05"), ("job_limit", "off"), ("timezone", "machine"), ("models", "a, b")]:
+        s = f.set(key, text)
+        assert s.shown(key) == f.load().shown(key)
+    assert json.loads(f.path.read_text()) == {"reset": "07:05", "job_limit": None, "timezone": None, "models": ["a", "b"]}
+    assert f.load() == with_value(with_value(BudgetSettings(), "reset", "07:05"), "models", "a,b")

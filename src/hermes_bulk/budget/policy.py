@@ -26,7 +26,6 @@ CALL_CLASSES = (CHAT, CRON, AUXILIARY, BULK)
 BACKGROUND = (CRON, BULK)
 
 ALLOWED, HELD, WOULD_BLOCK, FAILED_OPEN = "allowed", "held", "would_block", "failed_open"
-DECISIONS = (ALLOWED, HELD, WOULD_BLOCK, FAILED_OPEN)
 
 OBSERVE, ENFORCE = "observe", "enforce"
 

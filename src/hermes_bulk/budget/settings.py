@@ -20,14 +20,24 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from ..errors import ConfigError
 from ..files import private_dir, write_private
 from ..redact import public_url
-from .policy import ENFORCE, OBSERVE
+from .policy import OBSERVE
 
 SETTINGS_FILE = "budget.json"
 LEDGER_FILE = "ledger.db"
@@ -35,21 +45,86 @@ LEDGER_ENV = "HERMES_BULK_BUDGET_LEDGER"
 KEYS = ("mode", "daily_limit", "chat_reserve", "job_limit", "reset", "timezone", "models", "ledger")
 
 _TIME = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)$")
+_ALONE = "alone"  # validation context: one key on its own, without the rules between keys
 
 
-@dataclass(frozen=True)
-class BudgetSettings:
-    """What the budget is told. `timezone` None follows the machine's zone."""
+class BudgetSettings(BaseModel):
+    """What the budget is told. `timezone` None follows the machine's zone.
 
-    mode: str = OBSERVE
-    daily_limit: int = 1000  # provider requests per window, every profile together
-    chat_reserve: int = 300  # requests kept for chat: background work stops at the difference
-    job_limit: int | None = None  # requests one cron job may make per window
+    The keys given (pydantic's `model_fields_set`) are what budget.json stores; equality ignores them.
+    """
+
+    model_config = {"frozen": True, "extra": "forbid"}
+
+    mode: Literal["observe", "enforce"] = OBSERVE
+    daily_limit: int = Field(1000, ge=1)  # provider requests per window, every profile together
+    chat_reserve: int = Field(300, ge=0)  # requests kept for chat: background work stops at the difference
+    job_limit: int | None = Field(None, ge=1)  # requests one cron job may make per window
     reset: dt.time = dt.time(0, 0)  # local time at which the provider's window reopens
     timezone: str | None = None
     models: tuple[str, ...] = ("*",)  # model-name globs that count
     ledger: str = ""  # "" = SQLite beside budget.json; or a redis:// URL
-    explicit: frozenset[str] = field(default=frozenset(), compare=False)  # keys set in the file
+
+    @field_validator("daily_limit", "chat_reserve", "job_limit", mode="before")
+    @classmethod
+    def _whole(cls, raw: Any, info) -> Any:
+        if info.field_name == "job_limit" and (raw is None or str(raw).lower() in ("off", "none", "")):
+            return None
+        if isinstance(raw, bool):  # pydantic takes true as 1; a count of requests is never true
+            raise PydanticCustomError("int_type", "not a whole number")
+        return raw
+
+    @field_validator("reset", mode="before")
+    @classmethod
+    def _clock_time(cls, raw: Any) -> dt.time:
+        if isinstance(raw, dt.time):
+            return raw
+        m = _TIME.match(str(raw))
+        if not m:
+            raise ValueError(f"reset {raw!r} is not a time of day; use HH:MM on a 24-hour clock, e.g. 09:00.")
+        return dt.time(int(m.group(1)), int(m.group(2)))
+
+    @field_validator("timezone", mode="before")
+    @classmethod
+    def _zone_name(cls, raw: Any) -> str | None:
+        if raw is None or str(raw).lower() in ("", "machine", "local"):
+            return None
+        name = str(raw)
+        try:
+            if ".." in name or name.startswith("/"):  # a zone name, never a path
+                raise ValueError
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"timezone {name!r} is not an IANA zone name; use one like Europe/Berlin, "
+                             "America/New_York or UTC.") from None
+        return name
+
+    @field_validator("models", mode="before")
+    @classmethod
+    def _globs(cls, raw: Any) -> tuple[str, ...]:
+        globs = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+        globs = tuple(str(g).strip() for g in globs if str(g).strip())
+        if not globs:
+            raise ValueError('models is empty; give model-name globs separated by commas, e.g. "*:free,gpt-*" '
+                             'or "*" for every model.')
+        return globs
+
+    @field_validator("ledger", mode="before")
+    @classmethod
+    def _ledger_url(cls, raw: Any) -> str:
+        value = str(raw or "")
+        scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+        if scheme and scheme not in ("redis", "rediss", "sqlite"):
+            raise ValueError(f"ledger {scheme}:// is not supported; give a redis:// URL, a SQLite file path, "
+                             "or an empty value for the local default.")
+        return value
+
+    @model_validator(mode="after")
+    def _reserve_within_limit(self, info) -> BudgetSettings:
+        if not (info.context or {}).get(_ALONE) and self.chat_reserve > self.daily_limit:
+            raise ValueError(f"chat_reserve ({self.chat_reserve}) is above daily_limit ({self.daily_limit}); "
+                             "lower chat_reserve or raise daily_limit first.")
+        return self
 
     @property
     def zone(self) -> ZoneInfo:
@@ -74,137 +149,77 @@ class BudgetSettings:
             return redacted(value) if value else "local SQLite"
         return str(value)
 
+    @field_serializer("reset")
+    def _hh_mm(self, value: dt.time) -> str:
+        return value.strftime("%H:%M")
+
     def as_json(self) -> dict:
         """The keys that were set, as budget.json stores them."""
-        return {key: stored_value(key, getattr(self, key)) for key in sorted(self.explicit)}
+        return self.model_dump(mode="json", include=self.model_fields_set)
 
 
-def stored_value(key: str, value):
-    """A parsed value as budget.json stores it."""
-    return value.strftime("%H:%M") if key == "reset" else list(value) if key == "models" else value
+# Validating -----------------------------------------------------------------------------------
 
 
-# Parsing one key ------------------------------------------------------------------------------
+class _Refused(ConfigError):
+    """A value refused, and the key it belongs to (None: a rule between keys)."""
+
+    def __init__(self, line: str, key: str | None) -> None:
+        super().__init__(line)
+        self.key = key
 
 
-def _whole(key: str, text: str, *, minimum: int) -> int:
+def _validated(values: dict, *, alone: bool = False) -> BudgetSettings:
+    """Settings from keys as `set` takes them or budget.json stores them; _Refused names the first problem."""
+    values = {k: v.strip() if isinstance(v, str) else v for k, v in values.items()}
     try:
-        value = int(str(text).strip())
-    except ValueError:
-        raise ConfigError(f"{key} {text!r} is not a whole number; give a number of requests, e.g. "
-                          f"hermes cron-budget set {key} 1000.") from None
-    if value < minimum:
-        raise ConfigError(f"{key} must be at least {minimum} (got {value}).")
-    return value
+        return BudgetSettings.model_validate(values, context={_ALONE: alone})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = str(error["loc"][0]) if error["loc"] else None
+        raise _Refused(_one_line(key, error), key) from None
+
+
+def _one_line(key: str | None, error: Any) -> str:
+    """pydantic's error as the line the user reads: what is wrong and what to do."""
+    kind, raw = error["type"], error["input"]
+    if kind == "extra_forbidden":
+        return f"Unknown setting {key!r}; the settings are: {', '.join(KEYS)}."
+    if key in ("daily_limit", "chat_reserve", "job_limit") and kind != "greater_than_equal":
+        return (f"{key} {raw!r} is not a whole number; give a number of requests, e.g. "
+                f"hermes cron-budget set {key} 1000.")
+    if kind == "greater_than_equal":
+        return f"{key} must be at least {error['ctx']['ge']} (got {raw})."
+    if kind == "literal_error":
+        return f"mode {raw!r} is not observe or enforce; observe records what would be held, enforce holds it."
+    if kind == "value_error":
+        return str(error["ctx"]["error"])
+    return f"{key} {raw!r} is not valid ({error['msg']}); see hermes cron-budget --help."
 
 
 def parse_value(key: str, text: object):
     """One setting's value from text (or a JSON value from budget.json); ConfigError if bad."""
-    parser = _PARSERS.get(key)
-    if parser is None:
-        raise ConfigError(f"Unknown setting {key!r}; the settings are: {', '.join(KEYS)}.")
-    return parser(text.strip() if isinstance(text, str) else text)
-
-
-def _mode(raw):
-    if raw not in (OBSERVE, ENFORCE):
-        raise ConfigError(f"mode {raw!r} is not observe or enforce; observe records what would be held, "
-                          "enforce holds it.")
-    return raw
-
-
-def _job_limit(raw):
-    if raw is None or str(raw).lower() in ("off", "none", ""):
-        return None
-    return _whole("job_limit", raw, minimum=1)
-
-
-def _reset(raw):
-    m = _TIME.match(str(raw))
-    if not m:
-        raise ConfigError(f"reset {raw!r} is not a time of day; use HH:MM on a 24-hour clock, e.g. 09:00.")
-    return dt.time(int(m.group(1)), int(m.group(2)))
-
-
-def _timezone(raw):
-    if raw is None or str(raw).lower() in ("", "machine", "local"):
-        return None
-    return _zone_name(str(raw))
-
-
-def _models(raw):
-    globs = raw if isinstance(raw, list) else str(raw).split(",")
-    globs = tuple(str(g).strip() for g in globs if str(g).strip())
-    if not globs:
-        raise ConfigError('models is empty; give model-name globs separated by commas, e.g. "*:free,gpt-*" '
-                          'or "*" for every model.')
-    return globs
-
-
-def _ledger(raw):
-    value = str(raw or "")
-    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
-    if scheme and scheme not in ("redis", "rediss", "sqlite"):
-        raise ConfigError(f"ledger {scheme}:// is not supported; give a redis:// URL, a SQLite file path, "
-                          "or an empty value for the local default.")
-    return value
-
-
-_PARSERS = {
-    "mode": _mode,
-    "daily_limit": lambda raw: _whole("daily_limit", raw, minimum=1),
-    "chat_reserve": lambda raw: _whole("chat_reserve", raw, minimum=0),
-    "job_limit": _job_limit,
-    "reset": _reset,
-    "timezone": _timezone,
-    "models": _models,
-    "ledger": _ledger,
-}
-
-
-def _zone_name(name: str) -> str:
-    try:
-        if ".." in name or name.startswith("/"):
-            raise ValueError
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"timezone {name!r} is not an IANA zone name; use one like Europe/Berlin, "
-                          "America/New_York or UTC.") from None
-    return name
-
-
-def check(settings: BudgetSettings) -> BudgetSettings:
-    """The rules between keys."""
-    if settings.chat_reserve > settings.daily_limit:
-        raise ConfigError(f"chat_reserve ({settings.chat_reserve}) is above daily_limit ({settings.daily_limit}); "
-                          "lower chat_reserve or raise daily_limit first.")
-    return settings
+    return getattr(_validated({key: text}, alone=True), key)
 
 
 def with_value(settings: BudgetSettings, key: str, text: object) -> BudgetSettings:
-    value = parse_value(key, text)
-    return check(replace(settings, **{key: value}, explicit=settings.explicit | {key}))
+    return _validated({**settings.as_json(), key: text})
 
 
 def from_mapping(values: dict, *, source: str = SETTINGS_FILE) -> BudgetSettings:
-    settings = _parsed(values, source)
+    """Settings from budget.json's keys; a bad key is named with its fix, and the file with both."""
     try:
-        return check(settings)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        return _validated(values)
+    except _Refused as exc:
+        raise ConfigError(f"{source}: {_with_fix(exc)}") from None
 
 
-def _parsed(values: dict, source: str) -> BudgetSettings:
-    """Each key parsed, not yet checked against the others; a bad key is named with its fix."""
-    settings = BudgetSettings()
-    for key, value in values.items():
-        try:
-            settings = replace(settings, **{key: parse_value(key, value)}, explicit=settings.explicit | {key})
-        except ConfigError as exc:
-            how = (f"remove {key!r} from the file" if key not in KEYS
-                   else f"fix it with: hermes cron-budget set {key} VALUE")
-            raise ConfigError(f"{source}: {str(exc).rstrip('.')}; {how}.") from None
-    return settings
+def _with_fix(refused: _Refused) -> str:
+    if refused.key is None:
+        return str(refused)
+    how = (f"remove {refused.key!r} from the file" if refused.key not in KEYS
+           else f"fix it with: hermes cron-budget set {refused.key} VALUE")
+    return f"{str(refused).rstrip('.')}; {how}."
 
 
 # Where things live ----------------------------------------------------------------------------
@@ -341,8 +356,12 @@ class SettingsFile:
         """
         with self._locked():
             values = self._values()
-            values[key] = stored_value(key, parse_value(key, text))  # the new value alone, checked first
-            settings = check(_parsed(values, str(self.path)))
+            parse_value(key, text)  # the new value alone, checked first
+            values[key] = text
+            try:
+                settings = _validated(values)
+            except _Refused as exc:  # a rule between keys is about the value just given: no file to name
+                raise ConfigError(str(exc) if exc.key is None else f"{self.path}: {_with_fix(exc)}") from None
             write_private(self.path, json.dumps(settings.as_json(), indent=2, sort_keys=True) + "\n")
             return settings
 
@@ -370,5 +389,4 @@ def describe() -> list[tuple[str, str, str]]:
         "ledger": "empty: SQLite beside budget.json; a redis:// URL shares it between machines",
     }
     defaults = BudgetSettings()
-    return [(f.name, defaults.shown(f.name) if f.name != "timezone" else "machine zone", meaning[f.name])
-            for f in fields(BudgetSettings) if f.name in KEYS]
+    return [(key, defaults.shown(key) if key != "timezone" else "machine zone", meaning[key]) for key in KEYS]

@@ -6,7 +6,8 @@ as one failing test. Hermes is imported inside functions only: importing this mo
 plugin) needs nothing but hermes-bulk itself.
 
 Errors from ctx.llm reach us after Hermes' own retries and fallbacks, as the provider SDK's
-exceptions (openai's, for every OpenAI-compatible provider). `classify_error` maps them onto the
+exceptions (openai's for every OpenAI-compatible provider, httpx's for Gemini's native API). They
+are told apart by status_code and by class, never by name: `classify_error` maps them onto the
 same classes, and so the same policies, as the HTTP client: RateLimited (with Retry-After),
 TransientModelError, PermanentModelError. Their text goes to the Hermes log only.
 """
@@ -14,6 +15,7 @@ TransientModelError, PermanentModelError. Their text goes to the Hermes log only
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
@@ -29,10 +31,9 @@ from ..errors import (
     ClientUnavailable,
     ModelError,
     PermanentModelError,
-    RateLimited,
     TransientModelError,
 )
-from ..model import Completion, classify_status, retry_after_seconds
+from ..model import Completion, classify_status
 from ..redact import register_secret, register_url
 from ..store.protocol import JobRecord, Usage
 
@@ -171,29 +172,19 @@ def profile_of(provider_key: str) -> str | None:
 def classify_error(exc: BaseException) -> ModelError:
     """An exception from ctx.llm as Bulk's error class; its text goes to the log, never further.
 
-    Order matters: openai's APITimeoutError is an APIConnectionError, and RateLimitError an
-    APIStatusError. Other SDKs' errors are recognised by their status_code attribute.
+    ctx.llm calls providers through openai's SDK (every OpenAI-compatible provider, Codex) or
+    httpx (Gemini's native API, whose GeminiAPIError carries status_code); Hermes re-raises what
+    they raise. An HTTP answer is told by its status_code, a transport failure by its class.
     """
     log.warning("Hermes' model call failed: %s: %s", type(exc).__name__, exc)
-    try:
-        import openai
-    except ImportError:  # pragma: no cover - hermes-agent depends on openai
-        openai = None
-    if openai is not None:
-        if isinstance(exc, openai.RateLimitError):
-            return RateLimited(retry_after_s=retry_after_seconds(_headers(exc)))
-        if isinstance(exc, openai.APITimeoutError):
-            return TransientModelError("the request timed out")
-        if isinstance(exc, openai.APIConnectionError):
-            return TransientModelError("connection error (APIConnectionError)")
     status = getattr(exc, "status_code", None)
     if isinstance(status, int) and 400 <= status <= 599:
         return classify_status(status, _headers(exc), setup_fix=SETUP_FIX)
-    name = type(exc).__name__
-    if "Timeout" in name:
+    timeouts, connection_errors = _transport_errors()
+    if isinstance(exc, timeouts):  # before connection errors: openai's timeout is one of them
         return TransientModelError("the request timed out")
-    if "Connection" in name:
-        return TransientModelError(f"connection error ({name})")
+    if isinstance(exc, connection_errors):
+        return TransientModelError(f"connection error ({type(exc).__name__})")
     if isinstance(exc, PermissionError):  # agent.plugin_llm.PluginLlmTrustError
         return PermanentModelError("Hermes refused the call (plugins.entries.bulk.llm); the details are in "
                                    "the Hermes log")
@@ -202,7 +193,29 @@ def classify_error(exc: BaseException) -> ModelError:
                                    "Hermes log")
     if isinstance(exc, ValueError):  # complete_structured: the answer does not match --schema
         return TransientModelError("the answer does not match --schema", http_status=200)
-    return TransientModelError(f"Hermes' model call failed ({name}); the details are in the Hermes log")
+    return TransientModelError(f"Hermes' model call failed ({type(exc).__name__}); the details are in the "
+                               "Hermes log")
+
+
+@functools.cache
+def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeout classes, connection-failure classes) of the clients Hermes calls providers with.
+
+    Imported here, on the first failure, so importing this module needs neither package.
+    """
+    timeouts: list[type[BaseException]] = [TimeoutError]
+    connection_errors: list[type[BaseException]] = [ConnectionError]
+    with contextlib.suppress(ImportError):
+        import openai
+
+        timeouts.append(openai.APITimeoutError)
+        connection_errors.append(openai.APIConnectionError)
+    with contextlib.suppress(ImportError):
+        import httpx
+
+        timeouts.append(httpx.TimeoutException)
+        connection_errors.append(httpx.TransportError)
+    return tuple(timeouts), tuple(connection_errors)
 
 
 def _headers(exc: BaseException) -> Mapping[str, str] | None:

@@ -34,73 +34,76 @@ AUTO_OFF_BELOW_S = 0.001  #: above 1,000 requests a second adaptive pacing switc
 
 @dataclass
 class LimitState:
-    request_tat: float = 0.0  # theoretical arrival time of the next request (GCRA)
-    token_tat: float = 0.0
-    pause_until: float = 0.0
+    """One provider key's state; SQLite keeps it in the `limits` columns COLUMNS (values() order)."""
+
+    request_tat_s: float = 0.0  # theoretical arrival time of the next request (GCRA)
+    token_tat_s: float = 0.0
+    pause_until_s: float = 0.0
     backoff_step: int = 0
-    auto_interval: float = 0.0  # seconds between requests learned at the last 429; 0 = off
-    auto_since: float = 0.0  # when that interval started to relax (the end of the wait)
-    window_start: float = 0.0  # a one-second window counting granted requests
+    auto_interval_s: float = 0.0  # seconds between requests learned at the last 429; 0 = off
+    auto_since_s: float = 0.0  # when that interval started to relax (the end of the wait)
+    window_start_s: float = 0.0  # a one-second window counting granted requests
     window_count: int = 0
     previous_count: int = 0  # the count of the window before
     decreases: int = 0  # adaptive decreases so far: the epoch a grant carries
 
-    FIELDS = ("request_tat", "token_tat", "pause_until", "backoff_step", "auto_interval",
-              "auto_since", "window_start", "window_count", "previous_count", "decreases")  # values() order
+    #: The stored names (a contract of the store's data, so they keep their unit-less spelling).
+    COLUMNS = ("request_tat", "token_tat", "pause_until", "backoff_step", "auto_interval",
+               "auto_since", "window_start", "window_count", "previous_count", "decreases")
 
     def values(self) -> tuple:
-        return (self.request_tat, self.token_tat, self.pause_until, self.backoff_step, self.auto_interval,
-                self.auto_since, self.window_start, self.window_count, self.previous_count, self.decreases)
+        return (self.request_tat_s, self.token_tat_s, self.pause_until_s, self.backoff_step, self.auto_interval_s,
+                self.auto_since_s, self.window_start_s, self.window_count, self.previous_count, self.decreases)
 
 
-def _gcra(tat: float, now: float, interval: float, cost: int) -> tuple[float, float]:
+def _gcra(tat_s: float, now_s: float, interval_s: float, cost: int) -> tuple[float, float]:
     """(new theoretical arrival time, seconds to wait)."""
-    if interval <= 0 or cost <= 0:
-        return tat, 0.0
-    if tat > now:
-        return tat, tat - now
-    return now + interval * cost, 0.0
+    if interval_s <= 0 or cost <= 0:
+        return tat_s, 0.0
+    if tat_s > now_s:
+        return tat_s, tat_s - now_s
+    return now_s + interval_s * cost, 0.0
 
 
-def observed_rate(state: LimitState, now: float) -> float:
+def observed_rate_per_s(state: LimitState, now_s: float) -> float:
     """Requests granted over about the last second (a sliding-window estimate)."""
-    elapsed = now - state.window_start
-    if elapsed >= 2.0:
+    elapsed_s = now_s - state.window_start_s
+    if elapsed_s >= 2.0:
         return 0.0
-    if elapsed >= 1.0:
-        return state.window_count * max(0.0, 2.0 - elapsed)
-    return state.previous_count * (1.0 - elapsed) + state.window_count
+    if elapsed_s >= 1.0:
+        return state.window_count * max(0.0, 2.0 - elapsed_s)
+    return state.previous_count * (1.0 - elapsed_s) + state.window_count
 
 
-def auto_interval(state: LimitState, now: float) -> float:
+def auto_interval_s(state: LimitState, now_s: float) -> float:
     """The learned interval now: it halves every AUTO_RECOVERY_DOUBLING_S after the wait."""
-    if not state.auto_interval:
+    if not state.auto_interval_s:
         return 0.0
-    interval = state.auto_interval * 2.0 ** (-max(0.0, now - state.auto_since) / AUTO_RECOVERY_DOUBLING_S)
-    return interval if interval >= AUTO_OFF_BELOW_S else 0.0
+    interval_s = state.auto_interval_s * 2.0 ** (-max(0.0, now_s - state.auto_since_s) / AUTO_RECOVERY_DOUBLING_S)
+    return interval_s if interval_s >= AUTO_OFF_BELOW_S else 0.0
 
 
-def acquire(state: LimitState, now: float, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
+def acquire(state: LimitState, now_s: float, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
     """0.0 and state updated when a request may go now; else the seconds to wait (state as was)."""
-    if state.pause_until > now:
-        return state.pause_until - now
-    learned = auto_interval(state, now)
-    if state.auto_interval and not learned:
-        state.auto_interval = 0.0  # relaxed all the way: adaptive pacing is off again
-    interval = max(60.0 / rpm if rpm else 0.0, learned)
-    request_tat, wait_requests = _gcra(state.request_tat, now, interval, 1)
-    token_tat, wait_tokens = _gcra(state.token_tat, now, 60.0 / tpm if tpm else 0.0, tokens)
-    wait = max(wait_requests, wait_tokens)
-    if wait > 0:
-        return wait
-    state.request_tat, state.token_tat = request_tat, token_tat
-    count(state, now)
+    if state.pause_until_s > now_s:
+        return state.pause_until_s - now_s
+    learned_s = auto_interval_s(state, now_s)
+    if state.auto_interval_s and not learned_s:
+        state.auto_interval_s = 0.0  # relaxed all the way: adaptive pacing is off again
+    interval_s = max(60.0 / rpm if rpm else 0.0, learned_s)
+    request_tat_s, requests_wait_s = _gcra(state.request_tat_s, now_s, interval_s, 1)
+    token_tat_s, tokens_wait_s = _gcra(state.token_tat_s, now_s, 60.0 / tpm if tpm else 0.0, tokens)
+    wait_s = max(requests_wait_s, tokens_wait_s)
+    if wait_s > 0:
+        return wait_s
+    state.request_tat_s, state.token_tat_s = request_tat_s, token_tat_s
+    count(state, now_s)
     return 0.0
 
 
-def unpaced(state: LimitState, now: float, *, rpm: int | None, tpm: int | None) -> bool:
+def unpaced(state: LimitState, now_s: float, *, rpm: int | None, tpm: int | None) -> bool:
     """True when acquire would grant at once and change nothing but the request count."""
-    return not rpm and not tpm and not auto_interval(state, now) and state.pause_until <= now
+    return not rpm and not tpm and not auto_interval_s(state, now_s) and state.pause_until_s <= now_s
 
 
 def clean(state: LimitState) -> bool:
@@ -108,15 +111,15 @@ def clean(state: LimitState) -> bool:
     return not state.backoff_step
 
 
-def count(state: LimitState, now: float, n: int = 1) -> None:
-    """Record n granted requests in the one-second window that observed_rate reads."""
-    if now - state.window_start >= 1.0:
-        state.previous_count = state.window_count if now - state.window_start < 2.0 else 0
-        state.window_start, state.window_count = now, 0
+def count(state: LimitState, now_s: float, n: int = 1) -> None:
+    """Record n granted requests in the one-second window that observed_rate_per_s reads."""
+    if now_s - state.window_start_s >= 1.0:
+        state.previous_count = state.window_count if now_s - state.window_start_s < 2.0 else 0
+        state.window_start_s, state.window_count = now_s, 0
     state.window_count += n
 
 
-def backoff_wait(state: LimitState, *, base_s: float, cap_s: float, doubling: bool) -> float:
+def backoff_wait_s(state: LimitState, *, base_s: float, cap_s: float, doubling: bool) -> float:
     """The wait for a 429 without Retry-After: base · 2^step up to the cap for the first 429 of
     a generation (which then grows the step); a 429 to a request sent before that one (a stale
     one) gets the wait already chosen, base · 2^(step-1), so one burst doubles the wait once."""
@@ -124,24 +127,24 @@ def backoff_wait(state: LimitState, *, base_s: float, cap_s: float, doubling: bo
     return min(cap_s, base_s * 2 ** step)
 
 
-def rate_limited(state: LimitState, now: float, *, seconds: float | None, base_s: float, cap_s: float,
-                 epoch: int) -> None:
+def rate_limited(state: LimitState, now_s: float, *, retry_after_s: float | None, base_s: float,
+                 cap_s: float, epoch: int) -> None:
     """A 429 to a request granted at `epoch`: start or extend the shared wait, and, if the
     request was granted after the last decrease (the first 429 of its generation), halve the
-    request rate and double the next wait without Retry-After (backoff_wait)."""
+    request rate and double the next wait without Retry-After (backoff_wait_s)."""
     decrease = epoch == state.decreases
     if decrease:
-        learned = auto_interval(state, now)
-        rate = 1.0 / learned if learned else observed_rate(state, now)
-        state.auto_interval = min(AUTO_MAX_INTERVAL_S, 1.0 / max(rate * AIMD_DECREASE, 1.0 / AUTO_MAX_INTERVAL_S))
+        learned_s = auto_interval_s(state, now_s)
+        rate_per_s = 1.0 / learned_s if learned_s else observed_rate_per_s(state, now_s)
+        state.auto_interval_s = min(AUTO_MAX_INTERVAL_S, 1.0 / max(rate_per_s * AIMD_DECREASE, 1.0 / AUTO_MAX_INTERVAL_S))
         state.decreases += 1
-    if seconds is None:
-        seconds = backoff_wait(state, base_s=base_s, cap_s=cap_s, doubling=decrease)
+    if retry_after_s is None:
+        retry_after_s = backoff_wait_s(state, base_s=base_s, cap_s=cap_s, doubling=decrease)
         if decrease:
             state.backoff_step += 1
-    state.pause_until = max(state.pause_until, now + seconds)
+    state.pause_until_s = max(state.pause_until_s, now_s + retry_after_s)
     if decrease:
-        state.auto_since = state.pause_until  # relaxing starts when the wait is over
+        state.auto_since_s = state.pause_until_s  # relaxing starts when the wait is over
 
 
 def succeeded(state: LimitState) -> None:
