@@ -1,10 +1,21 @@
-"""What a backend does: the job store and the shared limiter, each method one atomic operation.
+"""What a backend does: the job store and the shared limiter, and which steps each takes.
 
 This module is the only place that says what a backend must do; `store/sqlite.py` and
 `store/redis_store.py` implement it, and `tests/contract/` holds both to it. Each method's
-docstring is its contract. Every state-changing method is atomic on every backend (one
-`BEGIN IMMEDIATE` transaction on SQLite, one Lua script on Redis), so N workers on M machines
-behave like one. Times are seconds since the epoch, read from the backend's own clock.
+docstring is its contract, and says what is one step and what is several:
+
+- "One step on both backends": one `BEGIN IMMEDIATE` transaction on SQLite, one Lua script or
+  one MULTI/EXEC on Redis. Other workers see it whole or not at all, and a process that dies
+  in it leaves nothing (SQLite rolls the transaction back; Redis runs a script whole and drops
+  a MULTI whose EXEC never arrived).
+- Otherwise the steps are named, with what a process that dies between them leaves and what
+  repairs it. Every such state is one the invariants allow (DESIGN.md: counts add up, no
+  item lost, no job out of reach), and the repair is the next call or the reaper's next pass;
+  tests/contract/test_store_atomicity.py interrupts each operation there.
+
+Reading one value is atomic; methods that read several (noted) are not snapshots. N workers
+on M machines behave like one. Times are seconds since the epoch, read from the backend's own
+clock.
 """
 
 from __future__ import annotations
@@ -216,16 +227,33 @@ class JobStore(Protocol):
 
     # Creating ------------------------------------------------------------------------------
     def begin_job(self, spec: JobSpec) -> None:
-        """Record a job in state `creating` (invisible to list_jobs and recent lookups)."""
+        """Record a job in state `creating` (invisible to list_jobs and recent lookups).
+
+        One step on both backends (on Redis, the index entries and the job's keys are one
+        MULTI/EXEC). Creating a job is several calls: begin_job, add_items, finish_job. A
+        process that dies before finish_job leaves the job `creating`: invisible to every
+        reader and never run, its items stored until delete_job(job_id) removes them (the
+        creating process deletes it on any error it survives; nothing sweeps after a kill).
+        """
 
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
-        """Append items (contents deduplicated by hash within the job) to a `creating` job."""
+        """Append items (contents deduplicated by hash within the job) to a `creating` job.
+
+        SQLite: one step per call. Redis: one script per ADD_BATCH_ITEMS items (or 8 MiB of
+        contents); a process that dies between two leaves the first batches added, and the job
+        `creating` (see begin_job).
+        """
 
     def finish_job(self, job_id: str) -> JobRecord:
-        """Move a `creating` job to `not_started` with its totals; it now shows in list_jobs."""
+        """Move a `creating` job to `not_started` with its totals; it now shows in list_jobs.
+
+        One step on both backends (then a read of the job)."""
 
     def delete_job(self, job_id: str) -> bool:
-        """Remove a job and everything it owns (items, contents, events). False if unknown."""
+        """Remove a job and everything it owns (items, contents, events). False if unknown.
+
+        One step on both backends (on Redis, the job's keys and its index entries are one
+        MULTI/EXEC, so no index entry outlives its job and no job outlives its entries)."""
 
     # Reading -------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord | None:
@@ -254,10 +282,25 @@ class JobStore(Protocol):
 
         Moving to RUNNING records run_at = now.
         Returns the updated job, or None when the job was not in from_states (nothing changed).
+
+        The move is one step on both backends. On Redis a move to RUNNING takes a second
+        round trip: the move lists the job in the active-jobs index (in its MULTI/EXEC, at
+        score 0 if it was not listed), then the job's new run epoch is written as its score.
+        A process that dies between them leaves the job running and listed at its old score,
+        where reaper passes keep it (a running job is never pruned). Only a prune the reaper
+        decided while the job was idle, arriving in that moment, can drop it; then workers no
+        longer look after the job, and running it again (`run` accepts a running job) lists
+        it at its new epoch.
         """
 
     def retry_failed(self, job_id: str) -> int:
-        """Return every failed item to pending, clearing errors and attempt counts; the count."""
+        """Return every failed item to pending, clearing errors and attempt counts; the count.
+
+        SQLite: one step. Redis: one script per RETRY_BATCH_ITEMS failed items, so one call
+        never holds Redis for a million items. A process that dies between two leaves some
+        items pending and the rest failed, each batch whole (the counts add up); calling
+        retry_failed again moves the rest.
+        """
 
     # Items: the atomic life of one item ---------------------------------------------------
     def claim_item(self, job_id: str, index_hint: int, worker_id: str, *, lease_s: float,
@@ -275,12 +318,16 @@ class JobStore(Protocol):
         the caller tries again once reservations settle, for what the items really used);
         otherwise the job is paused with reason PAUSE_TOKEN_LIMIT and the refusal is
         token_limit. So charged + reserved never exceeds max_tokens through a claim.
+
+        One step on both backends (SQLite reads the item's content after the transaction:
+        contents never change, and a job deleted in between answers no_job).
         """
 
     def next_item_estimate(self, job_id: str) -> int | None:
         """The estimate of the lowest-index pending item (what a trigger without a hint claims
         next), or None when no item is pending. A read: resume uses it to refuse a limit the
-        next item would not fit under."""
+        next item would not fit under. Two reads on Redis: a claim in between may make it
+        stale, which the claim's own check covers."""
 
     def renew_leases(self, worker_id: str, items: Iterable[tuple[str, int]], *, lease_s: float) -> int:
         """Extend to now + lease_s the leases of these (job id, index) items that worker_id holds.
@@ -289,6 +336,10 @@ class JobStore(Protocol):
         of (a claim whose reply never arrived, a completion the backend did not take) expires
         and returns to the queue instead of staying owned for as long as the worker lives.
         Returns how many leases were extended.
+
+        SQLite: one step. Redis: one script per job, all in one pipeline; a process that dies
+        while sending it leaves some leases not extended, which expire and return their items
+        to the queue (at-least-once: what a dead worker's leases do anyway).
         """
 
     def complete_item(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage,
@@ -298,14 +349,18 @@ class JobStore(Protocol):
         Only the current owner of a running item may complete it; a completed item is never
         completed again and its result never overwritten (returns False, changes nothing).
         Reported usage is charged; without it the estimate is charged. An empty provider or
-        model is recorded as None.
+        model is recorded as None. One step on both backends.
         """
 
     def fail_item(self, job_id: str, index: int, worker_id: str, error: ItemError) -> bool:
-        """Mark the owner's running item failed with the error, and record an item_failed event."""
+        """Mark the owner's running item failed with the error, and record an item_failed event.
+
+        One step on both backends."""
 
     def release_item(self, job_id: str, index: int, worker_id: str) -> bool:
-        """Return the owner's running item to pending (nothing charged), e.g. on shutdown."""
+        """Return the owner's running item to pending (nothing charged), e.g. on shutdown.
+
+        One step on both backends."""
 
     def record_attempt(self, job_id: str, index: int, worker_id: str, error: ItemError, *,
                        rate_limited: bool) -> int:
@@ -313,29 +368,46 @@ class JobStore(Protocol):
 
         rate_limited: counts a consecutive 429 (does not use up retries); otherwise a transient
         failure. Returns the new count of that kind, or -1 if worker_id does not own the item.
+        One step on both backends.
         """
 
     def release_expired_leases(self) -> dict[str, int]:
-        """Return every running item whose lease has expired to pending; counts by job id."""
+        """Return every running item whose lease has expired to pending; counts by job id.
+
+        SQLite: one step. Redis: one script per job of the active-jobs index, all in one
+        pipeline, then a second pipeline that prunes idle jobs from the index. A process that
+        dies while sending the first leaves some jobs released, each whole (the counts add up),
+        and the rest for the next pass; one that dies before the prune leaves index entries of
+        idle jobs, which the next pass prunes (an entry too many costs a script call, never an
+        item).
+        """
 
     def release_worker_items(self, worker_id: str) -> dict[str, int]:
-        """Return every item worker_id holds to pending (the worker is known dead); counts by job."""
+        """Return every item worker_id holds to pending (the worker is known dead); counts by job.
+
+        SQLite: one step. Redis: one script per job, in one pipeline; a process that dies
+        while sending it leaves some jobs released, each whole, and the rest to the next call
+        (every worker's maintenance makes it) or to their leases' expiry.
+        """
 
     def item_owners(self) -> dict[str, int]:
-        """Every worker id that holds running items, with how many it holds."""
+        """Every worker id that holds running items, with how many it holds (on Redis, read
+        job by job: not a snapshot)."""
 
     def add_events(self, job_id: str, events: Iterable[Event]) -> None:
-        """Append events to a job's history."""
+        """Append events to a job's history. One step on both backends."""
 
     # Workers -------------------------------------------------------------------------------
     def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
-        """Register or refresh a live worker; it counts as live for ttl_s from now."""
+        """Register or refresh a live worker; it counts as live for ttl_s from now. One step on
+        both backends."""
 
     def remove_worker(self, worker_id: str) -> None:
-        """Forget a worker (clean shutdown)."""
+        """Forget a worker (clean shutdown). One step on both backends."""
 
     def live_workers(self) -> list[WorkerInfo]:
-        """Workers whose last heartbeat is within their ttl, with the items they hold."""
+        """Workers whose last heartbeat is within their ttl, with the items they hold (several
+        reads: not a snapshot)."""
 
     def now(self) -> float:
         """The backend's clock (leases are compared against it)."""
@@ -353,6 +425,20 @@ class SharedLimits(Protocol):
         Pacing spaces requests at the slower of rpm and the adaptive rate learned from 429s.
         Returns Turn(wait=0.0, epoch) when taken, else the seconds to wait before asking again
         (nothing taken). Pass the epoch to pause() if this request is answered 429.
+
+        Redis: one step (one script per call). SQLite with rpm or tpm, or while the key waits
+        or is adaptively paced: one step. SQLite unpaced (no rpm, no tpm, no wait, no adaptive
+        pacing): a read of the key's shared state, without the write lock, decides; the grant
+        only has to be counted in the key's one-second window (what the rate halved at a 429
+        is measured from), and each process adds its grants to that shared count at most every
+        COUNT_EVERY_S (0.1 s), in one transaction, and before any pause() it makes. What is
+        shared is the wait, the pacing and the count; what is per process is the count not yet
+        added. A process that dies loses only that: at most 0.1 s of its own grants missing
+        from the window, so a 429 within the next second or two measures a slightly lower
+        rate. A pause() by another process is seen by the next read; a grant read just before
+        it goes through, as one taken just before it would. Redis does not batch: every
+        acquire is one round trip whether it writes or not, so batching would save nothing
+        there.
         """
 
     def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
@@ -366,10 +452,14 @@ class SharedLimits(Protocol):
         base_s * 2**step (capped at cap_s, before the step grows). A 429 to a request sent
         before the last decrease slows nothing and grows nothing: without seconds it waits
         base_s * 2**(step-1), the wait its generation already chose (base_s at step 0).
+        One step on both backends.
         """
 
     def clear_backoff(self, key: str) -> None:
-        """A request succeeded: the next wait without Retry-After starts from base_s again."""
+        """A request succeeded: the next wait without Retry-After starts from base_s again.
+
+        One step on both backends (skipped when this process's last acquire saw no backoff
+        step and it has seen no 429 since; a 429 elsewhere is cleared by a later success)."""
 
     def pause_state(self, key: str) -> PauseState | None:
         """The current wait of key, or None when it is not waiting."""

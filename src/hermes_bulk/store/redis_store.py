@@ -1,7 +1,8 @@
 """The fleet backend's store and limiter: one Redis, shared by every worker on every machine.
 
-Every state change is one Lua script (`redis_lua/<operation>.lua`, each opening with its KEYS
-and ARGV), so N workers on M machines see each operation whole. Scripts read the clock with
+Every state change of one job is one Lua script (`redis_lua/<operation>.lua`, each opening with
+its KEYS and ARGV), so N workers on M machines see each operation whole; store/protocol.py says,
+method by method, which operations take more than one step here and what an interruption leaves. Scripts read the clock with
 Redis TIME, so machines with skewed clocks agree on leases, pauses and pacing. Semantics
 mirror store/sqlite.py; store/protocol.py is the contract.
 
@@ -44,14 +45,16 @@ Across jobs:
                                    <queue> per kind of model client (broker.queue_name)
 
 delete_job removes all ten keys of a job and its index entries. The cross-job indexes are
-updated outside the job's scripts (so those stay in one slot), in an order that keeps each
-index a superset of what it must list: a job is indexed before its keys exist (and before it
-runs) and unindexed after they are gone; readers skip entries whose job is missing or still
-being created. The active-jobs index is pruned by run epoch (prune_active.lua), so a job run
-again while it is being pruned stays listed. Operations the SQLite store does in one
-statement across jobs (release_expired_leases, release_worker_items, renew_leases,
-item_owners, live_workers' holdings) run one atomic script per job on that index, pipelined;
-retry_failed is atomic per RETRY_BATCH_ITEMS items. No credentials are ever written to Redis.
+updated outside the job's scripts (so each script stays in one slot), in the same MULTI/EXEC
+as the script for begin_job, delete_job and set_state (this backend is for one Redis, not a
+Cluster: a MULTI spans slots), and in an order that keeps each index a superset of what it
+must list: a job is indexed before its keys exist (and before it runs) and unindexed with
+them; readers skip entries whose job is missing or still being created. The active-jobs
+index is pruned by run epoch (prune_active.lua), so a job run again while it is being pruned
+stays listed. Operations the SQLite store does in one statement across jobs
+(release_expired_leases, release_worker_items, renew_leases, item_owners, live_workers'
+holdings) run one atomic script per job on that index, pipelined; retry_failed is atomic per
+RETRY_BATCH_ITEMS items. No credentials are ever written to Redis.
 """
 
 from __future__ import annotations
@@ -428,9 +431,10 @@ class RedisJobStore:
     # Creating ------------------------------------------------------------------------------
     def begin_job(self, spec: JobSpec) -> None:
         created_ms = self.now() * 1000
-        pipe = self.r.pipeline(transaction=False)
-        # Indexes first: an interrupted begin leaves an index entry readers skip, never a job
-        # that no index can reach (and so nothing could delete).
+        # One MULTI/EXEC: a process killed while sending it leaves nothing (Redis drops a MULTI
+        # whose connection closes before EXEC). Indexes first all the same, so a job's keys are
+        # never without the index entries that reach them.
+        pipe = self.r.pipeline(transaction=True)
         # NX: a clashing id must not move the existing job in list_jobs.
         pipe.zadd(self.keys.jobs_created, {spec.job_id: created_ms}, nx=True)
         pipe.zadd(self.keys.jobs_ids, {spec.job_id: 0})
@@ -474,13 +478,13 @@ class RedisJobStore:
         return job
 
     def delete_job(self, job_id: str) -> bool:
-        existed = self.lua.delete_job(keys=self.keys.job(job_id))
-        # Index entries go last, so a job's keys are always reachable from an index.
-        pipe = self.r.pipeline(transaction=False)
+        # One MULTI/EXEC: the job's keys and its index entries go together, so an interrupted
+        # delete leaves neither keys no index reaches nor index entries for no job.
+        pipe = self.r.pipeline(transaction=True)
+        self.lua.delete_job(keys=self.keys.job(job_id), client=pipe)
         for index in (self.keys.jobs_active, self.keys.jobs_created, self.keys.jobs_ids):
             pipe.zrem(index, job_id)
-        pipe.execute()
-        return bool(existed)
+        return bool(pipe.execute()[0])
 
     # Reading -------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord | None:
@@ -561,21 +565,27 @@ class RedisJobStore:
     def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):
         args = [state, _opt(pause_reason), _opt(max_tokens)]
         args += _event_args([event]) if event is not None else [0, ""]
-        pipe = self.r.pipeline(transaction=False)
+        pipe = self.r.pipeline(transaction=True)
         if state == RUNNING:
-            # Listed before it runs (score 0, NX: never lowers an entry), so a process that
-            # dies right after the script cannot leave a running job out of the index.
+            # Listed in the same MULTI/EXEC as the move (score 0, NX: never lowers an entry),
+            # so no running job is ever out of the index because a process died.
             pipe.zadd(self.keys.jobs_active, {job_id: 0}, nx=True)
         self.lua.set_state(keys=self.keys.job(job_id), args=[*args, *from_states], client=pipe)
         epoch = pipe.execute()[-1]
         if epoch is None:
             return None
         if state == RUNNING:
-            # Then with the new epoch: a prune by a reaper that saw the job idle at an older
-            # epoch can no longer remove it (prune_active.lua). GT: a slower concurrent run
-            # never puts back an older epoch.
-            self.r.zadd(self.keys.jobs_active, {job_id: epoch}, gt=True)
+            self._raise_active_epoch(job_id, epoch)
         return self.get_job(job_id)
+
+    def _raise_active_epoch(self, job_id: str, epoch: int) -> None:
+        """Score the job's entry with its new run epoch, so a prune by a reaper that saw the job
+        idle at an older epoch can no longer remove it (prune_active.lua). GT: a slower
+        concurrent run never puts back an older epoch. A process that dies before this leaves
+        the entry at its old score: a running job is never pruned, so only a prune decided
+        before the run and arriving in between can drop it, and running the job again (`run`
+        accepts a running job) lists it again."""
+        self.r.zadd(self.keys.jobs_active, {job_id: epoch}, gt=True)
 
     def retry_failed(self, job_id: str) -> int:
         keys, total = self.keys.job(job_id), 0
