@@ -27,6 +27,7 @@ from hermes_bulk.store.protocol import (
 from hermes_bulk.store.redis_store import EVENTS_KEPT, RETRY_BATCH_ITEMS
 from tests.conftest import RedisServer, free_port
 
+from .conftest import prefix_of
 from .test_store_contract import claim, make_job
 
 
@@ -40,17 +41,6 @@ def backend(redis_url):
 @pytest.fixture
 def store(backend):
     return backend.store
-
-
-@pytest.fixture
-def raw(redis_server) -> redis.Redis:
-    client = redis.Redis(port=redis_server.port, decode_responses=True)
-    yield client
-    client.close()
-
-
-def prefix_of(url: str) -> str:
-    return url.rsplit("prefix=", 1)[1]
 
 
 def keys_of(raw: redis.Redis, prefix: str) -> list[str]:

@@ -41,6 +41,7 @@ from hermes_bulk.store.protocol import (
 )
 from hermes_bulk.store.sqlite import SqliteDatabase
 
+from .conftest import prefix_of
 from .test_store_contract import claim, make_job
 
 EXPIRED_S = -60.0  # a lease renewed to this has run out (as in test_store_stateful.py)
@@ -56,17 +57,6 @@ def redis_backend(redis_url):
 @pytest.fixture
 def rstore(redis_backend):
     return redis_backend.store
-
-
-@pytest.fixture
-def raw(redis_server) -> redis.Redis:
-    client = redis.Redis(port=redis_server.port, decode_responses=True)
-    yield client
-    client.close()
-
-
-def prefix_of(url: str) -> str:
-    return url.rsplit("prefix=", 1)[1]
 
 
 def assert_counts_add_up(store, job_id: str) -> None:
