@@ -81,12 +81,14 @@ def url_secrets(url: str) -> list[str]:
 
 
 def public_url(url: str) -> str:
-    """A URL fit to log, print and store: the password and secret query values replaced by ***."""
+    """A URL (or a path) fit to log, print and store: the password and secret query values
+    replaced by ***. One that cannot be parsed shows no more than its scheme (or, without one,
+    is masked as text): where its password ends cannot be told."""
     try:
         parts = urlsplit(url)
-        _ = parts.port  # raises on a malformed port: such a URL is masked as text instead
+        _ = parts.port  # raises on a malformed port
     except ValueError:
-        return redact(url)
+        return url.split("://", 1)[0] + "://…" if "://" in url else redact(url)
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, HermesBulkError
+from ..redact import public_url
 from . import policy
 from .failopen import FailOpenNote, FailOpenNotes
 from .ledger import Admission, CallRecord, RequestLedger, WindowCounts, open_ledger
-from .settings import BudgetSettings, SettingsFile, ledger_location, redacted
+from .settings import BudgetSettings, SettingsFile, ledger_location
 from .windows import Window, window_at
 
 log = logging.getLogger("hermes_bulk.budget")
@@ -173,7 +174,7 @@ class Budget:
         except HermesBulkError as exc:
             error = str(exc)
         return Report(settings=settings, window=window, counts=counts,
-                      failopen=self.notes.read_since(window.start_s), ledger=redacted(location),
+                      failopen=self.notes.read_since(window.start_s), ledger=public_url(location),
                       ledger_error=error, now_s=self.clock(), settings_error=settings_error)
 
     def background_held_until(self, model: str | None) -> float | None:

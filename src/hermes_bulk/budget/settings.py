@@ -146,7 +146,7 @@ class BudgetSettings(BaseModel):
         if key == "timezone":
             return value or f"{machine_zone()} (machine zone)"
         if key == "ledger":
-            return redacted(value) if value else "local SQLite"
+            return public_url(value) if value else "local SQLite"
         return str(value)
 
     @field_serializer("reset")
@@ -256,11 +256,6 @@ def ledger_location(settings: BudgetSettings, directory: Path) -> str:
         parse_value("ledger", env)
         return env
     return settings.ledger or str(directory / LEDGER_FILE)
-
-
-def redacted(location: str) -> str:
-    """A ledger location fit to print: a URL's password is masked (redact.public_url)."""
-    return public_url(location) if "://" in location else location
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
