@@ -1,11 +1,16 @@
-"""Pins the huey behaviour the embedded consumer relies on (a private method: huey is pinned)."""
+"""The Huey side: the huey behaviour the embedded consumer relies on (a private method: huey is
+pinned), and how a trigger finds the runtime that serves its queue."""
 
 from __future__ import annotations
 
+import ast
+import logging
 import threading
+from pathlib import Path
 
 from huey import SqliteHuey
 
+from hermes_bulk import broker
 from hermes_bulk.tasks import EmbeddedConsumer, consumer_options
 
 from .helpers import wait_for
@@ -37,3 +42,26 @@ def test_an_embedded_consumer_starts_off_the_main_thread_and_stops_cleanly(tmp_p
     t.join(30)
     assert errors == [] and sorted(done) == list(range(20))
     assert not [th for th in threading.enumerate() if th.name.startswith(("Worker-", "Scheduler"))]
+
+
+def test_a_trigger_run_where_no_worker_runtime_serves_its_queue_is_logged_and_dropped(tmp_path, caplog):
+    backend = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    huey = backend.queue("http")
+    consumer = EmbeddedConsumer(huey, **consumer_options(1))
+    consumer.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="hermes_bulk.tasks"):
+            backend.trigger("job-1", 0, client="http")
+            wait_for(lambda: "job job-1 arrived in a process without a worker runtime" in caplog.text,
+                     message="the error")
+    finally:
+        consumer.stop(graceful=True)
+        backend.close()
+    assert huey.pending_count() == 0
+
+
+def test_the_broker_does_not_import_the_worker():
+    """The worker imports the broker; a trigger finds its runtime through tasks.serve."""
+    tree = ast.parse((Path(broker.__file__)).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "worker" not in imported and not any(m and m.endswith(".worker") for m in imported)

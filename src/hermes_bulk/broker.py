@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from huey import Huey, SqliteHuey
@@ -29,9 +28,6 @@ from .redact import public_url, register_url
 from .store.protocol import JobStore, SharedLimits
 from .store.sqlite import SqliteJobStore, SqliteLimits, open_database, sqlite_file_identity
 from .tasks import register_process_item
-
-if TYPE_CHECKING:
-    from .worker import WorkerRuntime
 
 QUEUE_NAME = "hermes-bulk"  #: the queue of jobs made by `hermes-bulk create` (client "http")
 DEFAULT_CLIENT = "http"
@@ -52,7 +48,6 @@ class Backend:
     queue_errors: tuple[type[Exception], ...] = ()  # what the queue raises when the backend is gone
     unavailable: Callable[[Exception], BackendUnavailable] = lambda exc: BackendUnavailable(str(exc))
     warnings: Callable[[], list[str]] = list  # e.g. Redis without persistence
-    runtime: WorkerRuntime | None = None
     _queues: dict[str, tuple[Huey, TaskWrapper]] = field(default_factory=dict, init=False)
     _clients: dict[str, str] = field(default_factory=dict, init=False)  # job id -> its client kind
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
@@ -65,7 +60,7 @@ class Backend:
             queue = self._queues.get(client)
             if queue is None:
                 huey = self.make_queue(queue_name(client))
-                queue = self._queues[client] = (huey, register_process_item(huey, lambda: self.runtime))
+                queue = self._queues[client] = (huey, register_process_item(huey))
             return queue
 
     def queue(self, client: str) -> Huey:

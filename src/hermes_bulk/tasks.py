@@ -2,13 +2,14 @@
 
 A task carries only (job id, index hint): the store holds the truth, because Huey dequeues
 destructively and a killed worker loses the task it held (reference/huey-probe.md). The task
-asks the process's WorkerRuntime to handle the trigger.
+asks the handler serving its queue in this process (a WorkerRuntime, `serve`) to handle it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Iterable
 from typing import Protocol
 
 from huey import Huey
@@ -32,15 +33,35 @@ class TriggerHandler(Protocol):
         """Process one trigger; returns seconds after which to run it again, or None."""
 
 
-def register_process_item(huey: Huey, handler: Callable[[], TriggerHandler | None]) -> TaskWrapper:
-    """Register the trigger task on this Huey instance; the handler is looked up when it runs."""
+# Which handler takes the triggers of each queue in this process: the runtime whose consumers
+# read that queue. Keyed by the Huey instance (one per queue per backend per process).
+_handlers: dict[Huey, TriggerHandler] = {}
+_handlers_lock = threading.Lock()
+
+
+def serve(queues: Iterable[Huey], handler: TriggerHandler) -> None:
+    """From now on, triggers of these queues that run in this process go to handler."""
+    with _handlers_lock:
+        _handlers.update(dict.fromkeys(queues, handler))
+
+
+def stop_serving(handler: TriggerHandler) -> None:
+    """Triggers no longer go to handler (a trigger that still runs here is logged and dropped)."""
+    with _handlers_lock:
+        for huey in [huey for huey, serving in _handlers.items() if serving is handler]:
+            del _handlers[huey]
+
+
+def register_process_item(huey: Huey) -> TaskWrapper:
+    """Register the trigger task on this Huey instance; its handler is looked up when it runs."""
 
     def process_item(job_id: str, index_hint: int) -> None:
-        runtime = handler()
-        if runtime is None:  # only a consumer executes tasks, and every consumer has a runtime
+        with _handlers_lock:
+            handler = _handlers.get(huey)
+        if handler is None:  # only a consumer executes tasks, and every consumer's runtime serves its queue
             log.error("trigger for job %s arrived in a process without a worker runtime", job_id)
             return
-        delay_s = runtime.handle_trigger(job_id, index_hint)
+        delay_s = handler.handle_trigger(job_id, index_hint)
         if delay_s is not None:
             # RetryTask reschedules without using up Huey retries (we keep our own counts).
             raise RetryTask(delay=max(1.0, delay_s))

@@ -33,7 +33,7 @@ from .files import private_dir
 from .model import HttpModelClient, ModelClient
 from .pipeline import ItemProcessor, OpenGate, RequestGate
 from .store.protocol import AWAITING_RECOVERY, RUNNING, Event, JobRecord, WorkerInfo
-from .tasks import EmbeddedConsumer, consumer_options
+from .tasks import EmbeddedConsumer, consumer_options, serve, stop_serving
 
 log = logging.getLogger("hermes_bulk.worker")
 
@@ -233,7 +233,7 @@ class WorkerRuntime:
         self._lock_fd = self.liveness.hold_lock(self.worker_id)
         self._heartbeat()  # before the scan, so two workers starting together see each other
         self._recover_at_start()
-        self.backend.runtime = self
+        serve(self.queues(), self)  # triggers of these queues, run here, come to this runtime
         self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
         self._maintenance.start()
 
@@ -263,8 +263,7 @@ class WorkerRuntime:
             self.backend.store.remove_worker(self.worker_id)
         except HermesBulkError as exc:
             log.warning("could not deregister worker %s: %s", self.worker_id, exc)
-        if self.backend.runtime is self:
-            self.backend.runtime = None
+        stop_serving(self)
         for client in self._clients.values():
             client.close()
         if self._lock_fd is not None:
