@@ -23,12 +23,14 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from hermes_bulk import broker
-from hermes_bulk.budget.ledger import CallRecord, open_ledger
+from hermes_bulk.budget.ledger import CallRecord
+from hermes_bulk.budget.ledgers import open_ledger
 from hermes_bulk.budget.windows import window_at
 from hermes_bulk.config import Settings, load_settings
 from hermes_bulk.errors import BackendUnavailable, InputError
 from hermes_bulk.jobs import Jobs, read_schema
-from hermes_bulk.store.sqlite import MIGRATIONS, open_database
+from hermes_bulk.store.sqlite.database import open_database
+from hermes_bulk.store.sqlite.schema import MIGRATIONS
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
 
@@ -39,7 +41,8 @@ import datetime as dt, json, os, sys, time
 from pathlib import Path
 from zoneinfo import ZoneInfo
 from hermes_bulk.budget import policy
-from hermes_bulk.budget.ledger import CallRecord, open_ledger
+from hermes_bulk.budget.ledger import CallRecord
+from hermes_bulk.budget.ledgers import open_ledger
 from hermes_bulk.budget.windows import window_at
 
 role, path, rundir, n = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])

@@ -1,8 +1,8 @@
 """A backend from one URL: the Huey queue, the job store and the shared limiter, together.
 
 `sqlite:///path/bulk.db` (the embedded default: the store in that file, the Huey queues beside it
-in `bulk-queue.db`) or `redis://…` / `rediss://…` (the fleet). This is the only place that maps
-a URL to classes; nothing above it branches on the backend.
+in `bulk-queue.db`) or `redis://…` / `rediss://…` (the fleet). backend_url.py says what a URL
+names; this is the only place that maps it to classes, and nothing above it branches on the backend.
 
 One Huey queue per kind of model client (job.spec.client): a trigger goes only to workers that
 can call the job's model, so a worker that cannot (the Hermes gateway's, for a job made by
@@ -12,21 +12,21 @@ name (Redis: in the key names; SQLite: the `queue` column of one file).
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import urlsplit
 
-from huey import Huey, SqliteHuey
+from huey import Huey
 from huey.api import TaskWrapper
 
+from .backend_url import SqliteUrl, parse_backend_url
 from .config import Settings
-from .errors import BackendUnavailable, ConfigError
-from .redact import public_url, register_url
+from .errors import BackendUnavailable
 from .store.protocol import JobStore, SharedLimits
-from .store.sqlite import SqliteJobStore, SqliteLimits, open_database, sqlite_file_identity
+from .store.sqlite import queue as sqlite_queue
+from .store.sqlite.database import open_database, sqlite_file_identity
+from .store.sqlite.jobs import SqliteJobStore
+from .store.sqlite.limits import SqliteLimits
 from .tasks import register_process_item
 
 QUEUE_NAME = "hermes-bulk"  #: the queue of jobs made by `hermes-bulk create` (client "http")
@@ -107,26 +107,6 @@ class Backend:
                 close()
 
 
-def sqlite_paths(url: str) -> tuple[Path, Path]:
-    """(store file, queue file) of a sqlite:// URL (three slashes + relative, or four + absolute)."""
-    parts = urlsplit(url)
-    raw = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if parts.netloc or not raw:
-        raise ConfigError(f"Invalid setting HERMES_BULK_BACKEND: {url!r} is not sqlite:///path/to/bulk.db.")
-    store = Path(raw).expanduser()
-    return store, store.with_name(store.stem + "-queue.db")
-
-
-def redacted_url(url: str) -> str:
-    """A backend URL fit for logs and messages: the password replaced by *** (redact.public_url);
-    an unparsable one shows no more than its scheme."""
-    try:
-        urlsplit(url).port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError:
-        return url.split("://", 1)[0] + "://…"
-    return public_url(url)
-
-
 # One Backend per URL, and per store file for sqlite:// (however the URL spells its path), so a
 # process never has two Huey queues on one file: invariant 10.
 _open: dict[object, Backend] = {}
@@ -145,11 +125,11 @@ def open_backend(settings: Settings) -> Backend:
 
 
 def _backend_key(url: str) -> object:
-    if url.split("://", 1)[0].lower() != "sqlite":
+    location = parse_backend_url(url)
+    if not isinstance(location, SqliteUrl):
         return url
-    store_path, _ = sqlite_paths(url)
     try:
-        return "sqlite", sqlite_file_identity(store_path)
+        return "sqlite", sqlite_file_identity(location.path)
     except OSError:
         return url  # _build says what is wrong with the file
 
@@ -162,44 +142,24 @@ def close_all() -> None:
 
 
 def _build(url: str) -> Backend:
-    register_url(url)  # a Redis error or a log line may quote the URL, password and all
-    scheme = url.split("://", 1)[0].lower()
-    if scheme == "sqlite":
-        store_path, queue_path = sqlite_paths(url)
-        db = open_database(store_path)
+    location = parse_backend_url(url)
+    if isinstance(location, SqliteUrl):
+        db = open_database(location.path)
         try:
-            # Made owner-only before Huey's SQLite opens it (its -wal/-shm take its mode); an
-            # older, wider queue file is narrowed by path (chmod opens no descriptor).
-            sqlite_file_identity(queue_path)
-            queue_path.chmod(0o600)
-            db.companions.append(queue_path)  # so nothing in this process reads it (is_open_sqlite_file)
-        except OSError as exc:
+            make_queue = sqlite_queue.queue_maker(location.queue_path, db)
+        except BackendUnavailable:
             db.close()
-            raise BackendUnavailable(f"The queue database {queue_path} is unusable ({exc}); check the "
-                                     "disk and permissions.") from None
-        made: list[str] = []
-
-        def make_queue(name: str) -> Huey:
-            # The first queue creates the tables; the others share them: SqliteStorage keys
-            # every row by queue name.
-            try:
-                huey = SqliteHuey(name, filename=str(queue_path), fsync=False, results=False, utc=True,
-                                  create_tables=not made)
-            except sqlite3.Error as exc:
-                raise BackendUnavailable(f"The queue database {queue_path} is unusable ({exc}); check "
-                                         "the disk and permissions.") from None
-            made.append(name)
-            return huey
-
+            raise
         return Backend(url=url, make_queue=make_queue, store=SqliteJobStore(db), limits=SqliteLimits(db),
-                       queue_errors=(sqlite3.OperationalError,),
-                       unavailable=lambda exc: BackendUnavailable(f"The queue database {queue_path} is "
-                                                                  f"unusable ({exc}); check the disk and permissions."))
-    if scheme in ("redis", "rediss"):
-        from .store import redis_store
+                       queue_errors=sqlite_queue.QUEUE_ERRORS,
+                       unavailable=lambda exc: sqlite_queue.unusable(location.queue_path, exc))
+    # Imported here: a SQLite user never loads redis-py.
+    from .store.redis import queue as redis_queue
+    from .store.redis.connection import connect_redis, persistence_warning
+    from .store.redis.jobs import RedisJobStore
+    from .store.redis.limits import RedisLimits
 
-        make_queue, store, limits, conn = redis_store.open_redis_backend_parts(url)
-        warning = lambda: [w for w in [redis_store.persistence_warning(conn)] if w]  # noqa: E731
-        return Backend(url=url, make_queue=make_queue, store=store, limits=limits, queue_errors=redis_store.QUEUE_ERRORS,
-                       unavailable=conn.unavailable, warnings=warning)
-    raise ConfigError(f"Invalid setting HERMES_BULK_BACKEND: unknown scheme {scheme!r}; use sqlite:// or redis://.")
+    conn = connect_redis(location)
+    return Backend(url=url, make_queue=redis_queue.queue_maker(conn), store=RedisJobStore(conn),
+                   limits=RedisLimits(conn), queue_errors=redis_queue.QUEUE_ERRORS, unavailable=conn.unavailable,
+                   warnings=lambda: [w for w in [persistence_warning(conn)] if w])

@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from . import hints, logs, metrics, views
-from .broker import open_backend, redacted_url
+from .broker import open_backend
 from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
@@ -28,6 +28,7 @@ from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTran
 from .jobs import Jobs, read_schema, state_label
 from .pipeline import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
+from .redact import public_url as redacted_url
 from .tasks import QueuesConsumer, consumer_options
 from .words import count
 from .worker import WorkerRuntime, heartbeat_interval

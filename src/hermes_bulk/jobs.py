@@ -35,7 +35,7 @@ from .store.protocol import (
     NewItem,
     PauseState,
 )
-from .store.sqlite import is_open_sqlite_file
+from .store.sqlite.database import is_open_sqlite_file
 from .words import count
 from .worker import Liveness
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import InputError, SourceUnusable
-from .store.sqlite import is_open_sqlite_file
+from .store.sqlite.database import is_open_sqlite_file
 
 WHOLE_FILE = -1  # offset of an item that is a whole file
 DEFAULT_MAX_ITEM_BYTES = 4 * 1024 * 1024  # the max_item_bytes setting's default

@@ -15,8 +15,8 @@ from hermes_bulk.budget.ledger import (
     KEEP_AFTER_WINDOW_S,
     CallRecord,
     LedgerUnavailable,
-    open_ledger,
 )
+from hermes_bulk.budget.ledgers import open_ledger
 from hermes_bulk.budget.windows import Window, window_at
 from tests.conftest import RedisServer, free_port
 

@@ -24,7 +24,8 @@ from hermes_bulk.store.protocol import (
     Usage,
     WorkerInfo,
 )
-from hermes_bulk.store.redis_store import EVENTS_KEPT, RETRY_BATCH_ITEMS
+from hermes_bulk.store.redis.jobs import RETRY_BATCH_ITEMS
+from hermes_bulk.store.redis.keys import EVENTS_KEPT
 from tests.conftest import RedisServer, free_port
 
 from .conftest import prefix_of

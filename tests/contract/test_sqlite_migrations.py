@@ -1,5 +1,5 @@
 """SQLite schema migrations: a database made by an older hermes-bulk opens, is brought up to
-date in place, and keeps its jobs (store/sqlite.py MIGRATIONS)."""
+date in place, and keeps its jobs (store/sqlite/schema.py MIGRATIONS)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import sqlite3
 import pytest
 
 from hermes_bulk import broker
-from hermes_bulk.store.sqlite import MIGRATIONS, open_database
+from hermes_bulk.store.sqlite.database import open_database
+from hermes_bulk.store.sqlite.schema import MIGRATIONS
 
 
 @pytest.mark.parametrize("with_auto_since", [False, True], ids=["first-release", "auto-since-in-m001"])

@@ -26,7 +26,6 @@ from redis.connection import AbstractConnection
 
 from hermes_bulk import broker
 from hermes_bulk.errors import BackendUnavailable
-from hermes_bulk.store import redis_store
 from hermes_bulk.store.protocol import (
     COMPLETED,
     FAILED,
@@ -38,8 +37,10 @@ from hermes_bulk.store.protocol import (
     ItemError,
     JobSpec,
     NewItem,
+    Usage,
 )
-from hermes_bulk.store.sqlite import SqliteDatabase
+from hermes_bulk.store.redis import jobs as redis_jobs
+from hermes_bulk.store.sqlite.database import SqliteDatabase
 
 from .conftest import prefix_of
 from .test_store_contract import claim, make_job
@@ -167,7 +168,7 @@ def test_a_run_whose_epoch_was_never_written_stays_listed_while_it_runs(rstore, 
     assert rstore.active_job_ids() == [job_id]
     c = claim(rstore, job_id)
     assert isinstance(c, Claim)
-    assert rstore.complete_item(job_id, c.index, "w1", "r", redis_store.Usage(1, 1))
+    assert rstore.complete_item(job_id, c.index, "w1", "r", Usage(1, 1))
 
 
 def test_a_prune_arriving_between_a_run_and_its_epoch_is_repaired_by_running_again(rstore, raw, redis_url,
@@ -202,7 +203,7 @@ def fail_all(store, job_id: str, n: int) -> None:
 
 
 def test_a_retry_cut_off_between_batches_adds_up_and_the_next_retry_moves_the_rest(rstore, monkeypatch):
-    monkeypatch.setattr(redis_store, "RETRY_BATCH_ITEMS", 2)
+    monkeypatch.setattr(redis_jobs, "RETRY_BATCH_ITEMS", 2)
     job_id = make_job(rstore, 5)
     fail_all(rstore, job_id, 5)
     real, calls = rstore.lua.retry_failed, []

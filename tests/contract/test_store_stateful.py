@@ -1,6 +1,6 @@
 """The store protocol against a pure-Python model of it, by random sequences of operations.
 
-The SQL (store/sqlite.py) and the Lua (store/redis_lua/) are two copies of one state machine;
+The SQL (store/sqlite/) and the Lua (store/redis/lua/) are two copies of one state machine;
 this test keeps them one. `Model` is written from store/protocol.py's docstrings, not from
 either backend: Hypothesis drives a real backend and the model through the same random steps
 (create, run, claim, complete, fail, attempts, release, lease expiry, pause, resume, retry,

@@ -1,4 +1,4 @@
-"""The request ledger: what a ledger does, its records, and the one map from a location to a class.
+"""The request ledger: what a ledger does, and its records (budget/ledgers.py opens one).
 
 A ledger holds, per quota window, counters and a record of every provider request: time,
 profile, class, cron job id and name, provider, model, API mode and decision. Never message
@@ -23,12 +23,9 @@ Counters are named the same on both backends (a window's counters are one flat m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
-from urllib.parse import urlsplit
 
-from ..errors import BackendUnavailable, ConfigError
-from ..redact import register_url
+from ..errors import BackendUnavailable
 from .policy import CALL_CLASSES, HELD, WOULD_BLOCK, Terms
 from .windows import Window
 
@@ -173,29 +170,3 @@ class RequestLedger(Protocol):
 
     def close(self) -> None:
         """Release connections."""
-
-
-def open_ledger(location: str) -> RequestLedger:
-    """A ledger for a location: a redis:// or rediss:// URL, or a SQLite file path (or sqlite:///path)."""
-    scheme = location.split("://", 1)[0].lower() if "://" in location else ""
-    if scheme in ("redis", "rediss"):
-        register_url(location)  # a Redis error or a log line may quote the URL, password and all
-        from .redis_ledger import RedisLedger
-
-        return RedisLedger(location)
-    if scheme in ("", "sqlite"):
-        from .sqlite_ledger import SqliteLedger
-
-        return SqliteLedger(sqlite_path(location))
-    raise ConfigError(f"Invalid setting ledger: {scheme}:// is not a ledger location; use a SQLite "
-                      "file path or a redis:// URL.")
-
-
-def sqlite_path(location: str) -> Path:
-    if "://" not in location:
-        return Path(location).expanduser()
-    parts = urlsplit(location)
-    raw = parts.path[1:] if parts.path.startswith("/") else parts.path
-    if parts.netloc or not raw:
-        raise ConfigError(f"Invalid setting ledger: {location!r} is not sqlite:///path/to/ledger.db.")
-    return Path(raw).expanduser()

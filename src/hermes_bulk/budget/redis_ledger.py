@@ -22,8 +22,9 @@ from importlib import resources
 
 import redis
 
+from ..backend_url import RedisUrl
 from ..errors import BackendUnavailable
-from ..store.redis_store import RedisConnection, connect_redis
+from ..store.redis.connection import RedisConnection, connect_redis
 from . import policy
 from .ledger import (
     KEEP_AFTER_WINDOW_S,
@@ -54,11 +55,10 @@ def _lua_constants() -> str:
 class RedisLedger:
     """RequestLedger on Redis (see ledger.py for the contract)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, location: RedisUrl) -> None:
         try:
-            self.conn: RedisConnection = connect_redis(
-                url, connect_timeout_s=REDIS_TIMEOUT_S, socket_timeout_s=REDIS_TIMEOUT_S,
-                setting="the cron-budget ledger setting")
+            self.conn: RedisConnection = connect_redis(location, connect_timeout_s=REDIS_TIMEOUT_S,
+                                                       socket_timeout_s=REDIS_TIMEOUT_S)
         except BackendUnavailable as exc:  # down or refusing: the caller fails open
             raise LedgerUnavailable(str(exc)) from None
         self.location = f"redis://{self.conn.where}"

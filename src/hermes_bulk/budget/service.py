@@ -20,7 +20,8 @@ from ..errors import ConfigError, HermesBulkError
 from ..redact import public_url
 from . import policy
 from .failopen import FailOpenNote, FailOpenNotes
-from .ledger import Admission, CallRecord, RequestLedger, WindowCounts, open_ledger
+from .ledger import Admission, CallRecord, RequestLedger, WindowCounts
+from .ledgers import open_ledger
 from .settings import BudgetSettings, SettingsFile, ledger_location
 from .windows import Window, window_at
 

@@ -15,7 +15,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from ..store.sqlite import open_database
+from ..store.sqlite.database import open_database
 from .ledger import (
     KEEP_AFTER_WINDOW_S,
     Admission,

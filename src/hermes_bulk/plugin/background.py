@@ -18,9 +18,11 @@ import logging
 import threading
 import time
 
-from ..broker import Backend, open_backend, redacted_url, sqlite_paths
+from ..backend_url import SqliteUrl, parse_backend_url
+from ..broker import Backend, open_backend
 from ..config import Settings
 from ..pipeline import OpenGate, RequestGate
+from ..redact import public_url
 from ..worker import ClientFactory, Liveness, WorkerRuntime, recover_interrupted
 
 log = logging.getLogger("hermes_bulk.plugin")
@@ -61,8 +63,8 @@ def recover_at_start(settings: Settings) -> None:
     go back to the queue, and jobs they were running wait for `/bulk run` (the seed: interrupted
     items return to the queue when Bulk next starts, and are sent again only after run). No
     worker starts here. Nothing is created where Bulk has no data yet."""
-    url = settings.backend_url
-    if url.split("://", 1)[0].lower() == "sqlite" and not sqlite_paths(url)[0].exists():
+    location = parse_backend_url(settings.backend_url)
+    if isinstance(location, SqliteUrl) and not location.path.exists():
         return
     backend = open_backend(settings)
     recover_interrupted(backend, Liveness(backend, settings.home / "workers"))
@@ -88,7 +90,7 @@ def ensure_running(settings: Settings, backend: Backend, *, clients: dict[str, C
         threading.Thread(target=_supervise, args=(backend.url, runtime), name="hermes-bulk-supervisor",
                          daemon=True).start()
         log.info("bulk: worker %s started in this process (%d threads) on %s", runtime.worker_id,
-                 runtime.threads, redacted_url(backend.url))
+                 runtime.threads, public_url(backend.url))
         return runtime
 
 
@@ -126,7 +128,7 @@ def _supervise(url: str, runtime: WorkerRuntime) -> None:
         try:
             busy = has_work(runtime)
         except Exception:  # the backend is unreachable for now: keep the workers, ask again
-            log.warning("bulk: cannot check for work on %s", redacted_url(url), exc_info=True)
+            log.warning("bulk: cannot check for work on %s", public_url(url), exc_info=True)
             busy = True
         if busy:
             idle_since = None

@@ -1,7 +1,7 @@
 """The arithmetic of the shared limiter, on one provider key's state (no I/O).
 
 SqliteLimits runs these functions inside one BEGIN IMMEDIATE transaction; the Redis Lua
-scripts (store/redis_lua/acquire.lua, pause.lua, clear_backoff.lua) implement the same rules and
+scripts (store/redis/lua/acquire.lua, pause.lua, clear_backoff.lua) implement the same rules and
 the contract suite holds both to them.
 
 - Pacing is GCRA (generic cell rate) with a burst of one unit: requests, and tokens, are spaced

@@ -1,7 +1,7 @@
 """What a backend does: the job store and the shared limiter, and which steps each takes.
 
-This module is the only place that says what a backend must do; `store/sqlite.py` and
-`store/redis_store.py` implement it, and `tests/contract/` holds both to it. Each method's
+This module is the only place that says what a backend must do; `store/sqlite/` and
+`store/redis/` implement it, and `tests/contract/` holds both to it. Each method's
 docstring is its contract, and says what is one step and what is several:
 
 - "One step on both backends": one `BEGIN IMMEDIATE` transaction on SQLite, one Lua script or

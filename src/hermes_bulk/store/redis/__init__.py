@@ -1,0 +1,15 @@
+"""The fleet backend: one Redis, shared by every worker on every machine.
+
+    connection.py  the pinged pool for a RedisUrl, and the one-line errors of a Redis gone away
+    keys.py        the key schema: every key name, and what each holds
+    scripts.py     the Lua scripts (lua/<operation>.lua), registered once per client
+    codec.py       records as they are stored in hashes, lists and script replies
+    jobs.py        RedisJobStore (store/protocol.py JobStore)
+    limits.py      RedisLimits (store/protocol.py SharedLimits)
+    queue.py       Huey's RedisHuey queues, on the store's pool
+
+Every state change of one job is one Lua script, so N workers on M machines see each operation
+whole; store/protocol.py says, method by method, which operations take more than one step here
+and what an interruption leaves. Scripts read the clock with Redis TIME, so machines with
+skewed clocks agree on leases, pauses and pacing. Semantics mirror store/sqlite/.
+"""

@@ -1,0 +1,76 @@
+"""Records as the Redis store keeps them: hash fields, list entries, script arguments and replies.
+
+The layouts are in keys.py; the Lua scripts read the same fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import replace
+
+from ..protocol import CREATING, Event, JobRecord, NewItem, spec_from_json
+
+
+def text(value: bytes | str | None) -> str | None:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def decode_hash(raw: dict | list) -> dict[str, str]:
+    if isinstance(raw, list):  # a script's HGETALL reply is flat
+        raw = dict(zip(raw[::2], raw[1::2], strict=True))
+    return {text(k): text(v) for k, v in raw.items()}
+
+
+def seconds(ms: str | None) -> float | None:
+    return float(ms) / 1000 if ms else None
+
+
+def opt(value: int | str | None) -> str:
+    """'' stands for None in ARGV."""
+    return "" if value is None else str(value)
+
+
+def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
+    """The JobRecord, or None when the job is unknown or still being created."""
+    if not meta or meta.get("state") == CREATING:
+        return None
+    spec = spec_from_json(meta["spec"])
+    max_tokens = int(meta["max_tokens"]) if meta.get("max_tokens") else None
+    if spec.max_tokens != max_tokens:
+        spec = replace(spec, max_tokens=max_tokens)
+    n = {k: int(meta[k]) for k in ("total", "pending", "running", "completed", "failed", "tokens_in",
+                                   "tokens_out", "tokens_charged", "tokens_reserved",
+                                   "estimated_tokens", "skipped")}
+    return JobRecord(spec=spec, created_at=float(meta["created_at_ms"]) / 1000, state=meta["state"],
+                     pause_reason=meta.get("pause_reason"), last_claim_at=seconds(meta.get("last_claim_at_ms")),
+                     run_at=seconds(meta.get("run_at_ms")), **n)
+
+
+def item_record(item: NewItem) -> str:
+    return f"{item.estimated_tokens}\t{item.content_hash}\t" + json.dumps(
+        [item.name, item.origin, item.offset, item.stat_sig])
+
+
+def parse_item(raw: bytes) -> tuple[int, str, list]:
+    """(estimate, content_hash, [name, origin, offset, stat_sig]) of an items-hash value."""
+    estimate, content_hash, rest = text(raw).split("\t", 2)
+    return int(estimate), content_hash, json.loads(rest)
+
+
+def event_body(e: Event) -> str:
+    return json.dumps([e.kind, e.message, e.item_index, e.error_type, e.http_status])
+
+
+def event_args(events: Iterable[Event]) -> list:
+    args: list = []
+    for e in events:
+        args += [e.at * 1000 if e.at else 0, event_body(e)]
+    return args
+
+
+def parse_event(raw: bytes) -> Event:
+    at_ms, body = text(raw).split("\t", 1)
+    kind, message, index, error_type, http_status = json.loads(body)
+    return Event(kind, message, index, error_type, http_status, at=float(at_ms) / 1000)
+

@@ -1,0 +1,354 @@
+"""RedisJobStore: the JobStore protocol (store/protocol.py) on Redis, one Lua script per change
+of one job (the keys and what each holds: keys.py).
+
+The cross-job indexes are updated outside the job's scripts (so each script stays in one slot),
+in the same MULTI/EXEC as the script for begin_job, delete_job and set_state, in an order that
+keeps each index a superset of what it must list (keys.py says how); readers skip entries whose
+job is missing or still being created.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+
+import redis
+
+from ..protocol import (
+    CREATING,
+    PENDING,
+    RUNNING,
+    Claim,
+    ClaimRefused,
+    Event,
+    ItemError,
+    ItemRecord,
+    JobRecord,
+    JobSpec,
+    NewItem,
+    Usage,
+    WorkerInfo,
+)
+from . import codec
+from .connection import RedisConnection, map_connection_errors
+from .keys import RedisKeys
+
+#: Items per add_items script call, and the content bytes one call may carry.
+ADD_BATCH_ITEMS = 1000
+ADD_BATCH_BYTES = 8 * 1024 * 1024
+#: Failed items returned to pending per retry_failed script call (Redis stays responsive).
+RETRY_BATCH_ITEMS = 1000
+#: Job ids read per round trip when walking an index.
+INDEX_PAGE = 200
+#: At most this many ids from find_job_ids (as the SQLite store).
+FIND_LIMIT = 10
+
+
+@map_connection_errors
+class RedisJobStore:
+    """JobStore on Redis (see store/protocol.py for each method's contract)."""
+
+    def __init__(self, conn: RedisConnection) -> None:
+        self.conn = conn
+        self.r = conn.client
+        self.keys = RedisKeys(conn.prefix)
+        self.lua = conn.lua
+
+    def now(self) -> float:
+        seconds, micros = self.r.time()
+        return seconds + micros / 1e6
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # Creating ------------------------------------------------------------------------------
+    def begin_job(self, spec: JobSpec) -> None:
+        created_ms = self.now() * 1000
+        # One MULTI/EXEC: a process killed while sending it leaves nothing (Redis drops a MULTI
+        # whose connection closes before EXEC). Indexes first all the same, so a job's keys are
+        # never without the index entries that reach them.
+        pipe = self.r.pipeline(transaction=True)
+        # NX: a clashing id must not move the existing job in list_jobs.
+        pipe.zadd(self.keys.jobs_created, {spec.job_id: created_ms}, nx=True)
+        pipe.zadd(self.keys.jobs_ids, {spec.job_id: 0})
+        self.lua.begin_job(keys=self.keys.job(spec.job_id), client=pipe, args=[
+            f"{created_ms:.3f}", json.dumps(asdict(spec)), codec.opt(spec.max_tokens), spec.concurrency])
+        try:
+            pipe.execute()
+        except redis.ResponseError as exc:
+            if "job exists" in str(exc):
+                raise ValueError(f"begin_job: job {spec.job_id!r} exists") from None
+            raise
+
+    def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
+        keys = self.keys.job(job_id)
+        args: list = []
+        size = 0
+        for it in items:
+            if "\t" in it.content_hash:  # the items-hash record is tab-separated
+                raise ValueError(f"add_items: content hash {it.content_hash!r} contains a tab")
+            args += [it.index, codec.item_record(it), it.content_hash, it.content, it.estimated_tokens]
+            size += len(it.content)
+            if len(args) >= 5 * ADD_BATCH_ITEMS or size >= ADD_BATCH_BYTES:
+                self._add_batch(keys, args)
+                args, size = [], 0
+        if args:
+            self._add_batch(keys, args)
+
+    def _add_batch(self, keys: list[str], args: list) -> None:
+        try:
+            self.lua.add_items(keys=keys, args=args)
+        except redis.ResponseError as exc:
+            if "no such job" in str(exc) or "already added" in str(exc):
+                raise ValueError(f"add_items: {str(exc).removeprefix('ERR ')}") from None
+            raise
+
+    def finish_job(self, job_id: str) -> JobRecord:
+        self.lua.finish_job(keys=self.keys.job(job_id))
+        job = self.get_job(job_id)
+        if job is None:
+            raise ValueError(f"finish_job: no job {job_id!r}")
+        return job
+
+    def delete_job(self, job_id: str) -> bool:
+        # One MULTI/EXEC: the job's keys and its index entries go together, so an interrupted
+        # delete leaves neither keys no index reaches nor index entries for no job.
+        pipe = self.r.pipeline(transaction=True)
+        self.lua.delete_job(keys=self.keys.job(job_id), client=pipe)
+        for index in (self.keys.jobs_active, self.keys.jobs_created, self.keys.jobs_ids):
+            pipe.zrem(index, job_id)
+        return bool(pipe.execute()[0])
+
+    # Reading -------------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> JobRecord | None:
+        return codec.job_from_meta(codec.decode_hash(self.r.hgetall(self.keys.job_key(job_id, "meta"))))
+
+    def _metas(self, job_ids: list[str]) -> list[dict[str, str]]:
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(self.keys.job_key(job_id, "meta"))
+        return [codec.decode_hash(m) for m in pipe.execute()]
+
+    def _states(self, job_ids: list[str]) -> list[str | None]:
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(self.keys.job_key(job_id, "meta"), "state")
+        return [codec.text(s) for s in pipe.execute()]
+
+    def find_job_ids(self, prefix: str) -> list[str]:
+        low, high = b"[" + prefix.encode(), b"(" + prefix.encode() + b"\xff"
+        found: list[str] = []
+        offset = 0
+        while len(found) < FIND_LIMIT:
+            ids = [codec.text(i) for i in self.r.zrange(self.keys.jobs_ids, low, high, bylex=True,
+                                                   offset=offset, num=INDEX_PAGE)]
+            found += [i for i, s in zip(ids, self._states(ids), strict=True) if s and s != CREATING]
+            if len(ids) < INDEX_PAGE:
+                break
+            offset += INDEX_PAGE
+        return found[:FIND_LIMIT]
+
+    def list_jobs(self, limit: int = 20) -> list[JobRecord]:
+        jobs: list[JobRecord] = []
+        start = 0
+        while len(jobs) < limit:
+            ids = [codec.text(i) for i in self.r.zrevrange(self.keys.jobs_created, start, start + INDEX_PAGE - 1)]
+            jobs += [j for j in map(codec.job_from_meta, self._metas(ids)) if j is not None]
+            if len(ids) < INDEX_PAGE:
+                break
+            start += INDEX_PAGE
+        return jobs[:max(limit, 0)]
+
+    def _active_ids(self) -> list[str]:
+        return [codec.text(i) for i in self.r.zrange(self.keys.jobs_active, 0, -1)]
+
+    def active_job_ids(self) -> list[str]:
+        ids = self._active_ids()
+        return [i for i, s in zip(ids, self._states(ids), strict=True) if s == RUNNING]
+
+    def iter_items(self, job_id: str, batch: int = 1000) -> Iterator[ItemRecord]:
+        # Indexes are positions in the source (0..n-1), so a page is a range of hash fields.
+        max_index = self.r.hget(self.keys.job_key(job_id, "meta"), "max_index")
+        if max_index is None:
+            return
+        items, states, results = (self.keys.job_key(job_id, s) for s in ("items", "states", "results"))
+        for low in range(0, int(max_index) + 1, max(batch, 1)):
+            page = list(range(low, min(low + batch, int(max_index) + 1)))
+            pipe = self.r.pipeline(transaction=False)
+            pipe.hmget(items, page)
+            pipe.hmget(states, page)
+            pipe.hmget(results, page)
+            raw_items, raw_states, raw_results = pipe.execute()
+            for index, raw, state, result in zip(page, raw_items, raw_states, raw_results, strict=True):
+                if raw is None:
+                    continue
+                _, _, (name, _origin, _offset, _stat_sig) = codec.parse_item(raw)
+                st = json.loads(state) if state else {}
+                yield ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.text(result),
+                                 error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
+                                 tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
+                                 attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"))
+
+    def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
+        if limit <= 0:
+            return []
+        return [codec.parse_event(e) for e in self.r.lrange(self.keys.job_key(job_id, "events"), -limit, -1)]
+
+    # Job state -----------------------------------------------------------------------------
+    def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):
+        args = [state, codec.opt(pause_reason), codec.opt(max_tokens)]
+        args += codec.event_args([event]) if event is not None else [0, ""]
+        pipe = self.r.pipeline(transaction=True)
+        if state == RUNNING:
+            # Listed in the same MULTI/EXEC as the move (score 0, NX: never lowers an entry),
+            # so no running job is ever out of the index because a process died.
+            pipe.zadd(self.keys.jobs_active, {job_id: 0}, nx=True)
+        self.lua.set_state(keys=self.keys.job(job_id), args=[*args, *from_states], client=pipe)
+        epoch = pipe.execute()[-1]
+        if epoch is None:
+            return None
+        if state == RUNNING:
+            self._raise_active_epoch(job_id, epoch)
+        return self.get_job(job_id)
+
+    def _raise_active_epoch(self, job_id: str, epoch: int) -> None:
+        """Score the job's entry with its new run epoch, so a prune by a reaper that saw the job
+        idle at an older epoch can no longer remove it (prune_active.lua). GT: a slower
+        concurrent run never puts back an older epoch. A process that dies before this leaves
+        the entry at its old score: a running job is never pruned, so only a prune decided
+        before the run and arriving in between can drop it, and running the job again (`run`
+        accepts a running job) lists it again."""
+        self.r.zadd(self.keys.jobs_active, {job_id: epoch}, gt=True)
+
+    def retry_failed(self, job_id: str) -> int:
+        keys, total = self.keys.job(job_id), 0
+        while True:
+            n = self.lua.retry_failed(keys=keys, args=[RETRY_BATCH_ITEMS])
+            total += n
+            if n < RETRY_BATCH_ITEMS:
+                return total
+
+    # Items ---------------------------------------------------------------------------------
+    def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
+        reply = self.lua.claim_item(keys=self.keys.job(job_id),
+                                    args=[index_hint, worker_id, lease_s * 1000, max_running])
+        if reply[0] != b"ok":
+            return ClaimRefused(codec.text(reply[0]))
+        _, meta, index, raw_item, raw_state, content = reply
+        _, content_hash, (name, origin, offset, stat_sig) = codec.parse_item(raw_item)
+        st = json.loads(raw_state) if raw_state else {}
+        return Claim(job=codec.job_from_meta(codec.decode_hash(meta)), index=int(index), name=name,
+                     content=codec.text(content), content_hash=content_hash, origin=origin, offset=offset,
+                     stat_sig=stat_sig, attempts=st.get("a", 0), rate_limit_waits=st.get("w", 0))
+
+    def next_item_estimate(self, job_id: str) -> int | None:
+        first = self.r.zrange(self.keys.job_key(job_id, "pending"), 0, 0)
+        raw = self.r.hget(self.keys.job_key(job_id, "items"), first[0]) if first else None
+        return codec.parse_item(raw)[0] if raw is not None else None
+
+    def renew_leases(self, worker_id, items, *, lease_s):
+        by_job: dict[str, list[int]] = {}
+        for job_id, idx in items:
+            by_job.setdefault(job_id, []).append(idx)
+        if not by_job:
+            return 0
+        pipe = self.r.pipeline(transaction=False)
+        for job_id, indexes in by_job.items():
+            self.lua.renew_leases(keys=self.keys.job(job_id), args=[worker_id, lease_s * 1000, *indexes], client=pipe)
+        return sum(int(n) for n in pipe.execute())
+
+    def complete_item(self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None):
+        return bool(self.lua.complete_item(keys=self.keys.job(job_id), args=[
+            index, worker_id, result, codec.opt(usage.tokens_in), codec.opt(usage.tokens_out), codec.opt(provider),
+            codec.opt(model)]))
+
+    def fail_item(self, job_id, index, worker_id, error: ItemError):
+        return bool(self.lua.fail_item(keys=self.keys.job(job_id), args=[
+            index, worker_id, error.error_type, codec.opt(error.http_status), error.message]))
+
+    def release_item(self, job_id, index, worker_id):
+        return bool(self.lua.release_item(keys=self.keys.job(job_id), args=[index, worker_id]))
+
+    def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
+        return self.lua.record_attempt(keys=self.keys.job(job_id), args=[
+            index, worker_id, int(rate_limited), error.error_type, codec.opt(error.http_status), error.message])
+
+    # What the SQLite store does in one statement across jobs, this store does one atomic
+    # script per job on the active-jobs index (pipelined: one round trip). Each job's release
+    # is atomic; the set of jobs is read just before.
+    def _each_active_job(self, script, args: list) -> dict[str, object]:
+        ids = self._active_ids()
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            script(keys=self.keys.job(job_id), args=args, client=pipe)
+        return dict(zip(ids, pipe.execute(), strict=True))
+
+    def release_expired_leases(self) -> dict[str, int]:
+        released: dict[str, int] = {}
+        idle: list[tuple[str, int]] = []
+        for job_id, (n, is_idle, epoch) in self._each_active_job(self.lua.release_expired, []).items():
+            if n:
+                released[job_id] = n
+            if is_idle:
+                idle.append((job_id, epoch))
+        if idle:
+            # Jobs not running and holding nothing leave the index, unless run again meanwhile.
+            pipe = self.r.pipeline(transaction=False)
+            for job_id, epoch in idle:
+                self.lua.prune_active(keys=[self.keys.jobs_active], args=[job_id, epoch], client=pipe)
+            pipe.execute()
+        return released
+
+    def release_worker_items(self, worker_id: str) -> dict[str, int]:
+        counts = self._each_active_job(self.lua.release_worker_items, [worker_id])
+        return {job_id: n for job_id, n in counts.items() if n}
+
+    def _holdings(self) -> dict[str, list[tuple[str, int]]]:
+        """Worker id -> the (job id, index) it holds, in job then index order."""
+        ids = sorted(self._active_ids())
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job_key(job_id, "owners"))
+        held: dict[str, list[tuple[str, int]]] = {}
+        for job_id, owners in zip(ids, pipe.execute(), strict=True):
+            for index, owner in sorted((int(i), codec.text(o)) for i, o in owners.items()):
+                held.setdefault(owner, []).append((job_id, index))
+        return held
+
+    def item_owners(self) -> dict[str, int]:
+        return {owner: len(items) for owner, items in self._holdings().items()}
+
+    def add_events(self, job_id: str, events: Iterable[Event]) -> None:
+        events = list(events)
+        if events:
+            skipped = sum(e.kind == "skipped" for e in events)
+            self.lua.add_events(keys=self.keys.job(job_id), args=[skipped, *codec.event_args(events)])
+
+    # Workers -------------------------------------------------------------------------------
+    def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
+        self.lua.heartbeat(keys=[self.keys.workers, self.keys.worker(info.worker_id)], args=[
+            info.worker_id, info.host, info.pid, repr(float(info.started_at)), info.threads, ttl_s * 1000])
+
+    def remove_worker(self, worker_id: str) -> None:
+        pipe = self.r.pipeline(transaction=True)  # one slot: {P:workers}
+        pipe.delete(self.keys.worker(worker_id))
+        pipe.zrem(self.keys.workers, worker_id)
+        pipe.execute()
+
+    def live_workers(self) -> list[WorkerInfo]:
+        # A worker's hash expires with its ttl: present means live.
+        ids = [codec.text(i) for i in self.r.zrange(self.keys.workers, 0, -1)]
+        pipe = self.r.pipeline(transaction=False)
+        for worker_id in ids:
+            pipe.hgetall(self.keys.worker(worker_id))
+        held = self._holdings()
+        workers = []
+        for worker_id, raw in zip(ids, pipe.execute(), strict=True):
+            w = codec.decode_hash(raw)
+            if w:
+                workers.append(WorkerInfo(worker_id, w["host"], int(w["pid"]), float(w["started_at"]),
+                                          float(w["heartbeat_at_ms"]) / 1000, int(w["threads"]),
+                                          holding=held.get(worker_id, [])))
+        return sorted(workers, key=lambda w: w.started_at)
+

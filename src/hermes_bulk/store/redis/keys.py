@@ -1,0 +1,87 @@
+"""The Redis key schema: every key name, and what each key holds.
+
+P is the URL's `prefix=` (default `hermes-bulk`); times are float ms since the epoch.
+
+One job's keys share the hash tag {P:job:ID}, so each job's script touches one cluster slot:
+
+    {P:job:ID}:meta      HASH  spec (JSON), state, pause_reason, max_tokens, concurrency, the
+                               counters of JobRecord, created_at_ms, last_claim_at_ms,
+                               run_at_ms, run_epoch, max_index, skipped_events
+    {P:job:ID}:items     HASH  index -> "<estimate>\\t<content_hash>\\t<JSON [name, origin,
+                               offset, stat_sig]>", written once (scripts read the first two
+                               fields without decoding the rest)
+    {P:job:ID}:states    HASH  index -> JSON {s status, a attempts, w 429 waits, r reserved,
+                               ti/to tokens, et/hs/em error, pv provider, md model}; absent
+                               means a fresh pending item (a million-item job costs nothing here
+                               until items move)
+    {P:job:ID}:contents  HASH  content_hash -> text: identical contents are stored once per job
+    {P:job:ID}:results   HASH  index -> result text
+    {P:job:ID}:pending   ZSET  pending indexes scored by index: claiming the lowest is O(log n)
+    {P:job:ID}:leases    ZSET  running indexes scored by lease expiry
+    {P:job:ID}:owners    HASH  running index -> worker id (at most the job's concurrency)
+    {P:job:ID}:failed    ZSET  failed indexes scored by index (retry_failed)
+    {P:job:ID}:events    LIST  "<at_ms>\\t<JSON [kind, message, index, error_type,
+                               http_status]>"; only the newest EVENTS_KEPT are kept
+
+Across jobs:
+
+    P:jobs:created           ZSET  job id scored by created_at_ms (list_jobs)
+    P:jobs:ids               ZSET  job id, score 0 (find_job_ids: a lexicographic range)
+    P:jobs:active            ZSET  job id scored by run epoch: every job that is running or may
+                                   hold leases (a superset, pruned by release_expired_leases)
+    {P:workers}              ZSET  worker id scored by expiry; PEXPIREs after its last entry
+    {P:workers}:<worker id>  HASH  host, pid, started_at, heartbeat_at_ms, threads; PEXPIRE ttl
+    {P:limit:<provider key>} HASH  request_tat_ms, token_tat_ms, pause_until_ms, backoff_step,
+                                   auto_interval_ms, auto_since_ms, window_start_ms, window_count,
+                                   previous_count;
+                                   expires LIMIT_IDLE_KEEP_MS after its pacing and wait are over
+    huey.{redis,schedule,results,counters}.P.<queue>   Huey's own (RedisHuey, results off); one
+                                   <queue> per kind of model client (broker.queue_name)
+
+delete_job removes all ten keys of a job and its index entries. The cross-job indexes are
+updated outside the job's scripts (so each script stays in one slot), in the same MULTI/EXEC
+as the script for begin_job, delete_job and set_state (this backend is for one Redis, not a
+Cluster: a MULTI spans slots), and in an order that keeps each index a superset of what it
+must list: a job is indexed before its keys exist (and before it runs) and unindexed with
+them; readers skip entries whose job is missing or still being created. The active-jobs
+index is pruned by run epoch (prune_active.lua), so a job run again while it is being pruned
+stays listed. Operations the SQLite store does in one statement across jobs
+(release_expired_leases, release_worker_items, renew_leases, item_owners, live_workers'
+holdings) run one atomic script per job on that index, pipelined; retry_failed is atomic per
+RETRY_BATCH_ITEMS items. No credentials are ever written to Redis.
+"""
+
+from __future__ import annotations
+
+#: Events kept per job (the newest); a million-item job cannot grow its history without bound.
+EVENTS_KEPT = 10_000
+#: A provider key's pacing and backoff state is kept this long after it was last needed.
+LIMIT_IDLE_KEEP_MS = 86_400_000
+
+JOB_KEY_SUFFIXES = ("meta", "items", "states", "contents", "results", "pending", "leases",
+                    "owners", "failed", "events")
+
+
+class RedisKeys:
+    """Every key name (the schema is in this module's docstring)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.jobs_created = f"{prefix}:jobs:created"
+        self.jobs_ids = f"{prefix}:jobs:ids"
+        self.jobs_active = f"{prefix}:jobs:active"
+        self.workers = f"{{{prefix}:workers}}"
+
+    def job(self, job_id: str) -> list[str]:
+        """The job's ten keys, in the order _job.lua names them."""
+        return [self.job_key(job_id, suffix) for suffix in JOB_KEY_SUFFIXES]
+
+    def job_key(self, job_id: str, suffix: str) -> str:
+        return f"{{{self.prefix}:job:{job_id}}}:{suffix}"
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.workers}:{worker_id}"
+
+    def limit(self, provider_key: str) -> str:
+        return f"{{{self.prefix}:limit:{provider_key}}}"
+

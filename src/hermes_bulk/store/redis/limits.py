@@ -1,0 +1,53 @@
+"""RedisLimits: the SharedLimits protocol (store/protocol.py) on Redis: GCRA pacing and the
+shared 429 wait per provider key, one Lua script each (acquire, pause, clear_backoff)."""
+
+from __future__ import annotations
+
+from .. import limits_math
+from ..protocol import PauseState, Turn
+from .connection import RedisConnection, map_connection_errors
+from .keys import RedisKeys
+
+
+@map_connection_errors
+class RedisLimits:
+    """SharedLimits on Redis: GCRA pacing and the shared 429 wait per provider key."""
+
+    def __init__(self, conn: RedisConnection) -> None:
+        self.conn = conn
+        self.r = conn.client
+        self.keys = RedisKeys(conn.prefix)
+        self.lua = conn.lua
+        # Per key: the last acquire here found nothing a success would clear, and no 429 was
+        # seen here since; clear_backoff then skips its round trip (see SqliteLimits._clean).
+        self._clean: dict[str, bool] = {}
+
+    def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> Turn:
+        wait_ms, clean, epoch = self.lua.acquire(keys=[self.keys.limit(key)], args=[
+            rpm or 0, tpm or 0, tokens, limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000])
+        self._clean[key] = bool(clean)
+        return Turn(float(wait_ms) / 1000, int(epoch))
+
+    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
+              epoch: int) -> float:
+        self._clean[key] = False
+        wait_ms = "" if seconds is None else seconds * 1000
+        until_ms = self.lua.pause(keys=[self.keys.limit(key)], args=[
+            wait_ms, base_s * 1000, cap_s * 1000, limits_math.AIMD_DECREASE, limits_math.AUTO_MAX_INTERVAL_S * 1000,
+            limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000,
+            epoch])
+        return float(until_ms) / 1000
+
+    def clear_backoff(self, key: str) -> None:
+        if self._clean.get(key):
+            return  # nothing to clear as of this process's last acquire (as SqliteLimits)
+        self.lua.clear_backoff(keys=[self.keys.limit(key)])
+
+    def pause_state(self, key: str) -> PauseState | None:
+        pipe = self.r.pipeline(transaction=False)
+        pipe.time()
+        pipe.hmget(self.keys.limit(key), ["pause_until_ms", "backoff_step"])
+        (seconds, micros), (until_ms, step) = pipe.execute()
+        if until_ms is not None and float(until_ms) > seconds * 1000 + micros / 1000:
+            return PauseState(until=float(until_ms) / 1000, backoff_step=int(step or 0))
+        return None

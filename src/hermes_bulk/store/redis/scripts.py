@@ -1,0 +1,54 @@
+"""The store's Lua scripts (lua/<operation>.lua, each opening with its KEYS and ARGV), registered
+once per client: EVALSHA, reloaded after NOSCRIPT."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import redis
+
+from ..protocol import (
+    CLAIMED,
+    COMPLETED,
+    CREATING,
+    FAILED,
+    NOT_STARTED,
+    PAUSE_TOKEN_LIMIT,
+    PAUSED,
+    PENDING,
+    RUNNING,
+)
+from .keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
+
+# Scripts that take a job's ten keys and get the job helpers (_job.lua) prepended.
+_JOB_SCRIPTS = ("begin_job", "add_items", "finish_job", "delete_job", "add_events", "set_state",
+                "retry_failed", "claim_item", "complete_item", "fail_item", "release_item",
+                "record_attempt", "renew_leases", "release_expired", "release_worker_items")
+_OTHER_SCRIPTS = ("prune_active", "heartbeat", "acquire", "pause", "clear_backoff")
+
+
+def _lua_constants() -> str:
+    """The protocol's names as Lua locals, so the scripts and protocol.py cannot drift apart."""
+    values = {"S_PENDING": PENDING, "S_CLAIMED": CLAIMED, "S_COMPLETED": COMPLETED, "S_FAILED": FAILED,
+              "S_CREATING": CREATING, "S_NOT_STARTED": NOT_STARTED, "S_RUNNING": RUNNING,
+              "S_PAUSED": PAUSED, "PAUSE_TOKEN_LIMIT": PAUSE_TOKEN_LIMIT, "EVENTS_KEPT": EVENTS_KEPT,
+              "LIMIT_IDLE_KEEP_MS": LIMIT_IDLE_KEEP_MS}
+    return "".join(f"local {name} = {json.dumps(value)}\n" for name, value in values.items())
+
+
+class Scripts:
+    """Every Lua script, registered once per client (EVALSHA, reloaded after NOSCRIPT)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        here = resources.files(__package__) / "lua"
+
+        def read(name: str) -> str:
+            return (here / f"{name}.lua").read_text(encoding="utf-8")
+
+        common = _lua_constants() + read("_clock")
+        job = common + read("_job")
+        for name in _JOB_SCRIPTS:
+            setattr(self, name, client.register_script(job + read(name)))
+        for name in _OTHER_SCRIPTS:
+            setattr(self, name, client.register_script(common + read(name)))

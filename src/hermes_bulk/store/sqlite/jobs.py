@@ -1,0 +1,365 @@
+"""SqliteJobStore: the JobStore protocol (store/protocol.py) on one SqliteDatabase."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict
+
+from ..protocol import (
+    CLAIMED,
+    COMPLETED,
+    CREATING,
+    FAILED,
+    NOT_STARTED,
+    PAUSE_TOKEN_LIMIT,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    Claim,
+    ClaimRefused,
+    Event,
+    ItemError,
+    ItemRecord,
+    JobRecord,
+    JobSpec,
+    NewItem,
+    WorkerInfo,
+    spec_from_json,
+)
+from .database import SqliteDatabase
+
+_JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
+                "completed, failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, "
+                "estimated_tokens, skipped, last_claim_at, run_at")
+
+
+def _job_from_row(row: tuple) -> JobRecord:
+    spec = spec_from_json(row[2])
+    if spec.max_tokens != row[5]:
+        spec = JobSpec(**{**asdict(spec), "max_tokens": row[5]})
+    return JobRecord(spec=spec, created_at=row[1], state=row[3], pause_reason=row[4],
+                     total=row[6], pending=row[7], running=row[8], completed=row[9], failed=row[10],
+                     tokens_in=row[11], tokens_out=row[12], tokens_charged=row[13],
+                     tokens_reserved=row[14], estimated_tokens=row[15], skipped=row[16],
+                     last_claim_at=row[17], run_at=row[18])
+
+
+class SqliteJobStore:
+    """JobStore on SqliteDatabase (see store/protocol.py for each method's contract)."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+        self._closed = False
+
+    def now(self) -> float:
+        return self.db.clock()
+
+    def close(self) -> None:
+        if not self._closed:  # once per open: the database is shared with other users
+            self._closed = True
+            self.db.close()
+
+    # Creating ------------------------------------------------------------------------------
+    def begin_job(self, spec: JobSpec) -> None:
+        with self.db.write() as conn:
+            conn.execute("INSERT INTO jobs (id, created_at, spec, state, max_tokens) VALUES (?, ?, ?, ?, ?)",
+                         (spec.job_id, self.now(), json.dumps(asdict(spec)), CREATING, spec.max_tokens))
+
+    def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
+        items = list(items)
+        with self.db.write() as conn:
+            conn.executemany("INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
+                             [(job_id, it.content_hash, it.content) for it in items])
+            conn.executemany(
+                "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(job_id, it.index, it.name, it.content_hash, it.origin, it.offset, it.stat_sig,
+                  it.estimated_tokens) for it in items])
+
+    def finish_job(self, job_id: str) -> JobRecord:
+        with self.db.write() as conn:
+            total, estimated = conn.execute(
+                "SELECT count(*), coalesce(sum(estimate), 0) FROM items WHERE job_id = ?", (job_id,)).fetchone()
+            (skipped,) = conn.execute(
+                "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'skipped'", (job_id,)).fetchone()
+            conn.execute("UPDATE jobs SET state = ?, total = ?, pending = ?, estimated_tokens = ?, skipped = ?"
+                         " WHERE id = ? AND state = ?",
+                         (NOT_STARTED, total, total, estimated, skipped, job_id, CREATING))
+        job = self.get_job(job_id)
+        assert job is not None
+        return job
+
+    def delete_job(self, job_id: str) -> bool:
+        with self.db.write() as conn:
+            for table, column in (("items", "job_id"), ("contents", "job_id"), ("results", "job_id"),
+                                  ("events", "job_id")):
+                conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
+            return conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
+
+    # Reading -------------------------------------------------------------------------------
+    def get_job(self, job_id: str) -> JobRecord | None:
+        rows = self.db.read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND state != ?", (job_id, CREATING))
+        return _job_from_row(rows[0]) if rows else None
+
+    def find_job_ids(self, prefix: str) -> list[str]:
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self.db.read("SELECT id FROM jobs WHERE id LIKE ? ESCAPE '\\' AND state != ? LIMIT 10",
+                            (escaped + "%", CREATING))
+        return [r[0] for r in rows]
+
+    def list_jobs(self, limit: int = 20) -> list[JobRecord]:
+        rows = self.db.read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state != ? ORDER BY created_at DESC LIMIT ?",
+                            (CREATING, limit))
+        return [_job_from_row(r) for r in rows]
+
+    def active_job_ids(self) -> list[str]:
+        return [r[0] for r in self.db.read("SELECT id FROM jobs WHERE state = ?", (RUNNING,))]
+
+    def iter_items(self, job_id: str, batch: int = 1000) -> Iterator[ItemRecord]:
+        last = -1
+        while True:
+            rows = self.db.read(
+                "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
+                " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model"
+                " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
+                " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, last, batch))
+            for r in rows:
+                yield ItemRecord(*r)
+            if len(rows) < batch:
+                return
+            last = rows[-1][0]
+
+    def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
+        rows = self.db.read(
+            "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
+            " WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit))
+        return [Event(*r) for r in reversed(rows)]
+
+    # Job state -----------------------------------------------------------------------------
+    def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):
+        from_states = tuple(from_states)
+        marks = ",".join("?" * len(from_states))
+        with self.db.write() as conn:
+            sets, params = "state = ?, pause_reason = ?", [state, pause_reason]
+            if max_tokens is not None:
+                sets += ", max_tokens = ?"
+                params.append(max_tokens)
+            if state == RUNNING:
+                sets += ", run_at = ?"
+                params.append(self.now())
+            changed = conn.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND state IN ({marks})",
+                                   (*params, job_id, *from_states)).rowcount
+            if not changed:
+                return None
+            if event is not None:
+                self._insert_events(conn, job_id, [event])
+        return self.get_job(job_id)
+
+    def retry_failed(self, job_id: str) -> int:
+        with self.db.write() as conn:
+            n = conn.execute(
+                "UPDATE items SET status = ?, attempts = 0, rate_limit_waits = 0, error_type = NULL,"
+                " http_status = NULL, error_message = NULL WHERE job_id = ? AND status = ?",
+                (PENDING, job_id, FAILED)).rowcount
+            conn.execute("UPDATE jobs SET failed = failed - ?, pending = pending + ? WHERE id = ?", (n, n, job_id))
+            return n
+
+    # Items ---------------------------------------------------------------------------------
+    def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
+        now = self.now()
+        with self.db.write() as conn:
+            job_row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if job_row is None:
+                return ClaimRefused("no_job")
+            job = _job_from_row(job_row)
+            if job.state != RUNNING:
+                return ClaimRefused("not_running")
+            if job.running >= min(job.spec.concurrency, max_running):
+                return ClaimRefused("at_capacity")
+            # One statement takes the hint, else the lowest pending index, if its estimate fits
+            # under --max-tokens (fewer statements: less time holding the write lock).
+            limit = job.spec.max_tokens
+            used = job.tokens_charged + job.tokens_reserved
+            row = conn.execute(
+                "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = estimate"
+                " WHERE job_id = ? AND status = 'pending' AND idx = coalesce("
+                "(SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?),"
+                " (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1))"
+                " AND (? IS NULL OR ? + estimate <= ?)"
+                " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, estimate, attempts,"
+                " rate_limit_waits",
+                (CLAIMED, worker_id, now + lease_s, job_id, job_id, index_hint, job_id, limit, used, limit)).fetchone()
+            if row is None:
+                return self._refuse_claim(conn, job, index_hint)
+            idx, estimate = row[0], row[6]
+            conn.execute("UPDATE jobs SET pending = pending - 1, running = running + 1,"
+                         " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
+                         (estimate, now, job_id))
+        # Contents never change once added, so they are read after the write lock is released.
+        contents = self.db.read("SELECT text FROM contents WHERE job_id = ? AND hash = ?", (job_id, row[2]))
+        if not contents:
+            return ClaimRefused("no_job")  # deleted in the meantime
+        content = contents[0][0]
+        return Claim(job=job, index=idx, name=row[1], content=content, content_hash=row[2], origin=row[3],
+                     offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
+
+    def _refuse_claim(self, conn, job: JobRecord, index_hint: int) -> ClaimRefused:
+        """No item was claimed: none is pending, or the next one does not fit under --max-tokens
+        beside what is charged and reserved. It waits while reservations are in flight (they
+        may settle for less); the job pauses, in the same transaction, only when it would not
+        fit beside what is charged alone."""
+        select = "SELECT idx, estimate FROM items WHERE job_id = ? AND status = 'pending'"
+        row = conn.execute(select + " AND idx = ?", (job.job_id, index_hint)).fetchone()
+        row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job.job_id,)).fetchone()
+        if row is None:
+            return ClaimRefused("no_pending")
+        idx, estimate = row
+        if job.spec.max_tokens is None or job.tokens_charged + estimate <= job.spec.max_tokens:
+            return ClaimRefused("tokens_in_flight")
+        conn.execute("UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?", (PAUSED, PAUSE_TOKEN_LIMIT, job.job_id))
+        self._insert_events(conn, job.job_id, [Event(
+            "paused", f"token limit reached: {job.tokens_charged} charged + {estimate} for item {idx + 1}"
+            f" would exceed --max-tokens {job.spec.max_tokens}", idx)])
+        return ClaimRefused("token_limit")
+
+    def next_item_estimate(self, job_id: str) -> int | None:
+        rows = self.db.read("SELECT estimate FROM items WHERE job_id = ? AND status = 'pending'"
+                            " ORDER BY idx LIMIT 1", (job_id,))
+        return rows[0][0] if rows else None
+
+    def renew_leases(self, worker_id, items, *, lease_s):
+        items = list(items)
+        if not items:
+            return 0
+        until = self.now() + lease_s
+        with self.db.write() as conn:
+            return sum(conn.execute("UPDATE items SET lease_until = ? WHERE job_id = ? AND idx = ? AND owner = ?"
+                                    " AND status = ?", (until, job_id, idx, worker_id, CLAIMED)).rowcount
+                       for job_id, idx in items)
+
+    def _finish_owned(self, conn, job_id, index, worker_id, status, extra_sets="", extra=()):
+        """Move the owner's running item to status; returns its reservation, or None if not owner.
+
+        An item's `reserved` is the estimate its claim reserved; it counts only while the item
+        runs, so it is left as it is here and RETURNING can give it back in one statement.
+        """
+        row = conn.execute(f"UPDATE items SET status = ?, owner = NULL, lease_until = NULL{extra_sets}"
+                           " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING reserved",
+                           (status, *extra, job_id, index, worker_id, CLAIMED)).fetchone()
+        return None if row is None else row[0]
+
+    def complete_item(self, job_id, index, worker_id, result, usage, *, provider=None, model=None):
+        with self.db.write() as conn:
+            tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
+            reserved = self._finish_owned(
+                conn, job_id, index, worker_id, COMPLETED,
+                ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
+                (tokens_in, tokens_out, provider or None, model or None))  # "" is none, as on Redis
+            if reserved is None:
+                return False
+            charged = tokens_in + tokens_out if usage.reported else reserved
+            conn.execute("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result))
+            conn.execute("UPDATE jobs SET running = running - 1, completed = completed + 1,"
+                         " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
+                         " tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ?",
+                         (reserved, charged, tokens_in, tokens_out, job_id))
+            return True
+
+    def fail_item(self, job_id, index, worker_id, error: ItemError):
+        with self.db.write() as conn:
+            reserved = self._finish_owned(conn, job_id, index, worker_id, FAILED,
+                                          ", error_type = ?, http_status = ?, error_message = ?",
+                                          (error.error_type, error.http_status, error.message))
+            if reserved is None:
+                return False
+            conn.execute("UPDATE jobs SET running = running - 1, failed = failed + 1,"
+                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (reserved, job_id))
+            self._insert_events(conn, job_id, [Event("item_failed", error.message, index, error.error_type,
+                                                     error.http_status)])
+            return True
+
+    def release_item(self, job_id, index, worker_id):
+        with self.db.write() as conn:
+            reserved = self._finish_owned(conn, job_id, index, worker_id, PENDING)
+            if reserved is None:
+                return False
+            self._count_released(conn, {job_id: (1, reserved)})
+            return True
+
+    def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
+        column, other = ("rate_limit_waits", "attempts") if rate_limited else ("attempts", "rate_limit_waits")
+        reset = "" if rate_limited else ", rate_limit_waits = 0"
+        with self.db.write() as conn:
+            row = conn.execute(f"UPDATE items SET {column} = {column} + 1{reset}"
+                               " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING " + column,
+                               (job_id, index, worker_id, CLAIMED)).fetchone()
+            if row is None:
+                return -1
+            kind = "rate_limited" if rate_limited else "attempt_failed"
+            self._insert_events(conn, job_id, [Event(kind, error.message, index, error.error_type, error.http_status)])
+            return row[0]
+
+    def release_expired_leases(self) -> dict[str, int]:
+        return self._release("status = ? AND lease_until < ?", (CLAIMED, self.now()))
+
+    def release_worker_items(self, worker_id: str) -> dict[str, int]:
+        return self._release("status = ? AND owner = ?", (CLAIMED, worker_id))
+
+    def item_owners(self) -> dict[str, int]:
+        rows = self.db.read("SELECT owner, count(*) FROM items WHERE status = ? GROUP BY owner", (CLAIMED,))
+        return dict(rows)
+
+    def _release(self, where: str, params: tuple) -> dict[str, int]:
+        with self.db.write() as conn:
+            # `reserved` is left as it is (see _finish_owned), so RETURNING gives each reservation.
+            rows = conn.execute(f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL"
+                                f" WHERE {where} RETURNING job_id, reserved", params).fetchall()
+            per_job: dict[str, tuple[int, int]] = {}
+            for job_id, reserved in rows:
+                n, r = per_job.get(job_id, (0, 0))
+                per_job[job_id] = (n + 1, r + reserved)
+            self._count_released(conn, per_job)
+            for job_id, (n, _) in per_job.items():
+                self._insert_events(conn, job_id, [Event("recovered", f"{n} interrupted item(s) returned to the queue")])
+        return {job_id: n for job_id, (n, _) in per_job.items()}
+
+    @staticmethod
+    def _count_released(conn, per_job: dict[str, tuple[int, int]]) -> None:
+        for job_id, (n, reserved) in per_job.items():
+            conn.execute("UPDATE jobs SET running = running - ?, pending = pending + ?,"
+                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (n, n, reserved, job_id))
+
+    def add_events(self, job_id: str, events: Iterable[Event]) -> None:
+        with self.db.write() as conn:
+            self._insert_events(conn, job_id, events)
+
+    def _insert_events(self, conn, job_id: str, events: Iterable[Event]) -> None:
+        now = self.now()
+        conn.executemany(
+            "INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(job_id, e.at or now, e.kind, e.item_index, e.message, e.error_type, e.http_status) for e in events])
+
+    # Workers -------------------------------------------------------------------------------
+    def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
+        now = self.now()
+        with self.db.write() as conn:
+            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                         " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
+                         " threads = excluded.threads",
+                         (info.worker_id, info.host, info.pid, info.started_at, now, now + ttl_s, info.threads))
+            conn.execute("DELETE FROM workers WHERE expires_at < ?", (now - 3600,))
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self.db.write() as conn:
+            conn.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
+
+    def live_workers(self) -> list[WorkerInfo]:
+        rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads FROM workers"
+                            " WHERE expires_at >= ? ORDER BY started_at", (self.now(),))
+        held: dict[str, list[tuple[str, int]]] = {}
+        for owner, job_id, idx in self.db.read(
+                "SELECT owner, job_id, idx FROM items WHERE status = ? ORDER BY job_id, idx", (CLAIMED,)):
+            held.setdefault(owner, []).append((job_id, idx))
+        return [WorkerInfo(*r, holding=held.get(r[0], [])) for r in rows]

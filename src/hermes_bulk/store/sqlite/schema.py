@@ -1,0 +1,123 @@
+"""The job store's schema (bulk.db): migrations applied in order and recorded by name (the way
+simonw/llm does it)."""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[str, str]] = []
+migration = MIGRATIONS.append
+
+migration(("m001_initial", """
+CREATE TABLE jobs (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    pause_reason TEXT,
+    max_tokens INTEGER,
+    total INTEGER NOT NULL DEFAULT 0,
+    pending INTEGER NOT NULL DEFAULT 0,
+    running INTEGER NOT NULL DEFAULT 0,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    tokens_charged INTEGER NOT NULL DEFAULT 0,
+    tokens_reserved INTEGER NOT NULL DEFAULT 0,
+    estimated_tokens INTEGER NOT NULL DEFAULT 0,
+    skipped INTEGER NOT NULL DEFAULT 0,
+    last_claim_at REAL,
+    run_at REAL
+);
+CREATE INDEX jobs_by_created ON jobs (created_at);
+CREATE TABLE items (
+    job_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    origin TEXT NOT NULL,
+    byte_offset INTEGER NOT NULL,
+    stat_sig TEXT NOT NULL,
+    estimate INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    attempts INTEGER NOT NULL DEFAULT 0,
+    rate_limit_waits INTEGER NOT NULL DEFAULT 0,
+    owner TEXT,
+    lease_until REAL,
+    reserved INTEGER NOT NULL DEFAULT 0,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    error_type TEXT,
+    http_status INTEGER,
+    error_message TEXT,
+    provider TEXT,
+    model TEXT,
+    PRIMARY KEY (job_id, idx)
+);
+CREATE INDEX items_pending ON items (job_id, idx) WHERE status = 'pending';
+CREATE INDEX items_leased ON items (lease_until) WHERE status = 'running';
+CREATE INDEX items_owned ON items (owner) WHERE status = 'running';
+CREATE TABLE contents (
+    job_id TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (job_id, hash)
+);
+CREATE TABLE results (
+    job_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    PRIMARY KEY (job_id, idx)
+);
+CREATE TABLE events (
+    id INTEGER PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    item_idx INTEGER,
+    message TEXT NOT NULL,
+    error_type TEXT,
+    http_status INTEGER
+);
+CREATE INDEX events_by_job ON events (job_id, id);
+CREATE TABLE workers (
+    id TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    heartbeat_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    threads INTEGER NOT NULL
+);
+CREATE TABLE limits (
+    key TEXT PRIMARY KEY,
+    request_tat REAL NOT NULL DEFAULT 0,
+    token_tat REAL NOT NULL DEFAULT 0,
+    pause_until REAL NOT NULL DEFAULT 0,
+    backoff_step INTEGER NOT NULL DEFAULT 0,
+    auto_interval REAL NOT NULL DEFAULT 0,
+    window_start REAL NOT NULL DEFAULT 0,
+    window_count INTEGER NOT NULL DEFAULT 0,
+    previous_count INTEGER NOT NULL DEFAULT 0
+);
+"""))
+
+# Adaptive pacing that relaxes with time (auto_since) and slows down once per generation of
+# requests (decreases). Databases made earlier have limits with or without auto_since (one
+# version of main added it to m001), so the table is rebuilt rather than altered: its state is
+# short-lived (waits, pacing, a two-second rate window).
+migration(("m002_limits_decrease_epochs", """
+DROP TABLE limits;
+CREATE TABLE limits (
+    key TEXT PRIMARY KEY,
+    request_tat REAL NOT NULL DEFAULT 0,
+    token_tat REAL NOT NULL DEFAULT 0,
+    pause_until REAL NOT NULL DEFAULT 0,
+    backoff_step INTEGER NOT NULL DEFAULT 0,
+    auto_interval REAL NOT NULL DEFAULT 0,
+    auto_since REAL NOT NULL DEFAULT 0,
+    window_start REAL NOT NULL DEFAULT 0,
+    window_count INTEGER NOT NULL DEFAULT 0,
+    previous_count INTEGER NOT NULL DEFAULT 0,
+    decreases INTEGER NOT NULL DEFAULT 0
+);
+"""))
