@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import hints, logs, metrics, replies, views
+from . import client_kinds, hints, logs, metrics, replies, views
 from .broker import open_backend, redacted_url
 from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
@@ -157,20 +157,15 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
 def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRuntime, str]:
     """A worker for every kind of job this machine can serve, and a line saying which.
 
-    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; jobs created in
-    Hermes (`/bulk`) call Hermes' model, which a worker can do where hermes-agent is installed
-    and HERMES_HOME is the profile they were created in. Hermes itself is imported only when
-    such a job arrives (plugin/hermes.py), and its calls are admitted by the request budget.
+    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; other kinds (jobs
+    created in Hermes with `/bulk`) come from the packages that declare them (client_kinds.py),
+    with the request gate their calls go through. Every bulk request is charged to the cron
+    budget when one is configured on this machine (its `models` globs decide which count).
     """
-    from .plugin import background, hermes
-
-    clients, note = hermes.worker_clients(settings)
-    # Every bulk request is charged to the cron budget when one is configured on this machine
-    # (its `models` globs decide which count); with Hermes, as this profile.
-    gate = background.request_gate(settings) if clients else _request_gate()
-    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=gate)
-    runtime.clients.update(clients)
-    return runtime, note
+    served = client_kinds.served(settings)
+    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or _request_gate())
+    runtime.clients.update(served.clients)
+    return runtime, served.note
 
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:

@@ -19,6 +19,7 @@ import threading
 import time
 
 from ..broker import Backend, open_backend, redacted_url, sqlite_paths
+from ..client_kinds import Served
 from ..config import Settings
 from ..pipeline import OpenGate, RequestGate
 from ..worker import ClientFactory, Liveness, WorkerRuntime, recover_interrupted
@@ -54,6 +55,16 @@ def _budget_gate(settings: Settings) -> RequestGate:
     from . import hermes
 
     return gate_from_environment(profile=hermes.profile_name()) or OpenGate()
+
+
+def worker_clients(settings: Settings) -> Served:
+    """`hermes-bulk worker` serving jobs created in Hermes (entry point `hermes_bulk.clients`):
+    Hermes' model where this machine can call it, each call charged to the cron budget as this
+    profile (every bulk request is, when a budget is configured here)."""
+    from . import hermes
+
+    clients, note = hermes.worker_clients(settings)
+    return Served(clients, note, request_gate(settings) if clients else None)
 
 
 def recover_at_start(settings: Settings) -> None:
