@@ -48,6 +48,10 @@ class Place:
         """A path the user typed, as the jobs API takes it (a shell's: as typed)."""
         return text
 
+    def output_path(self, text: str | None) -> str | None:
+        """export's --output; an empty one is the jobs API's to refuse."""
+        return text
+
     def create_options(self, args: Namespace) -> dict[str, Any]:
         """Who calls the model for a job created here: HERMES_BULK_*'s endpoint, by default."""
         return {"model": args.model}
@@ -152,7 +156,7 @@ def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
     if args.output == "-":
         raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
-    path = jobs.export(args.job, fmt=args.format, output=place.path(args.output) if args.output else args.output)
+    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output))
     if not place.export_summary:
         return Reply(str(path), path)
     job = jobs.get(args.job)

@@ -257,6 +257,9 @@ class _Session(replies.Place):
         path = Path(text).expanduser()
         return str(path if path.is_absolute() else hermes.working_directory() / path)
 
+    def output_path(self, text: str | None) -> str | None:
+        return self.path(text) if text else None  # an empty --output: the job's folder
+
     def create_options(self, args: Namespace) -> dict[str, Any]:
         model = hermes.configured_model()  # each item goes to Hermes' own model
         return {"client": hermes.CLIENT, "provider": model.provider_key, "model": model.model or None}
