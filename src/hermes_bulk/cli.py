@@ -1,5 +1,9 @@
 """`hermes-bulk`: the command line over the jobs API. One handler per command.
 
+The answers of the commands `/bulk` shares are replies.py's; this module adds what belongs to a
+terminal: progress bars, tables, `--json`, standard output, exit codes, and the commands only a
+shell has (worker, workers, wait, path, budget).
+
 Errors hermes-bulk understands print one line and exit non-zero; anything unexpected prints one
 line that points at a log file holding the traceback. Never a traceback on the terminal.
 """
@@ -19,16 +23,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import hints, logs, metrics, views
+from . import client_kinds, hints, logs, metrics, replies, views
 from .broker import open_backend
 from .budget.gate import gate_from_environment
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
-from .jobs import Jobs, read_schema, state_label
+from .jobs import Jobs, state_label
 from .pipeline import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
-from .redact import public_url as redacted_url
+from .redact import public_url
 from .tasks import QueuesConsumer, consumer_options
 from .words import count
 from .worker import WorkerRuntime, heartbeat_interval
@@ -124,58 +128,45 @@ def _request_gate() -> RequestGate:
     return gate_from_environment() or OpenGate()
 
 
+SHELL = replies.Place()  #: `hermes-bulk` in a shell
+
 
 def cmd_create(args: Namespace, settings: Settings) -> int:
-    schema = read_schema(Path(args.schema)) if args.schema else None
-    jobs = _jobs(settings)
     progress = (lambda n: err.print(f"\rdiscovered {count(n, 'item')}…", end="")) if not args.json and sys.stderr.isatty() else None
-    created = jobs.create(args.instruction, args.over, concurrency=args.concurrency, retries=args.retries,
-                          max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm, model=args.model,
-                          schema=schema, on_progress=progress)
+    reply = replies.create(args, _jobs(settings), replies.Place(on_progress=progress))
     if progress:
         err.print()
     if args.json:
+        created = reply.data
         print(json.dumps({"job_id": created.job.job_id, "items": created.job.total, "skipped": created.job.skipped,
                           "skipped_entries": [{"name": s.name, "reason": s.reason} for s in created.skipped]}))
     else:
-        print(views.created_text(created, "hermes-bulk run"))
+        print(reply.text)
     return EXIT_OK
 
 
 def cmd_run(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
-    job = jobs.run(args.job)
+    reply = replies.run(args, jobs, SHELL)
     if not args.wait:
-        print(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_who_picks_it_up(job)} "
-              f"Check it with: hermes-bulk status {job.job_id}")
+        print(reply.text)
         return EXIT_OK
+    job = reply.data
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
-
-
-def _who_picks_it_up(job) -> str:
-    if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
-        return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
-                f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
-    return "Workers pick it up (start one with: hermes-bulk worker)."
 
 
 def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRuntime, str]:
     """A worker for every kind of job this machine can serve, and a line saying which.
 
-    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; jobs created in
-    Hermes (`/bulk`) call Hermes' model, which a worker can do where hermes-agent is installed
-    and HERMES_HOME is the profile they were created in. Hermes itself is imported only when
-    such a job arrives (plugin/hermes.py), and its calls are admitted by the request budget.
+    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; other kinds (jobs
+    created in Hermes with `/bulk`) come from the packages that declare them (client_kinds.py),
+    with the request gate their calls go through. Every bulk request is charged to the cron
+    budget when one is configured on this machine (its `models` globs decide which count).
     """
-    from .plugin import background, hermes
-
-    clients, note = hermes.worker_clients(settings)
-    # Every bulk request is charged to the cron budget when one is configured on this machine
-    # (its `models` globs decide which count); with Hermes, as this profile.
-    gate = background.request_gate(settings) if clients else _request_gate()
-    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=gate)
-    runtime.clients.update(clients)
-    return runtime, note
+    served = client_kinds.served(settings)
+    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or _request_gate())
+    runtime.clients.update(served.clients)
+    return runtime, served.note
 
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
@@ -199,76 +190,73 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
     return EXIT_OK if st.state in ("completed", "paused") else EXIT_ERROR
 
 
+def _print_jobs(reply: replies.Reply, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([s.as_dict() for s in reply.data]))
+    elif reply.data:
+        print_table(views.jobs_table(reply.data))
+    else:
+        print(reply.text)
+
+
 def cmd_status(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     if args.job is None and not args.watch:
-        statuses = jobs.list(10)
-        if args.json:
-            print(json.dumps([s.as_dict() for s in statuses]))
-        elif not statuses:
-            print('No jobs yet. Create one with: hermes-bulk create "<instruction>" --over PATH')
-        else:
-            print_table(views.jobs_table(statuses))
+        _print_jobs(replies.jobs_list(jobs, SHELL, 10), args.json)
         return EXIT_OK
     if args.watch:
         job_id = jobs.resolve(args.job)
         with contextlib.suppress(KeyboardInterrupt):
             views.follow(jobs, job_id, err, until=lambda s: s.state in views.FINAL_STATES)
         args.job = job_id
-    st = jobs.status(args.job, events=args.events)
-    print(json.dumps(st.as_dict()) if args.json else views.status_text(st))
+    reply = replies.status(args, jobs, SHELL)
+    print(json.dumps(reply.data.as_dict()) if args.json else reply.text)
     return EXIT_OK
 
 
 def cmd_pause(args: Namespace, settings: Settings) -> int:
-    job = _jobs(settings).pause(args.job)
-    print(f"Job {job.job_id} paused: no new items start; items in progress may finish. "
-          f"Continue with: {hints.process(job, 'resume', hints.CLI)}")
+    print(replies.pause(args, _jobs(settings), SHELL).text)
     return EXIT_OK
 
 
 def cmd_resume(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
-    job = jobs.resume(args.job, max_tokens=args.max_tokens)
-    print(f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending.")
-    return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
+    reply = replies.resume(args, jobs, SHELL)
+    print(reply.text)
+    return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
 
 
 def cmd_retry(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
-    job, n = jobs.retry(args.job)
-    print(f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue.")
-    return _wait_here(jobs, settings, job.job_id, min(job.spec.concurrency, settings.max_concurrency)) if args.wait else EXIT_OK
+    reply = replies.retry(args, jobs, SHELL)
+    print(reply.text)
+    return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
+
+
+def _threads_for(job, settings: Settings) -> int:
+    return min(job.spec.concurrency, settings.max_concurrency)
 
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
-    if args.output == "-":
+    if args.output == "-":  # the terminal's own: /bulk has no standard output to write to
         _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format)
     else:
-        print(_jobs(settings).export(args.job, fmt=args.format, output=args.output))
+        print(replies.export(args, _jobs(settings), SHELL).text)
     return EXIT_OK
 
 
 def cmd_list(args: Namespace, settings: Settings) -> int:
-    statuses = _jobs(settings).list(args.limit)
-    if args.json:
-        print(json.dumps([s.as_dict() for s in statuses]))
-    elif statuses:
-        print_table(views.jobs_table(statuses))
-    else:
-        print('No jobs yet. Create one with: hermes-bulk create "<instruction>" --over PATH')
+    _print_jobs(replies.list_(args, _jobs(settings), SHELL), args.json)
     return EXIT_OK
 
 
 def cmd_events(args: Namespace, settings: Settings) -> int:
-    jobs = _jobs(settings)
-    st = jobs.status(args.job, events=args.limit)
-    print("\n".join(views.event_lines(st.events)) or f"Job {st.job.job_id} has no events yet.")
+    print(replies.events(args, _jobs(settings), SHELL).text)
     return EXIT_OK
 
 
 def cmd_delete(args: Namespace, settings: Settings) -> int:
-    print(f"Deleted job {_jobs(settings).delete(args.job)}.")
+    print(replies.delete(args, _jobs(settings), SHELL).text)
     return EXIT_OK
 
 
@@ -345,7 +333,7 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
         threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, set(runtime.clients)),
                          daemon=True).start()
     logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s; %s", runtime.worker_id, threads,
-                                           redacted_url(settings.backend_url), serves_hermes)
+                                           public_url(settings.backend_url), serves_hermes)
     try:
         consumer.run()
     finally:

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from hermes_bulk import client_kinds
 from hermes_bulk.config import load_settings
 from hermes_bulk.errors import (
     ClientUnavailable,
@@ -25,7 +26,7 @@ from hermes_bulk.errors import (
     RateLimited,
     TransientModelError,
 )
-from hermes_bulk.plugin import hermes
+from hermes_bulk.plugin import background, hermes
 from hermes_bulk.store.protocol import JobRecord, JobSpec
 
 from .conftest import clean_env, config_set
@@ -181,6 +182,19 @@ def test_a_fleet_worker_loads_the_profiles_env_and_serves_only_its_profile(profi
     assert os.environ["HERMES_BULK_TEST_MARKER"] == "from-profile", "the profile's .env, as Hermes' cron loads it"
     with pytest.raises(ClientUnavailable, match="profile 'work'"):
         factory(a_job("hermes:work:custom:fake-model"))
+
+
+def test_the_worker_finds_the_hermes_kind_by_entry_point_with_the_plugins_gate(profile, tmp_path, monkeypatch):
+    monkeypatch.setattr(background, "_gates", {})
+    settings = load_settings()
+    served = client_kinds.served(settings)
+    assert set(served.clients) == {"hermes"} and "serves jobs created in Hermes profile 'default'" in served.note
+    assert served.request_gate is background.request_gate(settings), "charged to the budget as this profile"
+
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "no-hermes-here"))
+    served = client_kinds.served(load_settings())
+    assert served.clients == {} and "no Hermes configuration at" in served.note
+    assert served.request_gate is None, "serving no Hermes jobs, the worker keeps the machine's gate"
 
 
 def test_a_worker_without_hermes_serves_no_hermes_jobs(profile, tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ import time
 
 from ..backend_url import SqliteUrl, parse_backend_url
 from ..broker import Backend, open_backend
+from ..client_kinds import Served
 from ..config import Settings
 from ..pipeline import OpenGate, RequestGate
 from ..redact import public_url
@@ -56,6 +57,16 @@ def _budget_gate(settings: Settings) -> RequestGate:
     from . import hermes
 
     return gate_from_environment(profile=hermes.profile_name()) or OpenGate()
+
+
+def worker_clients(settings: Settings) -> Served:
+    """`hermes-bulk worker` serving jobs created in Hermes (entry point `hermes_bulk.clients`):
+    Hermes' model where this machine can call it, each call charged to the cron budget as this
+    profile (every bulk request is, when a budget is configured here)."""
+    from . import hermes
+
+    clients, note = hermes.worker_clients(settings)
+    return Served(clients, note, request_gate(settings) if clients else None)
 
 
 def recover_at_start(settings: Settings) -> None:

@@ -2,7 +2,7 @@
 
 What it wires into Hermes, and nothing else:
 - `/bulk …` takes the grammar of `hermes-bulk` (commands.py: one parser serves both) and answers
-  with the texts the CLI prints, commands spelled `/bulk`;
+  as the CLI does (replies.py: one handler per command serves both), commands spelled `/bulk`;
 - Hermes calls the handler on its event loop (in the gateway), so the handler is a coroutine:
   the command runs on a thread of its own, and the loop is free while it does;
 - `/bulk run`, `resume` and `retry` start the embedded workers in this process
@@ -23,12 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import hints, logs, views
+from .. import logs, replies, views
 from ..broker import open_backend
 from ..commands import UsageError, build_parser, split_slash_args
 from ..config import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
-from ..jobs import Jobs, JobStatus, read_schema
+from ..jobs import Jobs
 from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
 from ..words import count
 from . import background, hermes
@@ -173,10 +173,10 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
         if "-h" in argv or "--help" in argv:
             return _command_help(parser, argv[0])
         args = parser.parse_args(argv)
-        session = _Session()
+        session = _Session(on_progress=on_progress)
         if sessions is not None:
             sessions.append(session)
-        return HANDLERS[args.command](args, session, on_progress)
+        return HANDLERS[args.command](args, session.jobs, session).text
     except UsageError as exc:
         if not exc.usage:  # a value the parser took but the command cannot use: the line says it all
             return str(exc)
@@ -230,10 +230,18 @@ def _command_help(parser, name: str) -> str:
     return sub.format_help() if sub is not None else HELP
 
 
-class _Session:
-    """What one command works with: settings for this profile, its backend, the jobs API."""
+class _Session(replies.Place):
+    """What one command works with (settings for this profile, its backend, the jobs API), and
+    how its answers differ from a shell's: Hermes' model and working directory, workers started
+    in this process, and news of the jobs it set running."""
 
-    def __init__(self) -> None:
+    cmd = CMD
+    next_step_sep = "\n"
+    processes_here = True
+    export_summary = True
+
+    def __init__(self, *, on_progress: Callable[[int], None] | None = None) -> None:
+        super().__init__(on_progress=on_progress)
         if _recovery is not None:  # what a command shows comes after the recovery at start
             _recovery.join(RECOVERY_WAIT_S)
         self.settings = _settings()
@@ -242,6 +250,28 @@ class _Session:
         self.jobs = Jobs(self.settings, self.backend, self.gate, cmd=CMD,
                          setting_name=lambda field: f"plugins.entries.{hermes.PLUGIN_ID}.settings.{field}")
         self.jobs.max_concurrency_for = self.max_concurrency_for
+        self.profile = str(hermes.profile_home())
+
+    def path(self, text: str) -> str:
+        """Relative to Hermes' working directory (where the user's files are), not this process's."""
+        path = Path(text).expanduser()
+        return str(path if path.is_absolute() else hermes.working_directory() / path)
+
+    def output_path(self, text: str | None) -> str | None:
+        return self.path(text) if text else None  # an empty --output: the job's folder
+
+    def create_options(self, args: Namespace) -> dict[str, Any]:
+        model = hermes.configured_model()  # each item goes to Hermes' own model
+        return {"client": hermes.CLIENT, "provider": model.provider_key, "model": model.model or None}
+
+    def tokens_source(self, job: JobRecord) -> str:
+        return "Hermes" if job.spec.client == hermes.CLIENT else "the provider"
+
+    def watch(self, job_id: str) -> None:
+        watch(self.profile, job_id)
+
+    def unwatch(self, job_id: str) -> None:
+        unwatch(self.profile, job_id)
 
     def max_concurrency_for(self, job: JobRecord) -> int:
         """The cap in force for a job: the embedded worker's, which keeps the settings it started
@@ -258,8 +288,8 @@ class _Session:
         clients = {hermes.CLIENT: factory}
         background.ensure_running(self.settings, self.backend, clients=clients, gate=self.gate)
 
-    def servable(self, job_ref: str) -> JobRecord:
-        """The job, if the workers in this process can run it; else why not."""
+    def check_servable(self, job_ref: str) -> None:
+        """Raises unless the workers in this process can run the job."""
         job = self.jobs.get(job_ref)
         if job.spec.client != hermes.CLIENT:
             raise InvalidTransition(f"Job {job.job_id} was created by hermes-bulk create and calls the endpoint "
@@ -269,7 +299,6 @@ class _Session:
         if created_in != here:
             raise InvalidTransition(f"Job {job.job_id} was created in Hermes profile {created_in!r}; run it from "
                                     f"that profile (this is {here!r}).")
-        return job
 
 
 def _settings() -> Settings:
@@ -277,101 +306,5 @@ def _settings() -> Settings:
     return load_settings(plugin_settings={"home": str(hermes.data_dir()), **hermes.plugin_settings(_ctx)})
 
 
-def _path(text: str) -> Path:
-    path = Path(text).expanduser()
-    return path if path.is_absolute() else hermes.working_directory() / path
-
-
-# Commands --------------------------------------------------------------------------------------
-
-
-def cmd_create(args: Namespace, s: _Session, on_progress) -> str:
-    schema = read_schema(_path(args.schema)) if args.schema else None
-    model = hermes.configured_model()
-    created = s.jobs.create(args.instruction, str(_path(args.over)), concurrency=args.concurrency,
-                            retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
-                            client=hermes.CLIENT, provider=model.provider_key, model=model.model or None,
-                            schema=schema, on_progress=on_progress)
-    return views.created_text(created, f"{CMD} run")
-
-
-def cmd_run(args: Namespace, s: _Session, _on_progress) -> str:
-    s.servable(args.job)
-    job = s.jobs.run(args.job)
-    s.start_workers()
-    watch(str(hermes.profile_home()), job.job_id)
-    st = s.jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
-    return "\n".join([f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, "
-                      f"up to {st.concurrency} at once.", *views.concurrency_notes(st),
-                      f"Check it with: {CMD} status {job.job_id}"])
-
-
-def cmd_status(args: Namespace, s: _Session, _on_progress) -> str:
-    if args.job is None:
-        return views.jobs_text(s.jobs.list(10), cmd=CMD)
-    st = s.jobs.status(args.job, events=args.events)
-    if views.has_ended(st):
-        unwatch(str(hermes.profile_home()), st.job.job_id)  # this reply is the news
-    return _status_text(st)
-
-
-def _status_text(st: JobStatus) -> str:
-    source = "Hermes" if st.job.spec.client == hermes.CLIENT else "the provider"
-    return views.status_text(st, tokens_source=source, cmd=CMD)
-
-
-def cmd_pause(args: Namespace, s: _Session, _on_progress) -> str:
-    job = s.jobs.pause(args.job)
-    unwatch(str(hermes.profile_home()), job.job_id)
-    return (f"Job {job.job_id} paused: no new items start; items in progress may finish.\n"
-            f"Continue with: {hints.process(job, 'resume', CMD)}")
-
-
-def cmd_resume(args: Namespace, s: _Session, _on_progress) -> str:
-    s.servable(args.job)
-    job = s.jobs.resume(args.job, max_tokens=args.max_tokens)
-    s.start_workers()
-    watch(str(hermes.profile_home()), job.job_id)
-    return (f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending, processing in the background.\n"
-            f"Check it with: {CMD} status {job.job_id}")
-
-
-def cmd_retry(args: Namespace, s: _Session, _on_progress) -> str:
-    s.servable(args.job)
-    job, n = s.jobs.retry(args.job)
-    if job.state == PAUSED:
-        return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue. The job is paused; "
-                f"continue with: {CMD} resume {job.job_id}")
-    s.start_workers()
-    watch(str(hermes.profile_home()), job.job_id)
-    return (f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue, processing in the background.\n"
-            f"Check it with: {CMD} status {job.job_id}")
-
-
-def cmd_export(args: Namespace, s: _Session, _on_progress) -> str:
-    if args.output == "-":  # Hermes' standard output is its own channel (JSON-RPC in the TUI gateway)
-        raise UsageError(f"{CMD} export cannot write to standard output; give a file name as --output.")
-    path = s.jobs.export(args.job, fmt=args.format, output=str(_path(args.output)) if args.output else None)
-    job = s.jobs.get(args.job)
-    unfinished = job.total - job.completed - job.failed
-    return (f"Exported job {job.job_id} to {path}\n"
-            f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, of {count(job.total, 'item')}.")
-
-
-def cmd_list(args: Namespace, s: _Session, _on_progress) -> str:
-    return views.jobs_text(s.jobs.list(args.limit), cmd=CMD)
-
-
-def cmd_events(args: Namespace, s: _Session, _on_progress) -> str:
-    st = s.jobs.status(args.job, events=args.limit)
-    return "\n".join(views.event_lines(st.events)) or f"Job {st.job.job_id} has no events yet."
-
-
-def cmd_delete(args: Namespace, s: _Session, _on_progress) -> str:
-    return f"Deleted job {s.jobs.delete(args.job)}."
-
-
-HANDLERS: dict[str, Callable[[Namespace, _Session, Any], str]] = {
-    "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
-    "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
-}
+#: The commands /bulk has, answered as replies.py answers them here (the Session says how).
+HANDLERS = replies.HANDLERS

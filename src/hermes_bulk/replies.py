@@ -1,0 +1,184 @@
+"""What each command answers, once for `hermes-bulk` and `/bulk`: one handler per command.
+
+A handler takes the parsed arguments, the jobs API and the Place the command was typed in, does
+the command, and returns its Reply: the text to show and the record behind it (for `--json`
+and for what the CLI goes on to do, such as `--wait`). Where the two places answer differently,
+the Place says how, so no answer is written twice. What belongs to a terminal (progress bars,
+tables, exit codes, `--json`, standard output) stays in cli.py; what belongs to Hermes (threads,
+late answers, its model and working directory) in plugin/bulk.py.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import hints, views
+from .errors import UsageError
+from .jobs import Jobs, read_schema
+from .store.protocol import PAUSED, JobRecord
+from .words import count
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    data: Any = None  #: the Created, JobRecord, JobStatus or list of JobStatus the text shows
+
+
+class Place:
+    """Where commands are typed; this base is a shell (`hermes-bulk`). Subclasses override."""
+
+    cmd: str = hints.CLI
+    #: Between an answer and its next step: one line in a terminal, a line of its own in a chat.
+    next_step_sep: str = " "
+    #: run, resume and retry start workers in this process and answer at once (/bulk); in a
+    #: shell workers elsewhere (or `--wait`) pick the job up.
+    processes_here: bool = False
+    #: The export answer says what the file holds (/bulk); a shell prints the path alone, for scripts.
+    export_summary: bool = False
+
+    def __init__(self, *, on_progress: Callable[[int], None] | None = None) -> None:
+        self.on_progress = on_progress  #: told the items found so far, while creating
+
+    def path(self, text: str) -> str:
+        """A path the user typed, as the jobs API takes it (a shell's: as typed)."""
+        return text
+
+    def output_path(self, text: str | None) -> str | None:
+        """export's --output; an empty one is the jobs API's to refuse."""
+        return text
+
+    def create_options(self, args: Namespace) -> dict[str, Any]:
+        """Who calls the model for a job created here: HERMES_BULK_*'s endpoint, by default."""
+        return {"model": args.model}
+
+    def tokens_source(self, job: JobRecord) -> str:
+        return "the provider"
+
+    def check_servable(self, job_ref: str) -> None:
+        """Before run, resume or retry: raises when this place cannot process the job."""
+
+    def start_workers(self) -> None:
+        """With processes_here: start (or keep) the workers of this process."""
+
+    def watch(self, job_id: str) -> None:
+        """A job this place set running: its end may be news to tell later."""
+
+    def unwatch(self, job_id: str) -> None:
+        """The user has seen the job end, or stopped it: its end is no news."""
+
+
+def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    schema = read_schema(Path(place.path(args.schema))) if args.schema else None
+    created = jobs.create(args.instruction, place.path(args.over), concurrency=args.concurrency,
+                          retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
+                          schema=schema, on_progress=place.on_progress, **place.create_options(args))
+    return Reply(views.created_text(created, f"{place.cmd} run"), created)
+
+
+def run(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    place.check_servable(args.job)
+    job = jobs.run(args.job)
+    check = f"Check it with: {place.cmd} status {job.job_id}"
+    if not place.processes_here:
+        return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
+                     f"{_who_picks_it_up(job)}{place.next_step_sep}{check}", job)
+    place.start_workers()
+    place.watch(job.job_id)
+    st = jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
+    return Reply("\n".join([
+        f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, "
+        f"up to {st.concurrency} at once.", *views.concurrency_notes(st), check]), job)
+
+
+def _who_picks_it_up(job: JobRecord) -> str:
+    if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
+        return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
+                f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
+    return "Workers pick it up (start one with: hermes-bulk worker)."
+
+
+def status(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """One job, or (no job given) the most recent ten."""
+    if args.job is None:
+        return jobs_list(jobs, place, 10)
+    st = jobs.status(args.job, events=args.events)
+    if views.has_ended(st):
+        place.unwatch(st.job.job_id)  # this reply is the news
+    return Reply(views.status_text(st, tokens_source=place.tokens_source(st.job), cmd=place.cmd), st)
+
+
+def jobs_list(jobs: Jobs, place: Place, limit: int) -> Reply:
+    statuses = jobs.list(limit)
+    return Reply(views.jobs_text(statuses, cmd=place.cmd), statuses)
+
+
+def list_(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    return jobs_list(jobs, place, args.limit)
+
+
+def pause(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    job = jobs.pause(args.job)
+    place.unwatch(job.job_id)
+    return Reply(f"Job {job.job_id} paused: no new items start; items in progress may finish."
+                 f"{place.next_step_sep}Continue with: {hints.process(job, 'resume', place.cmd)}", job)
+
+
+def resume(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    place.check_servable(args.job)
+    job = jobs.resume(args.job, max_tokens=args.max_tokens)
+    resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
+    if not place.processes_here:
+        return Reply(resumed + ".", job)
+    place.start_workers()
+    place.watch(job.job_id)
+    return Reply(f"{resumed}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
+
+
+def retry(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    place.check_servable(args.job)
+    job, n = jobs.retry(args.job)
+    returned = f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue"
+    if not place.processes_here:
+        return Reply(returned + ".", job)
+    if job.state == PAUSED:
+        return Reply(f"{returned}. The job is paused; continue with: {place.cmd} resume {job.job_id}", job)
+    place.start_workers()
+    place.watch(job.job_id)
+    return Reply(f"{returned}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
+
+
+def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
+    if args.output == "-":
+        raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
+    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output))
+    if not place.export_summary:
+        return Reply(str(path), path)
+    job = jobs.get(args.job)
+    unfinished = job.total - job.completed - job.failed
+    return Reply(f"Exported job {job.job_id} to {path}\n"
+                 f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, "
+                 f"of {count(job.total, 'item')}.", path)
+
+
+def events(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    st = jobs.status(args.job, events=args.limit)
+    return Reply("\n".join(views.event_lines(st.events)) or f"Job {st.job.job_id} has no events yet.", st)
+
+
+def delete(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    job_id = jobs.delete(args.job)
+    return Reply(f"Deleted job {job_id}.", job_id)
+
+
+Handler = Callable[[Namespace, Jobs, Place], Reply]
+#: The commands both places have; the CLI adds worker, workers, wait, path and budget.
+HANDLERS: dict[str, Handler] = {
+    "create": create, "run": run, "status": status, "pause": pause, "resume": resume, "retry": retry,
+    "export": export, "list": list_, "events": events, "delete": delete,
+}
