@@ -321,23 +321,21 @@ class Jobs:
         """Write the export to output (a regular file, or a new name in an existing folder), by
         default results.<fmt> in the job's folder; returns the path written."""
         job = self.get(job_ref)
-        outputs_dir = self.job_dir(job.job_id) / "outputs"
         if output is not None and not output.strip():
             raise UsageError("--output is empty; give a file name (or - for standard output).")
         if output:
             target = Path(output).expanduser()
             if is_open_sqlite_file(target):  # replacing it would take the database from under every process
                 raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
-            export_mod.export(self.store, job, fmt, target, outputs_dir=outputs_dir)
+            export_mod.export(self.store, job, fmt, target)
             return target
         target = self.job_dir(job.job_id) / f"results.{fmt}"
-        export_mod.export(self.store, job, fmt, target, outputs_dir=outputs_dir, make_folder=True)
+        export_mod.export(self.store, job, fmt, target, make_folder=True)
         return target
 
     def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md") -> None:
         """The export written to stream (`--output -`)."""
-        job = self.get(job_ref)
-        export_mod.export_to_stream(self.store, job, fmt, stream, outputs_dir=self.job_dir(job.job_id) / "outputs")
+        export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream)
 
 
 #: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).
