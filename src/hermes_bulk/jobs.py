@@ -19,6 +19,7 @@ from .broker import Backend, open_backend
 from .config import Settings, env_name
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, UsageError
 from .files import private_dir
+from .liveness import Liveness
 from .model import provider_key
 from .pipeline import OpenGate, RequestGate
 from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
@@ -37,7 +38,6 @@ from .store.protocol import (
 )
 from .store.sqlite import is_open_sqlite_file
 from .words import count
-from .worker import Liveness
 
 # Items per transaction while creating, and the content bytes one may hold: memory stays flat,
 # and commits stay few (a million-row CSV took 55 s in batches of 2,000, 31 s in 20,000: each
@@ -114,7 +114,7 @@ class Jobs:
         self.backend = backend or open_backend(settings)
         self.request_gate = request_gate or OpenGate()
         self.store = self.backend.store
-        self.liveness = Liveness(self.backend, settings.home / "workers")
+        self.liveness = Liveness(self.store, settings.home / "workers")
         #: max_concurrency in force where a job's items run: the settings here, unless the host
         #: knows better (a worker running in Hermes keeps the settings it started with).
         self.max_concurrency_for: Callable[[JobRecord], int] = lambda job: settings.max_concurrency

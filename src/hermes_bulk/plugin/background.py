@@ -20,8 +20,9 @@ import time
 
 from ..broker import Backend, open_backend, redacted_url, sqlite_paths
 from ..config import Settings
+from ..liveness import Liveness, recover_interrupted
 from ..pipeline import OpenGate, RequestGate
-from ..worker import ClientFactory, Liveness, WorkerRuntime, recover_interrupted
+from ..worker import ClientFactory, WorkerRuntime
 
 log = logging.getLogger("hermes_bulk.plugin")
 
@@ -65,7 +66,7 @@ def recover_at_start(settings: Settings) -> None:
     if url.split("://", 1)[0].lower() == "sqlite" and not sqlite_paths(url)[0].exists():
         return
     backend = open_backend(settings)
-    recover_interrupted(backend, Liveness(backend, settings.home / "workers"))
+    recover_interrupted(Liveness(backend.store, settings.home / "workers"))
 
 
 def ensure_running(settings: Settings, backend: Backend, *, clients: dict[str, ClientFactory],
