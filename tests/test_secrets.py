@@ -133,14 +133,18 @@ def test_on_redis_the_key_and_the_redis_password_are_in_no_key_value_or_log(cli,
 
 
 @pytest.mark.parametrize("precreated", [False, True])
-def test_log_files_are_owner_only_even_when_they_existed(cli, tmp_path, home, precreated):
+def test_log_files_are_owner_only_even_when_they_existed(cli, tmp_path, home, fake_provider, precreated):
     worker_log, command_log = tmp_path / "worker.log", home / "logs" / "hermes-bulk.log"
     if precreated:
         command_log.parent.mkdir(parents=True)
         for path in (worker_log, command_log):
             path.write_text("earlier lines\n")
             path.chmod(0o644)
-    cli("list")
+    src = tmp_path / "items.jsonl"
+    src.write_text('"PERMANENT-400"\n')
+    fake_provider.configure(item_faults={"PERMANENT-400": "400"})
+    cli("run", cli.create("Do", src), "--wait", check=False)  # the provider's answer is logged
+    assert "HTTP 400" in command_log.read_text()
     _worker_burst(cli, worker_log)
     for path in (worker_log, command_log):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

@@ -1,11 +1,13 @@
-"""Combined exports (Markdown, CSV, JSONL) in input order, and the per-item output files.
+"""Combined exports (Markdown, CSV, JSONL) in input order.
 
-Exports stream items from the store in batches, so a million results export in flat memory,
+An export only reads the store and writes the one file asked for (DESIGN.md invariant 13); the
+per-item outputs/NNNNNN.md are the worker's, written on its own disk as it completes an item
+(pipeline.py). Exports stream items from the store in batches, so a million results export in flat memory,
 and are written to a temporary file then renamed over the target: running export again
 replaces the file whole. Only a regular file (or a new name in an existing folder) is ever
 replaced: a device, FIFO, directory or symbolic link at the target is refused, and so is a
-missing folder for an `--output` the user named (DESIGN.md invariant 11). No model calls. CSV cells that a spreadsheet would run as a formula
-(starting with =, +, -, @, tab or carriage return) get a leading apostrophe.
+missing folder for an `--output` the user named (DESIGN.md invariant 11). No model calls.
+CSV cells that a spreadsheet would run as a formula (starting with =, +, -, @, tab or carriage return) get a leading apostrophe.
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import InputError
-from .files import private_dir, write_private
+from .files import private_dir
 from .redact import public_url
-from .store.protocol import COMPLETED, ItemRecord, JobRecord, JobStore
+from .store.protocol import COMPLETED, FAILED, ItemRecord, JobRecord, JobStore
 
 FORMATS = ("md", "csv", "jsonl")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -42,9 +44,8 @@ def describe_error(item: ItemRecord) -> str:
     return f"{item.error_type}{status}: {item.error_message or ''}".rstrip(": ")
 
 
-def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, outputs_dir: Path,
-           make_folder: bool = False) -> None:
-    """Write the export to target; also restores missing outputs/NNNNNN.md of completed items.
+def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_folder: bool = False) -> None:
+    """Write the export to target, and nothing else.
 
     make_folder: create target's folder when missing (the job's own folder); a folder the user
     named must exist, so a typo in --output is not silently made into a tree of folders.
@@ -52,12 +53,12 @@ def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, outputs_d
     writer = _writer(fmt)
     check_target(target, folder_must_exist=not make_folder)
     with _replace_atomically(target) as f:
-        writer(f, job, _restoring_outputs(store.iter_items(job.job_id), outputs_dir))
+        writer(f, job, store.iter_items(job.job_id))
 
 
-def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO, *, outputs_dir: Path) -> None:
+def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO) -> None:
     """`--output -`: the export on standard output (no BOM: it is piped, not opened by Excel)."""
-    _writer(fmt)(stream, job, _restoring_outputs(store.iter_items(job.job_id), outputs_dir))
+    _writer(fmt)(stream, job, store.iter_items(job.job_id))
     stream.flush()
 
 
@@ -76,7 +77,7 @@ def check_target(target: Path, *, folder_must_exist: bool) -> None:
 
     A symbolic link is refused, naming where it points: the export is renamed into place, which
     would replace the link itself, and writing through it would replace whatever it points at
-    (a link to /dev/null once turned that device into a file). Give the real path instead.
+    (a link to /dev/null would turn that device into a file). Give the real path instead.
     """
     try:
         st = os.lstat(target)
@@ -109,21 +110,6 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__).lower()
 
 
-def _restoring_outputs(items: Iterator[ItemRecord], outputs_dir: Path) -> Iterator[ItemRecord]:
-    """Pass items through, writing any completed item's output file that is missing here.
-
-    In a fleet, workers on other machines write outputs/ on their own disks; the store has every
-    result, so the machine that exports gets the files too.
-    """
-    folder = str(outputs_dir)
-    for item in items:
-        if item.status == COMPLETED and item.result is not None:
-            path = os.path.join(folder, f"{item.index:06d}.md")  # str, not Path: a million of them
-            if not os.path.exists(path):
-                write_private(Path(path), item.result + "\n")
-        yield item
-
-
 def _write_md(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
     spec = job.spec
     f.write(f"# Bulk job {spec.job_id}\n\n")
@@ -134,7 +120,7 @@ def _write_md(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
         f.write(f"## {item.name}\n\n")
         if item.status == COMPLETED:
             f.write((item.result or "").rstrip("\n") + "\n\n")
-        elif item.status == "failed":
+        elif item.status == FAILED:
             f.write(f"_Failed: {describe_error(item)}_\n\n")
         else:
             f.write(f"_Not processed yet ({item.status})._\n\n")

@@ -19,6 +19,7 @@ from .broker import Backend, open_backend
 from .config import Settings, env_name
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, UsageError
 from .files import private_dir
+from .liveness import Liveness
 from .model import provider_key
 from .pipeline import OpenGate, RequestGate
 from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
@@ -37,7 +38,6 @@ from .store.protocol import (
 )
 from .store.sqlite.database import is_open_sqlite_file
 from .words import count
-from .worker import Liveness
 
 # Items per transaction while creating, and the content bytes one may hold: memory stays flat,
 # and commits stay few (a million-row CSV took 55 s in batches of 2,000, 31 s in 20,000: each
@@ -114,7 +114,7 @@ class Jobs:
         self.backend = backend or open_backend(settings)
         self.request_gate = request_gate or OpenGate()
         self.store = self.backend.store
-        self.liveness = Liveness(self.backend, settings.home / "workers")
+        self.liveness = Liveness(self.store, settings.home / "workers")
         #: max_concurrency in force where a job's items run: the settings here, unless the host
         #: knows better (a worker running in Hermes keeps the settings it started with).
         self.max_concurrency_for: Callable[[JobRecord], int] = lambda job: settings.max_concurrency
@@ -321,23 +321,21 @@ class Jobs:
         """Write the export to output (a regular file, or a new name in an existing folder), by
         default results.<fmt> in the job's folder; returns the path written."""
         job = self.get(job_ref)
-        outputs_dir = self.job_dir(job.job_id) / "outputs"
         if output is not None and not output.strip():
             raise UsageError("--output is empty; give a file name (or - for standard output).")
         if output:
             target = Path(output).expanduser()
             if is_open_sqlite_file(target):  # replacing it would take the database from under every process
                 raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
-            export_mod.export(self.store, job, fmt, target, outputs_dir=outputs_dir)
+            export_mod.export(self.store, job, fmt, target)
             return target
         target = self.job_dir(job.job_id) / f"results.{fmt}"
-        export_mod.export(self.store, job, fmt, target, outputs_dir=outputs_dir, make_folder=True)
+        export_mod.export(self.store, job, fmt, target, make_folder=True)
         return target
 
     def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md") -> None:
         """The export written to stream (`--output -`)."""
-        job = self.get(job_ref)
-        export_mod.export_to_stream(self.store, job, fmt, stream, outputs_dir=self.job_dir(job.job_id) / "outputs")
+        export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream)
 
 
 #: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).

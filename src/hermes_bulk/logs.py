@@ -3,8 +3,9 @@
 Provider error text is logged (job records keep only the error type and HTTP status), but it
 can echo credentials, so secrets are masked (`redact.py`: the configured ones by value, others
 by shape) before any handler writes a line. Commands log to `<data dir>/logs/hermes-bulk.log`,
-never to the terminal they print results on; `hermes-bulk worker` logs to stderr (or -l FILE),
-as a consumer does. Every log file is owner-only, also one that existed before.
+never to the terminal they print results on, and only once there is a line to write (a read
+writes nothing); `hermes-bulk worker` logs to stderr (or -l FILE), as a consumer does. Every log
+file is owner-only, also one that existed before.
 
 Inside Hermes the plugin logs through Hermes' handlers, which Hermes adds only once a session
 starts (before that, Python's last-resort handler writes to stderr): `guard_host_logging` masks
@@ -125,11 +126,23 @@ def open_private_log(path: Path | str) -> Path:
     return path
 
 
+class _PrivateLogFile(logging.FileHandler):
+    """A log file opened, and made owner-only, when its first record comes: a command that logs
+    nothing (every read) leaves nothing behind in the data directory (DESIGN.md invariant 13)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8", delay=True)
+
+    def _open(self):
+        private_dir(Path(self.baseFilename).parent)
+        open_private_log(self.baseFilename)
+        return super()._open()
+
+
 def log_to_file(home: Path, level: int = logging.INFO) -> Path:
-    """Commands: a private log file in the data directory."""
+    """Commands: a private log file in the data directory, made when there is something to log."""
     path = home / "logs" / "hermes-bulk.log"
-    private_dir(path.parent)
-    _install(logging.FileHandler(open_private_log(path), encoding="utf-8"), level)
+    _install(_PrivateLogFile(path), level)
     return path
 
 

@@ -197,7 +197,7 @@ def endpoint_url(base_url: str, path: str) -> str:
 
 def _int_or_none(value: Any) -> int | None:
     """A reported token count, or None for anything that cannot be one (JSON true, a negative
-    or absurd number: 10**30 once failed every answered item, the store could not save it)."""
+    or absurd number: the store cannot save 10**30, and that would fail an answered item)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_USAGE_TOKENS
     return value if ok else None
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from hermes_bulk.broker import open_backend
+from hermes_bulk.liveness import Liveness
 from hermes_bulk.store.protocol import WorkerInfo
 from hermes_bulk.testing.fake_provider import digest, expected_answer
-from hermes_bulk.worker import Liveness
 
 from ..helpers import wait_for
 
@@ -118,7 +118,7 @@ def test_a_new_worker_returns_a_killed_workers_items_at_once_while_another_worke
     # Another worker of this host stays alive throughout: registered, its lock file held. (A
     # stand-in without a maintenance loop, so nothing but the new worker can return the items.)
     alive_id = f"{socket.gethostname()}:{os.getpid()}:alive0"
-    lock_fd = Liveness(open_backend(settings), settings.home / "workers").hold_lock(alive_id)
+    lock_fd = Liveness(open_backend(settings).store, settings.home / "workers").hold_lock(alive_id)
     store.heartbeat_worker(WorkerInfo(alive_id, socket.gethostname(), os.getpid(), time.time(), 0.0, 1), ttl_s=600)
     doomed = cli.spawn_worker("-w", "4", **lease)
     restarted = None

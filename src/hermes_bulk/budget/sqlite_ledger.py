@@ -36,8 +36,9 @@ from .windows import Window
 ADMIT_TIMEOUT_S = 1.0
 ADMIT_BUSY_TIMEOUT_MS = 1000
 #: Opening (and migrating) waits no longer than an admission: the first call of a process must
-#: fail open as fast as any other (a cron run once waited 10 s here). A ledger that cannot be
-#: opened now is opened again by a later call (Budget.ledger), after RETRY_AFTER_S.
+#: fail open as fast as any other (a longer wait here holds a cron run up while the ledger is
+#: busy). A ledger that cannot be opened now is opened again by a later call (Budget.ledger),
+#: after RETRY_AFTER_S.
 OPEN_BUSY_TIMEOUT_MS = ADMIT_BUSY_TIMEOUT_MS
 
 MIGRATIONS: list[tuple[str, str]] = []

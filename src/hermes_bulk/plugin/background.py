@@ -22,9 +22,10 @@ from ..backend_url import SqliteUrl, parse_backend_url
 from ..broker import Backend, open_backend
 from ..client_kinds import Served
 from ..config import Settings
+from ..liveness import Liveness, recover_interrupted
 from ..pipeline import OpenGate, RequestGate
 from ..redact import public_url
-from ..worker import ClientFactory, Liveness, WorkerRuntime, recover_interrupted
+from ..worker import ClientFactory, WorkerRuntime
 
 log = logging.getLogger("hermes_bulk.plugin")
 
@@ -78,7 +79,7 @@ def recover_at_start(settings: Settings) -> None:
     if isinstance(location, SqliteUrl) and not location.path.exists():
         return
     backend = open_backend(settings)
-    recover_interrupted(backend, Liveness(backend, settings.home / "workers"))
+    recover_interrupted(Liveness(backend.store, settings.home / "workers"))
 
 
 def ensure_running(settings: Settings, backend: Backend, *, clients: dict[str, ClientFactory],

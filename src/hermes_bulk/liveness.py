@@ -1,0 +1,113 @@
+"""Who is alive: worker identity, heartbeat cadence, and which owners of running items are dead.
+
+A worker is live while its registry entry in the store is fresh (it heartbeats every
+`heartbeat_interval`), except that on this host a worker whose lock file is free is dead at once,
+without waiting for its entry to lapse. Both the service API (`jobs.py`: status, run, delete)
+and the worker runtime (`worker.py`) ask this module; it depends on the store protocol alone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import socket
+from pathlib import Path
+
+from .files import private_dir
+from .store.protocol import AWAITING_RECOVERY, RUNNING, Event, JobStore
+
+
+def heartbeat_interval(lease_s: float) -> float:
+    """How often a worker heartbeats and renews its leases: a third of a lease, 5 s at most."""
+    return max(0.2, min(lease_s / 3, 5.0))
+
+
+def new_worker_id() -> str:
+    """host:pid:random; the host part is how Liveness knows a worker ran on this machine."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Liveness:
+    """Tells live workers from dead ones: the registry everywhere, lock files on this host."""
+
+    def __init__(self, store: JobStore, locks_dir: Path) -> None:
+        self.store, self.locks_dir, self.host = store, locks_dir, socket.gethostname()
+
+    def lock_path(self, worker_id: str) -> Path:
+        return self.locks_dir / (worker_id.replace("/", "_") + ".lock")
+
+    def hold_lock(self, worker_id: str) -> int:
+        private_dir(self.locks_dir)
+        fd = os.open(self.lock_path(worker_id), os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd
+
+    def _lock_is_free(self, worker_id: str) -> bool:
+        """True when the worker ran on this host with this data dir and its process is gone."""
+        if not worker_id.startswith(self.host + ":"):
+            return False
+        try:
+            fd = os.open(self.lock_path(worker_id), os.O_RDWR)
+        except OSError:
+            return False  # no lock file here: it ran with another data dir; trust its lease
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        return True
+
+    def live_worker_ids(self) -> set[str]:
+        return {w.worker_id for w in self.store.live_workers() if not self._lock_is_free(w.worker_id)}
+
+    def dead_owners(self, exclude: str | None = None) -> list[str]:
+        """Owners of running items that are not live workers."""
+        live = self.live_worker_ids()
+        return [o for o in self.store.item_owners() if o not in live and o != exclude]
+
+    def recover_dead(self, exclude: str | None = None) -> dict[str, int]:
+        """Return the items of dead owners to pending; counts by job."""
+        released: dict[str, int] = {}
+        for owner in self.dead_owners(exclude):
+            for job_id, n in self.store.release_worker_items(owner).items():
+                released[job_id] = released.get(job_id, 0) + n
+        return released
+
+    def sweep(self) -> None:
+        """Forget workers of this host whose process is gone: registry entry and lock file.
+
+        Done only after their items were returned (recover_dead), since the lock file is how
+        others on this host tell that they are dead.
+        """
+        if not self.locks_dir.is_dir():
+            return
+        for path in self.locks_dir.glob("*.lock"):
+            worker_id = path.name[: -len(".lock")]
+            if self._lock_is_free(worker_id) and worker_id not in self.store.item_owners():
+                self.store.remove_worker(worker_id)
+                path.unlink(missing_ok=True)
+
+
+def recover_interrupted(liveness: Liveness, exclude: str | None = None) -> dict[str, int]:
+    """When Bulk starts (a worker, or the plugin in a Hermes process): items dead workers left
+    running go back to the queue at once, whether or not other workers are alive (on this host
+    a dead worker's lock file is free, so this needs no lease to lapse); with no other worker
+    alive, jobs cut off mid-run also wait for someone to run them. Returns the items returned
+    per job.
+
+    Jobs never start by themselves (DESIGN.md invariant 9): a restart must not spend tokens
+    nobody asked for. A running job that some worker has claimed items of since it was last
+    run was interrupted; one that was run but never picked up is still waiting for a worker.
+    """
+    alone = not (liveness.live_worker_ids() - {exclude})
+    released = liveness.recover_dead(exclude=exclude)
+    if alone:
+        store = liveness.store
+        for job_id in store.active_job_ids():
+            job = store.get_job(job_id)
+            if job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
+                store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
+                    "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
+    return released
