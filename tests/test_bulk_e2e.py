@@ -136,7 +136,8 @@ def test_status_json_has_the_contract_keys_through_the_life_of_a_job(cli, tmp_pa
 def test_pause_stops_new_items_and_resume_continues(cli, tmp_path, fake_provider):
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(120)))
-    fake_provider.configure(latency_s=0.1)  # 2 at a time: about 20 items a second, 6 s in all
+    # 2 at a time: about 7 items a second, 18 s in all, so a loaded machine still pauses it mid-run
+    fake_provider.configure(latency_s=0.3)
     job_id = cli.create("Do", src, "--concurrency", "2")
     cli("run", job_id)
     worker = cli.spawn_worker("-w", "2")
