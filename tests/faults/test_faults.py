@@ -368,7 +368,7 @@ def test_lowering_max_concurrency_applies_to_existing_jobs(cli, tmp_path, fake_p
 
 def test_jobs_do_not_start_by_themselves_after_a_restart(cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 200)
-    fake_provider.configure(latency_s=0.05)
+    fake_provider.configure(latency_s=0.25)  # 16 items a second: still running when a loaded machine kills it
     job_id = cli.create("Process", src, "--concurrency", "4")
     cli("run", job_id)
     worker = cli.spawn_worker("-w", "4")
