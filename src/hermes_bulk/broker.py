@@ -15,9 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-
-from huey import Huey
-from huey.api import TaskWrapper
+from typing import TYPE_CHECKING
 
 from .backend_url import SqliteUrl, parse_backend_url
 from .config import Settings
@@ -27,7 +25,10 @@ from .store.sqlite import queue as sqlite_queue
 from .store.sqlite.database import open_database, sqlite_file_identity
 from .store.sqlite.jobs import SqliteJobStore
 from .store.sqlite.limits import SqliteLimits
-from .tasks import register_process_item
+
+if TYPE_CHECKING:  # huey is loaded with the first queue: `list` and `status` never need it
+    from huey import Huey
+    from huey.api import TaskWrapper
 
 QUEUE_NAME = "hermes-bulk"  #: the queue of jobs made by `hermes-bulk create` (client "http")
 DEFAULT_CLIENT = "http"
@@ -52,10 +53,9 @@ class Backend:
     _clients: dict[str, str] = field(default_factory=dict, init=False)  # job id -> its client kind
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
-    def __post_init__(self) -> None:
-        self._queue(DEFAULT_CLIENT)
-
     def _queue(self, client: str) -> tuple[Huey, TaskWrapper]:
+        from .tasks import register_process_item
+
         with self._lock:
             queue = self._queues.get(client)
             if queue is None:

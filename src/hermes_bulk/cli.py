@@ -20,46 +20,26 @@ import time
 import traceback
 from argparse import Namespace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-
-from . import client_kinds, hints, logs, metrics, replies, views
-from .broker import open_backend
-from .budget.gate import gate_from_environment
+from . import hints, logs, replies, views
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
 from .jobs import Jobs, state_label
-from .pipeline import OpenGate, RequestGate
+from .limits import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
-from .redact import public_url
-from .tasks import QueuesConsumer, consumer_options
+from .terminal import print_table, say, stderr_console
 from .words import count
-from .worker import WorkerRuntime, heartbeat_interval
+
+if TYPE_CHECKING:
+    from .worker import WorkerRuntime
+
+# What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
+# in their handlers: `path`, `list` and `status` start without it.
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_PAUSED, EXIT_TIMEOUT = 4, 124  # `wait`: the job paused; --timeout passed (as timeout(1) exits)
-
-
-
-class _Console(Console):
-    def on_broken_pipe(self) -> None:
-        """Rich exits 1 on its own; main() ends every closed pipe the same way (141, quietly)."""
-        raise BrokenPipeError
-
-
-out = _Console(highlight=False, soft_wrap=True)
-err = _Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def print_table(table) -> None:
-    """A table on stdout: fitted to a terminal; at its natural width into a pipe or file, since
-    no reader there has a width to fit (80 columns squeezed the counts of `list` to nothing)."""
-    if out.is_terminal:
-        out.print(table)
-        return
-    width = Console(width=100_000).measure(table).maximum
-    _Console(file=sys.stdout, width=max(width, 20), highlight=False, soft_wrap=True).print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        err.print(f"hermes-bulk: {exc} See: hermes-bulk {argv[0] if argv and argv[0] in HANDLERS else ''} --help"
-                  .replace("  ", " "), markup=False)
+        say(f"hermes-bulk: {exc} See: hermes-bulk {argv[0] if argv and argv[0] in HANDLERS else ''} --help"
+                  .replace("  ", " "))
         return EXIT_USAGE
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -85,23 +65,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
         return status
     except BackendUnavailable as exc:
-        err.print(f"hermes-bulk: {exc}", markup=False)
+        say(f"hermes-bulk: {exc}")
         return EXIT_BACKEND
     except UsageError as exc:  # a value that parsed but cannot be used (an empty job id, a limit)
-        err.print(f"hermes-bulk: {exc}", markup=False)
+        say(f"hermes-bulk: {exc}")
         return EXIT_USAGE
     except HermesBulkError as exc:
-        err.print(f"hermes-bulk: {exc}", markup=False)
+        say(f"hermes-bulk: {exc}")
         return EXIT_ERROR
     except KeyboardInterrupt:
-        err.print("hermes-bulk: interrupted.")
+        say("hermes-bulk: interrupted.")
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: keep the traceback out of the terminal, but keep it
         if is_broken_pipe(exc):  # `hermes-bulk status … | head`: the reader has what it wanted
             return stdout_gone()
         log_path = _save_traceback(settings)
-        err.print(f"hermes-bulk: internal error ({type(exc).__name__}); the traceback is in {log_path}. "
-                  "Please report it.", markup=False)
+        say(f"hermes-bulk: internal error ({type(exc).__name__}); the traceback is in {log_path}. "
+            "Please report it.")
         return EXIT_ERROR
 
 
@@ -125,6 +105,8 @@ def _jobs(settings: Settings, backend=None) -> Jobs:
 
 @functools.cache
 def _request_gate() -> RequestGate:
+    from .budget.gate import gate_from_environment
+
     return gate_from_environment() or OpenGate()
 
 
@@ -132,10 +114,10 @@ SHELL = replies.Place()  #: `hermes-bulk` in a shell
 
 
 def cmd_create(args: Namespace, settings: Settings) -> int:
-    progress = (lambda n: err.print(f"\rdiscovered {count(n, 'item')}…", end="")) if not args.json and sys.stderr.isatty() else None
+    progress = (lambda n: say(f"\rdiscovered {count(n, 'item')}…", end="")) if not args.json and sys.stderr.isatty() else None
     reply = replies.create(args, _jobs(settings), replies.Place(on_progress=progress))
     if progress:
-        err.print()
+        say("")
     if args.json:
         created = reply.data
         print(json.dumps({"job_id": created.job.job_id, "items": created.job.total, "skipped": created.job.skipped,
@@ -163,6 +145,9 @@ def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRu
     with the request gate their calls go through. Every bulk request is charged to the cron
     budget when one is configured on this machine (its `models` globs decide which count).
     """
+    from . import client_kinds
+    from .worker import WorkerRuntime
+
     served = client_kinds.served(settings)
     runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or _request_gate())
     runtime.clients.update(served.clients)
@@ -179,11 +164,11 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
     runtime.start()
     runtime.start_embedded_consumer()
     try:
-        st = views.follow(jobs, job_id, err, until=lambda s: s.state != "processing")
+        st = views.follow(jobs, job_id, stderr_console(), until=lambda s: s.state != "processing")
     except KeyboardInterrupt:
-        err.print("Stopping: items in progress go back to the queue…")
+        say("Stopping: items in progress go back to the queue…")
         runtime.stop(graceful=False)
-        err.print(f"Stopped. Continue with: hermes-bulk run {job_id} --wait")
+        say(f"Stopped. Continue with: hermes-bulk run {job_id} --wait")
         return EXIT_INTERRUPTED
     runtime.stop(graceful=True)
     print(views.status_text(jobs.status(job_id)))
@@ -207,7 +192,7 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
     if args.watch:
         job_id = jobs.resolve(args.job)
         with contextlib.suppress(KeyboardInterrupt):
-            views.follow(jobs, job_id, err, until=lambda s: s.state in views.FINAL_STATES)
+            views.follow(jobs, job_id, stderr_console(), until=lambda s: s.state in views.FINAL_STATES)
         args.job = job_id
     reply = replies.status(args, jobs, SHELL)
     print(json.dumps(reply.data.as_dict()) if args.json else reply.text)
@@ -261,6 +246,9 @@ def cmd_delete(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_workers(args: Namespace, settings: Settings) -> int:
+    from .broker import open_backend
+    from .liveness import heartbeat_interval
+
     backend = open_backend(settings)
     workers = backend.store.live_workers()
     if not workers:
@@ -275,15 +263,15 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
     """Block until the job ends; the exit status says how (for scripts)."""
     jobs = _jobs(settings)
     job_id = jobs.resolve(args.job)
-    if err.is_terminal:
-        st = views.follow(jobs, job_id, err, until=views.has_ended, timeout_s=args.timeout)
+    if sys.stderr.isatty():
+        st = views.follow(jobs, job_id, stderr_console(), until=views.has_ended, timeout_s=args.timeout)
     else:  # no bar into a pipe or a log: poll quietly
         deadline = None if args.timeout is None else time.monotonic() + args.timeout
         while not views.has_ended(st := jobs.status(job_id)) and (deadline is None or time.monotonic() < deadline):
             time.sleep(0.5)
     if not views.has_ended(st):
-        err.print(f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
-                  f"(it is {state_label(st.state)}).", markup=False)
+        say(f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
+            f"(it is {state_label(st.state)}).")
         return EXIT_TIMEOUT
     print(views.status_text(st))
     if st.state == "paused":
@@ -306,11 +294,16 @@ def cmd_budget(args: Namespace, settings: Settings) -> int:
         status, text = run_budget_command(args, budget, prog="hermes-bulk budget")
     finally:
         budget.close()
-    (out if status == EXIT_OK else err).print(text, markup=False, highlight=False)
+    print(text, file=sys.stdout if status == EXIT_OK else sys.stderr)
     return status
 
 
 def cmd_worker(args: Namespace, settings: Settings) -> int:
+    from . import metrics
+    from .broker import open_backend
+    from .redact import public_url
+    from .tasks import QueuesConsumer, consumer_options
+
     _configure_logging(args)
     threads = args.workers or settings.max_concurrency
     backend = open_backend(settings)
@@ -320,7 +313,7 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
     for warning in backend.warnings():
         logging.getLogger("hermes_bulk").warning("%s", warning)
-        err.print(f"hermes-bulk: warning: {warning}", markup=False)
+        say(f"hermes-bulk: warning: {warning}")
     runtime.start()
     if args.metrics_port:
         try:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 
 from .config import Settings
-from .pipeline import RequestGate
+from .limits import RequestGate
 from .worker import ClientFactory
 
 GROUP = "hermes_bulk.clients"

@@ -202,7 +202,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
         p.add_argument("--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)")
         sub.add_parser("path", help="print the data directory")
 
-        from .budget.commands import add_budget_arguments
+        from .budget.grammar import add_budget_arguments
 
         p = sub.add_parser("budget", help="the request budget that holds cron and bulk before the chat reserve",
                            description="The cron-budget ledger (shared with Hermes' `hermes cron-budget`).")

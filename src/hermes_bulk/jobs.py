@@ -19,9 +19,8 @@ from .broker import Backend, open_backend
 from .config import Settings, env_name
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, UsageError
 from .files import private_dir
+from .limits import OpenGate, RequestGate, provider_key
 from .liveness import Liveness
-from .model import provider_key
-from .pipeline import OpenGate, RequestGate
 from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
 from .store.protocol import (
     AWAITING_RECOVERY,

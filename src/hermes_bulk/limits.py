@@ -12,16 +12,44 @@ Flow of a 429, as every worker sees it:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
+from typing import Protocol
 
-from .store.protocol import SharedLimits
+from .store.protocol import JobRecord, SharedLimits
 
 RATE_LIMIT_BASE_S = 5.0  #: first wait after a 429 without Retry-After
 RATE_LIMIT_CAP_S = 120.0  #: longest wait without Retry-After (5 s doubling, 2 min at most)
 RETRY_AFTER_CAP_S = 3600.0  #: a provider's Retry-After is honoured up to an hour
 MAX_RATE_LIMIT_WAITS = 8  #: consecutive 429s after which an item fails
 IN_PLACE_WAIT_S = 15.0  #: longer waits give the worker thread back and reschedule the item
+
+
+def provider_key(base_url: str, api_key: str | None) -> str:
+    """Workers that share an endpoint and key share one quota, so they share one wait."""
+    digest = hashlib.sha256(f"{base_url.rstrip('/')}\0{api_key or ''}".encode()).hexdigest()
+    return "p:" + digest[:20]
+
+
+class RequestGate(Protocol):
+    """Decides, before each model request, whether the job may spend one (the cron budget)."""
+
+    def admit(self, job: JobRecord) -> float:
+        """Count one request for job; 0.0 to send it now, else seconds until it may be (nothing counted)."""
+
+    def held_until(self, job: JobRecord) -> float | None:
+        """When the job may send again, if it is being held now; for status and the pump."""
+
+
+class OpenGate:
+    """No budget: every request may go."""
+
+    def admit(self, job: JobRecord) -> float:
+        return 0.0
+
+    def held_until(self, job: JobRecord) -> float | None:
+        return None
 
 
 class LongWait(Exception):

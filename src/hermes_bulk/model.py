@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime
 import email.utils
-import hashlib
 import logging
 import threading
 from collections.abc import Mapping
@@ -21,6 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
+from .limits import provider_key
 from .redact import public_url
 from .store.protocol import MAX_USAGE_TOKENS, Usage
 
@@ -49,12 +49,6 @@ class ModelClient(Protocol):
 
     def close(self) -> None:
         """Release connections."""
-
-
-def provider_key(base_url: str, api_key: str | None) -> str:
-    """Workers that share an endpoint and key share one quota, so they share one wait."""
-    digest = hashlib.sha256(f"{base_url.rstrip('/')}\0{api_key or ''}".encode()).hexdigest()
-    return "p:" + digest[:20]
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None,

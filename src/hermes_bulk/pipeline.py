@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from tenacity import (
     RetryCallState,
@@ -36,7 +35,7 @@ from .errors import (
     TransientModelError,
 )
 from .files import write_private
-from .limits import MAX_RATE_LIMIT_WAITS, LongWait, ProviderGate
+from .limits import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, RequestGate
 from .metrics import WorkerCounters
 from .model import Completion, ModelClient
 from .store.protocol import Claim, ClaimRefused, Event, ItemError, JobRecord, JobStore, SharedLimits
@@ -50,26 +49,6 @@ CLIENT_UNAVAILABLE_RETRY_S = 5.0
 #: settle (--max-tokens; claim refused with tokens_in_flight). The chains whose items settle
 #: claim on at once; this brings the others back (Huey's scheduler runs once a second).
 TOKENS_IN_FLIGHT_RETRY_S = 1.0
-
-
-class RequestGate(Protocol):
-    """Decides, before each model request, whether the job may spend one (the cron budget)."""
-
-    def admit(self, job: JobRecord) -> float:
-        """Count one request for job; 0.0 to send it now, else seconds until it may be (nothing counted)."""
-
-    def held_until(self, job: JobRecord) -> float | None:
-        """When the job may send again, if it is being held now; for status and the pump."""
-
-
-class OpenGate:
-    """No budget: every request may go."""
-
-    def admit(self, job: JobRecord) -> float:
-        return 0.0
-
-    def held_until(self, job: JobRecord) -> float | None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,22 +9,16 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable
-
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from . import hints
 from .jobs import Created, Jobs, JobStatus, state_label
 from .store.protocol import PAUSE_TOKEN_LIMIT, Event, WorkerInfo
 from .words import count
+
+if TYPE_CHECKING:  # rich is loaded for a table or a bar, not for a line of text
+    from rich.console import Console
+    from rich.table import Table
 
 FINAL_STATES = ("completed", "completed_with_errors", "failed")
 
@@ -159,6 +153,8 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
 
 
 def jobs_table(statuses: list[JobStatus]) -> Table:
+    from rich.table import Table
+
     table = Table(title="Bulk jobs (newest first)")
     # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80 columns.
     number = {"justify": "right", "no_wrap": True}
@@ -180,6 +176,8 @@ SILENT_AFTER_BEATS = 3
 
 
 def workers_table(workers: list[WorkerInfo], now_s: float, *, heartbeat_s: float) -> Table:
+    from rich.table import Table
+
     table = Table(title="Workers")
     for col in ("worker", "host", "pid", "threads", "up", "last seen", "holding"):
         table.add_column(col)
@@ -196,6 +194,15 @@ def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobSta
            interval_s: float = 0.5, timeout_s: float | None = None) -> JobStatus:
     """A live progress bar until `until(status)` or timeout_s; returns the last status."""
     deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:

@@ -27,9 +27,10 @@ from . import metrics
 from .broker import Backend
 from .config import Settings
 from .errors import ClientUnavailable, ConfigError, HermesBulkError
+from .limits import OpenGate, RequestGate
 from .liveness import Liveness, heartbeat_interval, new_worker_id, recover_interrupted
 from .model import HttpModelClient, ModelClient
-from .pipeline import ItemProcessor, OpenGate, RequestGate
+from .pipeline import ItemProcessor
 from .store.protocol import JobRecord, WorkerInfo
 from .tasks import EmbeddedConsumer, consumer_options, serve, stop_serving
 

@@ -144,7 +144,8 @@ def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_ba
 
 def test_a_broken_budget_json_fails_calls_open_and_status_shows_the_defaults_the_error_and_the_warning(
         budget, budget_dir):
-    from hermes_bulk.budget.commands import add_budget_arguments, run_budget_command
+    from hermes_bulk.budget.commands import run_budget_command
+    from hermes_bulk.budget.grammar import add_budget_arguments
     from hermes_bulk.commands import _Parser
 
     budget_dir.mkdir(parents=True)

@@ -12,8 +12,8 @@ import pytest
 from hermes_bulk.budget.gate import BudgetGate
 from hermes_bulk.budget.settings import SettingsFile, budget_dir
 from hermes_bulk.jobs import Jobs
+from hermes_bulk.limits import OpenGate
 from hermes_bulk.model import HttpModelClient
-from hermes_bulk.pipeline import OpenGate
 from hermes_bulk.plugin import background, bulk
 
 from ..helpers import wait_for

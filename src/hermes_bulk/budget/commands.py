@@ -1,4 +1,4 @@
-"""`status` and `set`: one argparse grammar for `hermes cron-budget`, `hermes-bulk budget` and `/cron-budget`.
+"""`status` and `set`: what `hermes cron-budget`, `hermes-bulk budget` and `/cron-budget` do (their grammar: grammar.py).
 
 The handler returns (exit status, text) and prints nothing, so the Hermes CLI command, the
 standalone CLI and the slash command (whose reply is the text) all say the same thing.
@@ -13,30 +13,12 @@ import shlex
 from ..commands import UsageError, _Parser
 from ..errors import HermesBulkError
 from ..words import count
+from .grammar import add_budget_arguments
 from .report import as_dict, status_text
 from .service import Budget
-from .settings import BudgetSettings, describe
+from .settings import BudgetSettings
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-
-
-def settings_help() -> str:
-    return "settings:\n" + "\n".join(f"  {k:<13} {meaning} (default {default})" for k, default, meaning in describe())
-
-
-def add_budget_arguments(parser: argparse.ArgumentParser, *, for_slash: bool = False) -> None:
-    """Add `status` and `set KEY VALUE` to a parser (Hermes hands its CLI command one)."""
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = settings_help()
-    sub = parser.add_subparsers(dest="budget_command", metavar="COMMAND")
-    p = sub.add_parser("status", help="the window, requests by class, each job's requests, held runs")
-    if not for_slash:
-        p.add_argument("--json", action="store_true", help="machine-readable")
-    p = sub.add_parser("set", help="change one setting (validated)", epilog=settings_help(),
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("key", metavar="KEY")
-    p.add_argument("value", metavar="VALUE")
-    sub.add_parser("path", help="print where budget.json and the local ledger are")
 
 
 def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -> tuple[int, str]:

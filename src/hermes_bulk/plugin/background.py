@@ -22,8 +22,8 @@ from ..backend_url import SqliteUrl, parse_backend_url
 from ..broker import Backend, open_backend
 from ..client_kinds import Served
 from ..config import Settings
+from ..limits import OpenGate, RequestGate
 from ..liveness import Liveness, recover_interrupted
-from ..pipeline import OpenGate, RequestGate
 from ..redact import public_url
 from ..worker import ClientFactory, WorkerRuntime
 

@@ -148,7 +148,7 @@ def slash_command(raw_args: str) -> str:
 
 
 def cli_setup(parser) -> None:
-    from ..budget.commands import add_budget_arguments
+    from ..budget.grammar import add_budget_arguments
 
     add_budget_arguments(parser)
 

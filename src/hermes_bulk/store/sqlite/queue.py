@@ -6,11 +6,13 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
-
-from huey import SqliteHuey
+from typing import TYPE_CHECKING
 
 from ...errors import BackendUnavailable
 from .database import SqliteDatabase, sqlite_file_identity
+
+if TYPE_CHECKING:
+    from huey import SqliteHuey
 
 QUEUE_ERRORS = (sqlite3.OperationalError,)  #: what Huey's SqliteStorage raises when the file is unusable
 
@@ -32,6 +34,8 @@ def queue_maker(path: Path, db: SqliteDatabase) -> Callable[[str], SqliteHuey]:
     made: list[str] = []
 
     def make_queue(name: str) -> SqliteHuey:
+        from huey import SqliteHuey  # with the first queue, not with the store
+
         # The first queue creates the tables; the others share them.
         try:
             huey = SqliteHuey(name, filename=str(path), fsync=False, results=False, utc=True,
