@@ -1,0 +1,192 @@
+"""What may import what, checked on the source so the structure cannot erode quietly (issue 17).
+
+- Layers: every module of hermes_bulk sits in one layer of LAYERS and imports only from its own
+  layer or the ones below (imports under `if TYPE_CHECKING:` are annotations, not arrows).
+- No cycles: no module imports one that imports it back, however many steps away, lazily or not.
+- Owners: each heavy library has the modules that may import it (THIRD_PARTY); everything else
+  reaches it through them, so the backends, the HTTP client and the terminal stay swappable.
+- Start-up: `hermes_bulk.cli` loads none of them until a command needs one (`path`, `list`
+  and `status` start without huey, redis, httpx, tenacity or rich).
+Hermes' own modules have their fence: tests/plugin/test_boundaries.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import json
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "hermes_bulk"
+
+#: Lowest first. A module may import its own layer and the layers below it, never one above.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("leaves: the standard library only", (
+        "errors", "words", "redact", "files", "pipes", "prompt", "metrics", "terminal", "store",
+        "store.protocol", "store.limits_math", "store.sqlite", "store.redis",
+        "budget", "budget.policy", "budget.turns", "budget.windows", "testing",
+        "testing.*", "plugin")),
+    ("configuration and where things are", (
+        "", "config", "backend_url", "logs", "budget.settings", "budget.grammar", "budget.failopen")),
+    ("one backend each: stores, queues, ledgers", (
+        "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
+        "budget.ledgers")),
+    ("what an item goes through", (
+        "limits", "model", "sources", "export", "hints", "liveness", "tasks", "budget.service",
+        "budget.gate", "budget.report")),
+    ("the backend from a URL, one item's life", ("broker", "pipeline")),
+    ("the service API and the grammar", ("jobs", "commands", "budget.commands")),
+    ("what runs and shows jobs", ("worker", "views", "client_kinds")),
+    ("the answers both front ends give", ("replies",)),
+    ("front ends", ("cli", "__main__", "plugin.*")),
+]
+
+#: The only modules that may import each library (relative to src/hermes_bulk).
+THIRD_PARTY: dict[str, set[str]] = {
+    "huey": {"tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
+    "redis": {"store/redis/connection.py", "store/redis/jobs.py", "store/redis/queue.py",
+              "store/redis/scripts.py", "budget/redis_ledger.py"},
+    "httpx": {"model.py", "plugin/hermes.py"},
+    "tenacity": {"pipeline.py"},
+    "rich": {"terminal.py", "views.py"},
+    "pydantic": {"config.py", "budget/settings.py"},
+    "pydantic_settings": {"config.py"},
+}
+
+
+def module_name(path: Path) -> str:
+    """`store.sqlite.jobs` for src/hermes_bulk/store/sqlite/jobs.py; "" for the package itself."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in SRC.rglob("*.py")}
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    hidden: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            hidden |= {id(child) for child in ast.walk(node)}
+    return hidden
+
+
+def _known(name: str) -> str | None:
+    """The hermes_bulk module a dotted name (relative to the package) lands in."""
+    known = modules()
+    while name not in known and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name if name in known else None
+
+
+@cache
+def arrows() -> dict[str, set[str]]:
+    """module -> the hermes_bulk modules it imports (module level or in functions)."""
+    graph: dict[str, set[str]] = {}
+    for name, path in modules().items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree = ast.parse(path.read_text())
+        hidden = _type_checking_nodes(tree)
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in hidden:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".") if package else []
+                    base = base[:len(base) - (node.level - 1)]
+                    source = ".".join([*base, *([node.module] if node.module else [])])
+                elif node.module and node.module.split(".")[0] == "hermes_bulk":
+                    source = node.module.partition(".")[2]
+                else:
+                    continue
+                for alias in node.names:  # `from . import x` imports the module x
+                    sub = f"{source}.{alias.name}" if source else alias.name
+                    targets.add(sub if sub in modules() else _known(source) or "")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "hermes_bulk":
+                        targets.add(_known(alias.name.partition(".")[2]) or "")
+        graph[name] = {t for t in targets if t != name}
+    return graph
+
+
+def layer_of(name: str) -> int:
+    found = [i for i, (_, patterns) in enumerate(LAYERS) if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
+    assert len(found) == 1, f"hermes_bulk.{name} is in {len(found)} layers of LAYERS; give it exactly one"
+    return found[0]
+
+
+def test_every_module_has_one_layer():
+    for name in modules():
+        layer_of(name)
+
+
+def test_imports_point_down_the_layers():
+    upward = [f"{name or 'hermes_bulk'} ({LAYERS[layer_of(name)][0]}) imports {target} "
+              f"({LAYERS[layer_of(target)][0]})"
+              for name, targets in arrows().items() for target in targets if layer_of(target) > layer_of(name)]
+    assert upward == []
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph, cycles = arrows(), []
+    for start in graph:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            name, path = stack.pop()
+            for target in graph[name]:
+                if target == start:
+                    cycles.append(" -> ".join([*path, start]))
+                elif target not in seen:
+                    seen.add(target)
+                    stack.append((target, [*path, target]))
+    assert cycles == []
+
+
+def test_each_library_is_imported_only_by_its_owners():
+    offenders = []
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        tree = ast.parse(path.read_text())
+        hidden = _type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in hidden:
+                continue
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for name in names:
+                owners = THIRD_PARTY.get(name.split(".")[0])
+                if owners is not None and rel not in owners:
+                    offenders.append(f"{rel}:{node.lineno} imports {name}")
+    assert offenders == []
+
+
+def test_a_planted_upward_import_and_cycle_are_caught(monkeypatch):
+    # The checks above must be able to fail: jobs (the service API) importing cli closes a loop.
+    real = arrows()
+    planted = {**real, "jobs": real["jobs"] | {"cli"}}
+    monkeypatch.setattr(sys.modules[__name__], "arrows", lambda: planted)
+    with pytest.raises(AssertionError, match="jobs .* imports cli"):
+        test_imports_point_down_the_layers()
+    with pytest.raises(AssertionError, match="cli -> .*jobs"):
+        test_no_module_imports_one_that_imports_it_back()
+
+
+@pytest.mark.parametrize("command", ["path", "list", "status"])
+def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
+    code = ("import json, sys\nfrom hermes_bulk import cli\nstatus = cli.main([sys.argv[1]])\n"
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})), file=sys.stderr)\n")
+    env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env, timeout=60)
+    loaded = set(json.loads(proc.stderr.strip().splitlines()[-1]))
+    assert loaded & {"huey", "redis", "httpx", "tenacity", "rich"} == set(), proc.stdout
