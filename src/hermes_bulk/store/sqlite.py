@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ..errors import BackendUnavailable
 from ..files import private_dir
+from ..words import count
 from . import limits_math
 from .limits_math import LimitState
 from .protocol import (
@@ -681,7 +682,7 @@ class SqliteJobStore:
                 per_job[job_id] = (n + 1, r + reserved)
             self._count_released(conn, per_job)
             for job_id, (n, _) in per_job.items():
-                self._insert_events(conn, job_id, [Event("recovered", f"{n} interrupted item(s) returned to the queue")])
+                self._insert_events(conn, job_id, [Event("recovered", f"{count(n, 'interrupted item')} returned to the queue")])
         return {job_id: n for job_id, (n, _) in per_job.items()}
 
     @staticmethod
