@@ -125,11 +125,26 @@ def open_private_log(path: Path | str) -> Path:
     return path
 
 
+class _PrivateFileHandler(logging.FileHandler):
+    """A log file made owner-only (with its folders) when the first line is written: a command
+    that logs nothing (`list` on a fresh machine) leaves no data directory behind."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, encoding="utf-8", delay=True)
+
+    def _open(self):
+        path = Path(self.baseFilename)
+        private_dir(path.parent)
+        open_private_log(path)
+        return super()._open()
+
+
 def log_to_file(home: Path, level: int = logging.INFO) -> Path:
     """Commands: a private log file in the data directory."""
     path = home / "logs" / "hermes-bulk.log"
-    private_dir(path.parent)
-    _install(logging.FileHandler(open_private_log(path), encoding="utf-8"), level)
+    if path.exists():
+        open_private_log(path)  # narrowed now, written to or not
+    _install(_PrivateFileHandler(path), level)
     return path
 
 
