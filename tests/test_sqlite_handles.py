@@ -208,6 +208,7 @@ def test_a_source_schema_or_export_that_is_an_open_database_is_refused(tmp_path)
     home = tmp_path / "data"
     jobs = Jobs(Settings(home=home, model="m", backend=""))
     try:
+        home.mkdir(exist_ok=True)  # Jobs makes the database (and the folder) at the first write: create
         (home / "notes.txt").write_text("a note")
         created = jobs.create("Summarize", str(home))  # the data directory itself as the source
         skipped = {s.name: s.reason for s in created.skipped}

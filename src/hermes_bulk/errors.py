@@ -36,6 +36,10 @@ class BackendUnavailable(HermesBulkError):
     """The configured backend (Redis, or the SQLite file) cannot be reached or opened."""
 
 
+class NoDatabase(HermesBulkError):
+    """A command that only reads was pointed at a SQLite file that does not exist; nothing was made."""
+
+
 class JobNotFound(HermesBulkError):
     """No job matches the id (or id prefix) given."""
 

@@ -44,15 +44,18 @@ def describe_error(item: ItemRecord) -> str:
     return f"{item.error_type}{status}: {item.error_message or ''}".rstrip(": ")
 
 
-def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_folder: bool = False) -> None:
+def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_folder: bool = False,
+           private: bool = True) -> None:
     """Write the export to target, and nothing else.
 
     make_folder: create target's folder when missing (the job's own folder); a folder the user
     named must exist, so a typo in --output is not silently made into a tree of folders.
+    private: owner-only (inside the data directory); else the file gets the mode a new file
+    gets from the user's umask, or keeps the mode of the file it replaces.
     """
     writer = _writer(fmt)
     check_target(target, folder_must_exist=not make_folder)
-    with _replace_atomically(target) as f:
+    with _replace_atomically(target, private=private) as f:
         writer(f, job, store.iter_items(job.job_id))
 
 
@@ -175,8 +178,8 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None
 
 
 @contextmanager
-def _replace_atomically(target: Path) -> Iterator[TextIO]:
-    """A temp file beside target, renamed over it on success (owner-only, as all our files).
+def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO]:
+    """A temp file beside target, renamed over it on success (owner-only unless not private).
 
     The target is checked again just before the rename: what appeared there while the export
     was written (a FIFO, a link) is refused, not replaced.
@@ -184,6 +187,8 @@ def _replace_atomically(target: Path) -> Iterator[TextIO]:
     try:
         private_dir(target.parent)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".export-")
+        if not private:
+            os.fchmod(fd, _public_mode(target))
     except OSError as exc:
         raise InputError(f"Cannot write {target} ({_reason(exc)}); choose another --output.") from None
     # utf-8-sig: Excel reads a BOM-less CSV as the local code page and garbles non-ASCII text.
@@ -196,6 +201,21 @@ def _replace_atomically(target: Path) -> Iterator[TextIO]:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+def _public_mode(target: Path) -> int:
+    """The mode of the regular file being replaced, else what the umask leaves of 0666 (as a
+    shell's `>` makes it). The umask is read by setting it, at once set back: to 077, so a file
+    another thread makes in that instant is narrower than asked, never wider."""
+    try:
+        st = os.lstat(target)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def remove_tree(path: Path, must_be_under: Path) -> None:

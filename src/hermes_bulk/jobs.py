@@ -6,7 +6,9 @@ same. Functions take and return plain records; rendering is `views.py`'s job.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,9 +17,10 @@ from typing import TextIO
 
 from . import export as export_mod
 from . import hints, prompt
+from .backend_url import SqliteUrl, parse_backend_url
 from .broker import Backend, open_backend
 from .config import Settings, env_name
-from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, UsageError
+from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from .files import private_dir
 from .limits import OpenGate, RequestGate, provider_key
 from .liveness import Liveness
@@ -32,6 +35,7 @@ from .store.protocol import (
     Event,
     JobRecord,
     JobSpec,
+    JobStore,
     NewItem,
     PauseState,
 )
@@ -110,13 +114,41 @@ class Jobs:
                  setting_name: Callable[[str], str] = env_name) -> None:
         self.settings = settings
         self.cmd, self.setting_name = cmd, setting_name
-        self.backend = backend or open_backend(settings)
+        # A SQLite file that is not there yet is made by the first command that writes (create);
+        # until then reads answer from nothing, so a mistyped path or a fresh machine keeps no file.
+        if backend is None and missing_database(settings) is None:
+            backend = open_backend(settings)
+        self._backend = backend
         self.request_gate = request_gate or OpenGate()
-        self.store = self.backend.store
-        self.liveness = Liveness(self.store, settings.home / "workers")
         #: max_concurrency in force where a job's items run: the settings here, unless the host
         #: knows better (a worker running in Hermes keeps the settings it started with).
         self.max_concurrency_for: Callable[[JobRecord], int] = lambda job: settings.max_concurrency
+
+    @property
+    def backend(self) -> Backend:
+        """The backend, opened (and a missing SQLite file made) on first use: only a command that
+        writes gets here without a database; reads check `_no_database` first."""
+        if self._backend is None:
+            self._backend = open_backend(self.settings)
+        return self._backend
+
+    @property
+    def store(self) -> JobStore:
+        return self.backend.store
+
+    @functools.cached_property
+    def liveness(self) -> Liveness:
+        return Liveness(self.store, self.settings.home / "workers")
+
+    def _no_database(self) -> bool:
+        """True when there is no database to read (nothing is made); NoDatabase when the user
+        named one that is not there: a typo in the setting, which an empty answer would hide."""
+        if self._backend is not None or (path := missing_database(self.settings)) is None:
+            return False
+        if self.settings.backend:
+            raise NoDatabase(f"There is no hermes-bulk database at {path}; check {self.setting_name('backend')}, "
+                             f'or create a job there first: {self.cmd} "<instruction>" --over PATH')
+        return True
 
     # Creating ------------------------------------------------------------------------------
     def create(self, instruction: str, over: str, *, concurrency: int | None = None,
@@ -154,7 +186,7 @@ class Jobs:
             job = self.store.finish_job(spec.job_id)
             if job.total == 0:
                 reasons = ", ".join(sorted({s.reason for s in skipped})) or "nothing found"
-                raise InputError(f"--over {over}: no items to process ({job.skipped} entries left out: {reasons}).")
+                raise InputError(f"--over {over}: no items to process ({count(job.skipped, 'entry')} left out: {reasons}).")
         except BaseException:
             self.store.delete_job(spec.job_id)
             raise
@@ -200,8 +232,9 @@ class Jobs:
         if job_ref is not None and not job_ref.strip():
             raise UsageError(f"The job id is empty; give a job id or a unique prefix of one. "
                              f"List jobs with: {self.cmd} list")
-        if job_ref is None:
-            jobs = self.store.list_jobs(1)
+        no_database = self._no_database()
+        if job_ref is None or no_database:
+            jobs = [] if no_database else self.store.list_jobs(1)
             if not jobs:
                 raise JobNotFound(f'There are no jobs yet. Create one with: {self.cmd} "<instruction>" --over PATH')
             return jobs[0].job_id
@@ -215,7 +248,8 @@ class Jobs:
         raise JobNotFound(f"{job_ref!r} matches several jobs ({', '.join(matches[:5])}); give more of the id.")
 
     def get(self, job_ref: str | None) -> JobRecord:
-        job = self.store.get_job(self.resolve(job_ref))
+        job_id = self.resolve(job_ref)  # first: with no database it raises before one is opened
+        job = self.store.get_job(job_id)
         if job is None:
             raise JobNotFound(f"No job {job_ref!r}.")
         return job
@@ -233,6 +267,8 @@ class Jobs:
                          max_concurrency_setting=self.settings.max_concurrency)
 
     def list(self, limit: int = 20) -> list[JobStatus]:
+        if self._no_database():
+            return []
         live = len(self.liveness.live_worker_ids())
         return [self._status(job, live) for job in self.store.list_jobs(limit)]
 
@@ -326,7 +362,9 @@ class Jobs:
             target = Path(output).expanduser()
             if is_open_sqlite_file(target):  # replacing it would take the database from under every process
                 raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
-            export_mod.export(self.store, job, fmt, target)
+            # The file the user asked for gets their umask; under the data directory it stays owner-only.
+            inside = Path(os.path.realpath(self.settings.home)) in Path(os.path.realpath(target)).parents
+            export_mod.export(self.store, job, fmt, target, private=inside)
             return target
         target = self.job_dir(job.job_id) / f"results.{fmt}"
         export_mod.export(self.store, job, fmt, target, make_folder=True)
@@ -339,6 +377,14 @@ class Jobs:
 
 #: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).
 MAX_SCHEMA_BYTES = 1024 * 1024
+
+
+def missing_database(settings: Settings) -> Path | None:
+    """The SQLite store file of settings' backend when it does not exist yet (else None)."""
+    location = parse_backend_url(settings.backend_url)
+    if not isinstance(location, SqliteUrl):
+        return None
+    return None if location.path.exists() else location.path
 
 
 def read_schema(path: Path) -> str:

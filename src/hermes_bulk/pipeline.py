@@ -39,6 +39,7 @@ from .limits import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, Requ
 from .metrics import WorkerCounters
 from .model import Completion, ModelClient
 from .store.protocol import Claim, ClaimRefused, Event, ItemError, JobRecord, JobStore, SharedLimits
+from .words import count
 
 log = logging.getLogger("hermes_bulk.pipeline")
 
@@ -193,7 +194,7 @@ class ItemProcessor:
                 if waits < 0:
                     raise _LostClaim() from None
                 if spec.retries == 0 or waits >= MAX_RATE_LIMIT_WAITS:
-                    raise RateLimited(f"rate limited (HTTP 429) {waits} times in a row; run retry "
+                    raise RateLimited(f"rate limited (HTTP 429) {count(waits, 'time')} in a row; run retry "
                                       "later or lower --concurrency") from None
                 continue
             gate.succeeded()

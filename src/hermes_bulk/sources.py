@@ -148,11 +148,11 @@ def _directory_file(path: Path, name: str, max_item_bytes: int) -> SourceItem | 
         return Skipped(name, f"not a regular file ({exc.reason})")
     except InputError as exc:
         return Skipped(name, str(exc).split(": ", 1)[-1].rstrip("."))
+    if is_binary(data):
+        return Skipped(name, "binary file (contains NUL bytes)")
     text = _decode_text(data)
     if text is None:
         return Skipped(name, "not UTF-8 text")
-    if "\x00" in text:
-        return Skipped(name, "binary file (contains NUL bytes)")
     return SourceItem(name, text, name, WHOLE_FILE, stat_sig(st))
 
 
@@ -167,8 +167,10 @@ def _whole_file(path: Path, f: BinaryIO, sig: str, max_item_bytes: int) -> Sourc
     if len(data) > max_item_bytes:
         raise InputError(f"{path}: it grew past max_item_bytes ({max_item_bytes}) while being read; "
                          "try again once it is written.")
+    if is_binary(data):
+        raise InputError(_binary_message(path))
     text = _decode_text(data)
-    if text is None or "\x00" in text:
+    if text is None:
         raise InputError(f"{path}: not UTF-8 text; convert it (for example with iconv -t UTF-8).")
     return SourceItem(path.name, text, "", WHOLE_FILE, sig)
 
@@ -196,6 +198,8 @@ class _Lines:
         try:
             return raw.decode("utf-8-sig" if self.line_no == 1 else "utf-8")
         except UnicodeDecodeError:
+            if is_binary(raw) or is_binary(_file_start(self.f)):  # a PNG's first "line" has no NUL yet
+                raise InputError(_binary_message(self.path)) from None
             raise InputError(f"{self.path}: line {self.line_no} is not UTF-8 text; convert the "
                              "file to UTF-8 (for example with iconv -t UTF-8).") from None
 
@@ -205,15 +209,38 @@ def _csv_rows(f: BinaryIO, path: Path) -> Iterator[tuple[int, list[str], _Lines]
     lines = _Lines(f, path)
     reader = csv.reader(lines, strict=True)
     while True:
-        start = lines.pos
+        start, start_line = lines.pos, lines.line_no + 1
         try:
             fields = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
+            if str(exc) == _CSV_EOF_IN_QUOTES:  # found at the end of the file; the user needs where it opened
+                line = _open_quote_line(f, start, start_line)
+                raise InputError(f"{path}: malformed CSV at line {line}: a quoted field opened on that line "
+                                 'is never closed; close it (a quote inside a quoted field is written "").') from None
             raise InputError(f"{path}: malformed CSV at line {lines.line_no}: {exc}.") from None
         if fields:
             yield start, fields, lines
+
+
+_CSV_EOF_IN_QUOTES = "unexpected end of data"  # the csv module's error for a quote still open at the end
+
+
+def _open_quote_line(f: BinaryIO, start: int, start_line: int) -> int:
+    """The line where the quote left open at the end of the file opened, in the record at start.
+
+    Every quote character toggles quoting (an escaped "" toggles twice), so the parity of each
+    line's quotes is enough; the rest of the file is read once more, only on this error.
+    """
+    f.seek(start)
+    quoted, opened = False, start_line
+    for line_no, raw in enumerate(f, start_line):
+        if raw.count(b'"') % 2:
+            quoted = not quoted
+            if quoted:
+                opened = line_no
+    return opened
 
 
 def _csv_header(names: list[str]) -> list[str]:
@@ -274,7 +301,7 @@ def _read_jsonl(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
             _JSON_CHECK.decode(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: line {lines.line_no} is not valid JSON "
-                             f"({exc.msg} at column {exc.colno}).") from None
+                             f"({exc.msg.removesuffix(' at')} at column {exc.colno}).") from None
         except RecursionError:
             raise InputError(f"{path}: line {lines.line_no} is {_TOO_DEEP}.") from None
         n += 1
@@ -310,6 +337,8 @@ class _JsonArrayReader:
         try:
             self.buf += self.decoder.decode(chunk, final=not chunk)
         except UnicodeDecodeError:
+            if is_binary(chunk):
+                raise InputError(_binary_message(self.path)) from None
             raise InputError(f"{self.path}: not UTF-8 text near line {self._line(len(self.buf))}; "
                              "convert it (for example with iconv -t UTF-8).") from None
         self.eof = not chunk
@@ -370,8 +399,9 @@ class _JsonArrayReader:
                     self.i = end
                     return start_byte, self.buf[:end]
             except json.JSONDecodeError as exc:
-                if self.eof:
-                    raise self._error(exc.msg) from None
+                if self.eof:  # the buffer starts at the element: its lines count from line_base
+                    raise InputError(f"{self.path}: malformed JSON at line {self.line_base + exc.lineno - 1}: "
+                                     f"{_json_problem(exc)}.") from None
             except RecursionError:
                 raise self._error(f"an element is {_TOO_DEEP}") from None
             self._fill()
@@ -536,6 +566,34 @@ def read_regular_file(path: Path, limit: int) -> bytes | None:
     with _open_file(path) as f:
         data = f.read(limit + 1)
     return None if len(data) > limit else data
+
+
+_TEXT_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+
+
+def is_binary(data: bytes) -> bool:
+    """NUL bytes outside UTF-16/32 text (which starts with its byte order mark): an image, an
+    archive, a program. Such a file needs another file, not a conversion (git decides the same way)."""
+    return b"\x00" in data and not data.startswith(_TEXT_BOMS)
+
+
+def _file_start(f: BinaryIO, size: int = 8192) -> bytes:
+    """The first bytes of a file, read without moving its position (b"" for an in-memory window)."""
+    try:
+        return os.pread(f.fileno(), size, 0)
+    except (OSError, io.UnsupportedOperation):
+        return b""
+
+
+def _binary_message(path: Path) -> str:
+    return (f"{path}: a binary file (it contains NUL bytes), not UTF-8 text; give a text file, "
+            "or a folder of text files.")
+
+
+def _json_problem(exc: json.JSONDecodeError) -> str:
+    """json's message without its dangling "at" ("Unterminated string starting at"), for a
+    caller that gives the line only."""
+    return exc.msg.removesuffix(" at").removesuffix(" starting")
 
 
 def _decode_text(data: bytes) -> str | None:

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 
+from ...words import count
 from ..protocol import (
     CLAIMED,
     COMPLETED,
@@ -321,7 +322,7 @@ class SqliteJobStore:
                 per_job[job_id] = (n + 1, r + reserved)
             self._count_released(conn, per_job)
             for job_id, (n, _) in per_job.items():
-                self._insert_events(conn, job_id, [Event("recovered", f"{n} interrupted item(s) returned to the queue")])
+                self._insert_events(conn, job_id, [Event("recovered", f"{count(n, 'interrupted item')} returned to the queue")])
         return {job_id: n for job_id, (n, _) in per_job.items()}
 
     @staticmethod

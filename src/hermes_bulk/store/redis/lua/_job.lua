@@ -63,5 +63,5 @@ end
 
 -- Items taken back from workers (expired or dead) are recorded, like the SQLite store does.
 local function released_event(now, n)
-  add_event(now, 'recovered', string.format('%d interrupted item(s) returned to the queue', n))
+  add_event(now, 'recovered', string.format('%d interrupted item%s returned to the queue', n, n == 1 and '' or 's'))
 end

@@ -1,0 +1,142 @@
+"""The compose stack as a user runs it (issue 18, point 12), without a Docker engine: the files
+say what the stack needs, and docker/init.sh (what the `init` service runs as root) is run here
+with sh on real folders."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = ROOT / "docker"
+IMAGE_UID = 10001
+
+
+def compose() -> dict:
+    return yaml.safe_load((DOCKER / "compose.yaml").read_text())
+
+
+def example_env() -> dict[str, str]:
+    lines = (DOCKER / ".env.example").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+def fleet_section() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("## The fleet", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_image_runs_as_uid_10001_and_ships_the_init_script():
+    dockerfile = (DOCKER / "Dockerfile").read_text()
+    assert re.search(rf"useradd .*--uid {IMAGE_UID} bulk", dockerfile)
+    assert re.search(r"^USER bulk$", dockerfile, re.M)
+    assert re.search(r"^COPY docker/init\.sh /usr/local/bin/hermes-bulk-init$", dockerfile, re.M)
+
+
+def test_the_cli_keeps_its_data_directory_in_a_named_volume():
+    stack = compose()
+    cli = stack["services"]["cli"]
+    assert cli["environment"]["HERMES_BULK_HOME"] == "/data/bulk"
+    mounts = {m.split(":")[1]: m.split(":")[0] for m in cli["volumes"]}
+    assert mounts["/data/bulk"] in stack["volumes"], "a named volume, not the container's own disk (gone with --rm)"
+    assert mounts["/data/out"] == "./out"
+
+
+def test_an_init_service_runs_first_as_root_and_everything_waits_for_it():
+    services = compose()["services"]
+    init = services["init"]
+    assert init["user"] == "root" and init["image"] == services["cli"]["image"]
+    assert init["entrypoint"] == ["sh", "/usr/local/bin/hermes-bulk-init"]
+    assert init["restart"] == "no"
+    assert set(init["volumes"]) >= {"./out:/data/out", next(v for v in services["cli"]["volumes"] if ":/data/bulk" in v)}
+    assert "${REDIS_PASSWORD:?" in init["environment"]["REDIS_PASSWORD"]
+    for name in ("redis", "worker", "cli"):
+        assert services[name]["depends_on"]["init"] == {"condition": "service_completed_successfully"}, name
+    assert "user" not in services["worker"] and "user" not in services["cli"], "they run as the image's uid"
+
+
+def test_the_readme_fleet_section_says_compose_v2_and_the_env_copy_step():
+    section = fleet_section()
+    assert "cp docker/.env.example docker/.env" in section
+    assert "Docker Compose v2" in section and "docker compose -f docker/compose.yaml up" in section
+    assert "docker-compose` 1.x, Debian's 1.29, rejects the file" in section
+    assert not re.search(r"^docker-compose ", section, re.M), "no command for the 1.x tool"
+    header = (DOCKER / "compose.yaml").read_text().split("\nname:", 1)[0]
+    assert "Compose v2" in header and "cp docker/.env.example docker/.env" in header
+
+
+def test_init_refuses_the_example_password_as_the_env_example_spells_it():
+    script = (DOCKER / "init.sh").read_text()
+    example = example_env()["REDIS_PASSWORD"]
+    assert f'EXAMPLE_PASSWORD="{example}"' in script
+
+
+# docker/init.sh, run ------------------------------------------------------------------------
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                                reason="init.sh chowns (root) and checks access with setpriv")
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A folder uid 10001 can reach (pytest's tmp_path sits under a root-only folder), as /data is."""
+    path = Path(tempfile.mkdtemp(prefix="hermes-bulk-init-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def run_init(tmp_path: Path, password: str | None, *, out: Path | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": os.environ["PATH"], "OUT_DIR": str(out or tmp_path / "out"), "BULK_DIR": str(tmp_path / "bulk")}
+    if password is not None:
+        env["REDIS_PASSWORD"] = password
+    return subprocess.run(["sh", str(DOCKER / "init.sh")], env=env, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("password", [None, "", example_env()["REDIS_PASSWORD"]])
+def test_init_stops_the_stack_on_the_example_or_an_empty_password(tmp_path, password):
+    proc = run_init(tmp_path, password)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("hermes-bulk init: REDIS_PASSWORD in docker/.env is empty or still the example's;")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "bulk").exists(), "nothing done before the check"
+
+
+@needs_root
+def test_init_gives_a_root_owned_out_folder_to_uid_10001(open_dir):
+    tmp_path = open_dir
+    out = tmp_path / "out"
+    out.mkdir(mode=0o755)  # as the Docker daemon makes a missing bind-mount folder
+    proc = run_init(tmp_path, "a-long-random-password-1f3a")
+    assert proc.returncode == 0, proc.stderr
+    assert out.stat().st_uid == IMAGE_UID
+    writable = subprocess.run(["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups",
+                               "touch", str(out / "results.csv")], capture_output=True, text=True)
+    assert writable.returncode == 0, writable.stderr
+    bulk = (tmp_path / "bulk").stat()
+    assert bulk.st_uid == IMAGE_UID and stat.S_IMODE(bulk.st_mode) == 0o700
+
+
+@needs_root
+def test_init_leaves_a_folder_the_user_made_and_refuses_it_when_10001_cannot_write(open_dir):
+    tmp_path = open_dir
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    os.chown(mine, 1000, 1000)
+    proc = run_init(tmp_path, "a-long-random-password-1f3a", out=mine)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"hermes-bulk init: docker/out (mounted at {mine}) is owned by uid 1000 and uid "
+                                   f"{IMAGE_UID} cannot write to it; run: sudo chown {IMAGE_UID} docker/out")
+    assert mine.stat().st_uid == 1000, "not taken from its owner"
+    mine.chmod(0o777)
+    assert run_init(tmp_path, "a-long-random-password-1f3a", out=mine).returncode == 0
+    assert mine.stat().st_uid == 1000
