@@ -17,6 +17,12 @@ SLASH = "/bulk"
 PROCESSED_BY = {"http": CLI, "hermes": SLASH}
 
 
+
+def create(cmd: str) -> str:
+    """How a job is created where `cmd` is typed: a shell spells the command out, /bulk has none."""
+    return f'{cmd} create "<instruction>" --over PATH' if cmd == CLI else f'{cmd} "<instruction>" --over PATH'
+
+
 def process(job: JobRecord, verb: str, shown_in: str, args: str = "") -> str:
     """`run`, `resume` or `retry` of this job, as a command that works for the user reading it."""
     by = PROCESSED_BY.get(job.spec.client, CLI)

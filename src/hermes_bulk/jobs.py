@@ -147,7 +147,7 @@ class Jobs:
             return False
         if self.settings.backend:
             raise NoDatabase(f"There is no hermes-bulk database at {path}; check {self.setting_name('backend')}, "
-                             f'or create a job there first: {self.cmd} "<instruction>" --over PATH')
+                             f"or create a job there first: {hints.create(self.cmd)}")
         return True
 
     # Creating ------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ class Jobs:
         if job_ref is None or no_database:
             jobs = [] if no_database else self.store.list_jobs(1)
             if not jobs:
-                raise JobNotFound(f'There are no jobs yet. Create one with: {self.cmd} "<instruction>" --over PATH')
+                raise JobNotFound(f"There are no jobs yet. Create one with: {hints.create(self.cmd)}")
             return jobs[0].job_id
         if self.store.get_job(job_ref):
             return job_ref

@@ -140,7 +140,7 @@ def event_lines(events: list[Event]) -> list[str]:
 def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
     """The most recent jobs as plain lines (a chat reply has no tables)."""
     if not statuses:
-        return f'No jobs yet. Create one with: {cmd} "<instruction>" --over PATH'
+        return f"No jobs yet. Create one with: {hints.create(cmd)}"
     lines = ["Recent jobs (newest first):"]
     for st in statuses:
         j = st.job
