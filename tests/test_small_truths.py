@@ -147,7 +147,7 @@ def test_reads_on_a_mistyped_sqlite_path_say_there_is_no_database_and_make_none(
         proc = cli(*args, check=False, HERMES_BULK_BACKEND=backend)
         assert_one_line_error(proc, 1)
         assert proc.stderr.strip() == (f"hermes-bulk: There is no hermes-bulk database at {typo}; check "
-                                       'HERMES_BULK_BACKEND, or create a job there first: hermes-bulk '
+                                       'HERMES_BULK_BACKEND, or create a job there first: hermes-bulk create '
                                        '"<instruction>" --over PATH'), args
         assert proc.stdout == ""
     assert not (tmp_path / "typo").exists()
