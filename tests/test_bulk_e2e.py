@@ -6,6 +6,8 @@ import csv
 import json
 import os
 import stat
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -157,6 +159,23 @@ def test_pause_stops_new_items_and_resume_continues(cli, tmp_path, fake_provider
         worker.terminate()
         worker.wait(30)
     assert sorted(Counter(r.item for r in fake_provider.requests).values()) == [1] * 120
+
+
+def test_run_wait_that_ends_paused_from_elsewhere_exits_4(cli, tmp_path, fake_provider):
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(120)))
+    fake_provider.configure(latency_s=0.3)  # about 18 s in all: the pause lands mid-run
+    job_id = cli.create("Do", src, "--concurrency", "2")
+    waiting = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "run", job_id, "--wait"], env=cli.full_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: cli.json("status", job_id, "--json")["completed"] >= 3, message="some progress")
+        cli("pause", job_id)  # another terminal
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 4, err
+    assert "State: paused" in out and "Traceback" not in err
 
 
 def test_retry_returns_failed_items_and_processes_them(cli, tmp_path, fake_provider):

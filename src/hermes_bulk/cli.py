@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 # in their handlers: `path`, `list` and `status` start without it.
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_PAUSED, EXIT_TIMEOUT = 4, 124  # `wait`: the job paused; --timeout passed (as timeout(1) exits)
+EXIT_PAUSED = 4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
+EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +173,9 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
         return EXIT_INTERRUPTED
     runtime.stop(graceful=True)
     print(views.status_text(jobs.status(job_id)))
-    return EXIT_OK if st.state in ("completed", "paused") else EXIT_ERROR
+    if st.state == "paused":  # at its token limit, or by a pause from elsewhere: the job is not done
+        return EXIT_PAUSED
+    return EXIT_OK if st.state == "completed" else EXIT_ERROR
 
 
 def _print_jobs(reply: replies.Reply, as_json: bool) -> None:

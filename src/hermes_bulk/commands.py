@@ -26,7 +26,8 @@ examples:
   hermes-bulk worker -w 16            # process jobs that were run (any number of machines)
   hermes-bulk budget status           # the request budget shared with Hermes' cron-budget
 
-exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 130 interrupted
+exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 4 the job paused (--wait, wait),
+             130 interrupted
 """
 
 
@@ -120,7 +121,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p.add_argument("--schema", metavar="FILE", help="JSON schema file: structured answers, one export column per field")
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
-        p.add_argument("--json", action="store_true", help='print {"job_id", "items", "skipped"}')
+        p.add_argument("--json", action="store_true", help='print {"job_id", "items", "skipped", "skipped_entries"}')
 
     p = sub.add_parser("run", help="process the job's pending items")
     p.add_argument("job", metavar="JOB")

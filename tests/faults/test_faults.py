@@ -253,7 +253,7 @@ def test_status_says_when_workers_wait_on_a_rate_limit(cli, tmp_path, fake_provi
 def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 30)
     job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "1000")
-    cli("run", job_id, "--wait", timeout=120)
+    assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, "--wait ended paused: exit 4"
     paused = status(cli, job_id)
     assert (paused["state"], paused["pause_reason"]) == ("paused", "token limit reached")
     assert 0 < paused["completed"] < 30
@@ -291,7 +291,7 @@ def test_max_tokens_pauses_when_what_is_charged_leaves_no_room_and_resume_needs_
     src = jsonl(tmp_path / "items.jsonl", 80)
     job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
     per_item = status(cli, job_id)["estimated_tokens"] / 80
-    cli("run", job_id, "--wait", timeout=120)
+    assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, "--wait ended paused: exit 4"
     paused = status(cli, job_id)
     assert (paused["state"], paused["pause_reason"], paused["tokens_reserved"]) == ("paused", "token limit reached", 0)
     assert paused["tokens_charged"] <= 3000 < paused["tokens_charged"] + per_item, "paused at the limit, not before"
