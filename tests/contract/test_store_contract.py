@@ -130,6 +130,27 @@ def test_items_stream_in_index_order_across_batches(store):
     assert items[0].result is None and items[0].status == "pending"
 
 
+def test_items_stream_with_their_content_when_asked(store):
+    job_id = make_job(store, 5, contents=["same", "same", "b", "c", "d"])
+    assert [i.content for i in store.iter_items(job_id, batch=2)] == [None] * 5
+    assert [i.content for i in store.iter_items(job_id, batch=2, with_content=True)] == ["same", "same", "b", "c", "d"]
+
+
+def test_update_job_changes_concurrency_and_pacing_for_the_next_claim(store):
+    job_id = make_job(store, 4, concurrency=1, rpm=60)
+    assert isinstance(claim(store, job_id), Claim)
+    assert claim(store, job_id).reason == "at_capacity"
+    job = store.update_job(job_id, concurrency=3, tpm=5000)
+    assert (job.spec.concurrency, job.spec.rpm, job.spec.tpm) == (3, 60, 5000), "None leaves rpm as it was"
+    assert store.get_job(job_id).spec == job.spec
+    c = claim(store, job_id)
+    assert isinstance(c, Claim) and c.job.spec.concurrency == 3 and c.job.spec.tpm == 5000
+    assert isinstance(claim(store, job_id), Claim)
+    assert claim(store, job_id).reason == "at_capacity"
+    assert store.update_job(job_id).spec == job.spec, "nothing given: nothing changes"
+    assert store.update_job("nope", concurrency=2) is None
+
+
 def test_events_keep_order_and_limit(store):
     job_id = make_job(store, 1)
     store.add_events(job_id, [Event("e", f"m{i}") for i in range(5)])

@@ -53,11 +53,11 @@ class JobSpec:
     instruction: str
     source: str  # absolute path given to --over
     source_kind: str  # directory | csv | json | jsonl | file
-    concurrency: int
+    concurrency: int  # changed by run/resume --concurrency (update_job)
     retries: int
     max_tokens: int | None = None  # changed by resume --max-tokens
-    rpm: int | None = None
-    tpm: int | None = None
+    rpm: int | None = None  # changed by run/resume --rpm (update_job)
+    tpm: int | None = None  # changed by run/resume --tpm (update_job)
     model: str | None = None
     client: str = "http"  # http (OpenAI-compatible endpoint) | hermes (ctx.llm)
     provider_key: str = ""  # groups workers that share a provider quota (a hash, never a key)
@@ -166,6 +166,7 @@ class ItemRecord:
     attempts: int
     provider: str | None
     model: str | None
+    content: str | None = None  # what the item was given (iter_items with_content only)
 
 
 # The most tokens one request may report. Redis scripts hold numbers as doubles and pass them
@@ -268,8 +269,9 @@ class JobStore(Protocol):
     def active_job_ids(self) -> list[str]:
         """Jobs in state running: what a worker's maintenance loop looks after."""
 
-    def iter_items(self, job_id: str, batch: int = 1000) -> Iterator[ItemRecord]:
-        """Every item in index order, with results; streams in batches (memory stays flat)."""
+    def iter_items(self, job_id: str, batch: int = 1000, *, with_content: bool = False) -> Iterator[ItemRecord]:
+        """Every item in index order, with results; streams in batches (memory stays flat).
+        with_content: each record also holds the content the item was given (export --with-input)."""
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         """The newest events of a job, oldest first."""
@@ -291,6 +293,15 @@ class JobStore(Protocol):
         decided while the job was idle, arriving in that moment, can drop it; then workers no
         longer look after the job, and running it again (`run` accepts a running job) lists
         it at its new epoch.
+        """
+
+    def update_job(self, job_id: str, *, concurrency: int | None = None, rpm: int | None = None,
+                   tpm: int | None = None) -> JobRecord | None:
+        """Set the job's concurrency, rpm and tpm where given (None leaves a field as it is).
+
+        One step on both backends (SQLite: one transaction; Redis: one script). Every claim
+        after it reads the new values, on every machine. Returns the updated job, or None when
+        there is no such job (nothing changed).
         """
 
     def retry_failed(self, job_id: str) -> int:

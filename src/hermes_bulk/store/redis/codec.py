@@ -37,8 +37,12 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
         return None
     spec = spec_from_json(meta["spec"])
     max_tokens = int(meta["max_tokens"]) if meta.get("max_tokens") else None
-    if spec.max_tokens != max_tokens:
-        spec = replace(spec, max_tokens=max_tokens)
+    # What run/resume may change lives in META beside the spec (update_job.lua).
+    changed = {"max_tokens": max_tokens, "concurrency": int(meta.get("concurrency") or spec.concurrency),
+               "rpm": int(meta["rpm"]) if meta.get("rpm") else spec.rpm,
+               "tpm": int(meta["tpm"]) if meta.get("tpm") else spec.tpm}
+    if any(getattr(spec, k) != v for k, v in changed.items()):
+        spec = replace(spec, **changed)
     n = {k: int(meta[k]) for k in ("total", "pending", "running", "completed", "failed", "tokens_in",
                                    "tokens_out", "tokens_charged", "tokens_reserved",
                                    "estimated_tokens", "skipped")}

@@ -167,7 +167,7 @@ class RedisJobStore:
         ids = self._active_ids()
         return [i for i, s in zip(ids, self._states(ids), strict=True) if s == RUNNING]
 
-    def iter_items(self, job_id: str, batch: int = 1000) -> Iterator[ItemRecord]:
+    def iter_items(self, job_id: str, batch: int = 1000, *, with_content: bool = False) -> Iterator[ItemRecord]:
         # Indexes are positions in the source (0..n-1), so a page is a range of hash fields.
         max_index = self.r.hget(self.keys.job_key(job_id, "meta"), "max_index")
         if max_index is None:
@@ -180,15 +180,20 @@ class RedisJobStore:
             pipe.hmget(states, page)
             pipe.hmget(results, page)
             raw_items, raw_states, raw_results = pipe.execute()
-            for index, raw, state, result in zip(page, raw_items, raw_states, raw_results, strict=True):
-                if raw is None:
+            parsed = [codec.parse_item(raw) if raw is not None else None for raw in raw_items]
+            hashes = [p[1] for p in parsed if p] if with_content else []
+            contents = self.r.hmget(self.keys.job_key(job_id, "contents"), hashes) if hashes else []
+            by_hash = dict(zip(hashes, contents, strict=True))
+            for index, item, state, result in zip(page, parsed, raw_states, raw_results, strict=True):
+                if item is None:
                     continue
-                _, _, (name, _origin, _offset, _stat_sig) = codec.parse_item(raw)
+                _, content_hash, (name, _origin, _offset, _stat_sig) = item
                 st = json.loads(state) if state else {}
                 yield ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.text(result),
                                  error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
                                  tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
-                                 attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"))
+                                 attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"),
+                                 content=codec.text(by_hash[content_hash]) if with_content else None)
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         if limit <= 0:
@@ -210,6 +215,12 @@ class RedisJobStore:
             return None
         if state == RUNNING:
             self._raise_active_epoch(job_id, epoch)
+        return self.get_job(job_id)
+
+    def update_job(self, job_id, *, concurrency=None, rpm=None, tpm=None):
+        args = [codec.opt(concurrency), codec.opt(rpm), codec.opt(tpm)]
+        if not self.lua.update_job(keys=self.keys.job(job_id), args=args):
+            return None
         return self.get_job(job_id)
 
     def _raise_active_epoch(self, job_id: str, epoch: int) -> None:

@@ -117,13 +117,15 @@ class SqliteJobStore:
     def active_job_ids(self) -> list[str]:
         return [r[0] for r in self.db.read("SELECT id FROM jobs WHERE state = ?", (RUNNING,))]
 
-    def iter_items(self, job_id: str, batch: int = 1000) -> Iterator[ItemRecord]:
+    def iter_items(self, job_id: str, batch: int = 1000, *, with_content: bool = False) -> Iterator[ItemRecord]:
         last = -1
+        content, join = ((", c.text", " LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash")
+                         if with_content else ("", ""))
         while True:
             rows = self.db.read(
                 "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-                " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model"
-                " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
+                f" i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model{content}"
+                f" FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx{join}"
                 " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, last, batch))
             for r in rows:
                 yield ItemRecord(*r)
@@ -155,6 +157,16 @@ class SqliteJobStore:
                 return None
             if event is not None:
                 self._insert_events(conn, job_id, [event])
+        return self.get_job(job_id)
+
+    def update_job(self, job_id, *, concurrency=None, rpm=None, tpm=None):
+        changes = {k: v for k, v in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm)) if v is not None}
+        with self.db.write() as conn:  # read and rewrite the spec in one transaction
+            row = conn.execute("SELECT spec FROM jobs WHERE id = ? AND state != ?", (job_id, CREATING)).fetchone()
+            if row is None:
+                return None
+            if changes:
+                conn.execute("UPDATE jobs SET spec = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **changes}), job_id))
         return self.get_job(job_id)
 
     def retry_failed(self, job_id: str) -> int:
