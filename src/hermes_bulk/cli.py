@@ -227,7 +227,7 @@ def _threads_for(job, settings: Settings) -> int:
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
     if args.output == "-":  # the terminal's own: /bulk has no standard output to write to
-        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format)
+        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format, with_input=args.with_input)
     else:
         print(replies.export(args, _jobs(settings), SHELL).text)
     return EXIT_OK

@@ -98,6 +98,16 @@ _listed, _events = _whole(1, MAX_LISTED), _whole(0, MAX_LISTED)
 _seconds = _number(0, MAX_WAIT_S)
 
 
+def _add_job_controls(p: argparse.ArgumentParser) -> None:
+    """run and resume: change how the job runs, recorded on it for every worker."""
+    p.add_argument("--concurrency", type=_concurrency, metavar="N",
+                   help="items at once from now on, 1 to max_concurrency (recorded on the job)")
+    p.add_argument("--rpm", type=_whole(1, MAX_RPM), metavar="N",
+                   help=f"pace requests to N per minute from now on ({_range(1, MAX_RPM)})")
+    p.add_argument("--tpm", type=_whole(1, MAX_TPM), metavar="N",
+                   help=f"pace tokens to N per minute from now on ({_range(1, MAX_TPM)})")
+
+
 def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Parser:
     parser = _Parser(prog=prog, description="Apply one instruction to many items, each its own model call, "
                      "as a durable background job.", epilog=None if for_slash else EPILOG,
@@ -125,10 +135,12 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
 
     p = sub.add_parser("run", help="process the job's pending items")
     p.add_argument("job", metavar="JOB")
+    _add_job_controls(p)
     if not for_slash:
         p.add_argument("--wait", action="store_true", help="also run workers here until the job ends, with progress")
         p.add_argument("-w", "--workers", type=_concurrency, metavar="N",
-                       help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's concurrency)")
+                       help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's concurrency; "
+                            "more threads than it do not run more items: use --concurrency)")
 
     p = sub.add_parser("status", help="one job, or the most recent jobs")
     p.add_argument("job", nargs="?", metavar="JOB")
@@ -143,6 +155,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p = sub.add_parser("resume", help="continue a paused job")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--max-tokens", type=_max_tokens, metavar="N", help=f"a new token limit ({_range(1, MAX_TOKENS)})")
+    _add_job_controls(p)
     p = sub.add_parser("retry", help="return failed items to the queue and process them")
     p.add_argument("job", metavar="JOB")
     if not for_slash:
@@ -152,6 +165,9 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p = sub.add_parser("export", help="write all results to one file (no model calls)")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--format", choices=("md", "csv", "jsonl"), default="md")
+    p.add_argument("--with-input", action="store_true",
+                   help="csv, jsonl: put each item's input beside its answer (a CSV's own columns, "
+                        "a JSON record as \"input\", a file's \"path\")")
     p.add_argument("--output", metavar="PATH",
                    help="a regular file to write (default: the job's folder)" + ("" if for_slash else "; - for standard output"))
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from .errors import InputError
+from .errors import InputError, UsageError
 from .files import private_dir
 from .redact import public_url
 from .store.protocol import COMPLETED, FAILED, ItemRecord, JobRecord, JobStore
@@ -45,7 +45,7 @@ def describe_error(item: ItemRecord) -> str:
 
 
 def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_folder: bool = False,
-           private: bool = True) -> None:
+           private: bool = True, with_input: bool = False) -> None:
     """Write the export to target, and nothing else.
 
     make_folder: create target's folder when missing (the job's own folder); a folder the user
@@ -53,21 +53,25 @@ def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_fold
     private: owner-only (inside the data directory); else the file gets the mode a new file
     gets from the user's umask, or keeps the mode of the file it replaces.
     """
-    writer = _writer(fmt)
+    writer = _writer(fmt, with_input)
     check_target(target, folder_must_exist=not make_folder)
     with _replace_atomically(target, private=private) as f:
-        writer(f, job, store.iter_items(job.job_id))
+        writer(f, job, store.iter_items(job.job_id, with_content=with_input))
 
 
-def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO) -> None:
+def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO, *, with_input: bool = False) -> None:
     """`--output -`: the export on standard output (no BOM: it is piped, not opened by Excel)."""
-    _writer(fmt)(stream, job, store.iter_items(job.job_id))
+    _writer(fmt, with_input)(stream, job, store.iter_items(job.job_id, with_content=with_input))
     stream.flush()
 
 
-def _writer(fmt: str):
+def _writer(fmt: str, with_input: bool = False):
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt}: use one of {', '.join(FORMATS)}.")
+    if with_input:
+        if fmt == "md":  # a report, not a table: the inputs have no place of their own in it
+            raise UsageError("--with-input needs --format csv or --format jsonl.")
+        return {"csv": _write_csv_with_input, "jsonl": _write_jsonl_with_input}[fmt]
     return {"md": _write_md, "csv": _write_csv, "jsonl": _write_jsonl}[fmt]
 
 
@@ -150,21 +154,68 @@ def _cell(value) -> str:
     return value if isinstance(value, str) else "" if value is None else json.dumps(value, ensure_ascii=False)
 
 
+def _answer_header(job: JobRecord) -> list[str]:
+    return ["item", "status", "result", "error", *schema_fields(job)]
+
+
+def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
+    result = item.result if item.status == COMPLETED and item.result is not None else ""
+    data = _fields_of(item) if fields else {}
+    return [neutralise(item.name), item.status, neutralise(result), neutralise(describe_error(item)),
+            *(neutralise(_cell(data.get(name))) for name in fields)]
+
+
 def _write_csv(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
     fields = schema_fields(job)
     w = csv.writer(f)
-    w.writerow(["item", "status", "result", "error", *fields])
+    w.writerow(_answer_header(job))
     for item in items:
-        result = item.result if item.status == COMPLETED and item.result is not None else ""
-        data = _fields_of(item) if fields else {}
-        w.writerow([neutralise(item.name), item.status, neutralise(result), neutralise(describe_error(item)),
-                    *(neutralise(_cell(data.get(name))) for name in fields)])
+        w.writerow(_answer_cells(item, fields))
 
 
-def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+#: --with-input: the column (CSV) or key (JSONL) holding the input of a job whose source is not a CSV.
+INPUT_KEY = {"csv": None, "json": "input", "jsonl": "input", "directory": "path", "file": "path"}
+
+
+def _input_value(job: JobRecord, item: ItemRecord):
+    """A JSON record as its value (or its text, when Python cannot hold it); a file as its path."""
+    if INPUT_KEY.get(job.spec.source_kind) == "path":
+        return item.name
+    try:
+        return json.loads(item.content or "null")
+    except ValueError:  # a number past int()'s digit limit: the record as stored
+        return item.content
+
+
+def _write_csv_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+    """The source's own columns, then the answer's. A CSV row is stored as a JSON object keyed by
+    the (de-duplicated) column names in order, each row with every column (sources.py)."""
+    fields = schema_fields(job)
+    w = csv.writer(f)
+    key = INPUT_KEY.get(job.spec.source_kind, "input")
+    columns: list[str] | None = None
+    for item in items:
+        if key is None:
+            row = json.loads(item.content or "{}")
+            if columns is None:
+                columns = list(row)
+                w.writerow([neutralise(c) for c in [*columns, *_answer_header(job)]])
+            inputs = [_cell(row.get(c)) for c in columns]
+        else:
+            if columns is None:
+                columns = [key]
+                w.writerow([key, *_answer_header(job)])
+            value = _input_value(job, item)
+            inputs = [_cell(value)]
+        w.writerow([*(neutralise(v) for v in inputs), *_answer_cells(item, fields)])
+
+
+def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with_input: bool = False) -> None:
     structured = bool(job.spec.schema)
+    key = INPUT_KEY.get(job.spec.source_kind, "input") or "input"
     for item in items:
-        row = {
+        row = {key: _input_value(job, item)} if with_input else {}
+        row |= {
             "item": item.name, "index": item.index, "status": item.status,
             "result": item.result if item.status == COMPLETED else None,
             "error": describe_error(item) or None, "tokens_in": item.tokens_in, "tokens_out": item.tokens_out,
@@ -175,6 +226,11 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None
         if structured:
             row["data"] = _fields_of(item) or None
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def _write_jsonl_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+    """Each line the seed's keys after "input" (the record, a CSV row as its object) or "path"."""
+    _write_jsonl(f, job, items, with_input=True)
 
 
 @contextmanager

@@ -88,6 +88,7 @@ class JobStatus:
             "tokens_reserved": j.tokens_reserved, "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
             "instruction": j.spec.instruction, "source": j.spec.source, "created_at": j.created_at,
             "live_workers": self.live_workers, "budget_held_until": self.budget_held_until,
+            "rpm": j.spec.rpm, "tpm": j.spec.tpm,
         }
 
 
@@ -276,17 +277,35 @@ class Jobs:
         return self.settings.jobs_dir / job_id
 
     # Changing state ------------------------------------------------------------------------
-    def run(self, job_ref: str | None) -> JobRecord:
-        """Continue a job: return items of dead workers to the queue, mark it running, send triggers."""
+    def run(self, job_ref: str | None, *, concurrency: int | None = None, rpm: int | None = None,
+            tpm: int | None = None) -> JobRecord:
+        """Continue a job: return items of dead workers to the queue, mark it running, send triggers.
+        concurrency, rpm, tpm: new values recorded on the job first (a running job takes them
+        at its next claims, and a raised concurrency gets its extra triggers at once)."""
         job = self.get(job_ref)
         if job.finished:
             raise InvalidTransition(f"Job {job.job_id} has no pending items"
                                     + (f"; {job.failed} failed: run {hints.process(job, 'retry', self.cmd)}" if job.failed else "."))
+        self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
         self.liveness.recover_dead()
         self.store.release_expired_leases()
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY, PAUSED],
                                        event=Event("run", "processing pending items"))
         return self._start(updated or job)
+
+    def _change(self, job: JobRecord, *, concurrency: int | None, rpm: int | None, tpm: int | None) -> None:
+        """Record --concurrency, --rpm, --tpm on the job (every worker on every machine applies them)."""
+        if concurrency is not None and concurrency > self.settings.max_concurrency:
+            raise UsageError(f"--concurrency {concurrency} is more than max_concurrency "
+                             f"({self.settings.max_concurrency}); lower it, or raise "
+                             f"{self.setting_name('max_concurrency')}.")
+        changes = {k: v for k, v in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm))
+                   if v is not None and v != getattr(job.spec, k)}
+        if not changes:
+            return
+        self.store.update_job(job.job_id, **changes)
+        self.store.add_events(job.job_id, [Event("changed", ", ".join(
+            f"{k} {v} (was {getattr(job.spec, k) or 'unset'})" for k, v in changes.items()))])
 
     def _start(self, job: JobRecord) -> JobRecord:
         fresh = self.store.get_job(job.job_id) or job
@@ -306,7 +325,8 @@ class Jobs:
             raise InvalidTransition(f"Job {job.job_id} is already paused.")
         return updated
 
-    def resume(self, job_ref: str | None, *, max_tokens: int | None = None) -> JobRecord:
+    def resume(self, job_ref: str | None, *, max_tokens: int | None = None, concurrency: int | None = None,
+               rpm: int | None = None, tpm: int | None = None) -> JobRecord:
         job = self.get(job_ref)
         if max_tokens is not None and max_tokens < job.tokens_charged + job.tokens_reserved:
             raise InputError(f"--max-tokens {max_tokens} is below what the job has already used "
@@ -323,6 +343,10 @@ class Jobs:
             if job.pause_reason == PAUSE_TOKEN_LIMIT:
                 raise InputError(f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
                                  f"with a larger one: {hints.process(job, 'resume', self.cmd, '--max-tokens N')}")
+        if job.state != PAUSED:
+            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: "
+                                    f"{hints.process(job, 'run', self.cmd)}")
+        self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
         note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[PAUSED], max_tokens=max_tokens,
                                        event=Event("resumed", "resumed" + note))
@@ -352,7 +376,8 @@ class Jobs:
         return job.job_id
 
     # Results -------------------------------------------------------------------------------
-    def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None) -> Path:
+    def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None,
+               with_input: bool = False) -> Path:
         """Write the export to output (a regular file, or a new name in an existing folder), by
         default results.<fmt> in the job's folder; returns the path written."""
         job = self.get(job_ref)
@@ -364,15 +389,16 @@ class Jobs:
                 raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
             # The file the user asked for gets their umask; under the data directory it stays owner-only.
             inside = Path(os.path.realpath(self.settings.home)) in Path(os.path.realpath(target)).parents
-            export_mod.export(self.store, job, fmt, target, private=inside)
+            export_mod.export(self.store, job, fmt, target, private=inside, with_input=with_input)
             return target
         target = self.job_dir(job.job_id) / f"results.{fmt}"
-        export_mod.export(self.store, job, fmt, target, make_folder=True)
+        export_mod.export(self.store, job, fmt, target, make_folder=True, with_input=with_input)
         return target
 
-    def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md") -> None:
+    def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md",
+                         with_input: bool = False) -> None:
         """The export written to stream (`--output -`)."""
-        export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream)
+        export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream, with_input=with_input)
 
 
 #: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).

@@ -82,7 +82,7 @@ def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
 
 def run(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     place.check_servable(args.job)
-    job = jobs.run(args.job)
+    job = jobs.run(args.job, concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm)
     check = f"Check it with: {place.cmd} status {job.job_id}"
     if not place.processes_here:
         return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
@@ -130,7 +130,8 @@ def pause(args: Namespace, jobs: Jobs, place: Place) -> Reply:
 
 def resume(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     place.check_servable(args.job)
-    job = jobs.resume(args.job, max_tokens=args.max_tokens)
+    job = jobs.resume(args.job, max_tokens=args.max_tokens, concurrency=args.concurrency, rpm=args.rpm,
+                      tpm=args.tpm)
     resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
     if not place.processes_here:
         return Reply(resumed + ".", job)
@@ -156,7 +157,7 @@ def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
     if args.output == "-":
         raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
-    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output))
+    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output), with_input=args.with_input)
     if not place.export_summary:
         return Reply(str(path), path)
     job = jobs.get(args.job)

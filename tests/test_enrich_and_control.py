@@ -1,0 +1,138 @@
+"""Issue 18, points 5 and 7: `export --with-input` gives the source back with its answers, and
+`run`/`resume --concurrency/--rpm/--tpm` change a job as it runs. Real processes, a real SQLite
+file, the loopback provider."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import time
+
+import pytest
+
+from hermes_bulk.testing.fake_provider import expected_answer
+
+
+def _csv_source(tmp_path):
+    src = tmp_path / "people.csv"
+    src.write_text('name,city,name,note\n"Smith, Jo","Paris, FR",dup1,=1+1\nAda,London,dup2,plain\n')
+    return src
+
+
+def _rows(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text.lstrip("\ufeff"))))
+
+
+def test_a_csv_comes_back_as_itself_plus_answers(cli, tmp_path):
+    job_id = cli.create("Describe", _csv_source(tmp_path))
+    cli("run", job_id, "--wait")
+    out = tmp_path / "enriched.csv"
+    assert cli("export", job_id, "--format", "csv", "--with-input", "--output", str(out)).stdout.strip() == str(out)
+    rows = _rows(out.read_text(encoding="utf-8-sig"))
+    assert rows[0] == ["name", "city", "name_2", "note", "item", "status", "result", "error"]
+    assert rows[1][:4] == ["Smith, Jo", "Paris, FR", "dup1", "'=1+1"], "a formula cell is neutralised, inputs too"
+    assert rows[2][:4] == ["Ada", "London", "dup2", "plain"]
+    assert [r[4:7] for r in rows[1:]] == [
+        ["row:1", "completed", expected_answer(json.dumps(
+            {"name": "Smith, Jo", "city": "Paris, FR", "name_2": "dup1", "note": "=1+1"}))],
+        ["row:2", "completed", expected_answer(json.dumps(
+            {"name": "Ada", "city": "London", "name_2": "dup2", "note": "plain"}))]]
+    plain = _rows(cli("export", job_id, "--format", "csv", "--output", "-").stdout)
+    assert plain[0] == ["item", "status", "result", "error"], "without the flag the seed's columns stay"
+    streamed = _rows(cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout)
+    assert streamed == rows
+    lines = [json.loads(x) for x in cli("export", job_id, "--format", "jsonl", "--with-input",
+                                        "--output", "-").stdout.splitlines()]
+    assert lines[0]["input"] == {"name": "Smith, Jo", "city": "Paris, FR", "name_2": "dup1", "note": "=1+1"}
+    assert list(lines[0])[:4] == ["input", "item", "index", "status"]
+
+
+def test_a_jsonl_source_and_a_folder_come_back_with_their_records_and_paths(cli, tmp_path):
+    src = tmp_path / "records.jsonl"
+    src.write_text('{"id": 1, "text": "a, b"}\n"just text"\n')
+    job_id = cli.create("Do", src)
+    cli("run", job_id, "--wait")
+    lines = [json.loads(x) for x in cli("export", job_id, "--format", "jsonl", "--with-input",
+                                        "--output", "-").stdout.splitlines()]
+    assert [line["input"] for line in lines] == [{"id": 1, "text": "a, b"}, "just text"]
+    assert [line["status"] for line in lines] == ["completed", "completed"]
+    rows = _rows(cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout)
+    assert rows[0][:2] == ["input", "item"] and json.loads(rows[1][0]) == {"id": 1, "text": "a, b"}
+
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.txt").write_text("alpha")
+    (folder / "sub" / "b.txt").write_text("beta")
+    job_id = cli.create("Do", folder)
+    cli("run", job_id, "--wait")
+    rows = _rows(cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout)
+    assert [r[:3] for r in rows] == [["path", "item", "status"], ["a.txt", "a.txt", "completed"],
+                                    ["sub/b.txt", "sub/b.txt", "completed"]]
+    lines = [json.loads(x) for x in cli("export", job_id, "--format", "jsonl", "--with-input",
+                                        "--output", "-").stdout.splitlines()]
+    assert [line["path"] for line in lines] == ["a.txt", "sub/b.txt"] and "input" not in lines[0]
+
+
+def test_with_input_and_markdown_is_a_usage_error(cli, tmp_path):
+    job_id = cli.create("Do", _csv_source(tmp_path))
+    proc = cli("export", job_id, "--with-input", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "hermes-bulk: --with-input needs --format csv or --format jsonl."
+    assert not (tmp_path / "home" / "jobs" / job_id / "results.md").exists()
+
+
+def _make_items(tmp_path, n: int):
+    src = tmp_path / "items.jsonl"
+    src.write_text("".join(f'"item {i}"\n' for i in range(n)))
+    return src
+
+
+def test_run_wait_with_concurrency_runs_that_many_and_records_it(cli, tmp_path, fake_provider):
+    job_id = cli.create("Do", _make_items(tmp_path, 12), "--concurrency", "1")
+    fake_provider.configure(latency_s=0.5)
+    cli("run", job_id, "--wait", "--concurrency", "4", "--rpm", "6000", "--tpm", "900000")
+    assert fake_provider.max_in_flight == 4
+    st = cli.json("status", job_id, "--json")
+    assert (st["state"], st["concurrency"], st["rpm"], st["tpm"]) == ("completed", 4, 6000, 900000)
+    assert "concurrency 4 (was 1)" in cli("events", job_id).stdout
+
+
+def test_raising_concurrency_on_a_running_job_uses_the_new_slots_at_once(cli, tmp_path, fake_provider):
+    job_id = cli.create("Do", _make_items(tmp_path, 16), "--concurrency", "1")
+    fake_provider.configure(latency_s=0.5)
+    worker = cli.spawn_worker("-w", "8")
+    try:
+        cli("run", job_id)
+        deadline = time.monotonic() + 20
+        while fake_provider.max_in_flight < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert fake_provider.max_in_flight == 1
+        cli("run", job_id, "--concurrency", "4")
+        while cli.json("status", job_id, "--json")["state"] != "completed" and time.monotonic() < deadline + 30:
+            time.sleep(0.3)
+        assert fake_provider.max_in_flight == 4
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+@pytest.mark.parametrize("command", ["run", "resume"])
+def test_concurrency_above_max_concurrency_is_a_usage_error_and_changes_nothing(cli, tmp_path, command):
+    job_id = cli.create("Do", _make_items(tmp_path, 2), "--concurrency", "2")
+    if command == "resume":
+        cli("pause", job_id)
+    proc = cli(command, job_id, "--concurrency", "17", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("hermes-bulk: --concurrency 17 is more than max_concurrency (16); "
+                                   "lower it, or raise HERMES_BULK_MAX_CONCURRENCY.")
+    assert cli.json("status", job_id, "--json")["concurrency"] == 2
+    assert cli("run", job_id, "--concurrency", "0", check=False).returncode == 2
+
+
+def test_resume_records_new_concurrency_and_pacing(cli, tmp_path):
+    job_id = cli.create("Do", _make_items(tmp_path, 3), "--concurrency", "1")
+    cli("pause", job_id)
+    cli("resume", job_id, "--concurrency", "3", "--rpm", "120", "--wait")
+    st = cli.json("status", job_id, "--json")
+    assert (st["state"], st["concurrency"], st["rpm"], st["tpm"]) == ("completed", 3, 120, None)
