@@ -188,8 +188,9 @@ class Cli:
         return {**base, **self.env, **extra}
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 120, **extra_env: str):
+        # No terminal on stdin, as in CI: run from one, `delete` would wait for an answer.
         proc = subprocess.run([sys.executable, "-m", "hermes_bulk", *args], capture_output=True, text=True,
-                              env=self.full_env(**extra_env), timeout=timeout)
+                              env=self.full_env(**extra_env), timeout=timeout, stdin=subprocess.DEVNULL)
         if check and proc.returncode != 0:
             raise AssertionError(f"hermes-bulk {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
         return proc

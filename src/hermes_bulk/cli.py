@@ -165,7 +165,7 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
     runtime.start()
     runtime.start_embedded_consumer()
     try:
-        st = views.follow(jobs, job_id, stderr_console(), until=lambda s: s.state != "processing")
+        st = _follow(jobs, job_id, until=lambda s: s.state != "processing")
     except KeyboardInterrupt:
         say("Stopping: items in progress go back to the queue…")
         runtime.stop(graceful=False)
@@ -176,6 +176,14 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
     if st.state == "paused":  # at its token limit, or by a pause from elsewhere: the job is not done
         return EXIT_PAUSED
     return EXIT_OK if st.state == "completed" else EXIT_ERROR
+
+
+def _follow(jobs: Jobs, job_id: str, *, until, timeout_s: float | None = None, quiet: bool = False):
+    """Progress while waiting on standard error: a live bar on a terminal, a plain line every
+    views.PROGRESS_LINE_EVERY_S elsewhere (a log, CI), nothing with --json; the last status."""
+    if not quiet and sys.stderr.isatty():
+        return views.follow(jobs, job_id, stderr_console(), until=until, timeout_s=timeout_s)
+    return views.follow_lines(jobs, job_id, (lambda line: None) if quiet else say, until=until, timeout_s=timeout_s)
 
 
 def _print_jobs(reply: replies.Reply, as_json: bool) -> None:
@@ -195,7 +203,7 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
     if args.watch:
         job_id = jobs.resolve(args.job)
         with contextlib.suppress(KeyboardInterrupt):
-            views.follow(jobs, job_id, stderr_console(), until=lambda s: s.state in views.FINAL_STATES)
+            _follow(jobs, job_id, until=lambda s: s.state in views.FINAL_STATES, quiet=args.json)
         args.job = job_id
     reply = replies.status(args, jobs, SHELL)
     print(json.dumps(reply.data.as_dict()) if args.json else reply.text)
@@ -244,7 +252,15 @@ def cmd_events(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_delete(args: Namespace, settings: Settings) -> int:
-    print(replies.delete(args, _jobs(settings), SHELL).text)
+    jobs = _jobs(settings)
+    if not args.yes and sys.stdin.isatty():  # a person at a terminal; scripts (no terminal) proceed
+        job = jobs.get(args.job)
+        say(f"Delete job {job.job_id} ({count(job.total, 'item')}, its results and folder)? [y/N] ", end="")
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            say(f"Kept job {job.job_id}.")
+            return EXIT_OK
+        args.job = job.job_id
+    print(replies.delete(args, jobs, SHELL).text)
     return EXIT_OK
 
 
@@ -266,12 +282,7 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
     """Block until the job ends; the exit status says how (for scripts)."""
     jobs = _jobs(settings)
     job_id = jobs.resolve(args.job)
-    if sys.stderr.isatty():
-        st = views.follow(jobs, job_id, stderr_console(), until=views.has_ended, timeout_s=args.timeout)
-    else:  # no bar into a pipe or a log: poll quietly
-        deadline = None if args.timeout is None else time.monotonic() + args.timeout
-        while not views.has_ended(st := jobs.status(job_id)) and (deadline is None or time.monotonic() < deadline):
-            time.sleep(0.5)
+    st = _follow(jobs, job_id, until=views.has_ended, timeout_s=args.timeout)
     if not views.has_ended(st):
         say(f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
             f"(it is {state_label(st.state)}).")

@@ -182,6 +182,9 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
 
     p = sub.add_parser("delete", help="remove a job, its results and its files")
     p.add_argument("job", metavar="JOB")
+    if not for_slash:
+        p.add_argument("-y", "--yes", action="store_true",
+                       help="do not ask first (it asks only when standard input is a terminal)")
 
     if not for_slash:
         p = sub.add_parser("worker", help="run a worker (a Huey consumer) for the configured backend",

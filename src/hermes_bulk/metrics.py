@@ -63,9 +63,9 @@ def render(worker_id: str, counters: dict[str, int], in_flight: int, queue_depth
     out += ["# HELP hermes_bulk_items_in_flight Items this worker is processing now.",
             "# TYPE hermes_bulk_items_in_flight gauge", f"hermes_bulk_items_in_flight{{{w}}} {in_flight}"]
     if queue_depth is not None:
-        out += ["# HELP hermes_bulk_queue_depth Triggers waiting in the queue (all jobs).",
+        out += ["# HELP hermes_bulk_queue_depth Triggers waiting on the queues this worker serves.",
                 "# TYPE hermes_bulk_queue_depth gauge", f"hermes_bulk_queue_depth {queue_depth}"]
-    out += ["# HELP hermes_bulk_job_items Items of each running job, by state.", "# TYPE hermes_bulk_job_items gauge"]
+    out += ["# HELP hermes_bulk_job_items Items of each running job (run, not paused, not finished), by state.", "# TYPE hermes_bulk_job_items gauge"]
     for job_id, counts in jobs:
         for state, n in counts.items():
             out.append(f'hermes_bulk_job_items{{job="{_escape(job_id)}",state="{state}"}} {n}')

@@ -86,7 +86,7 @@ def run(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     check = f"Check it with: {place.cmd} status {job.job_id}"
     if not place.processes_here:
         return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
-                     f"{_who_picks_it_up(job)}{place.next_step_sep}{check}", job)
+                     f"{_who_picks_it_up(job, jobs)}{place.next_step_sep}{check}", job)
     place.start_workers()
     place.watch(job.job_id)
     st = jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
@@ -95,11 +95,15 @@ def run(args: Namespace, jobs: Jobs, place: Place) -> Reply:
         f"up to {st.concurrency} at once.", *views.concurrency_notes(st), check]), job)
 
 
-def _who_picks_it_up(job: JobRecord) -> str:
+def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
     if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
         return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
                 f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
-    return "Workers pick it up (start one with: hermes-bulk worker)."
+    live = len(jobs.liveness.live_worker_ids())
+    if live:
+        return f"{count(live, 'live worker')} pick{'s' if live == 1 else ''} it up."
+    return (f"No worker is live to pick it up: start one with: hermes-bulk worker "
+            f"(or process it here: hermes-bulk run {job.job_id} --wait).")
 
 
 def status(args: Namespace, jobs: Jobs, place: Place) -> Reply:
@@ -133,8 +137,8 @@ def resume(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     job = jobs.resume(args.job, max_tokens=args.max_tokens, concurrency=args.concurrency, rpm=args.rpm,
                       tpm=args.tpm)
     resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
-    if not place.processes_here:
-        return Reply(resumed + ".", job)
+    if not place.processes_here:  # with --wait the workers are this process's: no one else to ask for
+        return Reply(resumed + "." + ("" if getattr(args, "wait", False) else f" {_who_picks_it_up(job, jobs)}"), job)
     place.start_workers()
     place.watch(job.job_id)
     return Reply(f"{resumed}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)

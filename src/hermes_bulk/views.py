@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from . import hints
 from .jobs import Created, Jobs, JobStatus, state_label
-from .store.protocol import PAUSE_TOKEN_LIMIT, Event, WorkerInfo
+from .store.protocol import PAUSE_TOKEN_LIMIT, RUNNING, Event, WorkerInfo
 from .words import count
 
 if TYPE_CHECKING:  # rich is loaded for a table or a bar, not for a line of text
@@ -118,6 +118,8 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
             return [f"Paused: token limit reached. Continue with: {hints.process(j, 'resume', cmd, '--max-tokens <n>')}"]
         return [f"Paused. Continue with: {hints.process(j, 'resume', cmd)}"]
     if st.state == "awaiting_recovery":
+        if cmd == hints.CLI and hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
+            return _awaiting_recovery_cli(st)
         return ["No worker is running this job. Items that were in progress when its workers stopped go back to "
                 "the queue and are sent again only when the job runs.",
                 f"Continue with: {hints.process(j, 'run', cmd)}"]
@@ -126,6 +128,22 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
     if st.state in ("completed_with_errors", "failed"):
         return [f"Return failed items to the queue with: {hints.process(j, 'retry', cmd)}"]
     return []
+
+
+def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
+    """In a shell, `run` alone changes nothing while no worker is alive: say what is missing."""
+    j, live = st.job, count(st.live_workers, "live worker")
+    if st.live_workers:  # workers are alive: the job was cut off and waits for someone to run it
+        return [f"The job's workers stopped before it finished; it waits to be run again ({live} now).",
+                f"Continue with: hermes-bulk run {j.job_id}"]
+    cut_off = j.state != RUNNING or (j.last_claim_at or 0) >= (j.run_at or 0)
+    if not cut_off:  # run, but no worker has taken an item since: a worker is all it needs
+        return [f"No live worker ({live}): start one with: hermes-bulk worker, "
+                f"or process it here: hermes-bulk run {j.job_id} --wait"]
+    return ["No live worker (0 live workers). Items that were in progress when its workers stopped go back to the "
+            "queue and are sent again only when the job runs.",
+            f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
+            f"hermes-bulk run {j.job_id}"]
 
 
 def event_lines(events: list[Event]) -> list[str]:
@@ -218,3 +236,44 @@ def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobSta
             if until(st) or (deadline_s is not None and time.monotonic() >= deadline_s):
                 return st
             time.sleep(interval_s)
+
+
+#: Without a terminal (a log, CI), a plain progress line this often: a bar there draws nothing
+#: until the end, and then one line cut at 80 columns.
+PROGRESS_LINE_EVERY_S = 5.0
+
+
+def progress_line(st: JobStatus, rate_per_s: float | None) -> str:
+    """One plain line of progress: done/failed/total, the rate and the time left at that rate."""
+    j = st.job
+    line = f"job {j.job_id}: {j.completed}/{j.total} done, {j.failed} failed, {state_label(st.state)}"
+    if rate_per_s:
+        left_s = max(j.total - j.completed - j.failed, 0) / rate_per_s
+        line += f", {rate_per_s:.1f} items/s, about {left_s:.0f} s left"
+    if st.rate_limit:
+        line += f", rate limited until {_clock(st.rate_limit.until)}"
+    return line
+
+
+def follow_lines(jobs: Jobs, job_id: str, write: Callable[[str], None], *, until: Callable[[JobStatus], bool],
+                 every_s: float = PROGRESS_LINE_EVERY_S, interval_s: float = 0.5,
+                 timeout_s: float | None = None) -> JobStatus:
+    """follow() without a terminal: a progress line every every_s through write (`--json` passes
+    one that drops it); returns the last status."""
+    start_s = time.monotonic()
+    deadline_s = None if timeout_s is None else start_s + timeout_s
+    next_line_s = start_s + every_s
+    first = None
+    while True:
+        st = jobs.status(job_id)
+        now_s = time.monotonic()
+        settled = st.job.completed + st.job.failed
+        first = first if first is not None else (now_s, settled)
+        if until(st) or (deadline_s is not None and now_s >= deadline_s):
+            return st
+        if now_s >= next_line_s:
+            elapsed_s = now_s - first[0]
+            rate = (settled - first[1]) / elapsed_s if elapsed_s > 0 and settled > first[1] else None
+            write(progress_line(st, rate))
+            next_line_s = now_s + every_s
+        time.sleep(interval_s)

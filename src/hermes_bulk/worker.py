@@ -190,7 +190,7 @@ class WorkerRuntime:
         jobs = []
         for job_id in store.active_job_ids():
             job = store.get_job(job_id)
-            if job is not None:
+            if job is not None and not job.finished:  # a finished job keeps its run state; it is not running
                 jobs.append((job_id, {"pending": job.pending, "running": job.running,
                                       "completed": job.completed, "failed": job.failed}))
         return metrics.render(self.worker_id, self.processor.counters.snapshot(), len(self.processor.held_items()),
