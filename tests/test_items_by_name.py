@@ -86,7 +86,7 @@ def test_show_one_item_by_name_or_number(backend_cli, tmp_path, fake_provider):
     assert cli.json("show", job_id, "3", "--json")["item"] == "notes.txt"
 
 
-@pytest.mark.parametrize("ref", ["nope.txt", "0", "4"])
+@pytest.mark.parametrize("ref", ["nope.txt", "0", "4", "99999999999999999999999"])
 def test_an_unknown_item_is_one_line_saying_what_names_look_like(cli, tmp_path, ref):
     src = tmp_path / "rows.csv"
     src.write_text("a\n1\n2\n3\n")

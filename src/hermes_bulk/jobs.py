@@ -298,7 +298,7 @@ class Jobs:
         """One item by its exact name or its number (1-based, the order of the export)."""
         job = self.get(job_ref)
         index = self.store.find_item(job.job_id, item_ref)
-        if index is None and item_ref.strip().isdigit():
+        if index is None and item_ref.strip().isdigit() and 1 <= int(item_ref) <= job.total:
             index = int(item_ref) - 1
         detail = self.store.get_item(job.job_id, index) if index is not None else None
         if detail is None:
