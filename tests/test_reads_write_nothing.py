@@ -144,6 +144,7 @@ def setup(request, cli, tmp_path, home, fake_provider):
 READS = [
     ("status", "{job}"), ("status",), ("status", "{job}", "--json"), ("status", "{job}", "--events", "5"),
     ("list",), ("list", "--json"), ("events", "{job}"),
+    ("show", "{job}", "1"), ("show", "{job}", "line:7", "--json"), ("status", "{job}", "--failed"),
     ("export", "{job}"), ("export", "{job}", "--format", "csv"), ("export", "{job}", "--format", "jsonl"),
     ("export", "{job}", "--format", "csv", "--output", "{out}"), ("export", "{job}", "--output", "-"),
 ]

@@ -206,7 +206,17 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
             _follow(jobs, job_id, until=lambda s: s.state in views.FINAL_STATES, quiet=args.json)
         args.job = job_id
     reply = replies.status(args, jobs, SHELL)
+    if args.failed and args.json:
+        print(json.dumps([{"item": i.name, "number": i.index + 1, "error_type": i.error_type,
+                           "http_status": i.http_status, "message": i.error_message} for i in reply.data]))
+        return EXIT_OK
     print(json.dumps(reply.data.as_dict()) if args.json else reply.text)
+    return EXIT_OK
+
+
+def cmd_show(args: Namespace, settings: Settings) -> int:
+    reply = replies.show(args, _jobs(settings), SHELL)
+    print(json.dumps(reply.data.as_dict(), ensure_ascii=False) if args.json else reply.text)
     return EXIT_OK
 
 
@@ -235,7 +245,8 @@ def _threads_for(job, settings: Settings) -> int:
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
     if args.output == "-":  # the terminal's own: /bulk has no standard output to write to
-        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format, with_input=args.with_input)
+        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format, with_input=args.with_input,
+                                         only=args.only)
     else:
         print(replies.export(args, _jobs(settings), SHELL).text)
     return EXIT_OK
@@ -373,7 +384,7 @@ def _configure_logging(args: Namespace) -> None:
 HANDLERS = {
     "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
     "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
-    "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget, "wait": cmd_wait,
+    "show": cmd_show, "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget, "wait": cmd_wait,
 }
 
 if __name__ == "__main__":  # pragma: no cover

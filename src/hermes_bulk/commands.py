@@ -14,7 +14,7 @@ from typing import NoReturn
 
 from .errors import UsageError
 
-COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events",
+COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events", "show",
             "delete", "worker", "workers", "path", "budget", "wait")
 
 EPILOG = """\
@@ -146,6 +146,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p.add_argument("job", nargs="?", metavar="JOB")
     p.add_argument("--events", type=_events, default=0, metavar="N",
                    help=f"also show the last N events ({_range(0, MAX_LISTED)})")
+    p.add_argument("--failed", action="store_true", help="list the failed items by name, with their errors")
     if not for_slash:
         p.add_argument("--json", action="store_true", help="machine-readable")
         p.add_argument("--watch", action="store_true", help="live view until the job ends")
@@ -170,6 +171,13 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
                         "a JSON record as \"input\", a file's \"path\")")
     p.add_argument("--output", metavar="PATH",
                    help="a regular file to write (default: the job's folder)" + ("" if for_slash else "; - for standard output"))
+    p.add_argument("--only", choices=("failed", "completed"), help="only the items in this state (default: every item)")
+
+    p = sub.add_parser("show", help="one item: its state, the content as sent, the answer, every attempt")
+    p.add_argument("job", metavar="JOB")
+    p.add_argument("item", metavar="ITEM", help="the item's name as exports show it (2026/q1.txt, row:4) or its number")
+    if not for_slash:
+        p.add_argument("--json", action="store_true", help="machine-readable")
 
     p = sub.add_parser("list", help="the most recent jobs")
     p.add_argument("--limit", type=_listed, default=20, metavar="N", help=f"at most N jobs ({_range(1, MAX_LISTED)})")

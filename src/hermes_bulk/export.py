@@ -45,7 +45,7 @@ def describe_error(item: ItemRecord) -> str:
 
 
 def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_folder: bool = False,
-           private: bool = True, with_input: bool = False) -> None:
+           private: bool = True, with_input: bool = False, only: str | None = None) -> None:
     """Write the export to target, and nothing else.
 
     make_folder: create target's folder when missing (the job's own folder); a folder the user
@@ -56,13 +56,27 @@ def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_fold
     writer = _writer(fmt, with_input)
     check_target(target, folder_must_exist=not make_folder)
     with _replace_atomically(target, private=private) as f:
-        writer(f, job, store.iter_items(job.job_id, with_content=with_input))
+        writer(f, job, _items(store, job, only, with_input))
 
 
-def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO, *, with_input: bool = False) -> None:
+def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO, *, with_input: bool = False,
+                     only: str | None = None) -> None:
     """`--output -`: the export on standard output (no BOM: it is piped, not opened by Excel)."""
-    _writer(fmt, with_input)(stream, job, store.iter_items(job.job_id, with_content=with_input))
+    _writer(fmt, with_input)(stream, job, _items(store, job, only, with_input))
     stream.flush()
+
+
+#: export --only: the item states an export may be limited to (every item by default).
+ONLY = (COMPLETED, FAILED)
+
+
+def _items(store: JobStore, job: JobRecord, only: str | None, with_content: bool) -> Iterator[ItemRecord]:
+    """The job's items in index order, streamed (with their captured content for --with-input);
+    with only, those in that state."""
+    if only is not None and only not in ONLY:
+        raise InputError(f"--only {only}: use one of {', '.join(ONLY)}.")
+    items = store.iter_items(job.job_id, with_content=with_content)
+    return items if only is None else (item for item in items if item.status == only)
 
 
 def _writer(fmt: str, with_input: bool = False):

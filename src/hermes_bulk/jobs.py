@@ -27,12 +27,15 @@ from .liveness import Liveness
 from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
 from .store.protocol import (
     AWAITING_RECOVERY,
+    FAILED,
     NOT_STARTED,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
     PAUSED,
     RUNNING,
     Event,
+    ItemDetail,
+    ItemRecord,
     JobRecord,
     JobSpec,
     JobStore,
@@ -61,6 +64,27 @@ class Created:
 
 
 @dataclass(frozen=True)
+class ItemShown:
+    """One item for `show`: its record and content, the messages sent for it, and its events."""
+
+    job: JobRecord
+    detail: ItemDetail
+    messages: list[dict[str, str]]  # as prompt.build_messages frames the item
+    attempts: list[Event]  # the item's recorded events: failed attempts, waits, its failure
+
+    def as_dict(self) -> dict:
+        """`show --json`."""
+        item = self.detail.item
+        error = None if item.status != FAILED or not item.error_type else {
+            "error_type": item.error_type, "http_status": item.http_status, "message": item.error_message}
+        return {"job_id": self.job.job_id, "item": item.name, "number": item.index + 1, "status": item.status,
+                "tokens_in": item.tokens_in, "tokens_out": item.tokens_out, "result": item.result,
+                "error": error, "messages": self.messages,
+                "events": [{"kind": e.kind, "at": e.at, "error_type": e.error_type, "http_status": e.http_status,
+                            "message": e.message} for e in self.attempts]}
+
+
+@dataclass(frozen=True)
 class JobStatus:
     job: JobRecord
     state: str
@@ -70,6 +94,7 @@ class JobStatus:
     budget_held_until: float | None = None  # the request budget holds the job until then
     max_concurrency: int | None = None  # the cap in force where the job's items run
     max_concurrency_setting: int | None = None  # the setting now: in force once those workers restart
+    event_names: dict[int, str] = field(default_factory=dict)  # item index -> name, for the events shown
 
     @property
     def concurrency(self) -> int:
@@ -261,11 +286,38 @@ class Jobs:
 
     def _status(self, job: JobRecord, live: int, events: int = 0) -> JobStatus:
         rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
+        shown = self.store.list_events(job.job_id, events) if events else []
+        # Names are looked up for the events shown only (by index), never the whole job's items.
+        names = self.store.item_names(job.job_id, [e.item_index for e in shown if e.item_index is not None])
         return JobStatus(job=job, state=derive_state(job, live), rate_limit=rate_limit, live_workers=live,
-                         events=self.store.list_events(job.job_id, events) if events else [],
+                         events=shown, event_names=names,
                          budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
                          max_concurrency=self.max_concurrency_for(job),
                          max_concurrency_setting=self.settings.max_concurrency)
+
+    def item(self, job_ref: str | None, item_ref: str) -> ItemShown:
+        """One item by its exact name or its number (1-based, the order of the export)."""
+        job = self.get(job_ref)
+        index = self.store.find_item(job.job_id, item_ref)
+        if index is None and item_ref.strip().isdigit() and 1 <= int(item_ref) <= job.total:
+            index = int(item_ref) - 1
+        detail = self.store.get_item(job.job_id, index) if index is not None else None
+        if detail is None:
+            raise InputError(f"Job {job.job_id} has no item {item_ref!r}; give an item's name as the export shows "
+                             f"it (a relative path, row:N, record:N or line:N) or its number, 1 to {job.total}.")
+        messages = prompt.build_messages(job.spec.instruction, detail.item.name, detail.content, detail.content_hash)
+        return ItemShown(job=job, detail=detail, messages=messages,
+                         attempts=self.store.item_events(job.job_id, detail.item.index))
+
+    def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
+        """The first `limit` failed items, streamed from the store in index order."""
+        found: list[ItemRecord] = []
+        for item in self.store.iter_items(job_id):
+            if item.status == FAILED:
+                found.append(item)
+                if len(found) >= limit:
+                    break
+        return found
 
     def list(self, limit: int = 20) -> list[JobStatus]:
         if self._no_database():
@@ -377,7 +429,7 @@ class Jobs:
 
     # Results -------------------------------------------------------------------------------
     def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None,
-               with_input: bool = False) -> Path:
+               with_input: bool = False, only: str | None = None) -> Path:
         """Write the export to output (a regular file, or a new name in an existing folder), by
         default results.<fmt> in the job's folder; returns the path written."""
         job = self.get(job_ref)
@@ -389,16 +441,16 @@ class Jobs:
                 raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
             # The file the user asked for gets their umask; under the data directory it stays owner-only.
             inside = Path(os.path.realpath(self.settings.home)) in Path(os.path.realpath(target)).parents
-            export_mod.export(self.store, job, fmt, target, private=inside, with_input=with_input)
+            export_mod.export(self.store, job, fmt, target, private=inside, with_input=with_input, only=only)
             return target
         target = self.job_dir(job.job_id) / f"results.{fmt}"
-        export_mod.export(self.store, job, fmt, target, make_folder=True, with_input=with_input)
+        export_mod.export(self.store, job, fmt, target, make_folder=True, with_input=with_input, only=only)
         return target
 
     def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md",
-                         with_input: bool = False) -> None:
+                         with_input: bool = False, only: str | None = None) -> None:
         """The export written to stream (`--output -`)."""
-        export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream, with_input=with_input)
+        export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream, with_input=with_input, only=only)
 
 
 #: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).

@@ -159,7 +159,7 @@ class ItemProcessor:
         def record(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             if isinstance(exc, ModelError) and self.store.record_attempt(
-                    claim.job.job_id, claim.index, self.worker_id, _item_error(exc, attempt=True),
+                    claim.job.job_id, claim.index, self.worker_id, _item_error(exc),
                     rate_limited=False) < 0:
                 raise _LostClaim()
 
@@ -239,11 +239,9 @@ def structured(completion: Completion) -> Completion:
     return Completion(json.dumps(data, ensure_ascii=False), completion.usage, completion.provider, completion.model)
 
 
-def _item_error(exc: ModelError, *, attempt: bool = False) -> ItemError:
-    message = str(exc)
-    if attempt:
-        message = f"attempt failed: {message}"
-    return ItemError(exc.error_type, message, exc.http_status)
+def _item_error(exc: ModelError) -> ItemError:
+    # An attempt's event kind (attempt_failed) says it was an attempt: the message does not repeat it.
+    return ItemError(exc.error_type, str(exc), exc.http_status)
 
 
 def _clock(ts: float) -> str:

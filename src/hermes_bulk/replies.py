@@ -111,9 +111,27 @@ def status(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     if args.job is None:
         return jobs_list(jobs, place, 10)
     st = jobs.status(args.job, events=args.events)
+    if getattr(args, "failed", False):
+        return failed(st, jobs, place)
     if views.has_ended(st):
         place.unwatch(st.job.job_id)  # this reply is the news
     return Reply(views.status_text(st, tokens_source=place.tokens_source(st.job), cmd=place.cmd), st)
+
+
+#: status --failed lists at most this many failed items; the export has them all.
+FAILED_LISTED = 20
+
+
+def failed(st, jobs: Jobs, place: Place) -> Reply:
+    """status --failed: the job's failed items by name, with their recorded errors."""
+    items = jobs.failed_items(st.job.job_id, FAILED_LISTED)
+    return Reply(views.failed_text(st.job.job_id, items, st.job.failed, place.cmd), items)
+
+
+def show(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """One item: its state, what was sent, the answer and every recorded attempt."""
+    shown = jobs.item(args.job, args.item)
+    return Reply(views.show_text(shown), shown)
 
 
 def jobs_list(jobs: Jobs, place: Place, limit: int) -> Reply:
@@ -161,7 +179,8 @@ def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
     if args.output == "-":
         raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
-    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output), with_input=args.with_input)
+    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output),
+                       with_input=args.with_input, only=getattr(args, "only", None))
     if not place.export_summary:
         return Reply(str(path), path)
     job = jobs.get(args.job)
@@ -173,7 +192,7 @@ def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
 
 def events(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     st = jobs.status(args.job, events=args.limit)
-    return Reply("\n".join(views.event_lines(st.events)) or f"Job {st.job.job_id} has no events yet.", st)
+    return Reply("\n".join(views.event_lines(st.events, st.event_names)) or f"Job {st.job.job_id} has no events yet.", st)
 
 
 def delete(args: Namespace, jobs: Jobs, place: Place) -> Reply:
@@ -185,5 +204,5 @@ Handler = Callable[[Namespace, Jobs, Place], Reply]
 #: The commands both places have; the CLI adds worker, workers, wait, path and budget.
 HANDLERS: dict[str, Handler] = {
     "create": create, "run": run, "status": status, "pause": pause, "resume": resume, "retry": retry,
-    "export": export, "list": list_, "events": events, "delete": delete,
+    "export": export, "list": list_, "events": events, "delete": delete, "show": show,
 }

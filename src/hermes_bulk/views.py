@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import hints
-from .jobs import Created, Jobs, JobStatus, state_label
-from .store.protocol import PAUSE_TOKEN_LIMIT, RUNNING, Event, WorkerInfo
+from .jobs import Created, ItemShown, Jobs, JobStatus, state_label
+from .store.protocol import PAUSE_TOKEN_LIMIT, RUNNING, Event, ItemRecord, WorkerInfo
 from .words import count
 
 if TYPE_CHECKING:  # rich is loaded for a table or a bar, not for a line of text
@@ -90,7 +90,7 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
         lines.append(f"Left out at create: {count(j.skipped, 'entry')}")
     if st.events:
         lines.append("Events:")
-        lines += ["  " + line for line in event_lines(st.events)]
+        lines += ["  " + line for line in event_lines(st.events, st.event_names)]
     return "\n".join(lines)
 
 
@@ -146,13 +146,58 @@ def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
             f"hermes-bulk run {j.job_id}"]
 
 
-def event_lines(events: list[Event]) -> list[str]:
+def event_lines(events: list[Event], names: dict[int, str] | None = None) -> list[str]:
+    """One line per event, its item by name (as exports name it) where the name is known."""
+    names = names or {}
     lines = []
     for e in events:
-        where = f" item {e.item_index + 1}" if e.item_index is not None else ""
-        status = f" HTTP {e.http_status}" if e.http_status else ""
-        lines.append(f"{_clock(e.at)} {e.kind}{where}{status}: {e.message}")
+        where = "" if e.item_index is None else f" {names.get(e.item_index) or f'item {e.item_index + 1}'}"
+        lines.append(f"{_clock(e.at)} {e.kind}{where}{_http(e.http_status, e.message)}: {_once(e.message)}")
     return lines
+
+
+def _http(http_status: int | None, message: str) -> str:
+    """' HTTP 503', unless the message already says it (each thing is said once)."""
+    return f" HTTP {http_status}" if http_status and f"HTTP {http_status}" not in message else ""
+
+
+def _once(message: str) -> str:
+    """A message without the kind restated (events recorded before the kind carried it)."""
+    return message.removeprefix("attempt failed: ")
+
+
+def item_error(item: ItemRecord) -> str:
+    status = f" HTTP {item.http_status}" if item.http_status and f"HTTP {item.http_status}" not in (
+        item.error_message or "") else ""
+    return f"{item.error_type or 'error'}{status}: {item.error_message or ''}".rstrip(": ")
+
+
+def failed_text(job_id: str, failed: list[ItemRecord], total_failed: int, cmd: str) -> str:
+    """`status --failed`: failed items by name with their recorded errors, capped."""
+    if not failed:
+        return f"Job {job_id} has no failed items."
+    lines = [f"Failed items of job {job_id}:"] + [f"  {item.name}: {item_error(item)}" for item in failed]
+    if total_failed > len(failed):
+        lines.append(f"  … and {total_failed - len(failed):,} more: {cmd} export {job_id} --only failed")
+    lines.append(f"One item in full: {cmd} show {job_id} ITEM")
+    return "\n".join(lines)
+
+
+def show_text(shown: ItemShown) -> str:
+    """`show JOB ITEM`: state, tokens, the content as sent (framed), the answer, every attempt."""
+    item = shown.detail.item
+    lines = [f"Item {item.name} (number {item.index + 1} of job {shown.job.job_id})",
+             f"State: {state_label(item.status)}",
+             f"Tokens (reported by the provider): {item.tokens_in} in, {item.tokens_out} out"]
+    if item.model or item.provider:
+        lines.append(f"Answered by: {' '.join(x for x in (item.model, item.provider) if x)}")
+    if item.status == "failed":
+        lines.append(f"Error: {item_error(item)}")
+    lines += ["", "Sent:"] + [f"[{m['role']}]\n{m['content']}" for m in shown.messages]
+    lines += ["", "Answer:", item.result if item.result is not None else "(none yet)"]
+    lines += ["", "Attempts and events:"]
+    lines += ["  " + line for line in event_lines(shown.attempts, {item.index: item.name})] or ["  (none)"]
+    return "\n".join(lines)
 
 
 def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:

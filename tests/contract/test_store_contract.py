@@ -157,6 +157,30 @@ def test_events_keep_order_and_limit(store):
     assert [e.message for e in store.list_events(job_id, 3)] == ["m2", "m3", "m4"]
 
 
+def test_one_item_is_read_by_index_and_found_by_name(store):
+    job_id = make_job(store, 5, contents=["a", "b", "same", "same", "e"])
+    c = claim(store, job_id, hint=2)
+    store.record_attempt(job_id, c.index, "w1", ItemError("TransientError", "the provider answered HTTP 503", 503),
+                         rate_limited=False)
+    store.add_events(job_id, [Event("note", "about item 4", 3)])
+    store.complete_item(job_id, c.index, "w1", "answer two", Usage(3, 4))
+    got = store.get_item(job_id, 2)
+    assert (got.item.name, got.item.status, got.item.result, got.item.tokens_in, got.item.tokens_out) == \
+        ("item-2", "completed", "answer two", 3, 4)
+    assert (got.content, got.content_hash) == ("same", f"b2:{hash('same')}")
+    assert store.get_item(job_id, 0).item.status == "pending" and store.get_item(job_id, 0).content == "a"
+    assert store.get_item(job_id, 5) is None and store.get_item(job_id, -1) is None
+    assert store.get_item("nojob", 0) is None
+    assert (store.find_item(job_id, "item-4"), store.find_item(job_id, "item-9")) == (4, None)
+    assert store.item_names(job_id, [4, 0, 4, 99]) == {0: "item-0", 4: "item-4"}
+    assert store.item_names(job_id, []) == {}
+    events = store.item_events(job_id, 2)
+    assert [(e.kind, e.http_status, e.message) for e in events] == [
+        ("attempt_failed", 503, "the provider answered HTTP 503")]
+    assert [e.message for e in store.item_events(job_id, 3)] == ["about item 4"]
+    assert store.item_events(job_id, 1) == []
+
+
 # Claims --------------------------------------------------------------------------------------
 
 

@@ -49,11 +49,13 @@ model call, made in the background with Hermes' model; progress is kept outside 
 {CMD} "<instruction>" --over <path> [--concurrency N] [--retries N] [--max-tokens N]
       [--rpm N] [--tpm N] [--schema FILE]        Creates a job. Makes no model calls.
 {CMD} run <job_id>                     Processes all pending items in the background.
-{CMD} status [job_id] [--events N]     Shows one job, or the most recent jobs.
+{CMD} status [job_id] [--events N] [--failed]
+                                        Shows one job (its failed items by name), or the most recent jobs.
+{CMD} show <job_id> <item>             One item (name or number): state, content as sent, answer, attempts.
 {CMD} pause <job_id>                   Stops new items from starting. Items in progress may finish.
 {CMD} resume <job_id> [--max-tokens N] Continues a paused job, optionally with a new limit.
 {CMD} retry <job_id>                   Returns failed items to the queue and processes them.
-{CMD} export <job_id> [--format md|csv|jsonl] [--output PATH]
+{CMD} export <job_id> [--format md|csv|jsonl] [--output PATH] [--only failed|completed]
                                         Writes all results to one file. Makes no model calls.
 {CMD} list | events <job_id> | delete <job_id>
 

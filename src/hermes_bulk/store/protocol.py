@@ -169,6 +169,15 @@ class ItemRecord:
     content: str | None = None  # what the item was given (iter_items with_content only)
 
 
+@dataclass(frozen=True, slots=True)
+class ItemDetail:
+    """One item as `show` presents it: its record, and the content sent for it."""
+
+    item: ItemRecord
+    content: str
+    content_hash: str
+
+
 # The most tokens one request may report. Redis scripts hold numbers as doubles and pass them
 # on with 14 significant digits, so a larger count would fail on Redis where SQLite takes it;
 # model clients treat a larger (or non-integer) report as no report (the estimate is charged).
@@ -275,6 +284,19 @@ class JobStore(Protocol):
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         """The newest events of a job, oldest first."""
+
+    def get_item(self, job_id: str, index: int) -> ItemDetail | None:
+        """One item by index, with its result and content; None if the job or index is unknown."""
+
+    def find_item(self, job_id: str, name: str) -> int | None:
+        """The index of the item named exactly name (the lowest, if several), or None. Reads the
+        job's items one by one where the backend has no index on names (memory stays flat)."""
+
+    def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
+        """The names of these items (unknown indexes are left out): one read for a page of events."""
+
+    def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
+        """The newest events of one item, oldest first (on Redis, among the job's kept events)."""
 
     # Job state -----------------------------------------------------------------------------
     def set_state(self, job_id: str, state: str, *, from_states: Iterable[str],

@@ -22,6 +22,7 @@ from ..protocol import (
     Claim,
     ClaimRefused,
     Event,
+    ItemDetail,
     ItemError,
     ItemRecord,
     JobRecord,
@@ -199,6 +200,51 @@ class RedisJobStore:
         if limit <= 0:
             return []
         return [codec.parse_event(e) for e in self.r.lrange(self.keys.job_key(job_id, "events"), -limit, -1)]
+
+    def get_item(self, job_id: str, index: int) -> ItemDetail | None:
+        if index < 0:
+            return None
+        pipe = self.r.pipeline(transaction=False)
+        for suffix in ("items", "states", "results"):
+            pipe.hget(self.keys.job_key(job_id, suffix), index)
+        raw, state, result = pipe.execute()
+        if raw is None:
+            return None
+        _, content_hash, (name, _origin, _offset, _stat_sig) = codec.parse_item(raw)
+        content = codec.text(self.r.hget(self.keys.job_key(job_id, "contents"), content_hash))
+        if content is None:  # deleted in the meantime
+            return None
+        return ItemDetail(self._item_record(index, name, state, result), content, content_hash)
+
+    @staticmethod
+    def _item_record(index: int, name: str, state, result) -> ItemRecord:
+        st = json.loads(state) if state else {}
+        return ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.text(result),
+                          error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
+                          tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
+                          attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"))
+
+    def find_item(self, job_id: str, name: str) -> int | None:
+        # No index on names: the items hash is read a page at a time (HSCAN), keeping the lowest match.
+        found = None
+        for field, raw in self.r.hscan_iter(self.keys.job_key(job_id, "items"), count=1000):
+            if codec.parse_item(raw)[2][0] == name and (found is None or int(field) < found):
+                found = int(field)
+        return found
+
+    def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
+        wanted = sorted({i for i in indexes if i >= 0})
+        if not wanted:
+            return {}
+        raws = self.r.hmget(self.keys.job_key(job_id, "items"), wanted)
+        return {i: codec.parse_item(raw)[2][0] for i, raw in zip(wanted, raws, strict=True) if raw is not None}
+
+    def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
+        if limit <= 0:
+            return []
+        events = [e for e in map(codec.parse_event, self.r.lrange(self.keys.job_key(job_id, "events"), 0, -1))
+                  if e.item_index == index]
+        return events[-limit:]
 
     # Job state -----------------------------------------------------------------------------
     def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):

@@ -20,6 +20,7 @@ from ..protocol import (
     Claim,
     ClaimRefused,
     Event,
+    ItemDetail,
     ItemError,
     ItemRecord,
     JobRecord,
@@ -137,6 +138,36 @@ class SqliteJobStore:
         rows = self.db.read(
             "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
             " WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit))
+        return [Event(*r) for r in reversed(rows)]
+
+    def get_item(self, job_id: str, index: int) -> ItemDetail | None:
+        rows = self.db.read(
+            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
+            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, c.text, i.content_hash"
+            " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
+            " JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash"
+            " WHERE i.job_id = ? AND i.idx = ?", (job_id, index))
+        if not rows:
+            return None
+        *record, content, content_hash = rows[0]
+        return ItemDetail(ItemRecord(*record), content, content_hash)
+
+    def find_item(self, job_id: str, name: str) -> int | None:
+        rows = self.db.read("SELECT min(idx) FROM items WHERE job_id = ? AND name = ?", (job_id, name))
+        return rows[0][0] if rows else None
+
+    def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
+        wanted = sorted(set(indexes))
+        if not wanted:
+            return {}
+        rows = self.db.read(f"SELECT idx, name FROM items WHERE job_id = ? AND idx IN ({','.join('?' * len(wanted))})",
+                            (job_id, *wanted))
+        return dict(rows)
+
+    def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
+        rows = self.db.read(
+            "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
+            " WHERE job_id = ? AND item_idx = ? ORDER BY id DESC LIMIT ?", (job_id, index, limit))
         return [Event(*r) for r in reversed(rows)]
 
     # Job state -----------------------------------------------------------------------------
