@@ -5,8 +5,6 @@ mode of an export the user asked for."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import stat
 import subprocess
 import sys
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_for
+from tests.helpers import kill_worker_holding_an_item
 from tests.test_cli_errors import assert_one_line_error
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
@@ -60,16 +58,9 @@ def test_one_interrupted_item_is_one_item(cli, tmp_path, fake_provider, request,
     extra = {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url")} if backend == "redis" else {}
     one = tmp_path / "one.txt"
     one.write_text("the only item")
-    fake_provider.configure(latency_s=60)
     job = json.loads(cli("create", "Summarize", "--over", str(one), "--json", **extra).stdout)["job_id"]
     cli("run", job, **extra)
-    worker = cli.spawn_worker(HERMES_BULK_LEASE_SECONDS="60", **extra)
-    try:
-        wait_for(lambda: fake_provider.requests, timeout=60, message="the item reaches the provider")
-    finally:
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait()
-    fake_provider.configure(latency_s=0)
+    kill_worker_holding_an_item(cli, fake_provider, **extra)
     cli("run", job, **extra)  # returns the dead worker's item to the queue
     events = cli("events", job, **extra).stdout
     assert "recovered: 1 interrupted item returned to the queue" in events, events

@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.conftest import ROOT, free_port
-from tests.helpers import wait_for
+from tests.helpers import kill_worker_holding_an_item, wait_for
 
 
 def rows(n: int, path: Path) -> Path:
@@ -62,16 +62,9 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
 
 
 def test_a_job_cut_off_mid_run_asks_for_run_and_a_worker_until_one_is_live(cli, tmp_path, fake_provider):
-    fake_provider.configure(latency_s=60)
     job = cli.create("Classify", rows(3, tmp_path / "rows.jsonl"), "--concurrency", "1")
     cli("run", job)
-    worker = cli.spawn_worker(HERMES_BULK_LEASE_SECONDS="60")
-    try:
-        wait_for(lambda: fake_provider.requests, timeout=60, message="an item reaches the provider")
-    finally:
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait()
-    fake_provider.configure(latency_s=0)
+    kill_worker_holding_an_item(cli, fake_provider)
     status = cli("status", job).stdout
     assert "No live worker (0 live workers). Items that were in progress when its workers stopped" in status
     assert (f"Continue with: hermes-bulk run {job} --wait, or start hermes-bulk worker and then: "

@@ -111,7 +111,7 @@ def status(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     if args.job is None:
         return jobs_list(jobs, place, 10)
     st = jobs.status(args.job, events=args.events)
-    if getattr(args, "failed", False):
+    if args.failed:
         return failed(st, jobs, place)
     if views.has_ended(st):
         place.unwatch(st.job.job_id)  # this reply is the news
@@ -180,7 +180,7 @@ def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     if args.output == "-":
         raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
     path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output),
-                       with_input=args.with_input, only=getattr(args, "only", None))
+                       with_input=args.with_input, only=args.only)
     if not place.export_summary:
         return Reply(str(path), path)
     job = jobs.get(args.job)
