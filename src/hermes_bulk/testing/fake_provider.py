@@ -165,6 +165,8 @@ class FakeProvider:
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
             pass
+        except asyncio.CancelledError:
+            pass  # stop() cancels open connections; a cancelled handler would be logged as an error
         finally:
             if not writer.is_closing():
                 writer.close()
@@ -287,10 +289,16 @@ class FakeProvider:
             await self._serve()
 
     def stop(self) -> None:
-        if self._loop and self._server:
-            self._loop.call_soon_threadsafe(self._server.close)
-            for task in asyncio.all_tasks(self._loop):
-                self._loop.call_soon_threadsafe(task.cancel)
+        loop, server = self._loop, self._server
+        if loop and server:
+            def shut_down() -> None:  # runs on the server's own loop, so the task list is its own
+                server.close()
+                for task in asyncio.all_tasks(loop):
+                    task.cancel()
+            # Closing the server can end asyncio.run() (and close the loop) before this call:
+            # then there is nothing left to stop.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(shut_down)
         if self._thread:
             self._thread.join(5)
 
