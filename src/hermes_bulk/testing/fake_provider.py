@@ -94,6 +94,8 @@ class FakeProvider:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._thread: threading.Thread | None = None
+        self._open: dict[asyncio.StreamWriter, asyncio.Task] = {}  # connections to drop on stop()
+        self._stopping = False
         self._ready = threading.Event()
 
     @property
@@ -152,6 +154,10 @@ class FakeProvider:
 
     # HTTP ----------------------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._stopping:  # accepted in the same turn as stop(): nothing to answer
+            writer.transport.abort()
+            return
+        self._open[writer] = asyncio.current_task()
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -168,6 +174,7 @@ class FakeProvider:
         except asyncio.CancelledError:
             pass  # stop() cancels open connections; a cancelled handler would be logged as an error
         finally:
+            self._open.pop(writer, None)
             if not writer.is_closing():
                 writer.close()
 
@@ -269,6 +276,7 @@ class FakeProvider:
     # Running -------------------------------------------------------------------------------
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(_quiet_about_cancelled)
         self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=2048,
                                                   reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -287,14 +295,28 @@ class FakeProvider:
     async def _serve_quietly(self) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await self._serve()
+        # Wind down every connection before asyncio.run() closes the loop, so no socket outlives it:
+        # handlers still answering are cancelled (they close their own socket), handlers accepted in
+        # the turn of stop() start, see _stopping and drop theirs.
+        me = asyncio.current_task()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for task in self._open.values():
+                task.cancel()
+            if not [t for t in asyncio.all_tasks() if t is not me]:
+                break
+            await asyncio.sleep(0.01)
+        for _ in range(3):  # a closed transport lets go of its socket a turn later
+            await asyncio.sleep(0)
 
     def stop(self) -> None:
         loop, server = self._loop, self._server
         if loop and server:
-            def shut_down() -> None:  # runs on the server's own loop, so the task list is its own
+            def shut_down() -> None:  # runs on the server's own loop, so the sets are its own
+                self._stopping = True
                 server.close()
-                for task in asyncio.all_tasks(loop):
-                    task.cancel()
+                for writer in list(self._open):
+                    writer.transport.abort()  # a handler still waiting is cancelled as the loop ends
             # Closing the server can end asyncio.run() (and close the loop) before this call:
             # then there is nothing left to stop.
             with contextlib.suppress(RuntimeError):
@@ -304,6 +326,13 @@ class FakeProvider:
 
     def serve_forever(self) -> None:
         asyncio.run(self._serve())
+
+
+def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    # Python 3.11's stream protocol asks a connection task cancelled before its first step for its
+    # exception, which raises CancelledError into the loop's handler: that is a stop, not a fault.
+    if not isinstance(context.get("exception"), asyncio.CancelledError):
+        loop.default_exception_handler(context)
 
 
 def _content_text(content: Any) -> str:
