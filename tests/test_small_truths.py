@@ -124,6 +124,9 @@ def test_reads_on_a_fresh_machine_say_no_jobs_and_leave_nothing(cli, home, tmp_p
         proc = cli(*args)
         assert proc.stdout.strip() == 'No jobs yet. Create one with: hermes-bulk create "<instruction>" --over PATH'
     assert cli.json("list", "--json") == []
+    assert cli("workers").stdout.strip() == "No live workers. Start one with: hermes-bulk worker"
+    for args in (["budget"], ["path"]):
+        cli(*args)
     for args in (["status", "abc"], ["events", "abc"], ["export", "abc"], ["run", "abc"], ["delete", "abc"]):
         assert_one_line_error(cli(*args, check=False), 1, "There are no jobs yet. Create one with:")
     assert not home.exists(), tree(home)

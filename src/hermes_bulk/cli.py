@@ -277,14 +277,17 @@ def cmd_delete(args: Namespace, settings: Settings) -> int:
 
 def cmd_workers(args: Namespace, settings: Settings) -> int:
     from .broker import open_backend
+    from .jobs import missing_database
     from .liveness import heartbeat_interval
 
-    backend = open_backend(settings)
-    workers = backend.store.live_workers()
+    # A worker makes the database when it starts, so none there means none alive (and a look
+    # at the fleet must not leave an empty database behind).
+    store = None if missing_database(settings) else open_backend(settings).store
+    workers = store.live_workers() if store else []
     if not workers:
         print("No live workers. Start one with: hermes-bulk worker")
     else:
-        print_table(views.workers_table(workers, backend.store.now(),
+        print_table(views.workers_table(workers, store.now(),
                                         heartbeat_s=heartbeat_interval(settings.lease_seconds)))
     return EXIT_OK
 

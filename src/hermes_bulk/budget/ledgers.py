@@ -9,6 +9,12 @@ from ..backend_url import SqliteUrl, parse_ledger_url
 from .ledger import RequestLedger
 
 
+def ledger_file_missing(location: str) -> bool:
+    """True for a SQLite ledger whose file is not there yet: nothing has been counted in it."""
+    parsed = parse_ledger_url(location)
+    return isinstance(parsed, SqliteUrl) and not parsed.path.exists()
+
+
 def open_ledger(location: str) -> RequestLedger:
     """A ledger for a location: a redis:// or rediss:// URL, or a SQLite file path (or sqlite:///path)."""
     parsed = parse_ledger_url(location)

@@ -21,7 +21,7 @@ from ..redact import public_url
 from . import policy
 from .failopen import FailOpenNote, FailOpenNotes
 from .ledger import Admission, CallRecord, RequestLedger, WindowCounts
-from .ledgers import open_ledger
+from .ledgers import ledger_file_missing, open_ledger
 from .settings import BudgetSettings, SettingsFile, ledger_location
 from .windows import Window, window_at
 
@@ -171,7 +171,8 @@ class Budget:
         counts, error = None, None
         location = ledger_location(settings, self.directory)
         try:
-            counts = self.ledger(settings).counts(window)
+            # A look at the budget on a fresh machine makes no ledger file (the first count does).
+            counts = WindowCounts(window.start_s) if ledger_file_missing(location) else self.ledger(settings).counts(window)
         except HermesBulkError as exc:
             error = str(exc)
         return Report(settings=settings, window=window, counts=counts,
