@@ -94,7 +94,7 @@ class WorkerRuntime:
             store=backend.store, limits=backend.limits, worker_id=self.worker_id,
             client_for=client_for or self.client_for, jobs_dir=settings.jobs_dir,
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
-            request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes,
+            request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes, on_claim=self._took,
         )
         self.interval_s = heartbeat_interval(settings.lease_seconds)
         self._stop = threading.Event()
@@ -128,9 +128,7 @@ class WorkerRuntime:
                 self.backend.trigger(job_id, index_hint, client=client)
                 return None
             outcome = self.processor.handle(job_id, index_hint)
-            if outcome.claimed:
-                self._took(job_id)
-            elif outcome.refused not in (None, "at_capacity", "tokens_in_flight"):
+            if not outcome.claimed and outcome.refused not in (None, "at_capacity", "tokens_in_flight"):
                 self._report_end(job_id)  # done, paused, deleted: say so once
             if outcome.reschedule_in is not None:
                 return outcome.reschedule_in
@@ -142,16 +140,16 @@ class WorkerRuntime:
                 return None
 
     # What it says -------------------------------------------------------------------------
-    def _took(self, job_id: str) -> None:
+    def _took(self, job: JobRecord) -> None:
+        """Every claim here: one line the first time the worker takes the job up (until it ends)."""
         with self._taken_lock:
-            if job_id in self._taken:
+            self._worked.add(job.job_id)
+            if job.job_id in self._taken:
                 return
-            self._taken.add(job_id)
-            self._worked.add(job_id)
-        job = self.backend.store.get_job(job_id)
-        if job is not None:
-            log.info("job %s taken up: %s left of %d, up to %d at once", job_id, count(job.pending + job.running, "item"),
-                     job.total, min(job.spec.concurrency, self.settings.max_concurrency))
+            self._taken.add(job.job_id)
+        log.info("job %s taken up: %s left of %d, up to %d at once", job.job_id,
+                 count(job.pending + job.running, "item"), job.total,
+                 min(job.spec.concurrency, self.settings.max_concurrency))
 
     def _report_end(self, job_id: str) -> None:
         """One line when a job this worker took up finishes, pauses or is deleted (else nothing)."""
