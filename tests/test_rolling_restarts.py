@@ -129,6 +129,27 @@ def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(cli, fake
     assert (st["completed"], st["failed"], st["interrupted"]) == (24, 0, None)
 
 
+def test_a_sighup_restart_of_a_flagged_worker_continues_its_jobs(cli, fake_provider, tmp_path, backend_env):
+    """huey's own restart (SIGHUP: a graceful stop, then it execs itself with the same flags)."""
+    env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
+    fake_provider.configure(latency_s=0.3)
+    job_id = _create(cli, _items(tmp_path, 16), env, "--concurrency", "2")
+    cli("run", job_id, **env)
+    worker = Worker(cli, tmp_path / "hup.stderr", "--resume-interrupted", **env)
+    try:
+        wait_for(lambda: _status(cli, job_id, env)["completed"] >= 2, timeout=60, message="some items done")
+        worker.proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: "continues" in worker.log, timeout=60, message="the restarted worker continues the job")
+        fake_provider.configure(latency_s=0)
+        wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="completion")
+    finally:
+        log = worker.stop()
+    assert len(re.findall(r"INFO hermes_bulk: worker \S+: 2 threads", log)) == 2, log
+    _one(rf"worker \S+ stopped: no items went back to the queue; unfinished: {job_id}$", log)
+    _one(rf"job {job_id} continues", log)
+    assert _status(cli, job_id, env)["failed"] == 0
+
+
 def test_by_default_a_restarted_worker_leaves_a_gracefully_stopped_job_for_run(cli, fake_provider, tmp_path,
                                                                                backend_env):
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
