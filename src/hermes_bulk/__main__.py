@@ -1,5 +1,7 @@
 import sys
 
-from .cli import main
+# Absolute: huey's SIGHUP restart execs `python <this file> …` (sys.argv), where a relative
+# import has no package to be relative to.
+from hermes_bulk.cli import main
 
 sys.exit(main())

@@ -33,6 +33,7 @@ from .terminal import print_table, say, stderr_console
 from .words import count
 
 if TYPE_CHECKING:
+    from .client_kinds import Served
     from .worker import WorkerRuntime
 
 # What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
@@ -138,7 +139,7 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
 
 
-def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRuntime, str]:
+def _worker_runtime(backend, settings: Settings, threads: int, **options) -> tuple[WorkerRuntime, Served]:
     """A worker for every kind of job this machine can serve, and a line saying which.
 
     Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; other kinds (jobs
@@ -150,17 +151,18 @@ def _worker_runtime(backend, settings: Settings, threads: int) -> tuple[WorkerRu
     from .worker import WorkerRuntime
 
     served = client_kinds.served(settings)
-    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or _request_gate())
+    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or _request_gate(),
+                            **options)
     runtime.clients.update(served.clients)
-    return runtime, served.note
+    return runtime, served
 
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime, note = _worker_runtime(jobs.backend, settings, threads)
+    runtime, served = _worker_runtime(jobs.backend, settings, threads)
     job = jobs.get(job_id)
     if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
-        raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {note}. It stays queued "
+        raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
                                 f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}")
     runtime.start()
     runtime.start_embedded_consumer()
@@ -327,7 +329,7 @@ def cmd_budget(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: Namespace, settings: Settings) -> int:
-    from . import metrics
+    from . import client_kinds, metrics
     from .broker import open_backend
     from .redact import public_url
     from .tasks import QueuesConsumer, consumer_options
@@ -335,13 +337,15 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     _configure_logging(args)
     threads = args.workers or settings.max_concurrency
     backend = open_backend(settings)
-    runtime, serves_hermes = _worker_runtime(backend, settings, threads)
-    consumer = QueuesConsumer(runtime.queues(), **consumer_options(
+    resume = settings.resume_interrupted if args.resume_interrupted is None else args.resume_interrupted
+    runtime, served = _worker_runtime(backend, settings, threads, stops_gracefully=True,
+                                             resume_interrupted=resume)
+    consumer = QueuesConsumer(runtime.queues(), on_stopping=runtime.stopping,
+                              on_stopped=lambda graceful: runtime.stop(graceful=False), **consumer_options(
         threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
-    for warning in backend.warnings():
+    for warning in backend.warnings():  # once, in the worker's log (stderr unless -l FILE)
         logging.getLogger("hermes_bulk").warning("%s", warning)
-        say(f"hermes-bulk: warning: {warning}")
     runtime.start()
     if args.metrics_port:
         try:
@@ -353,13 +357,25 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     if args.burst:
         threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, set(runtime.clients)),
                          daemon=True).start()
-    logging.getLogger("hermes_bulk").info("worker %s: %d threads on %s; %s", runtime.worker_id, threads,
-                                           public_url(settings.backend_url), serves_hermes)
+    logging.getLogger("hermes_bulk").info(
+        "worker %s: %s on %s; %s%s", runtime.worker_id, count(threads, "thread"), public_url(settings.backend_url),
+        client_kinds.start_line(served, _running_kinds(backend.store, runtime.clients)),
+        "; resumes jobs a graceful worker stop cut off (--resume-interrupted)" if resume else "")
     try:
         consumer.run()
     finally:
         runtime.stop(graceful=False)
     return EXIT_OK
+
+
+def _running_kinds(store, served: dict) -> dict[str, list[str]]:
+    """Running jobs of the kinds this worker does not serve: kind -> job ids."""
+    kinds: dict[str, list[str]] = {}
+    for job_id in store.active_job_ids():
+        job = store.get_job(job_id)
+        if job is not None and job.spec.client not in served and not job.finished:
+            kinds.setdefault(job.spec.client, []).append(job_id)
+    return kinds
 
 
 def _stop_when_idle(jobs: Jobs, consumer, clients: set[str]) -> None:

@@ -31,12 +31,17 @@ class Served:
     #: The gate the calls of a worker serving these clients go through (the kind's budget); None:
     #: the machine's own.
     request_gate: RequestGate | None = None
+    #: kind -> why this machine does not serve it (a kind that offered no clients, or failed to load)
+    unserved: dict[str, str] = field(default_factory=dict)
+    serving: list[str] = field(default_factory=list)  #: the notes of the kinds it serves
 
 
 def served(settings: Settings) -> Served:
     """Every installed kind, together: their clients, their notes in one line, the first gate."""
     clients: dict[str, ClientFactory] = {}
     notes: list[str] = []
+    unserved: dict[str, str] = {}
+    serving: list[str] = []
     gate: RequestGate | None = None
     for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
         try:
@@ -44,8 +49,27 @@ def served(settings: Settings) -> Served:
         except Exception:  # a broken kind costs its jobs, not the worker
             log.warning("model-client kind %s could not be loaded", entry.name, exc_info=True)
             notes.append(f"does not serve {entry.name} jobs: that kind failed to load (see the log)")
+            unserved[entry.name] = notes[-1]
             continue
         clients.update(offer.clients)
         notes.append(offer.note)
+        if offer.clients:
+            serving.append(offer.note)
+        else:
+            unserved[entry.name] = offer.note
         gate = gate or (offer.request_gate if offer.clients else None)
-    return Served(clients, "; ".join(n for n in notes if n) or NONE_NOTE, gate)
+    return Served(clients, "; ".join(n for n in notes if n) or NONE_NOTE, gate, unserved, serving)
+
+
+def start_line(served: Served, running_kinds: dict[str, list[str]]) -> str:
+    """What a `hermes-bulk worker` serves, for its start line. A kind it does not serve is named
+    only when jobs of that kind are running on its backend (running_kinds: kind -> job ids), so
+    a worker that never meets a job made in Hermes says nothing about Hermes."""
+    parts = ["serves jobs created by hermes-bulk create"]
+    parts += [note for note in served.serving if note]
+    for kind, reason in sorted(served.unserved.items()):
+        if running_kinds.get(kind):
+            shown = ", ".join(running_kinds[kind][:3]) + (", …" if len(running_kinds[kind]) > 3 else "")
+            parts.append(f"{reason} (running: {shown}, waiting for a worker that serves them)")
+    return "; ".join(parts)
+

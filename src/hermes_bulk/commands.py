@@ -210,6 +210,10 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
         p.add_argument("-g", "--graceful-signal", choices=("INT", "TERM"), default="INT",
                        help="the signal that lets running items finish (the other stops at once)")
         p.add_argument("--burst", action="store_true", help="exit once no running job has work left")
+        p.add_argument("--resume-interrupted", action="store_true", default=None,
+                       help="at start, continue jobs that a graceful worker stop (SIGINT, SIGTERM, SIGHUP) cut "
+                            "off, as in a rolling restart; never jobs cut off by a crash "
+                            "(default HERMES_BULK_RESUME_INTERRUPTED, else off: they wait for run)")
         p.add_argument("--metrics-port", type=_whole(1, MAX_PORT), metavar="N",
                        help=f"serve Prometheus metrics on this port ({_range(1, MAX_PORT)})")
         p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",

@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     request_timeout_seconds: float = Field(120.0, gt=0, le=3600, description="Timeout of one model request.")
     output_tokens_estimate: int = Field(512, ge=0, le=1_000_000, description="Output allowance in token reservations.")
     max_output_tokens: int | None = Field(None, ge=1, le=1_000_000, description="max_tokens sent with each request (none: provider default).")
+    resume_interrupted: bool = Field(False, description="hermes-bulk worker: at start, continue the jobs a graceful "
+                                     "worker stop cut off (worker --resume-interrupted), not only after run.")
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024, description="Larger files in a directory are left out, with an event.")
 
     @field_validator("backend")

@@ -23,7 +23,7 @@ from .config import Settings, env_name
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from .files import private_dir
 from .limits import OpenGate, RequestGate, provider_key
-from .liveness import Liveness
+from .liveness import Liveness, interruption
 from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
 from .store.protocol import (
     AWAITING_RECOVERY,
@@ -95,6 +95,9 @@ class JobStatus:
     max_concurrency: int | None = None  # the cap in force where the job's items run
     max_concurrency_setting: int | None = None  # the setting now: in force once those workers restart
     event_names: dict[int, str] = field(default_factory=dict)  # item index -> name, for the events shown
+    #: awaiting recovery: why its workers stopped (worker_stop: gracefully; orphaned: a crash, a
+    #: Hermes gateway or run --wait that exited); else None
+    interrupted: str | None = None
 
     @property
     def concurrency(self) -> int:
@@ -113,7 +116,7 @@ class JobStatus:
             "tokens_reserved": j.tokens_reserved, "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
             "instruction": j.spec.instruction, "source": j.spec.source, "created_at": j.created_at,
             "live_workers": self.live_workers, "budget_held_until": self.budget_held_until,
-            "rpm": j.spec.rpm, "tpm": j.spec.tpm,
+            "rpm": j.spec.rpm, "tpm": j.spec.tpm, "interrupted": self.interrupted,
         }
 
 
@@ -289,8 +292,10 @@ class Jobs:
         shown = self.store.list_events(job.job_id, events) if events else []
         # Names are looked up for the events shown only (by index), never the whole job's items.
         names = self.store.item_names(job.job_id, [e.item_index for e in shown if e.item_index is not None])
-        return JobStatus(job=job, state=derive_state(job, live), rate_limit=rate_limit, live_workers=live,
+        state = derive_state(job, live)
+        return JobStatus(job=job, state=state, rate_limit=rate_limit, live_workers=live,
                          events=shown, event_names=names,
+                         interrupted=interruption(job) if state == "awaiting_recovery" else None,
                          budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
                          max_concurrency=self.max_concurrency_for(job),
                          max_concurrency_setting=self.settings.max_concurrency)

@@ -9,13 +9,33 @@ and the worker runtime (`worker.py`) ask this module; it depends on the store pr
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
 import socket
 from pathlib import Path
+from typing import NamedTuple
 
 from .files import private_dir
-from .store.protocol import AWAITING_RECOVERY, RUNNING, Event, JobStore
+from .store.protocol import (
+    AWAITING_RECOVERY,
+    INTERRUPTED_ORPHANED,
+    INTERRUPTED_WORKER_STOP,
+    RUNNING,
+    Event,
+    JobRecord,
+    JobStore,
+)
+
+log = logging.getLogger("hermes_bulk.liveness")
+
+#: Why a job waits for `run`, by JobRecord.interrupted (its awaiting_recovery event says so).
+AWAITING_BECAUSE = {
+    INTERRUPTED_WORKER_STOP: "its workers stopped gracefully before it finished (the items they held went back "
+                             "to the queue); run it to continue",
+    INTERRUPTED_ORPHANED: "its workers stopped without a graceful worker stop (a crash, a Hermes gateway or a "
+                          "run --wait that exited); run it to continue",
+}
 
 
 def heartbeat_interval(lease_s: float) -> float:
@@ -68,11 +88,14 @@ class Liveness:
         return [o for o in self.store.item_owners() if o not in live and o != exclude]
 
     def recover_dead(self, exclude: str | None = None) -> dict[str, int]:
-        """Return the items of dead owners to pending; counts by job."""
+        """Return the items of dead owners to pending; counts by job. Each such job is marked
+        orphaned: its items were cut off, not handed back (a later graceful stop overrides it)."""
         released: dict[str, int] = {}
         for owner in self.dead_owners(exclude):
             for job_id, n in self.store.release_worker_items(owner).items():
                 released[job_id] = released.get(job_id, 0) + n
+        for job_id in released:
+            self.store.mark_interrupted(job_id, INTERRUPTED_ORPHANED)
         return released
 
     def sweep(self) -> None:
@@ -90,24 +113,64 @@ class Liveness:
                 path.unlink(missing_ok=True)
 
 
-def recover_interrupted(liveness: Liveness, exclude: str | None = None) -> dict[str, int]:
+class Recovery(NamedTuple):
+    released: dict[str, int]  #: items of dead workers returned to the queue, per job
+    resumed: list[str]  #: jobs continued after a graceful worker stop (resume=True)
+
+
+def stopped_gracefully(job: JobRecord) -> bool:
+    """The job's last interruption is a graceful worker stop, and no item was claimed since."""
+    return (job.interrupted == INTERRUPTED_WORKER_STOP and job.interrupted_at is not None
+            and job.interrupted_at >= (job.last_claim_at or 0))
+
+
+def interruption(job: JobRecord) -> str | None:
+    """Why a job that no worker runs now was cut off (INTERRUPTED_*), or None: not cut off (never
+    picked up since it was run, finished, paused). What `status` shows while it awaits recovery."""
+    if job.finished:
+        return None
+    if job.state == AWAITING_RECOVERY:
+        return job.interrupted or INTERRUPTED_ORPHANED
+    if job.state == RUNNING and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
+        return INTERRUPTED_WORKER_STOP if stopped_gracefully(job) else INTERRUPTED_ORPHANED
+    return None
+
+
+def recover_interrupted(liveness: Liveness, exclude: str | None = None, *, resume: bool = False) -> Recovery:
     """When Bulk starts (a worker, or the plugin in a Hermes process): items dead workers left
     running go back to the queue at once, whether or not other workers are alive (on this host
     a dead worker's lock file is free, so this needs no lease to lapse); with no other worker
-    alive, jobs cut off mid-run also wait for someone to run them. Returns the items returned
-    per job.
+    alive, jobs cut off mid-run also wait for someone to run them.
 
     Jobs never start by themselves (DESIGN.md invariant 9): a restart must not spend tokens
     nobody asked for. A running job that some worker has claimed items of since it was last
     run was interrupted; one that was run but never picked up is still waiting for a worker.
+    The one exception is opt-in (resume, `worker --resume-interrupted`): a job whose last
+    interruption was a graceful worker stop, with nothing claimed and no item found orphaned
+    since, keeps running, so a rolling restart of a fleet continues its jobs. A job cut off by
+    a crash (of a worker or of a Hermes gateway) always waits for `run`.
     """
     alone = not (liveness.live_worker_ids() - {exclude})
     released = liveness.recover_dead(exclude=exclude)
+    resumed: list[str] = []
     if alone:
         store = liveness.store
         for job_id in store.active_job_ids():
             job = store.get_job(job_id)
-            if job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0):
-                store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING], event=Event(
-                    "awaiting_recovery", "the workers stopped before the job finished; run it to continue"))
-    return released
+            if not (job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0)):
+                continue
+            graceful = stopped_gracefully(job)
+            if resume and graceful:
+                if store.mark_interrupted(job_id, None, event=Event(
+                        "resumed", "continued after a graceful worker stop (worker --resume-interrupted)")):
+                    resumed.append(job_id)
+                    log.info("job %s continues: its workers stopped gracefully and this worker resumes such jobs "
+                             "(--resume-interrupted)", job_id)
+                continue
+            if not graceful:
+                store.mark_interrupted(job_id, INTERRUPTED_ORPHANED)
+            reason = INTERRUPTED_WORKER_STOP if graceful else INTERRUPTED_ORPHANED
+            if store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING],
+                               event=Event("awaiting_recovery", AWAITING_BECAUSE[reason])):
+                log.info("job %s awaits recovery: %s", job_id, AWAITING_BECAUSE[reason])
+    return Recovery(released, resumed)

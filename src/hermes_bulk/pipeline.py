@@ -77,7 +77,8 @@ class ItemProcessor:
                  client_for: Callable[[JobRecord], ModelClient], jobs_dir: Path,
                  lease_s: float, concurrency_cap: int, request_gate: RequestGate | None = None,
                  sleep: Callable[[float], None] = time.sleep,
-                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES) -> None:
+                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
+                 on_claim: Callable[[JobRecord], None] | None = None) -> None:
         self.store, self.limits, self.worker_id = store, limits, worker_id
         self.request_gate = request_gate or OpenGate()
         self.counters = WorkerCounters()
@@ -87,6 +88,7 @@ class ItemProcessor:
         self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
         self.max_item_bytes = max_item_bytes  # the most a source-change check reads for one item
         self._told_cannot_serve: set[str] = set()  # job ids that have the event already
+        self.on_claim = on_claim  # told of every claim, with the job as the claim saw it (the worker's log)
 
     def handle(self, job_id: str, index_hint: int) -> Outcome:
         claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
@@ -96,6 +98,8 @@ class ItemProcessor:
             return Outcome(claimed=False, refused=claim.reason, reschedule_in=again)
         with self._held_lock:
             self._held.add((job_id, claim.index))
+        if self.on_claim is not None:
+            self.on_claim(claim.job)
         try:
             self._process(claim)
         except LongWait as wait:

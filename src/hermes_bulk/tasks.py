@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from huey import Huey
@@ -92,11 +92,17 @@ class EmbeddedConsumer(Consumer):
 class QueuesConsumer(Consumer):
     """The `worker` command's consumer: huey's own, in the foreground with its signal handling,
     on the first queue; the other queues (one per further kind of job the worker serves) get
-    embedded consumers that start, stop and are health-checked with it."""
+    embedded consumers that start, stop and are health-checked with it.
 
-    def __init__(self, queues: list[Huey], **options) -> None:
+    `on_stopping` runs first thing in a stop (chains claim no more), `on_stopped` once the
+    threads are done: the runtime hands back what it holds there, before huey exits, or execs
+    itself on SIGHUP (a restart), which would skip any code after run()."""
+
+    def __init__(self, queues: list[Huey], *, on_stopping: Callable[[], None] | None = None,
+                 on_stopped: Callable[[bool], None] | None = None, **options) -> None:
         super().__init__(queues[0], **options)
         self.others = [EmbeddedConsumer(huey, **options) for huey in queues[1:]]
+        self.on_stopping, self.on_stopped = on_stopping, on_stopped
 
     def start(self) -> None:
         for other in self.others:
@@ -104,9 +110,13 @@ class QueuesConsumer(Consumer):
         super().start()
 
     def stop(self, graceful: bool = False) -> None:
+        if self.on_stopping:
+            self.on_stopping()
         super().stop(graceful=graceful)
         for other in self.others:
             other.stop(graceful=graceful)
+        if self.on_stopped:
+            self.on_stopped(graceful)
 
     def check_worker_health(self) -> bool:
         healthy = [other.check_worker_health() for other in self.others]

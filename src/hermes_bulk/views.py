@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 
 from . import hints
 from .jobs import Created, ItemShown, Jobs, JobStatus, state_label
-from .store.protocol import PAUSE_TOKEN_LIMIT, RUNNING, Event, ItemRecord, WorkerInfo
+from .store.protocol import (
+    INTERRUPTED_WORKER_STOP,
+    PAUSE_TOKEN_LIMIT,
+    RUNNING,
+    Event,
+    ItemRecord,
+    WorkerInfo,
+)
 from .words import count
 
 if TYPE_CHECKING:  # rich is loaded for a table or a bar, not for a line of text
@@ -140,10 +147,13 @@ def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
     if not cut_off:  # run, but no worker has taken an item since: a worker is all it needs
         return [f"No live worker ({live}): start one with: hermes-bulk worker, "
                 f"or process it here: hermes-bulk run {j.job_id} --wait"]
-    return ["No live worker (0 live workers). Items that were in progress when its workers stopped go back to the "
-            "queue and are sent again only when the job runs.",
-            f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
-            f"hermes-bulk run {j.job_id}"]
+    lines = ["No live worker (0 live workers). Items that were in progress when its workers stopped go back to the "
+             "queue and are sent again only when the job runs.",
+             f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
+             f"hermes-bulk run {j.job_id}"]
+    if st.interrupted == INTERRUPTED_WORKER_STOP and j.state == RUNNING:
+        lines.append("Its worker stopped gracefully: hermes-bulk worker --resume-interrupted continues it by itself.")
+    return lines
 
 
 def event_lines(events: list[Event], names: dict[int, str] | None = None) -> list[str]:

@@ -12,6 +12,12 @@ consumer threads it runs one maintenance thread that, at start and every lease/3
      consumer), up to the job's concurrency.
 All three are idempotent and atomic in the store, so every worker can run them: scaling needs
 no special flag.
+
+A worker says what it does, in one line each: a job taken up (its first claim here), the job
+finished or paused (seen by a claim that is refused, or by the maintenance pass), and the stop,
+with how many items went back to the queue. A `hermes-bulk worker` (stops_gracefully) also
+records on the jobs it leaves unfinished that it stopped gracefully; one started with
+resume_interrupted continues such jobs (liveness.recover_interrupted).
 """
 
 from __future__ import annotations
@@ -31,8 +37,17 @@ from .limits import OpenGate, RequestGate
 from .liveness import Liveness, heartbeat_interval, new_worker_id, recover_interrupted
 from .model import HttpModelClient, ModelClient
 from .pipeline import ItemProcessor
-from .store.protocol import JobRecord, WorkerInfo
+from .store.protocol import (
+    INTERRUPTED_WORKER_STOP,
+    PAUSE_USER,
+    PAUSED,
+    RUNNING,
+    Event,
+    JobRecord,
+    WorkerInfo,
+)
 from .tasks import EmbeddedConsumer, consumer_options, serve, stop_serving
+from .words import count
 
 log = logging.getLogger("hermes_bulk.worker")
 
@@ -58,10 +73,15 @@ class WorkerRuntime:
     def __init__(self, backend: Backend, settings: Settings, *, threads: int,
                  clients: Mapping[str, ClientFactory] | None = None,
                  client_for: ClientFactory | None = None,
-                 request_gate: RequestGate | None = None) -> None:
+                 request_gate: RequestGate | None = None, stops_gracefully: bool = False,
+                 resume_interrupted: bool = False) -> None:
         """`clients`: a model-client factory per kind of job (job.spec.client) this worker serves;
         by default only "http", the endpoint in HERMES_BULK_*. A job of another kind is left to
-        workers that serve it. `client_for` replaces the routing altogether."""
+        workers that serve it. `client_for` replaces the routing altogether.
+
+        `stops_gracefully`: this is a `hermes-bulk worker`, whose stop (on a signal) is recorded
+        on the jobs it leaves unfinished; `resume_interrupted`: at start, continue jobs whose
+        last interruption was such a stop (`worker --resume-interrupted`)."""
         self.backend, self.settings, self.threads = backend, settings, threads
         self.clients: dict[str, ClientFactory] = dict(clients) if clients is not None else {"http": self.http_client_for}
         self.worker_id = new_worker_id()
@@ -74,11 +94,16 @@ class WorkerRuntime:
             store=backend.store, limits=backend.limits, worker_id=self.worker_id,
             client_for=client_for or self.client_for, jobs_dir=settings.jobs_dir,
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
-            request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes,
+            request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes, on_claim=self._took,
         )
         self.interval_s = heartbeat_interval(settings.lease_seconds)
         self._stop = threading.Event()
         self._stopping = threading.Event()  # set first thing in stop(): chains hand back at once
+        self._stopped = False
+        self.stops_gracefully, self.resume_interrupted = stops_gracefully, resume_interrupted
+        self._taken: set[str] = set()  # jobs this worker works on now: said when taken up, until they end
+        self._worked: set[str] = set()  # every job it claimed items of (marked at a graceful stop)
+        self._taken_lock = threading.Lock()
         self._lock_fd: int | None = None
         self._maintenance: threading.Thread | None = None
         self.consumers: list[EmbeddedConsumer] = []
@@ -99,7 +124,12 @@ class WorkerRuntime:
             return None
         ends = time.monotonic() + CHAIN_SLICE_S
         while True:
+            if self._stopping.is_set():  # stopping: claim nothing more, the chain stays on the queue
+                self.backend.trigger(job_id, index_hint, client=client)
+                return None
             outcome = self.processor.handle(job_id, index_hint)
+            if not outcome.claimed and outcome.refused not in (None, "at_capacity", "tokens_in_flight"):
+                self._report_end(job_id)  # done, paused, deleted: say so once
             if outcome.reschedule_in is not None:
                 return outcome.reschedule_in
             if not outcome.claimed:
@@ -108,6 +138,41 @@ class WorkerRuntime:
             if self._stopping.is_set() or time.monotonic() >= ends:
                 self.backend.trigger(job_id, index_hint, client=client)
                 return None
+
+    # What it says -------------------------------------------------------------------------
+    def _took(self, job: JobRecord) -> None:
+        """Every claim here: one line the first time the worker takes the job up (until it ends)."""
+        with self._taken_lock:
+            self._worked.add(job.job_id)
+            if job.job_id in self._taken:
+                return
+            self._taken.add(job.job_id)
+        log.info("job %s taken up: %s left of %d, up to %d at once", job.job_id,
+                 count(job.pending + job.running, "item"), job.total,
+                 min(job.spec.concurrency, self.settings.max_concurrency))
+
+    def _report_end(self, job_id: str) -> None:
+        """One line when a job this worker took up finishes, pauses or is deleted (else nothing)."""
+        with self._taken_lock:
+            if job_id not in self._taken:
+                return
+        job = self.backend.store.get_job(job_id)
+        if job is None:
+            line = f"job {job_id} was deleted"
+        elif job.finished:
+            line = f"job {job_id} finished: {job.completed} completed, {job.failed} failed"
+        elif job.state == PAUSED:
+            why = "by a user" if job.pause_reason == PAUSE_USER else f"({job.pause_reason})"
+            line = f"job {job_id} paused {why}: {count(job.pending + job.running, 'item')} left"
+        elif job.state != RUNNING:
+            line = f"job {job_id} stopped ({job.state.replace('_', ' ')})"
+        else:
+            return
+        with self._taken_lock:
+            if job_id not in self._taken:
+                return  # another thread said it
+            self._taken.discard(job_id)
+        log.info("%s", line)
 
     def client_for(self, job: JobRecord) -> ModelClient:
         """The model client for a job; ClientUnavailable when this worker does not serve its kind."""
@@ -152,22 +217,37 @@ class WorkerRuntime:
         for consumer in self.consumers:
             consumer.start()
 
-    def stop(self, *, graceful: bool = True) -> None:
-        """Stop consuming, return what this worker still holds to the queue, deregister."""
+    def stopping(self) -> None:
+        """From now on chains claim nothing more (items in progress go on); stop() follows."""
         self._stopping.set()
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """Stop consuming, return what this worker still holds to the queue, deregister (once)."""
+        self._stopping.set()
+        if self._stopped:
+            return
+        self._stopped = True
         consumers, self.consumers = self.consumers, []
         for consumer in consumers:
             consumer.stop(graceful=graceful)
         self._stop.set()
         if self._maintenance is not None:
             self._maintenance.join(5)
+        released: dict[str, int] = {}
+        left: list[str] = []
         try:
             released = self.backend.store.release_worker_items(self.worker_id)
             for job_id, n in released.items():
                 self.backend.trigger(job_id, 0, n)
+            left = self._record_stop(released)
             self.backend.store.remove_worker(self.worker_id)
         except HermesBulkError as exc:
             log.warning("could not deregister worker %s: %s", self.worker_id, exc)
+        went_back = sum(released.values())
+        log.info("worker %s stopped: %s went back to the queue%s%s", self.worker_id,
+                 "no items" if not went_back else count(went_back, "item"),
+                 "".join(f"; job {j}: {n}" for j, n in sorted(released.items())) if len(released) > 1 else "",
+                 f"; unfinished: {', '.join(left)}" if left else "")
         stop_serving(self)
         for client in self._clients.values():
             client.close()
@@ -176,14 +256,38 @@ class WorkerRuntime:
             self.liveness.lock_path(self.worker_id).unlink(missing_ok=True)
             self._lock_fd = None
 
+    def _record_stop(self, released: dict[str, int]) -> list[str]:
+        """The running, unfinished jobs this worker leaves; a `hermes-bulk worker` records on each
+        that it stopped gracefully (what --resume-interrupted continues)."""
+        with self._taken_lock:
+            worked = sorted(self._worked | set(released))
+        left = []
+        for job_id in worked:
+            job = self.backend.store.get_job(job_id)
+            if job is None or job.finished or job.state != RUNNING:
+                continue
+            left.append(job_id)
+            if self.stops_gracefully:
+                n = released.get(job_id, 0)
+                self.backend.store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP, event=Event(
+                    "worker_stopped", f"worker {self.worker_id} stopped gracefully"
+                    + (f"; {count(n, 'item')} it held went back to the queue" if n else "")))
+        return left
+
     def _recover_at_start(self) -> None:
         """Return dead workers' items now (recover_interrupted) and trigger those of jobs still
         running: a worker restarted after a crash gets its predecessor's items back at once, not
-        at the next maintenance pass of whichever worker is alive."""
-        released = recover_interrupted(self.liveness, exclude=self.worker_id)
+        at the next maintenance pass of whichever worker is alive. With resume_interrupted, jobs
+        cut off by a graceful worker stop get their chains back too."""
+        released, resumed = recover_interrupted(self.liveness, exclude=self.worker_id, resume=self.resume_interrupted)
         if released:
             running = set(self.backend.store.active_job_ids())
             self._send_triggers({job_id: n for job_id, n in released.items() if job_id in running})
+        for job_id in resumed:
+            job = self.backend.store.get_job(job_id)
+            if job is not None and job.spec.client in self.clients:
+                slots = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
+                self.backend.trigger(job_id, 0, max(1, slots), client=job.spec.client)
 
     def metrics_page(self) -> str:
         store = self.backend.store
@@ -233,6 +337,10 @@ class WorkerRuntime:
             released[job_id] = released.get(job_id, 0) + n
         self._send_triggers(released)
         self.liveness.sweep()
+        with self._taken_lock:
+            taken = sorted(self._taken)
+        for job_id in taken:  # jobs that ended where this worker's chains did not see it
+            self._report_end(job_id)
         self._pump()
 
     def _pump(self) -> None:

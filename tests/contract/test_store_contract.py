@@ -15,6 +15,9 @@ import pytest
 
 from hermes_bulk import broker
 from hermes_bulk.store.protocol import (
+    AWAITING_RECOVERY,
+    INTERRUPTED_ORPHANED,
+    INTERRUPTED_WORKER_STOP,
     NOT_STARTED,
     PAUSE_TOKEN_LIMIT,
     PAUSED,
@@ -424,6 +427,27 @@ def _within_limit(store, job_id, limit):
     job = store.get_job(job_id)  # one read of the job: charged and reserved from one instant
     assert job.tokens_charged + job.tokens_reserved <= limit, (job.tokens_charged, job.tokens_reserved)
     return job
+
+
+def test_why_a_job_was_interrupted_is_kept_until_it_is_run_again(store):
+    job_id = make_job(store, 2)
+    assert store.get_job(job_id).interrupted is None
+    before = store.now()
+    assert store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP, event=Event("worker_stopped", "returned"))
+    job = store.get_job(job_id)
+    assert job.interrupted == INTERRUPTED_WORKER_STOP and before - 1 <= job.interrupted_at <= store.now() + 1
+    assert store.list_events(job_id)[-1].kind == "worker_stopped"
+    assert store.mark_interrupted(job_id, INTERRUPTED_ORPHANED)
+    assert store.get_job(job_id).interrupted == INTERRUPTED_ORPHANED, "the latest reason wins"
+    store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING])
+    assert store.get_job(job_id).interrupted == INTERRUPTED_ORPHANED, "awaiting recovery keeps the reason"
+    assert not store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP), "only a running job is marked"
+    store.set_state(job_id, RUNNING, from_states=[AWAITING_RECOVERY])
+    job = store.get_job(job_id)
+    assert (job.interrupted, job.interrupted_at) == (None, None), "running it clears the reason"
+    store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP)
+    assert store.mark_interrupted(job_id, None) and store.get_job(job_id).interrupted is None
+    assert not store.mark_interrupted("nosuchjob", INTERRUPTED_WORKER_STOP)
 
 
 def test_a_claim_waits_for_reservations_in_flight_instead_of_pausing(store):

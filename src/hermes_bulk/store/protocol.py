@@ -44,6 +44,14 @@ FAILED = "failed"
 PAUSE_USER = "user"
 PAUSE_TOKEN_LIMIT = "token limit reached"
 
+# Why a running job's workers stopped (JobRecord.interrupted; docs/decisions.md "Rolling restarts").
+#: A `hermes-bulk worker` stopped on a signal and returned what it held: the only kind a worker
+#: started with --resume-interrupted continues by itself.
+INTERRUPTED_WORKER_STOP = "worker_stop"
+#: Found cut off with no record of a graceful worker stop since its last claim: a crash (kill -9,
+#: OOM), a Hermes gateway that exited or crashed, an interrupted `run --wait`.
+INTERRUPTED_ORPHANED = "orphaned"
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
@@ -118,6 +126,9 @@ class JobRecord:
     skipped: int
     last_claim_at: float | None  # when an item was last claimed
     run_at: float | None  # when the job last moved to running
+    #: Why its workers stopped (INTERRUPTED_*), recorded by mark_interrupted; cleared when it is run.
+    interrupted: str | None = None
+    interrupted_at: float | None = None  # when that was recorded (the backend's clock)
 
     @property
     def job_id(self) -> str:
@@ -304,7 +315,7 @@ class JobStore(Protocol):
                   event: Event | None = None) -> JobRecord | None:
         """Move the job to `state` if it is in one of from_states (and set max_tokens if given).
 
-        Moving to RUNNING records run_at = now.
+        Moving to RUNNING records run_at = now and clears `interrupted` (someone ran it).
         Returns the updated job, or None when the job was not in from_states (nothing changed).
 
         The move is one step on both backends. On Redis a move to RUNNING takes a second
@@ -316,6 +327,12 @@ class JobStore(Protocol):
         longer look after the job, and running it again (`run` accepts a running job) lists
         it at its new epoch.
         """
+
+    def mark_interrupted(self, job_id: str, reason: str | None, *, event: Event | None = None) -> bool:
+        """Record why a running job's workers stopped (an INTERRUPTED_* reason, at now), or clear
+        it (None), and add the event if given. False (nothing changed) unless the job is running.
+
+        One step on both backends."""
 
     def update_job(self, job_id: str, *, concurrency: int | None = None, rpm: int | None = None,
                    tpm: int | None = None) -> JobRecord | None:

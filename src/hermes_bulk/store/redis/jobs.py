@@ -263,6 +263,10 @@ class RedisJobStore:
             self._raise_active_epoch(job_id, epoch)
         return self.get_job(job_id)
 
+    def mark_interrupted(self, job_id, reason, *, event=None):
+        body = codec.event_body(event) if event is not None else ""
+        return bool(self.lua.mark_interrupted(keys=self.keys.job(job_id), args=[codec.opt(reason), body]))
+
     def update_job(self, job_id, *, concurrency=None, rpm=None, tpm=None):
         args = [codec.opt(concurrency), codec.opt(rpm), codec.opt(tpm)]
         if not self.lua.update_job(keys=self.keys.job(job_id), args=args):

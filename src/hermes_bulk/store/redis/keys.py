@@ -6,7 +6,8 @@ One job's keys share the hash tag {P:job:ID}, so each job's script touches one c
 
     {P:job:ID}:meta      HASH  spec (JSON), state, pause_reason, max_tokens, concurrency, the
                                counters of JobRecord, created_at_ms, last_claim_at_ms,
-                               run_at_ms, run_epoch, max_index, skipped_events
+                               run_at_ms, run_epoch, max_index, skipped_events,
+                               interrupted, interrupted_at_ms (why its workers stopped)
     {P:job:ID}:items     HASH  index -> "<estimate>\\t<content_hash>\\t<JSON [name, origin,
                                offset, stat_sig]>", written once (scripts read the first two
                                fields without decoding the rest)

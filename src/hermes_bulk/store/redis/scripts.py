@@ -24,7 +24,8 @@ from .keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
 # Scripts that take a job's ten keys and get the job helpers (_job.lua) prepended.
 _JOB_SCRIPTS = ("begin_job", "add_items", "finish_job", "delete_job", "add_events", "set_state",
                 "retry_failed", "claim_item", "complete_item", "fail_item", "release_item",
-                "record_attempt", "renew_leases", "release_expired", "release_worker_items", "update_job")
+                "record_attempt", "renew_leases", "release_expired", "release_worker_items", "update_job",
+                "mark_interrupted")
 _OTHER_SCRIPTS = ("prune_active", "heartbeat", "acquire", "pause", "clear_backoff")
 
 

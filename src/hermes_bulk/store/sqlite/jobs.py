@@ -33,7 +33,7 @@ from .database import SqliteDatabase
 
 _JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
                 "completed, failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, "
-                "estimated_tokens, skipped, last_claim_at, run_at")
+                "estimated_tokens, skipped, last_claim_at, run_at, interrupted, interrupted_at")
 
 
 def _job_from_row(row: tuple) -> JobRecord:
@@ -44,7 +44,7 @@ def _job_from_row(row: tuple) -> JobRecord:
                      total=row[6], pending=row[7], running=row[8], completed=row[9], failed=row[10],
                      tokens_in=row[11], tokens_out=row[12], tokens_charged=row[13],
                      tokens_reserved=row[14], estimated_tokens=row[15], skipped=row[16],
-                     last_claim_at=row[17], run_at=row[18])
+                     last_claim_at=row[17], run_at=row[18], interrupted=row[19], interrupted_at=row[20])
 
 
 class SqliteJobStore:
@@ -180,7 +180,7 @@ class SqliteJobStore:
                 sets += ", max_tokens = ?"
                 params.append(max_tokens)
             if state == RUNNING:
-                sets += ", run_at = ?"
+                sets += ", run_at = ?, interrupted = NULL, interrupted_at = NULL"
                 params.append(self.now())
             changed = conn.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND state IN ({marks})",
                                    (*params, job_id, *from_states)).rowcount
@@ -189,6 +189,14 @@ class SqliteJobStore:
             if event is not None:
                 self._insert_events(conn, job_id, [event])
         return self.get_job(job_id)
+
+    def mark_interrupted(self, job_id, reason, *, event=None):
+        with self.db.write() as conn:
+            changed = conn.execute("UPDATE jobs SET interrupted = ?, interrupted_at = ? WHERE id = ? AND state = ?",
+                                   (reason, None if reason is None else self.now(), job_id, RUNNING)).rowcount
+            if changed and event is not None:
+                self._insert_events(conn, job_id, [event])
+        return bool(changed)
 
     def update_job(self, job_id, *, concurrency=None, rpm=None, tpm=None):
         changes = {k: v for k, v in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm)) if v is not None}

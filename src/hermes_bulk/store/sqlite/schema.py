@@ -121,3 +121,10 @@ CREATE TABLE limits (
     decreases INTEGER NOT NULL DEFAULT 0
 );
 """))
+
+# Why a running job's workers stopped (JobRecord.interrupted): a graceful worker stop, or found
+# orphaned; only the first is continued by a worker started with --resume-interrupted.
+migration(("m003_jobs_interrupted", """
+ALTER TABLE jobs ADD COLUMN interrupted TEXT;
+ALTER TABLE jobs ADD COLUMN interrupted_at REAL;
+"""))

@@ -25,6 +25,7 @@ end
 if ARGV[1] == S_RUNNING then
   redis.call('HSET', META, 'run_at_ms', fmt_ms(now))
   redis.call('HINCRBY', META, 'run_epoch', 1)
+  redis.call('HDEL', META, 'interrupted', 'interrupted_at_ms')
 end
 if ARGV[5] ~= '' then
   local at = tonumber(ARGV[4])

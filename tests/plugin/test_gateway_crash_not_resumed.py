@@ -1,0 +1,64 @@
+"""A job cut off by a crash of the Hermes gateway is never continued by a worker on its own, not
+even one started with --resume-interrupted; and a worker names Hermes only where it matters."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from ..helpers import wait_for
+from .conftest import clean_env, job_id_of
+from .test_bulk_plugin import completed, rows_jsonl
+from .test_gateway_truth import bulk_cli, cli_env, status_json
+
+
+def test_a_flagged_worker_leaves_a_job_the_crashed_gateway_was_running_for_run(gateway, hermes_home,
+                                                                                hermes_provider, tmp_path):
+    src = rows_jsonl(8, tmp_path / "rows.jsonl")
+    hermes_provider.configure(latency_s=1.5)
+    env = cli_env(hermes_home, hermes_provider)
+    gw = gateway()
+    job = job_id_of(gw.bulk(f'"Classify" --over {src} --concurrency 2'))
+    gw.bulk(f"run {job}")
+    wait_for(lambda: completed(gw.bulk(f"status {job}")) >= 1 and status_json(env, job)["running"] == 2,
+             timeout=60, interval=0.1, message="two items in flight in the gateway")
+    gw.kill()  # kill -9: the gateway's workers die with it
+    hermes_provider.configure(latency_s=0)
+    sent = len(hermes_provider.requests)
+
+    log = tmp_path / "worker.log"
+    worker = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "--resume-interrupted", "-l", str(log)],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: log.exists() and "awaits recovery" in log.read_text(), timeout=60, message="the worker's recovery line")
+        time.sleep(2.0)
+        st = status_json(env, job)
+    finally:
+        worker.send_signal(2)
+        worker.wait(60)
+    text = log.read_text()
+    assert "serves jobs created in Hermes profile 'default'" in text, "this worker could serve the job"
+    assert f"job {job} awaits recovery: its workers stopped without a graceful worker stop" in text
+    assert (st["state"], st["interrupted"], st["running"]) == ("awaiting_recovery", "orphaned", 0)
+    assert len(hermes_provider.requests) == sent, "nothing is sent until someone runs the job"
+
+
+def test_a_worker_that_cannot_serve_hermes_names_it_only_when_such_a_job_is_running(gateway, hermes_home,
+                                                                                     hermes_provider, tmp_path):
+    gw = gateway()
+    job = job_id_of(gw.bulk(f'"Classify" --over {rows_jsonl(2, tmp_path / "rows.jsonl")}'))
+    gw.close()
+    # Another shell on the same data: no Hermes configuration here, so it cannot call Hermes' model.
+    env = clean_env(tmp_path / "no-hermes", HERMES_BULK_HOME=str(hermes_home / "plugin-data" / "bulk"),
+                    HERMES_BULK_BASE_URL=hermes_provider.base_url, HERMES_BULK_MODEL="fake-model")
+
+    def worker_log() -> str:
+        return subprocess.run([sys.executable, "-m", "hermes_bulk", "worker", "--burst"], env=env, capture_output=True,
+                              text=True, timeout=60, check=True).stderr
+
+    assert "Hermes" not in worker_log(), "no job made in Hermes is running: nothing to say about Hermes"
+    bulk_cli(env, "run", job)
+    line = next(line for line in worker_log().splitlines() if "threads on" in line)
+    assert "does not serve jobs created in Hermes: no Hermes configuration at" in line
+    assert f"(running: {job}, waiting for a worker that serves them)" in line
