@@ -217,6 +217,10 @@ def test_model_names_are_not_masked():
     ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
     ("redis://cache:6379/0?prefix=p", "redis://cache:6379/0?prefix=p"),
     ("/var/lib/ledger.db", "/var/lib/ledger.db"),
+    # A URL with nothing to hide is shown as it was written: sqlite:/// keeps its slashes.
+    ("sqlite:////var/lib/bulk.db", "sqlite:////var/lib/bulk.db"),
+    ("sqlite:///data/bulk.db", "sqlite:///data/bulk.db"),
+    ("sqlite:///data/bulk.db?token=t1", "sqlite:///data/bulk.db?token=***"),
 ])
 def test_public_url_masks_userinfo_and_secret_query_values(url, shown):
     assert redact.public_url(url) == shown

@@ -95,7 +95,12 @@ def public_url(url: str) -> str:
         user, has_password, _ = userinfo.partition(":")
         netloc = f"{user}:{MASK}@{host}" if has_password else f"{MASK}@{host}"
     query = "&".join(_public_param(param) for param in parts.query.split("&")) if parts.query else ""
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url  # nothing to hide; urlunsplit would also drop the // of sqlite:///path
+    shown = urlunsplit(parts._replace(netloc=netloc, query=query))
+    if not netloc and url.startswith(f"{parts.scheme}://"):
+        shown = f"{parts.scheme}://{shown[len(parts.scheme) + 1:]}"
+    return shown
 
 
 def _public_param(param: str) -> str:
