@@ -48,7 +48,8 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
                                    "estimated_tokens", "skipped")}
     return JobRecord(spec=spec, created_at=float(meta["created_at_ms"]) / 1000, state=meta["state"],
                      pause_reason=meta.get("pause_reason"), last_claim_at=seconds(meta.get("last_claim_at_ms")),
-                     run_at=seconds(meta.get("run_at_ms")), **n)
+                     run_at=seconds(meta.get("run_at_ms")), reused=int(meta.get("reused") or 0),
+                     tokens_saved=int(meta.get("tokens_saved") or 0), **n)
 
 
 def item_record(item: NewItem) -> str:
