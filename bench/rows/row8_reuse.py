@@ -4,8 +4,9 @@ item at once; compared with a plain `create` of the same rows into an empty stor
 the same rows plus 1% new ones: what is left to run (each item left to run is one request; the
 reused are never sent: tests/test_reuse.py counts them at the provider).
 
-The earlier job's answers are produced through the store's API (bench.drive fill), which records
-each answer in the index as a worker's completion does. SQLite; time and peak RSS of the
+The earlier job's answers are written set-wise (bench.drive answer-all: results, counters and
+the answer index, as its completions would leave them; through claim and complete a million
+take tens of minutes on a loaded machine). SQLite; time and peak RSS of the
 `hermes-bulk` child processes.
 """
 
@@ -34,7 +35,7 @@ def run(ctx: Context) -> RowResult:
         ctx.log(f"  plain create {n:,}: {m.wall_s:.1f} s, {m.max_rss_mb:.0f} MB")
         env = HermesEnv(ctx.dir(f"reuse-{n}"), backend=None, base_url="http://127.0.0.1:9/v1")
         first = json.loads(env.cli("create", "Summarize this row in one line", "--over", str(src), "--json").stdout)
-        fill = env.drive("fill", first["job_id"])
+        fill = env.drive("answer-all", first["job_id"])
         ctx.log(f"  answered {fill['items']:,} in {fill['elapsed_s']:.1f} s")
         m = env.cli("create", "Summarize this row in one line", "--over", str(src), "--json")
         reused = json.loads(m.stdout)
@@ -51,7 +52,7 @@ def run(ctx: Context) -> RowResult:
              f"{small:,}); after 1% new rows, 1% of the items left to run",
         setup=(f"CSVs of {small:,} and {large:,} rows (about 110 bytes a row) and the same plus 1% new rows; SQLite; "
                "each command a `hermes-bulk` child process, timed start to exit; peak RSS from wait4. The earlier "
-               "job's answers were recorded by bench.drive fill (claim + complete through the store API)."),
+               "job's answers were written set-wise by bench.drive answer-all (as its completions would leave them)."),
         raw=data)
     a, b, g = data[f"reuse {small}"], data[f"reuse {large}"], data[f"grown {large}"]
     p = data[f"plain {large}"]
