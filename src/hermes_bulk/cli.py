@@ -123,6 +123,7 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
     if args.json:
         created = reply.data
         print(json.dumps({"job_id": created.job.job_id, "items": created.job.total, "skipped": created.job.skipped,
+                          "reused": created.job.reused,
                           "skipped_entries": [{"name": s.name, "reason": s.reason} for s in created.skipped]}))
     else:
         print(reply.text)

@@ -129,6 +129,8 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     p.add_argument("--tpm", type=_whole(1, MAX_TPM), metavar="N",
                    help=f"pace tokens to N per minute, shared by all workers ({_range(1, MAX_TPM)})")
     p.add_argument("--schema", metavar="FILE", help="JSON schema file: structured answers, one export column per field")
+    p.add_argument("--fresh", action="store_true",
+                   help="ask the model for every item, reusing no earlier answer (default: HERMES_BULK_REUSE)")
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
         p.add_argument("--json", action="store_true", help='print {"job_id", "items", "skipped", "skipped_entries"}')

@@ -72,6 +72,7 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(30.0, ge=0.5, le=3600, description="How long a claimed item stays owned without renewal.")
     request_timeout_seconds: float = Field(120.0, gt=0, le=3600, description="Timeout of one model request.")
     output_tokens_estimate: int = Field(512, ge=0, le=1_000_000, description="Output allowance in token reservations.")
+    reuse: bool = Field(True, description="Reuse answers of earlier jobs in this store (false: every create is --fresh).")
     max_output_tokens: int | None = Field(None, ge=1, le=1_000_000, description="max_tokens sent with each request (none: provider default).")
     resume_interrupted: bool = Field(False, description="hermes-bulk worker: at start, continue the jobs a graceful "
                                      "worker stop cut off (worker --resume-interrupted), not only after run.")

@@ -237,6 +237,8 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with
             # public_url again: items completed before endpoints were stored masked still hold them.
             "provider": public_url(item.provider) if item.provider else None, "model": item.model,
         }
+        if item.reused_from is not None:  # answered by an earlier job of this store (issue 14)
+            row["reused_from"] = {"job_id": item.reused_from[0], "item": item.reused_from[1] + 1}
         if structured:
             row["data"] = _fields_of(item) or None
         f.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -117,6 +117,7 @@ class JobStatus:
             "instruction": j.spec.instruction, "source": j.spec.source, "created_at": j.created_at,
             "live_workers": self.live_workers, "budget_held_until": self.budget_held_until,
             "rpm": j.spec.rpm, "tpm": j.spec.tpm, "interrupted": self.interrupted,
+            "reused": j.reused, "tokens_saved": j.tokens_saved,
         }
 
 
@@ -183,7 +184,7 @@ class Jobs:
     def create(self, instruction: str, over: str, *, concurrency: int | None = None,
                retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
                tpm: int | None = None, model: str | None = None, client: str = "http",
-               provider: str | None = None, schema: str | None = None,
+               provider: str | None = None, schema: str | None = None, fresh: bool = False,
                on_progress: Callable[[int], None] | None = None) -> Created:
         """Discover the items and record them; makes no model calls. Bad input creates nothing."""
         s = self.settings
@@ -207,7 +208,7 @@ class Jobs:
             retries=s.max_retries if retries is None else retries, max_tokens=max_tokens,
             rpm=rpm or s.rpm, tpm=tpm or s.tpm, model=model, client=client, provider_key=provider or "",
             output_tokens_estimate=s.max_output_tokens or s.output_tokens_estimate,
-            max_output_tokens=s.max_output_tokens, schema=schema,
+            max_output_tokens=s.max_output_tokens, schema=schema, reuse=s.reuse and not fresh,
         )
         self.store.begin_job(spec)
         try:
@@ -233,10 +234,12 @@ class Jobs:
                     skipped.append(entry)
                 self.store.add_events(spec.job_id, [Event("skipped", f"{entry.name}: {entry.reason}")])
                 continue
+            digest = content_hash(entry.content)
             batch.append(NewItem(
-                index=index, name=entry.name, content=entry.content, content_hash=content_hash(entry.content),
+                index=index, name=entry.name, content=entry.content, content_hash=digest,
                 origin=entry.origin, offset=entry.offset, stat_sig=entry.stat_sig,
-                estimated_tokens=prompt.estimate_tokens(entry.content, spec.instruction, spec.output_tokens_estimate)))
+                estimated_tokens=prompt.estimate_tokens(entry.content, spec.instruction, spec.output_tokens_estimate),
+                answer_key=item_answer_key(spec, digest)))
             index += 1
             batch_bytes += len(entry.content)
             if len(batch) >= ADD_BATCH or batch_bytes >= ADD_BATCH_BYTES:
@@ -460,6 +463,14 @@ class Jobs:
 
 #: The largest --schema file read (a schema is a few kilobytes; /dev/zero is endless).
 MAX_SCHEMA_BYTES = 1024 * 1024
+
+
+def item_answer_key(spec: JobSpec, item_content_hash: str) -> str:
+    """The answer key of an item of this job (prompt.answer_key): what reuse matches on, across
+    jobs of one store (when spec.reuse) and among the job's own items (always)."""
+    return prompt.answer_key(model=spec.model, client=spec.client, instruction=spec.instruction,
+                             schema=spec.schema, max_output_tokens=spec.max_output_tokens, sampling=None,
+                             content_hash=item_content_hash)
 
 
 def missing_database(settings: Settings) -> Path | None:

@@ -76,7 +76,7 @@ def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     schema = read_schema(Path(place.path(args.schema))) if args.schema else None
     created = jobs.create(args.instruction, place.path(args.over), concurrency=args.concurrency,
                           retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
-                          schema=schema, on_progress=place.on_progress, **place.create_options(args))
+                          schema=schema, fresh=args.fresh, on_progress=place.on_progress, **place.create_options(args))
     return Reply(views.created_text(created, f"{place.cmd} run"), created)
 
 

@@ -21,7 +21,7 @@ from .store.protocol import (
     ItemRecord,
     WorkerInfo,
 )
-from .words import count
+from .words import count, plural
 
 if TYPE_CHECKING:  # rich is loaded for a table or a bar, not for a line of text
     from rich.console import Console
@@ -57,7 +57,11 @@ def _clock(at_s: float, now_s: float | None = None) -> str:
 
 def created_text(created: Created, run_command: str) -> str:
     job = created.job
-    lines = [f"Created job {job.job_id} with {count(job.total, 'item')}."]
+    if job.reused:  # issue 14's wording: "with 1,010 items: 1,000 answered before (reused), 10 to run."
+        lines = [f"Created job {job.job_id} with {job.total:,} {plural(job.total, 'item')}: {job.reused:,} answered "
+                 f"before (reused), {job.total - job.reused:,} to run."]
+    else:
+        lines = [f"Created job {job.job_id} with {count(job.total, 'item')}."]
     if job.skipped:
         reasons: dict[str, int] = {}
         for s in created.skipped:

@@ -4,7 +4,7 @@ The SQL (store/sqlite/) and the Lua (store/redis/lua/) are two copies of one sta
 this test keeps them one. `Model` is written from store/protocol.py's docstrings, not from
 either backend: Hypothesis drives a real backend and the model through the same random steps
 (create, run, claim, complete, fail, attempts, release, lease expiry, pause, resume, retry,
-token limits) and after every step compares counts, tokens, reservations, every item and who
+token limits, duplicates that wait on the first item with their answer key) and after every step compares counts, tokens, reservations, every item and who
 owns what.
 
 Lease expiry without waiting: a backend compares leases against its own clock (Redis TIME on
@@ -43,6 +43,7 @@ from hermes_bulk.store.protocol import (
     PAUSED,
     PENDING,
     RUNNING,
+    WAITING,
     Claim,
     ClaimRefused,
     ItemError,
@@ -62,6 +63,8 @@ ITEM_MOVES = {
     (PENDING, CLAIMED),
     (CLAIMED, COMPLETED), (CLAIMED, FAILED), (CLAIMED, PENDING),
     (FAILED, PENDING),
+    # A duplicate takes its item's answer or failure, and waits on it again after retry.
+    (WAITING, COMPLETED), (WAITING, FAILED), (FAILED, WAITING),
 }
 
 STATESTEP = settings(max_examples=200, stateful_step_count=25, deadline=None,
@@ -105,6 +108,7 @@ class ModelItem:
     error: ItemError | None = None
     provider: str | None = None
     model: str | None = None
+    dup_of: int | None = None  # the first item of the job with the same answer key
 
 
 @dataclass
@@ -163,6 +167,9 @@ class Model:
         it.status, it.owner, it.expired, it.reserved = CLAIMED, worker, False, it.estimate
         return "ok", index
 
+    def duplicates(self, index: int) -> list[ModelItem]:
+        return [it for it in self.items if it.dup_of == index and it.status == WAITING]
+
     def requeue(self, it: ModelItem) -> None:
         it.status, it.owner, it.expired, it.reserved = PENDING, None, False, 0
 
@@ -173,6 +180,9 @@ class Model:
         it.status, it.owner, it.expired, it.reserved = COMPLETED, None, False, 0
         it.result, it.tokens_in, it.tokens_out = result, usage.tokens_in or 0, usage.tokens_out or 0
         it.provider, it.model, it.waits = provider or None, model or None, 0  # "" is none
+        for d in self.duplicates(self.items.index(it)):  # the same answer, nothing charged
+            d.status, d.result, d.tokens_in, d.tokens_out = COMPLETED, result, 0, 0
+            d.provider, d.model = provider or None, model or None
 
     def owners(self) -> dict[str, int]:
         return dict(Counter(it.owner for it in self.items if it.status == CLAIMED))
@@ -225,14 +235,22 @@ class StoreMachine(RuleBasedStateMachine):
                        concurrency=concurrency, retries=2, max_tokens=max_tokens, provider_key="p:sm")
         self.store.begin_job(spec)
         assert self.store.get_job(self.job_id) is None, "a job being created is invisible"
+        # Answer keys of this job alone (no earlier job answers them): equal contents are duplicates.
         items = [NewItem(index=i, name=f"line:{i + 1}", content=contents[i], content_hash=f"h:{contents[i]}",
-                         origin="x.jsonl", offset=i, stat_sig="1:1", estimated_tokens=e)
+                         origin="x.jsonl", offset=i, stat_sig="1:1", estimated_tokens=e,
+                         answer_key=f"{self.job_id}:{contents[i]}")
                  for i, e in enumerate(estimates)]
         self.store.add_items(self.job_id, items)
         job = self.store.finish_job(self.job_id)
         assert (job.state, job.total, job.estimated_tokens) == (NOT_STARTED, len(items), sum(estimates))
-        self.m = Model(concurrency, max_tokens, [ModelItem(e, contents[i]) for i, e in enumerate(estimates)])
-        self.seen = {i: PENDING for i in range(len(items))}
+        firsts: dict[str, int] = {}
+        model_items = []
+        for i, e in enumerate(estimates):
+            first = firsts.setdefault(contents[i], i)
+            model_items.append(ModelItem(e, contents[i], status=PENDING if first == i else WAITING,
+                                         dup_of=None if first == i else first))
+        self.m = Model(concurrency, max_tokens, model_items)
+        self.seen = {i: it.status for i, it in enumerate(model_items)}
         if running:  # mostly: most of what is worth testing happens while the job runs
             self.move(RUNNING, (NOT_STARTED,), None, None)
         self._create_bystander()
@@ -331,6 +349,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert done == (it is not None)
         if it:
             it.status, it.owner, it.expired, it.reserved, it.error = FAILED, None, False, 0, error
+            for d in self.m.duplicates(index):
+                d.status, d.error = FAILED, error
 
     @precondition(busy)
     @rule(who=targets, error=errors, rate_limited=st.booleans())
@@ -399,7 +419,7 @@ class StoreMachine(RuleBasedStateMachine):
         n = self.store.retry_failed(self.job_id)
         failed = [it for it in self.m.items if it.status == FAILED]
         for it in failed:
-            it.status, it.attempts, it.waits, it.error = PENDING, 0, 0, None
+            it.status, it.attempts, it.waits, it.error = PENDING if it.dup_of is None else WAITING, 0, 0, None
         assert n == len(failed)
 
     # After every step ------------------------------------------------------------------------
@@ -409,7 +429,9 @@ class StoreMachine(RuleBasedStateMachine):
             return
         m, job = self.m, self.store.get_job(self.job_id)
         counts = (job.pending, job.running, job.completed, job.failed)
-        assert counts == tuple(m.count(s) for s in (PENDING, CLAIMED, COMPLETED, FAILED)), (counts, m)
+        # Waiting duplicates count as pending.
+        assert counts == (m.count(PENDING) + m.count(WAITING), *(m.count(s) for s in (CLAIMED, COMPLETED, FAILED))), \
+            (counts, m)
         assert job.total == sum(counts) == len(m.items)
         assert (job.state, job.pause_reason, job.spec.max_tokens) == (m.state, m.pause_reason, m.max_tokens)
         assert job.tokens_reserved == m.reserved, (job.tokens_reserved, m.reserved)
@@ -439,7 +461,7 @@ class StoreMachine(RuleBasedStateMachine):
         if it.status == FAILED:
             e = it.error
             assert (r.error_type, r.http_status, r.error_message) == (e.error_type, e.http_status, e.message)
-        elif it.status == PENDING:
+        elif it.status in (PENDING, WAITING):
             assert (r.error_type, r.http_status, r.error_message) == (None, None, None), r
 
 

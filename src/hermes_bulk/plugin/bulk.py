@@ -47,7 +47,9 @@ Bulk: apply one instruction to many files, CSV rows or JSON records. Each item i
 model call, made in the background with Hermes' model; progress is kept outside the chat.
 
 {CMD} "<instruction>" --over <path> [--concurrency N] [--retries N] [--max-tokens N]
-      [--rpm N] [--tpm N] [--schema FILE]        Creates a job. Makes no model calls.
+      [--rpm N] [--tpm N] [--schema FILE] [--fresh]
+                                        Creates a job. Makes no model calls. Items answered
+                                        before are reused; --fresh asks for every one again.
 {CMD} run <job_id>                     Processes all pending items in the background.
 {CMD} status [job_id] [--events N] [--failed]
                                         Shows one job (its failed items by name), or the most recent jobs.

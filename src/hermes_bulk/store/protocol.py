@@ -39,6 +39,9 @@ PENDING = "pending"
 CLAIMED = "running"
 COMPLETED = "completed"
 FAILED = "failed"
+#: A duplicate of an earlier item of the same job: never claimed; it takes the answer (or the
+#: failure) of that item when it lands. Counted as pending in the job's counters.
+WAITING = "waiting"
 
 # Why a job paused itself (pause_reason); a user's pause has reason "user".
 PAUSE_USER = "user"
@@ -72,6 +75,7 @@ class JobSpec:
     output_tokens_estimate: int = 512
     max_output_tokens: int | None = None
     schema: str | None = None  # JSON schema text (structured output), or None
+    reuse: bool = True  # answers of earlier jobs are reused (create --fresh: False)
 
 
 @functools.lru_cache(maxsize=256)
@@ -93,6 +97,7 @@ class NewItem:
     offset: int
     stat_sig: str
     estimated_tokens: int
+    answer_key: str = ""  # reuse.answer_key: "" never matches anything
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +134,8 @@ class JobRecord:
     #: Why its workers stopped (INTERRUPTED_*), recorded by mark_interrupted; cleared when it is run.
     interrupted: str | None = None
     interrupted_at: float | None = None  # when that was recorded (the backend's clock)
+    reused: int = 0  # items completed at create with an earlier job's answer
+    tokens_saved: int = 0  # the tokens those answers were recorded with (never charged here)
 
     @property
     def job_id(self) -> str:
@@ -178,6 +185,7 @@ class ItemRecord:
     provider: str | None
     model: str | None
     content: str | None = None  # what the item was given (iter_items with_content only)
+    reused_from: tuple[str, int] | None = None  # (job id, index) of the answer reused
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +268,12 @@ class JobStore(Protocol):
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
         """Append items (contents deduplicated by hash within the job) to a `creating` job.
 
+        Reuse (reuse.py): an item whose answer_key is in the store's answer index, when the job's
+        spec.reuse is set, is added completed with that answer (reused_from, tokens_saved; nothing
+        charged). Otherwise an item whose answer_key an earlier item of this job has is added
+        WAITING on that item (complete_item and fail_item settle it). Items with answer_key ""
+        are plain pending items.
+
         SQLite: one step per call. Redis: one script per ADD_BATCH_ITEMS items (or 8 MiB of
         contents); a process that dies between two leaves the first batches added, and the job
         `creating` (see begin_job).
@@ -271,7 +285,8 @@ class JobStore(Protocol):
         One step on both backends (then a read of the job)."""
 
     def delete_job(self, job_id: str) -> bool:
-        """Remove a job and everything it owns (items, contents, events). False if unknown.
+        """Remove a job and everything it owns (items, contents, events, its entries in the
+        answer index: its answers are no longer reused). False if unknown.
 
         One step on both backends (on Redis, the job's keys and its index entries are one
         MULTI/EXEC, so no index entry outlives its job and no job outlives its entries)."""
@@ -346,6 +361,8 @@ class JobStore(Protocol):
     def retry_failed(self, job_id: str) -> int:
         """Return every failed item to pending, clearing errors and attempt counts; the count.
 
+        A failed duplicate goes back to WAITING on its item (which is asked again, once).
+
         SQLite: one step. Redis: one script per RETRY_BATCH_ITEMS failed items, so one call
         never holds Redis for a million items. A process that dies between two leaves some
         items pending and the rest failed, each batch whole (the counts add up); calling
@@ -399,11 +416,15 @@ class JobStore(Protocol):
         Only the current owner of a running item may complete it; a completed item is never
         completed again and its result never overwritten (returns False, changes nothing).
         Reported usage is charged; without it the estimate is charged. An empty provider or
-        model is recorded as None. One step on both backends.
+        model is recorded as None. In the same step: the item's WAITING duplicates complete with
+        the same result (nothing charged), and its answer key points the answer index at it.
+        One step on both backends.
         """
 
     def fail_item(self, job_id: str, index: int, worker_id: str, error: ItemError) -> bool:
         """Mark the owner's running item failed with the error, and record an item_failed event.
+
+        Its WAITING duplicates fail with the same error in the same step.
 
         One step on both backends."""
 

@@ -49,7 +49,8 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
     return JobRecord(spec=spec, created_at=float(meta["created_at_ms"]) / 1000, state=meta["state"],
                      pause_reason=meta.get("pause_reason"), last_claim_at=seconds(meta.get("last_claim_at_ms")),
                      run_at=seconds(meta.get("run_at_ms")), interrupted=meta.get("interrupted"),
-                     interrupted_at=seconds(meta.get("interrupted_at_ms")), **n)
+                     interrupted_at=seconds(meta.get("interrupted_at_ms")), reused=int(meta.get("reused") or 0),
+                     tokens_saved=int(meta.get("tokens_saved") or 0), **n)
 
 
 def item_record(item: NewItem) -> str:

@@ -84,18 +84,43 @@ class RedisJobStore:
 
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
         keys = self.keys.job(job_id)
-        args: list = []
+        spec = self.r.hget(self.keys.job_key(job_id, "meta"), "spec")
+        reuse = spec is None or json.loads(spec).get("reuse", True)
+        batch: list[NewItem] = []
         size = 0
         for it in items:
             if "\t" in it.content_hash:  # the items-hash record is tab-separated
                 raise ValueError(f"add_items: content hash {it.content_hash!r} contains a tab")
-            args += [it.index, codec.item_record(it), it.content_hash, it.content, it.estimated_tokens]
+            batch.append(it)
             size += len(it.content)
-            if len(args) >= 5 * ADD_BATCH_ITEMS or size >= ADD_BATCH_BYTES:
-                self._add_batch(keys, args)
-                args, size = [], 0
-        if args:
-            self._add_batch(keys, args)
+            if len(batch) >= ADD_BATCH_ITEMS or size >= ADD_BATCH_BYTES:
+                self._add_batch(keys, self._batch_args(batch, reuse))
+                batch, size = [], 0
+        if batch:
+            self._add_batch(keys, self._batch_args(batch, reuse))
+
+    def _batch_args(self, batch: list[NewItem], reuse: bool) -> list:
+        """add_items.lua's arguments for a batch, with the answers the index holds for it: two
+        reads (the index, then the answers' texts) before the script. An answer whose job is
+        deleted between them has no text and is asked again."""
+        answers: dict[str, tuple[str, int, int, str]] = {}
+        wanted = sorted({it.answer_key for it in batch if it.answer_key}) if reuse else []
+        if wanted:
+            hits = [(k, codec.text(v).split("\t")) for k, v in zip(wanted, self.r.hmget(self.keys.answers, wanted),
+                                                                    strict=True) if v is not None]
+            if hits:
+                pipe = self.r.pipeline(transaction=False)
+                for _, (job, idx, _tokens) in hits:
+                    pipe.hget(self.keys.job_key(job, "results"), idx)
+                for (key, (job, idx, tokens)), text in zip(hits, pipe.execute(), strict=True):
+                    if text is not None:
+                        answers[key] = (job, int(idx), int(float(tokens)), codec.text(text))
+        args: list = []
+        for it in batch:
+            found = answers.get(it.answer_key)
+            args += [it.index, codec.item_record(it), it.content_hash, it.content, it.estimated_tokens,
+                     it.answer_key, *(found if found else ("", "", "", ""))]
+        return args
 
     def _add_batch(self, keys: list[str], args: list) -> None:
         try:
@@ -116,7 +141,7 @@ class RedisJobStore:
         # One MULTI/EXEC: the job's keys and its index entries go together, so an interrupted
         # delete leaves neither keys no index reaches nor index entries for no job.
         pipe = self.r.pipeline(transaction=True)
-        self.lua.delete_job(keys=self.keys.job(job_id), client=pipe)
+        self.lua.delete_job(keys=self.keys.job(job_id), args=[job_id], client=pipe)
         for index in (self.keys.jobs_active, self.keys.jobs_created, self.keys.jobs_ids):
             pipe.zrem(index, job_id)
         return bool(pipe.execute()[0])
@@ -194,7 +219,8 @@ class RedisJobStore:
                                  error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
                                  tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
                                  attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"),
-                                 content=codec.text(by_hash[content_hash]) if with_content else None)
+                                 content=codec.text(by_hash[content_hash]) if with_content else None,
+                                 reused_from=(st["rj"], st["ri"]) if "rj" in st else None)
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         if limit <= 0:
@@ -222,7 +248,8 @@ class RedisJobStore:
         return ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.text(result),
                           error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
                           tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
-                          attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"))
+                          attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"),
+                          reused_from=(st["rj"], st["ri"]) if "rj" in st else None)
 
     def find_item(self, job_id: str, name: str) -> int | None:
         # No index on names: the items hash is read a page at a time (HSCAN), keeping the lowest match.
@@ -322,7 +349,7 @@ class RedisJobStore:
     def complete_item(self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None):
         return bool(self.lua.complete_item(keys=self.keys.job(job_id), args=[
             index, worker_id, result, codec.opt(usage.tokens_in), codec.opt(usage.tokens_out), codec.opt(provider),
-            codec.opt(model)]))
+            codec.opt(model), job_id]))
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
         return bool(self.lua.fail_item(keys=self.keys.job(job_id), args=[

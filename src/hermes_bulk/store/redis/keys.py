@@ -23,11 +23,18 @@ One job's keys share the hash tag {P:job:ID}, so each job's script touches one c
     {P:job:ID}:failed    ZSET  failed indexes scored by index (retry_failed)
     {P:job:ID}:events    LIST  "<at_ms>\\t<JSON [kind, message, index, error_type,
                                http_status]>"; only the newest EVENTS_KEPT are kept
+    {P:job:ID}:keys      HASH  "k:<answer key>" -> index of the job's first item with that key,
+                               and "i:<index>" -> its answer key (complete_item records it)
+    {P:job:ID}:dups      ZSET  duplicates waiting on an earlier item: member the duplicate's
+                               index, score the index of the item it waits on
 
 Across jobs:
 
     P:jobs:created           ZSET  job id scored by created_at_ms (list_jobs)
     P:jobs:ids               ZSET  job id, score 0 (find_job_ids: a lexicographic range)
+    P:answers                HASH  answer key -> "<job id>\\t<index>\\t<tokens>": the completed
+                                   item that answered it (reuse; the job's keys hash says which
+                                   entries a deleted job takes with it)
     P:jobs:active            ZSET  job id scored by run epoch: every job that is running or may
                                    hold leases (a superset, pruned by release_expired_leases)
     {P:workers}              ZSET  worker id scored by expiry; PEXPIREs after its last entry
@@ -39,7 +46,10 @@ Across jobs:
     huey.{redis,schedule,results,counters}.P.<queue>   Huey's own (RedisHuey, results off); one
                                    <queue> per kind of model client (broker.queue_name)
 
-delete_job removes all ten keys of a job and its index entries. The cross-job indexes are
+Every job script also gets P:answers as its last key (KEYS[13]): a completion records its
+answer there in the same script, and a delete takes the job's answers out.
+
+delete_job removes all twelve keys of a job and its index entries. The cross-job indexes are
 updated outside the job's scripts (so each script stays in one slot), in the same MULTI/EXEC
 as the script for begin_job, delete_job and set_state (this backend is for one Redis, not a
 Cluster: a MULTI spans slots), and in an order that keeps each index a superset of what it
@@ -60,7 +70,7 @@ EVENTS_KEPT = 10_000
 LIMIT_IDLE_KEEP_MS = 86_400_000
 
 JOB_KEY_SUFFIXES = ("meta", "items", "states", "contents", "results", "pending", "leases",
-                    "owners", "failed", "events")
+                    "owners", "failed", "events", "keys", "dups")
 
 
 class RedisKeys:
@@ -72,10 +82,11 @@ class RedisKeys:
         self.jobs_ids = f"{prefix}:jobs:ids"
         self.jobs_active = f"{prefix}:jobs:active"
         self.workers = f"{{{prefix}:workers}}"
+        self.answers = f"{prefix}:answers"
 
     def job(self, job_id: str) -> list[str]:
-        """The job's ten keys, in the order _job.lua names them."""
-        return [self.job_key(job_id, suffix) for suffix in JOB_KEY_SUFFIXES]
+        """The job's twelve keys and the answer index, in the order _job.lua names them."""
+        return [*(self.job_key(job_id, suffix) for suffix in JOB_KEY_SUFFIXES), self.answers]
 
     def job_key(self, job_id: str, suffix: str) -> str:
         return f"{{{self.prefix}:job:{job_id}}}:{suffix}"

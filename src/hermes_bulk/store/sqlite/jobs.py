@@ -17,6 +17,7 @@ from ..protocol import (
     PAUSED,
     PENDING,
     RUNNING,
+    WAITING,
     Claim,
     ClaimRefused,
     Event,
@@ -33,7 +34,8 @@ from .database import SqliteDatabase
 
 _JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
                 "completed, failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, "
-                "estimated_tokens, skipped, last_claim_at, run_at, interrupted, interrupted_at")
+                "estimated_tokens, skipped, last_claim_at, run_at, interrupted, interrupted_at, "
+                "reused, tokens_saved")
 
 
 def _job_from_row(row: tuple) -> JobRecord:
@@ -44,7 +46,14 @@ def _job_from_row(row: tuple) -> JobRecord:
                      total=row[6], pending=row[7], running=row[8], completed=row[9], failed=row[10],
                      tokens_in=row[11], tokens_out=row[12], tokens_charged=row[13],
                      tokens_reserved=row[14], estimated_tokens=row[15], skipped=row[16],
-                     last_claim_at=row[17], run_at=row[18], interrupted=row[19], interrupted_at=row[20])
+                     last_claim_at=row[17], run_at=row[18], interrupted=row[19], interrupted_at=row[20],
+                     reused=row[21], tokens_saved=row[22])
+
+
+def _item_record(r) -> ItemRecord:
+    """An ItemRecord from the 14 columns iter_items selects (and the content, if a 15th)."""
+    return ItemRecord(*r[:12], content=r[14] if len(r) > 14 else None,
+                      reused_from=None if r[12] is None else (r[12], r[13]))
 
 
 class SqliteJobStore:
@@ -74,20 +83,48 @@ class SqliteJobStore:
             conn.executemany("INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
                              [(job_id, it.content_hash, it.content) for it in items])
             conn.executemany(
-                "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate,"
+                " answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(job_id, it.index, it.name, it.content_hash, it.origin, it.offset, it.stat_sig,
-                  it.estimated_tokens) for it in items])
+                  it.estimated_tokens, it.answer_key) for it in items])
+            if items:
+                self._settle_reuse(conn, job_id, min(it.index for it in items), max(it.index for it in items))
+
+    @staticmethod
+    def _settle_reuse(conn, job_id: str, lo: int, hi: int) -> None:
+        """The batch lo..hi just added: items answered before complete from the answer index (when
+        the job reuses), and duplicates of an earlier item of the job wait on it. Set-wise, so a
+        million-row create costs a few statements per batch, not a query per item."""
+        (reuse,) = conn.execute("SELECT json_extract(spec, '$.reuse') FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        batch = "items.job_id = ? AND items.idx BETWEEN ? AND ? AND items.answer_key != ''"
+        if reuse is None or reuse:  # a spec written before reuse existed reuses too
+            conn.execute(
+                "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = a.idx,"
+                f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = items.answer_key",
+                (job_id, lo, hi))
+            conn.execute(
+                "INSERT INTO results (job_id, idx, text) SELECT items.job_id, items.idx, r.text FROM items"
+                " JOIN results r ON r.job_id = items.reused_job AND r.idx = items.reused_idx"
+                f" WHERE {batch} AND items.reused_job IS NOT NULL", (job_id, lo, hi))
+        conn.execute(
+            "INSERT OR IGNORE INTO item_keys (job_id, key, idx) SELECT job_id, answer_key, min(idx) FROM items"
+            f" WHERE {batch} AND status = 'pending' GROUP BY answer_key", (job_id, lo, hi))
+        conn.execute(
+            "UPDATE items SET status = 'waiting', dup_of = k.idx FROM item_keys k"
+            f" WHERE {batch} AND items.status = 'pending' AND k.job_id = items.job_id"
+            " AND k.key = items.answer_key AND k.idx != items.idx", (job_id, lo, hi))
 
     def finish_job(self, job_id: str) -> JobRecord:
         with self.db.write() as conn:
-            total, estimated = conn.execute(
-                "SELECT count(*), coalesce(sum(estimate), 0) FROM items WHERE job_id = ?", (job_id,)).fetchone()
+            total, estimated, reused, saved = conn.execute(
+                "SELECT count(*), coalesce(sum(estimate), 0), count(reused_job), coalesce(sum(tokens_saved), 0)"
+                " FROM items WHERE job_id = ?", (job_id,)).fetchone()
             (skipped,) = conn.execute(
                 "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'skipped'", (job_id,)).fetchone()
-            conn.execute("UPDATE jobs SET state = ?, total = ?, pending = ?, estimated_tokens = ?, skipped = ?"
-                         " WHERE id = ? AND state = ?",
-                         (NOT_STARTED, total, total, estimated, skipped, job_id, CREATING))
+            conn.execute("UPDATE jobs SET state = ?, total = ?, pending = ?, completed = ?, estimated_tokens = ?,"
+                         " skipped = ?, reused = ?, tokens_saved = ? WHERE id = ? AND state = ?",
+                         (NOT_STARTED, total, total - reused, reused, estimated, skipped, reused, saved,
+                          job_id, CREATING))
         job = self.get_job(job_id)
         assert job is not None
         return job
@@ -95,7 +132,7 @@ class SqliteJobStore:
     def delete_job(self, job_id: str) -> bool:
         with self.db.write() as conn:
             for table, column in (("items", "job_id"), ("contents", "job_id"), ("results", "job_id"),
-                                  ("events", "job_id")):
+                                  ("events", "job_id"), ("item_keys", "job_id"), ("answers", "job_id")):
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
             return conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
 
@@ -125,11 +162,11 @@ class SqliteJobStore:
         while True:
             rows = self.db.read(
                 "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-                f" i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model{content}"
+                f" i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx{content}"
                 f" FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx{join}"
                 " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, last, batch))
             for r in rows:
-                yield ItemRecord(*r)
+                yield _item_record(r)
             if len(rows) < batch:
                 return
             last = rows[-1][0]
@@ -143,14 +180,15 @@ class SqliteJobStore:
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
         rows = self.db.read(
             "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, c.text, i.content_hash"
+            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx,"
+            " c.text, i.content_hash"
             " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
             " JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash"
             " WHERE i.job_id = ? AND i.idx = ?", (job_id, index))
         if not rows:
             return None
         *record, content, content_hash = rows[0]
-        return ItemDetail(ItemRecord(*record), content, content_hash)
+        return ItemDetail(_item_record(record), content, content_hash)
 
     def find_item(self, job_id: str, name: str) -> int | None:
         rows = self.db.read("SELECT min(idx) FROM items WHERE job_id = ? AND name = ?", (job_id, name))
@@ -211,9 +249,9 @@ class SqliteJobStore:
     def retry_failed(self, job_id: str) -> int:
         with self.db.write() as conn:
             n = conn.execute(
-                "UPDATE items SET status = ?, attempts = 0, rate_limit_waits = 0, error_type = NULL,"
-                " http_status = NULL, error_message = NULL WHERE job_id = ? AND status = ?",
-                (PENDING, job_id, FAILED)).rowcount
+                "UPDATE items SET status = CASE WHEN dup_of IS NULL THEN ? ELSE ? END, attempts = 0,"
+                " rate_limit_waits = 0, error_type = NULL, http_status = NULL, error_message = NULL"
+                " WHERE job_id = ? AND status = ?", (PENDING, WAITING, job_id, FAILED)).rowcount
             conn.execute("UPDATE jobs SET failed = failed - ?, pending = pending + ? WHERE id = ?", (n, n, job_id))
             return n
 
@@ -312,10 +350,18 @@ class SqliteJobStore:
                 return False
             charged = tokens_in + tokens_out if usage.reported else reserved
             conn.execute("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result))
-            conn.execute("UPDATE jobs SET running = running - 1, completed = completed + 1,"
+            # Its duplicates take the answer (nothing charged), and the index points at it.
+            dups = [r[0] for r in conn.execute(
+                "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of = ?"
+                " AND status = ? RETURNING idx", (COMPLETED, provider or None, model or None, job_id, index, WAITING))]
+            conn.executemany("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)",
+                             [(job_id, i, result) for i in dups])
+            conn.execute("INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, ?"
+                         " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''", (charged, job_id, index))
+            conn.execute("UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = pending - ?,"
                          " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
                          " tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ?",
-                         (reserved, charged, tokens_in, tokens_out, job_id))
+                         (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id))
             return True
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
@@ -325,8 +371,12 @@ class SqliteJobStore:
                                           (error.error_type, error.http_status, error.message))
             if reserved is None:
                 return False
-            conn.execute("UPDATE jobs SET running = running - 1, failed = failed + 1,"
-                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (reserved, job_id))
+            dups = conn.execute("UPDATE items SET status = ?, error_type = ?, http_status = ?, error_message = ?"
+                                " WHERE job_id = ? AND dup_of = ? AND status = ?",
+                                (FAILED, error.error_type, error.http_status, error.message, job_id, index,
+                                 WAITING)).rowcount
+            conn.execute("UPDATE jobs SET running = running - 1, failed = failed + 1 + ?, pending = pending - ?,"
+                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (dups, dups, reserved, job_id))
             self._insert_events(conn, job_id, [Event("item_failed", error.message, index, error.error_type,
                                                      error.http_status)])
             return True

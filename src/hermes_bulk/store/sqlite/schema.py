@@ -128,3 +128,32 @@ migration(("m003_jobs_interrupted", """
 ALTER TABLE jobs ADD COLUMN interrupted TEXT;
 ALTER TABLE jobs ADD COLUMN interrupted_at REAL;
 """))
+
+# Reuse (issue 14): each item's answer key; a duplicate waits on the first item of its job with
+# that key (dup_of); an item completed from an earlier job's answer says which (reused_job,
+# reused_idx) and how many tokens that answer cost (tokens_saved). item_keys holds the first
+# item of each key of a job (in-job duplicates find it); answers is the store's answer index:
+# key -> the completed item that answered it (deleted with its job).
+migration(("m004_reuse", """
+ALTER TABLE items ADD COLUMN answer_key TEXT NOT NULL DEFAULT '';
+ALTER TABLE items ADD COLUMN dup_of INTEGER;
+ALTER TABLE items ADD COLUMN reused_job TEXT;
+ALTER TABLE items ADD COLUMN reused_idx INTEGER;
+ALTER TABLE items ADD COLUMN tokens_saved INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN reused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN tokens_saved INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX items_waiting ON items (job_id, dup_of) WHERE status = 'waiting';
+CREATE TABLE item_keys (
+    job_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    PRIMARY KEY (job_id, key)
+) WITHOUT ROWID;
+CREATE TABLE answers (
+    key TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    tokens INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX answers_by_job ON answers (job_id);
+"""))

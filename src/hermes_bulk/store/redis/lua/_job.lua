@@ -1,11 +1,13 @@
 -- _job.lua: prepended to every per-job script.
 --
--- KEYS are always the job's ten keys, in this order (RedisKeys.job builds them; all share
+-- KEYS are always the job's twelve keys and the store's answer index, in this order (RedisKeys.job builds them; all share
 -- the hash tag {<prefix>:job:<id>}, so a job's script touches one cluster slot):
 --   KEYS[1] meta      KEYS[2] items    KEYS[3] states   KEYS[4] contents  KEYS[5] results
 --   KEYS[6] pending   KEYS[7] leases   KEYS[8] owners   KEYS[9] failed    KEYS[10] events
+--   KEYS[11] keys     KEYS[12] dups    KEYS[13] answers (P:answers, shared by every job)
 local META, ITEMS, STATES, CONTENTS, RESULTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local PENDING, LEASES, OWNERS, FAILED, EVENTS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local AKEYS, DUPS, ANSWERS = KEYS[11], KEYS[12], KEYS[13]
 
 -- Subtract n from a META counter. Not HINCRBY by -n: for n = 0 Lua's -n is -0, which reaches
 -- Redis as "-0" and is refused ("value is not an integer"), failing the whole operation.

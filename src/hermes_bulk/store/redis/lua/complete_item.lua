@@ -2,6 +2,9 @@
 -- KEYS: the job's keys (_job.lua); writes META, STATES, RESULTS, LEASES, OWNERS.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] result   ARGV[4] tokens_in ('' = unreported)
 -- ARGV[5] tokens_out ('' = unreported)   ARGV[6] provider ('' = none)   ARGV[7] model ('' = none)
+-- ARGV[8] the job id (the answer index names it)
+-- Its duplicates (DUPS) complete with the same result, nothing charged, and the answer index
+-- points the item's answer key at it.
 -- Returns 1, or 0 when worker_id does not hold the item (a completed item is never
 -- completed again: it has no owner).
 local idx = ARGV[1]
@@ -16,8 +19,23 @@ save_state(idx, st)
 redis.call('HSET', RESULTS, idx, ARGV[3])
 local charged = reserved
 if reported then charged = tokens_in + tokens_out end
+local dups = redis.call('ZRANGEBYSCORE', DUPS, idx, idx)
+for _, d in ipairs(dups) do
+  local dst = item_state(d)
+  dst.s, dst.ti, dst.to = S_COMPLETED, 0, 0
+  if ARGV[6] ~= '' then dst.pv = ARGV[6] end
+  if ARGV[7] ~= '' then dst.md = ARGV[7] end
+  save_state(d, dst)
+  redis.call('HSET', RESULTS, d, ARGV[3])
+end
+if #dups > 0 then
+  redis.call('ZREMRANGEBYSCORE', DUPS, idx, idx)
+  meta_decr('pending', #dups)
+end
+local key = redis.call('HGET', AKEYS, 'i:' .. idx)
+if key then redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged) end
 redis.call('HINCRBY', META, 'running', -1)
-redis.call('HINCRBY', META, 'completed', 1)
+redis.call('HINCRBY', META, 'completed', 1 + #dups)
 meta_decr('tokens_reserved', reserved)
 redis.call('HINCRBY', META, 'tokens_charged', charged)
 redis.call('HINCRBY', META, 'tokens_in', tokens_in)

@@ -2,6 +2,7 @@
 -- KEYS: the job's keys (_job.lua); writes META, STATES, LEASES, OWNERS, FAILED, EVENTS.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] error_type   ARGV[4] http_status ('' = none)
 -- ARGV[5] message (our own text, never the provider's)
+-- Its duplicates (DUPS) fail with the same error.
 -- Returns 1, or 0 when worker_id does not hold the item.
 local idx = ARGV[1]
 if not owned_by(idx, ARGV[2]) then return 0 end
@@ -9,8 +10,19 @@ local st, reserved = unlease(idx)
 st.s, st.et, st.hs, st.em = S_FAILED, ARGV[3], tonumber(ARGV[4]), ARGV[5]
 save_state(idx, st)
 redis.call('ZADD', FAILED, idx, idx)
+local dups = redis.call('ZRANGEBYSCORE', DUPS, idx, idx)
+for _, d in ipairs(dups) do
+  local dst = item_state(d)
+  dst.s, dst.et, dst.hs, dst.em = S_FAILED, ARGV[3], tonumber(ARGV[4]), ARGV[5]
+  save_state(d, dst)
+  redis.call('ZADD', FAILED, d, d)
+end
+if #dups > 0 then
+  redis.call('ZREMRANGEBYSCORE', DUPS, idx, idx)
+  meta_decr('pending', #dups)
+end
 redis.call('HINCRBY', META, 'running', -1)
-redis.call('HINCRBY', META, 'failed', 1)
+redis.call('HINCRBY', META, 'failed', 1 + #dups)
 meta_decr('tokens_reserved', reserved)
 add_event(now_ms(), 'item_failed', ARGV[5], tonumber(idx), ARGV[3], tonumber(ARGV[4]))
 return 1

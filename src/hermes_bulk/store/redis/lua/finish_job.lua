@@ -6,6 +6,7 @@ if redis.call('HGET', META, 'state') ~= S_CREATING then
   return 0
 end
 local total = redis.call('HLEN', ITEMS)
-redis.call('HSET', META, 'state', S_NOT_STARTED, 'total', total, 'pending', total,
+local reused = tonumber(redis.call('HGET', META, 'reused') or '0')
+redis.call('HSET', META, 'state', S_NOT_STARTED, 'total', total, 'pending', total - reused, 'completed', reused,
   'skipped', redis.call('HGET', META, 'skipped_events'))
 return 1

@@ -7,8 +7,13 @@ local idxs = redis.call('ZRANGE', FAILED, 0, tonumber(ARGV[1]) - 1)
 for _, idx in ipairs(idxs) do
   local st = item_state(idx)
   st.s, st.a, st.w, st.et, st.hs, st.em = S_PENDING, 0, 0, nil, nil, nil
+  if st.d then  -- a duplicate waits on its item again (asked once more)
+    st.s = S_WAITING
+    redis.call('ZADD', DUPS, st.d, idx)
+  else
+    redis.call('ZADD', PENDING, idx, idx)
+  end
   save_state(idx, st)
-  redis.call('ZADD', PENDING, idx, idx)
 end
 if #idxs > 0 then
   redis.call('ZREMRANGEBYRANK', FAILED, 0, #idxs - 1)
