@@ -107,7 +107,7 @@ class JobStatus:
         return {
             "job_id": j.job_id, "state": self.state, "total": j.total, "completed": j.completed,
             "failed": j.failed, "pending": j.pending, "running": j.running,
-            "tokens_in": j.tokens_in, "tokens_out": j.tokens_out, "estimated_tokens": j.estimated_tokens,
+            "tokens_in": j.tokens_in, "tokens_out": j.tokens_out, "estimated_tokens": j.projected_tokens,
             "concurrency": j.spec.concurrency, "skipped": j.skipped, "pause_reason": j.pause_reason,
             "max_tokens": j.spec.max_tokens, "tokens_charged": j.tokens_charged,
             "tokens_reserved": j.tokens_reserved, "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
@@ -387,6 +387,7 @@ class Jobs:
         # once; one it fits under is fine even if the job paused there before.
         limit = job.spec.max_tokens if max_tokens is None else max_tokens
         nxt = self.store.next_item_estimate(job.job_id) if limit is not None and job.state == PAUSED else None
+        nxt = None if nxt is None else job.reservation(nxt)  # with the learned output allowance
         if nxt is not None and job.tokens_charged + nxt > limit:
             if max_tokens is not None:
                 raise InputError(f"--max-tokens {max_tokens} leaves no room for the next item: {job.tokens_charged}"

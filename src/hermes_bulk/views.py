@@ -62,6 +62,12 @@ def created_text(created: Created, run_command: str) -> str:
     return "\n".join(lines)
 
 
+def _estimate_basis(j) -> str:
+    if j.projected_tokens == j.estimated_tokens:
+        return f" (allowing {j.spec.output_tokens_estimate} output tokens an item)"
+    return f" (learned from {count(j.completed, 'completed item')}: {j.output_allowance} output tokens reserved an item)"
+
+
 def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str = "hermes-bulk") -> str:
     """The status block (the seed's shape, plus what the user needs to act)."""
     j, spec = st.job, st.job.spec
@@ -74,7 +80,7 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
         f"State: {state_label(st.state)}",
         f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, {running}",
         f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in, {j.tokens_out} out",
-        f"Estimated tokens for the whole job: {j.estimated_tokens}",
+        f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
         concurrency_line(st),
     ]
     lines += concurrency_notes(st)

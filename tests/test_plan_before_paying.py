@@ -1,0 +1,55 @@
+"""Issue 18, point 6: an honest token estimate. The output allowance is learned from the job's
+completed items (in the store, so every worker and both backends agree), reservations shrink
+with it, and `status` shows the estimate improving. Real `hermes-bulk` processes, the loopback
+provider, SQLite or a real redis-server."""
+
+from __future__ import annotations
+
+import pytest
+
+BACKENDS = ["sqlite", "redis"]
+ROWS = 40
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_cli(request, cli):
+    if request.param == "redis":
+        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
+    return cli
+
+
+def _short_rows(tmp_path):
+    src = tmp_path / "short.csv"
+    src.write_text("word\n" + "".join(f"w{i}\n" for i in range(ROWS)))
+    return src
+
+
+def test_the_estimate_learns_from_completed_items(backend_cli, tmp_path):
+    cli = backend_cli
+    created = cli.json("create", "Say A", "--over", str(_short_rows(tmp_path)), "--json")
+    before = cli.json("status", created["job_id"], "--json")["estimated_tokens"]
+    cli("run", created["job_id"], "--wait", "--concurrency", "2")
+    job = cli.json("status", created["job_id"], "--json")
+    used = job["tokens_in"] + job["tokens_out"]
+    assert job["completed"] == ROWS
+    assert before > 4 * used, "the fixed 512-token allowance dominates the estimate made at create"
+    assert used <= job["estimated_tokens"] <= 1.2 * used, "once items are done the estimate is what they cost"
+    assert "learned from 40 completed items" in cli("status", created["job_id"]).stdout
+
+
+def test_reservations_shrink_with_the_learned_allowance(backend_cli, tmp_path):
+    """A limit a little above what the job really uses: with a 512-token reservation for every item
+    the last items would never fit and the job would pause; with the learned one it completes."""
+    cli = backend_cli
+    src = _short_rows(tmp_path)
+    probe = cli.create("Say A", src)
+    cli("run", probe, "--wait")
+    job = cli.json("status", probe, "--json")
+    used = job["tokens_in"] + job["tokens_out"]
+    limit = used + 200  # an item's configured reservation alone is above 512
+    job_id = cli.create("Say B", src, "--max-tokens", str(limit), "--concurrency", "1")
+    proc = cli("run", job_id, "--wait", check=False)
+    job = cli.json("status", job_id, "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert job["completed"] == ROWS and job["state"] == "completed"
+    assert job["tokens_in"] + job["tokens_out"] <= limit
