@@ -53,3 +53,16 @@ def test_reservations_shrink_with_the_learned_allowance(backend_cli, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert job["completed"] == ROWS and job["state"] == "completed"
     assert job["tokens_in"] + job["tokens_out"] <= limit
+
+
+def test_create_warns_when_the_limit_is_below_the_estimate(cli, tmp_path):
+    src = _short_rows(tmp_path)
+    proc = cli("create", "Say A", "--over", str(src), "--max-tokens", "1000")
+    warnings = [line for line in proc.stdout.splitlines() if line.startswith("Warning:")]
+    assert len(warnings) == 1, proc.stdout
+    assert "--max-tokens 1000 is below the estimate of" in warnings[0] and "will pause at the limit" in warnings[0]
+    assert "larger --max-tokens" in warnings[0]
+    job_id = proc.stdout.split()[2]
+    assert cli.json("status", job_id, "--json")["state"] == "not_started", "the job is still created"
+    roomy = cli("create", "Say A", "--over", str(src), "--max-tokens", "10000000").stdout
+    assert "Warning" not in roomy

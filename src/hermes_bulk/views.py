@@ -58,6 +58,10 @@ def created_text(created: Created, run_command: str) -> str:
         shown = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
         more = "" if job.skipped <= len(created.skipped) else ", …"
         lines.append(f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the job's events.")
+    limit = job.spec.max_tokens
+    if limit is not None and limit < job.estimated_tokens:
+        lines.append(f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} tokens for "
+                     "the whole job: it will pause at the limit; resume it then with a larger --max-tokens.")
     lines.append(f"Start it with: {run_command} {job.job_id}")
     return "\n".join(lines)
 
