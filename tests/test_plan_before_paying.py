@@ -66,3 +66,41 @@ def test_create_warns_when_the_limit_is_below_the_estimate(cli, tmp_path):
     assert cli.json("status", job_id, "--json")["state"] == "not_started", "the job is still created"
     roomy = cli("create", "Say A", "--over", str(src), "--max-tokens", "10000000").stdout
     assert "Warning" not in roomy
+
+
+def test_instruction_file_gives_a_long_instruction(cli, tmp_path):
+    src = _short_rows(tmp_path)
+    text = "Translate the word to French.\n" + "Keep the answer to one word. " * 50
+    (tmp_path / "instruction.txt").write_text(text, encoding="utf-8")
+    job_id = cli.json("create", "--instruction-file", str(tmp_path / "instruction.txt"), "--over", str(src),
+                      "--json")["job_id"]
+    item = cli("show", job_id, "row:1").stdout
+    assert "Keep the answer to one word. Keep" in item, "the request carries the file's instruction"
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda d: d / "missing.txt", "cannot read it"),
+    (lambda d: d, "directory"),
+    (lambda d: (d / "fifo", __import__("os").mkfifo(d / "fifo"))[0], "FIFO"),
+    (lambda d: (d / "latin1.txt", (d / "latin1.txt").write_bytes("caf\xe9".encode("latin-1")))[0], "not UTF-8"),
+    (lambda d: (d / "empty.txt", (d / "empty.txt").write_text("  \n"))[0], "empty"),
+])
+def test_a_bad_instruction_file_is_one_line_and_exit_2(cli, tmp_path, make, says):
+    folder = tmp_path / "f"
+    folder.mkdir()
+    path = make(folder)
+    proc = cli("create", "--instruction-file", str(path), "--over", str(_short_rows(tmp_path)), check=False,
+               timeout=20)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--instruction-file" in lines[0] and says.lower() in lines[0].lower(), lines
+    assert "Traceback" not in proc.stderr
+
+
+def test_instruction_and_instruction_file_are_exclusive_and_one_is_needed(cli, tmp_path):
+    (tmp_path / "i.txt").write_text("Do it")
+    src = str(_short_rows(tmp_path))
+    both = cli("create", "Do", "--instruction-file", str(tmp_path / "i.txt"), "--over", src, check=False)
+    assert both.returncode == 2 and "not both" in both.stderr
+    neither = cli("create", "--over", src, check=False)
+    assert neither.returncode == 2 and "--instruction-file" in neither.stderr

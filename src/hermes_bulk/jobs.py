@@ -487,6 +487,28 @@ def read_schema(path: Path) -> str:
     return json.dumps(schema)
 
 
+def read_instruction(path: Path) -> str:
+    """An --instruction-file as text: a regular, non-empty UTF-8 file of at most MAX_SCHEMA_BYTES."""
+    flag = "--instruction-file"
+    if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
+        raise UsageError(f"{flag} {path}: a hermes-bulk database in use, not an instruction.")
+    try:
+        data = read_regular_file(path.expanduser(), MAX_SCHEMA_BYTES)
+    except NotRegularFile as exc:
+        raise UsageError(f"{flag} {path}: it is {exc.reason}; give a text file.") from None
+    except InputError as exc:  # "<path>: cannot read it (<reason>)."
+        raise UsageError(f"{flag} {exc}") from None
+    if data is None:
+        raise UsageError(f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; an instruction is a short text.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{flag} {path}: not UTF-8 text; convert it, e.g. iconv -t UTF-8.") from None
+    if not text.strip():
+        raise UsageError(f"{flag} {path}: the file is empty; write the instruction in it.")
+    return text.strip()
+
+
 def state_label(state: str) -> str:
     return state.replace("_", " ")
 
