@@ -104,3 +104,27 @@ def test_instruction_and_instruction_file_are_exclusive_and_one_is_needed(cli, t
     assert both.returncode == 2 and "not both" in both.stderr
     neither = cli("create", "--over", src, check=False)
     assert neither.returncode == 2 and "--instruction-file" in neither.stderr
+
+
+def test_dry_run_shows_the_first_request_and_the_estimate_and_writes_nothing(cli, home, tmp_path):
+    src = _short_rows(tmp_path)
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"type": "object", "properties": {"fr": {"type": "string"}}}')
+    assert not home.exists()
+    text = cli("create", "Say A", "--over", str(src), "--dry-run", "--max-tokens", "100").stdout
+    assert text.startswith(f"Dry run: no job created. {ROWS} items.")
+    assert "Estimated tokens for the whole job: " in text and "Warning: --max-tokens 100 is below" in text
+    assert "----- BEGIN ITEM" in text and '{\\"word\\": \\"w0\\"}' in text and '"model": "fake-model"' in text
+    plan = cli.json("create", "Say A", "--over", str(src), "--dry-run", "--json", "--schema", str(schema))
+    assert (plan["dry_run"], plan["items"], plan["first_item"]) == (True, ROWS, "row:1")
+    assert [m["role"] for m in plan["request"]["messages"]] == ["system", "user"]
+    assert "Say A" in plan["request"]["messages"][1]["content"]
+    assert plan["request"]["response_format"]["json_schema"]["schema"]["properties"] == {"fr": {"type": "string"}}
+    created = cli.create("Say A", src)
+    assert plan["estimated_tokens"] == cli.json("status", created, "--json")["estimated_tokens"]
+
+
+def test_dry_run_on_a_fresh_data_dir_creates_no_database(cli, home, tmp_path):
+    cli("create", "Say A", "--over", str(_short_rows(tmp_path)), "--dry-run")
+    cli("create", "Say A", "--over", str(_short_rows(tmp_path)), "--dry-run", "--json")
+    assert not home.exists(), sorted(home.rglob("*"))

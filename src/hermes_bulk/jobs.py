@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from . import export as export_mod
 from . import hints, prompt
@@ -55,6 +55,19 @@ SKIPPED_SHOWN = 20
 # States `status` shows (the seed's table).
 STATES = ("not_started", "processing", "paused", "awaiting_recovery", "completed",
           "completed_with_errors", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """create --dry-run: what the job would hold and the first request it would send."""
+
+    items: int
+    skipped: int
+    estimated_tokens: int
+    output_allowance: int
+    max_tokens: int | None
+    first_item: str | None
+    request: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -181,8 +194,9 @@ class Jobs:
                retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
                tpm: int | None = None, model: str | None = None, client: str = "http",
                provider: str | None = None, schema: str | None = None,
-               on_progress: Callable[[int], None] | None = None) -> Created:
-        """Discover the items and record them; makes no model calls. Bad input creates nothing."""
+               on_progress: Callable[[int], None] | None = None, dry_run: bool = False) -> Created | Plan:
+        """Discover the items and record them; makes no model calls. Bad input creates nothing.
+        With dry_run, only discover them: the Plan (first request, count, estimate), nothing written."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
@@ -198,6 +212,9 @@ class Jobs:
             api_key = s.api_key.get_secret_value() if s.api_key else None
             provider = provider or provider_key(s.base_url, api_key)
         source = Source(over, max_item_bytes=s.max_item_bytes)
+        if dry_run:
+            return self._plan(instruction, over, source, model=model if client == "http" else None,
+                              max_tokens=max_tokens, schema=schema)
         spec = JobSpec(
             job_id=secrets.token_hex(6), instruction=instruction, source=str(source.path),
             source_kind=source.kind, concurrency=concurrency,
@@ -218,6 +235,34 @@ class Jobs:
             raise
         private_dir(self.job_dir(job.job_id))
         return Created(job=job, skipped=skipped)
+
+    def _plan(self, instruction: str, over: str, source: Source, *, model: str | None, max_tokens: int | None,
+              schema: str | None) -> Plan:
+        """What create would record and send first, read from the source alone (the store is not opened)."""
+        s = self.settings
+        allowance = s.max_output_tokens or s.output_tokens_estimate
+        items = skipped = estimate = 0
+        request: dict[str, Any] | None = None
+        first = None
+        for entry in source.entries():
+            if isinstance(entry, Skipped):
+                skipped += 1
+                continue
+            if request is None:
+                first = entry.name
+                request = {"model": model or "(Hermes' model)", "messages": prompt.build_messages(
+                    instruction, entry.name, entry.content, content_hash(entry.content))}
+                if s.max_output_tokens:
+                    request["max_tokens"] = s.max_output_tokens
+                if schema:
+                    request["response_format"] = {"type": "json_schema", "json_schema": {
+                        "name": "item_result", "schema": json.loads(schema), "strict": True}}
+            items += 1
+            estimate += prompt.estimate_tokens(entry.content, instruction, allowance)
+        if items == 0:
+            raise InputError(f"--over {over}: no items to process ({count(skipped, 'entry')} left out).")
+        return Plan(items=items, skipped=skipped, estimated_tokens=estimate, output_allowance=allowance,
+                    max_tokens=max_tokens, first_item=first, request=request or {})
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
         batch: list[NewItem] = []

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import hints, views
 from .errors import UsageError
-from .jobs import Jobs, read_instruction, read_schema
+from .jobs import Jobs, Plan, read_instruction, read_schema
 from .store.protocol import PAUSED, JobRecord
 from .words import count
 
@@ -84,7 +84,10 @@ def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     schema = read_schema(Path(place.path(args.schema))) if args.schema else None
     created = jobs.create(instruction, place.path(args.over), concurrency=args.concurrency,
                           retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
-                          schema=schema, on_progress=place.on_progress, **place.create_options(args))
+                          schema=schema, on_progress=place.on_progress, dry_run=args.dry_run,
+                          **place.create_options(args))
+    if isinstance(created, Plan):
+        return Reply(views.plan_text(created), created)
     return Reply(views.created_text(created, f"{place.cmd} run"), created)
 
 
