@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import pytest
 
@@ -58,6 +59,13 @@ def test_a_rerun_over_a_grown_folder_asks_only_for_the_new_files(backend_cli, tm
     assert (st["reused"], st["state"]) == (20, "completed")
     assert st["tokens_saved"] > 0
     assert st["tokens_charged"] < cli.json("status", a, "--json")["tokens_charged"], "reused items are not charged"
+    # The output allowance is learned from the items answered here, not diluted by the reused
+    # ones (which cost this job nothing): the same answers per item as job A's, so about its figure.
+    learned = re.compile(r"learned from (\d+) completed items: (\d+) output tokens")
+    a_basis, b_basis = (learned.search(cli("status", j).stdout) for j in (a, b))
+    assert b_basis and b_basis.group(1) == "5", cli("status", b).stdout
+    assert a_basis and a_basis.group(1) == "20"
+    assert int(b_basis.group(2)) >= int(a_basis.group(2)) // 2
 
     fake_provider.reset_records()
     fresh = cli.json("create", "Summarise", "--over", str(folder), "--fresh", "--json")

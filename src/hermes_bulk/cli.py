@@ -26,7 +26,7 @@ from . import hints, logs, replies, views
 from .commands import UsageError, build_parser, normalise
 from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
-from .jobs import Jobs, state_label
+from .jobs import Jobs, Plan, state_label
 from .limits import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
 from .terminal import print_table, say, stderr_console
@@ -120,7 +120,12 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
     reply = replies.create(args, _jobs(settings), replies.Place(on_progress=progress))
     if progress:
         say("")
-    if args.json:
+    if args.json and isinstance(reply.data, Plan):
+        plan = reply.data
+        print(json.dumps({"dry_run": True, "items": plan.items, "skipped": plan.skipped,
+                          "estimated_tokens": plan.estimated_tokens, "output_allowance": plan.output_allowance,
+                          "first_item": plan.first_item, "request": plan.request}))
+    elif args.json:
         created = reply.data
         print(json.dumps({"job_id": created.job.job_id, "items": created.job.total, "skipped": created.job.skipped,
                           "reused": created.job.reused,

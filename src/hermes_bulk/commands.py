@@ -116,7 +116,10 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
     parser.subcommands = sub.choices
 
     p = sub.add_parser("create", help="create a job over a directory or file (no model calls)")
-    p.add_argument("instruction", help="what to do with each item")
+    p.add_argument("instruction", nargs="?", help="what to do with each item (or --instruction-file)")
+    p.add_argument("--instruction-file", metavar="PATH", help="read the instruction from a UTF-8 text file")
+    p.add_argument("--dry-run", action="store_true",
+                   help="show the first item's request, the item count and the token estimate; create nothing")
     p.add_argument("--over", required=True, metavar="PATH", help="a directory, .csv, .json, .jsonl or any file")
     p.add_argument("--concurrency", type=_concurrency, metavar="N",
                    help=f"items at once, 1 to max_concurrency (default 4; max_concurrency is at most {MAX_CONCURRENCY})")
@@ -245,8 +248,9 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
 
 
 def normalise(argv: list[str]) -> list[str]:
-    """A first word that is not a command (or an option) is the instruction of `create`."""
-    if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
+    """A first word that is not a command (or an option) is the instruction of `create`, and so
+    is a first --instruction-file (`/bulk --instruction-file brief.txt --over data.csv`)."""
+    if argv and argv[0] not in COMMANDS and (not argv[0].startswith("-") or argv[0].startswith("--instruction-file")):
         return ["create", *argv]
     return argv
 

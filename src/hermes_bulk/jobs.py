@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from . import export as export_mod
 from . import hints, prompt
@@ -55,6 +55,19 @@ SKIPPED_SHOWN = 20
 # States `status` shows (the seed's table).
 STATES = ("not_started", "processing", "paused", "awaiting_recovery", "completed",
           "completed_with_errors", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """create --dry-run: what the job would hold and the first request it would send."""
+
+    items: int
+    skipped: int
+    estimated_tokens: int
+    output_allowance: int
+    max_tokens: int | None
+    first_item: str | None
+    request: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -110,7 +123,7 @@ class JobStatus:
         return {
             "job_id": j.job_id, "state": self.state, "total": j.total, "completed": j.completed,
             "failed": j.failed, "pending": j.pending, "running": j.running,
-            "tokens_in": j.tokens_in, "tokens_out": j.tokens_out, "estimated_tokens": j.estimated_tokens,
+            "tokens_in": j.tokens_in, "tokens_out": j.tokens_out, "estimated_tokens": j.projected_tokens,
             "concurrency": j.spec.concurrency, "skipped": j.skipped, "pause_reason": j.pause_reason,
             "max_tokens": j.spec.max_tokens, "tokens_charged": j.tokens_charged,
             "tokens_reserved": j.tokens_reserved, "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
@@ -185,8 +198,9 @@ class Jobs:
                retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
                tpm: int | None = None, model: str | None = None, client: str = "http",
                provider: str | None = None, schema: str | None = None, fresh: bool = False,
-               on_progress: Callable[[int], None] | None = None) -> Created:
-        """Discover the items and record them; makes no model calls. Bad input creates nothing."""
+               on_progress: Callable[[int], None] | None = None, dry_run: bool = False) -> Created | Plan:
+        """Discover the items and record them; makes no model calls. Bad input creates nothing.
+        With dry_run, only discover them: the Plan (first request, count, estimate), nothing written."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
@@ -202,6 +216,9 @@ class Jobs:
             api_key = s.api_key.get_secret_value() if s.api_key else None
             provider = provider or provider_key(s.base_url, api_key)
         source = Source(over, max_item_bytes=s.max_item_bytes)
+        if dry_run:
+            return self._plan(instruction, over, source, model=model if client == "http" else None,
+                              max_tokens=max_tokens, schema=schema)
         spec = JobSpec(
             job_id=secrets.token_hex(6), instruction=instruction, source=str(source.path),
             source_kind=source.kind, concurrency=concurrency,
@@ -222,6 +239,34 @@ class Jobs:
             raise
         private_dir(self.job_dir(job.job_id))
         return Created(job=job, skipped=skipped)
+
+    def _plan(self, instruction: str, over: str, source: Source, *, model: str | None, max_tokens: int | None,
+              schema: str | None) -> Plan:
+        """What create would record and send first, read from the source alone (the store is not opened)."""
+        s = self.settings
+        allowance = s.max_output_tokens or s.output_tokens_estimate
+        items = skipped = estimate = 0
+        request: dict[str, Any] | None = None
+        first = None
+        for entry in source.entries():
+            if isinstance(entry, Skipped):
+                skipped += 1
+                continue
+            if request is None:
+                first = entry.name
+                request = {"model": model or "(Hermes' model)", "messages": prompt.build_messages(
+                    instruction, entry.name, entry.content, content_hash(entry.content))}
+                if s.max_output_tokens:
+                    request["max_tokens"] = s.max_output_tokens
+                if schema:
+                    request["response_format"] = {"type": "json_schema", "json_schema": {
+                        "name": "item_result", "schema": json.loads(schema), "strict": True}}
+            items += 1
+            estimate += prompt.estimate_tokens(entry.content, instruction, allowance)
+        if items == 0:
+            raise InputError(f"--over {over}: no items to process ({count(skipped, 'entry')} left out).")
+        return Plan(items=items, skipped=skipped, estimated_tokens=estimate, output_allowance=allowance,
+                    max_tokens=max_tokens, first_item=first, request=request or {})
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
         batch: list[NewItem] = []
@@ -395,6 +440,7 @@ class Jobs:
         # once; one it fits under is fine even if the job paused there before.
         limit = job.spec.max_tokens if max_tokens is None else max_tokens
         nxt = self.store.next_item_estimate(job.job_id) if limit is not None and job.state == PAUSED else None
+        nxt = None if nxt is None else job.reservation(nxt)  # with the learned output allowance
         if nxt is not None and job.tokens_charged + nxt > limit:
             if max_tokens is not None:
                 raise InputError(f"--max-tokens {max_tokens} leaves no room for the next item: {job.tokens_charged}"
@@ -500,6 +546,28 @@ def read_schema(path: Path) -> str:
     if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
         raise InputError(f"--schema {path}: give a JSON schema of an object with \"properties\".")
     return json.dumps(schema)
+
+
+def read_instruction(path: Path) -> str:
+    """An --instruction-file as text: a regular, non-empty UTF-8 file of at most MAX_SCHEMA_BYTES."""
+    flag = "--instruction-file"
+    if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
+        raise UsageError(f"{flag} {path}: a hermes-bulk database in use, not an instruction.")
+    try:
+        data = read_regular_file(path.expanduser(), MAX_SCHEMA_BYTES)
+    except NotRegularFile as exc:
+        raise UsageError(f"{flag} {path}: it is {exc.reason}; give a text file.") from None
+    except InputError as exc:  # "<path>: cannot read it (<reason>)."
+        raise UsageError(f"{flag} {exc}") from None
+    if data is None:
+        raise UsageError(f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; an instruction is a short text.")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{flag} {path}: not UTF-8 text; convert it, e.g. iconv -t UTF-8.") from None
+    if not text.strip():
+        raise UsageError(f"{flag} {path}: the file is empty; write the instruction in it.")
+    return text.strip()
 
 
 def state_label(state: str) -> str:

@@ -179,7 +179,7 @@ class ItemProcessor:
         spec = claim.job.spec
         gate = ProviderGate(self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep)
         messages = prompt.build_messages(spec.instruction, claim.name, claim.content, claim.content_hash)
-        estimate = prompt.estimate_tokens(claim.content, spec.instruction, spec.output_tokens_estimate)
+        estimate = prompt.estimate_tokens(claim.content, spec.instruction, claim.job.output_allowance)
         schema = json.loads(spec.schema) if spec.schema else None
         while True:
             gate.wait_for_turn(estimate)

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import hints, views
 from .errors import UsageError
-from .jobs import Jobs, read_schema
+from .jobs import Jobs, Plan, read_instruction, read_schema
 from .store.protocol import PAUSED, JobRecord
 from .words import count
 
@@ -73,10 +73,21 @@ class Place:
 
 
 def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    if args.instruction is not None and args.instruction_file:
+        raise UsageError("Give the instruction or --instruction-file, not both.")
+    if args.instruction_file:
+        instruction = read_instruction(Path(place.path(args.instruction_file)))
+    elif args.instruction is None:
+        raise UsageError(f"Give an instruction: {hints.create(place.cmd)}, or --instruction-file PATH.")
+    else:
+        instruction = args.instruction
     schema = read_schema(Path(place.path(args.schema))) if args.schema else None
-    created = jobs.create(args.instruction, place.path(args.over), concurrency=args.concurrency,
+    created = jobs.create(instruction, place.path(args.over), concurrency=args.concurrency,
                           retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
-                          schema=schema, fresh=args.fresh, on_progress=place.on_progress, **place.create_options(args))
+                          schema=schema, fresh=args.fresh, on_progress=place.on_progress, dry_run=args.dry_run,
+                          **place.create_options(args))
+    if isinstance(created, Plan):
+        return Reply(views.plan_text(created), created)
     return Reply(views.created_text(created, f"{place.cmd} run"), created)
 
 

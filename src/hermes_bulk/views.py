@@ -7,12 +7,13 @@ The status block is plain text in the seed's shape, so `/bulk status` (a chat re
 from __future__ import annotations
 
 import datetime
+import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import hints
-from .jobs import Created, ItemShown, Jobs, JobStatus, state_label
+from .jobs import Created, ItemShown, Jobs, JobStatus, Plan, state_label
 from .store.protocol import (
     INTERRUPTED_WORKER_STOP,
     PAUSE_TOKEN_LIMIT,
@@ -69,8 +70,32 @@ def created_text(created: Created, run_command: str) -> str:
         shown = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
         more = "" if job.skipped <= len(created.skipped) else ", …"
         lines.append(f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the job's events.")
+    limit = job.spec.max_tokens
+    if limit is not None and limit < job.estimated_tokens:
+        lines.append(f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} tokens for "
+                     "the whole job: it will pause at the limit; resume it then with a larger --max-tokens.")
     lines.append(f"Start it with: {run_command} {job.job_id}")
     return "\n".join(lines)
+
+
+def plan_text(plan: Plan) -> str:
+    """create --dry-run: nothing was created; what the job would be and its first request."""
+    left_out = f" ({count(plan.skipped, 'entry')} left out)" if plan.skipped else ""
+    lines = [f"Dry run: no job created. {count(plan.items, 'item')}{left_out}.",
+             f"Estimated tokens for the whole job: {plan.estimated_tokens} (allowing {plan.output_allowance} "
+             "output tokens an item; a running job learns the real figure from its completed items)"]
+    if plan.max_tokens is not None and plan.max_tokens < plan.estimated_tokens:
+        lines.append(f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would pause at "
+                     "the limit; resume it then with a larger --max-tokens.")
+    lines.append(f"The request for the first item ({plan.first_item}):")
+    lines.append(json.dumps(plan.request, indent=2, ensure_ascii=False))
+    return "\n".join(lines)
+
+
+def _estimate_basis(j) -> str:
+    if j.projected_tokens == j.estimated_tokens:
+        return f" (allowing {j.spec.output_tokens_estimate} output tokens an item)"
+    return f" (learned from {count(j.answered, 'completed item')}: {j.output_allowance} output tokens reserved an item)"
 
 
 def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str = "hermes-bulk") -> str:
@@ -85,7 +110,7 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
         f"State: {state_label(st.state)}",
         f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, {running}",
         f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in, {j.tokens_out} out",
-        f"Estimated tokens for the whole job: {j.estimated_tokens}",
+        f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
         concurrency_line(st),
     ]
     lines += concurrency_notes(st)

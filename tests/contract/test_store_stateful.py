@@ -158,17 +158,28 @@ class Model:
             return "no_pending", None
         index = hint if hint in pending else pending[0]
         it = self.items[index]
-        verdict = token_rule(self.max_tokens, self.charged, self.reserved, it.estimate)
+        need = self.reservation(it.estimate)
+        verdict = token_rule(self.max_tokens, self.charged, self.reserved, need)
         if verdict == PAUSE:
             self.state, self.pause_reason = PAUSED, PAUSE_TOKEN_LIMIT
             return "token_limit", None
         if verdict == WAIT:
             return WAIT_REASON, None
-        it.status, it.owner, it.expired, it.reserved = CLAIMED, worker, False, it.estimate
+        it.status, it.owner, it.expired, it.reserved = CLAIMED, worker, False, need
         return "ok", index
 
     def duplicates(self, index: int) -> list[ModelItem]:
         return [it for it in self.items if it.dup_of == index and it.status == WAITING]
+
+    def reservation(self, estimate: int) -> int:
+        """The learned output allowance: after 3 completed items that reported output, twice their
+        mean output replaces the configured 512 in the estimate, reserving at least the smaller of
+        the two."""
+        completed = self.count(COMPLETED)
+        if completed < 3 or self.tokens_out <= 0:
+            return estimate
+        learned = -(-2 * self.tokens_out // completed)
+        return max(estimate + learned - 512, min(learned, estimate))
 
     def requeue(self, it: ModelItem) -> None:
         it.status, it.owner, it.expired, it.reserved = PENDING, None, False, 0

@@ -112,6 +112,9 @@ class Event:
     at: float = 0.0  # filled in by the store when 0
 
 
+LEARN_AFTER = 3  #: completed items before the output allowance is learned from them
+
+
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     spec: JobSpec
@@ -140,6 +143,44 @@ class JobRecord:
     @property
     def job_id(self) -> str:
         return self.spec.job_id
+
+    @property
+    def answered(self) -> int:
+        """Completed items that were answered in this job (not reused from an earlier one at create).
+
+        In-job duplicates are counted (no counter tells them apart), which lowers the learned
+        allowance in a job of many repeats; docs/decisions.md says why that is accepted."""
+        return self.completed - self.reused
+
+    @property
+    def output_allowance(self) -> int:
+        """The output tokens a claim reserves for one item: learned once LEARN_AFTER items are done.
+
+        Twice the mean output of the completed items (capped at max_output_tokens), else the
+        configured allowance. The same rule is in SQL (sqlite claim_item) and Lua (claim_item.lua).
+        """
+        fixed = self.spec.output_tokens_estimate
+        if self.answered < LEARN_AFTER or self.tokens_out <= 0:
+            return fixed
+        learned = -(-2 * self.tokens_out // self.answered)
+        cap = self.spec.max_output_tokens
+        return learned if cap is None else min(learned, cap)
+
+    def reservation(self, estimate: int) -> int:
+        """What a claim reserves for an item whose stored estimate (made with the configured
+        allowance) is `estimate`: the learned allowance in its place, and never less than the
+        learned allowance itself (or the estimate, when that is smaller)."""
+        allowance = self.output_allowance
+        return max(estimate + allowance - self.spec.output_tokens_estimate, min(allowance, estimate))
+
+    @property
+    def projected_tokens(self) -> int:
+        """The whole job's estimate: the sum of the item estimates until LEARN_AFTER items are done,
+        then what is charged and reserved plus the pending items at the mean cost of a completed one."""
+        if self.answered < LEARN_AFTER or self.tokens_out <= 0:
+            return self.estimated_tokens
+        per_item = -(-self.tokens_charged // self.answered)
+        return self.tokens_charged + self.tokens_reserved + self.pending * per_item
 
     @property
     def finished(self) -> bool:

@@ -17,6 +17,7 @@ import redis
 
 from ..protocol import (
     CREATING,
+    LEARN_AFTER,
     PENDING,
     RUNNING,
     Claim,
@@ -320,7 +321,7 @@ class RedisJobStore:
     # Items ---------------------------------------------------------------------------------
     def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
         reply = self.lua.claim_item(keys=self.keys.job(job_id),
-                                    args=[index_hint, worker_id, lease_s * 1000, max_running])
+                                    args=[index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER])
         if reply[0] != b"ok":
             return ClaimRefused(codec.text(reply[0]))
         _, meta, index, raw_item, raw_state, content = reply

@@ -271,15 +271,18 @@ class SqliteJobStore:
             # under --max-tokens (fewer statements: less time holding the write lock).
             limit = job.spec.max_tokens
             used = job.tokens_charged + job.tokens_reserved
+            # The learned output allowance replaces the configured one (JobRecord.reservation).
+            delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
             row = conn.execute(
-                "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = estimate"
+                "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + ?, min(?, estimate))"
                 " WHERE job_id = ? AND status = 'pending' AND idx = coalesce("
                 "(SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?),"
                 " (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1))"
-                " AND (? IS NULL OR ? + estimate <= ?)"
-                " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, estimate, attempts,"
+                " AND (? IS NULL OR ? + max(estimate + ?, min(?, estimate)) <= ?)"
+                " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, reserved, attempts,"
                 " rate_limit_waits",
-                (CLAIMED, worker_id, now + lease_s, job_id, job_id, index_hint, job_id, limit, used, limit)).fetchone()
+                (CLAIMED, worker_id, now + lease_s, delta, floor, job_id, job_id, index_hint, job_id, limit, used,
+                 delta, floor, limit)).fetchone()
             if row is None:
                 return self._refuse_claim(conn, job, index_hint)
             idx, estimate = row[0], row[6]
@@ -304,7 +307,7 @@ class SqliteJobStore:
         row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job.job_id,)).fetchone()
         if row is None:
             return ClaimRefused("no_pending")
-        idx, estimate = row
+        idx, estimate = row[0], job.reservation(row[1])
         if job.spec.max_tokens is None or job.tokens_charged + estimate <= job.spec.max_tokens:
             return ClaimRefused("tokens_in_flight")
         conn.execute("UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?", (PAUSED, PAUSE_TOKEN_LIMIT, job.job_id))

@@ -1,7 +1,7 @@
 -- claim_item: give one pending item of a running job to a worker until now + lease.
 -- KEYS: the job's keys (_job.lua); reads ITEMS, CONTENTS; writes META, STATES, PENDING,
 --       LEASES, OWNERS, EVENTS.
--- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running
+-- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running   ARGV[5] learn_after
 -- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, tokens_in_flight,
 -- token_limit),
 -- else {'ok', job (HGETALL of META before the claim), index, item record, state JSON or
@@ -25,6 +25,22 @@ local item = redis.call('HGET', ITEMS, idx)
 local estimate, content_hash = string.match(item, '^(%-?%d+)\t([^\t]*)\t')
 estimate = tonumber(estimate)
 local now = now_ms()
+local LEARN_AFTER = tonumber(ARGV[5])
+
+-- The learned output allowance (JobRecord.output_allowance): after LEARN_AFTER completed items
+-- that reported output, twice their mean output (capped at max_output_tokens) replaces the
+-- configured allowance that the stored estimate was made with, never reserving less than it.
+-- Items completed with an earlier job's answer at create cost nothing here: they are not counted.
+local completed = tonumber(job.completed) - tonumber(job.reused or '0')
+local tokens_out = tonumber(job.tokens_out)
+if completed >= LEARN_AFTER and tokens_out > 0 then
+  local spec = cjson.decode(job.spec)
+  local learned = math.floor((2 * tokens_out + completed - 1) / completed)
+  if type(spec.max_output_tokens) == 'number' and spec.max_output_tokens < learned then
+    learned = spec.max_output_tokens
+  end
+  estimate = math.max(estimate + learned - spec.output_tokens_estimate, math.min(learned, estimate))
+end
 
 -- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while
 -- reservations are in flight (they may settle for less); the job pauses only when the item

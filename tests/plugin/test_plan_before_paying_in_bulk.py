@@ -1,0 +1,27 @@
+"""/bulk takes --instruction-file as `hermes-bulk` does, its path resolved against Hermes' working
+directory like --over, and warns when --max-tokens is below the estimate (real Hermes)."""
+
+from __future__ import annotations
+
+from .conftest import job_id_of
+
+
+def test_bulk_reads_the_instruction_file_from_hermes_working_directory(gateway, hermes_provider, tmp_path):
+    (tmp_path / "brief.txt").write_text("Summarise in one line.\n" + "Be brief. " * 40)
+    (tmp_path / "t.jsonl").write_text('{"t": "alpha"}\n{"t": "beta"}\n')
+    gw = gateway(cwd=tmp_path)
+    reply = gw.bulk("--instruction-file brief.txt --over t.jsonl --max-tokens 50")
+    job = job_id_of(reply)
+    assert "Warning: --max-tokens 50 is below the estimate" in reply, reply
+    assert "Be brief. Be brief." in gw.bulk(f"show {job} 1")
+    bad = gw.bulk("--instruction-file missing.txt --over t.jsonl")
+    assert "--instruction-file" in bad and "cannot read it" in bad, bad
+
+
+def test_bulk_dry_run_shows_the_request_and_creates_no_job(gateway, hermes_provider, tmp_path):
+    (tmp_path / "t.jsonl").write_text('{"t": "alpha"}\n{"t": "beta"}\n')
+    gw = gateway(cwd=tmp_path)
+    reply = gw.bulk('"Summarise" --over t.jsonl --dry-run')
+    assert reply.startswith("Dry run: no job created. 2 items."), reply
+    assert "----- BEGIN ITEM" in reply and "Summarise" in reply
+    assert "No jobs" in gw.bulk("list") or "no jobs" in gw.bulk("list").lower()
