@@ -11,8 +11,8 @@ the contract suite holds both to them.
   base · 2^step up to the cap, the step growing once per generation of requests (below):
   sixteen 429s to one burst wait base once, not base · 2^15.
 - Adaptive pacing: a 429 halves the request rate the key was seeing (its learned rate, else
-  the rate measured over about the last second, or
-  over the last window's age when a request took longer), once per generation of requests: only a 429
+  the rate measured over about the last second, or over the last window's age when a request
+  took longer), once per generation of requests: only a 429
   to a request granted after the last decrease counts (every grant carries the key's count
   of decreases, its epoch), as TCP halves its window once per round trip. 429s to requests
   sent before the decrease arrive later, often after a short wait has ended, and say nothing
