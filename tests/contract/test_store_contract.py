@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 from hermes_bulk import broker
+from hermes_bulk.limits import IN_PLACE_WAIT_S
 from hermes_bulk.store.protocol import (
     AWAITING_RECOVERY,
     INTERRUPTED_ORPHANED,
@@ -647,6 +648,21 @@ def test_429s_to_one_burst_halve_the_rate_once_and_it_recovers_with_time(limits)
     time.sleep(5.0)
     recovered = _granted_within(limits, "k6", 0.5)
     assert recovered >= 9, f"back to about 20/s or more, got {recovered * 2}/s"
+
+
+def test_a_429_to_a_request_slower_than_a_second_paces_by_its_own_rate_not_one_a_minute(limits):
+    # One request, answered 429 after 2.5 s (a slow provider, Hermes retrying it, a loaded
+    # machine): the key saw one request in 2.5 s, so it is paced to one in about 5 s. It used to
+    # see a rate of 0 (nothing granted in the last second), pace to one request a minute, and a
+    # job's next item waited out that minute (the 429 test in tests/plugin stalled under load).
+    turn = limits.acquire("k6s", rpm=None, tpm=None, tokens=1)
+    assert turn.wait == 0.0
+    time.sleep(2.5)
+    limits.pause("k6s", seconds=0.2, base_s=5, cap_s=120, epoch=turn.epoch)
+    time.sleep(0.25)
+    assert limits.acquire("k6s", rpm=None, tpm=None, tokens=1).wait == 0.0  # the retry, after the wait
+    wait = limits.acquire("k6s", rpm=None, tpm=None, tokens=1).wait
+    assert 2.0 < wait < IN_PLACE_WAIT_S, f"about 2 x 2.5 s, a wait a worker sleeps in place, not {wait:.1f} s"
 
 
 def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(limits):

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from hermes_bulk.broker import open_backend
+from hermes_bulk.limits import IN_PLACE_WAIT_S
 from hermes_bulk.liveness import Liveness
 from hermes_bulk.store.protocol import WorkerInfo
 from hermes_bulk.testing.fake_provider import digest, expected_answer
@@ -172,6 +173,30 @@ def test_a_429_pauses_every_worker_in_every_process_for_retry_after(backend, cli
     assert (done["completed"], done["failed"]) == (400, 0)
     events = cli("events", job_id, "--limit", "5000").stdout
     assert events.count("rate_limited") == 1 and "attempt_failed" not in events, "429 waits use up no retries"
+
+
+def test_a_429_to_a_slow_request_lets_the_next_items_follow_within_seconds(backend, cli, tmp_path, fake_provider):
+    # The interleaving that stalled the plugin's 429 test under load, forced: the one request in
+    # flight is answered 429 more than a second after it was sent (here 2.5 s of latency; there
+    # Hermes' own retry on a loaded machine). The key then saw no request in the last second:
+    # adaptive pacing took its rate for 0, paced it to one request a minute, and the job sat with
+    # its next items pending and none running for that minute.
+    src = jsonl(tmp_path / "items.jsonl", 3)
+    fake_provider.configure(latency_s=2.5, script=["429:1"])
+    job_id = cli.create("Process", src, "--concurrency", "1")
+    cli("run", job_id)
+    worker = cli.spawn_worker("-w", "2")
+    try:
+        wait_for(lambda: len(fake_provider.requests) >= 1, timeout=20, message="the first request")
+        fake_provider.configure(latency_s=0.0)  # only the first request (the one answered 429) is slow
+        wait_for(lambda: status(cli, job_id)["state"] == "completed", timeout=30,
+                 message="the items after the 429 (one request a minute would take two)")
+    finally:
+        stop(worker)
+    sent = fake_provider.requests
+    assert [r.status for r in sent] == [429, 200, 200, 200]
+    gaps = [b.at - a.at for a, b in zip(sent[1:], sent[2:], strict=False)]
+    assert max(gaps) < IN_PLACE_WAIT_S, f"paced to about the rate the 429 saw, not a minute: {gaps}"
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])

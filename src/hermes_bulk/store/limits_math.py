@@ -11,7 +11,8 @@ the contract suite holds both to them.
   base · 2^step up to the cap, the step growing once per generation of requests (below):
   sixteen 429s to one burst wait base once, not base · 2^15.
 - Adaptive pacing: a 429 halves the request rate the key was seeing (its learned rate, else
-  the rate measured over about the last second), once per generation of requests: only a 429
+  the rate measured over about the last second, or over the last window's age when a request
+  took longer), once per generation of requests: only a 429
   to a request granted after the last decrease counts (every grant carries the key's count
   of decreases, its epoch), as TCP halves its window once per round trip. 429s to requests
   sent before the decrease arrive later, often after a short wait has ended, and say nothing
@@ -66,12 +67,13 @@ def _gcra(tat_s: float, now_s: float, interval_s: float, cost: int) -> tuple[flo
 
 
 def observed_rate_per_s(state: LimitState, now_s: float) -> float:
-    """Requests granted over about the last second (a sliding-window estimate)."""
+    """Requests granted over about the last second (a sliding-window estimate); once the last
+    window is over a second old, its requests over the time since it began. A request slower
+    than a second (a slow provider, a loaded machine) then leaves its 429 the rate it really
+    saw, not one that decays to zero, which paced the key to AUTO_MAX_INTERVAL_S."""
     elapsed_s = now_s - state.window_start_s
-    if elapsed_s >= 2.0:
-        return 0.0
     if elapsed_s >= 1.0:
-        return state.window_count * max(0.0, 2.0 - elapsed_s)
+        return state.window_count / elapsed_s
     return state.previous_count * (1.0 - elapsed_s) + state.window_count
 
 

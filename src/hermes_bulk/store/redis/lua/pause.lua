@@ -29,8 +29,7 @@ if decrease then
     local elapsed = now - (tonumber(h[4]) or 0)
     local count, previous = tonumber(h[5]) or 0, tonumber(h[6]) or 0
     local per_s
-    if elapsed >= 2000 then per_s = 0
-    elseif elapsed >= 1000 then per_s = count * math.max(0, 2 - elapsed / 1000)
+    if elapsed >= 1000 then per_s = count / (elapsed / 1000)  -- a slow request: its own rate, not 0
     else per_s = previous * (1 - elapsed / 1000) + count end
     rate = per_s / 1000
   end
