@@ -527,18 +527,24 @@ def missing_database(settings: Settings) -> Path | None:
     return None if location.path.exists() else location.path
 
 
-def read_schema(path: Path) -> str:
-    """A --schema file as compact JSON text: a JSON schema of an object with "properties"."""
+def _read_flag_file(path: Path, flag: str, kind: str, error: type[InputError | UsageError]) -> bytes:
+    """The bytes of a small file a flag names (a --schema, an --instruction-file); one line if not."""
     if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
-        raise InputError(f"--schema {path}: a hermes-bulk database in use, not a JSON schema.")
+        raise error(f"{flag} {path}: a hermes-bulk database in use, not {kind}.")
     try:
         data = read_regular_file(path.expanduser(), MAX_SCHEMA_BYTES)
     except NotRegularFile as exc:
-        raise InputError(f"--schema {path}: it is {exc.reason}; give a JSON file.") from None
+        raise error(f"{flag} {path}: it is {exc.reason}; give {kind}.") from None
     except InputError as exc:  # "<path>: cannot read it (<reason>)."
-        raise InputError(f"--schema {exc}") from None
+        raise error(f"{flag} {exc}") from None
     if data is None:
-        raise InputError(f"--schema {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; a schema is a small JSON file.")
+        raise error(f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; give {kind} of a few kilobytes.")
+    return data
+
+
+def read_schema(path: Path) -> str:
+    """A --schema file as compact JSON text: a JSON schema of an object with "properties"."""
+    data = _read_flag_file(path, "--schema", "a JSON file", InputError)
     try:
         schema = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -549,18 +555,10 @@ def read_schema(path: Path) -> str:
 
 
 def read_instruction(path: Path) -> str:
-    """An --instruction-file as text: a regular, non-empty UTF-8 file of at most MAX_SCHEMA_BYTES."""
+    """An --instruction-file as text: a regular, non-empty UTF-8 file of at most MAX_SCHEMA_BYTES.
+    Its errors are usage errors (exit 2), as a bad flag's are; --schema's predate that (exit 1)."""
     flag = "--instruction-file"
-    if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
-        raise UsageError(f"{flag} {path}: a hermes-bulk database in use, not an instruction.")
-    try:
-        data = read_regular_file(path.expanduser(), MAX_SCHEMA_BYTES)
-    except NotRegularFile as exc:
-        raise UsageError(f"{flag} {path}: it is {exc.reason}; give a text file.") from None
-    except InputError as exc:  # "<path>: cannot read it (<reason>)."
-        raise UsageError(f"{flag} {exc}") from None
-    if data is None:
-        raise UsageError(f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; an instruction is a short text.")
+    data = _read_flag_file(path, flag, "a text file", UsageError)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
