@@ -9,21 +9,13 @@ import time
 
 from ..helpers import wait_for
 from .conftest import clean_env, job_id_of
-from .test_bulk_plugin import completed, rows_jsonl
-from .test_gateway_truth import bulk_cli, cli_env, status_json
+from .test_bulk_plugin import rows_jsonl
+from .test_gateway_truth import bulk_cli, gateway_killed_with_two_items_in_flight, status_json
 
 
 def test_a_flagged_worker_leaves_a_job_the_crashed_gateway_was_running_for_run(gateway, hermes_home,
                                                                                 hermes_provider, tmp_path):
-    src = rows_jsonl(8, tmp_path / "rows.jsonl")
-    hermes_provider.configure(latency_s=1.5)
-    env = cli_env(hermes_home, hermes_provider)
-    gw = gateway()
-    job = job_id_of(gw.bulk(f'"Classify" --over {src} --concurrency 2'))
-    gw.bulk(f"run {job}")
-    wait_for(lambda: completed(gw.bulk(f"status {job}")) >= 1 and status_json(env, job)["running"] == 2,
-             timeout=60, interval=0.1, message="two items in flight in the gateway")
-    gw.kill()  # kill -9: the gateway's workers die with it
+    env, job = gateway_killed_with_two_items_in_flight(gateway, hermes_home, hermes_provider, tmp_path, 8)
     hermes_provider.configure(latency_s=0)
     sent = len(hermes_provider.requests)
 

@@ -147,17 +147,24 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(gateway, hermes_home, herme
 # 4. Interrupted items are not shown as running -----------------------------------------------------
 
 
-def test_after_a_kill_interrupted_items_are_back_in_the_queue_and_wait_for_run(gateway, hermes_home,
-                                                                               hermes_provider, tmp_path):
-    src = rows_jsonl(12, tmp_path / "rows.jsonl")
+def gateway_killed_with_two_items_in_flight(gateway, hermes_home, hermes_provider, tmp_path, rows: int):
+    """A job of `rows` rows run by a gateway that is killed (-9) while two of its items are in
+    flight: (the CLI's environment for that Hermes home, the job id)."""
+    src = rows_jsonl(rows, tmp_path / "rows.jsonl")
     hermes_provider.configure(latency_s=1.5)
     env = cli_env(hermes_home, hermes_provider)
-    first = gateway()
-    job = job_id_of(first.bulk(f'"Classify" --over {src} --concurrency 2'))
-    first.bulk(f"run {job}")
-    wait_for(lambda: completed(first.bulk(f"status {job}")) >= 1 and status_json(env, job)["running"] == 2,
-             timeout=60, interval=0.1, message="two items in flight")
-    first.kill()  # kill -9: nothing of Hermes gets to clean up
+    gw = gateway()
+    job = job_id_of(gw.bulk(f'"Classify" --over {src} --concurrency 2'))
+    gw.bulk(f"run {job}")
+    wait_for(lambda: completed(gw.bulk(f"status {job}")) >= 1 and status_json(env, job)["running"] == 2,
+             timeout=60, interval=0.1, message="two items in flight in the gateway")
+    gw.kill()  # kill -9: nothing of Hermes gets to clean up
+    return env, job
+
+
+def test_after_a_kill_interrupted_items_are_back_in_the_queue_and_wait_for_run(gateway, hermes_home,
+                                                                               hermes_provider, tmp_path):
+    env, job = gateway_killed_with_two_items_in_flight(gateway, hermes_home, hermes_provider, tmp_path, 12)
     before = status_json(env, job)
     assert before["running"] == 2
     # Before Bulk starts again, what status shows is still true: those items are not running.
