@@ -113,6 +113,7 @@ def test_wait_exits_by_how_the_job_ended(cli, tmp_path, fake_provider):
     cli("run", failed, "--wait", check=False)
     assert cli("wait", failed, check=False).returncode == 1
 
-    paused = cli("create", "Summarize", "--over", str(src)).stdout.split()[2]
+    # --fresh: the first job answered this file, and a reused job is completed at create.
+    paused = cli("create", "Summarize", "--over", str(src), "--fresh").stdout.split()[2]
     cli("pause", paused)
     assert cli("wait", paused, check=False).returncode == 4
