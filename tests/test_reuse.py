@@ -101,6 +101,22 @@ def test_reuse_off_by_setting_and_deleted_jobs_answer_nothing(backend_cli, tmp_p
     assert cli.json("create", "Summarise", "--over", str(folder), "--json")["reused"] == 0
 
 
+def test_a_job_answered_before_in_full_is_completed_at_create_and_says_so(backend_cli, tmp_path, fake_provider):
+    cli = backend_cli
+    folder = _folder(tmp_path, 3)
+    a = cli.create("Summarise", folder)
+    cli("run", a, "--wait", timeout=120)
+    fake_provider.reset_records()
+    made = cli("create", "Summarise", "--over", str(folder)).stdout
+    b = made.split()[2]
+    assert "3 answered before (reused), 0 to run." in made
+    assert f"Nothing to run: the job is completed. Export it with: hermes-bulk export {b}" in made
+    assert "Start it with" not in made, "a run of it would only say it has no pending items"
+    st = cli.json("status", b, "--json")
+    assert (st["state"], st["completed"], st["pending"]) == ("completed", 3, 0)
+    assert len(_export(cli, b)) == 3 and not fake_provider.requests
+
+
 def _csv_with_duplicates(tmp_path):
     """100 rows: 60 distinct, 40 repeating earlier ones."""
     path = tmp_path / "rows.csv"

@@ -54,7 +54,7 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
     worker = cli.spawn_worker()
     try:
         wait_for(lambda: cli.json("status", job, "--json")["state"] == "completed", timeout=60, message="completion")
-        second = cli.create("Classify", rows(2, tmp_path / "two.jsonl"))
+        second = cli.create("Classify", rows(2, tmp_path / "two.jsonl"), "--fresh")  # the first job answered them
         ran = cli("run", second).stdout
         assert "1 live worker picks it up." in ran and "start one with" not in ran, ran
     finally:

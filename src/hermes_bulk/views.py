@@ -74,7 +74,11 @@ def created_text(created: Created, run_command: str) -> str:
     if limit is not None and limit < job.estimated_tokens:
         lines.append(f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} tokens for "
                      "the whole job: it will pause at the limit; resume it then with a larger --max-tokens.")
-    lines.append(f"Start it with: {run_command} {job.job_id}")
+    if job.finished:  # every item was answered before (reused): there is nothing to run
+        lines.append(f"Nothing to run: the job is completed. Export it with: "
+                     f"{run_command.rsplit(' ', 1)[0]} export {job.job_id}")
+    else:
+        lines.append(f"Start it with: {run_command} {job.job_id}")
     return "\n".join(lines)
 
 
