@@ -31,11 +31,17 @@ def _folder(tmp_path, n: int, start: int = 0):
     return folder
 
 
+def _answered(cli, tmp_path, n: int):
+    """A folder of n reports and the job that answered them all (the answers later jobs reuse)."""
+    folder = _folder(tmp_path, n)
+    job = cli.create("Summarise", folder)
+    cli("run", job, "--wait", timeout=120)
+    return folder, job
+
+
 def test_a_rerun_over_a_grown_folder_asks_only_for_the_new_files(backend_cli, tmp_path, fake_provider):
     cli = backend_cli
-    folder = _folder(tmp_path, 20)
-    a = cli.create("Summarise", folder)
-    cli("run", a, "--wait", timeout=120)
+    folder, a = _answered(cli, tmp_path, 20)
     first = {r["item"]: r["result"] for r in _export(cli, a)}
     assert len(fake_provider.requests) == 20
     _folder(tmp_path, 5, start=20)
@@ -77,11 +83,9 @@ def test_a_rerun_over_a_grown_folder_asks_only_for_the_new_files(backend_cli, tm
 @pytest.mark.parametrize("change", ["instruction", "model", "schema"])
 def test_a_changed_question_reuses_nothing(change, backend_cli, tmp_path, fake_provider):
     cli = backend_cli
-    folder = _folder(tmp_path, 4)
+    folder, _ = _answered(cli, tmp_path, 4)
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"title": {"type": "string"}}}))
-    a = cli.create("Summarise", folder)
-    cli("run", a, "--wait", timeout=120)
     flags = {"instruction": ("Summarise briefly",), "model": ("Summarise", "--model", "other-model"),
              "schema": ("Summarise", "--schema", str(schema))}[change]
     made = cli.json("create", flags[0], "--over", str(folder), *flags[1:], "--json")
@@ -92,9 +96,7 @@ def test_a_changed_question_reuses_nothing(change, backend_cli, tmp_path, fake_p
 
 def test_reuse_off_by_setting_and_deleted_jobs_answer_nothing(backend_cli, tmp_path, fake_provider):
     cli = backend_cli
-    folder = _folder(tmp_path, 3)
-    a = cli.create("Summarise", folder)
-    cli("run", a, "--wait", timeout=120)
+    folder, a = _answered(cli, tmp_path, 3)
     assert cli.json("create", "Summarise", "--over", str(folder), "--json", HERMES_BULK_REUSE="false")["reused"] == 0
     assert cli.json("create", "Summarise", "--over", str(folder), "--json")["reused"] == 3
     cli("delete", a)
@@ -103,9 +105,7 @@ def test_reuse_off_by_setting_and_deleted_jobs_answer_nothing(backend_cli, tmp_p
 
 def test_a_job_answered_before_in_full_is_completed_at_create_and_says_so(backend_cli, tmp_path, fake_provider):
     cli = backend_cli
-    folder = _folder(tmp_path, 3)
-    a = cli.create("Summarise", folder)
-    cli("run", a, "--wait", timeout=120)
+    folder, _ = _answered(cli, tmp_path, 3)
     fake_provider.reset_records()
     made = cli("create", "Summarise", "--over", str(folder)).stdout
     b = made.split()[2]
