@@ -46,7 +46,7 @@ EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
 
 def main(argv: list[str] | None = None) -> int:
     argv = normalise(list(sys.argv[1:] if argv is None else argv))
-    parser = build_parser()
+    parser = build_parser(command=argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
@@ -102,7 +102,18 @@ def _save_traceback(settings: Settings | None) -> Path:
 
 def _jobs(settings: Settings, backend=None) -> Jobs:
     """The jobs API, with the cron budget's gate when a budget is configured on this machine."""
-    return Jobs(settings, backend, request_gate=_request_gate())
+    return Jobs(settings, backend, request_gate=_GateWhenAsked())
+
+
+class _GateWhenAsked:
+    """The request gate, looked up (budget settings, ledger) the first time a command asks it:
+    `list` and `status` of jobs that are not running never do (bench row 7)."""
+
+    def admit(self, job) -> float:
+        return _request_gate().admit(job)
+
+    def held_until(self, job) -> float | None:
+        return _request_gate().held_until(job)
 
 
 @functools.cache

@@ -108,7 +108,9 @@ def _add_job_controls(p: argparse.ArgumentParser) -> None:
                    help=f"pace tokens to N per minute from now on ({_range(1, MAX_TPM)})")
 
 
-def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Parser:
+def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command: str | None = None) -> _Parser:
+    """The parser of every command; given `command` (the first word typed), the budget's arguments
+    are added only when it is `budget`."""
     parser = _Parser(prog=prog, description="Apply one instruction to many items, each its own model call, "
                      "as a durable background job.", epilog=None if for_slash else EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -239,11 +241,12 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False) -> _Pars
         p.add_argument("--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)")
         sub.add_parser("path", help="print the data directory")
 
-        from .budget.grammar import add_budget_arguments
-
         p = sub.add_parser("budget", help="the request budget that holds cron and bulk before the chat reserve",
                            description="The cron-budget ledger (shared with Hermes' `hermes cron-budget`).")
-        add_budget_arguments(p)
+        if command in (None, "budget"):  # its help lists the budget's settings, which loads them
+            from .budget.grammar import add_budget_arguments
+
+            add_budget_arguments(p)
     return parser
 
 

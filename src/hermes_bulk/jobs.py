@@ -13,9 +13,8 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from . import export as export_mod
 from . import hints, prompt
 from .backend_url import SqliteUrl, parse_backend_url
 from .broker import Backend, open_backend
@@ -24,7 +23,6 @@ from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoD
 from .files import private_dir
 from .limits import OpenGate, RequestGate, provider_key
 from .liveness import Liveness, interruption
-from .sources import NotRegularFile, Skipped, Source, content_hash, read_regular_file
 from .store.protocol import (
     AWAITING_RECOVERY,
     FAILED,
@@ -44,6 +42,12 @@ from .store.protocol import (
 )
 from .store.sqlite.database import is_open_sqlite_file
 from .words import count
+
+if TYPE_CHECKING:
+    from .sources import Skipped, Source
+
+# sources (create) and export (export, delete) are imported where used: `list` and `status` start
+# without them (issue 17.9, bench row 7).
 
 # Items per transaction while creating, and the content bytes one may hold: memory stays flat,
 # and commits stay few (a million-row CSV took 55 s in batches of 2,000, 31 s in 20,000: each
@@ -215,6 +219,8 @@ class Jobs:
                                   "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model.")
             api_key = s.api_key.get_secret_value() if s.api_key else None
             provider = provider or provider_key(s.base_url, api_key)
+        from .sources import Source
+
         source = Source(over, max_item_bytes=s.max_item_bytes)
         if dry_run:
             return self._plan(instruction, over, source, model=model if client == "http" else None,
@@ -243,6 +249,8 @@ class Jobs:
     def _plan(self, instruction: str, over: str, source: Source, *, model: str | None, max_tokens: int | None,
               schema: str | None) -> Plan:
         """What create would record and send first, read from the source alone (the store is not opened)."""
+        from .sources import Skipped, content_hash
+
         s = self.settings
         allowance = s.max_output_tokens or s.output_tokens_estimate
         items = skipped = estimate = 0
@@ -269,6 +277,8 @@ class Jobs:
                     max_tokens=max_tokens, first_item=first, request=request or {})
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
+        from .sources import Skipped, content_hash
+
         batch: list[NewItem] = []
         batch_bytes = 0
         skipped: list[Skipped] = []
@@ -478,6 +488,8 @@ class Jobs:
         if job.running and job.state == RUNNING and self.liveness.live_worker_ids():
             raise InvalidTransition(f"Job {job.job_id} has items in progress; pause it first.")
         self.store.delete_job(job.job_id)
+        from . import export as export_mod
+
         export_mod.remove_tree(self.job_dir(job.job_id), self.settings.jobs_dir)
         return job.job_id
 
@@ -486,6 +498,8 @@ class Jobs:
                with_input: bool = False, only: str | None = None) -> Path:
         """Write the export to output (a regular file, or a new name in an existing folder), by
         default results.<fmt> in the job's folder; returns the path written."""
+        from . import export as export_mod
+
         job = self.get(job_ref)
         if output is not None and not output.strip():
             raise UsageError("--output is empty; give a file name (or - for standard output).")
@@ -504,6 +518,8 @@ class Jobs:
     def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md",
                          with_input: bool = False, only: str | None = None) -> None:
         """The export written to stream (`--output -`)."""
+        from . import export as export_mod
+
         export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream, with_input=with_input, only=only)
 
 
@@ -529,6 +545,8 @@ def missing_database(settings: Settings) -> Path | None:
 
 def _read_flag_file(path: Path, flag: str, kind: str, error: type[InputError | UsageError]) -> bytes:
     """The bytes of a small file a flag names (a --schema, an --instruction-file); one line if not."""
+    from .sources import NotRegularFile, read_regular_file
+
     if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
         raise error(f"{flag} {path}: a hermes-bulk database in use, not {kind}.")
     try:
