@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
     ("what an item goes through", (
-        "limits", "model", "sources", "export", "hints", "liveness", "tasks", "budget.service",
+        "limits", "model", "sources", "sources.*", "flag_files", "export", "hints", "liveness", "tasks", "budget.service",
         "budget.gate", "budget.report")),
     ("the backend from a URL, one item's life", ("broker", "pipeline")),
     ("the service API and the grammar", ("jobs", "commands", "budget.commands")),

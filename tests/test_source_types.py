@@ -20,7 +20,15 @@ import pytest
 
 from hermes_bulk import sources
 from hermes_bulk.errors import SourceUnusable
-from hermes_bulk.sources import Skipped, Source, content_hash, source_changed
+from hermes_bulk.sources import (
+    Skipped,
+    Source,
+    changes,
+    content_hash,
+    discovery,
+    records,
+    source_changed,
+)
 from hermes_bulk.testing.fake_provider import expected_answer
 
 from .test_cli_errors import assert_one_line_error
@@ -88,7 +96,7 @@ def test_a_file_swapped_after_listing_is_left_out_not_waited_on(tmp_path, make, 
     """The window between listing a folder and opening a file: the open itself refuses."""
     path = tmp_path / "swapped"
     make(path)
-    skipped = _within(5, sources._directory_file, path, "swapped", MAX)
+    skipped = _within(5, discovery._directory_file, path, "swapped", MAX)
     assert skipped == Skipped("swapped", reason)
 
 
@@ -158,8 +166,8 @@ def test_a_record_re_read_reads_at_most_max_item_bytes(tmp_path, monkeypatch):
     items = list(source.entries())
     path.write_text('{"v": 1}\n{"v": 2}\n' + "x" * (10 * MAX))  # grown: the offset check runs
     reads: list[int] = []
-    real_window = sources._window
-    monkeypatch.setattr(sources, "_window", lambda f, offset, size: (reads.append(size), real_window(f, offset, size))[1])
+    real_window = changes._window
+    monkeypatch.setattr(changes, "_window", lambda f, offset, size: (reads.append(size), real_window(f, offset, size))[1])
     assert source_changed("jsonl", str(path), "", items[1].offset, 1, items[1].stat_sig,
                           content_hash(items[1].content), max_item_bytes=MAX) is False
     assert reads == [MAX]
@@ -171,21 +179,21 @@ def test_no_global_lock_is_held_while_a_file_is_parsed(tmp_path, monkeypatch):
     path = tmp_path / "big.jsonl"
     path.write_text("".join(f'{{"v": {i}}}\n' for i in range(1000)))
     sig = sources.stat_sig(path.stat())
-    real_reader = sources._RECORD_READERS["jsonl"]
+    real_reader = records.RECORD_READERS["jsonl"]
     free_during_parse: list[bool] = []
 
     def reader(f, p, s):
         for n, item in enumerate(real_reader(f, p, s)):
             if n % 100 == 0:
-                got = sources._digest_lock.acquire(blocking=False)
+                got = changes._digest_lock.acquire(blocking=False)
                 free_during_parse.append(got)
                 if got:
-                    sources._digest_lock.release()
+                    changes._digest_lock.release()
             yield item
 
-    monkeypatch.setitem(sources._RECORD_READERS, "jsonl", reader)
-    digests = sources._record_digests("jsonl", path, sig)
-    assert len(digests) == 1000 * sources._DIGEST_SIZE
+    monkeypatch.setitem(records.RECORD_READERS, "jsonl", reader)
+    digests = changes._record_digests("jsonl", path, sig)
+    assert len(digests) == 1000 * changes._DIGEST_SIZE
     assert free_during_parse and all(free_during_parse), "the digest lock was held during the parse"
 
 

@@ -28,7 +28,8 @@ from hermes_bulk.budget.ledgers import open_ledger
 from hermes_bulk.budget.windows import window_at
 from hermes_bulk.config import Settings, load_settings
 from hermes_bulk.errors import BackendUnavailable, InputError
-from hermes_bulk.jobs import Jobs, read_schema
+from hermes_bulk.flag_files import read_schema
+from hermes_bulk.jobs import Jobs
 from hermes_bulk.store.sqlite.database import open_database
 from hermes_bulk.store.sqlite.schema import MIGRATIONS
 

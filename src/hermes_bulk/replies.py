@@ -18,7 +18,8 @@ from typing import Any
 
 from . import hints, views
 from .errors import UsageError
-from .jobs import Jobs, Plan, read_instruction, read_schema
+from .flag_files import read_instruction, read_schema
+from .jobs import Jobs, Plan
 from .store.protocol import PAUSED, JobRecord
 from .words import count
 
