@@ -194,6 +194,14 @@ class SqliteJobStore:
         rows = self.db.read("SELECT min(idx) FROM items WHERE job_id = ? AND name = ?", (job_id, name))
         return rows[0][0] if rows else None
 
+    def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
+        rows = self.db.read(
+            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
+            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx"
+            " FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
+            " WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx LIMIT ?", (job_id, max(limit, 0)))
+        return [_item_record(r) for r in rows]
+
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         wanted = sorted(set(indexes))
         if not wanted:
