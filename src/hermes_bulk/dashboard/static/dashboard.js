@@ -28,7 +28,11 @@ function duration(s) {
   if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
-const rate = (r) => (r === null || r === undefined ? "measuring…" : `${r.toFixed(r < 10 ? 1 : 0)}/min`);
+function rate(job) {  // a job that is not processing and did nothing lately has no rate to show
+  const r = job.items_per_minute;
+  if (job.state !== "processing" && !r) return "–";
+  return r === null || r === undefined ? "measuring…" : `${r.toFixed(r < 10 ? 1 : 0)}/min`;
+}
 
 function bar(job) {
   const shown = el("span", {});
@@ -82,12 +86,12 @@ function jobsPage(main) {
       el("td", { cls: "num", "data-field": "failed", text: num(job.failed) }),
       el("td", { cls: "num", text: num(job.pending) }),
       el("td", { cls: "num", text: num(job.running) }),
-      el("td", { cls: "num", text: rate(job.items_per_minute) }),
+      el("td", { cls: "num", text: rate(job) }),
       el("td", { cls: "num", text: duration(job.eta_s) }),
       el("td", { cls: "num", text: num(job.tokens_used) }),
       el("td", { cls: "num", text: num(job.tokens_reserved) }),
       el("td", { cls: "num", text: waitText(job) }),
-      el("td", { cls: "wrap", text: job.instruction.length > 80 ? job.instruction.slice(0, 79) + "…" : job.instruction }),
+      el("td", { cls: "wrap instruction", text: job.instruction.length > 80 ? job.instruction.slice(0, 79) + "…" : job.instruction }),
     )));
   };
 }
@@ -142,7 +146,7 @@ function jobPage(main, jobId) {
       text: `${num(job.completed + job.failed)}/${num(job.total)} settled (${(job.progress * 100).toFixed(1)}%)` }));
     $("f-state").replaceChildren(stateCell(job));
     const set = { "f-completed": num(job.completed), "f-failed": num(job.failed), "f-pending": num(job.pending),
-      "f-running": num(job.running), "f-rate": rate(job.items_per_minute), "f-eta": duration(job.eta_s),
+      "f-running": num(job.running), "f-rate": rate(job), "f-eta": duration(job.eta_s),
       "f-tokens": num(job.tokens_used), "f-reserved": num(job.tokens_reserved), "f-wait": waitText(job) };
     for (const [id, text] of Object.entries(set)) $(id).textContent = text;
     for (const action of Object.keys(buttons)) buttons[action].disabled = !job.actions[action];
@@ -181,7 +185,7 @@ function drawChart(chart, series) {
     parts.push(svg("polyline", { cls, points: series.map((s) => `${x(s[0]).toFixed(1)},${y(s[index]).toFixed(1)}`).join(" ") }));
   }
   const labels = [[L - 4, y(top) + 4, num(top), "end"], [L - 4, y(0), "0", "end"], [L, H - 6, clock(t0), "start"],
-    [W - R, H - 6, clock(t1), "end"], [W - R, T + 10, "completed (green), failed (red)", "end"]];
+    [W - R, H - 6, clock(t1), "end"], [L + 8, T + 10, "completed (green), failed (red)", "start"]];
   for (const [lx, ly, text, anchor] of labels) {
     const t = svg("text", { x: lx, y: ly, "text-anchor": anchor });
     t.textContent = text;
