@@ -472,7 +472,10 @@ class SqliteJobStore:
         rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads FROM workers"
                             " WHERE expires_at >= ? ORDER BY started_at", (self.now(),))
         held: dict[str, list[tuple[str, int]]] = {}
+        # INDEXED BY: for the ORDER BY the planner would rather walk the primary key, every item
+        # of every job (0.12 s at a million), than sort the few running ones.
         for owner, job_id, idx in self.db.read(
-                "SELECT owner, job_id, idx FROM items WHERE status = ? ORDER BY job_id, idx", (CLAIMED,)):
+                f"SELECT owner, job_id, idx FROM items INDEXED BY items_owned WHERE status = '{CLAIMED}'"
+                " ORDER BY job_id, idx"):
             held.setdefault(owner, []).append((job_id, idx))
         return [WorkerInfo(*r, holding=held.get(r[0], [])) for r in rows]
