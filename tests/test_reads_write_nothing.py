@@ -1,4 +1,4 @@
-"""A read never writes (DESIGN.md invariant 13).
+"""A read never writes (DESIGN.md invariant 13), the dashboard's included.
 
 `status`, `list`, `events` and `export` change nothing in the store or under the data directory
 but the export file asked for. Each read runs as a real `hermes-bulk` process; before and after
