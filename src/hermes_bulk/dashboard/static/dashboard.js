@@ -70,7 +70,8 @@ const JOB_COLUMNS = ["job", "state", "progress", "done", "failed", "pending", "r
 function jobsPage(main) {
   const body = el("tbody", {});
   const head = el("tr", {}, ...JOB_COLUMNS.map((c, i) => el("th", { cls: i >= 3 && i <= 10 ? "num" : "", text: c })));
-  main.replaceChildren(el("h1", { text: "Jobs" }), el("table", { id: "jobs" }, el("thead", {}, head), body));
+  main.replaceChildren(el("h1", { text: "Jobs" }),
+                       el("div", { cls: "scroll" }, el("table", { id: "jobs" }, el("thead", {}, head), body)));
   return (data) => {
     if (!data.jobs.length) {
       body.replaceChildren(el("tr", {}, el("td", { colspan: JOB_COLUMNS.length, cls: "muted",
