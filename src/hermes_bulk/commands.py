@@ -24,6 +24,7 @@ examples:
   hermes-bulk status 29b74c4db08b --watch
   hermes-bulk export 29b74c4db08b --format csv
   hermes-bulk worker -w 16            # process jobs that were run (any number of machines)
+  hermes-bulk dashboard               # a live web page of the jobs and workers (prints its URL)
   hermes-bulk budget status           # the request budget shared with Hermes' cron-budget
 
 exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 4 the job paused (--wait, wait),
