@@ -1,5 +1,5 @@
-"""The dashboard in a real headless Chromium, over a job that runs (SQLite; the HTTP side is
-tested on both backends in test_dashboard_http.py).
+"""The dashboard in a real headless Chromium, over a job that runs, on both backends (the HTTP
+side, in more detail, is test_dashboard_http.py).
 
 A person opens the printed URL: the job's row appears and its progress moves without a reload;
 they open the job and press Pause, and the job is paused in the store; a page of another site
@@ -41,7 +41,6 @@ def settled(browser: Browser, job_id: str) -> int | None:
     return int(re.match(r"(\d+)/", text)[1]) if text else None
 
 
-@pytest.mark.parametrize("backend_env", ["sqlite"], indirect=True)
 def test_a_person_watches_a_running_job_pauses_it_and_nothing_hostile_runs(backend_env, cli, jobs, fake_provider,
                                                                          dashboard, browser, tmp_path):
     # Given a job of 41 items that takes some seconds (two at a time, 0.4 s each), running on a worker
