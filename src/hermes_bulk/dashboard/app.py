@@ -11,6 +11,7 @@ Every request goes through access.Access first.
 
 from __future__ import annotations
 
+import logging
 import queue
 import re
 import threading
@@ -39,6 +40,7 @@ from ..jobs import Jobs
 from .access import Access
 from .figures import Figures, describe_failure
 
+log = logging.getLogger("hermes_bulk.dashboard")
 STATIC = Path(__file__).parent / "static"
 JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 EXPORT_FORMATS = {"md": "text/markdown", "csv": "text/csv", "jsonl": "application/x-ndjson"}
@@ -207,6 +209,8 @@ def _export_chunks(jobs: Jobs, job_id: str, fmt: str) -> Iterator[bytes]:
             writer.flush()
         except BrokenPipeError:
             pass
+        except Exception as exc:  # the backend went away mid-download: the download ends short, the log says why
+            log.warning("dashboard: the export of job %s stopped (%s)", job_id, describe_failure(exc))
         finally:
             while not stop.is_set():
                 try:

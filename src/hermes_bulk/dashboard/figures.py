@@ -123,8 +123,8 @@ class Figures:
     def job_page(self, job_id: str) -> dict:
         """One job (by its exact id); JobNotFound when there is none."""
         now = self.clock()
-        self._viewed[job_id] = now
         st = self.jobs.status(job_id, events=EVENTS_SHOWN)
+        self._viewed[st.job.job_id] = now
         self.samples.add(st.job, now)
         failed = self.jobs.failed_items(st.job.job_id, FAILED_SHOWN) if st.job.failed else []
         return {
