@@ -124,3 +124,25 @@ def test_start_up_refuses_another_address_without_a_token_and_a_busy_port(cli, d
     assert busy.returncode == 1 and "cannot listen there" in busy.stderr and busy.stderr.count("\n") == 1
     other = dashboard("--host", "0.0.0.0", HERMES_BULK_DASHBOARD_TOKEN=TOKEN)  # with a token: served
     assert other.token == TOKEN
+
+
+def test_the_page_loads_nothing_from_elsewhere_and_ships_in_the_package():
+    import fnmatch
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import hermes_bulk.dashboard as package
+
+    static = Path(package.__file__).parent / "static"
+    files = sorted(p.name for p in static.iterdir())
+    assert files == ["dashboard.css", "dashboard.js", "index.html"]
+    html = (static / "index.html").read_text()
+    assert re.findall(r'(?:src|href)="([^"]+)"', html) == ["/static/dashboard.css", "/static/dashboard.js", "/",
+                                                            "/workers"]
+    for name in files:  # no URL of another host anywhere: the page works offline
+        text = (static / name).read_text()
+        assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text.replace("http://www.w3.org/2000/svg", "")), name
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    shipped = pyproject["tool"]["setuptools"]["package-data"]["hermes_bulk"]
+    assert all(any(fnmatch.fnmatch(f"dashboard/static/{name}", glob) for glob in shipped) for name in files)
