@@ -43,15 +43,16 @@ class Dashboard:
         headers = {"Authorization": f"Bearer {self.token}"} if token else {}
         return httpx.Client(base_url=self.base, headers=headers, timeout=10)
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGINT) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(sig)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stdout:
+        if self.proc.stdout and not self.proc.stdout.closed:
+            self.lines += self.proc.stdout.read().splitlines()
             self.proc.stdout.close()
 
 

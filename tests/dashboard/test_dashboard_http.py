@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import signal
 import socket
 
 import httpx
@@ -124,6 +125,9 @@ def test_start_up_refuses_another_address_without_a_token_and_a_busy_port(cli, d
     assert busy.returncode == 1 and "cannot listen there" in busy.stderr and busy.stderr.count("\n") == 1
     other = dashboard("--host", "0.0.0.0", HERMES_BULK_DASHBOARD_TOKEN=TOKEN)  # with a token: served
     assert other.token == TOKEN
+    for served, sig in ((d, signal.SIGINT), (other, signal.SIGTERM)):  # Ctrl-C, or a service manager's stop
+        served.stop(sig)
+        assert served.proc.returncode == 0 and served.lines[-1] == "Dashboard stopped.", served.lines
 
 
 def test_the_page_loads_nothing_from_elsewhere_and_ships_in_the_package():

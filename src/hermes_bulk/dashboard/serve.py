@@ -7,11 +7,14 @@ uvicorn handles SIGINT and SIGTERM: open requests finish (within two seconds), t
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 from collections.abc import Callable
 
 import uvicorn
 
+from .. import broker
 from ..errors import InputError
 from ..jobs import Jobs
 from ..redact import public_url
@@ -42,6 +45,10 @@ def url_of(host: str, port: int) -> str:
     return f"http://{'[::1]' if host == '::' else shown}:{port}/"
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _say(line: str) -> None:
     print(line, flush=True)  # a pipe (a test, a service log) sees the URL at once
 
@@ -56,15 +63,27 @@ def serve(jobs: Jobs, *, host: str, port: int, token: str | None, say: Callable[
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", loop="asyncio",
                             http="h11", ws="none", timeout_graceful_shutdown=2, server_header=False)
     server = uvicorn.Server(config)
-    figures.start_sampling()
+    sampler = figures.start_sampling()
     url = url_of(host, port)
     say(f"hermes-bulk dashboard of {public_url(jobs.settings.backend_url)}")
     say(f"Open: {url}?token={chosen}")
     if not made:
         say("(the token is HERMES_BULK_DASHBOARD_TOKEN)")
     say("Stop it with Ctrl-C.")
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn handles SIGINT and SIGTERM, then raises them again once it has shut down, to the
+        # handler there was before it: SIGTERM's default would end the process before the
+        # cleanup below. Both end as KeyboardInterrupt, caught here.
+        signal.signal(signal.SIGTERM, _interrupt)
     try:
         server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
     finally:
         figures.stop()
+        sampler.join(10)
         sock.close()
+        # Every connection closed here, not left to the interpreter's exit: the last one to
+        # close a SQLite file checkpoints it and removes its -wal and -shm (nothing left behind).
+        broker.close_all()
+    say("Dashboard stopped.")
