@@ -150,3 +150,31 @@ def test_the_page_loads_nothing_from_elsewhere_and_ships_in_the_package():
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     shipped = pyproject["tool"]["setuptools"]["package-data"]["hermes_bulk"]
     assert all(any(fnmatch.fnmatch(f"dashboard/static/{name}", glob) for glob in shipped) for name in files)
+
+
+def test_a_running_job_shows_its_rate_its_time_to_finish_and_the_rate_limit_wait(backend_env, cli, dashboard,
+                                                                                fake_provider, tmp_path):
+    fake_provider.configure(latency_s=0.3)
+    src = tmp_path / "items.jsonl"
+    src.write_text("".join(f'{{"n": {i}}}\n' for i in range(80)))
+    job_id = cli.create("Do", src, "--concurrency", "2")
+    d = dashboard(HERMES_BULK_DASHBOARD_TOKEN=TOKEN)
+    worker = cli.spawn_worker("-w", "2")
+    try:
+        cli("run", job_id)
+        with d.client() as c:
+            def row():
+                return next(j for j in c.get("/api/jobs").json()["jobs"] if j["job_id"] == job_id)
+
+            moving = wait_for(lambda: (r := row())["items_per_minute"] and r["eta_s"] and r, timeout=90,
+                              message="a rate and a time to finish")
+            assert moving["state"] == "processing" and moving["items_per_minute"] > 0
+            left = moving["total"] - moving["completed"] - moving["failed"]
+            assert abs(moving["eta_s"] - left * 60 / moving["items_per_minute"]) < 1e-6
+            fake_provider.configure(script=["429:30"])  # the next request is told to wait 30 s
+            waiting = wait_for(lambda: (r := row())["rate_limited_until"] and r, timeout=60, message="the 429 wait")
+            assert waiting["rate_limited_until"] > c.get("/api/jobs").json()["now"] + 10
+            assert c.get(f"/api/jobs/{job_id}").json()["job"]["rate_limited_until"] == waiting["rate_limited_until"]
+    finally:
+        worker.terminate()
+        worker.wait(30)
