@@ -163,6 +163,39 @@ def answer_all(args: argparse.Namespace) -> dict:
     return {"elapsed_s": time.perf_counter() - t0, "items": n}
 
 
+def partial(args: argparse.Namespace) -> dict:
+    """A SQLite job left as a run part-way through would leave it, set-wise (row 10, the
+    dashboard): the first --share of the items completed with results, every --fail-every-th of
+    those failed with an error and an item_failed event, the job running. Seconds, where
+    claiming and completing a million takes tens of minutes on a loaded machine."""
+    from hermes_bulk.broker import open_backend
+    from hermes_bulk.config import load_settings
+    from hermes_bulk.store.protocol import NOT_STARTED, RUNNING
+
+    store = open_backend(load_settings()).store
+    t0 = time.perf_counter()
+    job = store.get_job(args.job)
+    upto = int(job.total * args.share)
+    every = args.fail_every
+    with store.db.write() as conn:
+        conn.execute("UPDATE items SET status = 'completed', tokens_in = 40, tokens_out = 20"
+                     " WHERE job_id = ? AND idx < ? AND idx % ? != 0", (args.job, upto, every))
+        conn.execute("UPDATE items SET status = 'failed', error_type = 'PermanentError', http_status = 400,"
+                     " error_message = 'the provider rejected the request (HTTP 400)'"
+                     " WHERE job_id = ? AND idx < ? AND idx % ? = 0", (args.job, upto, every))
+        conn.execute("INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM items"
+                     " WHERE job_id = ? AND status = 'completed'", (args.job,))
+        conn.execute("INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status)"
+                     " SELECT job_id, ?, 'item_failed', idx, 'the provider rejected the request (HTTP 400)',"
+                     " 'PermanentError', 400 FROM items WHERE job_id = ? AND status = 'failed'", (time.time(), args.job))
+        failed = -(-upto // every)
+        conn.execute("UPDATE jobs SET completed = ?, failed = ?, pending = total - ?, tokens_in = 40 * ?,"
+                     " tokens_out = 20 * ?, tokens_charged = 60 * ? WHERE id = ?",
+                     (upto - failed, failed, upto, upto - failed, upto - failed, upto - failed, args.job))
+    store.set_state(args.job, RUNNING, from_states=[NOT_STARTED])
+    return {"elapsed_s": time.perf_counter() - t0, "completed": upto - failed, "failed": failed}
+
+
 def admit(args: argparse.Namespace) -> dict:
     """Time each of --count admissions made through factory(backend, cap), starting at --start-at;
     back to back, or at --rate admissions a second (0: back to back)."""
@@ -201,6 +234,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("job")
     p = sub.add_parser("answer-all")
     p.add_argument("job")
+    p = sub.add_parser("partial")
+    p.add_argument("job")
+    p.add_argument("--share", type=float, default=0.6)
+    p.add_argument("--fail-every", type=int, default=1000)
     p = sub.add_parser("admit")
     p.add_argument("--factory", required=True, metavar="MODULE:FUNCTION")
     p.add_argument("--backend", required=True)
@@ -209,7 +246,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--start-at", type=float, default=0.0)
     p.add_argument("--rate", type=float, default=0.0, help="admissions a second per process (0: back to back)")
     args = parser.parse_args(argv)
-    result = {"pool": pool, "run": run, "fill": fill, "answer-all": answer_all, "admit": admit}[args.what](args)
+    result = {"pool": pool, "run": run, "fill": fill, "answer-all": answer_all, "partial": partial,
+              "admit": admit}[args.what](args)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

@@ -59,7 +59,7 @@ def test_an_init_service_runs_first_as_root_and_everything_waits_for_it():
     assert init["restart"] == "no"
     assert set(init["volumes"]) >= {"./out:/data/out", next(v for v in services["cli"]["volumes"] if ":/data/bulk" in v)}
     assert "${REDIS_PASSWORD:?" in init["environment"]["REDIS_PASSWORD"]
-    for name in ("redis", "worker", "cli"):
+    for name in ("redis", "worker", "cli", "dashboard"):
         assert services[name]["depends_on"]["init"] == {"condition": "service_completed_successfully"}, name
     assert "user" not in services["worker"] and "user" not in services["cli"], "they run as the image's uid"
 
@@ -72,6 +72,23 @@ def test_the_readme_fleet_section_says_compose_v2_and_the_env_copy_step():
     assert not re.search(r"^docker-compose ", section, re.M), "no command for the 1.x tool"
     header = (DOCKER / "compose.yaml").read_text().split("\nname:", 1)[0]
     assert "Compose v2" in header and "cp docker/.env.example docker/.env" in header
+
+
+def test_the_dashboard_is_a_service_that_needs_its_token_and_publishes_on_loopback_only():
+    from hermes_bulk.commands import build_parser
+
+    services = compose()["services"]
+    dashboard = services["dashboard"]
+    assert dashboard["image"] == services["worker"]["image"] and "user" not in dashboard
+    args = build_parser().parse_args(dashboard["command"][1:])
+    assert dashboard["command"][0] == "hermes-bulk" and (args.command, args.host) == ("dashboard", "0.0.0.0")
+    assert dashboard["ports"] == [f"127.0.0.1:{args.port}:{args.port}"], "never on every address of the machine"
+    assert "${HERMES_BULK_DASHBOARD_TOKEN:?" in dashboard["environment"]["HERMES_BULK_DASHBOARD_TOKEN"]
+    assert dashboard["environment"]["HERMES_BULK_BACKEND"] == services["worker"]["environment"]["HERMES_BULK_BACKEND"]
+    assert dashboard["depends_on"]["redis"] == {"condition": "service_healthy"}
+    assert dashboard["depends_on"]["init"] == {"condition": "service_completed_successfully"}
+    assert "HERMES_BULK_DASHBOARD_TOKEN" in example_env() and example_env()["HERMES_BULK_DASHBOARD_TOKEN"] == "", \
+        "no example token anyone could copy"
 
 
 def test_init_refuses_the_example_password_as_the_env_example_spells_it():

@@ -6,7 +6,8 @@
 - Owners: each heavy library has the modules that may import it (THIRD_PARTY); everything else
   reaches it through them, so the backends, the HTTP client and the terminal stay swappable.
 - Start-up: `hermes_bulk.cli` loads none of them until a command needs one (`path`, `list`
-  and `status` start without huey, redis, httpx, tenacity or rich).
+  and `status` start without huey, redis, httpx, tenacity, rich, or the dashboard's starlette
+  and uvicorn, which only `dashboard` loads).
 Hermes' own modules have their fence: tests/plugin/test_boundaries.py.
 """
 
@@ -30,20 +31,21 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "errors", "words", "redact", "files", "pipes", "prompt", "metrics", "terminal", "store",
         "store.protocol", "store.limits_math", "store.sqlite", "store.redis",
         "budget", "budget.policy", "budget.turns", "budget.windows", "testing",
-        "testing.*", "plugin")),
+        "testing.*", "plugin", "dashboard")),
     ("configuration and where things are", (
         "", "config", "backend_url", "logs", "budget.settings", "budget.grammar", "budget.failopen")),
     ("one backend each: stores, queues, ledgers", (
         "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
     ("what an item goes through", (
-        "limits", "model", "sources", "sources.*", "flag_files", "export", "hints", "liveness", "tasks", "budget.service",
+        "limits", "model", "sources", "sources.*", "flag_files", "export", "hints", "liveness", "tasks",
+        "budget.service", "dashboard.access",
         "budget.gate", "budget.report")),
     ("the backend from a URL, one item's life", ("broker", "pipeline")),
     ("the service API and the grammar", ("jobs", "commands", "budget.commands")),
-    ("what runs and shows jobs", ("worker", "views", "client_kinds")),
+    ("what runs and shows jobs", ("worker", "views", "client_kinds", "dashboard.figures")),
     ("the answers both front ends give", ("replies",)),
-    ("front ends", ("cli", "__main__", "plugin.*")),
+    ("front ends", ("cli", "__main__", "plugin.*", "dashboard.app", "dashboard.serve")),
 ]
 
 #: The only modules that may import each library (relative to src/hermes_bulk).
@@ -56,6 +58,8 @@ THIRD_PARTY: dict[str, set[str]] = {
     "rich": {"terminal.py", "views.py"},
     "pydantic": {"config.py", "budget/settings.py"},
     "pydantic_settings": {"config.py"},
+    "starlette": {"dashboard/app.py"},
+    "uvicorn": {"dashboard/serve.py"},
 }
 
 
@@ -189,7 +193,8 @@ def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
     env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env, timeout=60)
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    assert {m.split(".")[0] for m in modules} & {"huey", "redis", "httpx", "tenacity", "rich"} == set(), proc.stdout
+    heavy = {"huey", "redis", "httpx", "tenacity", "rich", "starlette", "uvicorn", "anyio"}
+    assert {m.split(".")[0] for m in modules} & heavy == set(), proc.stdout
     # Nor the parts of hermes-bulk only other commands use: discovery (create), the export
     # writer, the cron budget (its gate is looked up when a running job's status asks it).
     unused = {"hermes_bulk.sources", "hermes_bulk.export", "hermes_bulk.pipeline"}

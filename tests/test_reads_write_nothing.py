@@ -1,4 +1,4 @@
-"""A read never writes (DESIGN.md invariant 13).
+"""A read never writes (DESIGN.md invariant 13), the dashboard's included.
 
 `status`, `list`, `events` and `export` change nothing in the store or under the data directory
 but the export file asked for. Each read runs as a real `hermes-bulk` process; before and after
@@ -172,3 +172,26 @@ def test_reads_change_nothing_but_the_export_asked_for(setup, cli, tmp_path):
         assert changed <= _allowed(target, world.home), f"{command} changed {sorted(changed)} under the data directory"
         if target is not None:
             assert target.is_file() and target.stat().st_size > 0
+
+
+def test_the_dashboard_changes_nothing(setup, cli):
+    """Every page, every API read and every export download of `hermes-bulk dashboard`, from
+    start to stop (its samples stay in its memory)."""
+    from .dashboard.conftest import start_dashboard
+
+    world, store_home, job_id, extra = setup
+    files_before, store_before = world.snapshot(store_home)
+    d = start_dashboard(cli, HERMES_BULK_DASHBOARD_TOKEN="a-dashboard-token-for-tests-0123456789", **extra)
+    try:
+        with d.client() as c:
+            reads = ["/", "/workers", f"/jobs/{job_id}", "/static/dashboard.js", "/api/jobs", "/api/workers",
+                     f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/export?format=md",
+                     f"/api/jobs/{job_id}/export?format=csv", f"/api/jobs/{job_id}/export?format=jsonl"]
+            for path in reads * 2:  # twice: the second time the samples are there
+                assert c.get(path).status_code == 200, path
+            assert c.get(f"/api/jobs/{job_id}").json()["job"]["failed"] == 1
+    finally:
+        d.stop()
+    files_after, store_after = world.snapshot(store_home)
+    assert store_after == store_before, "the dashboard changed the store"
+    assert _changed(files_before, files_after) == set(), "the dashboard changed the data directory"

@@ -331,6 +331,16 @@ def cmd_path(args: Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+def cmd_dashboard(args: Namespace, settings: Settings) -> int:
+    from .dashboard.serve import serve
+
+    jobs = _jobs(settings)
+    jobs.list(1)  # a named database that is not there is one line now, not an error on every page
+    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else None
+    serve(jobs, host=args.host, port=args.port, token=token)
+    return EXIT_OK
+
+
 def cmd_budget(args: Namespace, settings: Settings) -> int:
     from .budget.commands import run_budget_command
     from .budget.service import Budget
@@ -421,6 +431,7 @@ HANDLERS = {
     "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
     "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
     "show": cmd_show, "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget, "wait": cmd_wait,
+    "dashboard": cmd_dashboard,
 }
 
 if __name__ == "__main__":  # pragma: no cover

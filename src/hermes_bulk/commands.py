@@ -15,7 +15,7 @@ from typing import NoReturn
 from .errors import UsageError
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events", "show",
-            "delete", "worker", "workers", "path", "budget", "wait")
+            "delete", "worker", "workers", "path", "budget", "wait", "dashboard")
 
 EPILOG = """\
 examples:
@@ -24,6 +24,7 @@ examples:
   hermes-bulk status 29b74c4db08b --watch
   hermes-bulk export 29b74c4db08b --format csv
   hermes-bulk worker -w 16            # process jobs that were run (any number of machines)
+  hermes-bulk dashboard               # a live web page of the jobs and workers (prints its URL)
   hermes-bulk budget status           # the request budget shared with Hermes' cron-budget
 
 exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 4 the job paused (--wait, wait),
@@ -240,6 +241,15 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         p.add_argument("job", metavar="JOB")
         p.add_argument("--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)")
         sub.add_parser("path", help="print the data directory")
+        p = sub.add_parser("dashboard", help="serve a live web dashboard of jobs and workers",
+                           description="Serves a web page of the jobs, one job and the workers, updated live, with "
+                                       "pause, resume, retry and export. Prints its URL with an access token "
+                                       "(HERMES_BULK_DASHBOARD_TOKEN, else a new one each start). Loopback only "
+                                       "unless HERMES_BULK_DASHBOARD_TOKEN is set.")
+        p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
+                       help="address to listen on (default 127.0.0.1; another needs HERMES_BULK_DASHBOARD_TOKEN)")
+        p.add_argument("--port", type=_whole(0, MAX_PORT), default=8765, metavar="N",
+                       help=f"port to listen on ({_range(0, MAX_PORT)}, default 8765; 0: a free one)")
 
         p = sub.add_parser("budget", help="the request budget that holds cron and bulk before the chat reserve",
                            description="The cron-budget ledger (shared with Hermes' `hermes cron-budget`).")

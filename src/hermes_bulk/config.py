@@ -76,6 +76,8 @@ class Settings(BaseSettings):
     max_output_tokens: int | None = Field(None, ge=1, le=1_000_000, description="max_tokens sent with each request (none: provider default).")
     resume_interrupted: bool = Field(False, description="hermes-bulk worker: at start, continue the jobs a graceful "
                                      "worker stop cut off (worker --resume-interrupted), not only after run.")
+    dashboard_token: SecretStr | None = Field(None, description="hermes-bulk dashboard: the access token (default: "
+                                              "a new random one at each start, on a loopback address only).")
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024, description="Larger files in a directory are left out, with an event.")
 
     @field_validator("backend")
@@ -143,5 +145,6 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
 def register_settings_secrets(settings: Settings) -> None:
     """The key and the credentials in the endpoint and backend URLs: masked by value in every log."""
     register_secret(settings.api_key.get_secret_value() if settings.api_key else None)
+    register_secret(settings.dashboard_token.get_secret_value() if settings.dashboard_token else None)
     register_url(settings.base_url)
     register_url(settings.backend)

@@ -373,14 +373,8 @@ class Jobs:
                          attempts=self.store.item_events(job.job_id, detail.item.index))
 
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
-        """The first `limit` failed items, streamed from the store in index order."""
-        found: list[ItemRecord] = []
-        for item in self.store.iter_items(job_id):
-            if item.status == FAILED:
-                found.append(item)
-                if len(found) >= limit:
-                    break
-        return found
+        """The first `limit` failed items in index order (the store reads no other item)."""
+        return self.store.failed_items(job_id, limit)
 
     def list(self, limit: int = 20) -> list[JobStatus]:
         if self._no_database():

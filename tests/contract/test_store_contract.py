@@ -311,6 +311,23 @@ def test_fail_records_the_error_and_an_event(store):
     assert store.list_events(job_id)[-1].kind == "item_failed"
 
 
+def test_failed_items_are_the_first_failed_in_index_order_and_leave_once_retried(store):
+    job_id = make_job(store, 8)
+    claims = [claim(store, job_id) for _ in range(8)]
+    for c in claims:  # items 1, 4, 6 fail; the rest complete
+        if c.index in (1, 4, 6):
+            assert store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", f"no {c.index}", 400))
+        else:
+            assert store.complete_item(job_id, c.index, "w1", "r", Usage())
+    failed = store.failed_items(job_id, 2)
+    assert [(i.index, i.name, i.status, i.error_type, i.http_status, i.error_message) for i in failed] == [
+        (1, "item-1", "failed", "PermanentError", 400, "no 1"), (4, "item-4", "failed", "PermanentError", 400, "no 4")]
+    assert [i.index for i in store.failed_items(job_id, 10)] == [1, 4, 6]
+    assert store.failed_items(job_id, 0) == [] and store.failed_items("nosuchjob", 5) == []
+    assert store.retry_failed(job_id) == 3
+    assert store.failed_items(job_id, 10) == []
+
+
 def test_an_item_that_reserved_nothing_completes_fails_and_is_released(store):
     """A zero estimate gives back a zero reservation (Lua's -0 once made Redis refuse it)."""
     job_id = make_job(store, 4, estimate=0)

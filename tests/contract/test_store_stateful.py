@@ -452,6 +452,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert [r.index for r in records] == list(range(len(m.items)))
         for r, it in zip(records, m.items, strict=True):
             self._check_item(r, it)
+        # failed_items reads the failed ones alone (a partial index, the failed set): the same records
+        assert self.store.failed_items(self.job_id, len(m.items) + 1) == [r for r in records if r.status == FAILED]
         others = {"b1": 1, "b2": 1, **({"b3": 1} if self.bystander_b3 else {})}
         assert self.store.item_owners() == {**m.owners(), **others}, "at most one owner per item, the right one"
         other = self.store.get_job(self.bystander)

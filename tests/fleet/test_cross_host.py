@@ -1,7 +1,7 @@
-"""The fleet across hosts, without Docker: four network namespaces run what compose.yaml declares.
+"""The fleet across hosts, without Docker: five network namespaces run what compose.yaml declares.
 
-Redis on one host, a worker on each of two others, the CLI on a fourth, each with its own data
-directory (so nothing is shared but Redis), the provider on the bridge. The commands and the
+Redis on one host, a worker on each of two others, the CLI on a fourth, the dashboard on a fifth,
+each with its own data directory (so nothing is shared but Redis), the provider on the bridge. The commands and the
 environment come from docker/compose.yaml itself, so the stack and this test cannot drift.
 A worker is killed with -9 and Redis is restarted mid-job; every item must complete exactly
 once. Skipped, with the reason, where network namespaces are not permitted (CI runs as root).
@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
@@ -141,7 +142,7 @@ def hosts():
     if made.returncode != 0:
         pytest.skip(f"network namespaces are not permitted here: {made.stderr.strip()}")
     subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    with Hosts(["redis", "worker1", "worker2", "cli"]) as h:
+    with Hosts(["redis", "worker1", "worker2", "cli", "dashboard"]) as h:
         yield h
 
 
@@ -157,9 +158,10 @@ def wait_port(host: str, port: int, timeout: float = 15) -> None:
 
 def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_restart(hosts, tmp_path):
     provider = FakeProvider(host=hosts.gateway, latency_s=0.2).start()  # 16 in flight: about 80 items a second
-    password = secrets.token_hex(12)
+    password, token = secrets.token_hex(12), secrets.token_urlsafe(24)
     compose = load_compose({"REDIS_PASSWORD": password, "HERMES_BULK_BASE_URL": f"http://provider:{provider.port}/v1",
-                            "HERMES_BULK_MODEL": "fake-model", "HERMES_BULK_LEASE_SECONDS": "3"})
+                            "HERMES_BULK_MODEL": "fake-model", "HERMES_BULK_LEASE_SECONDS": "3",
+                            "HERMES_BULK_DASHBOARD_TOKEN": token})
     services = compose["services"]
     base_env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES_BULK_", "OPENAI_", "HERMES_HOME"))}
 
@@ -208,6 +210,25 @@ def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_rest
     assert "hermes_bulk_queue_depth" in metrics
     assert "worker" in cli("workers")
 
+    # The dashboard, as compose runs it, on a host of its own: it sees the job and both workers.
+    dashboard_argv = [executable(services["dashboard"]["command"][0]), *services["dashboard"]["command"][1:]]
+    hosts.spawn("dashboard", dashboard_argv, env_for("dashboard", "dashboard"), tmp_path / "dashboard.log")
+    dashboard_port = int(dashboard_argv[dashboard_argv.index("--port") + 1])
+    wait_port(hosts.ips["dashboard"], dashboard_port)
+    dashboard = f"http://{hosts.ips['dashboard']}:{dashboard_port}"
+
+    def shown(path: str, token_given: str | None = token):
+        request = urllib.request.Request(dashboard + path, headers={"Authorization": f"Bearer {token_given}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    row = next(j for j in shown("/api/jobs")["jobs"] if j["job_id"] == job_id)
+    assert row["total"] == 1000 and row["completed"] >= 150 and row["state"] == "processing"
+    workers = wait_for(lambda: len(found := shown("/api/workers")["workers"]) == 2 and found, message="2 workers")
+    assert [(w["threads"], w["answering"]) for w in workers] == [(16, True), (16, True)]
+    with pytest.raises(urllib.error.HTTPError, match="403"):
+        shown("/api/jobs", token_given="not-the-token")
+
     w1.send_signal(signal.SIGKILL)
     w1.wait(10)
     killed_at = time.time()
@@ -235,6 +256,7 @@ def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_rest
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 1000 and all(r["status"] == "completed" for r in rows)
     assert all(r["result"] == expected_answer(json.dumps({"n": i})) for i, r in enumerate(rows)), "each exactly once"
+    assert next(j for j in shown("/api/jobs")["jobs"] if j["job_id"] == job_id)["state"] == "completed"
     by_item: dict[str, list[float]] = defaultdict(list)
     for r in provider.requests:
         by_item[r.item].append(r.at)

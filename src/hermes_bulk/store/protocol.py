@@ -359,6 +359,11 @@ class JobStore(Protocol):
         """The index of the item named exactly name (the lowest, if several), or None. Reads the
         job's items one by one where the backend has no index on names (memory stays flat)."""
 
+    def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
+        """The first `limit` failed items in index order, with their errors; reads only failed
+        items (SQLite: a partial index on them; Redis: the job's failed set), never the job's
+        others, so a million-item job with a few failures answers at once."""
+
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         """The names of these items (unknown indexes are left out): one read for a page of events."""
 

@@ -260,6 +260,19 @@ class RedisJobStore:
                 found = int(field)
         return found
 
+    def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
+        if limit <= 0:
+            return []
+        indexes = [int(i) for i in self.r.zrange(self.keys.job_key(job_id, "failed"), 0, limit - 1)]
+        if not indexes:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for suffix in ("items", "states", "results"):
+            pipe.hmget(self.keys.job_key(job_id, suffix), indexes)
+        raws, states, results = pipe.execute()
+        return [self._item_record(index, codec.parse_item(raw)[2][0], state, result)
+                for index, raw, state, result in zip(indexes, raws, states, results, strict=True) if raw is not None]
+
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         wanted = sorted({i for i in indexes if i >= 0})
         if not wanted:

@@ -194,6 +194,14 @@ class SqliteJobStore:
         rows = self.db.read("SELECT min(idx) FROM items WHERE job_id = ? AND name = ?", (job_id, name))
         return rows[0][0] if rows else None
 
+    def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
+        rows = self.db.read(
+            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
+            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx"
+            " FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
+            " WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx LIMIT ?", (job_id, max(limit, 0)))
+        return [_item_record(r) for r in rows]
+
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         wanted = sorted(set(indexes))
         if not wanted:
@@ -464,7 +472,10 @@ class SqliteJobStore:
         rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads FROM workers"
                             " WHERE expires_at >= ? ORDER BY started_at", (self.now(),))
         held: dict[str, list[tuple[str, int]]] = {}
+        # INDEXED BY: for the ORDER BY the planner would rather walk the primary key, every item
+        # of every job (0.12 s at a million), than sort the few running ones.
         for owner, job_id, idx in self.db.read(
-                "SELECT owner, job_id, idx FROM items WHERE status = ? ORDER BY job_id, idx", (CLAIMED,)):
+                f"SELECT owner, job_id, idx FROM items INDEXED BY items_owned WHERE status = '{CLAIMED}'"
+                " ORDER BY job_id, idx"):
             held.setdefault(owner, []).append((job_id, idx))
         return [WorkerInfo(*r, holding=held.get(r[0], [])) for r in rows]
