@@ -164,7 +164,7 @@ def answer_all(args: argparse.Namespace) -> dict:
 
 
 def partial(args: argparse.Namespace) -> dict:
-    """A SQLite job left as a run part-way through would leave it, set-wise (row 10, the
+    """A SQLite job left as a run part-way through would leave it, set-wise (row 11, the
     dashboard): the first --share of the items completed with results, every --fail-every-th of
     those failed with an error and an item_failed event, the job running. Seconds, where
     claiming and completing a million takes tens of minutes on a loaded machine."""

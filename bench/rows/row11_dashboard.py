@@ -1,4 +1,4 @@
-"""Row 10: the dashboard over a million-item job (issue 16). A SQLite job part-way through (60%
+"""Row 11: the dashboard over a million-item job (issue 16). A SQLite job part-way through (60%
 settled, one in a thousand failed, the rest pending; bench.drive partial), a `hermes-bulk
 dashboard` child process, and every page and API read timed through HTTP, side by side with
 the same over a small job. Then the export download of the whole job, streamed. The
@@ -18,7 +18,7 @@ from pathlib import Path
 from ..core import Context, Line, RowResult, table, write_csv
 from ..procs import PY, HermesEnv
 
-ROW = 10
+ROW = 11
 TITLE = "dashboard pages over a 1,000,000-item job"
 GOAL_MS = 300.0  # each page's read, p95
 FLAT = 1.25  # peak RSS at the large size at most this many times the small size's
