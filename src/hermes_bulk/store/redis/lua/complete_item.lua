@@ -1,5 +1,6 @@
 -- complete_item: save the owner's result and mark its running item completed.
--- KEYS: the job's keys (_job.lua); writes META, STATES, RESULTS, LEASES, OWNERS, ANSWERS, CONTENTS.
+-- KEYS: the job's keys (_job.lua); writes META, STATES, RESULTS, LEASES, OWNERS, ANSWERS, AKEYS,
+--       CONTENTS.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] result   ARGV[4] tokens_in ('' = unreported)
 -- ARGV[5] tokens_out ('' = unreported)   ARGV[6] provider ('' = none)   ARGV[7] model ('' = none)
 -- ARGV[8] the job id (the answer index names it)
@@ -35,6 +36,8 @@ end
 local key = redis.call('HGET', AKEYS, 'i:' .. idx)
 if key then
   redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged)
+  -- Its "k:" entry served create only (duplicates find their item); "i:" stays (delete_job).
+  redis.call('HDEL', AKEYS, 'k:' .. key)
   -- Nothing reads a completed item's content again: where the job drops contents, its bytes go
   -- (the items with its content are its duplicates, completed just above).
   if redis.call('HGET', META, 'drop_content') == '1' then
