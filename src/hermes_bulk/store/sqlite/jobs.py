@@ -267,9 +267,11 @@ class SqliteJobStore:
     def complete_and_claim(self, job_id, index, worker_id, result, usage, *, provider=None, model=None,
                            index_hint, lease_s, max_running):
         with self.db.write() as conn:  # one transaction: the steady state's one write per item
-            if not self._complete(conn, job_id, index, worker_id, result, usage, provider, model):
+            job_row = self._complete(conn, job_id, index, worker_id, result, usage, provider, model)
+            if job_row is None:
                 return False, None
-            taken = self._claim(conn, job_id, index_hint, worker_id, lease_s=lease_s, max_running=max_running)
+            taken = self._claim(conn, job_id, index_hint, worker_id, lease_s=lease_s, max_running=max_running,
+                                job_row=job_row)
         return True, self._claimed(job_id, taken)
 
     def _claimed(self, job_id: str, taken: tuple[JobRecord, tuple] | ClaimRefused) -> Claim | ClaimRefused:
@@ -285,10 +287,12 @@ class SqliteJobStore:
         return Claim(job=job, index=row[0], name=row[1], content=content, content_hash=row[2], origin=row[3],
                      offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
 
-    def _claim(self, conn, job_id, index_hint, worker_id, *, lease_s, max_running):
-        """claim_item's writes in conn: (the job as the claim saw it, the item's row) or the refusal."""
+    def _claim(self, conn, job_id, index_hint, worker_id, *, lease_s, max_running, job_row=None):
+        """claim_item's writes in conn: (the job as the claim saw it, the item's row) or the refusal.
+        job_row: the job's _JOB_COLUMNS as this transaction just wrote them (a statement less)."""
         now = self.now()
-        job_row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if job_row is None:
+            job_row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if job_row is None:
             return ClaimRefused("no_job")
         job = _job_from_row(job_row)
@@ -367,17 +371,21 @@ class SqliteJobStore:
 
     def complete_item(self, job_id, index, worker_id, result, usage, *, provider=None, model=None):
         with self.db.write() as conn:
-            return self._complete(conn, job_id, index, worker_id, result, usage, provider, model)
+            return self._complete(conn, job_id, index, worker_id, result, usage, provider, model) is not None
 
-    def _complete(self, conn, job_id, index, worker_id, result, usage, provider, model) -> bool:
-        """complete_item's writes in conn (the one complete path: complete_and_claim calls it too)."""
+    def _complete(self, conn, job_id, index, worker_id, result, usage, provider, model) -> tuple | None:
+        """complete_item's writes in conn (the one complete path: complete_and_claim calls it too);
+        the job's _JOB_COLUMNS after it, or None when worker_id does not hold the item.
+
+        Each statement is one more wait for the GIL while the write lock is held (a process's
+        threads take turns at it), so the job's counters are updated and read back in one."""
         tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
         reserved = self._finish_owned(
             conn, job_id, index, worker_id, COMPLETED,
             ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
             (tokens_in, tokens_out, provider or None, model or None))  # "" is none, as on Redis
         if reserved is None:
-            return False
+            return None
         charged = tokens_in + tokens_out if usage.reported else reserved
         result = pack(result)  # the one place a result is encoded (store/compression.py)
         conn.execute("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result))
@@ -385,21 +393,23 @@ class SqliteJobStore:
         dups = [r[0] for r in conn.execute(
             "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of = ?"
             " AND status = ? RETURNING idx", (COMPLETED, provider or None, model or None, job_id, index, WAITING))]
-        conn.executemany("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)",
-                         [(job_id, i, result) for i in dups])
+        if dups:
+            conn.executemany("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)",
+                             [(job_id, i, result) for i in dups])
         conn.execute("INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, ?"
                      " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''", (charged, job_id, index))
-        conn.execute("UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = pending - ?,"
-                     " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
-                     " tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ?",
-                     (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id))
-        # Nothing reads a completed item's content again (protocol: complete_item): the bytes
-        # go where the job drops them and no other item needs them (its answer key is set:
-        # the items with its content are its duplicates, completed just above).
-        conn.execute("DELETE FROM contents WHERE job_id = ? AND hash = (SELECT content_hash FROM items"
-                     " WHERE job_id = ? AND idx = ? AND answer_key != '')"
-                     " AND (SELECT drop_content FROM jobs WHERE id = ?)", (job_id, job_id, index, job_id))
-        return True
+        job_row = conn.execute(
+            "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = pending - ?,"
+            " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
+            f" tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING {_JOB_COLUMNS},"
+            " drop_content", (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id)).fetchone()
+        if job_row[-1]:
+            # Nothing reads a completed item's content again (protocol: complete_item): the bytes
+            # go where the job drops them and no other item needs them (its answer key is set:
+            # the items with its content are its duplicates, completed just above).
+            conn.execute("DELETE FROM contents WHERE job_id = ? AND hash = (SELECT content_hash FROM items"
+                         " WHERE job_id = ? AND idx = ? AND answer_key != '')", (job_id, job_id, index))
+        return job_row[:-1]
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
         with self.db.write() as conn:
