@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import warnings
 from pathlib import Path
 
 from ..core import Context, Line, RowResult, at_most, table
@@ -38,6 +39,12 @@ _MODULES = ("argparse", "asyncio.events", "asyncio.streams", "asyncio.tasks", "c
 
 def english_corpus() -> str:
     """The docstrings of some standard-library modules and of what they define: English prose."""
+    with warnings.catch_warnings():  # inspecting a module touches its deprecated names (typing.io)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _docstrings()
+
+
+def _docstrings() -> str:
     parts: list[str] = []
     for name in _MODULES:
         try:
