@@ -256,3 +256,27 @@ def test_complete_and_claim_drops_the_content_too(store):  # noqa: F811
                                          max_running=1000)
     assert done and nxt.content == LONG + " b"
     assert store.get_item(job_id, 0).content is None
+
+
+def test_a_redis_job_begun_before_the_plain_allowance_fields_reserves_the_same(redis_url):
+    """claim_item.lua reads output_tokens_estimate and max_output_tokens from META; a job begun
+    before they were written there falls back to its spec, with the same reservation."""
+    import redis
+
+    from hermes_bulk import broker
+
+    b = broker._build(redis_url)
+    raw = redis.Redis.from_url(redis_url.split("?")[0])
+    try:
+        jobs = [make_job(b.store, LEARN_AFTER + 2, estimate=600, max_output_tokens=150) for _ in range(2)]
+        raw.hdel(f"{{{prefix_of(redis_url)}:job:{jobs[1]}}}:meta", "output_tokens_estimate", "max_output_tokens")
+        for job_id in jobs:
+            for _ in range(LEARN_AFTER):
+                c = claim(b.store, job_id)
+                b.store.complete_item(job_id, c.index, "w1", "r", Usage(50, 100))
+            claim(b.store, job_id)
+            job = b.store.get_job(job_id)
+            assert job.tokens_reserved == job.reservation(600) == 600 - 512 + 150, "learned 200, capped at 150"
+    finally:
+        raw.close()
+        b.close()
