@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def fill(args: argparse.Namespace) -> dict:
-    """Give every item of a job a result through the store's own claim and complete (no model
+    """Give every item of a job a result through the store's own claim and complete_and_claim (no model
     calls): how the export benchmark gets a million completed results in minutes."""
     from hermes_bulk.broker import open_backend
     from hermes_bulk.config import load_settings
@@ -131,12 +131,11 @@ def fill(args: argparse.Namespace) -> dict:
     store.set_state(args.job, RUNNING, from_states=[NOT_STARTED, RUNNING])
     worker, usage = "bench-filler", Usage(40, 20)
     t0, n = time.perf_counter(), 0
-    while True:
-        claim = store.claim_item(args.job, n, worker, lease_s=3600, max_running=1 << 30)
-        if isinstance(claim, ClaimRefused):
-            break
-        store.complete_item(args.job, claim.index, worker, expected_answer(claim.content), usage,
-                            provider="bench", model="fake-model")
+    claim = store.claim_item(args.job, 0, worker, lease_s=3600, max_running=1 << 30)
+    while not isinstance(claim, ClaimRefused):  # each completion claims the next, as a worker's chain does
+        _, claim = store.complete_and_claim(args.job, claim.index, worker, expected_answer(claim.content), usage,
+                                            provider="bench", model="fake-model", index_hint=claim.index + 1,
+                                            lease_s=3600, max_running=1 << 30)
         n += 1
     return {"elapsed_s": time.perf_counter() - t0, "items": n}
 

@@ -30,11 +30,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 15.0) -> None:
+def wait_port(port: int, timeout: float = 15.0, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
             time.sleep(0.05)
@@ -53,22 +53,22 @@ def base_env() -> dict[str, str]:
 class FakeProviderProc:
     """hermes_bulk.testing.fake_provider in its own process; control and stats over HTTP."""
 
-    def __init__(self, *, latency_s: float = 0.0, rate_per_s: float | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, *, latency_s: float = 0.0, rate_per_s: float | None = None, host: str = "127.0.0.1") -> None:
+        self.port, self.host = free_port(), host
         args = [PY, "-m", "hermes_bulk.testing.fake_provider", "--port", str(self.port),
-                "--latency", str(latency_s)]
+                "--latency", str(latency_s), "--host", host]
         if rate_per_s:
             args += ["--rate", str(rate_per_s)]
         self.proc = subprocess.Popen(args, env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_port(self.port)
+        wait_port(self.port, host=host)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"http://{self.host}:{self.port}/v1"
 
     def _call(self, method: str, path: str, payload: dict | None = None):
         data = json.dumps(payload).encode() if payload is not None else None
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
+        req = urllib.request.Request(f"http://{self.host}:{self.port}{path}", data=data, method=method,
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("configuration and where things are", (
         "", "config", "backend_url", "logs", "budget.settings", "budget.grammar", "budget.failopen")),
     ("one backend each: stores, queues, ledgers", (
-        "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
+        "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
     ("what an item goes through", (
         "limits", "model", "sources", "sources.*", "flag_files", "export", "hints", "liveness", "tasks",
@@ -54,6 +54,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "redis": {"store/redis/connection.py", "store/redis/jobs.py", "store/redis/queue.py",
               "store/redis/scripts.py", "budget/redis_ledger.py"},
     "httpx": {"model.py", "plugin/hermes.py"},
+    "zstandard": {"store/compression.py"},
     "tenacity": {"pipeline.py"},
     "rich": {"terminal.py", "views.py"},
     "pydantic": {"config.py", "budget/settings.py"},

@@ -74,6 +74,9 @@ def test_show_one_item_by_name_or_number(backend_cli, tmp_path, fake_provider):
     tokens = f"Tokens (reported by the provider): {exported['2026/q1.txt']['tokens_in']} in, " \
              f"{exported['2026/q1.txt']['tokens_out']} out"
     assert tokens in done and exported["2026/q1.txt"]["tokens_in"] > 0
+    # a completed file's content is not kept (issue 15): show says where the file is instead
+    assert f"Sent:\n(not kept once the item completed: the file is 2026/q1.txt in {tmp_path / 'reports'})" in done
+    assert "BEGIN ITEM" not in done.split("Answer:", 1)[0], "nothing framed: the content is gone"
 
     data = cli.json("show", job_id, "2026/q2.txt", "--json")
     assert (data["item"], data["number"], data["status"], data["result"]) == ("2026/q2.txt", 2, "failed", None)
@@ -84,6 +87,7 @@ def test_show_one_item_by_name_or_number(backend_cli, tmp_path, fake_provider):
     assert [(e["kind"], e["http_status"]) for e in data["events"]] == [
         ("attempt_failed", 503), ("attempt_failed", 503), ("item_failed", 503)]
     assert cli.json("show", job_id, "3", "--json")["item"] == "notes.txt"
+    assert cli.json("show", job_id, "3", "--json")["messages"] == [], "completed: its content went"
 
 
 @pytest.mark.parametrize("ref", ["nope.txt", "0", "4", "99999999999999999999999"])

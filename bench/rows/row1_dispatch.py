@@ -14,7 +14,8 @@ from ..procs import FakeProviderProc, HermesEnv
 
 ROW = 1
 TITLE = "dispatch overhead (the provider answers at once)"
-GOAL = 0.6
+#: Per backend (issue 15: complete and claim in one store operation).
+GOALS = {"sqlite": 0.8, "redis": 0.7}
 
 
 def run(ctx: Context) -> RowResult:
@@ -49,7 +50,7 @@ def run(ctx: Context) -> RowResult:
 
     result = RowResult(
         row=ROW, title=TITLE, compared_with="a bare thread pool of the same size making the same HTTP calls",
-        goal=f"hermes-bulk >= {GOAL} of the bare pool's items/s (SQLite and Redis)",
+        goal=f"hermes-bulk >= {GOALS['sqlite']} (SQLite) and >= {GOALS['redis']} (Redis) of the bare pool's items/s",
         setup=(f"{n:,} items, {threads} threads (job --concurrency {threads}), loopback provider with no latency "
                f"in its own process; {ctx.rounds} interleaved round(s); the ratio is the median of each round's "
                "hermes-bulk / bare-pool ratio. The bare pool (bench.drive pool) is a ThreadPoolExecutor calling "
@@ -61,7 +62,7 @@ def run(ctx: Context) -> RowResult:
     for side, label in (("sqlite", "SQLite, embedded consumer"), ("redis", "Redis, embedded consumer")):
         ratios = [h["items_per_s"] / p["items_per_s"] for h, p in zip(runs[side], runs["pool"], strict=True)]
         ratio = median(ratios)
-        goal, met = at_least(ratio, GOAL)
+        goal, met = at_least(ratio, GOALS[side])
         result.lines.append(Line(label, fmt_rate(median([o["items_per_s"] for o in runs[side]])),
                                  f"bare pool {fmt_rate(pool_median)}", ratio, goal, met))
     shared = median([s["items_per_s"] / p["items_per_s"] for s, p in zip(runs["shared"], runs["pool"], strict=True)])

@@ -2,8 +2,8 @@
 `hermes-bulk` processes themselves (wait4's rusage of each child), at two sizes, to show
 memory stays flat as rows grow.
 
-The results to export are produced through the store's own API (bench.drive fill: claim, then
-complete, item by item; no model calls), which leaves no outputs/NNNNNN.md files, as on a
+The results to export are produced through the store's own API (bench.drive fill: each completion
+claims the next, item by item; no model calls), which leaves no outputs/NNNNNN.md files, as on a
 machine of a fleet that did not run the items. An export reads only the store (it writes no
 output files), so the first export costs what later ones do but for a cold cache; both are
 reported.
@@ -56,7 +56,7 @@ def run(ctx: Context) -> RowResult:
         setup=(f"A {large:,}-row CSV (5 columns, about 110 bytes a row) and a {small:,}-row one; each command is "
                f"a `hermes-bulk` child process, timed from start to exit (interpreter start included); peak RSS "
                f"from wait4. Ratios are measured / limit. Results were produced with bench.drive fill "
-               f"(claim + complete through the store API, {_rate(data, large)} items/s)."),
+               f"(complete_and_claim through the store API, {_rate(data, large)} items/s)."),
         raw=data)
     cases = [("create sqlite", "create, SQLite"), ("create redis", "create, Redis"),
              ("export-first sqlite", "first export (CSV)"),

@@ -86,7 +86,7 @@ class ItemShown:
 
     job: JobRecord
     detail: ItemDetail
-    messages: list[dict[str, str]]  # as prompt.build_messages frames the item
+    messages: list[dict[str, str]]  # as prompt.build_messages frames the item; [] once its content is dropped
     attempts: list[Event]  # the item's recorded events: failed attempts, waits, its failure
 
     def as_dict(self) -> dict:
@@ -368,7 +368,9 @@ class Jobs:
         if detail is None:
             raise InputError(f"Job {job.job_id} has no item {item_ref!r}; give an item's name as the export shows "
                              f"it (a relative path, row:N, record:N or line:N) or its number, 1 to {job.total}.")
-        messages = prompt.build_messages(job.spec.instruction, detail.item.name, detail.content, detail.content_hash)
+        # A completed file item's content is not kept (store/protocol.py drops_content): nothing to frame.
+        messages = ([] if detail.content is None else
+                    prompt.build_messages(job.spec.instruction, detail.item.name, detail.content, detail.content_hash))
         return ItemShown(job=job, detail=detail, messages=messages,
                          attempts=self.store.item_events(job.job_id, detail.item.index))
 

@@ -54,12 +54,14 @@ TOKENS_IN_FLIGHT_RETRY_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What became of a trigger: `claimed` (an item was worked on), `reschedule_in` seconds."""
+    """What became of a trigger: `claimed` (an item was worked on), `reschedule_in` seconds;
+    `next`: what the completion claimed after it (complete_and_claim), for the chain to go on with."""
 
     claimed: bool
     refused: str | None = None
     reschedule_in: float | None = None
     index: int | None = None
+    next: Claim | ClaimRefused | None = None
 
 
 class _LostClaim(Exception):
@@ -90,9 +92,14 @@ class ItemProcessor:
         self._told_cannot_serve: set[str] = set()  # job ids that have the event already
         self.on_claim = on_claim  # told of every claim, with the job as the claim saw it (the worker's log)
 
-    def handle(self, job_id: str, index_hint: int) -> Outcome:
-        claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
-                                      max_running=self.concurrency_cap)
+    def handle(self, job_id: str, index_hint: int, *, claim: Claim | ClaimRefused | None = None,
+               chain: Callable[[], bool] | None = None) -> Outcome:
+        """One item: claimed here, or `claim` when a completion claimed it already. `chain`, asked
+        as the item completes: true when the caller goes on with the job, and then the completion
+        claims the next item in the same store operation (Outcome.next)."""
+        if claim is None:
+            claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
+                                          max_running=self.concurrency_cap)
         if isinstance(claim, ClaimRefused):
             again = TOKENS_IN_FLIGHT_RETRY_S if claim.reason == "tokens_in_flight" else None
             return Outcome(claimed=False, refused=claim.reason, reschedule_in=again)
@@ -100,8 +107,9 @@ class ItemProcessor:
             self._held.add((job_id, claim.index))
         if self.on_claim is not None:
             self.on_claim(claim.job)
+        taken = None
         try:
-            self._process(claim)
+            taken = self._process(claim, chain)
         except LongWait as wait:
             self.store.release_item(job_id, claim.index, self.worker_id)
             return Outcome(claimed=True, reschedule_in=wait.seconds, index=claim.index)
@@ -124,14 +132,23 @@ class ItemProcessor:
         finally:
             with self._held_lock:
                 self._held.discard((job_id, claim.index))
-        return Outcome(claimed=True, index=claim.index)
+        return Outcome(claimed=True, index=claim.index, next=taken)
+
+    def give_back(self, claim: Claim) -> None:
+        """Return a claim the caller will not process (a chain that stops) to the queue."""
+        try:
+            self.store.release_item(claim.job.job_id, claim.index, self.worker_id)
+        finally:
+            with self._held_lock:
+                self._held.discard((claim.job.job_id, claim.index))
 
     def held_items(self) -> list[tuple[str, int]]:
         with self._held_lock:
             return list(self._held)
 
     # The steps -----------------------------------------------------------------------------
-    def _process(self, claim: Claim) -> None:
+    def _process(self, claim: Claim, chain: Callable[[], bool] | None = None) -> Claim | ClaimRefused | None:
+        """The item's steps; returns what its completion claimed next (see handle), if anything."""
         spec = claim.job.spec
         client = self.client_for(claim.job)  # first: a worker that cannot serve the job reads nothing
         try:
@@ -142,19 +159,43 @@ class ItemProcessor:
             return
         if changed:
             self._fail(claim, ItemError("SourceChanged", "source content changed since the job was created"))
-            return
+            return None
         try:
             completion = self._call_with_retries(claim, client)
         except (PermanentModelError, TransientModelError, RateLimited) as exc:
             self._fail(claim, _item_error(exc))
-            return
-        if self._persist(self.store.complete_item, spec.job_id, claim.index, self.worker_id, completion.text,
-                         completion.usage, provider=completion.provider, model=completion.model):
+            return None
+        return self._save(claim, completion, chain)
+
+    def _save(self, claim: Claim, completion: Completion, chain: Callable[[], bool] | None):
+        """Complete the item; when the chain goes on, claim the next one in the same operation.
+
+        A completion whose reply is lost and that is sent again (a backend outage, _persist) is
+        refused the second time, and the item it claimed is then nobody's: its lease runs out
+        and it goes back to the queue (at-least-once, as any claim whose reply is lost)."""
+        spec = claim.job.spec
+        args = (spec.job_id, claim.index, self.worker_id, completion.text, completion.usage)
+        names = {"provider": completion.provider, "model": completion.model}
+        taken = None
+        if chain is not None and chain():
+            done, taken = self._persist(self.store.complete_and_claim, *args, **names, index_hint=claim.index + 1,
+                                        lease_s=self.lease_s, max_running=self.concurrency_cap)
+        else:
+            done = self._persist(self.store.complete_item, *args, **names)
+        if not done:
+            raise _LostClaim()
+        if isinstance(taken, Claim):
+            with self._held_lock:  # its lease is renewed from now on
+                self._held.add((spec.job_id, taken.index))
+        try:
             self.counters.add(items_completed=1, tokens_in=completion.usage.tokens_in or 0,
                               tokens_out=completion.usage.tokens_out or 0)
             write_private(output_path(self.jobs_dir, spec.job_id, claim.index), completion.text + "\n")
-        else:
-            raise _LostClaim()
+        except BaseException:
+            if isinstance(taken, Claim):
+                self.give_back(taken)
+            raise
+        return taken
 
     def _call_with_retries(self, claim: Claim, client: ModelClient) -> Completion:
         """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries."""

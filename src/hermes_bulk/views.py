@@ -237,6 +237,8 @@ def show_text(shown: ItemShown) -> str:
     if item.status == "failed":
         lines.append(f"Error: {item_error(item)}")
     lines += ["", "Sent:"] + [f"[{m['role']}]\n{m['content']}" for m in shown.messages]
+    if shown.detail.content is None:
+        lines.append(f"(not kept once the item completed: the file is {item.name} in {shown.job.spec.source})")
     lines += ["", "Answer:", item.result if item.result is not None else "(none yet)"]
     lines += ["", "Attempts and events:"]
     lines += ["  " + line for line in event_lines(shown.attempts, {item.index: item.name})] or ["  (none)"]

@@ -42,6 +42,7 @@ from .store.protocol import (
     PAUSE_USER,
     PAUSED,
     RUNNING,
+    Claim,
     Event,
     JobRecord,
     WorkerInfo,
@@ -113,7 +114,8 @@ class WorkerRuntime:
         """Process items of the job one after another, as one chain: a job keeps `concurrency`
         chains going. After CHAIN_SLICE_S the chain goes back through the queue as the next
         trigger, so jobs that share these threads take turns; until then the next item is
-        claimed here, which spares each item a queue round trip (benchmarks, row 1)."""
+        claimed here, which spares each item a queue round trip (benchmarks, row 1), and by the
+        completion of the item before it (complete_and_claim: one store operation an item)."""
         client = self.backend.client_of(job_id)
         if client is None:
             return None  # the job was deleted
@@ -123,19 +125,27 @@ class WorkerRuntime:
             self.backend.trigger(job_id, index_hint, client=client)
             return None
         ends = time.monotonic() + CHAIN_SLICE_S
+
+        def goes_on() -> bool:  # asked as an item completes: then the completion claims the next
+            return not self._stopping.is_set() and time.monotonic() < ends
+
+        taken = None  # what the last completion claimed (complete_and_claim), or its refusal
         while True:
             if self._stopping.is_set():  # stopping: claim nothing more, the chain stays on the queue
+                if isinstance(taken, Claim):
+                    self.processor.give_back(taken)
                 self.backend.trigger(job_id, index_hint, client=client)
                 return None
-            outcome = self.processor.handle(job_id, index_hint)
+            outcome = self.processor.handle(job_id, index_hint, claim=taken, chain=goes_on)
+            taken = outcome.next
             if not outcome.claimed and outcome.refused not in (None, "at_capacity", "tokens_in_flight"):
                 self._report_end(job_id)  # done, paused, deleted: say so once
-            if outcome.reschedule_in is not None:
+            if outcome.reschedule_in is not None:  # nothing was completed: nothing claimed next
                 return outcome.reschedule_in
             if not outcome.claimed:
                 return None  # nothing to claim (done, paused, at capacity): the chain ends
             index_hint = (outcome.index or 0) + 1
-            if self._stopping.is_set() or time.monotonic() >= ends:
+            if taken is None and (self._stopping.is_set() or time.monotonic() >= ends):
                 self.backend.trigger(job_id, index_hint, client=client)
                 return None
 

@@ -3,8 +3,9 @@
 The SQL (store/sqlite/) and the Lua (store/redis/lua/) are two copies of one state machine;
 this test keeps them one. `Model` is written from store/protocol.py's docstrings, not from
 either backend: Hypothesis drives a real backend and the model through the same random steps
-(create, run, claim, complete, fail, attempts, release, lease expiry, pause, resume, retry,
-token limits, duplicates that wait on the first item with their answer key) and after every step compares counts, tokens, reservations, every item and who
+(create, run, claim, complete, complete-and-claim, fail, attempts, release, lease expiry, pause,
+resume, retry, token limits, duplicates that wait on the first item with their answer key; over
+a JSONL source, whose contents are kept, or a folder, whose completed contents are dropped) and after every step compares counts, tokens, reservations, every item and who
 owns what.
 
 Lease expiry without waiting: a backend compares leases against its own clock (Redis TIME on
@@ -238,11 +239,12 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(estimates=st.lists(st.integers(0, 60), min_size=2, max_size=MAX_ITEMS),
                 concurrency=st.integers(1, 4),
                 limit=limits,
-                contents=st.lists(st.sampled_from(["a", "b", "", "é\x00z"]), min_size=MAX_ITEMS, max_size=MAX_ITEMS),
-                running=st.integers(0, 4))
-    def create(self, estimates, concurrency, limit, contents, running):
+                contents=st.lists(st.sampled_from(["a", "b", "", "é\x00z", "long " * 40]), min_size=MAX_ITEMS,
+                                  max_size=MAX_ITEMS),
+                running=st.integers(0, 4), kind=st.sampled_from(["jsonl", "directory"]))
+    def create(self, estimates, concurrency, limit, contents, running, kind):
         max_tokens = None if limit is None else max(0, sum(estimates[:limit[0]]) + limit[1])
-        spec = JobSpec(job_id=self.job_id, instruction="do it", source="/nowhere", source_kind="jsonl",
+        spec = JobSpec(job_id=self.job_id, instruction="do it", source="/nowhere", source_kind=kind,
                        concurrency=concurrency, retries=2, max_tokens=max_tokens, provider_key="p:sm")
         self.store.begin_job(spec)
         assert self.store.get_job(self.job_id) is None, "a job being created is invisible"
@@ -325,6 +327,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _claim(self, worker, hint, max_running):
         got = self.store.claim_item(self.job_id, hint, worker, lease_s=LEASE_S, max_running=max_running)
+        self._check_claim(got, worker, hint, max_running)
+
+    def _check_claim(self, got, worker, hint, max_running):
         before = self.seen.get(hint)
         reason, index = self.m.claim(hint, worker, max_running)
         if index is None:
@@ -347,6 +352,22 @@ class StoreMachine(RuleBasedStateMachine):
         assert done == (it is not None)
         if it:
             self.m.complete(it, result, usage, provider, model)
+
+    @precondition(busy)
+    @rule(who=targets, result=texts, usage=st.builds(Usage, tokens, tokens), hint=indexes,
+          max_running=st.integers(1, 5))
+    def complete_and_claim(self, who, result, usage, hint, max_running):
+        """complete, then (only when it completed) claim for the same worker, in one step."""
+        worker, index = self._pick(*who)
+        done, got = self.store.complete_and_claim(self.job_id, index, worker, result, usage, index_hint=hint,
+                                                  lease_s=LEASE_S, max_running=max_running)
+        it = self.m.owned(index, worker)
+        assert done == (it is not None)
+        if it is None:
+            assert got is None, "a refused completion claims nothing"
+            return
+        self.m.complete(it, result, usage, None, None)
+        self._check_claim(got, worker, hint, max_running)
 
     @precondition(busy)
     @rule(who=targets, error=errors, transient=st.integers(0, 2))

@@ -85,6 +85,16 @@ def spec_from_json(text: str) -> JobSpec:
     return JobSpec(**json.loads(text))
 
 
+#: Source kinds whose items' captured content is dropped once they complete (issue 15): the
+#: export gives a file's path, never its text, so nothing reads it again. A CSV row or a JSON
+#: record is kept: `export --with-input` writes it back.
+DROPS_CONTENT = frozenset({"directory", "file"})
+
+
+def drops_content(spec: JobSpec) -> bool:
+    return spec.source_kind in DROPS_CONTENT
+
+
 @dataclass(frozen=True, slots=True)
 class NewItem:
     """An item as `create` records it; content is stored once per distinct content_hash."""
@@ -234,7 +244,7 @@ class ItemDetail:
     """One item as `show` presents it: its record, and the content sent for it."""
 
     item: ItemRecord
-    content: str
+    content: str | None  # None: dropped once the item completed (drops_content)
     content_hash: str
 
 
@@ -465,6 +475,24 @@ class JobStore(Protocol):
         model is recorded as None. In the same step: the item's WAITING duplicates complete with
         the same result (nothing charged), and its answer key points the answer index at it.
         One step on both backends.
+
+        A completed item's captured content is dropped in the same step when the job's source
+        kind is in DROPS_CONTENT and no other item of the job still needs it (its answer key
+        is set: items with the same content are its duplicates, completed with it); its
+        content_hash stays. Failed items keep theirs (retry).
+        """
+
+    def complete_and_claim(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage, *,
+                           provider: str | None = None, model: str | None = None, index_hint: int,
+                           lease_s: float, max_running: int) -> tuple[bool, Claim | ClaimRefused | None]:
+        """complete_item, then, when it completed, claim_item of the same job for the same worker
+        (index_hint, lease_s, max_running as there), in one step: a worker thread's steady state
+        is one write per item. Returns (completed, claim): (False, None) when the completion
+        was refused (nothing changed, nothing claimed), else (True, the Claim or ClaimRefused
+        that claim_item would have returned right after the completion).
+
+        One step on both backends (one transaction; one script), with what each of the two
+        guarantees, and the claim's content read after it as claim_item reads it.
         """
 
     def fail_item(self, job_id: str, index: int, worker_id: str, error: ItemError) -> bool:

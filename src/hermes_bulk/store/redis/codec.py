@@ -9,7 +9,12 @@ import json
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..compression import pack, unpack
 from ..protocol import CREATING, Event, JobRecord, NewItem, spec_from_json
+
+#: What a result or a content is stored as, and read back from (store/compression.py): every
+#: write of either goes through `stored`, every read through `stored_text`.
+stored, stored_text = pack, unpack
 
 
 def text(value: bytes | str | None) -> str | None:

@@ -31,6 +31,7 @@ from ..protocol import (
     NewItem,
     Usage,
     WorkerInfo,
+    drops_content,
 )
 from . import codec
 from .connection import RedisConnection, map_connection_errors
@@ -75,7 +76,8 @@ class RedisJobStore:
         pipe.zadd(self.keys.jobs_created, {spec.job_id: created_ms}, nx=True)
         pipe.zadd(self.keys.jobs_ids, {spec.job_id: 0})
         self.lua.begin_job(keys=self.keys.job(spec.job_id), client=pipe, args=[
-            f"{created_ms:.3f}", json.dumps(asdict(spec)), codec.opt(spec.max_tokens), spec.concurrency])
+            f"{created_ms:.3f}", json.dumps(asdict(spec)), codec.opt(spec.max_tokens), spec.concurrency,
+            spec.output_tokens_estimate, codec.opt(spec.max_output_tokens), int(drops_content(spec))])
         try:
             pipe.execute()
         except redis.ResponseError as exc:
@@ -114,12 +116,12 @@ class RedisJobStore:
                 for _, (job, idx, _tokens) in hits:
                     pipe.hget(self.keys.job_key(job, "results"), idx)
                 for (key, (job, idx, tokens)), text in zip(hits, pipe.execute(), strict=True):
-                    if text is not None:
-                        answers[key] = (job, int(idx), int(float(tokens)), codec.text(text))
+                    if text is not None:  # passed on as stored (compressed or not)
+                        answers[key] = (job, int(idx), int(float(tokens)), text)
         args: list = []
         for it in batch:
             found = answers.get(it.answer_key)
-            args += [it.index, codec.item_record(it), it.content_hash, it.content, it.estimated_tokens,
+            args += [it.index, codec.item_record(it), it.content_hash, codec.stored(it.content), it.estimated_tokens,
                      it.answer_key, *(found if found else ("", "", "", ""))]
         return args
 
@@ -216,11 +218,11 @@ class RedisJobStore:
                     continue
                 _, content_hash, (name, _origin, _offset, _stat_sig) = item
                 st = json.loads(state) if state else {}
-                yield ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.text(result),
+                yield ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.stored_text(result),
                                  error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
                                  tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
                                  attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"),
-                                 content=codec.text(by_hash[content_hash]) if with_content else None,
+                                 content=codec.stored_text(by_hash[content_hash]) if with_content else None,
                                  reused_from=(st["rj"], st["ri"]) if "rj" in st else None)
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
@@ -238,15 +240,18 @@ class RedisJobStore:
         if raw is None:
             return None
         _, content_hash, (name, _origin, _offset, _stat_sig) = codec.parse_item(raw)
-        content = codec.text(self.r.hget(self.keys.job_key(job_id, "contents"), content_hash))
-        if content is None:  # deleted in the meantime
+        pipe.hget(self.keys.job_key(job_id, "contents"), content_hash)
+        pipe.exists(self.keys.job_key(job_id, "meta"))
+        content, exists = pipe.execute()
+        if not exists:  # deleted in the meantime
             return None
-        return ItemDetail(self._item_record(index, name, state, result), content, content_hash)
+        # No content: dropped when the item completed (protocol.drops_content).
+        return ItemDetail(self._item_record(index, name, state, result), codec.stored_text(content), content_hash)
 
     @staticmethod
     def _item_record(index: int, name: str, state, result) -> ItemRecord:
         st = json.loads(state) if state else {}
-        return ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.text(result),
+        return ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.stored_text(result),
                           error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
                           tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
                           attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"),
@@ -335,13 +340,18 @@ class RedisJobStore:
     def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
         reply = self.lua.claim_item(keys=self.keys.job(job_id),
                                     args=[index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER])
+        return self._claimed(reply)
+
+    @staticmethod
+    def _claimed(reply: list) -> Claim | ClaimRefused:
+        """A Claim from claim_item.lua's reply (or the refusal it gives)."""
         if reply[0] != b"ok":
             return ClaimRefused(codec.text(reply[0]))
         _, meta, index, raw_item, raw_state, content = reply
         _, content_hash, (name, origin, offset, stat_sig) = codec.parse_item(raw_item)
         st = json.loads(raw_state) if raw_state else {}
         return Claim(job=codec.job_from_meta(codec.decode_hash(meta)), index=int(index), name=name,
-                     content=codec.text(content), content_hash=content_hash, origin=origin, offset=offset,
+                     content=codec.stored_text(content), content_hash=content_hash, origin=origin, offset=offset,
                      stat_sig=stat_sig, attempts=st.get("a", 0), rate_limit_waits=st.get("w", 0))
 
     def next_item_estimate(self, job_id: str) -> int | None:
@@ -361,9 +371,23 @@ class RedisJobStore:
         return sum(int(n) for n in pipe.execute())
 
     def complete_item(self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None):
-        return bool(self.lua.complete_item(keys=self.keys.job(job_id), args=[
-            index, worker_id, result, codec.opt(usage.tokens_in), codec.opt(usage.tokens_out), codec.opt(provider),
-            codec.opt(model), job_id]))
+        return bool(self.lua.complete_item(keys=self.keys.job(job_id), args=self._complete_args(
+            job_id, index, worker_id, result, usage, provider, model)))
+
+    @staticmethod
+    def _complete_args(job_id, index, worker_id, result, usage: Usage, provider, model) -> list:
+        """complete_item.lua's ARGV: the one place a result is encoded for Redis (codec.stored)."""
+        return [index, worker_id, codec.stored(result), codec.opt(usage.tokens_in), codec.opt(usage.tokens_out),
+                codec.opt(provider), codec.opt(model), job_id]
+
+    def complete_and_claim(self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None,
+                           index_hint, lease_s, max_running):
+        reply = self.lua.complete_and_claim(keys=self.keys.job(job_id), args=[
+            *self._complete_args(job_id, index, worker_id, result, usage, provider, model),
+            index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER])
+        if not reply[0]:
+            return False, None
+        return True, self._claimed(reply[1])
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
         return bool(self.lua.fail_item(keys=self.keys.job(job_id), args=[

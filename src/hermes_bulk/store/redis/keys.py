@@ -4,7 +4,9 @@ P is the URL's `prefix=` (default `hermes-bulk`); times are float ms since the e
 
 One job's keys share the hash tag {P:job:ID}, so each job's script touches one cluster slot:
 
-    {P:job:ID}:meta      HASH  spec (JSON), state, pause_reason, max_tokens, concurrency, the
+    {P:job:ID}:meta      HASH  spec (JSON), state, pause_reason, max_tokens, concurrency,
+                               output_tokens_estimate, max_output_tokens (claims read these, not
+                               the spec), drop_content ("1": contents go at completion), the
                                counters of JobRecord, created_at_ms, last_claim_at_ms,
                                run_at_ms, run_epoch, max_index, skipped_events,
                                interrupted, interrupted_at_ms (why its workers stopped)
@@ -15,15 +17,18 @@ One job's keys share the hash tag {P:job:ID}, so each job's script touches one c
                                ti/to tokens, et/hs/em error, pv provider, md model}; absent
                                means a fresh pending item (a million-item job costs nothing here
                                until items move)
-    {P:job:ID}:contents  HASH  content_hash -> text: identical contents are stored once per job
-    {P:job:ID}:results   HASH  index -> result text
+    {P:job:ID}:contents  HASH  content_hash -> text (store/compression.py: a zstd frame, or the
+                               text itself): identical contents are stored once per job; where
+                               drop_content, an item's content goes when it completes
+    {P:job:ID}:results   HASH  index -> result text (compressed as contents are)
     {P:job:ID}:pending   ZSET  pending indexes scored by index: claiming the lowest is O(log n)
     {P:job:ID}:leases    ZSET  running indexes scored by lease expiry
     {P:job:ID}:owners    HASH  running index -> worker id (at most the job's concurrency)
     {P:job:ID}:failed    ZSET  failed indexes scored by index (retry_failed)
     {P:job:ID}:events    LIST  "<at_ms>\\t<JSON [kind, message, index, error_type,
                                http_status]>"; only the newest EVENTS_KEPT are kept
-    {P:job:ID}:keys      HASH  "k:<answer key>" -> index of the job's first item with that key,
+    {P:job:ID}:keys      HASH  "k:<answer key>" -> index of the job's first item with that key
+                               (until it completes: only create reads it),
                                and "i:<index>" -> its answer key (complete_item records it)
     {P:job:ID}:dups      ZSET  duplicates waiting on an earlier item: member the duplicate's
                                index, score the index of the item it waits on

@@ -52,5 +52,9 @@ class Scripts:
         job = common + read("_job")
         for name in _JOB_SCRIPTS:
             setattr(self, name, client.register_script(job + read(name)))
+        # One script of two: each script's text as a function of its own ARGV (a parameter named
+        # ARGV shadows the global), so complete and claim stay written once.
+        both = "".join(f"local function {name}(ARGV)\n{read(name)}\nend\n" for name in ("complete_item", "claim_item"))
+        self.complete_and_claim = client.register_script(job + both + read("complete_and_claim"))
         for name in _OTHER_SCRIPTS:
             setattr(self, name, client.register_script(common + read(name)))

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 
 from ...words import count
+from ..compression import pack, unpack
 from ..protocol import (
     CLAIMED,
     COMPLETED,
@@ -28,6 +29,7 @@ from ..protocol import (
     JobSpec,
     NewItem,
     WorkerInfo,
+    drops_content,
     spec_from_json,
 )
 from .database import SqliteDatabase
@@ -52,7 +54,7 @@ def _job_from_row(row: tuple) -> JobRecord:
 
 def _item_record(r) -> ItemRecord:
     """An ItemRecord from the 14 columns iter_items selects (and the content, if a 15th)."""
-    return ItemRecord(*r[:12], content=r[14] if len(r) > 14 else None,
+    return ItemRecord(*r[:3], unpack(r[3]), *r[4:12], content=unpack(r[14]) if len(r) > 14 else None,
                       reused_from=None if r[12] is None else (r[12], r[13]))
 
 
@@ -74,14 +76,15 @@ class SqliteJobStore:
     # Creating ------------------------------------------------------------------------------
     def begin_job(self, spec: JobSpec) -> None:
         with self.db.write() as conn:
-            conn.execute("INSERT INTO jobs (id, created_at, spec, state, max_tokens) VALUES (?, ?, ?, ?, ?)",
-                         (spec.job_id, self.now(), json.dumps(asdict(spec)), CREATING, spec.max_tokens))
+            conn.execute("INSERT INTO jobs (id, created_at, spec, state, max_tokens, drop_content)"
+                         " VALUES (?, ?, ?, ?, ?, ?)", (spec.job_id, self.now(), json.dumps(asdict(spec)), CREATING,
+                                                       spec.max_tokens, int(drops_content(spec))))
 
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
         items = list(items)
         with self.db.write() as conn:
             conn.executemany("INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
-                             [(job_id, it.content_hash, it.content) for it in items])
+                             [(job_id, it.content_hash, pack(it.content)) for it in items])
             conn.executemany(
                 "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate,"
                 " answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -183,12 +186,12 @@ class SqliteJobStore:
             " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx,"
             " c.text, i.content_hash"
             " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
-            " JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash"
+            " LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash"
             " WHERE i.job_id = ? AND i.idx = ?", (job_id, index))
         if not rows:
             return None
         *record, content, content_hash = rows[0]
-        return ItemDetail(_item_record(record), content, content_hash)
+        return ItemDetail(_item_record(record), unpack(content), content_hash)
 
     def find_item(self, job_id: str, name: str) -> int | None:
         rows = self.db.read("SELECT min(idx) FROM items WHERE job_id = ? AND name = ?", (job_id, name))
@@ -265,45 +268,69 @@ class SqliteJobStore:
 
     # Items ---------------------------------------------------------------------------------
     def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
-        now = self.now()
         with self.db.write() as conn:
-            job_row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            taken = self._claim(conn, job_id, index_hint, worker_id, lease_s=lease_s, max_running=max_running)
+        return self._claimed(job_id, taken)
+
+    def complete_and_claim(self, job_id, index, worker_id, result, usage, *, provider=None, model=None,
+                           index_hint, lease_s, max_running):
+        with self.db.write() as conn:  # one transaction: the steady state's one write per item
+            job_row = self._complete(conn, job_id, index, worker_id, result, usage, provider, model)
             if job_row is None:
-                return ClaimRefused("no_job")
-            job = _job_from_row(job_row)
-            if job.state != RUNNING:
-                return ClaimRefused("not_running")
-            if job.running >= min(job.spec.concurrency, max_running):
-                return ClaimRefused("at_capacity")
-            # One statement takes the hint, else the lowest pending index, if its estimate fits
-            # under --max-tokens (fewer statements: less time holding the write lock).
-            limit = job.spec.max_tokens
-            used = job.tokens_charged + job.tokens_reserved
-            # The learned output allowance replaces the configured one (JobRecord.reservation).
-            delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
-            row = conn.execute(
-                "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + ?, min(?, estimate))"
-                " WHERE job_id = ? AND status = 'pending' AND idx = coalesce("
-                "(SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?),"
-                " (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1))"
-                " AND (? IS NULL OR ? + max(estimate + ?, min(?, estimate)) <= ?)"
-                " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, reserved, attempts,"
-                " rate_limit_waits",
-                (CLAIMED, worker_id, now + lease_s, delta, floor, job_id, job_id, index_hint, job_id, limit, used,
-                 delta, floor, limit)).fetchone()
-            if row is None:
-                return self._refuse_claim(conn, job, index_hint)
-            idx, estimate = row[0], row[6]
-            conn.execute("UPDATE jobs SET pending = pending - 1, running = running + 1,"
-                         " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
-                         (estimate, now, job_id))
+                return False, None
+            taken = self._claim(conn, job_id, index_hint, worker_id, lease_s=lease_s, max_running=max_running,
+                                job_row=job_row)
+        return True, self._claimed(job_id, taken)
+
+    def _claimed(self, job_id: str, taken: tuple[JobRecord, tuple] | ClaimRefused) -> Claim | ClaimRefused:
+        """The Claim of what _claim took, with its content (read after the transaction)."""
+        if isinstance(taken, ClaimRefused):
+            return taken
+        job, row = taken
         # Contents never change once added, so they are read after the write lock is released.
         contents = self.db.read("SELECT text FROM contents WHERE job_id = ? AND hash = ?", (job_id, row[2]))
         if not contents:
             return ClaimRefused("no_job")  # deleted in the meantime
-        content = contents[0][0]
-        return Claim(job=job, index=idx, name=row[1], content=content, content_hash=row[2], origin=row[3],
+        content = unpack(contents[0][0])
+        return Claim(job=job, index=row[0], name=row[1], content=content, content_hash=row[2], origin=row[3],
                      offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
+
+    def _claim(self, conn, job_id, index_hint, worker_id, *, lease_s, max_running, job_row=None):
+        """claim_item's writes in conn: (the job as the claim saw it, the item's row) or the refusal.
+        job_row: the job's _JOB_COLUMNS as this transaction just wrote them (a statement less)."""
+        now = self.now()
+        if job_row is None:
+            job_row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if job_row is None:
+            return ClaimRefused("no_job")
+        job = _job_from_row(job_row)
+        if job.state != RUNNING:
+            return ClaimRefused("not_running")
+        if job.running >= min(job.spec.concurrency, max_running):
+            return ClaimRefused("at_capacity")
+        # One statement takes the hint, else the lowest pending index, if its estimate fits
+        # under --max-tokens (fewer statements: less time holding the write lock).
+        limit = job.spec.max_tokens
+        used = job.tokens_charged + job.tokens_reserved
+        # The learned output allowance replaces the configured one (JobRecord.reservation).
+        delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
+        row = conn.execute(
+            "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + ?, min(?, estimate))"
+            " WHERE job_id = ? AND status = 'pending' AND idx = coalesce("
+            "(SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?),"
+            " (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1))"
+            " AND (? IS NULL OR ? + max(estimate + ?, min(?, estimate)) <= ?)"
+            " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, reserved, attempts,"
+            " rate_limit_waits",
+            (CLAIMED, worker_id, now + lease_s, delta, floor, job_id, job_id, index_hint, job_id, limit, used,
+             delta, floor, limit)).fetchone()
+        if row is None:
+            return self._refuse_claim(conn, job, index_hint)
+        estimate = row[6]
+        conn.execute("UPDATE jobs SET pending = pending - 1, running = running + 1,"
+                     " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
+                     (estimate, now, job_id))
+        return job, row
 
     def _refuse_claim(self, conn, job: JobRecord, index_hint: int) -> ClaimRefused:
         """No item was claimed: none is pending, or the next one does not fit under --max-tokens
@@ -352,28 +379,45 @@ class SqliteJobStore:
 
     def complete_item(self, job_id, index, worker_id, result, usage, *, provider=None, model=None):
         with self.db.write() as conn:
-            tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
-            reserved = self._finish_owned(
-                conn, job_id, index, worker_id, COMPLETED,
-                ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
-                (tokens_in, tokens_out, provider or None, model or None))  # "" is none, as on Redis
-            if reserved is None:
-                return False
-            charged = tokens_in + tokens_out if usage.reported else reserved
-            conn.execute("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result))
-            # Its duplicates take the answer (nothing charged), and the index points at it.
-            dups = [r[0] for r in conn.execute(
-                "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of = ?"
-                " AND status = ? RETURNING idx", (COMPLETED, provider or None, model or None, job_id, index, WAITING))]
+            return self._complete(conn, job_id, index, worker_id, result, usage, provider, model) is not None
+
+    def _complete(self, conn, job_id, index, worker_id, result, usage, provider, model) -> tuple | None:
+        """complete_item's writes in conn (the one complete path: complete_and_claim calls it too);
+        the job's _JOB_COLUMNS after it, or None when worker_id does not hold the item.
+
+        Each statement is one more wait for the GIL while the write lock is held (a process's
+        threads take turns at it), so the job's counters are updated and read back in one."""
+        tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
+        reserved = self._finish_owned(
+            conn, job_id, index, worker_id, COMPLETED,
+            ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
+            (tokens_in, tokens_out, provider or None, model or None))  # "" is none, as on Redis
+        if reserved is None:
+            return None
+        charged = tokens_in + tokens_out if usage.reported else reserved
+        result = pack(result)  # the one place a result is encoded (store/compression.py)
+        conn.execute("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result))
+        # Its duplicates take the answer (nothing charged), and the index points at it.
+        dups = [r[0] for r in conn.execute(
+            "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of = ?"
+            " AND status = ? RETURNING idx", (COMPLETED, provider or None, model or None, job_id, index, WAITING))]
+        if dups:
             conn.executemany("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)",
                              [(job_id, i, result) for i in dups])
-            conn.execute("INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, ?"
-                         " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''", (charged, job_id, index))
-            conn.execute("UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = pending - ?,"
-                         " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
-                         " tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ?",
-                         (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id))
-            return True
+        conn.execute("INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, ?"
+                     " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''", (charged, job_id, index))
+        job_row = conn.execute(
+            "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = pending - ?,"
+            " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
+            f" tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING {_JOB_COLUMNS},"
+            " drop_content", (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id)).fetchone()
+        if job_row[-1]:
+            # Nothing reads a completed item's content again (protocol: complete_item): the bytes
+            # go where the job drops them and no other item needs them (its answer key is set:
+            # the items with its content are its duplicates, completed just above).
+            conn.execute("DELETE FROM contents WHERE job_id = ? AND hash = (SELECT content_hash FROM items"
+                         " WHERE job_id = ? AND idx = ? AND answer_key != '')", (job_id, job_id, index))
+        return job_row[:-1]
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
         with self.db.write() as conn:

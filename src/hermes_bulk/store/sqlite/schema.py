@@ -158,6 +158,14 @@ CREATE TABLE answers (
 CREATE INDEX answers_by_job ON answers (job_id);
 """))
 
+# Issue 15: a job over files drops an item's captured content once the item completes (its hash
+# stays on the item: change checks, reuse); older jobs keep theirs (0). Contents and results are
+# stored compressed from now on (store/compression.py), which needs no migration: a value
+# written before reads back as it is.
+migration(("m006_content_codec", """
+ALTER TABLE jobs ADD COLUMN drop_content INTEGER NOT NULL DEFAULT 0;
+"""))
+
 # The dashboard (issue 16) and `status --failed` list a job's first failed items: without an
 # index that is a scan of every item of the job (a quarter of a second at a million items).
 migration(("m007_dashboard", """

@@ -34,12 +34,16 @@ local LEARN_AFTER = tonumber(ARGV[5])
 local completed = tonumber(job.completed) - tonumber(job.reused or '0')
 local tokens_out = tonumber(job.tokens_out)
 if completed >= LEARN_AFTER and tokens_out > 0 then
-  local spec = cjson.decode(job.spec)
-  local learned = math.floor((2 * tokens_out + completed - 1) / completed)
-  if type(spec.max_output_tokens) == 'number' and spec.max_output_tokens < learned then
-    learned = spec.max_output_tokens
+  -- Plain META fields since issue 15 (begin_job); a job begun before has them in its spec only.
+  local fixed, cap = tonumber(job.output_tokens_estimate), tonumber(job.max_output_tokens)
+  if not fixed then
+    local spec = cjson.decode(job.spec)
+    fixed = spec.output_tokens_estimate
+    if type(spec.max_output_tokens) == 'number' then cap = spec.max_output_tokens end
   end
-  estimate = math.max(estimate + learned - spec.output_tokens_estimate, math.min(learned, estimate))
+  local learned = math.floor((2 * tokens_out + completed - 1) / completed)
+  if cap and cap < learned then learned = cap end
+  estimate = math.max(estimate + learned - fixed, math.min(learned, estimate))
 end
 
 -- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while

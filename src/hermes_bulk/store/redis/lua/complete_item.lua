@@ -1,5 +1,6 @@
 -- complete_item: save the owner's result and mark its running item completed.
--- KEYS: the job's keys (_job.lua); writes META, STATES, RESULTS, LEASES, OWNERS.
+-- KEYS: the job's keys (_job.lua); writes META, STATES, RESULTS, LEASES, OWNERS, ANSWERS, AKEYS,
+--       CONTENTS.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] result   ARGV[4] tokens_in ('' = unreported)
 -- ARGV[5] tokens_out ('' = unreported)   ARGV[6] provider ('' = none)   ARGV[7] model ('' = none)
 -- ARGV[8] the job id (the answer index names it)
@@ -33,7 +34,16 @@ if #dups > 0 then
   meta_decr('pending', #dups)
 end
 local key = redis.call('HGET', AKEYS, 'i:' .. idx)
-if key then redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged) end
+if key then
+  redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged)
+  -- Its "k:" entry served create only (duplicates find their item); "i:" stays (delete_job).
+  redis.call('HDEL', AKEYS, 'k:' .. key)
+  -- Nothing reads a completed item's content again: where the job drops contents, its bytes go
+  -- (the items with its content are its duplicates, completed just above).
+  if redis.call('HGET', META, 'drop_content') == '1' then
+    redis.call('HDEL', CONTENTS, string.match(redis.call('HGET', ITEMS, idx), '^%-?%d+\t([^\t]*)\t'))
+  end
+end
 redis.call('HINCRBY', META, 'running', -1)
 redis.call('HINCRBY', META, 'completed', 1 + #dups)
 meta_decr('tokens_reserved', reserved)
