@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from hermes_bulk import broker
 from hermes_bulk.store.protocol import (
     BATCH_DONE,
     BATCH_PREPARING,
@@ -15,7 +18,15 @@ from hermes_bulk.store.protocol import (
     Usage,
 )
 
-from .test_store_contract import backend, backend_url, claim, make_job, store  # noqa: F401
+from .test_store_contract import BACKENDS, claim, make_job
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
+    b = broker._build(url)
+    yield b.store
+    b.close()
 
 
 def _open(store, job_id, worker="w1", bid="b1", n=1000, lease_s=30.0):

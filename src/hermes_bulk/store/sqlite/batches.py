@@ -79,7 +79,7 @@ class SqliteBatches:
         now = self.now()
         with self.db.write() as conn:
             row = conn.execute(
-                f"UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND job_id = ? AND status != ?"
+                "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND job_id = ? AND status != ?"
                 " AND (lease_owner IS NULL OR lease_owner = ? OR lease_until < ?) RETURNING " + _COLUMNS,
                 (worker_id, now + lease_s, batch_id, job_id, BATCH_DONE, worker_id, now)).fetchone()
         return None if row is None else _batch(row)
