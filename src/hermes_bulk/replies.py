@@ -85,7 +85,7 @@ def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     created = jobs.create(instruction, place.path(args.over), concurrency=args.concurrency,
                           retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
                           schema=schema, fresh=args.fresh, on_progress=place.on_progress, dry_run=args.dry_run,
-                          **place.create_options(args))
+                          batch=args.batch, batch_deadline_s=args.batch_deadline, **place.create_options(args))
     if isinstance(created, Plan):
         return Reply(views.plan_text(created), created)
     return Reply(views.created_text(created, f"{place.cmd} run"), created)

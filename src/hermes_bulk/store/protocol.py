@@ -278,10 +278,15 @@ BATCH_FIELDS = ("status", "provider_id", "input_file", "output_file", "error_fil
 
 
 class BatchItem(NamedTuple):
+    """An item a batch holds, with what a request for it and a source-change check need."""
+
     index: int
     name: str
     content: str
     content_hash: str
+    origin: str
+    offset: int
+    stat_sig: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,7 +110,7 @@ class SqliteBatches:
         owner, last = BATCH_OWNER_PREFIX + batch_id, -1
         while True:
             rows = self.db.read(
-                "SELECT i.idx, i.name, c.text, i.content_hash FROM items i JOIN contents c"
+                "SELECT i.idx, i.name, c.text, i.content_hash, i.origin, i.byte_offset, i.stat_sig FROM items i JOIN contents c"
                 " ON c.job_id = i.job_id AND c.hash = i.content_hash WHERE i.job_id = ? AND i.owner = ?"
                 " AND i.status = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, owner, CLAIMED, last, page))
             for r in rows:
