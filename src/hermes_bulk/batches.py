@@ -97,8 +97,9 @@ class BatchDriver:
         #: How long items stay in a batch before the reaper could take them back: past the
         #: provider's window (a batch ends by then), with a day to spare.
         self.hold_s = 2 * window_s + 86400.0
-        #: The lease of one step: long enough for an upload of 200 MB, renewed along the way.
-        self.lease_s = max(lease_s, 300.0)
+        #: The lease of one step: ten item leases (5 min by default), long enough for an upload of
+        #: 200 MB, renewed along the way; what a killed worker's batch waits before another takes it.
+        self.lease_s = 10 * lease_s
         self.trigger, self.max_item_bytes = trigger, max_item_bytes
         self._polled: dict[str, float] = {}
         self._lock = threading.Lock()  # one pass at a time in this process
@@ -123,7 +124,10 @@ class BatchDriver:
                 self._look_after(job, batch)
         job = self.store.get_job(job.job_id) or job
         live = any(b.run_rest_live for b in self.store.list_batches(job.job_id))
-        while job.state == RUNNING and job.pending > 0 and not live:
+        # A batch left preparing by a worker that stopped is taken over even when nothing is pending.
+        orphan = any(b.status == BATCH_PREPARING for b in batches)
+        while job.state == RUNNING and (job.pending > 0 or orphan) and not live:
+            orphan = False
             if not self._submit(job):
                 break
             job = self.store.get_job(job.job_id) or job
@@ -144,8 +148,7 @@ class BatchDriver:
             found = api.find(batch.batch_id)
             if found is not None:
                 log.info("job %s: batch %s found at the provider by its metadata and adopted", job.job_id, found["id"])
-                self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, provider_id=str(found["id"]),
-                                        status=str(found.get("status") or "validating"), submitted_at=self.store.now())
+                self._record(job, batch, found, provider_id=str(found["id"]), submitted_at=self.store.now())
                 return True
         current = self.store.get_job(job.job_id)
         if current is None or current.state != RUNNING:
@@ -247,16 +250,19 @@ class BatchDriver:
             self.store.add_events(job.job_id, [Event("batch_cancelled", f"batch {batch.provider_id} cancelled: {why}")])
         if batch.status not in TERMINAL:
             self._polled[batch.batch_id] = now
-            remote = api.get(batch.provider_id)
-            counts = remote.get("request_counts") or {}
-            batch = self.store.update_batch(
-                job.job_id, batch.batch_id, self.worker_id, status=str(remote.get("status") or batch.status),
-                completed=int(counts.get("completed") or 0), failed=int(counts.get("failed") or 0),
-                output_file=remote.get("output_file_id"), error_file=remote.get("error_file_id"))
+            batch = self._record(job, batch, api.get(batch.provider_id))
             if batch is None:
                 return
         if batch.status in TERMINAL:
             self._ingest(job, batch, api)
+
+    def _record(self, job: JobRecord, batch: BatchRecord, remote: dict, **more) -> BatchRecord | None:
+        """What the provider says of the batch (status, counts, its files), recorded on it."""
+        counts = remote.get("request_counts") if isinstance(remote.get("request_counts"), dict) else {}
+        return self.store.update_batch(
+            job.job_id, batch.batch_id, self.worker_id, status=str(remote.get("status") or "validating"),
+            completed=int(counts.get("completed") or 0), failed=int(counts.get("failed") or 0),
+            output_file=remote.get("output_file_id"), error_file=remote.get("error_file_id"), **more)
 
     def _ingest(self, job: JobRecord, batch: BatchRecord, api: BatchApi) -> None:
         """Read the batch's output and error files into the store; the rest back to pending."""

@@ -86,6 +86,8 @@ class FakeConfig:
     batch_line_s: float = 0.0  # processing time per line
     batch_expire_after: int | None = None  # lines after which a batch expires (the rest: batch_expired)
     batch_hold: bool = False  # batches stay in_progress without processing (until released or cancelled)
+    batch_upload_delay_s: float = 0.0  # an upload is stored, then answered this late (a kill mid-upload)
+    batch_create_delay_s: float = 0.0  # a batch is created, then answered this late (a kill before it is recorded)
 
 
 class FakeProvider:
@@ -212,6 +214,10 @@ class FakeProvider:
             return await self._chat(json.loads(body or b"{}"), writer, self._echo(target, headers or {}))
         if "/files" in path or "/batches" in path:
             status, obj = self.batches.route(method, path, target, body, headers or {})
+            delay = {"files": self.config.batch_upload_delay_s, "batches": self.config.batch_create_delay_s}.get(
+                path.rstrip("/").rsplit("/", 1)[-1], 0.0) if method == "POST" else 0.0
+            if delay:
+                await asyncio.sleep(delay)
             if isinstance(obj, bytes):
                 return self._send_bytes(writer, status, obj)
             return self._send(writer, status, obj)
