@@ -9,7 +9,6 @@ import json
 import os
 import signal
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +16,14 @@ from hermes_bulk import broker
 from hermes_bulk.testing.fake_provider import expected_answer
 
 from .helpers import wait_for
-from .test_batch_mode import _finish, _rows, _source, backend_env  # noqa: F401
+from .test_batch_mode import BACKENDS, _finish, _rows, _source
+from .test_batch_mode import FAST as POLL_FAST
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_env(request, tmp_path) -> dict[str, str]:
+    url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
+    return {"HERMES_BULK_BACKEND": url, **POLL_FAST}
 
 ROUNDS = 5
 FAST = {"HERMES_BULK_LEASE_SECONDS": "0.5"}  # a killed worker's batch is taken over after 10 leases
