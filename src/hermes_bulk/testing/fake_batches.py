@@ -11,7 +11,8 @@ error file, as OpenAI writes them.
 
 What a test checks is recorded: `lines` (one RequestRecord per line processed), `uploaded`
 (file id -> its number of lines), `created` (every batch created, in order) and
-`processing_s` (the seconds batches spent processing, summed: the provider's own time).
+`processing_s` (the seconds batches spent processing, summed) and busy_s() (the provider's own
+time: seconds during which any batch was processing).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class FakeBatches:
         self.created: list[str] = []
         self.lines: list[Any] = []
         self.processing_s = 0.0
+        self.busy: list[tuple[float, float]] = []  # (start, end) of each batch's processing, monotonic
         self._threads: list[threading.Thread] = []
         self._closing = False
 
@@ -45,6 +47,17 @@ class FakeBatches:
         for thread in self._threads:
             thread.join(5)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def busy_s(self) -> float:
+        """Seconds during which at least one batch was being processed (overlaps counted once)."""
+        total, reach = 0.0, float("-inf")
+        with self.lock:
+            spans = sorted(self.busy)
+        for start, end in spans:
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        return total
 
     def bodies(self) -> list[dict[str, Any]]:
         """Every request body uploaded in batch files, in order."""
@@ -191,6 +204,7 @@ class FakeBatches:
                     owed = 0.0
         with self.lock:
             self.processing_s += time.monotonic() - started
+            self.busy.append((started, time.monotonic()))
             for path, key in ((out_path, "output_file_id"), (err_path, "error_file_id")):
                 if path.stat().st_size:
                     file_id = "file-" + secrets.token_hex(8)

@@ -130,6 +130,8 @@ class FakeProvider:
     def reset_records(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.batches.lines.clear()
+            self.batches.busy.clear()
             self.max_in_flight = self.in_flight
 
     def stats(self) -> dict[str, Any]:
@@ -137,7 +139,10 @@ class FakeProvider:
             by_status: dict[str, int] = {}
             for r in self.requests:
                 by_status[str(r.status)] = by_status.get(str(r.status), 0) + 1
-            return {"requests": len(self.requests), "by_status": by_status, "max_in_flight": self.max_in_flight}
+            stats = {"requests": len(self.requests), "by_status": by_status, "max_in_flight": self.max_in_flight,
+                     "batches": len(self.batches.created), "batch_lines": len(self.batches.lines)}
+        stats["batch_busy_s"] = self.batches.busy_s()
+        return stats
 
     # Decisions -----------------------------------------------------------------------------
     def _decide(self, item: str, records: list[RequestRecord] | None = None) -> tuple[str, RequestRecord]:
