@@ -20,7 +20,11 @@ from ..procs import FakeProviderProc, HermesEnv
 
 ROW = 9
 TITLE = "a `--batch` job: overhead beyond the provider's batch time, memory"
-GOAL_OVERHEAD = 1.0  # hermes-bulk's own time at most this many times the provider's processing time
+#: hermes-bulk's own time (create to completed, less the provider's) for the large job, at most:
+#: a tenth of an hour for 100,000 items, against a provider that may take up to its 24 h window.
+#: The loopback provider answers 100,000 lines in seconds, so a ratio to its time would measure
+#: the fake; most of ours is the store's per-item completion, the same step a live answer takes.
+GOAL_OVERHEAD_S = 600.0
 FLAT = 1.25  # the worker's peak RSS at the large size at most this many times the small size's
 
 
@@ -64,18 +68,18 @@ def run(ctx: Context) -> RowResult:
     a, b = data[str(small)], data[str(large)]
     result = RowResult(
         row=ROW, title=TITLE, compared_with="the provider's own processing time",
-        goal=f"hermes-bulk's own time (create to completed minus the provider's batch time) <= {GOAL_OVERHEAD} x the "
-             f"provider's time at {large:,} items; worker peak RSS at {large:,} <= {FLAT} x at {small:,}",
+        goal=f"hermes-bulk's own time (create to completed minus the provider's batch time) <= {GOAL_OVERHEAD_S:.0f} s "
+             f"at {large:,} items; worker peak RSS at {large:,} <= {FLAT} x at {small:,}",
         setup=(f"JSONL of {small:,} and {large:,} items; create --batch, run, one `hermes-bulk worker -w 4` "
                "(HERMES_BULK_BATCH_POLL_SECONDS=0.5); SQLite; the loopback provider in its own process, answering "
                "batch lines without delay and reporting the seconds it spent processing batches; batches of "
                "50,000 (the default). Timed from the start of create to the status that shows every item done."),
         raw=data)
-    ratio = b["overhead_s"] / max(b["provider_s"], 1e-9)
+    ratio = b["overhead_s"] / GOAL_OVERHEAD_S
     result.lines.append(Line(
-        f"create to completed, {large:,} items", f"{fmt_s(b['total_s'])} ({fmt_s(b['overhead_s'])} ours)",
-        f"provider {fmt_s(b['provider_s'])}", ratio, f"<= {GOAL_OVERHEAD}",
-        ratio <= GOAL_OVERHEAD and b["completed"] == large and b["live_requests"] == 0))
+        f"create to completed, {large:,} items", f"{fmt_s(b['total_s'])} ({fmt_s(b['overhead_s'])} ours, "
+        f"{1000 * b['overhead_s'] / large:.1f} ms an item)", f"provider {fmt_s(b['provider_s'])}; {GOAL_OVERHEAD_S:.0f} s",
+        ratio, "<= 1.00", ratio <= 1.0 and b["completed"] == large and b["live_requests"] == 0))
     growth = b["worker_mb"] / a["worker_mb"]
     result.lines.append(Line(
         f"worker peak RSS, {small:,} -> {large:,} items", f"{a['worker_mb']:.0f} -> {b['worker_mb']:.0f} MB",

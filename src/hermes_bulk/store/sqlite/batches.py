@@ -48,31 +48,33 @@ class SqliteBatches:
                 conn.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
                              (worker_id, now + lease_s, batch.batch_id))
                 return _batch((*found[:14], worker_id, now + lease_s))
-            rows = conn.execute("SELECT idx, estimate FROM items WHERE job_id = ? AND status = 'pending'"
-                                " ORDER BY idx LIMIT ?", (job_id, max_items)).fetchall()
-            if not rows:
-                return ClaimRefused("no_pending")
-            taken: list[tuple[int, int]] = []
-            used, limit = job.tokens_charged + job.tokens_reserved, job.spec.max_tokens
-            for idx, estimate in rows:
-                reserved = job.reservation(estimate)
-                if limit is not None and used + reserved > limit:
-                    break
-                used += reserved
-                taken.append((idx, reserved))
-            if not taken:
-                return self._refuse_claim(conn, job, rows[0][0])
+            # Set-wise, so a batch of 50,000 holds no list of its items here: each item's reservation
+            # (JobRecord.reservation, as claim_item reckons it in SQL) and the running sum of them
+            # in index order, taken while it fits under --max-tokens.
             owner = BATCH_OWNER_PREFIX + batch_id
-            conn.executemany("UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = ?"
-                             " WHERE job_id = ? AND idx = ?",
-                             [(CLAIMED, owner, now + hold_s, r, job_id, i) for i, r in taken])
+            delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
+            limit, used = job.spec.max_tokens, job.tokens_charged + job.tokens_reserved
+            taken = conn.execute(
+                "WITH c AS (SELECT idx, max(estimate + ?, min(?, estimate)) AS r FROM items"
+                "  WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT ?),"
+                " s AS (SELECT idx, r, sum(r) OVER (ORDER BY idx) AS cum FROM c)"
+                " UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = s.r FROM s"
+                " WHERE items.job_id = ? AND items.idx = s.idx AND (? IS NULL OR ? + s.cum <= ?)",
+                (delta, floor, job_id, max_items, CLAIMED, owner, now + hold_s, job_id, limit, used, limit))
+            (taken,) = conn.execute("SELECT changes()").fetchone()  # rowcount is -1 for a statement opening WITH
+            if not taken:
+                first = conn.execute("SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx"
+                                     " LIMIT 1", (job_id,)).fetchone()
+                return ClaimRefused("no_pending") if first is None else self._refuse_claim(conn, job, first[0])
+            (reserved,) = conn.execute("SELECT coalesce(sum(reserved), 0) FROM items WHERE job_id = ? AND owner = ?"
+                                       " AND status = ?", (job_id, owner, CLAIMED)).fetchone()
             conn.execute("UPDATE jobs SET pending = pending - ?, running = running + ?,"
                          " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
-                         (len(taken), len(taken), sum(r for _, r in taken), now, job_id))
+                         (taken, taken, reserved, now, job_id))
             conn.execute("INSERT INTO batches (id, job_id, status, items, created_at, lease_owner, lease_until)"
                          " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (batch_id, job_id, BATCH_PREPARING, len(taken), now, worker_id, now + lease_s))
-            return BatchRecord(batch_id, job_id, BATCH_PREPARING, len(taken), now, lease_owner=worker_id,
+                         (batch_id, job_id, BATCH_PREPARING, taken, now, worker_id, now + lease_s))
+            return BatchRecord(batch_id, job_id, BATCH_PREPARING, taken, now, lease_owner=worker_id,
                                lease_until=now + lease_s)
 
     def lease_batch(self, job_id, batch_id, worker_id, *, lease_s):
