@@ -171,10 +171,7 @@ class BatchDriver:
             return False
         created = api.create(batch.input_file or "", window=self.window,
                              metadata={META_BATCH: batch.batch_id, META_JOB: job.job_id})
-        recorded = self.store.update_batch(job.job_id, batch.batch_id, self.worker_id,
-                                           provider_id=str(created["id"]),
-                                           status=str(created.get("status") or "validating"),
-                                           submitted_at=self.store.now())
+        recorded = self._record(job, batch, created, provider_id=str(created["id"]), submitted_at=self.store.now())
         if recorded is not None:
             log.info("job %s: batch %s submitted with %d items", job.job_id, created["id"], recorded.items)
             self.store.add_events(job.job_id, [Event("batch_submitted", f"batch {created['id']} submitted: "
@@ -248,7 +245,9 @@ class BatchDriver:
             batch = self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, cancel_sent=True,
                                             run_rest_live=past_deadline and job.state == RUNNING) or batch
             self.store.add_events(job.job_id, [Event("batch_cancelled", f"batch {batch.provider_id} cancelled: {why}")])
-        if batch.status not in TERMINAL:
+        if batch.status not in TERMINAL or not (batch.output_file or batch.error_file):
+            # Also an ended batch whose files are not recorded yet (one that ended before its
+            # create answered, or was adopted so): ask once more before reading nothing.
             self._polled[batch.batch_id] = now
             batch = self._record(job, batch, api.get(batch.provider_id))
             if batch is None:
