@@ -159,3 +159,13 @@ def test_items_still_in_a_batch_at_the_deadline_run_live(cli, backend_env, fake_
     assert batch["status"] == "cancelled" and fake_provider.batches.lines == []
     assert len(fake_provider.requests) == 40, "the rest ran live"
     assert status["batches"][0]["run_rest_live"] is True
+
+
+def test_bad_batch_flags_are_one_line_and_exit_2(cli, tmp_path):
+    src = _source(tmp_path, 3)
+    for flags, words in ((["--batch", "--batch-deadline", "soon"], "is not a duration"),
+                         (["--batch-deadline", "1h"], "--batch-deadline is for batch jobs; add --batch.")):
+        proc = cli("create", "x", "--over", str(src), *flags, check=False)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()[-1:]
+        assert words in line and "Traceback" not in proc.stderr
