@@ -91,6 +91,7 @@ def test_a_transient_line_is_retried_in_a_later_batch_and_a_permanent_one_fails(
     status = _finish(cli, job_id, backend_env)
     assert (status["state"], status["completed"], status["failed"]) == ("completed_with_errors", 59, 1)
     assert len(fake_provider.batches.created) == 2, "the two transient lines went in a second batch"
+    assert "Mode: batch (the provider's Batch API): 2 batches, 0 open" in cli("status", job_id, **backend_env).stdout
     second = fake_provider.batches.batches[fake_provider.batches.created[1]]
     assert second["request_counts"]["total"] == 2
     rows = _rows(cli, job_id, backend_env)
