@@ -28,7 +28,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "hermes_bulk"
 #: Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaves: the standard library only", (
-        "errors", "words", "redact", "files", "pipes", "prompt", "metrics", "terminal", "store",
+        "errors", "words", "durations", "redact", "files", "pipes", "prompt", "metrics", "terminal", "store",
         "store.protocol", "store.limits_math", "store.sqlite", "store.redis",
         "budget", "budget.policy", "budget.turns", "budget.windows", "testing",
         "testing.*", "plugin", "dashboard")),
@@ -38,10 +38,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
     ("what an item goes through", (
-        "limits", "model", "sources", "sources.*", "flag_files", "export", "hints", "liveness", "tasks",
-        "budget.service", "dashboard.access",
+        "limits", "model", "batch_api", "sources", "sources.*", "flag_files", "export", "hints", "liveness",
+        "tasks", "budget.service", "dashboard.access",
         "budget.gate", "budget.report")),
-    ("the backend from a URL, one item's life", ("broker", "pipeline")),
+    ("the backend from a URL, one item's life", ("broker", "pipeline", "batches")),
     ("the service API and the grammar", ("jobs", "commands", "budget.commands")),
     ("what runs and shows jobs", ("worker", "views", "client_kinds", "dashboard.figures")),
     ("the answers both front ends give", ("replies",)),
@@ -53,7 +53,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "huey": {"tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
     "redis": {"store/redis/connection.py", "store/redis/jobs.py", "store/redis/queue.py",
               "store/redis/scripts.py", "budget/redis_ledger.py"},
-    "httpx": {"model.py", "plugin/hermes.py"},
+    "httpx": {"model.py", "batch_api.py", "plugin/hermes.py"},
     "zstandard": {"store/compression.py"},
     "tenacity": {"pipeline.py"},
     "rich": {"terminal.py", "views.py"},

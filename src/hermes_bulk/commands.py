@@ -12,6 +12,7 @@ import math
 import shlex
 from typing import NoReturn
 
+from .durations import parse_duration
 from .errors import UsageError
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events", "show",
@@ -99,6 +100,13 @@ _listed, _events = _whole(1, MAX_LISTED), _whole(0, MAX_LISTED)
 _seconds = _number(0, MAX_WAIT_S)
 
 
+def _duration(text: str) -> float:
+    seconds = parse_duration(text)
+    if seconds is None or not 0 < seconds <= 30 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 90s, 30m, 6h or 2d (at most 30d)")
+    return seconds
+
+
 def _add_job_controls(p: argparse.ArgumentParser) -> None:
     """run and resume: change how the job runs, recorded on it for every worker."""
     p.add_argument("--concurrency", type=_concurrency, metavar="N",
@@ -137,6 +145,11 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
     p.add_argument("--schema", metavar="FILE", help="JSON schema file: structured answers, one export column per field")
     p.add_argument("--fresh", action="store_true",
                    help="ask the model for every item, reusing no earlier answer (default: HERMES_BULK_REUSE)")
+    p.add_argument("--batch", action="store_true",
+                   help="run through the provider's Batch API (about half the price, answers within its window) "
+                        "by a hermes-bulk worker")
+    p.add_argument("--batch-deadline", type=_duration, metavar="DURATION",
+                   help="with --batch: items still in a batch this long (e.g. 6h, 90m) are cancelled there and run live")
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
         p.add_argument("--json", action="store_true", help='print {"job_id", "items", "skipped", "skipped_entries"}')

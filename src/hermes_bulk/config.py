@@ -76,6 +76,11 @@ class Settings(BaseSettings):
     max_output_tokens: int | None = Field(None, ge=1, le=1_000_000, description="max_tokens sent with each request (none: provider default).")
     resume_interrupted: bool = Field(False, description="hermes-bulk worker: at start, continue the jobs a graceful "
                                      "worker stop cut off (worker --resume-interrupted), not only after run.")
+    batch_max_items: int = Field(50_000, ge=1, le=50_000, description="create --batch: the most items in one "
+                                 "provider batch (the provider's limit is 50,000 requests and 200 MB).")
+    batch_poll_seconds: float = Field(30.0, ge=0.05, le=3600, description="create --batch: how often a worker "
+                                      "asks the provider how a batch is doing.")
+    batch_window: str = Field("24h", description="create --batch: the completion window asked of the provider.")
     dashboard_token: SecretStr | None = Field(None, description="hermes-bulk dashboard: the access token (default: "
                                               "a new random one at each start, on a loopback address only).")
     max_item_bytes: int = Field(4 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024, description="Larger files in a directory are left out, with an event.")
@@ -86,6 +91,15 @@ class Settings(BaseSettings):
         if value and value.split("://", 1)[0].lower() not in BACKEND_SCHEMES:
             raise ValueError("must start with sqlite://, redis:// or rediss://")
         return value
+
+    @field_validator("batch_window")
+    @classmethod
+    def _batch_window(cls, value: str) -> str:
+        from .durations import parse_duration
+
+        if not parse_duration(value):
+            raise ValueError("must be a duration such as 24h")
+        return value.strip()
 
     @field_validator("base_url")
     @classmethod

@@ -31,6 +31,7 @@ from .store.protocol import (
     PAUSE_USER,
     PAUSED,
     RUNNING,
+    BatchRecord,
     Event,
     ItemDetail,
     ItemRecord,
@@ -115,6 +116,7 @@ class JobStatus:
     #: awaiting recovery: why its workers stopped (worker_stop: gracefully; orphaned: a crash, a
     #: Hermes gateway or run --wait that exited); else None
     interrupted: str | None = None
+    batches: list[BatchRecord] = field(default_factory=list)  # a batch job's provider batches
 
     @property
     def concurrency(self) -> int:
@@ -135,7 +137,14 @@ class JobStatus:
             "live_workers": self.live_workers, "budget_held_until": self.budget_held_until,
             "rpm": j.spec.rpm, "tpm": j.spec.tpm, "interrupted": self.interrupted,
             "reused": j.reused, "tokens_saved": j.tokens_saved,
+            "mode": j.spec.mode, "batches": [_batch_dict(b) for b in self.batches],
         }
+
+
+def _batch_dict(b: BatchRecord) -> dict:
+    """One batch in `status --json` (id: the provider's batch id once it has one)."""
+    return {"id": b.provider_id or b.batch_id, "status": b.status, "items": b.items, "completed": b.completed,
+            "failed": b.failed, "submitted_at": b.submitted_at, "run_rest_live": b.run_rest_live}
 
 
 def derive_state(job: JobRecord, live_workers: int) -> str:
@@ -202,12 +211,19 @@ class Jobs:
                retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
                tpm: int | None = None, model: str | None = None, client: str = "http",
                provider: str | None = None, schema: str | None = None, fresh: bool = False,
-               on_progress: Callable[[int], None] | None = None, dry_run: bool = False) -> Created | Plan:
+               on_progress: Callable[[int], None] | None = None, dry_run: bool = False,
+               batch: bool = False, batch_deadline_s: float | None = None) -> Created | Plan:
         """Discover the items and record them; makes no model calls. Bad input creates nothing.
-        With dry_run, only discover them: the Plan (first request, count, estimate), nothing written."""
+        With dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
+        batch: the job runs through the provider's Batch API (batches.py), with the rest left live
+        after batch_deadline_s."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
+        if batch_deadline_s is not None and not batch:
+            raise UsageError("--batch-deadline is for batch jobs; add --batch.")
+        if batch and client != "http":
+            raise UsageError("A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk worker's).")
         concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
         if concurrency > s.max_concurrency:
             raise UsageError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
@@ -232,6 +248,7 @@ class Jobs:
             rpm=rpm or s.rpm, tpm=tpm or s.tpm, model=model, client=client, provider_key=provider or "",
             output_tokens_estimate=s.max_output_tokens or s.output_tokens_estimate,
             max_output_tokens=s.max_output_tokens, schema=schema, reuse=s.reuse and not fresh,
+            mode="batch" if batch else "live", batch_deadline_s=batch_deadline_s,
         )
         self.store.begin_job(spec)
         try:
@@ -356,7 +373,8 @@ class Jobs:
                          interrupted=interruption(job) if state == "awaiting_recovery" else None,
                          budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
                          max_concurrency=self.max_concurrency_for(job),
-                         max_concurrency_setting=self.settings.max_concurrency)
+                         max_concurrency_setting=self.settings.max_concurrency,
+                         batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [])
 
     def item(self, job_ref: str | None, item_ref: str) -> ItemShown:
         """One item by its exact name or its number (1-based, the order of the export)."""

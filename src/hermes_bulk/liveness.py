@@ -19,6 +19,7 @@ from typing import NamedTuple
 from .files import private_dir
 from .store.protocol import (
     AWAITING_RECOVERY,
+    BATCH_OWNER_PREFIX,
     INTERRUPTED_ORPHANED,
     INTERRUPTED_WORKER_STOP,
     RUNNING,
@@ -83,9 +84,10 @@ class Liveness:
         return {w.worker_id for w in self.store.live_workers() if not self._lock_is_free(w.worker_id)}
 
     def dead_owners(self, exclude: str | None = None) -> list[str]:
-        """Owners of running items that are not live workers."""
+        """Owners of running items that are not live workers (a provider batch is no worker)."""
         live = self.live_worker_ids()
-        return [o for o in self.store.item_owners() if o not in live and o != exclude]
+        return [o for o in self.store.item_owners()
+                if o not in live and o != exclude and not o.startswith(BATCH_OWNER_PREFIX)]
 
     def recover_dead(self, exclude: str | None = None) -> dict[str, int]:
         """Return the items of dead owners to pending; counts by job. Each such job is marked

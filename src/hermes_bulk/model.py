@@ -137,13 +137,19 @@ class HttpModelClient:
                 self._clients.append(client)
         return client
 
-    def complete(self, messages, *, max_tokens, json_schema=None) -> Completion:
+    def request_body(self, messages, *, max_tokens, json_schema=None) -> dict[str, Any]:
+        """The chat-completions request for one item: what complete() sends, and what a line of a
+        provider batch carries (batch_api)."""
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if max_tokens:
             body["max_tokens"] = max_tokens
         if json_schema is not None:
             body["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": "item_result", "schema": json_schema, "strict": True}}
+        return body
+
+    def complete(self, messages, *, max_tokens, json_schema=None) -> Completion:
+        body = self.request_body(messages, max_tokens=max_tokens, json_schema=json_schema)
         try:
             with self._slots:
                 response = self._http.post(self._chat_url, json=body)
@@ -160,27 +166,36 @@ class HttpModelClient:
     def _parse(self, response: httpx.Response) -> Completion:
         try:
             data = response.json()
-            choice = data["choices"][0]
-            text = choice["message"].get("content")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        except ValueError:
             log.warning("unreadable answer from %s: %s", self.endpoint, response.text[:2000])
             raise TransientModelError("the provider's answer could not be read", http_status=200) from None
-        if choice.get("finish_reason") == "content_filter":
-            raise PermanentModelError("the provider's content filter withheld the answer", http_status=200)
-        if not isinstance(text, str) or not text.strip():
-            raise TransientModelError("the provider returned an empty answer", http_status=200)
-        usage = data.get("usage") or {}
-        return Completion(
-            text=text,
-            usage=Usage(_int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))),
-            provider=self.endpoint, model=data.get("model") or self.model,
-        )
+        return parse_completion(data, endpoint=self.endpoint, model=self.model)
 
     def close(self) -> None:
         with self._lock:
             clients, self._clients = self._clients, []
         for client in clients:
             client.close()
+
+
+def parse_completion(data: Any, *, endpoint: str, model: str) -> Completion:
+    """A chat-completions answer body (a live response's, or a batch output line's) as a Completion."""
+    try:
+        choice = data["choices"][0]
+        text = choice["message"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        log.warning("unreadable answer from %s: %s", endpoint, str(data)[:2000])
+        raise TransientModelError("the provider's answer could not be read", http_status=200) from None
+    if choice.get("finish_reason") == "content_filter":
+        raise PermanentModelError("the provider's content filter withheld the answer", http_status=200)
+    if not isinstance(text, str) or not text.strip():
+        raise TransientModelError("the provider returned an empty answer", http_status=200)
+    usage = data.get("usage") or {}
+    return Completion(
+        text=text,
+        usage=Usage(_int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))),
+        provider=endpoint, model=data.get("model") or model,
+    )
 
 
 def endpoint_url(base_url: str, path: str) -> str:

@@ -86,16 +86,32 @@ def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     created = jobs.create(instruction, place.path(args.over), concurrency=args.concurrency,
                           retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
                           schema=schema, fresh=args.fresh, on_progress=place.on_progress, dry_run=args.dry_run,
-                          **place.create_options(args))
+                          batch=args.batch, batch_deadline_s=args.batch_deadline, **place.create_options(args))
     if isinstance(created, Plan):
         return Reply(views.plan_text(created), created)
-    return Reply(views.created_text(created, f"{place.cmd} run"), created)
+    text = views.created_text(created, f"{place.cmd} run")
+    if created.job.spec.mode == "batch":
+        text += "\n" + _batch_note(jobs)
+    return Reply(text, created)
+
+
+def _batch_note(jobs: Jobs) -> str:
+    """Who runs a batch job: a hermes-bulk worker with its own endpoint (Hermes' model has no batch call)."""
+    live = len(jobs.liveness.live_worker_ids())
+    who = (f"{count(live, 'worker')} running now." if live else
+           "No worker is running now: start one where HERMES_BULK_BASE_URL and the key are set: hermes-bulk worker")
+    return ("It runs through the provider's Batch API (about half the price; answers within the batch window), "
+            f"submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch call. {who}")
 
 
 def run(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    place.check_servable(args.job)
+    if jobs.get(args.job).spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
+        place.check_servable(args.job)
     job = jobs.run(args.job, concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm)
     check = f"Check it with: {place.cmd} status {job.job_id}"
+    if job.spec.mode == "batch" and getattr(args, "wait", False) is False:
+        return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_batch_note(jobs)}"
+                     f"{place.next_step_sep}{check}", job)
     if not place.processes_here:
         return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
                      f"{_who_picks_it_up(job, jobs)}{place.next_step_sep}{check}", job)

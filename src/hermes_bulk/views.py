@@ -118,6 +118,11 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
         concurrency_line(st),
     ]
     lines += concurrency_notes(st)
+    if spec.mode == "batch":  # items "running" are in a provider batch
+        open_ = [b for b in st.batches if b.open]
+        lines.append(f"Mode: batch (the provider's Batch API): {count(len(st.batches), 'batch')}, "
+                     f"{len(open_)} open" + "".join(f"; {b.provider_id or b.batch_id} {b.status.replace('_', ' ')}: "
+                                                    f"{b.completed + b.failed}/{b.items}" for b in open_[:5]))
     if spec.max_tokens is not None:
         lines.append(f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} reserved)")
     if st.rate_limit and st.state == "processing":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-_IRREGULAR = {"entry": "entries", "more entry": "more entries"}
+_IRREGULAR = {"entry": "entries", "more entry": "more entries", "batch": "batches"}
 
 
 def plural(n: int, noun: str) -> str:

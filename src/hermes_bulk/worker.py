@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Mapping
 
 from . import metrics
+from .batch_api import BatchApi
+from .batches import BatchDriver, runs_live
 from .broker import Backend
 from .config import Settings
 from .errors import ClientUnavailable, ConfigError, HermesBulkError
@@ -108,6 +110,14 @@ class WorkerRuntime:
         self._lock_fd: int | None = None
         self._maintenance: threading.Thread | None = None
         self.consumers: list[EmbeddedConsumer] = []
+        #: Batch jobs (create --batch) need the HTTP endpoint's Batch API: only a worker that has it runs them.
+        self.batch_driver = BatchDriver(
+            store=backend.store, worker_id=self.worker_id, api_for=self._batch_api_for, client_for=self.http_client_for,
+            jobs_dir=settings.jobs_dir, max_items=settings.batch_max_items, poll_s=settings.batch_poll_seconds,
+            window=settings.batch_window, lease_s=settings.lease_seconds, max_item_bytes=settings.max_item_bytes,
+            trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n)) if "http" in self.clients else None
+        self._batch_thread: threading.Thread | None = None
+        self._batch_apis: dict[str, BatchApi] = {}
 
     # Triggers ------------------------------------------------------------------------------
     def handle_trigger(self, job_id: str, index_hint: int) -> float | None:
@@ -124,6 +134,8 @@ class WorkerRuntime:
             # of client): pass it on to the workers that can call the job's model, at once.
             self.backend.trigger(job_id, index_hint, client=client)
             return None
+        if not self._runs_live(job_id):
+            return None  # a batch job: its items go to the provider in batches (the batch driver)
         ends = time.monotonic() + CHAIN_SLICE_S
 
         def goes_on() -> bool:  # asked as an item completes: then the completion claims the next
@@ -148,6 +160,10 @@ class WorkerRuntime:
             if taken is None and (self._stopping.is_set() or time.monotonic() >= ends):
                 self.backend.trigger(job_id, index_hint, client=client)
                 return None
+
+    def _runs_live(self, job_id: str) -> bool:
+        job = self.backend.store.get_job(job_id)
+        return job is None or runs_live(self.backend.store, job)
 
     # What it says -------------------------------------------------------------------------
     def _took(self, job: JobRecord) -> None:
@@ -207,6 +223,30 @@ class WorkerRuntime:
                     timeout_s=self.settings.request_timeout_seconds, max_connections=max(4, self.threads))
             return client
 
+    def _batch_api_for(self, job: JobRecord) -> BatchApi:
+        """The Batch API of the endpoint in HERMES_BULK_* (one per worker; its calls share the key's limits)."""
+        with self._clients_lock:
+            api = self._batch_apis.get(self.settings.base_url)
+            if api is None:
+                api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
+                api = self._batch_apis[self.settings.base_url] = BatchApi(
+                    base_url=self.settings.base_url, api_key=api_key, provider_key=job.spec.provider_key,
+                    limits=self.backend.limits, timeout_s=self.settings.request_timeout_seconds, rpm=job.spec.rpm)
+            return api
+
+    def _drive_batches(self) -> None:
+        """The batch driver's thread: a pass every second (it polls each batch every batch_poll_seconds)."""
+        assert self.batch_driver is not None
+        while not self._stopping.is_set():
+            try:
+                self.batch_driver.tick()
+            except HermesBulkError as exc:
+                log.warning("batches: %s (retrying)", exc)
+            except Exception:
+                log.exception("batches: a pass failed (retrying)")
+            if self._stopping.wait(min(1.0, self.settings.batch_poll_seconds)):
+                break
+
     # Life ----------------------------------------------------------------------------------
     def start(self) -> None:
         """Register, recover what dead workers left, and start the maintenance thread."""
@@ -216,6 +256,9 @@ class WorkerRuntime:
         serve(self.queues(), self)  # triggers of these queues, run here, come to this runtime
         self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
         self._maintenance.start()
+        if self.batch_driver is not None:
+            self._batch_thread = threading.Thread(target=self._drive_batches, name="hermes-bulk-batches", daemon=True)
+            self._batch_thread.start()
 
     def queues(self) -> list:
         """The Huey queues this worker consumes: one per kind of job it has a model client for."""
@@ -243,6 +286,8 @@ class WorkerRuntime:
         self._stop.set()
         if self._maintenance is not None:
             self._maintenance.join(5)
+        if self._batch_thread is not None:
+            self._batch_thread.join(30)  # a pass ends at a step's end: a batch is never left half-recorded
         released: dict[str, int] = {}
         left: list[str] = []
         try:
@@ -261,6 +306,8 @@ class WorkerRuntime:
         stop_serving(self)
         for client in self._clients.values():
             client.close()
+        for api in self._batch_apis.values():
+            api.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self.liveness.lock_path(self.worker_id).unlink(missing_ok=True)
@@ -364,6 +411,8 @@ class WorkerRuntime:
             job = store.get_job(job_id)
             if job is None or job.pending == 0 or job.spec.client not in self.clients:
                 continue
+            if job.spec.mode == "batch" and not runs_live(store, job):
+                continue  # its items go in batches
             free = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
             if free <= 0 or now - (job.last_claim_at or 0) < stall_s:
                 continue

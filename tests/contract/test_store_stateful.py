@@ -34,6 +34,7 @@ from hypothesis.stateful import (
 
 from hermes_bulk import broker
 from hermes_bulk.store.protocol import (
+    BATCH_OWNER_PREFIX,
     CLAIMED,
     COMPLETED,
     FAILED,
@@ -45,6 +46,7 @@ from hermes_bulk.store.protocol import (
     PENDING,
     RUNNING,
     WAITING,
+    BatchRecord,
     Claim,
     ClaimRefused,
     ItemError,
@@ -123,6 +125,8 @@ class Model:
     tokens_in: int = 0
     tokens_out: int = 0
     frozen: dict[int, tuple] = field(default_factory=dict)  # completed items, as first seen
+    preparing: tuple[str, str] | None = None  # (batch id, its lease holder): the batch being prepared
+    batches: dict[str, int] = field(default_factory=dict)  # batch id -> items it was opened with
 
     def count(self, status: str) -> int:
         return sum(it.status == status for it in self.items)
@@ -168,6 +172,35 @@ class Model:
             return WAIT_REASON, None
         it.status, it.owner, it.expired, it.reserved = CLAIMED, worker, False, need
         return "ok", index
+
+    def open_batch(self, batch_id: str, worker: str, max_items: int) -> tuple[str, str | None]:
+        """protocol.open_batch: (reason, None) when refused, else ("ok", the batch id returned)."""
+        if self.state != RUNNING:
+            return "not_running", None
+        if self.preparing is not None:
+            if self.preparing[1] != worker:
+                return "batch_preparing", None
+            return "ok", self.preparing[0]  # its own lease: the same batch again
+        pending = [it for it in self.items if it.status == PENDING][:max_items]
+        if not pending:
+            return "no_pending", None
+        taken, reserved = [], self.reserved
+        for it in pending:
+            need = self.reservation(it.estimate)
+            verdict = token_rule(self.max_tokens, self.charged, reserved, need)
+            if verdict != CLAIM:
+                if taken:
+                    break
+                if verdict == PAUSE:
+                    self.state, self.pause_reason = PAUSED, PAUSE_TOKEN_LIMIT
+                    return "token_limit", None
+                return WAIT_REASON, None
+            taken.append((it, need))
+            reserved += need
+        for it, need in taken:
+            it.status, it.owner, it.expired, it.reserved = CLAIMED, BATCH_OWNER_PREFIX + batch_id, False, need
+        self.preparing, self.batches[batch_id] = (batch_id, worker), len(taken)
+        return "ok", batch_id
 
     def duplicates(self, index: int) -> list[ModelItem]:
         return [it for it in self.items if it.dup_of == index and it.status == WAITING]
@@ -453,6 +486,40 @@ class StoreMachine(RuleBasedStateMachine):
         for it in failed:
             it.status, it.attempts, it.waits, it.error = PENDING if it.dup_of is None else WAITING, 0, 0, None
         assert n == len(failed)
+
+    # Provider batches: their items are running items owned by batch:<id>, so the owner-only
+    # steps above (complete, fail, attempt, release, renew) reach them through _pick too.
+    @rule(worker=workers, max_items=st.integers(1, MAX_ITEMS))
+    def open_batch(self, worker, max_items):
+        batch_id = f"b{next(self._ids)}"
+        got = self.store.open_batch(self.job_id, worker, batch_id=batch_id, max_items=max_items, lease_s=LEASE_S,
+                                    hold_s=LEASE_S)
+        reason, opened = self.m.open_batch(batch_id, worker, max_items)
+        if opened is None:
+            assert isinstance(got, ClaimRefused) and got.reason == reason, (got, reason)
+            return
+        assert isinstance(got, BatchRecord) and got.batch_id == opened, (got, reason)
+        assert got.items == self.m.batches[opened] and got.lease_owner == worker
+
+    @precondition(lambda self: self.m is not None and self.m.preparing is not None)
+    @rule(worker=workers)
+    def submit_batch(self, worker):
+        batch_id, holder = self.m.preparing
+        got = self.store.update_batch(self.job_id, batch_id, worker, provider_id="p-" + batch_id,
+                                      status="in_progress")
+        assert (got is not None) == (worker == holder), "only the lease holder records the batch"
+        if got is not None:
+            self.m.preparing = None
+
+    @precondition(lambda self: self.m is not None and self.m.batches)
+    @rule(pick=st.integers(0, 20))
+    def release_batch(self, pick):
+        batch_id = sorted(self.m.batches)[pick % len(self.m.batches)]
+        n = self.store.release_batch_items(self.job_id, batch_id)
+        held = [it for it in self.m.items if it.status == CLAIMED and it.owner == BATCH_OWNER_PREFIX + batch_id]
+        for it in held:
+            self.m.requeue(it)
+        assert n == len(held)
 
     # After every step ------------------------------------------------------------------------
     @invariant()

@@ -47,9 +47,11 @@ Bulk: apply one instruction to many files, CSV rows or JSON records. Each item i
 model call, made in the background with Hermes' model; progress is kept outside the chat.
 
 {CMD} "<instruction>" --over <path> [--concurrency N] [--retries N] [--max-tokens N]
-      [--rpm N] [--tpm N] [--schema FILE] [--fresh]
+      [--rpm N] [--tpm N] [--schema FILE] [--fresh] [--batch [--batch-deadline DURATION]]
                                         Creates a job. Makes no model calls. Items answered
                                         before are reused; --fresh asks for every one again.
+                                        --batch: the provider's Batch API, run by a hermes-bulk
+                                        worker with its own endpoint (about half the price).
 {CMD} run <job_id>                     Processes all pending items in the background.
 {CMD} status [job_id] [--events N] [--failed]
                                         Shows one job (its failed items by name), or the most recent jobs.
@@ -266,6 +268,8 @@ class _Session(replies.Place):
 
     def create_options(self, args: Namespace) -> dict[str, Any]:
         model = hermes.configured_model()  # each item goes to Hermes' own model
+        if getattr(args, "batch", False):  # a batch job: a hermes-bulk worker's endpoint (ctx.llm has no batch call)
+            return {"model": model.model or None}
         return {"client": hermes.CLIENT, "provider": model.provider_key, "model": model.model or None}
 
     def tokens_source(self, job: JobRecord) -> str:

@@ -43,6 +43,17 @@ FAILED = "failed"
 #: failure) of that item when it lands. Counted as pending in the job's counters.
 WAITING = "waiting"
 
+#: Items in a provider batch are running items owned by "batch:<batch id>" (never a worker id;
+#: liveness never takes them back as a dead worker's): complete_item, fail_item, record_attempt
+#: and release_item take that owner as their worker_id, so a batch's results are written where a
+#: live call's are (docs/decisions.md "Provider batches").
+BATCH_OWNER_PREFIX = "batch:"
+#: A batch's own states besides the provider's (validating, in_progress, finalizing, completed,
+#: failed, expired, cancelling, cancelled): preparing (items taken, not yet at the provider) and
+#: done (its lines ingested, the rest of its items back to pending).
+BATCH_PREPARING = "preparing"
+BATCH_DONE = "done"
+
 # Why a job paused itself (pause_reason); a user's pause has reason "user".
 PAUSE_USER = "user"
 PAUSE_TOKEN_LIMIT = "token limit reached"
@@ -76,6 +87,8 @@ class JobSpec:
     max_output_tokens: int | None = None
     schema: str | None = None  # JSON schema text (structured output), or None
     reuse: bool = True  # answers of earlier jobs are reused (create --fresh: False)
+    mode: str = "live"  # live (one call per item) | batch (the provider's Batch API; create --batch)
+    batch_deadline_s: float | None = None  # batch: items still in a batch this long are run live
 
 
 @functools.lru_cache(maxsize=256)
@@ -237,6 +250,53 @@ class ItemRecord:
     model: str | None
     content: str | None = None  # what the item was given (iter_items with_content only)
     reused_from: tuple[str, int] | None = None  # (job id, index) of the answer reused
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """One provider batch of a job: which items it holds (those owned by `owner`) and where it is."""
+
+    batch_id: str  # ours; also the provider batch's metadata, which is how an unrecorded one is found
+    job_id: str
+    status: str  # BATCH_PREPARING, a provider status, or BATCH_DONE
+    items: int
+    created_at: float
+    provider_id: str | None = None  # recorded before its items count as submitted
+    input_file: str | None = None
+    output_file: str | None = None
+    error_file: str | None = None
+    completed: int = 0
+    failed: int = 0
+    submitted_at: float | None = None
+    cancel_sent: bool = False
+    run_rest_live: bool = False  # cancelled at --batch-deadline: its unfinished items run live
+    lease_owner: str | None = None  # the worker submitting, polling or ingesting it now
+    lease_until: float = 0.0
+
+    @property
+    def owner(self) -> str:
+        return BATCH_OWNER_PREFIX + self.batch_id
+
+    @property
+    def open(self) -> bool:
+        return self.status != BATCH_DONE
+
+
+#: The fields update_batch may change.
+BATCH_FIELDS = ("status", "provider_id", "input_file", "output_file", "error_file", "completed", "failed",
+                "submitted_at", "cancel_sent", "run_rest_live")
+
+
+class BatchItem(NamedTuple):
+    """An item a batch holds, with what a request for it and a source-change check need."""
+
+    index: int
+    name: str
+    content: str
+    content_hash: str
+    origin: str
+    offset: int
+    stat_sig: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,6 +601,48 @@ class JobStore(Protocol):
 
     def add_events(self, job_id: str, events: Iterable[Event]) -> None:
         """Append events to a job's history. One step on both backends."""
+
+    # Provider batches (docs/decisions.md "Provider batches") ---------------------------------
+    def open_batch(self, job_id: str, worker_id: str, *, batch_id: str, max_items: int, lease_s: float,
+                   hold_s: float) -> BatchRecord | ClaimRefused:
+        """Start a batch of a running job, or take over the one being prepared, leased to worker_id.
+
+        A job has at most one batch in state preparing. When it has one whose lease is held by
+        another worker and not expired, the refusal is batch_preparing. When its lease has expired
+        (its worker died between taking the items and recording the provider's batch), it is
+        leased to worker_id and returned as it is: the caller looks for it at the provider by its
+        metadata before submitting anything. Otherwise up to max_items pending items, lowest index
+        first, become running items owned by "batch:<batch_id>" until now + hold_s, each with its
+        reservation (JobRecord.reservation), as claim_item's; the new batch (status preparing,
+        lease until now + lease_s) is returned. --max-tokens: items are taken while charged +
+        reserved + their reservation fits; when not even the first fits, the refusal and the
+        pause are claim_item's (tokens_in_flight, or token_limit and the job paused). Refusals
+        otherwise: no_job, not_running, no_pending. Concurrency does not apply (a batch is not
+        calls at once). One step on both backends.
+        """
+
+    def lease_batch(self, job_id: str, batch_id: str, worker_id: str, *, lease_s: float) -> BatchRecord | None:
+        """Lease an open batch to worker_id until now + lease_s if its lease is free, expired or
+        already worker_id's (a renewal); None otherwise (another worker has it, or it is done or
+        unknown). Submitting, polling and ingesting a batch are each done under it. One step."""
+
+    def update_batch(self, job_id: str, batch_id: str, worker_id: str, **changes) -> BatchRecord | None:
+        """Set fields of BATCH_FIELDS on a batch whose lease worker_id holds; None (nothing
+        changed) when it does not. Status BATCH_DONE also ends the lease. One step."""
+
+    def list_batches(self, job_id: str) -> list[BatchRecord]:
+        """Every batch of the job, oldest first (a read)."""
+
+    def batch_job_ids(self) -> list[str]:
+        """Jobs that have an open batch (any run state: a paused job's batches are cancelled and
+        ingested). On Redis a superset, pruned when a job's last batch is done."""
+
+    def iter_batch_items(self, job_id: str, batch_id: str, page: int = 500) -> Iterator[BatchItem]:
+        """The items the batch holds, in index order, with their contents; streams by page."""
+
+    def release_batch_items(self, job_id: str, batch_id: str) -> int:
+        """Return every item the batch still holds to pending (nothing charged); the count.
+        One step on both backends."""
 
     # Workers -------------------------------------------------------------------------------
     def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:

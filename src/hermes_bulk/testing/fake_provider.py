@@ -17,7 +17,10 @@ Faults, set at start or live through `configure()` / `POST /_control`:
   echo_credentials error bodies quote the request's Authorization header and target (its query),
                    as careless providers do: what a leak test needs
   error_echo       a string every error body quotes (e.g. a key of some shape)
-Every request is recorded (`requests`): wall time, item digest, status.
+  fail_once        {substring of an item: fault}: that fault the first time only (then answered)
+  batch_*          the Batch API (fake_batches.py): processing delay, time per line, expiry
+Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
+processes is recorded apart (`batches.lines`), so a test tells batch work from live calls.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from .fake_batches import FakeBatches
 
 _ITEM = re.compile(r"----- BEGIN ITEM (\w+) -----\n(.*)\n----- END ITEM \1 -----", re.S)
 
@@ -76,6 +81,13 @@ class FakeConfig:
     error_echo: str = ""
     seed: int = 1234
     usage: dict[str, Any] | None = None  # reported instead of the computed usage (a bad provider)
+    fail_once: dict[str, str] = field(default_factory=dict)
+    batch_delay_s: float = 0.0  # before a batch starts processing (validating)
+    batch_line_s: float = 0.0  # processing time per line
+    batch_expire_after: int | None = None  # lines after which a batch expires (the rest: batch_expired)
+    batch_hold: bool = False  # batches stay in_progress without processing (until released or cancelled)
+    batch_upload_delay_s: float = 0.0  # an upload is stored, then answered this late (a kill mid-upload)
+    batch_create_delay_s: float = 0.0  # a batch is created, then answered this late (a kill before it is recorded)
 
 
 class FakeProvider:
@@ -97,6 +109,7 @@ class FakeProvider:
         self._open: dict[asyncio.StreamWriter, asyncio.Task] = {}  # connections to drop on stop()
         self._stopping = False
         self._ready = threading.Event()
+        self.batches = FakeBatches(self)
 
     @property
     def base_url(self) -> str:
@@ -117,6 +130,8 @@ class FakeProvider:
     def reset_records(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.batches.lines.clear()
+            self.batches.busy.clear()
             self.max_in_flight = self.in_flight
 
     def stats(self) -> dict[str, Any]:
@@ -124,17 +139,23 @@ class FakeProvider:
             by_status: dict[str, int] = {}
             for r in self.requests:
                 by_status[str(r.status)] = by_status.get(str(r.status), 0) + 1
-            return {"requests": len(self.requests), "by_status": by_status, "max_in_flight": self.max_in_flight}
+            stats = {"requests": len(self.requests), "by_status": by_status, "max_in_flight": self.max_in_flight,
+                     "batches": len(self.batches.created), "batch_lines": len(self.batches.lines)}
+        stats["batch_busy_s"] = self.batches.busy_s()
+        return stats
 
     # Decisions -----------------------------------------------------------------------------
-    def _decide(self, item: str) -> tuple[str, RequestRecord]:
-        """The fault (or "ok") for this request, and its record, under the lock."""
+    def _decide(self, item: str, records: list[RequestRecord] | None = None) -> tuple[str, RequestRecord]:
+        """The fault (or "ok") for this request, and its record (in records: requests by default),
+        under the lock."""
         cfg = self.config
         with self._lock:
             fault = "ok"
             for marker, kind in cfg.item_faults.items():
                 if marker in item:
                     fault = kind
+            for marker in [m for m in cfg.fail_once if m in item]:
+                fault = cfg.fail_once.pop(marker)
             if fault == "ok" and cfg.script:
                 fault = cfg.script.pop(0)
             if fault == "ok" and cfg.rate_per_s:
@@ -149,7 +170,7 @@ class FakeProvider:
             if fault == "ok" and cfg.fail_rate and self._rng.random() < cfg.fail_rate:
                 fault = self._rng.choice(cfg.fail_kinds)
             record = RequestRecord(at=time.time(), item=digest(item), status=0, fault=None if fault == "ok" else fault)
-            self.requests.append(record)
+            (self.requests if records is None else records).append(record)
             return fault, record
 
     # HTTP ----------------------------------------------------------------------------------
@@ -196,6 +217,15 @@ class FakeProvider:
                 return self._send(writer, 200, [r.__dict__ for r in self.requests])
         if method == "POST" and path.endswith("/chat/completions"):
             return await self._chat(json.loads(body or b"{}"), writer, self._echo(target, headers or {}))
+        if "/files" in path or "/batches" in path:
+            status, obj = self.batches.route(method, path, target, body, headers or {})
+            delay = {"files": self.config.batch_upload_delay_s, "batches": self.config.batch_create_delay_s}.get(
+                path.rstrip("/").rsplit("/", 1)[-1], 0.0) if method == "POST" else 0.0
+            if delay:
+                await asyncio.sleep(delay)
+            if isinstance(obj, bytes):
+                return self._send_bytes(writer, status, obj)
+            return self._send(writer, status, obj)
         return self._send(writer, 404, {"error": {"message": "not found"}})
 
     def _echo(self, target: str, headers: dict[str, str]) -> str:
@@ -241,18 +271,43 @@ class FakeProvider:
             record.status = int(fault)
             return self._send(writer, int(fault), {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 "
                                                                         f"invalid{echo}"}})
-        answer = "" if fault == "empty" else expected_answer(item)
-        if req.get("response_format", {}).get("type") == "json_schema" and answer:
-            answer = json.dumps(_schema_answer(req["response_format"]["json_schema"].get("schema", {}), item))
         record.status = 200
-        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max(1, len(answer) // 4)}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        usage = self.config.usage if self.config.usage is not None else usage
-        base = {"id": f"chatcmpl-{digest(item)}", "created": int(time.time()), "model": req.get("model") or "fake-model"}
+        answer, usage, base = self.answer_parts(req, item, prompt, fault)
         if req.get("stream"):
             return await self._stream(writer, base, answer, usage)
         return self._send(writer, 200, {**base, "object": "chat.completion", "usage": usage, "choices": [
             {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]})
+
+    def line_answer(self, req: dict[str, Any], records: list[RequestRecord]) -> tuple[int, dict[str, Any]]:
+        """A batch line's response, (status code, body), with the faults a live call would get;
+        0 for a line that failed without a response (a timeout or reset live)."""
+        messages = req.get("messages") or []
+        prompt = "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user")
+        item = item_text(prompt)
+        fault, record = self._decide(item, records)
+        if fault.startswith("429"):
+            record.status = 429
+            return 429, {"error": {"message": "Rate limit reached (secret sk-LEAKED-1234)", "type": "rate_limit"}}
+        if fault.isdigit():
+            record.status = int(fault)
+            return int(fault), {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 invalid"}}
+        if fault in ("timeout", "reset"):
+            return 0, {}
+        record.status = 200
+        answer, usage, base = self.answer_parts(req, item, prompt, fault)
+        return 200, {**base, "object": "chat.completion", "usage": usage, "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]}
+
+    def answer_parts(self, req: dict[str, Any], item: str, prompt: str, fault: str):
+        """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base fields."""
+        answer = "" if fault == "empty" else expected_answer(item)
+        if req.get("response_format", {}).get("type") == "json_schema" and answer:
+            answer = json.dumps(_schema_answer(req["response_format"]["json_schema"].get("schema", {}), item))
+        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max(1, len(answer) // 4)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        usage = self.config.usage if self.config.usage is not None else usage
+        base = {"id": f"chatcmpl-{digest(item)}", "created": int(time.time()), "model": req.get("model") or "fake-model"}
+        return answer, usage, base
 
     async def _stream(self, writer, base, answer, usage) -> bool:
         chunks = [[{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": None}],
@@ -271,6 +326,13 @@ class FakeProvider:
         lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}", "Content-Type: application/json",
                  f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers)]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        return True
+
+    @staticmethod
+    def _send_bytes(writer: asyncio.StreamWriter, status: int, body: bytes) -> bool:
+        head = (f"HTTP/1.1 {status} OK\r\nContent-Type: application/jsonl\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        writer.write(head + body)
         return True
 
     # Running -------------------------------------------------------------------------------
@@ -323,6 +385,7 @@ class FakeProvider:
                 loop.call_soon_threadsafe(shut_down)
         if self._thread:
             self._thread.join(5)
+        self.batches.close()
 
     def serve_forever(self) -> None:
         asyncio.run(self._serve())

@@ -34,6 +34,7 @@ from ..protocol import (
     drops_content,
 )
 from . import codec
+from .batches import RedisBatches
 from .connection import RedisConnection, map_connection_errors
 from .keys import RedisKeys
 
@@ -49,7 +50,7 @@ FIND_LIMIT = 10
 
 
 @map_connection_errors
-class RedisJobStore:
+class RedisJobStore(RedisBatches):
     """JobStore on Redis (see store/protocol.py for each method's contract)."""
 
     def __init__(self, conn: RedisConnection) -> None:
@@ -145,6 +146,8 @@ class RedisJobStore:
         # delete leaves neither keys no index reaches nor index entries for no job.
         pipe = self.r.pipeline(transaction=True)
         self.lua.delete_job(keys=self.keys.job(job_id), args=[job_id], client=pipe)
+        pipe.delete(self.keys.job_key(job_id, "batches"))
+        pipe.srem(self.keys.jobs_batched, job_id)
         for index in (self.keys.jobs_active, self.keys.jobs_created, self.keys.jobs_ids):
             pipe.zrem(index, job_id)
         return bool(pipe.execute()[0])

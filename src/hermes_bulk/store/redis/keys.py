@@ -32,6 +32,8 @@ One job's keys share the hash tag {P:job:ID}, so each job's script touches one c
                                and "i:<index>" -> its answer key (complete_item records it)
     {P:job:ID}:dups      ZSET  duplicates waiting on an earlier item: member the duplicate's
                                index, score the index of the item it waits on
+    {P:job:ID}:batches   HASH  batch id -> JSON BatchRecord (provider batches; not one of the
+                               twelve keys every job script takes: the batch scripts name it)
 
 Across jobs:
 
@@ -40,6 +42,7 @@ Across jobs:
     P:answers                HASH  answer key -> "<job id>\\t<index>\\t<tokens>": the completed
                                    item that answered it (reuse; the job's keys hash says which
                                    entries a deleted job takes with it)
+    P:jobs:batched           SET   job ids with an open provider batch (a superset)
     P:jobs:active            ZSET  job id scored by run epoch: every job that is running or may
                                    hold leases (a superset, pruned by release_expired_leases)
     {P:workers}              ZSET  worker id scored by expiry; PEXPIREs after its last entry
@@ -88,6 +91,7 @@ class RedisKeys:
         self.jobs_active = f"{prefix}:jobs:active"
         self.workers = f"{{{prefix}:workers}}"
         self.answers = f"{prefix}:answers"
+        self.jobs_batched = f"{prefix}:jobs:batched"
 
     def job(self, job_id: str) -> list[str]:
         """The job's twelve keys and the answer index, in the order _job.lua names them."""

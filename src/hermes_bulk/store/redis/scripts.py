@@ -26,8 +26,8 @@ from .keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
 _JOB_SCRIPTS = ("begin_job", "add_items", "finish_job", "delete_job", "add_events", "set_state",
                 "retry_failed", "claim_item", "complete_item", "fail_item", "release_item",
                 "record_attempt", "renew_leases", "release_expired", "release_worker_items", "update_job",
-                "mark_interrupted")
-_OTHER_SCRIPTS = ("prune_active", "heartbeat", "acquire", "pause", "clear_backoff")
+                "mark_interrupted", "open_batch")
+_OTHER_SCRIPTS = ("prune_active", "heartbeat", "acquire", "pause", "clear_backoff", "lease_batch", "update_batch")
 
 
 def _lua_constants() -> str:

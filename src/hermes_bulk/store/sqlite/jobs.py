@@ -32,6 +32,7 @@ from ..protocol import (
     drops_content,
     spec_from_json,
 )
+from .batches import SqliteBatches
 from .database import SqliteDatabase
 
 _JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
@@ -58,8 +59,11 @@ def _item_record(r) -> ItemRecord:
                       reused_from=None if r[12] is None else (r[12], r[13]))
 
 
-class SqliteJobStore:
+class SqliteJobStore(SqliteBatches):
     """JobStore on SqliteDatabase (see store/protocol.py for each method's contract)."""
+
+    _job_columns = _JOB_COLUMNS
+    _job_from_row = staticmethod(_job_from_row)
 
     def __init__(self, db: SqliteDatabase) -> None:
         self.db = db
@@ -135,7 +139,8 @@ class SqliteJobStore:
     def delete_job(self, job_id: str) -> bool:
         with self.db.write() as conn:
             for table, column in (("items", "job_id"), ("contents", "job_id"), ("results", "job_id"),
-                                  ("events", "job_id"), ("item_keys", "job_id"), ("answers", "job_id")):
+                                  ("events", "job_id"), ("item_keys", "job_id"), ("answers", "job_id"),
+                                  ("batches", "job_id")):
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
             return conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
 

@@ -158,6 +158,32 @@ CREATE TABLE answers (
 CREATE INDEX answers_by_job ON answers (job_id);
 """))
 
+# Provider batches (issue 13): one row per batch of a job; its items are the running items owned
+# by "batch:<id>" (protocol.BATCH_OWNER_PREFIX). lease_owner/lease_until: the worker submitting,
+# polling or ingesting it now.
+migration(("m005_batches", """
+CREATE TABLE batches (
+    id TEXT PRIMARY KEY,
+    job_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    items INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    provider_id TEXT,
+    input_file TEXT,
+    output_file TEXT,
+    error_file TEXT,
+    completed INTEGER NOT NULL DEFAULT 0,
+    failed INTEGER NOT NULL DEFAULT 0,
+    submitted_at REAL,
+    cancel_sent INTEGER NOT NULL DEFAULT 0,
+    run_rest_live INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_until REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX batches_by_job ON batches (job_id, created_at);
+CREATE INDEX batches_open ON batches (job_id) WHERE status != 'done';
+"""))
+
 # Issue 15: a job over files drops an item's captured content once the item completes (its hash
 # stays on the item: change checks, reuse); older jobs keep theirs (0). Contents and results are
 # stored compressed from now on (store/compression.py), which needs no migration: a value

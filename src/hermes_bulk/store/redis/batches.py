@@ -1,0 +1,80 @@
+"""Provider batches on Redis: the batch operations of the JobStore protocol (store/protocol.py),
+mixed into RedisJobStore. Each batch is a JSON record in {P:job:ID}:batches; its items are the
+job's running items owned by "batch:<id>" (OWNERS), so results, failures and releases go through
+the job's own item scripts. P:jobs:batched lists the jobs with an open batch."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+from ..protocol import (
+    BATCH_FIELDS,
+    BATCH_OWNER_PREFIX,
+    LEARN_AFTER,
+    BatchItem,
+    BatchRecord,
+    ClaimRefused,
+)
+from . import codec
+
+
+def _batch(raw) -> BatchRecord:
+    data = json.loads(raw)
+    return BatchRecord(
+        batch_id=data["batch_id"], job_id=data["job_id"], status=data["status"], items=int(data["items"]),
+        created_at=float(data["created_at"]), provider_id=data.get("provider_id"),
+        input_file=data.get("input_file"), output_file=data.get("output_file"), error_file=data.get("error_file"),
+        completed=int(data.get("completed", 0)), failed=int(data.get("failed", 0)),
+        submitted_at=data.get("submitted_at"), cancel_sent=bool(data.get("cancel_sent", False)),
+        run_rest_live=bool(data.get("run_rest_live", False)), lease_owner=data.get("lease_owner"),
+        lease_until=float(data.get("lease_until", 0)))
+
+
+class RedisBatches:
+    """The batch half of RedisJobStore (self.r, self.keys and self.lua come from it)."""
+
+    def _batch_keys(self, job_id: str) -> list[str]:
+        return [self.keys.job_key(job_id, "batches"), self.keys.jobs_batched]
+
+    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s):
+        reply = self.lua.open_batch(keys=[*self.keys.job(job_id), *self._batch_keys(job_id)], args=[
+            batch_id, worker_id, max_items, lease_s * 1000, hold_s * 1000, LEARN_AFTER, BATCH_OWNER_PREFIX, job_id])
+        if reply[0] != b"ok":
+            return ClaimRefused(codec.text(reply[0]))
+        return _batch(reply[1])
+
+    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s):
+        raw = self.lua.lease_batch(keys=self._batch_keys(job_id)[:1], args=[batch_id, worker_id, lease_s * 1000])
+        return _batch(raw) if raw else None
+
+    def update_batch(self, job_id, batch_id, worker_id, **changes):
+        unknown = set(changes) - set(BATCH_FIELDS)
+        if unknown:
+            raise ValueError(f"update_batch: unknown fields {sorted(unknown)}")
+        raw = self.lua.update_batch(keys=self._batch_keys(job_id), args=[batch_id, worker_id, json.dumps(changes),
+                                                                          job_id])
+        return _batch(raw) if raw else None
+
+    def list_batches(self, job_id):
+        records = [_batch(raw) for raw in self.r.hvals(self.keys.job_key(job_id, "batches"))]
+        return sorted(records, key=lambda b: (b.created_at, b.batch_id))
+
+    def batch_job_ids(self):
+        return sorted(codec.text(i) for i in self.r.smembers(self.keys.jobs_batched))
+
+    def iter_batch_items(self, job_id, batch_id, page: int = 500) -> Iterator[BatchItem]:
+        owner = (BATCH_OWNER_PREFIX + batch_id).encode()
+        indexes = sorted(int(i) for i, o in self.r.hscan_iter(self.keys.job_key(job_id, "owners"), count=1000)
+                         if o == owner)
+        items, contents = self.keys.job_key(job_id, "items"), self.keys.job_key(job_id, "contents")
+        for low in range(0, len(indexes), page):
+            chunk = indexes[low:low + page]
+            parsed = [codec.parse_item(raw) for raw in self.r.hmget(items, chunk)]
+            texts = self.r.hmget(contents, [p[1] for p in parsed])
+            for index, (_, content_hash, (name, origin, offset, stat_sig)), text in zip(chunk, parsed, texts,
+                                                                                        strict=True):
+                yield BatchItem(index, name, codec.text(text), content_hash, origin, offset, stat_sig)
+
+    def release_batch_items(self, job_id, batch_id):
+        return int(self.lua.release_worker_items(keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]))

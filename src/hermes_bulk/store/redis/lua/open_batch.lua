@@ -1,0 +1,79 @@
+-- open_batch: start a batch of a running job, or take over the one being prepared (protocol.open_batch).
+-- KEYS: the job's keys (_job.lua); KEYS[14] the job's batches hash, KEYS[15] P:jobs:batched.
+-- ARGV[1] batch_id   ARGV[2] worker_id   ARGV[3] max_items   ARGV[4] lease_ms   ARGV[5] hold_ms
+-- ARGV[6] learn_after   ARGV[7] the owner prefix of batch items ("batch:")   ARGV[8] job id
+-- Returns {reason} when refused, else {'ok', batch record JSON}.
+local BATCHES, BATCHED = KEYS[14], KEYS[15]
+local flat = redis.call('HGETALL', META)
+if #flat == 0 then return {'no_job'} end
+local job = {}
+for i = 1, #flat, 2 do job[flat[i]] = flat[i + 1] end
+if job.state ~= S_RUNNING then return {'not_running'} end
+local now = now_ms()
+local worker, lease_until = ARGV[2], (now + tonumber(ARGV[4])) / 1000
+
+for _, raw in ipairs(redis.call('HVALS', BATCHES)) do
+  local b = cjson.decode(raw)
+  if b.status == 'preparing' then
+    if b.lease_owner and b.lease_owner ~= worker and b.lease_until >= now / 1000 then
+      return {'batch_preparing'}
+    end
+    b.lease_owner, b.lease_until = worker, lease_until
+    local enc = cjson.encode(b)
+    redis.call('HSET', BATCHES, b.batch_id, enc)
+    return {'ok', enc}
+  end
+end
+
+local idxs = redis.call('ZRANGE', PENDING, 0, tonumber(ARGV[3]) - 1)
+if #idxs == 0 then return {'no_pending'} end
+-- The learned output allowance, as claim_item.lua reckons it (JobRecord.reservation).
+local spec = cjson.decode(job.spec)
+local completed = tonumber(job.completed) - tonumber(job.reused or '0')
+local tokens_out = tonumber(job.tokens_out)
+local learned = nil
+if completed >= tonumber(ARGV[6]) and tokens_out > 0 then
+  learned = math.floor((2 * tokens_out + completed - 1) / completed)
+  if type(spec.max_output_tokens) == 'number' and spec.max_output_tokens < learned then
+    learned = spec.max_output_tokens
+  end
+end
+local limit = nil
+if job.max_tokens ~= '' then limit = tonumber(job.max_tokens) end
+local charged = tonumber(job.tokens_charged)
+local used = charged + tonumber(job.tokens_reserved)
+local owner = ARGV[7] .. ARGV[1]
+local hold_until = now + tonumber(ARGV[5])
+local taken, reserved = 0, 0
+for _, idx in ipairs(idxs) do
+  local estimate = tonumber(string.match(redis.call('HGET', ITEMS, idx), '^(%-?%d+)\t'))
+  if learned then
+    estimate = math.max(estimate + learned - spec.output_tokens_estimate, math.min(learned, estimate))
+  end
+  if limit and used + estimate > limit then
+    if taken > 0 then break end
+    if charged + estimate <= limit then return {'tokens_in_flight'} end
+    redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)
+    add_event(now, 'paused', string.format(
+      'token limit reached: %d charged + %d for item %d would exceed --max-tokens %d',
+      charged, estimate, tonumber(idx) + 1, limit), tonumber(idx))
+    return {'token_limit'}
+  end
+  used = used + estimate
+  local st = item_state(idx)
+  st.s, st.r = S_CLAIMED, estimate
+  save_state(idx, st)
+  redis.call('ZREM', PENDING, idx)
+  redis.call('ZADD', LEASES, hold_until, idx)
+  redis.call('HSET', OWNERS, idx, owner)
+  taken, reserved = taken + 1, reserved + estimate
+end
+meta_decr('pending', taken)
+redis.call('HINCRBY', META, 'running', taken)
+redis.call('HINCRBY', META, 'tokens_reserved', reserved)
+redis.call('HSET', META, 'last_claim_at_ms', fmt_ms(now))
+local record = cjson.encode({batch_id = ARGV[1], job_id = ARGV[8], status = 'preparing', items = taken,
+                             created_at = now / 1000, lease_owner = worker, lease_until = lease_until})
+redis.call('HSET', BATCHES, ARGV[1], record)
+redis.call('SADD', BATCHED, ARGV[8])
+return {'ok', record}

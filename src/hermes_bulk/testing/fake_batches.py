@@ -1,0 +1,219 @@
+"""The loopback provider's Batch API: files and batches, as OpenAI's endpoints behave.
+
+`POST /v1/files` (multipart, purpose=batch), `GET /v1/files/{id}/content`, `POST /v1/batches`,
+`GET /v1/batches/{id}`, `GET /v1/batches` (newest first, limit/after), `POST
+/v1/batches/{id}/cancel`. Files live in a temporary folder; each batch is processed by a thread
+of its own, line by line, with the provider's faults (FakeProvider.line_answer) and its
+settings: batch_delay_s (validating), batch_line_s (per line), batch_expire_after (lines, then
+expired: the rest go to the error file as batch_expired), batch_hold (stays in progress until
+cancelled or released by configuring it off). Output lines succeed, failed lines go to the
+error file, as OpenAI writes them.
+
+What a test checks is recorded: `lines` (one RequestRecord per line processed), `uploaded`
+(file id -> its number of lines), `created` (every batch created, in order) and
+`processing_s` (the seconds batches spent processing, summed) and busy_s() (the provider's own
+time: seconds during which any batch was processing).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+class FakeBatches:
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+        self.dir = Path(tempfile.mkdtemp(prefix="fake-batches-"))
+        self.lock = threading.Lock()
+        self.files: dict[str, Path] = {}
+        self.uploaded: dict[str, int] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.created: list[str] = []
+        self.lines: list[Any] = []
+        self.processing_s = 0.0
+        self.busy: list[tuple[float, float]] = []  # (start, end) of each batch's processing, monotonic
+        self._threads: list[threading.Thread] = []
+        self._closing = False
+
+    def close(self) -> None:
+        self._closing = True
+        for thread in self._threads:
+            thread.join(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def busy_s(self) -> float:
+        """Seconds during which at least one batch was being processed (overlaps counted once)."""
+        total, reach = 0.0, float("-inf")
+        with self.lock:
+            spans = sorted(self.busy)
+        for start, end in spans:
+            if end > reach:
+                total += end - max(start, reach)
+                reach = end
+        return total
+
+    def bodies(self) -> list[dict[str, Any]]:
+        """Every request body uploaded in batch files, in order."""
+        out = []
+        for file_id in self.uploaded:
+            with self.files[file_id].open() as handle:
+                out += [json.loads(line)["body"] for line in handle if line.strip()]
+        return out
+
+    # Routing ------------------------------------------------------------------------------
+    def route(self, method: str, path: str, target: str, body: bytes, headers: dict[str, str]):
+        parts = [p for p in path.split("/") if p]
+        if parts and parts[0] == "v1":
+            parts = parts[1:]
+        if method == "POST" and parts == ["files"]:
+            return self._upload(body, headers.get("content-type", ""))
+        if method == "GET" and len(parts) == 3 and parts[0] == "files" and parts[2] == "content":
+            path_ = self.files.get(parts[1])
+            return (200, path_.read_bytes()) if path_ else (404, {"error": {"message": "no such file"}})
+        if method == "POST" and parts == ["batches"]:
+            return self._create(json.loads(body or b"{}"))
+        if method == "GET" and parts == ["batches"]:
+            return 200, self._list(target)
+        if len(parts) >= 2 and parts[0] == "batches":
+            with self.lock:
+                batch = self.batches.get(parts[1])
+                if batch is None:
+                    return 404, {"error": {"message": "no such batch"}}
+                if method == "POST" and parts[2:] == ["cancel"] and batch["status"] not in (
+                        "completed", "failed", "expired", "cancelled"):
+                    batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
+                return 200, dict(batch)
+        return 404, {"error": {"message": "not found"}}
+
+    def _upload(self, body: bytes, content_type: str):
+        boundary = content_type.split("boundary=", 1)[-1].strip('"').encode()
+        content, purpose = None, None
+        for part in body.split(b"--" + boundary):
+            if b"\r\n\r\n" not in part:
+                continue
+            head, data = part.split(b"\r\n\r\n", 1)
+            data = data[:-2] if data.endswith(b"\r\n") else data
+            if b'name="file"' in head:
+                content = data
+            elif b'name="purpose"' in head:
+                purpose = data.decode()
+        if content is None or purpose != "batch":
+            return 400, {"error": {"message": "a file with purpose=batch is expected"}}
+        file_id = "file-" + secrets.token_hex(8)
+        path = self.dir / file_id
+        path.write_bytes(content)
+        with self.lock:
+            self.files[file_id] = path
+            self.uploaded[file_id] = content.count(b"\n") + (0 if content.endswith(b"\n") or not content else 1)
+        return 200, {"id": file_id, "object": "file", "bytes": len(content), "purpose": "batch",
+                     "created_at": int(time.time()), "filename": "batch.jsonl"}
+
+    def _create(self, req: dict[str, Any]):
+        if req.get("input_file_id") not in self.files or req.get("endpoint") != "/v1/chat/completions":
+            return 400, {"error": {"message": "unknown input file or endpoint"}}
+        batch_id = "batch_" + secrets.token_hex(8)
+        batch = {"id": batch_id, "object": "batch", "endpoint": req["endpoint"], "input_file_id": req["input_file_id"],
+                 "completion_window": req.get("completion_window"), "status": "validating",
+                 "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
+                 "in_progress_at": None, "completed_at": None, "expired_at": None, "cancelled_at": None,
+                 "request_counts": {"total": self.uploaded[req["input_file_id"]], "completed": 0, "failed": 0},
+                 "metadata": req.get("metadata") or {}}
+        with self.lock:
+            self.batches[batch_id] = batch
+            self.created.append(batch_id)
+        thread = threading.Thread(target=self._process, args=(batch_id,), daemon=True, name="fake-batch")
+        self._threads.append(thread)
+        thread.start()
+        return 200, dict(batch)
+
+    def _list(self, target: str) -> dict[str, Any]:
+        query = dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p) if "?" in target else {}
+        limit = int(query.get("limit", 20))
+        with self.lock:
+            ids = list(reversed(self.created))
+            if query.get("after") in ids:
+                ids = ids[ids.index(query["after"]) + 1:]
+            page = [dict(self.batches[i]) for i in ids[:limit]]
+        return {"object": "list", "data": page, "has_more": len(ids) > limit,
+                "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
+
+    # Processing ---------------------------------------------------------------------------
+    def _status(self, batch_id: str) -> str:
+        with self.lock:
+            return self.batches[batch_id]["status"]
+
+    def _answer_line(self, line: dict[str, Any], out, err) -> int:
+        """Answer one line into the output (a success) or error file; its status code."""
+        status, body = self.provider.line_answer(line["body"], self.lines)
+        entry = {"id": "batch_req_" + secrets.token_hex(6), "custom_id": line["custom_id"]}
+        if status == 200:
+            out.write(json.dumps({**entry, "response": {"status_code": 200, "request_id": "req_x",
+                                                        "body": body}, "error": None}) + "\n")
+        elif status == 0:
+            err.write(json.dumps({**entry, "response": None,
+                                  "error": {"code": "server_error", "message": "fake: dropped"}}) + "\n")
+        else:
+            err.write(json.dumps({**entry, "response": {"status_code": status, "request_id": "req_x",
+                                                        "body": body}, "error": None}) + "\n")
+        return status
+
+    def _process(self, batch_id: str) -> None:
+        cfg = self.provider.config
+        deadline = time.monotonic() + cfg.batch_delay_s
+        while time.monotonic() < deadline and not self._closing and self._status(batch_id) == "validating":
+            time.sleep(0.01)
+        with self.lock:
+            batch = self.batches[batch_id]
+            if batch["status"] == "validating":
+                batch["status"], batch["in_progress_at"] = "in_progress", int(time.time())
+        started = time.monotonic()
+        out_path, err_path = self.dir / f"{batch_id}.out", self.dir / f"{batch_id}.err"
+        done = expired = 0
+        with self.files[batch["input_file_id"]].open() as lines, out_path.open("w") as out, err_path.open("w") as err:
+            owed = 0.0
+            for raw in lines:
+                if not raw.strip():
+                    continue
+                while cfg.batch_hold and not self._closing and self._status(batch_id) == "in_progress":
+                    time.sleep(0.01)
+                if self._closing or self._status(batch_id) != "in_progress":
+                    break  # cancelled: the lines not processed are not answered
+                line = json.loads(raw)
+                if cfg.batch_expire_after is not None and done >= cfg.batch_expire_after:
+                    expired += 1
+                    err.write(json.dumps({"id": "req_" + secrets.token_hex(6), "custom_id": line["custom_id"],
+                                          "response": None, "error": {"code": "batch_expired",
+                                                                      "message": "This request could not be executed "
+                                                                                 "before the completion window expired."}}) + "\n")
+                    continue
+                status = self._answer_line(line, out, err)
+                done += 1
+                with self.lock:
+                    counts = batch["request_counts"]
+                    counts["completed" if status == 200 else "failed"] += 1
+                owed += cfg.batch_line_s
+                if owed >= 0.01:
+                    time.sleep(owed)
+                    owed = 0.0
+        with self.lock:
+            self.processing_s += time.monotonic() - started
+            self.busy.append((started, time.monotonic()))
+            for path, key in ((out_path, "output_file_id"), (err_path, "error_file_id")):
+                if path.stat().st_size:
+                    file_id = "file-" + secrets.token_hex(8)
+                    self.files[file_id] = path
+                    batch[key] = file_id
+            now = int(time.time())
+            if batch["status"] == "cancelling":
+                batch["status"], batch["cancelled_at"] = "cancelled", now
+            elif expired:
+                batch["status"], batch["expired_at"] = "expired", now
+            elif not self._closing:
+                batch["status"], batch["completed_at"] = "completed", now

@@ -1,0 +1,101 @@
+"""The store's batch operations (protocol.open_batch … release_batch_items), on both backends."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hermes_bulk import broker
+from hermes_bulk.store.protocol import (
+    BATCH_DONE,
+    BATCH_PREPARING,
+    PAUSE_TOKEN_LIMIT,
+    PAUSED,
+    BatchRecord,
+    ClaimRefused,
+    ItemError,
+    Usage,
+)
+
+from .test_store_contract import BACKENDS, claim, make_job
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request, tmp_path):
+    url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
+    b = broker._build(url)
+    yield b.store
+    b.close()
+
+
+def _open(store, job_id, worker="w1", bid="b1", n=1000, lease_s=30.0):
+    return store.open_batch(job_id, worker, batch_id=bid, max_items=n, lease_s=lease_s, hold_s=3600)
+
+
+def test_a_batch_takes_pending_items_and_its_owner_completes_them_through_the_item_steps(store):
+    job_id = make_job(store, 10)
+    batch = _open(store, job_id, n=4)
+    assert isinstance(batch, BatchRecord) and batch.items == 4 and batch.status == BATCH_PREPARING
+    job = store.get_job(job_id)
+    assert (job.pending, job.running, job.tokens_reserved) == (6, 4, 40)
+    assert [it.index for it in store.iter_batch_items(job_id, "b1", page=3)] == [0, 1, 2, 3]
+    assert store.iter_batch_items(job_id, "b1").__next__().content == "content 0"
+    assert store.complete_item(job_id, 0, batch.owner, "r0", Usage(3, 4))
+    assert not store.complete_item(job_id, 0, batch.owner, "again", Usage(3, 4)), "a result is written once"
+    assert store.record_attempt(job_id, 1, batch.owner, ItemError("TransientModelError", "x"), rate_limited=False) == 1
+    assert store.release_item(job_id, 1, batch.owner)
+    assert store.fail_item(job_id, 2, batch.owner, ItemError("PermanentModelError", "no"))
+    assert store.release_batch_items(job_id, "b1") == 1
+    job = store.get_job(job_id)
+    assert (job.pending, job.running, job.completed, job.failed, job.tokens_reserved) == (8, 0, 1, 1, 0)
+    assert job.tokens_charged == 7
+    # A live claim takes the items a batch gave back: batch items are never a dead worker's.
+    assert claim(store, job_id).index == 1
+
+
+def test_one_batch_is_prepared_at_a_time_and_an_expired_lease_is_taken_over(store):
+    job_id = make_job(store, 10)
+    first = _open(store, job_id, "w1", "b1", n=3, lease_s=0.3)
+    assert _open(store, job_id, "w2", "b2") == ClaimRefused("batch_preparing")
+    time.sleep(0.4)
+    taken = _open(store, job_id, "w2", "b2")
+    assert taken.batch_id == first.batch_id and taken.lease_owner == "w2" and taken.items == 3
+    assert store.update_batch(job_id, "b1", "w1", provider_id="x") is None, "only the lease holder writes"
+    done = store.update_batch(job_id, "b1", "w2", provider_id="batch_1", status="in_progress", submitted_at=5.0)
+    assert done.provider_id == "batch_1" and done.status == "in_progress"
+    second = _open(store, job_id, "w1", "b3", n=100)
+    assert second.batch_id == "b3" and second.items == 7
+    assert store.batch_job_ids() == [job_id]
+    assert store.lease_batch(job_id, "b3", "w2", lease_s=30) is None, "w1 holds it"
+    assert store.lease_batch(job_id, "b3", "w1", lease_s=30).lease_owner == "w1"
+    assert [b.batch_id for b in store.list_batches(job_id)] == ["b1", "b3"]
+    for bid, owner in (("b1", "w2"), ("b3", "w1")):
+        assert store.update_batch(job_id, bid, owner, status=BATCH_DONE).lease_owner is None
+    assert store.batch_job_ids() == []
+    assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, "a done batch is not leased again"
+    assert _open(store, job_id, bid="b4") == ClaimRefused("no_pending")
+
+
+def test_a_batch_reserves_tokens_and_the_job_pauses_before_one_would_go_over(store):
+    job_id = make_job(store, 10, max_tokens=35)
+    batch = _open(store, job_id)
+    assert batch.items == 3 and store.get_job(job_id).tokens_reserved == 30
+    assert _open(store, job_id, "w2", "b2") == ClaimRefused("batch_preparing")
+    store.update_batch(job_id, "b1", "w1", status="in_progress")
+    assert _open(store, job_id, "w1", "b2") == ClaimRefused("tokens_in_flight")
+    for i in range(3):
+        store.complete_item(job_id, i, batch.owner, "r", Usage(5, 5))
+    assert _open(store, job_id, "w1", "b2") == ClaimRefused("token_limit")
+    job = store.get_job(job_id)
+    assert (job.state, job.pause_reason) == (PAUSED, PAUSE_TOKEN_LIMIT)
+
+
+def test_refusals_and_delete_takes_the_batches(store):
+    job_id = make_job(store, 2, state=None)
+    assert _open(store, job_id) == ClaimRefused("not_running")
+    assert _open(store, "nope") == ClaimRefused("no_job")
+    job_id = make_job(store, 2)
+    _open(store, job_id)
+    assert store.delete_job(job_id)
+    assert store.list_batches(job_id) == [] and store.batch_job_ids() == []

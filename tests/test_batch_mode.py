@@ -1,0 +1,172 @@
+"""create --batch: a job run through the provider's Batch API, by real CLI and worker processes,
+on both backends, against the loopback provider's batch endpoints (issue 13)."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from hermes_bulk.testing.fake_provider import digest, expected_answer
+
+from .helpers import wait_for
+
+BACKENDS = ["sqlite", "redis"]
+FAST = {"HERMES_BULK_BATCH_POLL_SECONDS": "0.1"}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_env(request, tmp_path) -> dict[str, str]:
+    if request.param == "sqlite":
+        return {"HERMES_BULK_BACKEND": f"sqlite:///{tmp_path / 'bulk.db'}", **FAST}
+    return {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url"), **FAST}
+
+
+def _source(tmp_path: Path, n: int, name: str = "items.jsonl", marks: dict[int, str] | None = None) -> Path:
+    src = tmp_path / name
+    marks = marks or {}
+    src.write_text("".join(json.dumps({"n": i, "mark": marks.get(i, "")}) + "\n" for i in range(n)))
+    return src
+
+
+def _rows(cli, job_id: str, env: dict[str, str]) -> list[dict]:
+    out = Path(cli("export", job_id, "--format", "jsonl", **env).stdout.strip())
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def _finish(cli, job_id: str, env: dict[str, str], *, timeout: float = 120, workers: int = 1) -> dict:
+    procs = [cli.spawn_worker("-w", "2", **env) for _ in range(workers)]
+    try:
+        return wait_for(lambda: (st := cli.json("status", job_id, "--json", **env))["state"]
+                        in ("completed", "completed_with_errors", "failed") and st, timeout=timeout,
+                        interval=0.3, message="the job to end")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGINT)
+            p.wait(60)
+
+
+def test_a_batch_job_answers_every_item_as_the_same_job_run_live_does(cli, backend_env, fake_provider, tmp_path):
+    env = {**backend_env, "HERMES_BULK_BATCH_MAX_ITEMS": "700"}
+    src = _source(tmp_path, 2000)
+    batch_job = cli.json("create", "Summarise", "--over", str(src), "--batch", "--fresh", "--json", **env)["job_id"]
+    cli("run", batch_job, **env)
+    status = _finish(cli, batch_job, env)
+    assert status["state"] == "completed" and status["mode"] == "batch"
+    assert fake_provider.requests == [], "no live chat-completions call was made"
+    bodies = fake_provider.batches.bodies()
+    assert len(bodies) == 2000 and len(fake_provider.batches.created) == 3, "2,000 items split at 700 a batch"
+    assert sorted(b["id"] for b in status["batches"]) == sorted(fake_provider.batches.created)
+    assert all(b["status"] == "done" for b in status["batches"])
+    assert sum(b["items"] for b in status["batches"]) == 2000
+    batch_rows = _rows(cli, batch_job, env)
+
+    live_job = cli.json("create", "Summarise", "--over", str(src), "--fresh", "--concurrency", "16", "--json",
+                        **env)["job_id"]
+    cli("run", live_job, **env)
+    live = _finish(cli, live_job, env)
+    assert live["mode"] == "live" and live["batches"] == []
+    assert len(fake_provider.requests) == 2000
+    live_rows = _rows(cli, live_job, env)
+    assert batch_rows == live_rows, "item for item: name, status, result, tokens, provider, model"
+    assert [r["result"] for r in batch_rows] == [expected_answer(json.dumps({"n": i, "mark": ""})) for i in range(2000)]
+    # One chat-completions body per item, each the body a live call sent.
+    assert sorted(digest(json.dumps({"n": i, "mark": ""})) for i in range(2000)) == \
+        sorted(r.item for r in fake_provider.batches.lines)
+
+
+def _create(cli, src: Path, env: dict[str, str], *flags: str) -> str:
+    job_id = cli.json("create", "Summarise", "--over", str(src), "--batch", "--fresh", *flags, "--json", **env)["job_id"]
+    cli("run", job_id, **env)
+    return job_id
+
+
+def test_a_transient_line_is_retried_in_a_later_batch_and_a_permanent_one_fails(cli, backend_env, fake_provider,
+                                                                                  tmp_path):
+    src = _source(tmp_path, 60, marks={3: "T-3", 7: "T-7", 5: "PERMANENT-400"})
+    fake_provider.configure(fail_once={"T-3": "500", "T-7": "503"}, item_faults={"PERMANENT-400": "400"})
+    job_id = _create(cli, src, backend_env)
+    status = _finish(cli, job_id, backend_env)
+    assert (status["state"], status["completed"], status["failed"]) == ("completed_with_errors", 59, 1)
+    assert len(fake_provider.batches.created) == 2, "the two transient lines went in a second batch"
+    assert "Mode: batch (the provider's Batch API): 2 batches, 0 open" in cli("status", job_id, **backend_env).stdout
+    second = fake_provider.batches.batches[fake_provider.batches.created[1]]
+    assert second["request_counts"]["total"] == 2
+    rows = _rows(cli, job_id, backend_env)
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert [r["item"] for r in failed] == ["line:6"]
+    assert "400" in failed[0]["error"] and "LEAKED" not in json.dumps(rows), "no provider text in the records"
+    assert fake_provider.requests == []
+
+
+def test_a_permanently_transient_line_fails_after_its_retries(cli, backend_env, fake_provider, tmp_path):
+    src = _source(tmp_path, 5, marks={2: "ALWAYS-503"})
+    fake_provider.configure(item_faults={"ALWAYS-503": "503"})
+    job_id = _create(cli, src, backend_env, "--retries", "1")
+    status = _finish(cli, job_id, backend_env)
+    assert (status["completed"], status["failed"]) == (4, 1)
+    assert len(fake_provider.batches.created) == 2, "one retry: the item was in two batches"
+
+
+def test_an_expired_batch_returns_its_unfinished_items_and_they_run_again(cli, backend_env, fake_provider, tmp_path):
+    src = _source(tmp_path, 50)
+    fake_provider.configure(batch_expire_after=30)
+    job_id = _create(cli, src, backend_env)
+    status = _finish(cli, job_id, backend_env)
+    assert (status["state"], status["completed"]) == ("completed", 50)
+    first, second = (fake_provider.batches.batches[b] for b in fake_provider.batches.created)
+    assert first["status"] == "expired" and first["request_counts"]["completed"] == 30
+    assert second["status"] == "completed" and second["request_counts"]["total"] == 20
+    assert len([r for r in fake_provider.batches.lines if r.status == 200]) == 50, "each item answered once"
+
+
+def test_pause_cancels_the_batch_keeping_finished_lines_and_resume_finishes(cli, backend_env, fake_provider, tmp_path):
+    src = _source(tmp_path, 100)
+    fake_provider.configure(batch_line_s=0.05)
+    job_id = _create(cli, src, backend_env)
+    worker = cli.spawn_worker(**backend_env)
+    try:
+        wait_for(lambda: len(fake_provider.batches.lines) >= 10, timeout=60, message="the batch to be under way")
+        cli("pause", job_id, **backend_env)
+        paused = wait_for(lambda: (st := cli.json("status", job_id, "--json", **backend_env))["batches"]
+                          and all(b["status"] == "done" for b in st["batches"]) and st, timeout=60,
+                          message="the batch to be cancelled and ingested")
+        (batch,) = fake_provider.batches.batches.values()
+        assert batch["status"] == "cancelled"
+        assert paused["state"] == "paused" and 10 <= paused["completed"] < 100
+        assert paused["completed"] + paused["pending"] == 100 and paused["running"] == 0
+        fake_provider.configure(batch_line_s=0)
+        cli("resume", job_id, **backend_env)
+        done = wait_for(lambda: (st := cli.json("status", job_id, "--json", **backend_env))["state"] == "completed"
+                        and st, timeout=60, message="the resumed job to finish")
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    assert done["completed"] == 100 and len(fake_provider.batches.created) == 2
+    answered = [r.item for r in fake_provider.batches.lines if r.status == 200]
+    assert len(answered) == len(set(answered)) == 100, "no item answered twice"
+    assert fake_provider.requests == []
+
+
+def test_items_still_in_a_batch_at_the_deadline_run_live(cli, backend_env, fake_provider, tmp_path):
+    src = _source(tmp_path, 40)
+    fake_provider.configure(batch_hold=True)
+    job_id = _create(cli, src, backend_env, "--batch-deadline", "2s", "--concurrency", "8")
+    status = _finish(cli, job_id, backend_env)
+    assert (status["state"], status["completed"]) == ("completed", 40)
+    (batch,) = fake_provider.batches.batches.values()
+    assert batch["status"] == "cancelled" and fake_provider.batches.lines == []
+    assert len(fake_provider.requests) == 40, "the rest ran live"
+    assert status["batches"][0]["run_rest_live"] is True
+
+
+def test_bad_batch_flags_are_one_line_and_exit_2(cli, tmp_path):
+    src = _source(tmp_path, 3)
+    for flags, words in ((["--batch", "--batch-deadline", "soon"], "is not a duration"),
+                         (["--batch-deadline", "1h"], "--batch-deadline is for batch jobs; add --batch.")):
+        proc = cli("create", "x", "--over", str(src), *flags, check=False)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()[-1:]
+        assert words in line and "Traceback" not in proc.stderr
