@@ -20,346 +20,50 @@ clock.
 
 from __future__ import annotations
 
-import functools
-import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
-
-# Persisted job run states. What `status` shows is derived from these and the item counts
-# (see jobs.derive_state).
-NOT_STARTED = "not_started"
-RUNNING = "running"
-PAUSED = "paused"
-AWAITING_RECOVERY = "awaiting_recovery"
-CREATING = "creating"  # items are still being added; invisible to list/status
-
-# Item states.
-PENDING = "pending"
-CLAIMED = "running"
-COMPLETED = "completed"
-FAILED = "failed"
-#: A duplicate of an earlier item of the same job: never claimed; it takes the answer (or the
-#: failure) of that item when it lands. Counted as pending in the job's counters.
-WAITING = "waiting"
-
-#: Items in a provider batch are running items owned by "batch:<batch id>" (never a worker id;
-#: liveness never takes them back as a dead worker's): complete_item, fail_item, record_attempt
-#: and release_item take that owner as their worker_id, so a batch's results are written where a
-#: live call's are (docs/decisions.md "Provider batches").
-BATCH_OWNER_PREFIX = "batch:"
-#: A batch's own states besides the provider's (validating, in_progress, finalizing, completed,
-#: failed, expired, cancelling, cancelled): preparing (items taken, not yet at the provider) and
-#: done (its lines ingested, the rest of its items back to pending).
-BATCH_PREPARING = "preparing"
-BATCH_DONE = "done"
-
-# Why a job paused itself (pause_reason); a user's pause has reason "user".
-PAUSE_USER = "user"
-PAUSE_TOKEN_LIMIT = "token limit reached"
-
-# Why a running job's workers stopped (JobRecord.interrupted; docs/decisions.md "Rolling restarts").
-#: A `hermes-bulk worker` stopped on a signal and returned what it held: the only kind a worker
-#: started with --resume-interrupted continues by itself.
-INTERRUPTED_WORKER_STOP = "worker_stop"
-#: Found cut off with no record of a graceful worker stop since its last claim: a crash (kill -9,
-#: OOM), a Hermes gateway that exited or crashed, an interrupted `run --wait`.
-INTERRUPTED_ORPHANED = "orphaned"
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """What `create` decides about a job; fixed for the job's life except where noted."""
-
-    job_id: str
-    instruction: str
-    source: str  # absolute path given to --over
-    source_kind: str  # directory | csv | json | jsonl | file
-    concurrency: int  # changed by run/resume --concurrency (update_job)
-    retries: int
-    max_tokens: int | None = None  # changed by resume --max-tokens
-    rpm: int | None = None  # changed by run/resume --rpm (update_job)
-    tpm: int | None = None  # changed by run/resume --tpm (update_job)
-    model: str | None = None
-    client: str = "http"  # http (OpenAI-compatible endpoint) | hermes (ctx.llm)
-    provider_key: str = ""  # groups workers that share a provider quota (a hash, never a key)
-    output_tokens_estimate: int = 512
-    max_output_tokens: int | None = None
-    schema: str | None = None  # JSON schema text (structured output), or None
-    reuse: bool = True  # answers of earlier jobs are reused (create --fresh: False)
-    mode: str = "live"  # live (one call per item) | batch (the provider's Batch API; create --batch)
-    batch_deadline_s: float | None = None  # batch: items still in a batch this long are run live
-
-
-@functools.lru_cache(maxsize=256)
-def spec_from_json(text: str) -> JobSpec:
-    """A stored spec, parsed once per distinct text (a claim reads it for every item; JobSpec is
-    frozen, so one instance can be shared)."""
-    return JobSpec(**json.loads(text))
-
-
-#: Source kinds whose items' captured content is dropped once they complete (issue 15): the
-#: export gives a file's path, never its text, so nothing reads it again. A CSV row or a JSON
-#: record is kept: `export --with-input` writes it back.
-DROPS_CONTENT = frozenset({"directory", "file"})
-
-
-def drops_content(spec: JobSpec) -> bool:
-    return spec.source_kind in DROPS_CONTENT
-
-
-@dataclass(frozen=True, slots=True)
-class NewItem:
-    """An item as `create` records it; content is stored once per distinct content_hash."""
-
-    index: int  # 0-based position in the source
-    name: str
-    content: str
-    content_hash: str
-    origin: str
-    offset: int
-    stat_sig: str
-    estimated_tokens: int
-    answer_key: str = ""  # reuse.answer_key: "" never matches anything
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Something that happened to a job; never holds provider text or credentials."""
-
-    kind: str
-    message: str
-    item_index: int | None = None
-    error_type: str | None = None
-    http_status: int | None = None
-    at: float = 0.0  # filled in by the store when 0
-
-
-LEARN_AFTER = 3  #: completed items before the output allowance is learned from them
-
-
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    spec: JobSpec
-    created_at: float
-    state: str
-    pause_reason: str | None
-    total: int
-    pending: int
-    running: int
-    completed: int
-    failed: int
-    tokens_in: int  # reported by the provider, completed items
-    tokens_out: int
-    tokens_charged: int  # reported usage, or the estimate where none was reported
-    tokens_reserved: int  # estimates held by running items
-    estimated_tokens: int  # sum of the estimates of every item
-    skipped: int
-    last_claim_at: float | None  # when an item was last claimed
-    run_at: float | None  # when the job last moved to running
-    #: Why its workers stopped (INTERRUPTED_*), recorded by mark_interrupted; cleared when it is run.
-    interrupted: str | None = None
-    interrupted_at: float | None = None  # when that was recorded (the backend's clock)
-    reused: int = 0  # items completed at create with an earlier job's answer
-    tokens_saved: int = 0  # the tokens those answers were recorded with (never charged here)
-
-    @property
-    def job_id(self) -> str:
-        return self.spec.job_id
-
-    @property
-    def answered(self) -> int:
-        """Completed items that were answered in this job (not reused from an earlier one at create).
-
-        In-job duplicates are counted (no counter tells them apart), which lowers the learned
-        allowance in a job of many repeats; docs/decisions.md says why that is accepted."""
-        return self.completed - self.reused
-
-    @property
-    def output_allowance(self) -> int:
-        """The output tokens a claim reserves for one item: learned once LEARN_AFTER items are done.
-
-        Twice the mean output of the completed items (capped at max_output_tokens), else the
-        configured allowance. The same rule is in SQL (sqlite claim_item) and Lua (claim_item.lua).
-        """
-        fixed = self.spec.output_tokens_estimate
-        if self.answered < LEARN_AFTER or self.tokens_out <= 0:
-            return fixed
-        learned = -(-2 * self.tokens_out // self.answered)
-        cap = self.spec.max_output_tokens
-        return learned if cap is None else min(learned, cap)
-
-    def reservation(self, estimate: int) -> int:
-        """What a claim reserves for an item whose stored estimate (made with the configured
-        allowance) is `estimate`: the learned allowance in its place, and never less than the
-        learned allowance itself (or the estimate, when that is smaller)."""
-        allowance = self.output_allowance
-        return max(estimate + allowance - self.spec.output_tokens_estimate, min(allowance, estimate))
-
-    @property
-    def projected_tokens(self) -> int:
-        """The whole job's estimate: the sum of the item estimates until LEARN_AFTER items are done,
-        then what is charged and reserved plus the pending items at the mean cost of a completed one."""
-        if self.answered < LEARN_AFTER or self.tokens_out <= 0:
-            return self.estimated_tokens
-        per_item = -(-self.tokens_charged // self.answered)
-        return self.tokens_charged + self.tokens_reserved + self.pending * per_item
-
-    @property
-    def finished(self) -> bool:
-        return self.total > 0 and self.completed + self.failed == self.total
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """An item handed to one worker, with everything needed to process it."""
-
-    job: JobRecord
-    index: int
-    name: str
-    content: str
-    content_hash: str
-    origin: str
-    offset: int
-    stat_sig: str
-    attempts: int  # failed attempts so far (transient errors)
-    rate_limit_waits: int  # consecutive 429s so far
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRefused:
-    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit (the
-    job paused), tokens_in_flight (try again shortly: reservations in flight may settle)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ItemRecord:
-    index: int
-    name: str
-    status: str
-    result: str | None
-    error_type: str | None
-    http_status: int | None
-    error_message: str | None
-    tokens_in: int
-    tokens_out: int
-    attempts: int
-    provider: str | None
-    model: str | None
-    content: str | None = None  # what the item was given (iter_items with_content only)
-    reused_from: tuple[str, int] | None = None  # (job id, index) of the answer reused
-
-
-@dataclass(frozen=True, slots=True)
-class BatchRecord:
-    """One provider batch of a job: which items it holds (those owned by `owner`) and where it is."""
-
-    batch_id: str  # ours; also the provider batch's metadata, which is how an unrecorded one is found
-    job_id: str
-    status: str  # BATCH_PREPARING, a provider status, or BATCH_DONE
-    items: int
-    created_at: float
-    provider_id: str | None = None  # recorded before its items count as submitted
-    input_file: str | None = None
-    output_file: str | None = None
-    error_file: str | None = None
-    completed: int = 0
-    failed: int = 0
-    submitted_at: float | None = None
-    cancel_sent: bool = False
-    run_rest_live: bool = False  # cancelled at --batch-deadline: its unfinished items run live
-    lease_owner: str | None = None  # the worker submitting, polling or ingesting it now
-    lease_until: float = 0.0
-
-    @property
-    def owner(self) -> str:
-        return BATCH_OWNER_PREFIX + self.batch_id
-
-    @property
-    def open(self) -> bool:
-        return self.status != BATCH_DONE
-
-
-#: The fields update_batch may change.
-BATCH_FIELDS = ("status", "provider_id", "input_file", "output_file", "error_file", "completed", "failed",
-                "submitted_at", "cancel_sent", "run_rest_live")
-
-
-class BatchItem(NamedTuple):
-    """An item a batch holds, with what a request for it and a source-change check need."""
-
-    index: int
-    name: str
-    content: str
-    content_hash: str
-    origin: str
-    offset: int
-    stat_sig: str
-
-
-@dataclass(frozen=True, slots=True)
-class ItemDetail:
-    """One item as `show` presents it: its record, and the content sent for it."""
-
-    item: ItemRecord
-    content: str | None  # None: dropped once the item completed (drops_content)
-    content_hash: str
-
-
-# The most tokens one request may report. Redis scripts hold numbers as doubles and pass them
-# on with 14 significant digits, so a larger count would fail on Redis where SQLite takes it;
-# model clients treat a larger (or non-integer) report as no report (the estimate is charged).
-MAX_USAGE_TOKENS = 10**9
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Tokens a provider reported for one request, each 0..MAX_USAGE_TOKENS or None."""
-
-    tokens_in: int | None = None
-    tokens_out: int | None = None
-
-    @property
-    def reported(self) -> bool:
-        return self.tokens_in is not None or self.tokens_out is not None
-
-
-@dataclass(frozen=True, slots=True)
-class ItemError:
-    """What a job record keeps of a failure: type, HTTP status, our own message."""
-
-    error_type: str
-    message: str
-    http_status: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    worker_id: str
-    host: str
-    pid: int
-    started_at: float
-    heartbeat_at: float
-    threads: int
-    holding: list[tuple[str, int]] = field(default_factory=list)  # (job_id, item index)
-
-
-@dataclass(frozen=True, slots=True)
-class PauseState:
-    """The shared wait of one provider key: until when, and the current backoff step."""
-
-    until: float
-    backoff_step: int
-
-
-class Turn(NamedTuple):
-    """SharedLimits.acquire's answer: wait is 0.0 when a request was taken, else the seconds to
-    wait before asking again; epoch is the key's count of adaptive decreases at the grant."""
-
-    wait: float
-    epoch: int
+from typing import Protocol
+
+# The records the contract speaks of are their own module (store/records.py).
+from .records import (  # noqa: F401  (named here too: callers import the contract and its records from one place)
+    AWAITING_RECOVERY,
+    BATCH_DONE,
+    BATCH_FIELDS,
+    BATCH_OWNER_PREFIX,
+    BATCH_PREPARING,
+    CLAIMED,
+    COMPLETED,
+    CREATING,
+    DROPS_CONTENT,
+    FAILED,
+    INTERRUPTED_ORPHANED,
+    INTERRUPTED_WORKER_STOP,
+    LEARN_AFTER,
+    MAX_USAGE_TOKENS,
+    NOT_STARTED,
+    PAUSE_TOKEN_LIMIT,
+    PAUSE_USER,
+    PAUSED,
+    PENDING,
+    RUNNING,
+    WAITING,
+    BatchItem,
+    BatchRecord,
+    Claim,
+    ClaimRefused,
+    Event,
+    ItemDetail,
+    ItemError,
+    ItemRecord,
+    JobRecord,
+    JobSpec,
+    NewItem,
+    PauseState,
+    Turn,
+    Usage,
+    WorkerInfo,
+    drops_content,
+    spec_from_json,
+)
 
 
 class JobStore(Protocol):
