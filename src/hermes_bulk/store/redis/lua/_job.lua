@@ -67,3 +67,41 @@ end
 local function released_event(now, n)
   add_event(now, 'recovered', string.format('%d interrupted item%s returned to the queue', n, n == 1 and '' or 's'))
 end
+
+-- The learned output allowance (JobRecord.output_allowance), for claim_item and open_batch:
+-- after learn_after completed items that reported output, twice their mean output (capped at
+-- max_output_tokens) replaces the configured allowance the stored estimate was made with.
+-- Items completed with an earlier job's answer at create cost nothing here: they are not
+-- counted. Returns (learned, fixed), or nil before learning starts.
+local function learned_allowance(job, learn_after)
+  local completed = tonumber(job.completed) - tonumber(job.reused or '0')
+  local tokens_out = tonumber(job.tokens_out)
+  if completed < learn_after or tokens_out <= 0 then return nil end
+  -- Plain META fields since issue 15 (begin_job); a job begun before has them in its spec only.
+  local fixed, cap = tonumber(job.output_tokens_estimate), tonumber(job.max_output_tokens)
+  if not fixed then
+    local spec = cjson.decode(job.spec)
+    fixed = spec.output_tokens_estimate
+    if type(spec.max_output_tokens) == 'number' then cap = spec.max_output_tokens end
+  end
+  local learned = math.floor((2 * tokens_out + completed - 1) / completed)
+  if cap and cap < learned then learned = cap end
+  return learned, fixed
+end
+
+-- What an item with this stored estimate reserves: never less than the learned allowance's share.
+local function reservation(estimate, learned, fixed)
+  if not learned then return estimate end
+  return math.max(estimate + learned - fixed, math.min(learned, estimate))
+end
+
+-- An item that does not fit under --max-tokens: it waits while reservations in flight may settle
+-- for less; the job pauses only when it would not fit beside what is charged alone.
+local function refuse_over_limit(now, charged, estimate, idx, limit)
+  if charged + estimate <= limit then return {'tokens_in_flight'} end
+  redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)
+  add_event(now, 'paused', string.format(
+    'token limit reached: %d charged + %d for item %d would exceed --max-tokens %d',
+    charged, estimate, tonumber(idx) + 1, limit), tonumber(idx))
+  return {'token_limit'}
+end

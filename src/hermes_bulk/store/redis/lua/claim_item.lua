@@ -27,24 +27,7 @@ estimate = tonumber(estimate)
 local now = now_ms()
 local LEARN_AFTER = tonumber(ARGV[5])
 
--- The learned output allowance (JobRecord.output_allowance): after LEARN_AFTER completed items
--- that reported output, twice their mean output (capped at max_output_tokens) replaces the
--- configured allowance that the stored estimate was made with, never reserving less than it.
--- Items completed with an earlier job's answer at create cost nothing here: they are not counted.
-local completed = tonumber(job.completed) - tonumber(job.reused or '0')
-local tokens_out = tonumber(job.tokens_out)
-if completed >= LEARN_AFTER and tokens_out > 0 then
-  -- Plain META fields since issue 15 (begin_job); a job begun before has them in its spec only.
-  local fixed, cap = tonumber(job.output_tokens_estimate), tonumber(job.max_output_tokens)
-  if not fixed then
-    local spec = cjson.decode(job.spec)
-    fixed = spec.output_tokens_estimate
-    if type(spec.max_output_tokens) == 'number' then cap = spec.max_output_tokens end
-  end
-  local learned = math.floor((2 * tokens_out + completed - 1) / completed)
-  if cap and cap < learned then learned = cap end
-  estimate = math.max(estimate + learned - fixed, math.min(learned, estimate))
-end
+estimate = reservation(estimate, learned_allowance(job, LEARN_AFTER))
 
 -- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while
 -- reservations are in flight (they may settle for less); the job pauses only when the item
@@ -53,12 +36,7 @@ if job.max_tokens ~= '' then
   local limit = tonumber(job.max_tokens)
   local charged, reserved = tonumber(job.tokens_charged), tonumber(job.tokens_reserved)
   if charged + reserved + estimate > limit then
-    if charged + estimate <= limit then return {'tokens_in_flight'} end
-    redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)
-    add_event(now, 'paused', string.format(
-      'token limit reached: %d charged + %d for item %d would exceed --max-tokens %d',
-      charged, estimate, tonumber(idx) + 1, limit), tonumber(idx))
-    return {'token_limit'}
+    return refuse_over_limit(now, charged, estimate, idx, limit)
   end
 end
 

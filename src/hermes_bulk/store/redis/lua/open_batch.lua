@@ -27,17 +27,7 @@ end
 
 local idxs = redis.call('ZRANGE', PENDING, 0, tonumber(ARGV[3]) - 1)
 if #idxs == 0 then return {'no_pending'} end
--- The learned output allowance, as claim_item.lua reckons it (JobRecord.reservation).
-local spec = cjson.decode(job.spec)
-local completed = tonumber(job.completed) - tonumber(job.reused or '0')
-local tokens_out = tonumber(job.tokens_out)
-local learned = nil
-if completed >= tonumber(ARGV[6]) and tokens_out > 0 then
-  learned = math.floor((2 * tokens_out + completed - 1) / completed)
-  if type(spec.max_output_tokens) == 'number' and spec.max_output_tokens < learned then
-    learned = spec.max_output_tokens
-  end
-end
+local learned, fixed = learned_allowance(job, tonumber(ARGV[6]))
 local limit = nil
 if job.max_tokens ~= '' then limit = tonumber(job.max_tokens) end
 local charged = tonumber(job.tokens_charged)
@@ -47,17 +37,10 @@ local hold_until = now + tonumber(ARGV[5])
 local taken, reserved = 0, 0
 for _, idx in ipairs(idxs) do
   local estimate = tonumber(string.match(redis.call('HGET', ITEMS, idx), '^(%-?%d+)\t'))
-  if learned then
-    estimate = math.max(estimate + learned - spec.output_tokens_estimate, math.min(learned, estimate))
-  end
+  estimate = reservation(estimate, learned, fixed)
   if limit and used + estimate > limit then
     if taken > 0 then break end
-    if charged + estimate <= limit then return {'tokens_in_flight'} end
-    redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)
-    add_event(now, 'paused', string.format(
-      'token limit reached: %d charged + %d for item %d would exceed --max-tokens %d',
-      charged, estimate, tonumber(idx) + 1, limit), tonumber(idx))
-    return {'token_limit'}
+    return refuse_over_limit(now, charged, estimate, idx, limit)
   end
   used = used + estimate
   local st = item_state(idx)
