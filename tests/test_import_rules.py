@@ -6,8 +6,9 @@
 - Owners: each heavy library has the modules that may import it (THIRD_PARTY); everything else
   reaches it through them, so the backends, the HTTP client and the terminal stay swappable.
 - Start-up: `hermes_bulk.cli` loads none of them until a command needs one (`path`, `list`
-  and `status` start without huey, redis, httpx, tenacity, rich, or the dashboard's starlette
-  and uvicorn, which only `dashboard` loads).
+  and `status` start without huey, redis, httpx, tenacity, rich, the dashboard's starlette
+  and uvicorn, which only `dashboard` loads, or pydantic: their settings are read by
+  quick_settings when the environment leaves no doubt).
 Hermes' own modules have their fence: tests/plugin/test_boundaries.py.
 """
 
@@ -33,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "budget", "budget.policy", "budget.turns", "budget.windows", "testing",
         "testing.*", "plugin", "dashboard")),
     ("configuration and where things are", (
-        "", "config", "backend_url", "logs", "budget.settings", "budget.grammar", "budget.failopen")),
+        "", "config", "settings_fields", "quick_settings", "backend_url", "logs", "budget.settings", "budget.grammar", "budget.failopen")),
     ("one backend each: stores, queues, ledgers", (
         "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
@@ -191,10 +192,14 @@ def test_a_planted_upward_import_and_cycle_are_caught(monkeypatch):
 def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
     code = ("import json, sys\nfrom hermes_bulk import cli\nstatus = cli.main([sys.argv[1]])\n"
             "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n")
-    env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    # A user's environment as the README sets it up: the endpoint, the key, a model, a limit.
+    env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+           "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "sk-not-a-key",
+           "HERMES_BULK_MODEL": "gpt-4o-mini", "HERMES_BULK_MAX_CONCURRENCY": "32", "HERMES_BULK_REUSE": "false"}
     proc = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env, timeout=60)
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    heavy = {"huey", "redis", "httpx", "tenacity", "rich", "starlette", "uvicorn", "anyio"}
+    heavy = {"huey", "redis", "httpx", "tenacity", "rich", "starlette", "uvicorn", "anyio", "pydantic",
+             "pydantic_settings", "pydantic_core"}
     assert {m.split(".")[0] for m in modules} & heavy == set(), proc.stdout
     # Nor the parts of hermes-bulk only other commands use: discovery (create), the export
     # writer, the cron budget (its gate is looked up when a running job's status asks it).

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .backend_url import SqliteUrl, parse_backend_url
-from .config import Settings
 from .errors import BackendUnavailable
 from .store.protocol import JobStore, SharedLimits
 from .store.sqlite import queue as sqlite_queue
@@ -29,6 +28,8 @@ from .store.sqlite.limits import SqliteLimits
 if TYPE_CHECKING:  # huey is loaded with the first queue: `list` and `status` never need it
     from huey import Huey
     from huey.api import TaskWrapper
+
+    from .config import Settings
 
 QUEUE_NAME = "hermes-bulk"  #: the queue of jobs made by `hermes-bulk create` (client "http")
 DEFAULT_CLIENT = "http"

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import sys
 import threading
 import time
@@ -22,18 +23,19 @@ from argparse import Namespace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import hints, logs, replies, views
+from . import hints, logs, quick_settings, replies, views
 from .commands import UsageError, build_parser, normalise
-from .config import Settings, load_settings
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
 from .jobs import Jobs, Plan, state_label
 from .limits import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
+from .settings_fields import register_settings_secrets
 from .terminal import print_table, say, stderr_console
 from .words import count
 
 if TYPE_CHECKING:
     from .client_kinds import Served
+    from .config import Settings
     from .worker import WorkerRuntime
 
 # What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
@@ -42,6 +44,10 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_PAUSED = 4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
 EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
+
+#: Commands that read the settings without loading pydantic when the environment leaves no doubt
+#: (quick_settings): reads a user types often, which should answer at once (bench row 7).
+QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     settings: Settings | None = None
     try:
-        settings = load_settings()
+        settings = load_settings_for(args.command)
         if args.command != "worker":
             logs.log_to_file(settings.home)
         status = HANDLERS[args.command](args, settings) or EXIT_OK
@@ -85,6 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         say(f"hermes-bulk: internal error ({type(exc).__name__}); the traceback is in {log_path}. "
             "Please report it.")
         return EXIT_ERROR
+
+
+def load_settings_for(command: str) -> Settings:
+    """The settings, read quickly for a read command whose environment leaves no doubt, else by
+    pydantic-settings, which also words the error of a bad value."""
+    if command in QUICK_COMMANDS and (quick := quick_settings.read(os.environ)) is not None:
+        register_settings_secrets(quick)
+        return quick  # type: ignore[return-value]  # the same attributes, read without pydantic
+    from .config import load_settings
+
+    return load_settings()
 
 
 def _save_traceback(settings: Settings | None) -> Path:

@@ -16,17 +16,31 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .errors import ConfigError
-from .redact import public_url, register_secret, register_url
+from .redact import public_url
+from .settings_fields import (
+    BY_NAME,
+    ENV_PREFIX,
+    Places,
+    check_backend,
+    check_base_url,
+    check_batch_window,
+    env_name,
+    register_settings_secrets,
+)
 
-ENV_PREFIX = "HERMES_BULK_"
-BACKEND_SCHEMES = ("sqlite", "redis", "rediss")
 
-
-def default_home() -> Path:
-    """`$HERMES_HOME/plugin-data/bulk`, else `~/.hermes/plugin-data/bulk`: where Hermes keeps it too."""
-    hermes_home = os.environ.get("HERMES_HOME")
-    base = Path(hermes_home).expanduser() if hermes_home else Path.home() / ".hermes"
-    return base / "plugin-data" / "bulk"
+def _field(name: str) -> Any:
+    """The pydantic Field of a setting, from its row in settings_fields.SETTINGS."""
+    setting = BY_NAME[name]
+    options: dict[str, Any] = {key: getattr(setting, key) for key in ("ge", "gt", "le")
+                               if getattr(setting, key) is not None}
+    if setting.aliases:
+        options["validation_alias"] = AliasChoices(*setting.aliases)
+    if setting.default_factory:
+        options["default_factory"] = setting.default_factory
+    else:
+        options["default"] = setting.default
+    return Field(**options, description=setting.description)
 
 
 class _MappingSource(PydanticBaseSettingsSource):
@@ -44,69 +58,50 @@ class _MappingSource(PydanticBaseSettingsSource):
         return {k: v for k, v in self._values.items() if k in known and v is not None}
 
 
-class Settings(BaseSettings):
-    """Everything hermes-bulk can be told. Field names are the env names without the prefix."""
+class Settings(BaseSettings, Places):
+    """Everything hermes-bulk can be told. Field names are the env names without the prefix; each
+    field's default, bounds, environment names and description are its row in settings_fields."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True, frozen=True,
     )
 
-    home: Path = Field(default_factory=default_home, description="Data directory (HERMES_BULK_HOME).")
-    backend: str = Field("", description="sqlite:///path, redis://… or rediss://…; default: SQLite in the data dir.")
-    base_url: str = Field(
-        "https://api.openai.com/v1",
-        validation_alias=AliasChoices("HERMES_BULK_BASE_URL", "OPENAI_BASE_URL", "base_url"),
-        description="OpenAI-compatible endpoint (falls back to OPENAI_BASE_URL).",
-    )
-    api_key: SecretStr | None = Field(
-        None,
-        validation_alias=AliasChoices("HERMES_BULK_API_KEY", "OPENAI_API_KEY", "api_key"),
-        description="API key (falls back to OPENAI_API_KEY). Never stored or printed.",
-    )
-    model: str | None = Field(None, description="Model name sent with each request (HERMES_BULK_MODEL).")
-    max_retries: int = Field(2, ge=0, le=20, description="Default automatic retries per item.")
-    max_concurrency: int = Field(16, ge=1, le=1024, description="The most items one job may run at once.")
-    default_concurrency: int = Field(4, ge=1, le=1024, description="--concurrency when not given.")
-    rpm: int | None = Field(None, ge=1, le=1_000_000, description="Default requests per minute for pacing (none: no pacing).")
-    tpm: int | None = Field(None, ge=1, le=1_000_000_000, description="Default tokens per minute for pacing (none: no pacing).")
-    lease_seconds: float = Field(30.0, ge=0.5, le=3600, description="How long a claimed item stays owned without renewal.")
-    request_timeout_seconds: float = Field(120.0, gt=0, le=3600, description="Timeout of one model request.")
-    output_tokens_estimate: int = Field(512, ge=0, le=1_000_000, description="Output allowance in token reservations.")
-    reuse: bool = Field(True, description="Reuse answers of earlier jobs in this store (false: every create is --fresh).")
-    max_output_tokens: int | None = Field(None, ge=1, le=1_000_000, description="max_tokens sent with each request (none: provider default).")
-    resume_interrupted: bool = Field(False, description="hermes-bulk worker: at start, continue the jobs a graceful "
-                                     "worker stop cut off (worker --resume-interrupted), not only after run.")
-    batch_max_items: int = Field(50_000, ge=1, le=50_000, description="create --batch: the most items in one "
-                                 "provider batch (the provider's limit is 50,000 requests and 200 MB).")
-    batch_poll_seconds: float = Field(30.0, ge=0.05, le=3600, description="create --batch: how often a worker "
-                                      "asks the provider how a batch is doing.")
-    batch_window: str = Field("24h", description="create --batch: the completion window asked of the provider.")
-    dashboard_token: SecretStr | None = Field(None, description="hermes-bulk dashboard: the access token (default: "
-                                              "a new random one at each start, on a loopback address only).")
-    max_item_bytes: int = Field(4 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024, description="Larger files in a directory are left out, with an event.")
+    home: Path = _field("home")
+    backend: str = _field("backend")
+    base_url: str = _field("base_url")
+    api_key: SecretStr | None = _field("api_key")
+    model: str | None = _field("model")
+    max_retries: int = _field("max_retries")
+    max_concurrency: int = _field("max_concurrency")
+    default_concurrency: int = _field("default_concurrency")
+    rpm: int | None = _field("rpm")
+    tpm: int | None = _field("tpm")
+    lease_seconds: float = _field("lease_seconds")
+    request_timeout_seconds: float = _field("request_timeout_seconds")
+    output_tokens_estimate: int = _field("output_tokens_estimate")
+    reuse: bool = _field("reuse")
+    max_output_tokens: int | None = _field("max_output_tokens")
+    resume_interrupted: bool = _field("resume_interrupted")
+    batch_max_items: int = _field("batch_max_items")
+    batch_poll_seconds: float = _field("batch_poll_seconds")
+    batch_window: str = _field("batch_window")
+    dashboard_token: SecretStr | None = _field("dashboard_token")
+    max_item_bytes: int = _field("max_item_bytes")
 
     @field_validator("backend")
     @classmethod
-    def _backend_scheme(cls, value: str) -> str:
-        if value and value.split("://", 1)[0].lower() not in BACKEND_SCHEMES:
-            raise ValueError("must start with sqlite://, redis:// or rediss://")
-        return value
-
-    @field_validator("batch_window")
-    @classmethod
-    def _batch_window(cls, value: str) -> str:
-        from .durations import parse_duration
-
-        if not parse_duration(value):
-            raise ValueError("must be a duration such as 24h")
-        return value.strip()
+    def _backend(cls, value: str) -> str:
+        return check_backend(value)
 
     @field_validator("base_url")
     @classmethod
     def _base_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("must be an http:// or https:// URL")
-        return value.rstrip("/")
+        return check_base_url(value)
+
+    @field_validator("batch_window")
+    @classmethod
+    def _batch_window(cls, value: str) -> str:
+        return check_batch_window(value)
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
@@ -114,23 +109,11 @@ class Settings(BaseSettings):
         plugin = _MappingSource(settings_cls, _plugin_settings_for_load.get() or {})
         return (init_settings, env_settings, plugin)
 
-    @property
-    def backend_url(self) -> str:
-        return self.backend or f"sqlite:///{self.home / 'bulk.db'}"
-
-    @property
-    def jobs_dir(self) -> Path:
-        return self.home / "jobs"
-
 
 # Hermes' plugin settings are handed to the source through a context variable because
 # pydantic-settings builds sources from the class, not the instance; load_settings sets it. Each
 # thread has its own context, so a gateway loading two profiles' settings at once keeps them apart.
 _plugin_settings_for_load: ContextVar[dict[str, Any] | None] = ContextVar("plugin_settings_for_load", default=None)
-
-
-def env_name(field: str) -> str:
-    return ENV_PREFIX + field.upper()
 
 
 def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: Any) -> Settings:
@@ -155,10 +138,3 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
     register_settings_secrets(settings)
     return settings
 
-
-def register_settings_secrets(settings: Settings) -> None:
-    """The key and the credentials in the endpoint and backend URLs: masked by value in every log."""
-    register_secret(settings.api_key.get_secret_value() if settings.api_key else None)
-    register_secret(settings.dashboard_token.get_secret_value() if settings.dashboard_token else None)
-    register_url(settings.base_url)
-    register_url(settings.backend)

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from . import hints, prompt
 from .backend_url import SqliteUrl, parse_backend_url
 from .broker import Backend, open_backend
-from .config import Settings, env_name
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from .files import private_dir
 from .limits import OpenGate, RequestGate, provider_key
 from .liveness import Liveness, interruption
+from .settings_fields import env_name
 from .store.protocol import (
     AWAITING_RECOVERY,
     FAILED,
@@ -45,6 +45,7 @@ from .store.sqlite.database import is_open_sqlite_file
 from .words import count
 
 if TYPE_CHECKING:
+    from .config import Settings
     from .sources import Skipped, Source
 
 # sources (create) and export (export, delete) are imported where used: `list` and `status` start

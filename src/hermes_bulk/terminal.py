@@ -1,13 +1,16 @@
 """What the command line writes to a terminal: one-line messages, tables and live bars.
 
-rich is loaded only for a table or a bar: a command that prints a line (`path`, `status JOB`,
-an error) starts without it (issue 17: a command starts fast).
+rich is loaded only for a bar or a table drawn on a terminal: a command that prints a line
+(`path`, `status JOB`, an error) or a table into a pipe or file starts without it (issue 17: a
+command starts fast; bench row 7).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,15 +29,94 @@ def stderr_console() -> Console:
     return _console_class()(stderr=True, highlight=False, soft_wrap=True)
 
 
-def print_table(table) -> None:
-    """A table on stdout: fitted to a terminal; at its natural width into a pipe or file, since
-    no reader there has a width to fit (80 columns squeezed the counts of `list` to nothing)."""
-    console_class = _console_class()
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: str = "left"  #: or "right"
+    max_width: int | None = None  #: longer cells end in "…"
+    no_wrap: bool = True  #: on a narrow terminal, cut (True) or wrap (False) the cell
+
+
+@dataclass
+class Table:
+    """A table as data: what it says, not how it is drawn."""
+
+    title: str
+    columns: list[Column]
+    rows: list[list[str]] = field(default_factory=list)
+
+
+def print_table(table: Table) -> None:
+    """A table on stdout: fitted to a terminal by rich; at its natural width into a pipe or file,
+    since no reader there has a width to fit (80 columns squeezed the counts of `list` to nothing).
+    Cells are text as it is, never rich markup or emoji codes (a job's instruction is the user's)."""
     if sys.stdout.isatty():
-        console_class(highlight=False, soft_wrap=True).print(table)
+        _console_class()(highlight=False, soft_wrap=True, markup=False, emoji=False).print(_rich_table(table))
         return
-    width = console_class(width=100_000).measure(table).maximum
-    console_class(file=sys.stdout, width=max(width, 20), highlight=False, soft_wrap=True).print(table)
+    drawn = draw_plain(table)
+    sys.stdout.write(drawn if drawn is not None else draw_rich(table))
+
+
+def draw_rich(table: Table) -> str:
+    """The table as rich draws it at its natural width, without a terminal."""
+    import io
+
+    rich_table, out = _rich_table(table), io.StringIO()
+    width = _console_class()(width=100_000, markup=False, emoji=False).measure(rich_table).maximum
+    _console_class()(file=out, width=max(width, 20), highlight=False, soft_wrap=True, markup=False,
+                     emoji=False).print(rich_table)
+    return out.getvalue()
+
+
+_PLAIN = re.compile(r"[ -~]*")  # printable ASCII: one character, one column
+
+
+def draw_plain(table: Table) -> str | None:
+    """The table as rich draws it at its natural width without a terminal (box HEAVY_HEAD, no
+    styles), without loading rich; None where a cell is not printable ASCII, whose width on
+    screen only rich knows. tests/test_terminal_tables.py holds the two drawings equal."""
+    cells = [table.title] + [c.header for c in table.columns] + [cell for row in table.rows for cell in row]
+    if not all(_PLAIN.fullmatch(cell) for cell in cells):
+        return None
+    if any(col.max_width is not None and not col.no_wrap and len(cell.rstrip()) > col.max_width
+           for row in [[c.header for c in table.columns], *table.rows] for cell, col in zip(row, table.columns, strict=True)):
+        return None  # rich wraps it over lines
+    rows = [[_fit(cell, col) for cell, col in zip(row, table.columns, strict=True)] for row in table.rows]
+    headers = [_fit(col.header, col) for col in table.columns]
+    widths = [max(len(text) for text in column) for column in zip(headers, *rows, strict=True)]
+
+    def line(left: str, fill: str, cross: str, right: str) -> str:
+        return left + cross.join(fill * (width + 2) for width in widths) + right + "\n"
+
+    def cells_line(edge: str, texts: list[str]) -> str:
+        padded = (text.rstrip().rjust(width) if col.justify == "right" else text.ljust(width)
+                  for text, width, col in zip(texts, widths, table.columns, strict=True))
+        return edge + edge.join(f" {text} " for text in padded) + edge + "\n"
+
+    return "".join([table.title + "\n" if table.title else "", line("┏", "━", "┳", "┓"), cells_line("┃", headers),
+                    line("┡", "━", "╇", "┩"), *(cells_line("│", row) for row in rows), line("└", "─", "┴", "┘")])
+
+
+def _fit(text: str, column: Column) -> str:
+    """A cell cut to its column's max_width as rich cuts it: trailing spaces first, then "…"."""
+    width = column.max_width
+    if width is None or len(text) <= width:
+        return text
+    spaces = len(text) - len(text.rstrip(" "))
+    text = text[:len(text) - min(spaces, len(text) - width)]
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _rich_table(table: Table):
+    from rich.table import Table as RichTable
+
+    drawn = RichTable(title=table.title)
+    for col in table.columns:
+        options = {"overflow": "ellipsis", "max_width": col.max_width} if col.max_width else {}
+        drawn.add_column(col.header, justify=col.justify, no_wrap=col.no_wrap, **options)
+    for row in table.rows:
+        drawn.add_row(*row)
+    return drawn
 
 
 @functools.cache

@@ -22,11 +22,11 @@ from .store.protocol import (
     ItemRecord,
     WorkerInfo,
 )
+from .terminal import Column, Table
 from .words import count, plural
 
 if TYPE_CHECKING:  # rich is loaded for a table or a bar, not for a line of text
     from rich.console import Console
-    from rich.table import Table
 
 FINAL_STATES = ("completed", "completed_with_errors", "failed")
 
@@ -266,20 +266,15 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
 
 
 def jobs_table(statuses: list[JobStatus]) -> Table:
-    from rich.table import Table
-
-    table = Table(title="Bulk jobs (newest first)")
     # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80 columns.
-    number = {"justify": "right", "no_wrap": True}
-    for col, kw in (("job", {"no_wrap": True}), ("state", {"no_wrap": True}), ("done", number),
-                    ("failed", number), ("total", number), ("created", {"no_wrap": True}),
-                    ("instruction", {"overflow": "ellipsis", "no_wrap": True, "max_width": 40})):
-        table.add_column(col, **kw)
+    table = Table("Bulk jobs (newest first)", [
+        Column("job"), Column("state"), Column("done", "right"), Column("failed", "right"), Column("total", "right"),
+        Column("created"), Column("instruction", max_width=40)])
     for st in statuses:
         j = st.job
-        table.add_row(j.job_id, state_label(st.state), str(j.completed), str(j.failed), str(j.total),
-                      datetime.datetime.fromtimestamp(j.created_at).strftime("%Y-%m-%d %H:%M"),
-                      j.spec.instruction.replace("\n", " "))
+        table.rows.append([j.job_id, state_label(st.state), str(j.completed), str(j.failed), str(j.total),
+                           datetime.datetime.fromtimestamp(j.created_at).strftime("%Y-%m-%d %H:%M"),
+                           j.spec.instruction.replace("\n", " ")])
     return table
 
 
@@ -289,17 +284,14 @@ SILENT_AFTER_BEATS = 3
 
 
 def workers_table(workers: list[WorkerInfo], now_s: float, *, heartbeat_s: float) -> Table:
-    from rich.table import Table
-
-    table = Table(title="Workers")
-    for col in ("worker", "host", "pid", "threads", "up", "last seen", "holding"):
-        table.add_column(col)
+    table = Table("Workers", [Column(header, no_wrap=False)
+                              for header in ("worker", "host", "pid", "threads", "up", "last seen", "holding")])
     for w in workers:
         holding = ", ".join(f"{job}#{idx + 1}" for job, idx in w.holding[:6]) + (" …" if len(w.holding) > 6 else "")
         age_s = now_s - w.heartbeat_at
         seen = f"not answering for {age_s:.0f} s" if age_s > SILENT_AFTER_BEATS * heartbeat_s else f"{age_s:.1f}s ago"
-        table.add_row(w.worker_id, w.host, str(w.pid), str(w.threads), f"{now_s - w.started_at:.0f}s",
-                      seen, holding or "-")
+        table.rows.append([w.worker_id, w.host, str(w.pid), str(w.threads), f"{now_s - w.started_at:.0f}s",
+                           seen, holding or "-"])
     return table
 
 
