@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def stderr_console() -> Console:
 class Column:
     header: str
     justify: str = "left"  #: or "right"
-    max_width: int | None = None  #: longer cells end in "…"
+    max_width: int | None = None  #: longer cells end in "…"; on a narrow terminal it gives way first
     no_wrap: bool = True  #: on a narrow terminal, cut (True) or wrap (False) the cell
 
 
@@ -47,24 +47,52 @@ class Table:
 
 
 def print_table(table: Table) -> None:
-    """A table on stdout: fitted to a terminal by rich; at its natural width into a pipe or file,
-    since no reader there has a width to fit (80 columns squeezed the counts of `list` to nothing).
-    Cells are text as it is, never rich markup or emoji codes (a job's instruction is the user's)."""
+    """A table on stdout: fitted to a terminal; at its natural width into a pipe or file, since no
+    reader there has a width to fit. Cells are text as it is, never rich markup or emoji codes
+    (a job's instruction is the user's)."""
     if sys.stdout.isatty():
-        _console_class()(highlight=False, soft_wrap=True, markup=False, emoji=False).print(_rich_table(table))
+        console = _console_class()(highlight=False, soft_wrap=True, markup=False, emoji=False)
+        console.print(rich_table(fit_to_width(table, console.width)))
         return
     drawn = draw_plain(table)
     sys.stdout.write(drawn if drawn is not None else draw_rich(table))
+
+
+#: A column that gives way on a narrow terminal keeps at least this many characters, or goes.
+FLEXIBLE_MIN = 10
+
+
+def fit_to_width(table: Table, width: int) -> Table:
+    """The table for a terminal `width` columns wide: the columns with a max_width give way
+    first, down to FLEXIBLE_MIN and then out of the table. Left to rich, a wide table lost the
+    same share of every column, and at 100 columns the counts of `list` were cut to "1…" or
+    nothing."""
+    from rich.cells import cell_len
+
+    def natural(col: Column, cells: list[str]) -> int:
+        widest = max(cell_len(cell) for cell in [col.header, *cells])
+        return min(widest, col.max_width) if col.max_width else widest
+
+    columns = list(table.columns)
+    widths = [natural(col, [row[i] for row in table.rows]) for i, col in enumerate(columns)]
+    excess = sum(widths) + 3 * len(columns) + 1 - width
+    for i, col in enumerate(columns):
+        if excess > 0 and col.max_width and widths[i] > FLEXIBLE_MIN:
+            give = min(excess, widths[i] - FLEXIBLE_MIN)
+            columns[i] = replace(col, max_width=widths[i] - give)
+            excess -= give
+    keep = [i for i, col in enumerate(columns) if not (excess > 0 and col.max_width)]
+    return Table(table.title, [columns[i] for i in keep], [[row[i] for i in keep] for row in table.rows])
 
 
 def draw_rich(table: Table) -> str:
     """The table as rich draws it at its natural width, without a terminal."""
     import io
 
-    rich_table, out = _rich_table(table), io.StringIO()
-    width = _console_class()(width=100_000, markup=False, emoji=False).measure(rich_table).maximum
+    drawn, out = rich_table(table), io.StringIO()
+    width = _console_class()(width=100_000, markup=False, emoji=False).measure(drawn).maximum
     _console_class()(file=out, width=max(width, 20), highlight=False, soft_wrap=True, markup=False,
-                     emoji=False).print(rich_table)
+                     emoji=False).print(drawn)
     return out.getvalue()
 
 
@@ -98,16 +126,17 @@ def draw_plain(table: Table) -> str | None:
 
 
 def _fit(text: str, column: Column) -> str:
-    """A cell cut to its column's max_width as rich cuts it: trailing spaces first, then "…"."""
+    """A cell cut to its column's max_width as rich cuts it: a no_wrap cell ends in "…"; a
+    wrapping one (whose text fits, draw_plain checked) loses the trailing spaces that overflow."""
     width = column.max_width
     if width is None or len(text) <= width:
         return text
-    spaces = len(text) - len(text.rstrip(" "))
-    text = text[:len(text) - min(spaces, len(text) - width)]
-    return text if len(text) <= width else text[:width - 1] + "…"
+    if column.no_wrap:
+        return text[:width - 1] + "…"
+    return text[:width] if not text[width:].strip(" ") else text
 
 
-def _rich_table(table: Table):
+def rich_table(table: Table):
     from rich.table import Table as RichTable
 
     drawn = RichTable(title=table.title)
