@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import threading
 from pathlib import Path
 
@@ -57,6 +56,8 @@ def write_private(path: Path, text: str) -> None:
 
 def _remove(path: str) -> None:
     """Remove a left-over file, link, FIFO or (empty or not) directory at path."""
+    import shutil  # rarely needed: not loaded by every command that imports files
+
     try:
         os.unlink(path)
     except IsADirectoryError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,7 +242,7 @@ class Jobs:
             return self._plan(instruction, over, source, model=model if client == "http" else None,
                               max_tokens=max_tokens, schema=schema)
         spec = JobSpec(
-            job_id=secrets.token_hex(6), instruction=instruction, source=str(source.path),
+            job_id=os.urandom(6).hex(), instruction=instruction, source=str(source.path),
             source_kind=source.kind, concurrency=concurrency,
             retries=s.max_retries if retries is None else retries, max_tokens=max_tokens,
             rpm=rpm or s.rpm, tpm=tpm or s.tpm, model=model, client=client, provider_key=provider or "",

@@ -11,8 +11,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import secrets
-import socket
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,16 +42,22 @@ def heartbeat_interval(lease_s: float) -> float:
     return max(0.2, min(lease_s / 3, 5.0))
 
 
+def this_host() -> str:
+    """This machine's host name, as gethostname(2) gives it (uname's node name: socket's
+    gethostname is the same call, and loading socket is a cost `status` need not pay)."""
+    return os.uname().nodename
+
+
 def new_worker_id() -> str:
     """host:pid:random; the host part is how Liveness knows a worker ran on this machine."""
-    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+    return f"{this_host()}:{os.getpid()}:{os.urandom(3).hex()}"
 
 
 class Liveness:
     """Tells live workers from dead ones: the registry everywhere, lock files on this host."""
 
     def __init__(self, store: JobStore, locks_dir: Path) -> None:
-        self.store, self.locks_dir, self.host = store, locks_dir, socket.gethostname()
+        self.store, self.locks_dir, self.host = store, locks_dir, this_host()
 
     def lock_path(self, worker_id: str) -> Path:
         return self.locks_dir / (worker_id.replace("/", "_") + ".lock")

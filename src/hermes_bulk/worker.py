@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -36,7 +35,7 @@ from .broker import Backend
 from .config import Settings
 from .errors import ClientUnavailable, ConfigError, HermesBulkError
 from .limits import OpenGate, RequestGate
-from .liveness import Liveness, heartbeat_interval, new_worker_id, recover_interrupted
+from .liveness import Liveness, heartbeat_interval, new_worker_id, recover_interrupted, this_host
 from .model import HttpModelClient, ModelClient
 from .pipeline import ItemProcessor
 from .store.protocol import (
@@ -360,7 +359,7 @@ class WorkerRuntime:
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
         self.backend.store.heartbeat_worker(
-            WorkerInfo(self.worker_id, socket.gethostname(), os.getpid(), self.started_at, 0.0, self.threads),
+            WorkerInfo(self.worker_id, this_host(), os.getpid(), self.started_at, 0.0, self.threads),
             ttl_s=self.settings.lease_seconds)
         self.backend.store.renew_leases(self.worker_id, self.processor.held_items(),
                                         lease_s=self.settings.lease_seconds)

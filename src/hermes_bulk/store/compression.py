@@ -15,8 +15,10 @@ a million rows. The scripts never look inside a value (Lua stores and returns by
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-import zstandard
+if TYPE_CHECKING:  # loaded with the first value packed or unpacked: `list` and `status` never are
+    import zstandard
 
 MAGIC = b"\x28\xb5\x2f\xfd"
 #: Texts shorter than this are stored as they are: a frame would not be smaller.
@@ -30,6 +32,8 @@ def _compressor() -> zstandard.ZstdCompressor:
     c = getattr(_local, "c", None)
     if c is None:
         # No checksum (the backends keep what they are given) and no dictionary id: 6 bytes less a value.
+        import zstandard
+
         c = _local.c = zstandard.ZstdCompressor(level=LEVEL, write_checksum=False, write_dict_id=False)
     return c
 
@@ -37,6 +41,8 @@ def _compressor() -> zstandard.ZstdCompressor:
 def _decompressor() -> zstandard.ZstdDecompressor:
     d = getattr(_local, "d", None)
     if d is None:
+        import zstandard
+
         d = _local.d = zstandard.ZstdDecompressor()
     return d
 
