@@ -198,7 +198,7 @@ def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
            "HERMES_BULK_MODEL": "gpt-4o-mini", "HERMES_BULK_MAX_CONCURRENCY": "32", "HERMES_BULK_REUSE": "false"}
     proc = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env, timeout=60)
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    heavy = {"huey", "redis", "httpx", "tenacity", "rich", "starlette", "uvicorn", "anyio", "pydantic",
+    heavy = {"huey", "redis", "httpx", "tenacity", "rich", "starlette", "uvicorn", "anyio", "zstandard", "pydantic",
              "pydantic_settings", "pydantic_core"}
     assert {m.split(".")[0] for m in modules} & heavy == set(), proc.stdout
     # Nor the parts of hermes-bulk only other commands use: discovery (create), the export
