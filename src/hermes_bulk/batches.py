@@ -327,13 +327,9 @@ class BatchDriver:
         if isinstance(exc, PermanentModelError):
             self.store.fail_item(job.job_id, index, batch.owner, error)
             return
-        attempts = self.store.record_attempt(job.job_id, index, batch.owner, error, rate_limited=False)
-        if attempts < 0:
-            return  # ingested before: no longer the batch's
-        if attempts > job.spec.retries:
-            self.store.fail_item(job.job_id, index, batch.owner, error)
-        else:
-            self.store.release_item(job.job_id, index, batch.owner)
+        # One store step: a worker killed in it leaves the attempt counted and the item settled,
+        # or neither; a line ingested again finds the item no longer the batch's (-1).
+        self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
 
 
 _SAFE_CODE = re.compile(r"^[a-z_]{1,40}$")  # an error code, never free text (which may echo credentials)

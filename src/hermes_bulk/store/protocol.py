@@ -280,6 +280,18 @@ class JobStore(Protocol):
         One step on both backends.
         """
 
+    def settle_failed_attempt(self, job_id: str, index: int, worker_id: str, error: ItemError, *,
+                              retries: int) -> int:
+        """A transient failure of the owner's item, settled: record_attempt (not rate limited),
+        then, when the new count is over retries, fail_item with the error, else release_item
+        (back to pending). Returns the new count, or -1 if worker_id does not own the item
+        (nothing changed).
+
+        One step on both backends (one transaction; one script): a process that dies in it
+        leaves the attempt counted and the item settled, or neither, so an attempt is never
+        counted twice for one failure (a provider batch's line ingested again after a kill).
+        """
+
     def release_expired_leases(self) -> dict[str, int]:
         """Return every running item whose lease has expired to pending; counts by job id.
 
