@@ -59,7 +59,7 @@ def test_a_batch_job_answers_every_item_as_the_same_job_run_live_does(cli, backe
     bodies = fake_provider.batches.bodies()
     assert len(bodies) == 2000 and len(fake_provider.batches.created) == 3, "2,000 items split at 700 a batch"
     assert sorted(b["id"] for b in status["batches"]) == sorted(fake_provider.batches.created)
-    assert all(b["status"] == "done" for b in status["batches"])
+    assert all(b["status"] == "completed" for b in status["batches"]), "the provider's final status, not ours"
     assert sum(b["items"] for b in status["batches"]) == 2000
     batch_rows = _rows(cli, batch_job, env)
 
@@ -119,6 +119,7 @@ def test_an_expired_batch_returns_its_unfinished_items_and_they_run_again(cli, b
     first, second = (fake_provider.batches.batches[b] for b in fake_provider.batches.created)
     assert first["status"] == "expired" and first["request_counts"]["completed"] == 30
     assert second["status"] == "completed" and second["request_counts"]["total"] == 20
+    assert [b["status"] for b in status["batches"]] == ["expired", "completed"]
     assert len([r for r in fake_provider.batches.lines if r.status == 200]) == 50, "each item answered once"
 
 
@@ -131,7 +132,8 @@ def test_pause_cancels_the_batch_keeping_finished_lines_and_resume_finishes(cli,
         wait_for(lambda: len(fake_provider.batches.lines) >= 10, timeout=60, message="the batch to be under way")
         cli("pause", job_id, **backend_env)
         paused = wait_for(lambda: (st := cli.json("status", job_id, "--json", **backend_env))["batches"]
-                          and all(b["status"] == "done" for b in st["batches"]) and st, timeout=60,
+                          and all(b["status"] == "cancelled" for b in st["batches"]) and st["running"] == 0
+                          and st, timeout=60,
                           message="the batch to be cancelled and ingested")
         (batch,) = fake_provider.batches.batches.values()
         assert batch["status"] == "cancelled"

@@ -279,7 +279,8 @@ class BatchDriver:
             for index in [item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)]:
                 self._failed_attempt(job, batch, index, TransientModelError("the provider failed the whole batch"))
         back = self.store.release_batch_items(job.job_id, batch.batch_id)
-        if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE) is None:
+        if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE,
+                                   final_status=batch.status) is None:
             return
         self._polled.pop(batch.batch_id, None)
         self.store.add_events(job.job_id, [Event("batch_done", f"batch {batch.provider_id} {batch.status}: "

@@ -70,8 +70,11 @@ def test_one_batch_is_prepared_at_a_time_and_an_expired_lease_is_taken_over(stor
     assert store.lease_batch(job_id, "b3", "w2", lease_s=30) is None, "w1 holds it"
     assert store.lease_batch(job_id, "b3", "w1", lease_s=30).lease_owner == "w1"
     assert [b.batch_id for b in store.list_batches(job_id)] == ["b1", "b3"]
-    for bid, owner in (("b1", "w2"), ("b3", "w1")):
-        assert store.update_batch(job_id, bid, owner, status=BATCH_DONE).lease_owner is None
+    assert store.update_batch(job_id, "b1", "w2", status=BATCH_DONE, final_status="expired").lease_owner is None
+    assert store.update_batch(job_id, "b3", "w1", status=BATCH_DONE).lease_owner is None
+    # The provider's status at its end is kept beside "done"; a batch recorded without it has none.
+    assert [(b.status, b.final_status) for b in store.list_batches(job_id)] == [(BATCH_DONE, "expired"),
+                                                                                (BATCH_DONE, None)]
     assert store.batch_job_ids() == []
     assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, "a done batch is not leased again"
     assert _open(store, job_id, bid="b4") == ClaimRefused("no_pending")

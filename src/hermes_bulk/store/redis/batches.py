@@ -28,7 +28,7 @@ def _batch(raw) -> BatchRecord:
         completed=int(data.get("completed", 0)), failed=int(data.get("failed", 0)),
         submitted_at=data.get("submitted_at"), cancel_sent=bool(data.get("cancel_sent", False)),
         run_rest_live=bool(data.get("run_rest_live", False)), lease_owner=data.get("lease_owner"),
-        lease_until=float(data.get("lease_until", 0)))
+        lease_until=float(data.get("lease_until", 0)), final_status=data.get("final_status"))
 
 
 class RedisBatches:

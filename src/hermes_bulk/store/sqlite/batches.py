@@ -19,12 +19,12 @@ from ..protocol import (
 )
 
 _COLUMNS = ("id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, completed,"
-            " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until")
+            " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until, final_status")
 
 
 def _batch(row) -> BatchRecord:
     return BatchRecord(*row[:12], cancel_sent=bool(row[12]), run_rest_live=bool(row[13]), lease_owner=row[14],
-                       lease_until=row[15])
+                       lease_until=row[15], final_status=row[16])
 
 
 class SqliteBatches:
@@ -47,7 +47,7 @@ class SqliteBatches:
                     return ClaimRefused("batch_preparing")
                 conn.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
                              (worker_id, now + lease_s, batch.batch_id))
-                return _batch((*found[:14], worker_id, now + lease_s))
+                return _batch((*found[:14], worker_id, now + lease_s, *found[16:]))
             # Set-wise, so a batch of 50,000 holds no list of its items here: each item's reservation
             # (JobRecord.reservation, as claim_item reckons it in SQL) and the running sum of them
             # in index order, taken while it fits under --max-tokens.
