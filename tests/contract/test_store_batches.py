@@ -102,3 +102,21 @@ def test_refusals_and_delete_takes_the_batches(store):
     _open(store, job_id)
     assert store.delete_job(job_id)
     assert store.list_batches(job_id) == [] and store.batch_job_ids() == []
+
+
+def test_a_lease_held_by_a_worker_found_dead_is_taken_at_once_and_only_from_it(store):
+    """take_from (issue 13): a batch leased to a worker the caller found dead is taken without
+    waiting for the lease to run out; naming any other worker takes nothing."""
+    job_id = make_job(store, 10)
+    first = _open(store, job_id, "w1", "b1", n=3, lease_s=3600)
+    assert store.open_batch(job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600,
+                            take_from="w3") == ClaimRefused("batch_preparing"), "w1 is not the one found dead"
+    taken = store.open_batch(job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600, take_from="w1")
+    assert (taken.batch_id, taken.lease_owner, taken.items) == (first.batch_id, "w2", 3)
+    assert store.get_job(job_id).running == 3, "taken over as it is: no item taken twice"
+    store.update_batch(job_id, "b1", "w2", provider_id="batch_1", status="in_progress")
+    assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, "w2's lease, unexpired"
+    assert store.lease_batch(job_id, "b1", "w3", lease_s=30, take_from="w1") is None, "w1 no longer holds it"
+    got = store.lease_batch(job_id, "b1", "w3", lease_s=30, take_from="w2")
+    assert got.lease_owner == "w3" and got.provider_id == "batch_1"
+    assert store.update_batch(job_id, "b1", "w2", completed=1) is None, "the dead worker writes nothing after"

@@ -30,7 +30,7 @@ def _batch(row) -> BatchRecord:
 class SqliteBatches:
     """The batch half of SqliteJobStore (self.db, self.now, _job_row and _refuse_claim come from it)."""
 
-    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s):
+    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None):
         now = self.now()
         with self.db.write() as conn:
             row = conn.execute(f"SELECT {self._job_columns} FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -43,7 +43,7 @@ class SqliteBatches:
                                  (job_id, BATCH_PREPARING)).fetchone()
             if found is not None:
                 batch = _batch(found)
-                if batch.lease_owner not in (None, worker_id) and batch.lease_until >= now:
+                if batch.lease_owner not in (None, worker_id, take_from) and batch.lease_until >= now:
                     return ClaimRefused("batch_preparing")
                 conn.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
                              (worker_id, now + lease_s, batch.batch_id))
@@ -77,13 +77,14 @@ class SqliteBatches:
             return BatchRecord(batch_id, job_id, BATCH_PREPARING, taken, now, lease_owner=worker_id,
                                lease_until=now + lease_s)
 
-    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s):
+    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s, take_from=None):
         now = self.now()
         with self.db.write() as conn:
             row = conn.execute(
                 "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND job_id = ? AND status != ?"
-                " AND (lease_owner IS NULL OR lease_owner = ? OR lease_until < ?) RETURNING " + _COLUMNS,
-                (worker_id, now + lease_s, batch_id, job_id, BATCH_DONE, worker_id, now)).fetchone()
+                " AND (lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until < ?) RETURNING " + _COLUMNS,
+                (worker_id, now + lease_s, batch_id, job_id, BATCH_DONE, worker_id, take_from or worker_id,
+                 now)).fetchone()
         return None if row is None else _batch(row)
 
     def update_batch(self, job_id, batch_id, worker_id, **changes):
