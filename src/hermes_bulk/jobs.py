@@ -498,10 +498,14 @@ class Jobs:
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY])
         return self._start(updated or job), n
 
-    def delete(self, job_ref: str) -> str:
+    def delete(self, job_ref: str, *, abandon_batches: bool = False) -> str:
+        """Remove the job. A batch job's batches still open at the provider are cancelled there
+        first (they are paid for); when that fails nothing is deleted, unless abandon_batches."""
         job = self.get(job_ref)
         if job.running and job.state == RUNNING and self.liveness.live_worker_ids():
             raise InvalidTransition(f"Job {job.job_id} has items in progress; pause it first.")
+        if job.spec.mode == "batch" and not abandon_batches:
+            self._cancel_batches(job)
         self.store.delete_job(job.job_id)
         from . import export as export_mod
 
