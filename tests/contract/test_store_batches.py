@@ -94,6 +94,15 @@ def test_a_batch_reserves_tokens_and_the_job_pauses_before_one_would_go_over(sto
     assert (job.state, job.pause_reason) == (PAUSED, PAUSE_TOKEN_LIMIT)
 
 
+def test_a_batch_reads_its_items_contents_as_text_however_they_are_stored(store):
+    """Contents of 64 characters and more are stored compressed (issue 15); a batch's file is
+    written from iter_batch_items, so it must give the text back, as a claim does."""
+    long = "a long item, compressed in the store: " + "lorem ipsum " * 20
+    job_id = make_job(store, 2, contents=["short", long])
+    _open(store, job_id)
+    assert [it.content for it in store.iter_batch_items(job_id, "b1")] == ["short", long]
+
+
 def test_refusals_and_delete_takes_the_batches(store):
     job_id = make_job(store, 2, state=None)
     assert _open(store, job_id) == ClaimRefused("not_running")

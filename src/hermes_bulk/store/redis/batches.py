@@ -76,7 +76,7 @@ class RedisBatches:
             texts = self.r.hmget(contents, [p[1] for p in parsed])
             for index, (_, content_hash, (name, origin, offset, stat_sig)), text in zip(chunk, parsed, texts,
                                                                                         strict=True):
-                yield BatchItem(index, name, codec.text(text), content_hash, origin, offset, stat_sig)
+                yield BatchItem(index, name, codec.stored_text(text), content_hash, origin, offset, stat_sig)
 
     def release_batch_items(self, job_id, batch_id):
         return int(self.lua.release_worker_items(keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]))
