@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections import Counter
 
 import pytest
@@ -128,3 +129,39 @@ def test_workers_killed_mid_ingest_lose_and_duplicate_nothing(cli, backend_env, 
     _check_answered_once(cli, job_id, env, fake_provider, n)
 
 
+
+
+def test_a_killed_workers_batch_is_taken_over_at_once_not_after_its_lease(cli, backend_env, fake_provider, tmp_path):
+    """The default lease (30 s: a batch step's lease is 5 min): a worker killed -9 while the
+    provider answers its create holds the batch's lease, but it is dead (its lock file is free),
+    so the next worker takes the batch over at once and adopts it by its metadata."""
+    n = 30
+    job_id = cli.json("create", "Summarise", "--over", str(_source(tmp_path, n)), "--batch", "--fresh", "--json",
+                      **backend_env)["job_id"]
+    cli("run", job_id, **backend_env)
+    fake_provider.configure(batch_create_delay_s=60)
+    worker = cli.spawn_worker(**backend_env)
+    try:
+        wait_for(lambda: fake_provider.batches.created, timeout=60, message="a batch created at the provider")
+    finally:
+        _kill(worker, cli, job_id, backend_env)
+    fake_provider.configure(batch_create_delay_s=0)
+    started = time.monotonic()
+    status = _finish(cli, job_id, backend_env, timeout=90)  # the lease alone would hold it 300 s
+    assert status["completed"] == n and time.monotonic() - started < 90
+    assert len(fake_provider.batches.created) == 1, "adopted, not made again"
+    _check_answered_once(cli, job_id, backend_env, fake_provider, n)
+
+
+def test_a_live_worker_keeps_its_batch_however_slow_its_upload(cli, backend_env, fake_provider, tmp_path):
+    """Two live workers: the one uploading slowly keeps the batch it prepares; the other, seeing
+    its lease held by a live worker, takes nothing (a takeover would upload the items again)."""
+    n = 30
+    job_id = cli.json("create", "Summarise", "--over", str(_source(tmp_path, n)), "--batch", "--fresh", "--json",
+                      **backend_env)["job_id"]
+    cli("run", job_id, **backend_env)
+    fake_provider.configure(batch_upload_delay_s=6)
+    status = _finish(cli, job_id, backend_env, timeout=90, workers=2)
+    assert status["completed"] == n
+    assert len(fake_provider.batches.uploaded) == 1 and len(fake_provider.batches.created) == 1
+    _check_answered_once(cli, job_id, backend_env, fake_provider, n)

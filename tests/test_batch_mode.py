@@ -4,7 +4,9 @@ on both backends, against the loopback provider's batch endpoints (issue 13)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -59,7 +61,7 @@ def test_a_batch_job_answers_every_item_as_the_same_job_run_live_does(cli, backe
     bodies = fake_provider.batches.bodies()
     assert len(bodies) == 2000 and len(fake_provider.batches.created) == 3, "2,000 items split at 700 a batch"
     assert sorted(b["id"] for b in status["batches"]) == sorted(fake_provider.batches.created)
-    assert all(b["status"] == "done" for b in status["batches"])
+    assert all(b["status"] == "completed" for b in status["batches"]), "the provider's final status, not ours"
     assert sum(b["items"] for b in status["batches"]) == 2000
     batch_rows = _rows(cli, batch_job, env)
 
@@ -119,6 +121,7 @@ def test_an_expired_batch_returns_its_unfinished_items_and_they_run_again(cli, b
     first, second = (fake_provider.batches.batches[b] for b in fake_provider.batches.created)
     assert first["status"] == "expired" and first["request_counts"]["completed"] == 30
     assert second["status"] == "completed" and second["request_counts"]["total"] == 20
+    assert [b["status"] for b in status["batches"]] == ["expired", "completed"]
     assert len([r for r in fake_provider.batches.lines if r.status == 200]) == 50, "each item answered once"
 
 
@@ -131,7 +134,8 @@ def test_pause_cancels_the_batch_keeping_finished_lines_and_resume_finishes(cli,
         wait_for(lambda: len(fake_provider.batches.lines) >= 10, timeout=60, message="the batch to be under way")
         cli("pause", job_id, **backend_env)
         paused = wait_for(lambda: (st := cli.json("status", job_id, "--json", **backend_env))["batches"]
-                          and all(b["status"] == "done" for b in st["batches"]) and st, timeout=60,
+                          and all(b["status"] == "cancelled" for b in st["batches"]) and st["running"] == 0
+                          and st, timeout=60,
                           message="the batch to be cancelled and ingested")
         (batch,) = fake_provider.batches.batches.values()
         assert batch["status"] == "cancelled"
@@ -170,3 +174,79 @@ def test_bad_batch_flags_are_one_line_and_exit_2(cli, tmp_path):
         assert proc.returncode == 2, proc.stderr
         (line,) = proc.stderr.strip().splitlines()[-1:]
         assert words in line and "Traceback" not in proc.stderr
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"  # nothing listens there once the socket is closed
+
+
+def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli, backend_env, fake_provider,
+                                                                            tmp_path):
+    """A batch job whose worker was killed (awaiting recovery): its submitted batch, and one a
+    worker created but never recorded (found by its metadata), are paid for while they run.
+    delete cancels both there; with the provider out of reach it deletes nothing, in one line."""
+    fake_provider.configure(batch_hold=True)
+    submitted = _create(cli, _source(tmp_path, 20), backend_env)
+    worker = cli.spawn_worker(**backend_env)
+    try:
+        wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.json("status", submitted, "--json",
+                                                                           **backend_env)["batches"]),
+                 timeout=60, message="the batch submitted and recorded")
+        fake_provider.configure(batch_create_delay_s=60)
+        unrecorded = _create(cli, _source(tmp_path, 10, name="more.jsonl"), backend_env)
+        wait_for(lambda: len(fake_provider.batches.created) == 2, timeout=60, message="a second batch created")
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)  # while the provider still answers the second create
+        worker.wait()
+    first, second = fake_provider.batches.created
+    assert cli.json("status", unrecorded, "--json", **backend_env)["batches"][0]["status"] == "preparing"
+
+    for job_id in (submitted, unrecorded):
+        proc = cli("delete", job_id, check=False, HERMES_BULK_BASE_URL=_closed_port_url(), **backend_env)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert f"Job {job_id} was not deleted" in line and "--abandon-batches" in line, line
+        assert cli.json("status", job_id, "--json", **backend_env)["total"] > 0, "nothing deleted"
+    assert {fake_provider.batches.batches[b]["status"] for b in (first, second)} == {"in_progress"}
+
+    for job_id in (submitted, unrecorded):
+        assert f"Deleted job {job_id}." in cli("delete", job_id, **backend_env).stdout
+    wait_for(lambda: {fake_provider.batches.batches[b]["status"] for b in (first, second)} == {"cancelled"},
+             timeout=30, message="both batches cancelled at the provider")
+    assert fake_provider.requests == []
+
+
+def test_delete_abandon_batches_deletes_without_the_provider(cli, backend_env, fake_provider, tmp_path):
+    fake_provider.configure(batch_hold=True)
+    job_id = _create(cli, _source(tmp_path, 5), backend_env)
+    worker = cli.spawn_worker(**backend_env)
+    try:
+        wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.json("status", job_id, "--json",
+                                                                           **backend_env)["batches"]),
+                 timeout=60, message="the batch submitted and recorded")
+        cli("pause", job_id, **backend_env)  # the worker cancels it: nothing open is left to cancel
+        wait_for(lambda: cli.json("status", job_id, "--json", **backend_env)["running"] == 0, timeout=60,
+                 message="the batch cancelled and ingested")
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    (batch,) = fake_provider.batches.batches.values()
+    assert batch["status"] == "cancelled"
+    assert "Deleted job" in cli("delete", job_id, HERMES_BULK_BASE_URL=_closed_port_url(), **backend_env).stdout, \
+        "no batch open: the provider is not asked"
+    other = _create(cli, _source(tmp_path, 5, name="b.jsonl"), backend_env)
+    worker = cli.spawn_worker(**backend_env)
+    try:
+        wait_for(lambda: len(fake_provider.batches.created) == 2 and cli.json(
+            "status", other, "--json", **backend_env)["batches"][0]["id"].startswith("batch_"), timeout=60,
+            message="the second batch submitted")
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+    assert "Deleted job" in cli("delete", other, "--abandon-batches", HERMES_BULK_BASE_URL=_closed_port_url(),
+                                **backend_env).stdout
+    assert fake_provider.batches.batches[fake_provider.batches.created[1]]["status"] == "in_progress", \
+        "abandoned: left running, as asked"

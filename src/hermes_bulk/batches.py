@@ -90,7 +90,8 @@ class BatchDriver:
     def __init__(self, *, store: JobStore, worker_id: str, api_for: Callable[[JobRecord], BatchApi],
                  client_for: Callable[[JobRecord], HttpModelClient], jobs_dir: Path, max_items: int,
                  poll_s: float, window: str, lease_s: float, trigger: Callable[[str, int], None],
-                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES) -> None:
+                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
+                 live_workers: Callable[[], set[str]] | None = None) -> None:
         self.store, self.worker_id, self.api_for, self.client_for = store, worker_id, api_for, client_for
         self.jobs_dir, self.max_items, self.poll_s, self.window = jobs_dir, max_items, poll_s, window
         window_s = parse_duration(window) or 86400.0
@@ -101,12 +102,17 @@ class BatchDriver:
         #: 200 MB, renewed along the way; what a killed worker's batch waits before another takes it.
         self.lease_s = 10 * lease_s
         self.trigger, self.max_item_bytes = trigger, max_item_bytes
+        #: The ids of live workers (liveness.Liveness.live_worker_ids): a batch leased to a worker
+        #: not among them (killed) is taken over at once, not after its lease; None: leases only.
+        self.live_workers = live_workers
+        self._live: set[str] | None = None  # read at most once a pass, when a lease is another's
         self._polled: dict[str, float] = {}
         self._lock = threading.Lock()  # one pass at a time in this process
 
     # One pass ---------------------------------------------------------------------------
     def tick(self) -> None:
         with self._lock:
+            self._live = None
             job_ids = sorted(set(self.store.batch_job_ids()) | set(self.store.active_job_ids()))
             for job_id in job_ids:
                 job = self.store.get_job(job_id)
@@ -125,18 +131,36 @@ class BatchDriver:
         job = self.store.get_job(job.job_id) or job
         live = any(b.run_rest_live for b in self.store.list_batches(job.job_id))
         # A batch left preparing by a worker that stopped is taken over even when nothing is pending.
-        orphan = any(b.status == BATCH_PREPARING for b in batches)
+        preparing = next((b for b in batches if b.status == BATCH_PREPARING), None)
+        orphan, take_from = preparing is not None, self._dead_holder(preparing)
         while job.state == RUNNING and (job.pending > 0 or orphan) and not live:
             orphan = False
-            if not self._submit(job):
+            if not self._submit(job, take_from=take_from):
                 break
+            take_from = None
             job = self.store.get_job(job.job_id) or job
 
+    def _dead_holder(self, batch: BatchRecord | None) -> str | None:
+        """The worker holding the batch's lease when it is another worker, its lease has not run
+        out, and it is not live (killed: on this host its lock file is free at once, elsewhere
+        its heartbeat lapses): the lease is taken from it now, not ten item leases later. A live
+        worker keeps its lease however slow its step (an upload of 200 MB)."""
+        if batch is None or self.live_workers is None:
+            return None
+        holder = batch.lease_owner
+        if not holder or holder == self.worker_id or batch.lease_until < self.store.now():
+            return None
+        if self._live is None:
+            self._live = self.live_workers()
+        return None if holder in self._live else holder
+
     # Submitting -----------------------------------------------------------------------------
-    def _submit(self, job: JobRecord) -> bool:
-        """Open (or take over) a batch and get it to the provider; False when none was opened."""
+    def _submit(self, job: JobRecord, *, take_from: str | None = None) -> bool:
+        """Open (or take over) a batch and get it to the provider; False when none was opened.
+        take_from: the dead worker whose preparing batch may be taken at once (_dead_holder)."""
         opened = self.store.open_batch(job.job_id, self.worker_id, batch_id=secrets.token_hex(6),
-                                       max_items=self.max_items, lease_s=self.lease_s, hold_s=self.hold_s)
+                                       max_items=self.max_items, lease_s=self.lease_s, hold_s=self.hold_s,
+                                       take_from=take_from)
         if isinstance(opened, ClaimRefused):
             if opened.reason == "token_limit":
                 log.info("job %s paused at its token limit before a batch would go over it", job.job_id)
@@ -234,7 +258,8 @@ class BatchDriver:
         due = now - self._polled.get(batch.batch_id, 0.0) >= self.poll_s
         if not (cancel or due or batch.status in TERMINAL):
             return
-        leased = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s)
+        leased = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s,
+                                        take_from=self._dead_holder(batch))
         if leased is None or not leased.provider_id:
             return
         batch, api = leased, self.api_for(job)
@@ -279,7 +304,8 @@ class BatchDriver:
             for index in [item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)]:
                 self._failed_attempt(job, batch, index, TransientModelError("the provider failed the whole batch"))
         back = self.store.release_batch_items(job.job_id, batch.batch_id)
-        if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE) is None:
+        if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE,
+                                   final_status=batch.status) is None:
             return
         self._polled.pop(batch.batch_id, None)
         self.store.add_events(job.job_id, [Event("batch_done", f"batch {batch.provider_id} {batch.status}: "
@@ -327,13 +353,9 @@ class BatchDriver:
         if isinstance(exc, PermanentModelError):
             self.store.fail_item(job.job_id, index, batch.owner, error)
             return
-        attempts = self.store.record_attempt(job.job_id, index, batch.owner, error, rate_limited=False)
-        if attempts < 0:
-            return  # ingested before: no longer the batch's
-        if attempts > job.spec.retries:
-            self.store.fail_item(job.job_id, index, batch.owner, error)
-        else:
-            self.store.release_item(job.job_id, index, batch.owner)
+        # One store step: a worker killed in it leaves the attempt counted and the item settled,
+        # or neither; a line ingested again finds the item no longer the batch's (-1).
+        self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
 
 
 _SAFE_CODE = re.compile(r"^[a-z_]{1,40}$")  # an error code, never free text (which may echo credentials)

@@ -211,6 +211,9 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
 
     p = sub.add_parser("delete", help="remove a job, its results and its files")
     p.add_argument("job", metavar="JOB")
+    p.add_argument("--abandon-batches", action="store_true",
+                   help="a --batch job: delete it even when its open batches cannot be cancelled at the provider "
+                        "(they run on there, and are billed)")
     if not for_slash:
         p.add_argument("-y", "--yes", action="store_true",
                        help="do not ask first (it asks only when standard input is a terminal)")

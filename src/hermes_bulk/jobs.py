@@ -142,8 +142,9 @@ class JobStatus:
 
 
 def _batch_dict(b: BatchRecord) -> dict:
-    """One batch in `status --json` (id: the provider's batch id once it has one)."""
-    return {"id": b.provider_id or b.batch_id, "status": b.status, "items": b.items, "completed": b.completed,
+    """One batch in `status --json` (id: the provider's batch id once it has one; status: the
+    provider's at its end once ingested, "done" for one closed before it reached the provider)."""
+    return {"id": b.provider_id or b.batch_id, "status": b.final_status or b.status, "items": b.items, "completed": b.completed,
             "failed": b.failed, "submitted_at": b.submitted_at, "run_rest_live": b.run_rest_live}
 
 
@@ -497,15 +498,57 @@ class Jobs:
         updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY])
         return self._start(updated or job), n
 
-    def delete(self, job_ref: str) -> str:
+    def delete(self, job_ref: str, *, abandon_batches: bool = False) -> str:
+        """Remove the job. A batch job's batches still open at the provider are cancelled there
+        first (they are paid for); when that fails nothing is deleted, unless abandon_batches."""
         job = self.get(job_ref)
         if job.running and job.state == RUNNING and self.liveness.live_worker_ids():
             raise InvalidTransition(f"Job {job.job_id} has items in progress; pause it first.")
+        if job.spec.mode == "batch" and not abandon_batches:
+            self._cancel_batches(job)
         self.store.delete_job(job.job_id)
         from . import export as export_mod
 
         export_mod.remove_tree(self.job_dir(job.job_id), self.settings.jobs_dir)
         return job.job_id
+
+    def _cancel_batches(self, job: JobRecord) -> None:
+        """Cancel at the provider every open batch of the job that may still run there: one with
+        the provider's id and no final status, and one left preparing with its file uploaded (a
+        worker may have created it before it was killed: looked for by its metadata). Raises,
+        naming the batches, when the provider cannot be asked (docs/decisions.md)."""
+        from .batch_api import TERMINAL, BatchApi
+        from .errors import ModelError, PermanentModelError
+
+        open_ = [b for b in self.store.list_batches(job.job_id)
+                 if b.open and (b.provider_id and b.status not in TERMINAL or not b.provider_id and b.input_file)]
+        if not open_:
+            return
+        api = BatchApi(base_url=self.settings.base_url, provider_key=job.spec.provider_key, limits=self.backend.limits,
+                       api_key=self.settings.api_key.get_secret_value() if self.settings.api_key else None,
+                       timeout_s=min(self.settings.request_timeout_seconds, 30.0))
+        try:
+            for batch in open_:
+                remote_id = batch.provider_id
+                if remote_id is None:
+                    found = api.find(batch.batch_id)
+                    if found is None or found.get("status") in TERMINAL:
+                        continue  # never created, or ended: nothing runs
+                    remote_id = str(found["id"])
+                try:
+                    api.cancel(remote_id)
+                except PermanentModelError as exc:
+                    # Refused: unknown there (404), or it ended before the cancel arrived.
+                    if exc.http_status != 404 and api.get(remote_id).get("status") not in TERMINAL:
+                        raise
+        except ModelError as exc:
+            ids = ", ".join(b.provider_id or b.batch_id for b in open_)
+            raise InvalidTransition(
+                f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider ({ids}) could "
+                f"not be cancelled ({exc}); check {self.setting_name('base_url')} and delete it again, or cancel "
+                f"them at the provider and delete it with --abandon-batches.") from None
+        finally:
+            api.close()
 
     # Results -------------------------------------------------------------------------------
     def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None,

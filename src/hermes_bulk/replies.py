@@ -224,7 +224,7 @@ def events(args: Namespace, jobs: Jobs, place: Place) -> Reply:
 
 
 def delete(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    job_id = jobs.delete(args.job)
+    job_id = jobs.delete(args.job, abandon_batches=getattr(args, "abandon_batches", False))
     return Reply(f"Deleted job {job_id}.", job_id)
 
 

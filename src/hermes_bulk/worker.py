@@ -114,6 +114,7 @@ class WorkerRuntime:
             store=backend.store, worker_id=self.worker_id, api_for=self._batch_api_for, client_for=self.http_client_for,
             jobs_dir=settings.jobs_dir, max_items=settings.batch_max_items, poll_s=settings.batch_poll_seconds,
             window=settings.batch_window, lease_s=settings.lease_seconds, max_item_bytes=settings.max_item_bytes,
+            live_workers=self.liveness.live_worker_ids,
             trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n)) if "http" in self.clients else None
         self._batch_thread: threading.Thread | None = None
         self._batch_apis: dict[str, BatchApi] = {}

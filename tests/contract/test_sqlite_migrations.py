@@ -42,3 +42,20 @@ def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_si
     again.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_batches_ended_before_their_final_status_was_kept_read_back_without_it(tmp_path):
+    """m008: a batch row written by m005's schema opens with final_status None (it shows "done")."""
+    path = tmp_path / "bulk.db"
+    names = [name for name, _ in MIGRATIONS]
+    old = open_database(path, migrations=MIGRATIONS[:names.index("m008_batch_final_status")])
+    with old.write() as conn:
+        conn.execute("INSERT INTO batches (id, job_id, status, items, created_at, provider_id) VALUES"
+                     " ('b1', 'j1', 'done', 3, 1.0, 'batch_1')")
+    old.close()
+    backend = broker._build(f"sqlite:///{path}")
+    try:
+        (batch,) = backend.store.list_batches("j1")
+        assert (batch.status, batch.final_status, batch.provider_id, batch.items) == ("done", None, "batch_1", 3)
+    finally:
+        backend.close()

@@ -300,6 +300,8 @@ def _killed_at_statement(url: str, n: int, operation: str, job_id: str) -> None:
     SqliteDatabase.write = write
     if operation == "release_worker_items":
         b.store.release_worker_items("dead")
+    elif operation == "settle_failed_attempt":
+        b.store.settle_failed_attempt(job_id, 0, "w1", ItemError("TransientError", "x"), retries=2)
     else:
         getattr(b.store, operation)(job_id)
     os._exit(0)  # not reached: the statement above kills the process
@@ -344,6 +346,21 @@ def test_sqlite_release_killed_between_its_statements_leaves_the_items_held(sqli
     assert store.release_worker_items("dead") == {j: 1 for j in jobs}
     for job_id in jobs:
         assert_counts_add_up(store, job_id)
+
+
+def test_sqlite_settle_failed_attempt_killed_after_counting_counts_nothing(sqlite_backend):
+    """Killed after the attempt's UPDATE, before the release: the transaction rolls back, so
+    the attempt is counted once when the failure is settled again (issue 13: a batch line)."""
+    store = sqlite_backend.store
+    job_id = make_job(store, 1)
+    claim(store, job_id)
+    # Statement 2 is the release's UPDATE (the attempt's UPDATE is 1; its event, an executemany).
+    assert _kill_in_child(sqlite_backend.url, 2, "settle_failed_attempt", job_id) == -signal.SIGKILL
+    item = store.get_item(job_id, 0).item
+    assert (item.status, item.attempts) == ("running", 0)
+    assert store.settle_failed_attempt(job_id, 0, "w1", ItemError("TransientError", "x"), retries=2) == 1
+    assert store.get_item(job_id, 0).item.attempts == 1
+    assert_counts_add_up(store, job_id)
 
 
 def test_sqlite_delete_killed_between_its_statements_leaves_the_whole_job(sqlite_backend):

@@ -70,8 +70,11 @@ def test_one_batch_is_prepared_at_a_time_and_an_expired_lease_is_taken_over(stor
     assert store.lease_batch(job_id, "b3", "w2", lease_s=30) is None, "w1 holds it"
     assert store.lease_batch(job_id, "b3", "w1", lease_s=30).lease_owner == "w1"
     assert [b.batch_id for b in store.list_batches(job_id)] == ["b1", "b3"]
-    for bid, owner in (("b1", "w2"), ("b3", "w1")):
-        assert store.update_batch(job_id, bid, owner, status=BATCH_DONE).lease_owner is None
+    assert store.update_batch(job_id, "b1", "w2", status=BATCH_DONE, final_status="expired").lease_owner is None
+    assert store.update_batch(job_id, "b3", "w1", status=BATCH_DONE).lease_owner is None
+    # The provider's status at its end is kept beside "done"; a batch recorded without it has none.
+    assert [(b.status, b.final_status) for b in store.list_batches(job_id)] == [(BATCH_DONE, "expired"),
+                                                                                (BATCH_DONE, None)]
     assert store.batch_job_ids() == []
     assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, "a done batch is not leased again"
     assert _open(store, job_id, bid="b4") == ClaimRefused("no_pending")
@@ -91,6 +94,15 @@ def test_a_batch_reserves_tokens_and_the_job_pauses_before_one_would_go_over(sto
     assert (job.state, job.pause_reason) == (PAUSED, PAUSE_TOKEN_LIMIT)
 
 
+def test_a_batch_reads_its_items_contents_as_text_however_they_are_stored(store):
+    """Contents of 64 characters and more are stored compressed (issue 15); a batch's file is
+    written from iter_batch_items, so it must give the text back, as a claim does."""
+    long = "a long item, compressed in the store: " + "lorem ipsum " * 20
+    job_id = make_job(store, 2, contents=["short", long])
+    _open(store, job_id)
+    assert [it.content for it in store.iter_batch_items(job_id, "b1")] == ["short", long]
+
+
 def test_refusals_and_delete_takes_the_batches(store):
     job_id = make_job(store, 2, state=None)
     assert _open(store, job_id) == ClaimRefused("not_running")
@@ -99,3 +111,21 @@ def test_refusals_and_delete_takes_the_batches(store):
     _open(store, job_id)
     assert store.delete_job(job_id)
     assert store.list_batches(job_id) == [] and store.batch_job_ids() == []
+
+
+def test_a_lease_held_by_a_worker_found_dead_is_taken_at_once_and_only_from_it(store):
+    """take_from (issue 13): a batch leased to a worker the caller found dead is taken without
+    waiting for the lease to run out; naming any other worker takes nothing."""
+    job_id = make_job(store, 10)
+    first = _open(store, job_id, "w1", "b1", n=3, lease_s=3600)
+    assert store.open_batch(job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600,
+                            take_from="w3") == ClaimRefused("batch_preparing"), "w1 is not the one found dead"
+    taken = store.open_batch(job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600, take_from="w1")
+    assert (taken.batch_id, taken.lease_owner, taken.items) == (first.batch_id, "w2", 3)
+    assert store.get_job(job_id).running == 3, "taken over as it is: no item taken twice"
+    store.update_batch(job_id, "b1", "w2", provider_id="batch_1", status="in_progress")
+    assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, "w2's lease, unexpired"
+    assert store.lease_batch(job_id, "b1", "w3", lease_s=30, take_from="w1") is None, "w1 no longer holds it"
+    got = store.lease_batch(job_id, "b1", "w3", lease_s=30, take_from="w2")
+    assert got.lease_owner == "w3" and got.provider_id == "batch_1"
+    assert store.update_batch(job_id, "b1", "w2", completed=1) is None, "the dead worker writes nothing after"

@@ -17,6 +17,7 @@ from hermes_bulk import broker
 from hermes_bulk.limits import IN_PLACE_WAIT_S
 from hermes_bulk.store.protocol import (
     AWAITING_RECOVERY,
+    FAILED,
     INTERRUPTED_ORPHANED,
     INTERRUPTED_WORKER_STOP,
     NOT_STARTED,
@@ -376,6 +377,29 @@ def test_attempts_and_rate_limit_waits_are_counted_per_item(store):
     assert (again.attempts, again.rate_limit_waits) == (2, 1)
     assert [e.kind for e in store.list_events(job_id)][-5:] == ["attempt_failed", "rate_limited", "rate_limited",
                                                                  "attempt_failed", "rate_limited"]
+
+
+def test_a_failed_attempt_is_counted_and_settled_in_one_step(store):
+    """settle_failed_attempt: the attempt is counted and the item goes back to pending within
+    retries, or fails past them; once settled the owner holds nothing, so the same failure
+    settled again (a batch line ingested twice) counts nothing more."""
+    job_id = make_job(store, 2, estimate=9)  # retries=2
+    e = ItemError("TransientError", "the line failed", 503)
+    c = claim(store, job_id)
+    assert store.settle_failed_attempt(job_id, c.index, "w1", e, retries=2) == 1
+    assert store.settle_failed_attempt(job_id, c.index, "w1", e, retries=2) == -1, "settled: no longer w1's"
+    job = store.get_job(job_id)
+    assert (job.pending, job.running, job.failed, job.tokens_reserved) == (2, 0, 0, 0)
+    assert store.get_item(job_id, c.index).item.attempts == 1
+    for attempt in (2, 3):
+        c = claim(store, job_id, hint=0)
+        assert store.settle_failed_attempt(job_id, c.index, "w1", e, retries=2) == attempt
+    item = store.get_item(job_id, 0).item
+    assert (item.status, item.attempts, item.error_type, item.http_status) == (FAILED, 3, "TransientError", 503)
+    job = store.get_job(job_id)
+    assert (job.pending, job.running, job.failed, job.tokens_reserved, job.tokens_charged) == (1, 0, 1, 0, 0)
+    assert store.settle_failed_attempt(job_id, 1, "stranger", e, retries=2) == -1
+    assert [ev.kind for ev in store.item_events(job_id, 0)] == ["attempt_failed"] * 3 + ["item_failed"]
 
 
 # Leases ----------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The SQL (store/sqlite/) and the Lua (store/redis/lua/) are two copies of one state machine;
 this test keeps them one. `Model` is written from store/protocol.py's docstrings, not from
 either backend: Hypothesis drives a real backend and the model through the same random steps
-(create, run, claim, complete, complete-and-claim, fail, attempts, release, lease expiry, pause,
+(create, run, claim, complete, complete-and-claim, fail, attempts, a failed attempt settled,
+release, lease expiry, pause,
 resume, retry, token limits, duplicates that wait on the first item with their answer key; over
 a JSONL source, whose contents are kept, or a folder, whose completed contents are dropped) and after every step compares counts, tokens, reservations, every item and who
 owns what.
@@ -434,6 +435,25 @@ class StoreMachine(RuleBasedStateMachine):
         else:
             it.attempts, it.waits = it.attempts + 1, 0
             assert count == it.attempts
+
+    @precondition(busy)
+    @rule(who=targets, error=errors, retries=st.integers(0, 2))
+    def settle_failed_attempt(self, who, error, retries):
+        """record_attempt, then fail past retries or release within them, in one step."""
+        worker, index = self._pick(*who)
+        count = self.store.settle_failed_attempt(self.job_id, index, worker, error, retries=retries)
+        it = self.m.owned(index, worker)
+        if it is None:
+            assert count == -1
+            return
+        it.attempts, it.waits = it.attempts + 1, 0
+        assert count == it.attempts
+        if it.attempts > retries:
+            it.status, it.owner, it.expired, it.reserved, it.error = FAILED, None, False, 0, error
+            for d in self.m.duplicates(index):
+                d.status, d.error = FAILED, error
+        else:
+            self.m.requeue(it)
 
     @precondition(busy)
     @rule(who=targets)

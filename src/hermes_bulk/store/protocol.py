@@ -280,6 +280,18 @@ class JobStore(Protocol):
         One step on both backends.
         """
 
+    def settle_failed_attempt(self, job_id: str, index: int, worker_id: str, error: ItemError, *,
+                              retries: int) -> int:
+        """A transient failure of the owner's item, settled: record_attempt (not rate limited),
+        then, when the new count is over retries, fail_item with the error, else release_item
+        (back to pending). Returns the new count, or -1 if worker_id does not own the item
+        (nothing changed).
+
+        One step on both backends (one transaction; one script): a process that dies in it
+        leaves the attempt counted and the item settled, or neither, so an attempt is never
+        counted twice for one failure (a provider batch's line ingested again after a kill).
+        """
+
     def release_expired_leases(self) -> dict[str, int]:
         """Return every running item whose lease has expired to pending; counts by job id.
 
@@ -308,12 +320,14 @@ class JobStore(Protocol):
 
     # Provider batches (docs/decisions.md "Provider batches") ---------------------------------
     def open_batch(self, job_id: str, worker_id: str, *, batch_id: str, max_items: int, lease_s: float,
-                   hold_s: float) -> BatchRecord | ClaimRefused:
+                   hold_s: float, take_from: str | None = None) -> BatchRecord | ClaimRefused:
         """Start a batch of a running job, or take over the one being prepared, leased to worker_id.
 
         A job has at most one batch in state preparing. When it has one whose lease is held by
-        another worker and not expired, the refusal is batch_preparing. When its lease has expired
-        (its worker died between taking the items and recording the provider's batch), it is
+        another worker and not expired, the refusal is batch_preparing, unless that worker is
+        take_from (one the caller found dead: liveness.py), whose lease is taken at once. When its
+        lease has expired or is take_from's (its worker died between taking the items and
+        recording the provider's batch), it is
         leased to worker_id and returned as it is: the caller looks for it at the provider by its
         metadata before submitting anything. Otherwise up to max_items pending items, lowest index
         first, become running items owned by "batch:<batch_id>" until now + hold_s, each with its
@@ -325,10 +339,14 @@ class JobStore(Protocol):
         calls at once). One step on both backends.
         """
 
-    def lease_batch(self, job_id: str, batch_id: str, worker_id: str, *, lease_s: float) -> BatchRecord | None:
-        """Lease an open batch to worker_id until now + lease_s if its lease is free, expired or
-        already worker_id's (a renewal); None otherwise (another worker has it, or it is done or
-        unknown). Submitting, polling and ingesting a batch are each done under it. One step."""
+    def lease_batch(self, job_id: str, batch_id: str, worker_id: str, *, lease_s: float,
+                    take_from: str | None = None) -> BatchRecord | None:
+        """Lease an open batch to worker_id until now + lease_s if its lease is free, expired,
+        already worker_id's (a renewal) or held by take_from (a worker the caller found dead:
+        its lease is taken without waiting for it to expire); None otherwise (another worker has
+        it, or it is done or unknown). Submitting, polling and ingesting a batch are each done
+        under it. One step: the holder is compared and replaced together, so a lease renewed or
+        taken by anyone else in between is left alone."""
 
     def update_batch(self, job_id: str, batch_id: str, worker_id: str, **changes) -> BatchRecord | None:
         """Set fields of BATCH_FIELDS on a batch whose lease worker_id holds; None (nothing

@@ -254,6 +254,10 @@ class BatchRecord:
     run_rest_live: bool = False  # cancelled at --batch-deadline: its unfinished items run live
     lease_owner: str | None = None  # the worker submitting, polling or ingesting it now
     lease_until: float = 0.0
+    #: The provider's status when the batch ended (completed, expired, cancelled, failed), kept
+    #: when `status` becomes BATCH_DONE; None while open, for a batch closed before it reached the
+    #: provider, and for one that ended before this field was recorded.
+    final_status: str | None = None
 
     @property
     def owner(self) -> str:
@@ -266,7 +270,7 @@ class BatchRecord:
 
 #: The fields update_batch may change.
 BATCH_FIELDS = ("status", "provider_id", "input_file", "output_file", "error_file", "completed", "failed",
-                "submitted_at", "cancel_sent", "run_rest_live")
+                "submitted_at", "cancel_sent", "run_rest_live", "final_status")
 
 
 class BatchItem(NamedTuple):

@@ -403,6 +403,10 @@ class RedisJobStore(RedisBatches):
         return self.lua.record_attempt(keys=self.keys.job(job_id), args=[
             index, worker_id, int(rate_limited), error.error_type, codec.opt(error.http_status), error.message])
 
+    def settle_failed_attempt(self, job_id, index, worker_id, error: ItemError, *, retries):
+        return self.lua.settle_failed_attempt(keys=self.keys.job(job_id), args=[
+            index, worker_id, error.error_type, codec.opt(error.http_status), error.message, retries])
+
     # What the SQLite store does in one statement across jobs, this store does one atomic
     # script per job on the active-jobs index (pipelined: one round trip). Each job's release
     # is atomic; the set of jobs is read just before.

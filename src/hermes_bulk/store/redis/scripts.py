@@ -56,5 +56,8 @@ class Scripts:
         # ARGV shadows the global), so complete and claim stay written once.
         both = "".join(f"local function {name}(ARGV)\n{read(name)}\nend\n" for name in ("complete_item", "claim_item"))
         self.complete_and_claim = client.register_script(job + both + read("complete_and_claim"))
+        settle = "".join(f"local function {name}(ARGV)\n{read(name)}\nend\n"
+                         for name in ("record_attempt", "fail_item", "release_item"))
+        self.settle_failed_attempt = client.register_script(job + settle + read("settle_failed_attempt"))
         for name in _OTHER_SCRIPTS:
             setattr(self, name, client.register_script(common + read(name)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..compression import unpack
 from ..protocol import (
     BATCH_DONE,
     BATCH_FIELDS,
@@ -19,18 +20,18 @@ from ..protocol import (
 )
 
 _COLUMNS = ("id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, completed,"
-            " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until")
+            " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until, final_status")
 
 
 def _batch(row) -> BatchRecord:
     return BatchRecord(*row[:12], cancel_sent=bool(row[12]), run_rest_live=bool(row[13]), lease_owner=row[14],
-                       lease_until=row[15])
+                       lease_until=row[15], final_status=row[16])
 
 
 class SqliteBatches:
     """The batch half of SqliteJobStore (self.db, self.now, _job_row and _refuse_claim come from it)."""
 
-    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s):
+    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None):
         now = self.now()
         with self.db.write() as conn:
             row = conn.execute(f"SELECT {self._job_columns} FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -43,11 +44,11 @@ class SqliteBatches:
                                  (job_id, BATCH_PREPARING)).fetchone()
             if found is not None:
                 batch = _batch(found)
-                if batch.lease_owner not in (None, worker_id) and batch.lease_until >= now:
+                if batch.lease_owner not in (None, worker_id, take_from) and batch.lease_until >= now:
                     return ClaimRefused("batch_preparing")
                 conn.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
                              (worker_id, now + lease_s, batch.batch_id))
-                return _batch((*found[:14], worker_id, now + lease_s))
+                return _batch((*found[:14], worker_id, now + lease_s, *found[16:]))
             # Set-wise, so a batch of 50,000 holds no list of its items here: each item's reservation
             # (JobRecord.reservation, as claim_item reckons it in SQL) and the running sum of them
             # in index order, taken while it fits under --max-tokens.
@@ -77,13 +78,14 @@ class SqliteBatches:
             return BatchRecord(batch_id, job_id, BATCH_PREPARING, taken, now, lease_owner=worker_id,
                                lease_until=now + lease_s)
 
-    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s):
+    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s, take_from=None):
         now = self.now()
         with self.db.write() as conn:
             row = conn.execute(
                 "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND job_id = ? AND status != ?"
-                " AND (lease_owner IS NULL OR lease_owner = ? OR lease_until < ?) RETURNING " + _COLUMNS,
-                (worker_id, now + lease_s, batch_id, job_id, BATCH_DONE, worker_id, now)).fetchone()
+                " AND (lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until < ?) RETURNING " + _COLUMNS,
+                (worker_id, now + lease_s, batch_id, job_id, BATCH_DONE, worker_id, take_from or worker_id,
+                 now)).fetchone()
         return None if row is None else _batch(row)
 
     def update_batch(self, job_id, batch_id, worker_id, **changes):
@@ -116,7 +118,7 @@ class SqliteBatches:
                 " ON c.job_id = i.job_id AND c.hash = i.content_hash WHERE i.job_id = ? AND i.owner = ?"
                 " AND i.status = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, owner, CLAIMED, last, page))
             for r in rows:
-                yield BatchItem(*r)
+                yield BatchItem(r[0], r[1], unpack(r[2]), *r[3:])  # contents are stored packed (issue 15)
             if len(rows) < page:
                 return
             last = rows[-1][0]

@@ -426,41 +426,64 @@ class SqliteJobStore(SqliteBatches):
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
         with self.db.write() as conn:
-            reserved = self._finish_owned(conn, job_id, index, worker_id, FAILED,
-                                          ", error_type = ?, http_status = ?, error_message = ?",
-                                          (error.error_type, error.http_status, error.message))
-            if reserved is None:
-                return False
-            dups = conn.execute("UPDATE items SET status = ?, error_type = ?, http_status = ?, error_message = ?"
-                                " WHERE job_id = ? AND dup_of = ? AND status = ?",
-                                (FAILED, error.error_type, error.http_status, error.message, job_id, index,
-                                 WAITING)).rowcount
-            conn.execute("UPDATE jobs SET running = running - 1, failed = failed + 1 + ?, pending = pending - ?,"
-                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (dups, dups, reserved, job_id))
-            self._insert_events(conn, job_id, [Event("item_failed", error.message, index, error.error_type,
-                                                     error.http_status)])
-            return True
+            return self._fail(conn, job_id, index, worker_id, error)
+
+    def _fail(self, conn, job_id, index, worker_id, error: ItemError) -> bool:
+        """fail_item's writes in conn (settle_failed_attempt calls it too)."""
+        reserved = self._finish_owned(conn, job_id, index, worker_id, FAILED,
+                                      ", error_type = ?, http_status = ?, error_message = ?",
+                                      (error.error_type, error.http_status, error.message))
+        if reserved is None:
+            return False
+        dups = conn.execute("UPDATE items SET status = ?, error_type = ?, http_status = ?, error_message = ?"
+                            " WHERE job_id = ? AND dup_of = ? AND status = ?",
+                            (FAILED, error.error_type, error.http_status, error.message, job_id, index,
+                             WAITING)).rowcount
+        conn.execute("UPDATE jobs SET running = running - 1, failed = failed + 1 + ?, pending = pending - ?,"
+                     " tokens_reserved = tokens_reserved - ? WHERE id = ?", (dups, dups, reserved, job_id))
+        self._insert_events(conn, job_id, [Event("item_failed", error.message, index, error.error_type,
+                                                 error.http_status)])
+        return True
 
     def release_item(self, job_id, index, worker_id):
         with self.db.write() as conn:
-            reserved = self._finish_owned(conn, job_id, index, worker_id, PENDING)
-            if reserved is None:
-                return False
-            self._count_released(conn, {job_id: (1, reserved)})
-            return True
+            return self._release_owned(conn, job_id, index, worker_id)
+
+    def _release_owned(self, conn, job_id, index, worker_id) -> bool:
+        """release_item's writes in conn (settle_failed_attempt calls it too)."""
+        reserved = self._finish_owned(conn, job_id, index, worker_id, PENDING)
+        if reserved is None:
+            return False
+        self._count_released(conn, {job_id: (1, reserved)})
+        return True
 
     def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
-        column, other = ("rate_limit_waits", "attempts") if rate_limited else ("attempts", "rate_limit_waits")
-        reset = "" if rate_limited else ", rate_limit_waits = 0"
         with self.db.write() as conn:
-            row = conn.execute(f"UPDATE items SET {column} = {column} + 1{reset}"
-                               " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING " + column,
-                               (job_id, index, worker_id, CLAIMED)).fetchone()
-            if row is None:
+            return self._record_attempt(conn, job_id, index, worker_id, error, rate_limited=rate_limited)
+
+    def _record_attempt(self, conn, job_id, index, worker_id, error: ItemError, *, rate_limited) -> int:
+        """record_attempt's writes in conn (settle_failed_attempt calls it too)."""
+        column = "rate_limit_waits" if rate_limited else "attempts"
+        reset = "" if rate_limited else ", rate_limit_waits = 0"
+        row = conn.execute(f"UPDATE items SET {column} = {column} + 1{reset}"
+                           " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING " + column,
+                           (job_id, index, worker_id, CLAIMED)).fetchone()
+        if row is None:
+            return -1
+        kind = "rate_limited" if rate_limited else "attempt_failed"
+        self._insert_events(conn, job_id, [Event(kind, error.message, index, error.error_type, error.http_status)])
+        return row[0]
+
+    def settle_failed_attempt(self, job_id, index, worker_id, error: ItemError, *, retries):
+        with self.db.write() as conn:  # one transaction: a kill between the two leaves neither
+            attempts = self._record_attempt(conn, job_id, index, worker_id, error, rate_limited=False)
+            if attempts < 0:
                 return -1
-            kind = "rate_limited" if rate_limited else "attempt_failed"
-            self._insert_events(conn, job_id, [Event(kind, error.message, index, error.error_type, error.http_status)])
-            return row[0]
+            if attempts > retries:
+                self._fail(conn, job_id, index, worker_id, error)
+            else:
+                self._release_owned(conn, job_id, index, worker_id)
+            return attempts
 
     def release_expired_leases(self) -> dict[str, int]:
         return self._release("status = ? AND lease_until < ?", (CLAIMED, self.now()))

@@ -197,3 +197,10 @@ ALTER TABLE jobs ADD COLUMN drop_content INTEGER NOT NULL DEFAULT 0;
 migration(("m007_dashboard", """
 CREATE INDEX items_failed ON items (job_id, idx) WHERE status = 'failed';
 """))
+
+# Issue 13: a batch's own status becomes "done" once it is ingested; the provider's status at its
+# end (completed, expired, cancelled, failed) is kept beside it for `status`. Batches that ended
+# before this have none (NULL), and show "done" as they did.
+migration(("m008_batch_final_status", """
+ALTER TABLE batches ADD COLUMN final_status TEXT;
+"""))

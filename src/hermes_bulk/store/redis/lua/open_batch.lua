@@ -2,6 +2,7 @@
 -- KEYS: the job's keys (_job.lua); KEYS[14] the job's batches hash, KEYS[15] P:jobs:batched.
 -- ARGV[1] batch_id   ARGV[2] worker_id   ARGV[3] max_items   ARGV[4] lease_ms   ARGV[5] hold_ms
 -- ARGV[6] learn_after   ARGV[7] the owner prefix of batch items ("batch:")   ARGV[8] job id
+-- ARGV[9] take_from: a worker the caller found dead, whose preparing lease is taken at once ('' = none)
 -- Returns {reason} when refused, else {'ok', batch record JSON}.
 local BATCHES, BATCHED = KEYS[14], KEYS[15]
 local flat = redis.call('HGETALL', META)
@@ -15,7 +16,7 @@ local worker, lease_until = ARGV[2], (now + tonumber(ARGV[4])) / 1000
 for _, raw in ipairs(redis.call('HVALS', BATCHES)) do
   local b = cjson.decode(raw)
   if b.status == 'preparing' then
-    if b.lease_owner and b.lease_owner ~= worker and b.lease_until >= now / 1000 then
+    if b.lease_owner and b.lease_owner ~= worker and b.lease_owner ~= ARGV[9] and b.lease_until >= now / 1000 then
       return {'batch_preparing'}
     end
     b.lease_owner, b.lease_until = worker, lease_until
