@@ -45,8 +45,10 @@ def store(backend):
 
 
 def keys_of(raw: redis.Redis, prefix: str) -> list[str]:
-    # Job keys start with their hash tag ({prefix:job:…}), Huey's with "huey.": match anywhere.
-    return sorted(raw.scan_iter(match=f"*{prefix}*", count=1000))
+    """The prefix's keys but its layout mark (P:layout, set when a store opens: no job's or
+    worker's). Job keys start with their hash tag ({prefix:job:…}), Huey's with "huey.": match
+    anywhere."""
+    return sorted(k for k in raw.scan_iter(match=f"*{prefix}*", count=1000) if k != f"{prefix}:layout")
 
 
 @pytest.fixture

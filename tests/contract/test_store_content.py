@@ -53,7 +53,7 @@ def _stored(store, raw, url, job_id, kind, field):  # noqa: F811
         else:
             rows = store.db.read("SELECT text FROM results WHERE job_id = ? AND idx = ?", (job_id, field))
         return rows[0][0] if rows else None
-    return raw.hget(f"{{{prefix_of(url)}:job:{job_id}}}:{kind}", field)
+    return raw.hget(_redis_key(store, job_id, kind, field), field)
 
 
 def _overwrite(store, raw, url, job_id, kind, field, text):  # noqa: F811
@@ -65,7 +65,12 @@ def _overwrite(store, raw, url, job_id, kind, field, text):  # noqa: F811
             else:
                 conn.execute("UPDATE results SET text = ? WHERE job_id = ? AND idx = ?", (text, job_id, field))
     else:
-        raw.hset(f"{{{prefix_of(url)}:job:{job_id}}}:{kind}", field, text.encode("utf-8"))
+        raw.hset(_redis_key(store, job_id, kind, field), field, text.encode("utf-8"))
+
+
+def _redis_key(store, job_id, kind, field) -> str:  # noqa: F811
+    """Contents: the job's hash by content hash; results: the bucket of the item's index (keys.py)."""
+    return store.keys.bucket(job_id, kind, field) if kind == "results" else store.keys.job_key(job_id, kind)
 
 
 @pytest.fixture

@@ -67,14 +67,15 @@ class RedisBatches:
         owner = (BATCH_OWNER_PREFIX + batch_id).encode()
         indexes = sorted(int(i) for i, o in self.r.hscan_iter(self.keys.job_key(job_id, "owners"), count=1000)
                          if o == owner)
-        items, contents = self.keys.job_key(job_id, "items"), self.keys.job_key(job_id, "contents")
+        contents = self.keys.job_key(job_id, "contents")
         for low in range(0, len(indexes), page):
             chunk = indexes[low:low + page]
-            parsed = [codec.parse_item(raw) for raw in self.r.hmget(items, chunk)]
-            texts = self.r.hmget(contents, [p[1] for p in parsed])
-            for index, (_, content_hash, (name, origin, offset, stat_sig)), text in zip(chunk, parsed, texts,
-                                                                                        strict=True):
-                yield BatchItem(index, name, codec.text(text), content_hash, origin, offset, stat_sig)
+            heads, names, sources, _meta = self._records(job_id, ("items", "names", "sources"), chunk)
+            hashes = [codec.parse_head(h)[1] for h in heads]
+            for index, content_hash, name, source, text in zip(chunk, hashes, names, sources,
+                                                               self.r.hmget(contents, hashes), strict=True):
+                origin, offset, stat_sig = codec.parse_source(source)
+                yield BatchItem(index, codec.text(name), codec.text(text), content_hash, origin, offset, stat_sig)
 
     def release_batch_items(self, job_id, batch_id):
         return int(self.lua.release_worker_items(keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]))

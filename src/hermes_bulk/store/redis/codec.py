@@ -58,15 +58,36 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
                      tokens_saved=int(meta.get("tokens_saved") or 0), **n)
 
 
-def item_record(item: NewItem) -> str:
-    return f"{item.estimated_tokens}\t{item.content_hash}\t" + json.dumps(
-        [item.name, item.origin, item.offset, item.stat_sig])
+def item_head(item: NewItem) -> str:
+    """An item's items record: "<estimate>\t<content_hash>" (the scripts read both)."""
+    return f"{item.estimated_tokens}\t{item.content_hash}"
 
 
-def parse_item(raw: bytes) -> tuple[int, str, list]:
-    """(estimate, content_hash, [name, origin, offset, stat_sig]) of an items-hash value."""
-    estimate, content_hash, rest = text(raw).split("\t", 2)
-    return int(estimate), content_hash, json.loads(rest)
+def item_source(item: NewItem) -> str:
+    """An item's sources record (what processing it needs, dropped when it completes)."""
+    return json.dumps([item.origin, item.offset, item.stat_sig], separators=(",", ":"))
+
+
+def parse_head(raw: bytes) -> tuple[int, str]:
+    """(estimate, content_hash) of an items record."""
+    estimate, content_hash = text(raw).split("\t", 1)
+    return int(estimate), content_hash
+
+
+def parse_source(raw: bytes) -> tuple[str, int, str]:
+    """(origin, offset, stat_sig) of a sources record."""
+    origin, offset, stat_sig = json.loads(raw)
+    return origin, offset, stat_sig
+
+
+def parse_state(raw: bytes | None, meta: dict[str, str]) -> dict:
+    """An item's state (absent: a fresh pending item), provider and model as names again: a
+    state holds them as numbers that META's "n:<id>" fields name (_job.lua: intern)."""
+    st = json.loads(raw) if raw else {}
+    for k in ("pv", "md"):
+        if isinstance(st.get(k), int):
+            st[k] = meta.get(f"n:{st[k]}")
+    return st
 
 
 def event_body(e: Event) -> str:

@@ -74,6 +74,15 @@ from __future__ import annotations
 
 #: Events kept per job (the newest); a million-item job cannot grow its history without bound.
 EVENTS_KEPT = 10_000
+#: Items per bucket of the per-item hashes: at most this many fields a hash, so Redis keeps
+#: each bucket as a listpack (hash-max-listpack-entries is 512 by default, 128 is safe on any
+#: server) as long as every value is at most hash-max-listpack-value (64 bytes by default).
+BUCKET_ITEMS = 128
+#: The per-item families, each a hash per bucket: "{P:job:ID}:<family>:<index // BUCKET_ITEMS>".
+ITEM_FAMILIES = ("items", "names", "sources", "states", "results", "keys")
+#: The layout of the per-item records this code reads and writes (store/redis/layout.py
+#: moves a Redis of an older layout to it): the value of P:layout.
+LAYOUT = "2"
 #: A provider key's pacing and backoff state is kept this long after it was last needed.
 LIMIT_IDLE_KEEP_MS = 86_400_000
 
@@ -92,6 +101,7 @@ class RedisKeys:
         self.workers = f"{{{prefix}:workers}}"
         self.answers = f"{prefix}:answers"
         self.jobs_batched = f"{prefix}:jobs:batched"
+        self.layout = f"{prefix}:layout"
 
     def job(self, job_id: str) -> list[str]:
         """The job's twelve keys and the answer index, in the order _job.lua names them."""
@@ -99,6 +109,10 @@ class RedisKeys:
 
     def job_key(self, job_id: str, suffix: str) -> str:
         return f"{{{self.prefix}:job:{job_id}}}:{suffix}"
+
+    def bucket(self, job_id: str, family: str, index: int) -> str:
+        """The hash of ITEM_FAMILIES that holds item `index`'s record of `family`."""
+        return f"{self.job_key(job_id, family)}:{index // BUCKET_ITEMS}"
 
     def worker(self, worker_id: str) -> str:
         return f"{self.workers}:{worker_id}"

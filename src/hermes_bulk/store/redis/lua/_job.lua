@@ -15,15 +15,47 @@ local function meta_decr(field, n)
   if n ~= 0 then redis.call('HINCRBY', META, field, -n) end
 end
 
--- An item's changing fields; absent means a fresh pending item.
+-- The per-item records live in buckets of BUCKET_ITEMS indexes, one hash per family and bucket
+-- ("<job's tag>:<family>:<index // BUCKET_ITEMS>", keys.py): small hashes of short values, which
+-- Redis keeps as listpacks. They share the job's hash tag, so they are in its slot.
+local JOB = string.sub(META, 1, #META - 4)  -- META is "<job's tag>:meta"
+local function at(family, idx)
+  return JOB .. family .. ':' .. math.floor(tonumber(idx) / BUCKET_ITEMS)
+end
+
+-- "<estimate>\t<content_hash>" of an item (its items record, written once by add_items).
+local function item_head(idx)
+  local estimate, content_hash = string.match(redis.call('HGET', at('items', idx), idx), '^(%-?%d+)\t(.*)$')
+  return tonumber(estimate), content_hash
+end
+
+-- A provider or model name as a small number, the same for the job's every item: META holds
+-- "n:<id>" -> name and "n=<name>" -> id (an item's state stays short).
+local function intern(name)
+  local id = redis.call('HGET', META, 'n=' .. name)
+  if id then return tonumber(id) end
+  id = redis.call('HINCRBY', META, 'names', 1)
+  redis.call('HSET', META, 'n=' .. name, id, 'n:' .. id, name)
+  return id
+end
+
+-- An item's changing fields; absent means a fresh pending item. Counts that are 0 are not
+-- stored (an item's state stays under 64 bytes, the listpack's value limit).
+local ZERO_OMITTED = {'a', 'w', 'r', 'ti', 'to'}
 local function item_state(idx)
-  local raw = redis.call('HGET', STATES, idx)
-  if raw then return cjson.decode(raw) end
-  return {s = S_PENDING, a = 0, w = 0, r = 0}
+  local raw = redis.call('HGET', at('states', idx), idx)
+  local st = raw and cjson.decode(raw) or {s = S_PENDING}
+  st.a, st.w, st.r = st.a or 0, st.w or 0, st.r or 0
+  return st
 end
 
 local function save_state(idx, st)
-  redis.call('HSET', STATES, idx, cjson.encode(st))
+  if type(st.pv) == 'string' then st.pv = intern(st.pv) end
+  if type(st.md) == 'string' then st.md = intern(st.md) end
+  for _, k in ipairs(ZERO_OMITTED) do
+    if st[k] == 0 then st[k] = nil end
+  end
+  redis.call('HSET', at('states', idx), idx, cjson.encode(st))
 end
 
 -- Events are "<at_ms>\t<JSON [kind, message, index, error_type, http_status]>", newest kept.

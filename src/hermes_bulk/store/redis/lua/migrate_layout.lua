@@ -1,0 +1,35 @@
+-- migrate_layout: move items ARGV[1]..ARGV[2] of a job of layout 1 into the buckets (layout.py).
+-- Layout 1 kept one hash per family for the whole job: ITEMS ("<estimate>\t<content_hash>\t<JSON
+-- [name, origin, offset, stat_sig]>"), STATES (JSON, provider and model spelled out), RESULTS,
+-- and AKEYS' "i:<index>" entries. Each item moves whole in this script (written to its buckets
+-- as add_items and save_state write them, then taken from the old hashes), so a migration
+-- stopped anywhere is finished by running it again; a completed item keeps no source.
+-- KEYS: the job's keys (_job.lua).   ARGV[1] first index   ARGV[2] last index
+-- Returns the number of items moved.
+redis.call('HSETNX', META, 'added', redis.call('HLEN', ITEMS))  -- before any item moves
+local moved = 0
+for idx = tonumber(ARGV[1]), tonumber(ARGV[2]) do
+  local raw = redis.call('HGET', ITEMS, idx)
+  if raw then
+    local estimate, content_hash, rest = string.match(raw, '^(%-?%d+)\t([^\t]*)\t(.*)$')
+    local record = cjson.decode(rest)
+    redis.call('HSET', at('items', idx), idx, estimate .. '\t' .. content_hash)
+    redis.call('HSET', at('names', idx), idx, record[1])
+    local raw_state = redis.call('HGET', STATES, idx)
+    local st = raw_state and cjson.decode(raw_state)
+    if not (st and st.s == S_COMPLETED) then
+      redis.call('HSET', at('sources', idx), idx, cjson.encode({record[2], record[3], record[4]}))
+    end
+    if st then save_state(idx, st) end
+    local result = redis.call('HGET', RESULTS, idx)
+    if result then redis.call('HSET', at('results', idx), idx, result) end
+    local key = redis.call('HGET', AKEYS, 'i:' .. idx)
+    if key then redis.call('HSET', at('keys', idx), idx, key) end
+    redis.call('HDEL', STATES, idx)
+    redis.call('HDEL', RESULTS, idx)
+    redis.call('HDEL', AKEYS, 'i:' .. idx)
+    redis.call('HDEL', ITEMS, idx)
+    moved = moved + 1
+  end
+end
+return moved
