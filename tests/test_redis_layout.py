@@ -15,6 +15,7 @@ import json
 import pytest
 import redis
 
+from hermes_bulk.store.redis.codec import STATUS_CODES
 from hermes_bulk.store.redis.keys import BUCKET_ITEMS, ITEM_FAMILIES, RedisKeys
 
 from .contract.conftest import prefix_of
@@ -37,19 +38,32 @@ def _export(cli, job_id: str) -> list[dict]:
     return [json.loads(line) for line in cli("export", job_id, "--format", "jsonl", "--output", "-").stdout.splitlines()]
 
 
+def _hex(field: bytes) -> bytes:
+    """A hash as layout 1 spelled it (codec.content_field / answer_field wrote its bytes)."""
+    if len(field) == 17 and field[:1] == b"\x00":
+        return b"b2:" + field[1:].hex().encode()
+    return field.hex().encode() if len(field) == 16 else field
+
+
 def _to_layout_1(raw: redis.Redis, keys: RedisKeys, job_id: str) -> None:
     """Rewrite a job into layout 1 and forget that the Redis was moved (P:layout)."""
     meta = keys.job_key(job_id, "meta")
-    names = {k[2:]: v for k, v in raw.hgetall(meta).items() if k.startswith("n:")}
+    names = {k[2:].decode(): v.decode() for k, v in raw.hgetall(meta).items() if k.startswith(b"n:")}
     top = int(raw.hget(meta, "max_index"))
     for i in range(top + 1):
         rec = {f: raw.hget(keys.bucket(job_id, f, i), i) for f in ITEM_FAMILIES}
-        estimate, content_hash = rec["items"].split("\t")
-        origin, offset, stat_sig = json.loads(rec["sources"]) if rec["sources"] else (rec["names"], -1, "0:0")
-        raw.hset(keys.job_key(job_id, "items"), i,
-                 f"{estimate}\t{content_hash}\t" + json.dumps([rec["names"], origin, offset, stat_sig]))
+        estimate, field = rec["items"].split(b"\t", 1)
+        name = rec["names"].decode()
+        origin, offset, stat_sig = json.loads(rec["sources"]) if rec["sources"] else (name, -1, "0:0")
+        raw.hset(keys.job_key(job_id, "items"), i, estimate + b"\t" + _hex(field) + b"\t"
+                 + json.dumps([name, origin, offset, stat_sig]).encode())
+        content = raw.hget(keys.job_key(job_id, "contents"), field)
+        if content is not None:
+            raw.hset(keys.job_key(job_id, "contents"), _hex(field), content)
+            raw.hdel(keys.job_key(job_id, "contents"), field)
         if rec["states"]:
             st = {"a": 0, "w": 0, "r": 0, **json.loads(rec["states"])}
+            st["s"] = {v: k for k, v in STATUS_CODES.items()}[st["s"]]
             for k in ("pv", "md"):
                 if k in st:
                     st[k] = names[str(st[k])]
@@ -57,10 +71,18 @@ def _to_layout_1(raw: redis.Redis, keys: RedisKeys, job_id: str) -> None:
         if rec["results"]:
             raw.hset(keys.job_key(job_id, "results"), i, rec["results"])
         if rec["keys"]:
-            raw.hset(keys.job_key(job_id, "keys"), f"i:{i}", rec["keys"])
+            raw.hset(keys.job_key(job_id, "keys"), f"i:{i}", _hex(rec["keys"]))
+            first = raw.hget(keys.job_key(job_id, "keys"), b"k:" + rec["keys"])
+            if first is not None:
+                raw.hset(keys.job_key(job_id, "keys"), b"k:" + _hex(rec["keys"]), first)
+                raw.hdel(keys.job_key(job_id, "keys"), b"k:" + rec["keys"])
     for b in range(top // BUCKET_ITEMS + 1):
         raw.delete(*(keys.bucket(job_id, f, b * BUCKET_ITEMS) for f in ITEM_FAMILIES))
-    raw.hdel(meta, "added", "names", *(k for k in raw.hkeys(meta) if k.startswith(("n:", "n="))))
+    raw.hdel(meta, "added", "names", *(k for k in raw.hkeys(meta) if k.startswith((b"n:", b"n="))))
+    for key, value in raw.hgetall(keys.answers).items():
+        if len(key) == 16:
+            raw.hset(keys.answers, _hex(key), value)
+            raw.hdel(keys.answers, key)
     raw.delete(keys.layout)
 
 
@@ -71,17 +93,19 @@ def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(redis_cli
     cli("run", done, "--wait", timeout=120)
     before = _export(cli, done)
     waiting = cli.create("Summarise", _folder(tmp_path / "waiting", 3, "waiting"))
-    raw = redis.Redis.from_url(redis_url.split("?")[0], decode_responses=True)
+    raw = redis.Redis.from_url(redis_url.split("?")[0])
     keys = RedisKeys(prefix_of(redis_url))
     try:
         for job_id in (done, waiting):
             _to_layout_1(raw, keys, job_id)
         assert raw.hlen(keys.job_key(done, "items")) == 4 and raw.get(keys.layout) is None
+        assert all(len(k) == 32 for k in raw.hkeys(keys.answers)), "layout 1: answer keys in hex"
 
         assert _export(cli, done) == before, "a completed job reads back as it was written"
-        assert raw.get(keys.layout) == "2", "the first store that opened moved the jobs"
+        assert raw.get(keys.layout) == b"2", "the first store that opened moved the jobs"
         assert not any(raw.exists(keys.job_key(j, f)) for j in (done, waiting) for f in ("items", "states", "results"))
-        assert not any(k.startswith("i:") for k in raw.hkeys(keys.job_key(done, "keys")))
+        assert not any(k.startswith(b"i:") for k in raw.hkeys(keys.job_key(done, "keys")))
+        assert all(len(k) == 16 for k in raw.hkeys(keys.answers)), "answer keys as their bytes"
 
         fake_provider.reset_records()
         cli("run", waiting, "--wait", timeout=120)
@@ -93,7 +117,7 @@ def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(redis_cli
         assert "4 answered before (reused), 0 to run" in made, "answers of a moved job are reused"
 
         cli("delete", "-y", done)
-        assert not [v for v in raw.hvals(keys.answers) if v.startswith(done)], "its answers go with it"
-        assert not [k for k in raw.scan_iter(match=f"*{done}*")]
+        assert not [v for v in raw.hvals(keys.answers) if v.startswith(done.encode())], "its answers go with it"
+        assert not list(raw.scan_iter(match=f"*{done}*"))
     finally:
         raw.close()

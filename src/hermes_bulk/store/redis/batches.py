@@ -72,10 +72,11 @@ class RedisBatches:
             chunk = indexes[low:low + page]
             heads, names, sources, _meta = self._records(job_id, ("items", "names", "sources"), chunk)
             hashes = [codec.parse_head(h)[1] for h in heads]
-            for index, content_hash, name, source, text in zip(chunk, hashes, names, sources,
-                                                               self.r.hmget(contents, hashes), strict=True):
+            for index, field, name, source, text in zip(chunk, hashes, names, sources,
+                                                        self.r.hmget(contents, hashes), strict=True):
                 origin, offset, stat_sig = codec.parse_source(source)
-                yield BatchItem(index, codec.text(name), codec.text(text), content_hash, origin, offset, stat_sig)
+                yield BatchItem(index, codec.text(name), codec.stored_text(text), codec.content_hash_of(field), origin,
+                                offset, stat_sig)
 
     def release_batch_items(self, job_id, batch_id):
         return int(self.lua.release_worker_items(keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]))

@@ -117,8 +117,8 @@ class RedisJobStore(RedisBatches):
         answers: dict[str, tuple[str, int, int, str]] = {}
         wanted = sorted({it.answer_key for it in batch if it.answer_key}) if reuse else []
         if wanted:
-            hits = [(k, codec.text(v).split("\t")) for k, v in zip(wanted, self.r.hmget(self.keys.answers, wanted),
-                                                                    strict=True) if v is not None]
+            stored = self.r.hmget(self.keys.answers, [codec.answer_field(k) for k in wanted])
+            hits = [(k, codec.text(v).split("\t")) for k, v in zip(wanted, stored, strict=True) if v is not None]
             if hits:
                 pipe = self.r.pipeline(transaction=False)
                 for _, (job, idx, _tokens) in hits:
@@ -129,8 +129,9 @@ class RedisJobStore(RedisBatches):
         args: list = []
         for it in batch:
             found = answers.get(it.answer_key)
-            args += [it.index, codec.item_head(it), it.name, codec.item_source(it), it.content_hash,
-                     codec.stored(it.content), it.estimated_tokens, it.answer_key,
+            args += [it.index, codec.item_head(it), it.name, codec.item_source(it), codec.content_field(it.content_hash),
+                     codec.stored(it.content), it.estimated_tokens,
+                     codec.answer_field(it.answer_key) if it.answer_key else "",
                      *(found if found else ("", "", "", ""))]
         return args
 
@@ -258,11 +259,11 @@ class RedisJobStore(RedisBatches):
                                                                  [index])
         if head is None or not meta:  # no such item, or deleted in the meantime
             return None
-        _, content_hash = codec.parse_head(head)
+        _, field = codec.parse_head(head)
         # No content: dropped when the item completed (protocol.drops_content).
-        content = self.r.hget(self.keys.job_key(job_id, "contents"), content_hash)
+        content = self.r.hget(self.keys.job_key(job_id, "contents"), field)
         record = self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
-        return ItemDetail(record, codec.stored_text(content), content_hash)
+        return ItemDetail(record, codec.stored_text(content), codec.content_hash_of(field))
 
     @staticmethod
     def _item_record(index: int, name: str, st: dict, result) -> ItemRecord:
@@ -370,7 +371,7 @@ class RedisJobStore(RedisBatches):
         origin, offset, stat_sig = codec.parse_source(source)
         st = json.loads(raw_state) if raw_state else {}  # attempts and waits only: no names to read
         return Claim(job=codec.job_from_meta(codec.decode_hash(meta)), index=int(index), name=codec.text(name),
-                     content=codec.stored_text(content), content_hash=codec.text(content_hash), origin=origin,
+                     content=codec.stored_text(content), content_hash=codec.content_hash_of(content_hash), origin=origin,
                      offset=offset,
                      stat_sig=stat_sig, attempts=st.get("a", 0), rate_limit_waits=st.get("w", 0))
 

@@ -23,7 +23,8 @@ local function at(family, idx)
   return JOB .. family .. ':' .. math.floor(tonumber(idx) / BUCKET_ITEMS)
 end
 
--- "<estimate>\t<content_hash>" of an item (its items record, written once by add_items).
+-- The estimate and the content hash (as the contents hash's field: codec.content_field) of an
+-- item: its items record "<estimate>\t<content field>", written once by add_items.
 local function item_head(idx)
   local estimate, content_hash = string.match(redis.call('HGET', at('items', idx), idx), '^(%-?%d+)\t(.*)$')
   return tonumber(estimate), content_hash
@@ -39,23 +40,29 @@ local function intern(name)
   return id
 end
 
--- An item's changing fields; absent means a fresh pending item. Counts that are 0 are not
--- stored (an item's state stays under 64 bytes, the listpack's value limit).
+-- An item's changing fields; absent means a fresh pending item. Stored short (under 64 bytes,
+-- the listpack's value limit): the status as a digit (STATUS_CODE), provider and model
+-- interned, counts that are 0 left out.
 local ZERO_OMITTED = {'a', 'w', 'r', 'ti', 'to'}
 local function item_state(idx)
   local raw = redis.call('HGET', at('states', idx), idx)
-  local st = raw and cjson.decode(raw) or {s = S_PENDING}
+  if not raw then return {s = S_PENDING, a = 0, w = 0, r = 0} end
+  local st = cjson.decode(raw)
+  st.s = STATUS_NAME[st.s] or st.s
   st.a, st.w, st.r = st.a or 0, st.w or 0, st.r or 0
   return st
 end
 
 local function save_state(idx, st)
-  if type(st.pv) == 'string' then st.pv = intern(st.pv) end
-  if type(st.md) == 'string' then st.md = intern(st.md) end
+  local stored = {}
+  for k, v in pairs(st) do stored[k] = v end
+  stored.s = STATUS_CODE[st.s] or st.s
+  if type(st.pv) == 'string' then stored.pv = intern(st.pv) end
+  if type(st.md) == 'string' then stored.md = intern(st.md) end
   for _, k in ipairs(ZERO_OMITTED) do
-    if st[k] == 0 then st[k] = nil end
+    if stored[k] == 0 then stored[k] = nil end
   end
-  redis.call('HSET', at('states', idx), idx, cjson.encode(st))
+  redis.call('HSET', at('states', idx), idx, cjson.encode(stored))
 end
 
 -- Events are "<at_ms>\t<JSON [kind, message, index, error_type, http_status]>", newest kept.
