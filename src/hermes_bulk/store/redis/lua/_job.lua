@@ -5,6 +5,9 @@
 --   KEYS[1] meta      KEYS[2] items    KEYS[3] states   KEYS[4] contents  KEYS[5] results
 --   KEYS[6] pending   KEYS[7] leases   KEYS[8] owners   KEYS[9] failed    KEYS[10] events
 --   KEYS[11] keys     KEYS[12] dups    KEYS[13] answers (P:answers, shared by every job)
+-- ITEMS, STATES and RESULTS are layout 1's per-item hashes (only migrate_layout reads them); an
+-- item's records are in the buckets `at` names, and a script's header saying it writes STATES
+-- or RESULTS means the item's bucket of that family.
 local META, ITEMS, STATES, CONTENTS, RESULTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local PENDING, LEASES, OWNERS, FAILED, EVENTS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local AKEYS, DUPS, ANSWERS = KEYS[11], KEYS[12], KEYS[13]
