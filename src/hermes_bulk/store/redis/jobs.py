@@ -62,7 +62,7 @@ class RedisJobStore(RedisBatches):
         self.keys = RedisKeys(conn.prefix)
         self.lua = conn.lua
         try:
-            ensure_layout(self.r, self.keys, self.lua)
+            ensure_layout(conn, self.keys)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise conn.unavailable(exc) from exc
 

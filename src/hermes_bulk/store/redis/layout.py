@@ -12,17 +12,16 @@ Processes of the older version must be stopped first: they read and write layout
 
 from __future__ import annotations
 
-import redis
-
+from .connection import RedisConnection
 from .keys import LAYOUT, RedisKeys
-from .scripts import Scripts
 
 #: Items moved per script call (Redis stays responsive during a move of a large job).
 PAGE_ITEMS = 1000
 
 
-def ensure_layout(client: redis.Redis, keys: RedisKeys, lua: Scripts) -> int:
+def ensure_layout(conn: RedisConnection, keys: RedisKeys) -> int:
     """Move every job still in layout 1 to the current layout; returns the items moved."""
+    client, lua = conn.client, conn.lua
     if client.get(keys.layout) == LAYOUT.encode():
         return 0
     moved = 0
