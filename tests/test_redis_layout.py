@@ -121,3 +121,39 @@ def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(redis_cli
         assert not list(raw.scan_iter(match=f"*{done}*"))
     finally:
         raw.close()
+
+
+def test_a_move_interrupted_anywhere_is_finished_by_the_next_store_that_opens(redis_url):
+    from hermes_bulk import broker
+    from hermes_bulk.sources import content_hash
+    from hermes_bulk.store.protocol import NOT_STARTED, RUNNING, JobSpec, NewItem, Usage
+
+    first = broker._build(redis_url)
+    store = first.store
+    job_id = "moved0000001"
+    store.begin_job(JobSpec(job_id=job_id, instruction="x", source="/s", source_kind="directory", concurrency=9,
+                            retries=1, provider_key="p:test"))
+    store.add_items(job_id, [NewItem(i, f"n{i}", f"c{i % 150}", content_hash(f"c{i % 150}"), f"n{i}", -1, "1:1", 5,
+                                     answer_key=f"{i % 150:032x}") for i in range(300)])
+    store.finish_job(job_id)
+    store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
+    for _ in range(100):
+        c = store.claim_item(job_id, 0, "w1", lease_s=30, max_running=99)
+        store.complete_item(job_id, c.index, "w1", f"r{c.index}", Usage(1, 1), provider="pv", model="md")
+    before = list(store.iter_items(job_id, with_content=True))
+    raw = redis.Redis.from_url(redis_url.split("?")[0])
+    try:
+        _to_layout_1(raw, store.keys, job_id)
+        store.lua.migrate_layout(keys=store.keys.job(job_id), args=[0, 140])  # a move stopped part-way
+        assert raw.hlen(store.keys.job_key(job_id, "items")) == 159 and raw.get(store.keys.layout) is None
+        second = broker._build(redis_url)
+        try:
+            assert list(second.store.iter_items(job_id, with_content=True)) == before
+            assert raw.get(store.keys.layout) == b"2" and not raw.exists(store.keys.job_key(job_id, "items"))
+            c = second.store.claim_item(job_id, 0, "w1", lease_s=30, max_running=99)
+            assert (c.index, c.content, c.origin) == (100, "c100", "n100")
+        finally:
+            second.close()
+    finally:
+        raw.close()
+        first.close()
