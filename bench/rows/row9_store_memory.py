@@ -109,8 +109,7 @@ def run(ctx: Context) -> RowResult:
             keys = _key_bytes(client, url) if url else {}
             info1 = client.info("memory")
             parts = {k: info1[k] - info0[k] for k in _INFO_PARTS if k in info1}
-            results = (sum(client.hstrlen(f"{{{url.rsplit('prefix=', 1)[1]}:job:{job}}}:results", i) for i in range(n))
-                       if url else _sqlite_result_bytes(env, job))
+            results = _redis_result_bytes(client, url, job, n) if url else _sqlite_result_bytes(env, job)
             left = None
             if url:  # what deleting the job does not give back is not the job's
                 env.cli("delete", "-y", job)
@@ -164,13 +163,27 @@ def run(ctx: Context) -> RowResult:
 
 
 def _key_bytes(client, url: str) -> dict[str, int]:
-    """MEMORY USAGE of each key of the run's prefix, by key kind (what the job holds, not Redis' own)."""
+    """MEMORY USAGE of each key of the run's prefix, by key kind (what the job holds, not Redis'
+    own): a job's key by its name after the job's hash tag, the buckets of a per-item family
+    together ("states:0", "states:1": states); P:answers as answers."""
     prefix = url.rsplit("prefix=", 1)[1]
     found: dict[str, int] = {}
     for key in client.scan_iter(match=f"*{prefix}*", count=1000):
-        kind = key.decode().rsplit(":", 1)[-1]
+        name = key.decode()
+        kind = name.split("}:", 1)[1].split(":", 1)[0] if "}:" in name else name.rsplit(":", 1)[-1]
         found[kind] = found.get(kind, 0) + (client.memory_usage(key, samples=0) or 0)
     return found
+
+
+def _redis_result_bytes(client, url: str, job: str, n: int) -> int:
+    """The stored (compressed) size of the job's results: HSTRLEN of each in its bucket (keys.py)."""
+    from hermes_bulk.store.redis.keys import RedisKeys
+
+    keys = RedisKeys(url.rsplit("prefix=", 1)[1])
+    pipe = client.pipeline(transaction=False)
+    for i in range(n):
+        pipe.hstrlen(keys.bucket(job, "results", i), i)
+    return sum(pipe.execute())
 
 
 def _redis_client(ctx: Context):

@@ -14,6 +14,7 @@ import redis
 
 from hermes_bulk import broker
 from hermes_bulk.errors import BackendUnavailable
+from hermes_bulk.sources import content_hash
 from hermes_bulk.store.protocol import (
     NOT_STARTED,
     PAUSED,
@@ -21,6 +22,7 @@ from hermes_bulk.store.protocol import (
     Event,
     ItemError,
     JobSpec,
+    NewItem,
     Usage,
     WorkerInfo,
 )
@@ -45,8 +47,10 @@ def store(backend):
 
 
 def keys_of(raw: redis.Redis, prefix: str) -> list[str]:
-    # Job keys start with their hash tag ({prefix:job:…}), Huey's with "huey.": match anywhere.
-    return sorted(raw.scan_iter(match=f"*{prefix}*", count=1000))
+    """The prefix's keys but its layout mark (P:layout, set when a store opens: no job's or
+    worker's). Job keys start with their hash tag ({prefix:job:…}), Huey's with "huey.": match
+    anywhere."""
+    return sorted(k for k in raw.scan_iter(match=f"*{prefix}*", count=1000) if k != f"{prefix}:layout")
 
 
 @pytest.fixture
@@ -221,3 +225,70 @@ def test_a_refused_run_leaves_no_lasting_index_entry(store, raw, redis_url):
     assert store.active_job_ids() == []
     store.release_expired_leases()
     assert raw.zscore(active, job_id) is None
+
+
+# Per-item records in buckets (keys.py) ----------------------------------------------------------
+
+
+def _bucketed_job(store, n: int) -> str:
+    """A running job of n items with real content hashes and answer keys (as create makes them)."""
+    job_id = f"bk{uuid.uuid4().hex[:10]}"
+    store.begin_job(JobSpec(job_id=job_id, instruction="do it", source="/nowhere", source_kind="directory",
+                            concurrency=1000, retries=2, provider_key="p:test"))
+    store.add_items(job_id, [NewItem(i, f"doc-{i:06d}.txt", f"content {i}", content_hash(f"content {i}"),
+                                     f"doc-{i:06d}.txt", -1, f"{i}:1796186286745940982", 3000,
+                                     answer_key=f"{i:032x}") for i in range(n)])
+    store.finish_job(job_id)
+    store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
+    return job_id
+
+
+def test_a_jobs_records_are_listpack_buckets_of_128_items_and_read_back_whole(store, raw, redis_url):
+    n = 300
+    job_id = _bucketed_job(store, n)
+    for _ in range(n):
+        c = claim(store, job_id, hint=0)
+        if c.index == 7:
+            assert (c.name, c.origin, c.offset, c.stat_sig) == ("doc-000007.txt", "doc-000007.txt", -1, "7:1796186286745940982")
+            assert c.content_hash == content_hash("content 7")
+            store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", "no", 400))
+        else:
+            store.complete_item(job_id, c.index, "w1", f"result {c.index}", Usage(2545, 8),
+                                provider="https://api.example.com/v1", model="model-2026-01-01")
+    keys = store.keys
+    for family in ("items", "names", "states", "results", "keys"):
+        buckets = [keys.bucket(job_id, family, b * 128) for b in range(3)]
+        assert [raw.object("encoding", k) for k in buckets] == ["listpack"] * 3, family
+        assert not raw.exists(keys.job_key(job_id, family)) or family == "keys"
+    # Sources go when an item completes; the failed item keeps its own (retry processes it again).
+    assert raw.hgetall(keys.bucket(job_id, "sources", 0)) == {"7": '["doc-000007.txt",-1,"7:1796186286745940982"]'}
+    assert not raw.exists(keys.bucket(job_id, "sources", 128))
+    answers = redis.Redis(port=raw.connection_pool.connection_kwargs["port"])  # binary fields
+    try:
+        fields = answers.hkeys(keys.answers)
+        assert len(fields) == n - 1 and all(len(k) == 16 for k in fields), "answer keys as their 16 bytes"
+    finally:
+        answers.close()
+
+    items = list(store.iter_items(job_id, batch=100))
+    assert [i.index for i in items] == list(range(n))
+    assert (items[299].name, items[299].result, items[299].provider, items[299].model, items[299].tokens_in) == (
+        "doc-000299.txt", "result 299", "https://api.example.com/v1", "model-2026-01-01", 2545)
+    assert (items[7].status, items[7].error_type, items[7].http_status) == ("failed", "PermanentError", 400)
+    assert store.find_item(job_id, "doc-000250.txt") == 250 and store.find_item(job_id, "nope") is None
+    assert store.item_names(job_id, [5, 200, 299, 300]) == {5: "doc-000005.txt", 200: "doc-000200.txt",
+                                                             299: "doc-000299.txt"}
+    detail = store.get_item(job_id, 130)
+    assert (detail.item.result, detail.content_hash) == ("result 130", content_hash("content 130"))
+    assert store.retry_failed(job_id) == 1 and claim(store, job_id).index == 7
+
+
+def test_a_long_value_turns_only_its_own_bucket_into_a_hashtable(store, raw):
+    job_id = _bucketed_job(store, 200)
+    c = claim(store, job_id, hint=0)
+    store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", "a message longer than 64 bytes " * 3, 400))
+    assert raw.object("encoding", store.keys.bucket(job_id, "states", 0)) == "hashtable"
+    c = claim(store, job_id, hint=150)
+    store.complete_item(job_id, c.index, "w1", "ok", Usage(1, 1))
+    assert raw.object("encoding", store.keys.bucket(job_id, "states", 150)) == "listpack"
+    assert store.get_item(job_id, 0).item.error_message.startswith("a message longer")

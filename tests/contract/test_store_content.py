@@ -23,6 +23,7 @@ from hermes_bulk.store.protocol import (
     NewItem,
     Usage,
 )
+from hermes_bulk.store.redis import codec
 from hermes_bulk.store.sqlite.jobs import SqliteJobStore
 
 from .conftest import prefix_of
@@ -53,7 +54,7 @@ def _stored(store, raw, url, job_id, kind, field):  # noqa: F811
         else:
             rows = store.db.read("SELECT text FROM results WHERE job_id = ? AND idx = ?", (job_id, field))
         return rows[0][0] if rows else None
-    return raw.hget(f"{{{prefix_of(url)}:job:{job_id}}}:{kind}", field)
+    return raw.hget(_redis_key(store, job_id, kind, field), _redis_field(kind, field))
 
 
 def _overwrite(store, raw, url, job_id, kind, field, text):  # noqa: F811
@@ -65,7 +66,17 @@ def _overwrite(store, raw, url, job_id, kind, field, text):  # noqa: F811
             else:
                 conn.execute("UPDATE results SET text = ? WHERE job_id = ? AND idx = ?", (text, job_id, field))
     else:
-        raw.hset(f"{{{prefix_of(url)}:job:{job_id}}}:{kind}", field, text.encode("utf-8"))
+        raw.hset(_redis_key(store, job_id, kind, field), _redis_field(kind, field), text.encode("utf-8"))
+
+
+def _redis_key(store, job_id, kind, field) -> str:  # noqa: F811
+    """Contents: the job's hash by content hash; results: the bucket of the item's index (keys.py)."""
+    return store.keys.bucket(job_id, kind, field) if kind == "results" else store.keys.job_key(job_id, kind)
+
+
+def _redis_field(kind, field):
+    """A content's field is its hash as codec.content_field stores it; a result's its index."""
+    return codec.content_field(field) if kind == "contents" else field
 
 
 @pytest.fixture

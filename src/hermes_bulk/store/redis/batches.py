@@ -28,7 +28,7 @@ def _batch(raw) -> BatchRecord:
         completed=int(data.get("completed", 0)), failed=int(data.get("failed", 0)),
         submitted_at=data.get("submitted_at"), cancel_sent=bool(data.get("cancel_sent", False)),
         run_rest_live=bool(data.get("run_rest_live", False)), lease_owner=data.get("lease_owner"),
-        lease_until=float(data.get("lease_until", 0)), final_status=data.get("final_status"))
+        lease_until=float(data.get("lease_until", 0)))
 
 
 class RedisBatches:
@@ -37,17 +37,15 @@ class RedisBatches:
     def _batch_keys(self, job_id: str) -> list[str]:
         return [self.keys.job_key(job_id, "batches"), self.keys.jobs_batched]
 
-    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None):
+    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s):
         reply = self.lua.open_batch(keys=[*self.keys.job(job_id), *self._batch_keys(job_id)], args=[
-            batch_id, worker_id, max_items, lease_s * 1000, hold_s * 1000, LEARN_AFTER, BATCH_OWNER_PREFIX, job_id,
-            take_from or ""])
+            batch_id, worker_id, max_items, lease_s * 1000, hold_s * 1000, LEARN_AFTER, BATCH_OWNER_PREFIX, job_id])
         if reply[0] != b"ok":
             return ClaimRefused(codec.text(reply[0]))
         return _batch(reply[1])
 
-    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s, take_from=None):
-        raw = self.lua.lease_batch(keys=self._batch_keys(job_id)[:1], args=[batch_id, worker_id, lease_s * 1000,
-                                                                              take_from or ""])
+    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s):
+        raw = self.lua.lease_batch(keys=self._batch_keys(job_id)[:1], args=[batch_id, worker_id, lease_s * 1000])
         return _batch(raw) if raw else None
 
     def update_batch(self, job_id, batch_id, worker_id, **changes):
@@ -69,14 +67,16 @@ class RedisBatches:
         owner = (BATCH_OWNER_PREFIX + batch_id).encode()
         indexes = sorted(int(i) for i, o in self.r.hscan_iter(self.keys.job_key(job_id, "owners"), count=1000)
                          if o == owner)
-        items, contents = self.keys.job_key(job_id, "items"), self.keys.job_key(job_id, "contents")
+        contents = self.keys.job_key(job_id, "contents")
         for low in range(0, len(indexes), page):
             chunk = indexes[low:low + page]
-            parsed = [codec.parse_item(raw) for raw in self.r.hmget(items, chunk)]
-            texts = self.r.hmget(contents, [p[1] for p in parsed])
-            for index, (_, content_hash, (name, origin, offset, stat_sig)), text in zip(chunk, parsed, texts,
-                                                                                        strict=True):
-                yield BatchItem(index, name, codec.stored_text(text), content_hash, origin, offset, stat_sig)
+            heads, names, sources, _meta = self._records(job_id, ("items", "names", "sources"), chunk)
+            hashes = [codec.parse_head(h)[1] for h in heads]
+            for index, field, name, source, text in zip(chunk, hashes, names, sources,
+                                                        self.r.hmget(contents, hashes), strict=True):
+                origin, offset, stat_sig = codec.parse_source(source)
+                yield BatchItem(index, codec.text(name), codec.stored_text(text), codec.content_hash_of(field), origin,
+                                offset, stat_sig)
 
     def release_batch_items(self, job_id, batch_id):
         return int(self.lua.release_worker_items(keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]))

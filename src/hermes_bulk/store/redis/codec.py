@@ -6,11 +6,33 @@ The layouts are in keys.py; the Lua scripts read the same fields.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 
 from ..compression import pack, unpack
-from ..protocol import CREATING, Event, JobRecord, NewItem, spec_from_json
+from ..protocol import (
+    CLAIMED,
+    COMPLETED,
+    CREATING,
+    FAILED,
+    PENDING,
+    WAITING,
+    Event,
+    JobRecord,
+    NewItem,
+    spec_from_json,
+)
+
+#: An item's status in its stored state: a digit, not the word (a state stays short).
+STATUS_CODES = {PENDING: 0, CLAIMED: 1, COMPLETED: 2, FAILED: 3, WAITING: 4}
+_STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
+#: A 128-bit hash spelled in hex ("b2:" + 32 digits for contents, 32 digits for answer keys) is
+#: stored as its 16 bytes: a content hash behind a NUL byte (no text hash starts with one), so
+#: it reads back as it was given; an answer key is only ever looked up, never read back.
+_CONTENT_HASH = re.compile(r"b2:[0-9a-f]{32}")
+_ANSWER_KEY = re.compile(r"[0-9a-f]{32}")
+_PACKED = b"\x00"
 
 #: What a result or a content is stored as, and read back from (store/compression.py): every
 #: write of either goes through `stored`, every read through `stored_text`.
@@ -58,15 +80,58 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
                      tokens_saved=int(meta.get("tokens_saved") or 0), **n)
 
 
-def item_record(item: NewItem) -> str:
-    return f"{item.estimated_tokens}\t{item.content_hash}\t" + json.dumps(
-        [item.name, item.origin, item.offset, item.stat_sig])
+def content_field(content_hash: str) -> bytes:
+    """How a content hash is stored: the field of the contents hash and in an items record."""
+    if _CONTENT_HASH.fullmatch(content_hash):
+        return _PACKED + bytes.fromhex(content_hash[3:])
+    return content_hash.encode("utf-8")
 
 
-def parse_item(raw: bytes) -> tuple[int, str, list]:
-    """(estimate, content_hash, [name, origin, offset, stat_sig]) of an items-hash value."""
-    estimate, content_hash, rest = text(raw).split("\t", 2)
-    return int(estimate), content_hash, json.loads(rest)
+def content_hash_of(field: bytes | str) -> str:
+    """The content hash that content_field stored."""
+    if isinstance(field, bytes) and len(field) == 17 and field[:1] == _PACKED:
+        return "b2:" + field[1:].hex()
+    return text(field)
+
+
+def answer_field(key: str) -> bytes:
+    """How an answer key is stored: in P:answers, the job's keys hash and its keys buckets."""
+    return bytes.fromhex(key) if _ANSWER_KEY.fullmatch(key) else key.encode("utf-8")
+
+
+def item_head(item: NewItem) -> bytes:
+    """An item's items record: "<estimate>\t<content field>" (the scripts read both)."""
+    return f"{item.estimated_tokens}\t".encode() + content_field(item.content_hash)
+
+
+def item_source(item: NewItem) -> str:
+    """An item's sources record (what processing it needs, dropped when it completes)."""
+    return json.dumps([item.origin, item.offset, item.stat_sig], separators=(",", ":"))
+
+
+def parse_head(raw: bytes) -> tuple[int, bytes]:
+    """(estimate, content field) of an items record."""
+    estimate, field = raw.split(b"\t", 1)
+    return int(estimate), field
+
+
+def parse_source(raw: bytes) -> tuple[str, int, str]:
+    """(origin, offset, stat_sig) of a sources record."""
+    origin, offset, stat_sig = json.loads(raw)
+    return origin, offset, stat_sig
+
+
+def parse_state(raw: bytes | None, meta: dict[str, str]) -> dict:
+    """An item's state (absent: a fresh pending item), its status a word again and provider
+    and model names again: a state holds them as numbers that META's "n:<id>" fields name
+    (_job.lua: intern)."""
+    st = json.loads(raw) if raw else {}
+    if isinstance(st.get("s"), int):
+        st["s"] = _STATUS_NAMES[st["s"]]
+    for k in ("pv", "md"):
+        if isinstance(st.get(k), int):
+            st[k] = meta.get(f"n:{st[k]}")
+    return st
 
 
 def event_body(e: Event) -> str:

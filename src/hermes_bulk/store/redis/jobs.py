@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import redis
 
@@ -36,7 +36,8 @@ from ..protocol import (
 from . import codec
 from .batches import RedisBatches
 from .connection import RedisConnection, map_connection_errors
-from .keys import RedisKeys
+from .keys import BUCKET_ITEMS, RedisKeys
+from .layout import ensure_layout
 
 #: Items per add_items script call, and the content bytes one call may carry.
 ADD_BATCH_ITEMS = 1000
@@ -47,6 +48,8 @@ RETRY_BATCH_ITEMS = 1000
 INDEX_PAGE = 200
 #: At most this many ids from find_job_ids (as the SQLite store).
 FIND_LIMIT = 10
+#: Buckets of names read per round trip by find_item.
+FIND_BUCKETS = 64
 
 
 @map_connection_errors
@@ -58,6 +61,10 @@ class RedisJobStore(RedisBatches):
         self.r = conn.client
         self.keys = RedisKeys(conn.prefix)
         self.lua = conn.lua
+        try:
+            ensure_layout(conn, self.keys)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise conn.unavailable(exc) from exc
 
     def now(self) -> float:
         seconds, micros = self.r.time()
@@ -110,20 +117,22 @@ class RedisJobStore(RedisBatches):
         answers: dict[str, tuple[str, int, int, str]] = {}
         wanted = sorted({it.answer_key for it in batch if it.answer_key}) if reuse else []
         if wanted:
-            hits = [(k, codec.text(v).split("\t")) for k, v in zip(wanted, self.r.hmget(self.keys.answers, wanted),
-                                                                    strict=True) if v is not None]
+            stored = self.r.hmget(self.keys.answers, [codec.answer_field(k) for k in wanted])
+            hits = [(k, codec.text(v).split("\t")) for k, v in zip(wanted, stored, strict=True) if v is not None]
             if hits:
                 pipe = self.r.pipeline(transaction=False)
                 for _, (job, idx, _tokens) in hits:
-                    pipe.hget(self.keys.job_key(job, "results"), idx)
+                    pipe.hget(self.keys.bucket(job, "results", int(idx)), idx)
                 for (key, (job, idx, tokens)), text in zip(hits, pipe.execute(), strict=True):
                     if text is not None:  # passed on as stored (compressed or not)
                         answers[key] = (job, int(idx), int(float(tokens)), text)
         args: list = []
         for it in batch:
             found = answers.get(it.answer_key)
-            args += [it.index, codec.item_record(it), it.content_hash, codec.stored(it.content), it.estimated_tokens,
-                     it.answer_key, *(found if found else ("", "", "", ""))]
+            args += [it.index, codec.item_head(it), it.name, codec.item_source(it), codec.content_field(it.content_hash),
+                     codec.stored(it.content), it.estimated_tokens,
+                     codec.answer_field(it.answer_key) if it.answer_key else "",
+                     *(found if found else ("", "", "", ""))]
         return args
 
     def _add_batch(self, keys: list[str], args: list) -> None:
@@ -199,34 +208,44 @@ class RedisJobStore(RedisBatches):
         ids = self._active_ids()
         return [i for i, s in zip(ids, self._states(ids), strict=True) if s == RUNNING]
 
+    def _records(self, job_id: str, families: tuple[str, ...], indexes: list[int]) -> list[list]:
+        """The records of `families` for `indexes` (None where absent), one list per family, and
+        the job's META last: one round trip, an HMGET per family and bucket."""
+        buckets: dict[int, list[int]] = {}
+        for index in indexes:
+            buckets.setdefault(index // BUCKET_ITEMS, []).append(index)
+        pipe = self.r.pipeline(transaction=False)
+        for family in families:
+            for group in buckets.values():
+                pipe.hmget(self.keys.bucket(job_id, family, group[0]), group)
+        pipe.hgetall(self.keys.job_key(job_id, "meta"))
+        replies = pipe.execute()
+        found: list[list] = []
+        for f in range(len(families)):
+            values = dict(zip((i for group in buckets.values() for i in group),
+                              (v for reply in replies[f * len(buckets):(f + 1) * len(buckets)] for v in reply),
+                              strict=True))
+            found.append([values[i] for i in indexes])
+        return [*found, codec.decode_hash(replies[-1])]
+
     def iter_items(self, job_id: str, batch: int = 1000, *, with_content: bool = False) -> Iterator[ItemRecord]:
-        # Indexes are positions in the source (0..n-1), so a page is a range of hash fields.
+        # Indexes are positions in the source (0..n-1), so a page is a range of bucket fields.
         max_index = self.r.hget(self.keys.job_key(job_id, "meta"), "max_index")
         if max_index is None:
             return
-        items, states, results = (self.keys.job_key(job_id, s) for s in ("items", "states", "results"))
         for low in range(0, int(max_index) + 1, max(batch, 1)):
             page = list(range(low, min(low + batch, int(max_index) + 1)))
-            pipe = self.r.pipeline(transaction=False)
-            pipe.hmget(items, page)
-            pipe.hmget(states, page)
-            pipe.hmget(results, page)
-            raw_items, raw_states, raw_results = pipe.execute()
-            parsed = [codec.parse_item(raw) if raw is not None else None for raw in raw_items]
-            hashes = [p[1] for p in parsed if p] if with_content else []
+            heads, names, states, results, meta = self._records(job_id, ("items", "names", "states", "results"), page)
+            hashes = [codec.parse_head(h)[1] for h in heads if h is not None] if with_content else []
             contents = self.r.hmget(self.keys.job_key(job_id, "contents"), hashes) if hashes else []
             by_hash = dict(zip(hashes, contents, strict=True))
-            for index, item, state, result in zip(page, parsed, raw_states, raw_results, strict=True):
-                if item is None:
+            for index, head, name, state, result in zip(page, heads, names, states, results, strict=True):
+                if head is None:
                     continue
-                _, content_hash, (name, _origin, _offset, _stat_sig) = item
-                st = json.loads(state) if state else {}
-                yield ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.stored_text(result),
-                                 error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
-                                 tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
-                                 attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"),
-                                 content=codec.stored_text(by_hash[content_hash]) if with_content else None,
-                                 reused_from=(st["rj"], st["ri"]) if "rj" in st else None)
+                record = self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
+                if with_content:
+                    record = replace(record, content=codec.stored_text(by_hash[codec.parse_head(head)[1]]))
+                yield record
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         if limit <= 0:
@@ -236,24 +255,18 @@ class RedisJobStore(RedisBatches):
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
         if index < 0:
             return None
-        pipe = self.r.pipeline(transaction=False)
-        for suffix in ("items", "states", "results"):
-            pipe.hget(self.keys.job_key(job_id, suffix), index)
-        raw, state, result = pipe.execute()
-        if raw is None:
+        [head], [name], [state], [result], meta = self._records(job_id, ("items", "names", "states", "results"),
+                                                                 [index])
+        if head is None or not meta:  # no such item, or deleted in the meantime
             return None
-        _, content_hash, (name, _origin, _offset, _stat_sig) = codec.parse_item(raw)
-        pipe.hget(self.keys.job_key(job_id, "contents"), content_hash)
-        pipe.exists(self.keys.job_key(job_id, "meta"))
-        content, exists = pipe.execute()
-        if not exists:  # deleted in the meantime
-            return None
+        _, field = codec.parse_head(head)
         # No content: dropped when the item completed (protocol.drops_content).
-        return ItemDetail(self._item_record(index, name, state, result), codec.stored_text(content), content_hash)
+        content = self.r.hget(self.keys.job_key(job_id, "contents"), field)
+        record = self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
+        return ItemDetail(record, codec.stored_text(content), codec.content_hash_of(field))
 
     @staticmethod
-    def _item_record(index: int, name: str, state, result) -> ItemRecord:
-        st = json.loads(state) if state else {}
+    def _item_record(index: int, name: str, st: dict, result) -> ItemRecord:
         return ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.stored_text(result),
                           error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
                           tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
@@ -261,12 +274,18 @@ class RedisJobStore(RedisBatches):
                           reused_from=(st["rj"], st["ri"]) if "rj" in st else None)
 
     def find_item(self, job_id: str, name: str) -> int | None:
-        # No index on names: the items hash is read a page at a time (HSCAN), keeping the lowest match.
-        found = None
-        for field, raw in self.r.hscan_iter(self.keys.job_key(job_id, "items"), count=1000):
-            if codec.parse_item(raw)[2][0] == name and (found is None or int(field) < found):
-                found = int(field)
-        return found
+        # No index on names: the names buckets are read FIND_BUCKETS a round trip, lowest first.
+        top = int(self.r.hget(self.keys.job_key(job_id, "meta"), "max_index") or -1)
+        wanted = name.encode("utf-8")
+        step = FIND_BUCKETS * BUCKET_ITEMS
+        for low in range(0, top + 1, step):
+            pipe = self.r.pipeline(transaction=False)
+            for first in range(low, min(low + step, top + 1), BUCKET_ITEMS):
+                pipe.hgetall(self.keys.bucket(job_id, "names", first))
+            found = [int(i) for page in pipe.execute() for i, n in page.items() if n == wanted]
+            if found:
+                return min(found)
+        return None
 
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
         if limit <= 0:
@@ -274,19 +293,17 @@ class RedisJobStore(RedisBatches):
         indexes = [int(i) for i in self.r.zrange(self.keys.job_key(job_id, "failed"), 0, limit - 1)]
         if not indexes:
             return []
-        pipe = self.r.pipeline(transaction=False)
-        for suffix in ("items", "states", "results"):
-            pipe.hmget(self.keys.job_key(job_id, suffix), indexes)
-        raws, states, results = pipe.execute()
-        return [self._item_record(index, codec.parse_item(raw)[2][0], state, result)
-                for index, raw, state, result in zip(indexes, raws, states, results, strict=True) if raw is not None]
+        heads, names, states, results, meta = self._records(job_id, ("items", "names", "states", "results"), indexes)
+        return [self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
+                for index, head, name, state, result in zip(indexes, heads, names, states, results, strict=True)
+                if head is not None]
 
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         wanted = sorted({i for i in indexes if i >= 0})
         if not wanted:
             return {}
-        raws = self.r.hmget(self.keys.job_key(job_id, "items"), wanted)
-        return {i: codec.parse_item(raw)[2][0] for i, raw in zip(wanted, raws, strict=True) if raw is not None}
+        names, _meta = self._records(job_id, ("names",), wanted)
+        return {i: codec.text(n) for i, n in zip(wanted, names, strict=True) if n is not None}
 
     def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
         if limit <= 0:
@@ -350,17 +367,18 @@ class RedisJobStore(RedisBatches):
         """A Claim from claim_item.lua's reply (or the refusal it gives)."""
         if reply[0] != b"ok":
             return ClaimRefused(codec.text(reply[0]))
-        _, meta, index, raw_item, raw_state, content = reply
-        _, content_hash, (name, origin, offset, stat_sig) = codec.parse_item(raw_item)
-        st = json.loads(raw_state) if raw_state else {}
-        return Claim(job=codec.job_from_meta(codec.decode_hash(meta)), index=int(index), name=name,
-                     content=codec.stored_text(content), content_hash=content_hash, origin=origin, offset=offset,
+        _, meta, index, content_hash, name, source, raw_state, content = reply
+        origin, offset, stat_sig = codec.parse_source(source)
+        st = json.loads(raw_state) if raw_state else {}  # attempts and waits only: no names to read
+        return Claim(job=codec.job_from_meta(codec.decode_hash(meta)), index=int(index), name=codec.text(name),
+                     content=codec.stored_text(content), content_hash=codec.content_hash_of(content_hash), origin=origin,
+                     offset=offset,
                      stat_sig=stat_sig, attempts=st.get("a", 0), rate_limit_waits=st.get("w", 0))
 
     def next_item_estimate(self, job_id: str) -> int | None:
         first = self.r.zrange(self.keys.job_key(job_id, "pending"), 0, 0)
-        raw = self.r.hget(self.keys.job_key(job_id, "items"), first[0]) if first else None
-        return codec.parse_item(raw)[0] if raw is not None else None
+        raw = self.r.hget(self.keys.bucket(job_id, "items", int(first[0])), first[0]) if first else None
+        return codec.parse_head(raw)[0] if raw is not None else None
 
     def renew_leases(self, worker_id, items, *, lease_s):
         by_job: dict[str, list[int]] = {}

@@ -20,14 +20,16 @@ from ..protocol import (
     RUNNING,
     WAITING,
 )
-from .keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
+from .codec import STATUS_CODES
+from .keys import BUCKET_ITEMS, EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
 
 # Scripts that take a job's keys (RedisKeys.job) and get the job helpers (_job.lua) prepended.
 _JOB_SCRIPTS = ("begin_job", "add_items", "finish_job", "delete_job", "add_events", "set_state",
                 "retry_failed", "claim_item", "complete_item", "fail_item", "release_item",
                 "record_attempt", "renew_leases", "release_expired", "release_worker_items", "update_job",
-                "mark_interrupted", "open_batch")
-_OTHER_SCRIPTS = ("prune_active", "heartbeat", "acquire", "pause", "clear_backoff", "lease_batch", "update_batch")
+                "mark_interrupted", "open_batch", "migrate_layout")
+_OTHER_SCRIPTS = ("prune_active", "heartbeat", "acquire", "pause", "clear_backoff", "lease_batch", "update_batch",
+                  "migrate_answers")
 
 
 def _lua_constants() -> str:
@@ -35,8 +37,11 @@ def _lua_constants() -> str:
     values = {"S_PENDING": PENDING, "S_CLAIMED": CLAIMED, "S_COMPLETED": COMPLETED, "S_FAILED": FAILED,
               "S_CREATING": CREATING, "S_NOT_STARTED": NOT_STARTED, "S_RUNNING": RUNNING,
               "S_PAUSED": PAUSED, "S_WAITING": WAITING, "PAUSE_TOKEN_LIMIT": PAUSE_TOKEN_LIMIT, "EVENTS_KEPT": EVENTS_KEPT,
-              "LIMIT_IDLE_KEEP_MS": LIMIT_IDLE_KEEP_MS}
-    return "".join(f"local {name} = {json.dumps(value)}\n" for name, value in values.items())
+              "LIMIT_IDLE_KEEP_MS": LIMIT_IDLE_KEEP_MS, "BUCKET_ITEMS": BUCKET_ITEMS}
+    text = "".join(f"local {name} = {json.dumps(value)}\n" for name, value in values.items())
+    # An item's status as stored in its state (codec.STATUS_CODES), and back.
+    text += "local STATUS_CODE = {" + ", ".join(f"[{json.dumps(k)}] = {v}" for k, v in STATUS_CODES.items()) + "}\n"
+    return text + "local STATUS_NAME = {" + ", ".join(f"[{v}] = {json.dumps(k)}" for k, v in STATUS_CODES.items()) + "}\n"
 
 
 class Scripts:

@@ -5,6 +5,9 @@
 --   KEYS[1] meta      KEYS[2] items    KEYS[3] states   KEYS[4] contents  KEYS[5] results
 --   KEYS[6] pending   KEYS[7] leases   KEYS[8] owners   KEYS[9] failed    KEYS[10] events
 --   KEYS[11] keys     KEYS[12] dups    KEYS[13] answers (P:answers, shared by every job)
+-- ITEMS, STATES and RESULTS are layout 1's per-item hashes (only migrate_layout reads them); an
+-- item's records are in the buckets `at` names, and a script's header saying it writes STATES
+-- or RESULTS means the item's bucket of that family.
 local META, ITEMS, STATES, CONTENTS, RESULTS = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local PENDING, LEASES, OWNERS, FAILED, EVENTS = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local AKEYS, DUPS, ANSWERS = KEYS[11], KEYS[12], KEYS[13]
@@ -15,15 +18,54 @@ local function meta_decr(field, n)
   if n ~= 0 then redis.call('HINCRBY', META, field, -n) end
 end
 
--- An item's changing fields; absent means a fresh pending item.
+-- The per-item records live in buckets of BUCKET_ITEMS indexes, one hash per family and bucket
+-- ("<job's tag>:<family>:<index // BUCKET_ITEMS>", keys.py): small hashes of short values, which
+-- Redis keeps as listpacks. They share the job's hash tag, so they are in its slot.
+local JOB = string.sub(META, 1, #META - 4)  -- META is "<job's tag>:meta"
+local function at(family, idx)
+  return JOB .. family .. ':' .. math.floor(tonumber(idx) / BUCKET_ITEMS)
+end
+
+-- The estimate and the content hash (as the contents hash's field: codec.content_field) of an
+-- item: its items record "<estimate>\t<content field>", written once by add_items.
+local function item_head(idx)
+  local estimate, content_hash = string.match(redis.call('HGET', at('items', idx), idx), '^(%-?%d+)\t(.*)$')
+  return tonumber(estimate), content_hash
+end
+
+-- A provider or model name as a small number, the same for the job's every item: META holds
+-- "n:<id>" -> name and "n=<name>" -> id (an item's state stays short).
+local function intern(name)
+  local id = redis.call('HGET', META, 'n=' .. name)
+  if id then return tonumber(id) end
+  id = redis.call('HINCRBY', META, 'names', 1)
+  redis.call('HSET', META, 'n=' .. name, id, 'n:' .. id, name)
+  return id
+end
+
+-- An item's changing fields; absent means a fresh pending item. Stored short (under 64 bytes,
+-- the listpack's value limit): the status as a digit (STATUS_CODE), provider and model
+-- interned, counts that are 0 left out.
+local ZERO_OMITTED = {'a', 'w', 'r', 'ti', 'to'}
 local function item_state(idx)
-  local raw = redis.call('HGET', STATES, idx)
-  if raw then return cjson.decode(raw) end
-  return {s = S_PENDING, a = 0, w = 0, r = 0}
+  local raw = redis.call('HGET', at('states', idx), idx)
+  if not raw then return {s = S_PENDING, a = 0, w = 0, r = 0} end
+  local st = cjson.decode(raw)
+  st.s = STATUS_NAME[st.s] or st.s
+  st.a, st.w, st.r = st.a or 0, st.w or 0, st.r or 0
+  return st
 end
 
 local function save_state(idx, st)
-  redis.call('HSET', STATES, idx, cjson.encode(st))
+  local stored = {}
+  for k, v in pairs(st) do stored[k] = v end
+  stored.s = STATUS_CODE[st.s] or st.s
+  if type(st.pv) == 'string' then stored.pv = intern(st.pv) end
+  if type(st.md) == 'string' then stored.md = intern(st.md) end
+  for _, k in ipairs(ZERO_OMITTED) do
+    if stored[k] == 0 then stored[k] = nil end
+  end
+  redis.call('HSET', at('states', idx), idx, cjson.encode(stored))
 end
 
 -- Events are "<at_ms>\t<JSON [kind, message, index, error_type, http_status]>", newest kept.

@@ -1,48 +1,57 @@
 -- add_items: append one batch of items to a job (contents stored once per hash).
--- KEYS: the job's keys (_job.lua); writes META, ITEMS, CONTENTS, PENDING.
--- ARGV: ten per item: index, record ("<estimate>\t<content_hash>\t<JSON [name, origin,
---       offset, stat_sig]>"), content_hash, content, estimate, answer key ('' = none), and
---       the answer reused ('' job id = none, else job id, index, tokens, result text).
--- An item with an answer is added completed; one whose answer key an earlier item of the job
--- has waits on it (DUPS); the first of each key is pending and recorded in AKEYS.
+-- KEYS: the job's keys (_job.lua); writes META, CONTENTS, PENDING, AKEYS, DUPS, RESULTS and the
+--       buckets of items, names, sources, states, results and keys (_job.lua: at).
+-- ARGV: twelve per item: index, head ("<estimate>\t<content_hash>"), name, source (JSON
+--       [origin, offset, stat_sig]), content_hash, content, estimate, answer key ('' = none),
+--       and the answer reused ('' job id = none, else job id, index, tokens, result text).
+-- An item with an answer is added completed (no source kept: nothing processes it); one whose
+-- answer key an earlier item of the job has waits on it (DUPS); the first of each key is
+-- pending and recorded in AKEYS ("k:<key>" -> index) and its keys bucket (index -> key).
 -- Returns the number added, or an error (unknown job, index already present; nothing written).
+local N = 12
 if redis.call('EXISTS', META) == 0 then
   return redis.error_reply('ERR no such job')
 end
-for i = 1, #ARGV, 10 do
-  if redis.call('HEXISTS', ITEMS, ARGV[i]) == 1 then
+for i = 1, #ARGV, N do
+  if redis.call('HEXISTS', at('items', ARGV[i]), ARGV[i]) == 1 then
     return redis.error_reply('ERR item index ' .. ARGV[i] .. ' already added')
   end
 end
 local estimated, max_index = 0, tonumber(redis.call('HGET', META, 'max_index'))
 local reused, saved = 0, 0
-for i = 1, #ARGV, 10 do
+for i = 1, #ARGV, N do
   local idx = tonumber(ARGV[i])
-  local key, from_job = ARGV[i + 5], ARGV[i + 6]
-  redis.call('HSET', ITEMS, ARGV[i], ARGV[i + 1])
-  redis.call('HSETNX', CONTENTS, ARGV[i + 2], ARGV[i + 3])
+  local key, from_job = ARGV[i + 7], ARGV[i + 8]
+  redis.call('HSET', at('items', idx), idx, ARGV[i + 1])
+  redis.call('HSET', at('names', idx), idx, ARGV[i + 2])
+  redis.call('HSETNX', CONTENTS, ARGV[i + 4], ARGV[i + 5])
   if from_job ~= '' then
-    local tokens = tonumber(ARGV[i + 8])
-    save_state(ARGV[i], {s = S_COMPLETED, a = 0, w = 0, r = 0, rj = from_job, ri = tonumber(ARGV[i + 7]), ts = tokens})
-    redis.call('HSET', RESULTS, ARGV[i], ARGV[i + 9])
+    local tokens = tonumber(ARGV[i + 10])
+    save_state(idx, {s = S_COMPLETED, rj = from_job, ri = tonumber(ARGV[i + 9]), ts = tokens})
+    redis.call('HSET', at('results', idx), idx, ARGV[i + 11])
     reused, saved = reused + 1, saved + tokens
   else
+    redis.call('HSET', at('sources', idx), idx, ARGV[i + 3])
     local first = key ~= '' and redis.call('HGET', AKEYS, 'k:' .. key)
     if first then
-      save_state(ARGV[i], {s = S_WAITING, a = 0, w = 0, r = 0, d = tonumber(first)})
-      redis.call('ZADD', DUPS, first, ARGV[i])
+      save_state(idx, {s = S_WAITING, d = tonumber(first)})
+      redis.call('ZADD', DUPS, first, idx)
     else
-      if key ~= '' then redis.call('HSET', AKEYS, 'k:' .. key, ARGV[i], 'i:' .. ARGV[i], key) end
-      redis.call('ZADD', PENDING, idx, ARGV[i])
+      if key ~= '' then
+        redis.call('HSET', AKEYS, 'k:' .. key, idx)
+        redis.call('HSET', at('keys', idx), idx, key)
+      end
+      redis.call('ZADD', PENDING, idx, idx)
     end
   end
-  estimated = estimated + tonumber(ARGV[i + 4])
+  estimated = estimated + tonumber(ARGV[i + 6])
   if idx > max_index then max_index = idx end
 end
 redis.call('HINCRBY', META, 'estimated_tokens', estimated)
+redis.call('HINCRBY', META, 'added', #ARGV / N)
 redis.call('HSET', META, 'max_index', max_index)
 if reused > 0 then
   redis.call('HINCRBY', META, 'reused', reused)
   redis.call('HINCRBY', META, 'tokens_saved', saved)
 end
-return #ARGV / 10
+return #ARGV / N

@@ -1,11 +1,11 @@
 -- claim_item: give one pending item of a running job to a worker until now + lease.
--- KEYS: the job's keys (_job.lua); reads ITEMS, CONTENTS; writes META, STATES, PENDING,
---       LEASES, OWNERS, EVENTS.
+-- KEYS: the job's keys (_job.lua); reads CONTENTS and the item's items, names and sources
+--       records; writes META, its state, PENDING, LEASES, OWNERS, EVENTS.
 -- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running   ARGV[5] learn_after
 -- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, tokens_in_flight,
 -- token_limit),
--- else {'ok', job (HGETALL of META before the claim), index, item record, state JSON or
--- false, content}.
+-- else {'ok', job (HGETALL of META before the claim), index, content hash, name, source (JSON
+-- [origin, offset, stat_sig]), state JSON or false, content}.
 local flat = redis.call('HGETALL', META)
 if #flat == 0 then return {'no_job'} end
 local job = {}
@@ -21,9 +21,7 @@ if not redis.call('ZSCORE', PENDING, idx) then
   idx = redis.call('ZRANGE', PENDING, 0, 0)[1]
   if not idx then return {'no_pending'} end
 end
-local item = redis.call('HGET', ITEMS, idx)
-local estimate, content_hash = string.match(item, '^(%-?%d+)\t([^\t]*)\t')
-estimate = tonumber(estimate)
+local estimate, content_hash = item_head(idx)
 local now = now_ms()
 local LEARN_AFTER = tonumber(ARGV[5])
 
@@ -40,7 +38,7 @@ if job.max_tokens ~= '' then
   end
 end
 
-local raw_state = redis.call('HGET', STATES, idx)
+local raw_state = redis.call('HGET', at('states', idx), idx)
 local st = item_state(idx)
 st.s, st.r = S_CLAIMED, estimate
 save_state(idx, st)
@@ -51,4 +49,5 @@ redis.call('HINCRBY', META, 'pending', -1)
 redis.call('HINCRBY', META, 'running', 1)
 redis.call('HINCRBY', META, 'tokens_reserved', estimate)
 redis.call('HSET', META, 'last_claim_at_ms', fmt_ms(now))
-return {'ok', flat, idx, item, raw_state or false, redis.call('HGET', CONTENTS, content_hash)}
+return {'ok', flat, idx, content_hash, redis.call('HGET', at('names', idx), idx),
+        redis.call('HGET', at('sources', idx), idx), raw_state or false, redis.call('HGET', CONTENTS, content_hash)}

@@ -1,6 +1,7 @@
 -- complete_item: save the owner's result and mark its running item completed.
 -- KEYS: the job's keys (_job.lua); writes META, STATES, RESULTS, LEASES, OWNERS, ANSWERS, AKEYS,
---       CONTENTS.
+--       CONTENTS, and the item's (and its duplicates') sources record, which nothing reads
+--       once an item is completed (it is never processed again).
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] result   ARGV[4] tokens_in ('' = unreported)
 -- ARGV[5] tokens_out ('' = unreported)   ARGV[6] provider ('' = none)   ARGV[7] model ('' = none)
 -- ARGV[8] the job id (the answer index names it)
@@ -17,7 +18,8 @@ st.s, st.ti, st.to, st.w = S_COMPLETED, tokens_in, tokens_out, 0
 if ARGV[6] ~= '' then st.pv = ARGV[6] end
 if ARGV[7] ~= '' then st.md = ARGV[7] end
 save_state(idx, st)
-redis.call('HSET', RESULTS, idx, ARGV[3])
+redis.call('HSET', at('results', idx), idx, ARGV[3])
+redis.call('HDEL', at('sources', idx), idx)
 local charged = reserved
 if reported then charged = tokens_in + tokens_out end
 local dups = redis.call('ZRANGEBYSCORE', DUPS, idx, idx)
@@ -27,21 +29,24 @@ for _, d in ipairs(dups) do
   if ARGV[6] ~= '' then dst.pv = ARGV[6] end
   if ARGV[7] ~= '' then dst.md = ARGV[7] end
   save_state(d, dst)
-  redis.call('HSET', RESULTS, d, ARGV[3])
+  redis.call('HSET', at('results', d), d, ARGV[3])
+  redis.call('HDEL', at('sources', d), d)
 end
 if #dups > 0 then
   redis.call('ZREMRANGEBYSCORE', DUPS, idx, idx)
   meta_decr('pending', #dups)
 end
-local key = redis.call('HGET', AKEYS, 'i:' .. idx)
+local key = redis.call('HGET', at('keys', idx), idx)
 if key then
   redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged)
-  -- Its "k:" entry served create only (duplicates find their item); "i:" stays (delete_job).
+  -- Its "k:" entry served create only (duplicates find their item); the keys bucket's entry
+  -- stays (delete_job).
   redis.call('HDEL', AKEYS, 'k:' .. key)
   -- Nothing reads a completed item's content again: where the job drops contents, its bytes go
   -- (the items with its content are its duplicates, completed just above).
   if redis.call('HGET', META, 'drop_content') == '1' then
-    redis.call('HDEL', CONTENTS, string.match(redis.call('HGET', ITEMS, idx), '^%-?%d+\t([^\t]*)\t'))
+    local _, content_hash = item_head(idx)
+    redis.call('HDEL', CONTENTS, content_hash)
   end
 end
 redis.call('HINCRBY', META, 'running', -1)

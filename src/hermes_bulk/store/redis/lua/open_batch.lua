@@ -37,7 +37,7 @@ local owner = ARGV[7] .. ARGV[1]
 local hold_until = now + tonumber(ARGV[5])
 local taken, reserved = 0, 0
 for _, idx in ipairs(idxs) do
-  local estimate = tonumber(string.match(redis.call('HGET', ITEMS, idx), '^(%-?%d+)\t'))
+  local estimate = item_head(idx)
   estimate = reservation(estimate, learned, fixed)
   if limit and used + estimate > limit then
     if taken > 0 then break end
