@@ -28,7 +28,7 @@ def _batch(raw) -> BatchRecord:
         completed=int(data.get("completed", 0)), failed=int(data.get("failed", 0)),
         submitted_at=data.get("submitted_at"), cancel_sent=bool(data.get("cancel_sent", False)),
         run_rest_live=bool(data.get("run_rest_live", False)), lease_owner=data.get("lease_owner"),
-        lease_until=float(data.get("lease_until", 0)))
+        lease_until=float(data.get("lease_until", 0)), final_status=data.get("final_status"))
 
 
 class RedisBatches:
@@ -37,15 +37,17 @@ class RedisBatches:
     def _batch_keys(self, job_id: str) -> list[str]:
         return [self.keys.job_key(job_id, "batches"), self.keys.jobs_batched]
 
-    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s):
+    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None):
         reply = self.lua.open_batch(keys=[*self.keys.job(job_id), *self._batch_keys(job_id)], args=[
-            batch_id, worker_id, max_items, lease_s * 1000, hold_s * 1000, LEARN_AFTER, BATCH_OWNER_PREFIX, job_id])
+            batch_id, worker_id, max_items, lease_s * 1000, hold_s * 1000, LEARN_AFTER, BATCH_OWNER_PREFIX, job_id,
+            take_from or ""])
         if reply[0] != b"ok":
             return ClaimRefused(codec.text(reply[0]))
         return _batch(reply[1])
 
-    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s):
-        raw = self.lua.lease_batch(keys=self._batch_keys(job_id)[:1], args=[batch_id, worker_id, lease_s * 1000])
+    def lease_batch(self, job_id, batch_id, worker_id, *, lease_s, take_from=None):
+        raw = self.lua.lease_batch(keys=self._batch_keys(job_id)[:1], args=[batch_id, worker_id, lease_s * 1000,
+                                                                              take_from or ""])
         return _batch(raw) if raw else None
 
     def update_batch(self, job_id, batch_id, worker_id, **changes):
