@@ -181,6 +181,7 @@ class Cli:
     def __init__(self, env: dict[str, str], logs_dir: Path) -> None:
         self.env, self.logs_dir = env, logs_dir
         self._workers = 0
+        self.spawned: list[subprocess.Popen] = []
 
     def full_env(self, **extra: str) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items()
@@ -205,13 +206,25 @@ class Cli:
         """A `hermes-bulk worker` subprocess; its log is in logs_dir (worker-N.log)."""
         self._workers += 1
         log = self.logs_dir / f"worker-{self._workers}.log"
-        return subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-l", str(log), *flags],
-                                env=self.full_env(**extra_env), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-l", str(log), *flags],
+                                  env=self.full_env(**extra_env), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        self.spawned.append(worker)
+        return worker
+
+    def kill_spawned(self) -> None:
+        """Workers a test left running (it failed before stopping them): a worker retries a
+        vanished backend forever, and one such outlived its test by 35 minutes of a CI run."""
+        for worker in self.spawned:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
 
 
 @pytest.fixture
-def cli(env, tmp_path) -> Cli:
+def cli(env, tmp_path) -> Iterator[Cli]:
     logs = tmp_path / "worker-logs"
     logs.mkdir()
-    return Cli(env, logs)
+    runner = Cli(env, logs)
+    yield runner
+    runner.kill_spawned()

@@ -16,9 +16,18 @@ import termios
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from rich.cells import cell_len
 from rich.console import Console
 
-from hermes_bulk.terminal import Column, Table, draw_plain, draw_rich, fit_to_width, rich_table
+from hermes_bulk.terminal import (
+    Column,
+    Table,
+    draw_plain,
+    draw_rich,
+    fit_to_width,
+    rich_table,
+    shown,
+)
 from hermes_bulk.views import jobs_table
 
 ASCII = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=50)
@@ -80,7 +89,7 @@ def _on_terminal(table: Table, width: int) -> list[str]:
     """The lines print_table shows on a terminal `width` columns wide, styles taken out."""
     out = io.StringIO()
     Console(file=out, width=width, force_terminal=True, highlight=False, soft_wrap=True, markup=False,
-                     emoji=False).print(rich_table(fit_to_width(table, width)))
+            emoji=False).print(rich_table(fit_to_width(shown(table), width)))
     return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue()).splitlines()
 
 
@@ -105,7 +114,7 @@ def test_list_on_a_terminal_keeps_every_count_whole(rows, width):
                   Column("failed", "right"), Column("total", "right"), Column("created"),
                   Column("instruction", max_width=40)], rows)
     lines = _on_terminal(table, width)
-    assert all(len(line) <= width for line in lines), lines
+    assert all(cell_len(line) <= width for line in lines), lines
     fixed = sum(max(len(c.header), *(len(row[i]) for row in rows)) for i, c in enumerate(table.columns[:6])) + 19
     if width < fixed:
         return  # too narrow for the fixed columns: rich cuts them all alike
@@ -152,3 +161,11 @@ def test_list_in_an_80_column_terminal_shows_the_counts(tmp_path):
     assert all(len(line) <= 80 for line in screen), screen
     row = next(line for line in screen if "not started" in line)
     assert [cell.strip() for cell in row.strip("│").split("│")][2:5] == ["0", "0", "3"], screen
+
+
+def test_a_control_character_never_reaches_the_terminal():
+    """An instruction (from --instruction-file) may hold an ESC or a DEL: a table shows U+FFFD,
+    and tabs and line breaks as spaces, on both drawings."""
+    table = shown(Table("t", [Column("instruction")], [["a\x1b[2Jb\x7fc\td\ne\x9b"]]))
+    assert table.rows == [["a\ufffd[2Jb\ufffdc d e\ufffd"]]
+    assert "\x1b" not in draw_rich(table) and draw_plain(table) is None

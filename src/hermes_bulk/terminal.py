@@ -49,13 +49,29 @@ class Table:
 def print_table(table: Table) -> None:
     """A table on stdout: fitted to a terminal; at its natural width into a pipe or file, since no
     reader there has a width to fit. Cells are text as it is, never rich markup or emoji codes
-    (a job's instruction is the user's)."""
+    (a job's instruction is the user's), and never a control character: an escape sequence in an
+    instruction file would otherwise reach the terminal."""
+    table = shown(table)
     if sys.stdout.isatty():
         console = _console_class()(highlight=False, soft_wrap=True, markup=False, emoji=False)
         console.print(rich_table(fit_to_width(table, console.width)))
         return
     drawn = draw_plain(table)
     sys.stdout.write(drawn if drawn is not None else draw_rich(table))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def shown(table: Table) -> Table:
+    """The table with every control character made visible: tabs and line breaks as spaces,
+    the rest (an ESC, a DEL) as U+FFFD."""
+
+    def clean(text: str) -> str:
+        return _CONTROL.sub(lambda m: " " if m.group() in "\t\n\r" else "\ufffd", text)
+
+    return Table(clean(table.title), [replace(col, header=clean(col.header)) for col in table.columns],
+                 [[clean(cell) for cell in row] for row in table.rows])
 
 
 #: A column that gives way on a narrow terminal keeps at least this many characters, or goes.

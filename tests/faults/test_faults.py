@@ -78,7 +78,10 @@ def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_fli
         workers = [cli.spawn_worker("-w", "8", HERMES_BULK_LEASE_SECONDS="2") for _ in range(2)]
         time.sleep(rng.uniform(0.4, 1.2))
         if backend == "redis" and round_no == 4:
-            # redis-server restarts under the running workers; they go on once it is back.
+            # redis-server restarts under the running workers; they go on once it is back. Both
+            # must be up first: one still starting when Redis went away exits, as it should
+            # (a worker that cannot reach its backend at start says so and stops).
+            wait_for(lambda: status(cli, job_id)["live_workers"] >= 2, timeout=30, message="both workers up")
             before = status(cli, job_id)["completed"]
             request.getfixturevalue("redis_server").restart(graceful=True)
             wait_for(lambda before=before: status(cli, job_id)["completed"] > before + 8, timeout=30,
