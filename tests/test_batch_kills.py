@@ -20,6 +20,9 @@ from .helpers import wait_for
 from .test_batch_mode import BACKENDS, _finish, _rows, _source
 from .test_batch_mode import FAST as POLL_FAST
 
+# Rounds of kill -9 on both backends take minutes: `-m "not slow"` skips them locally; CI runs them.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(params=BACKENDS)
 def backend_env(request, tmp_path) -> dict[str, str]:
