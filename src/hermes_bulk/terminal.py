@@ -125,20 +125,21 @@ def draw_plain(table: Table) -> str | None:
     if any(col.max_width is not None and not col.no_wrap and len(cell.rstrip()) > col.max_width
            for row in [[c.header for c in table.columns], *table.rows] for cell, col in zip(row, table.columns, strict=True)):
         return None  # rich wraps it over lines
-    rows = [[_fit(cell, col) for cell, col in zip(row, table.columns, strict=True)] for row in table.rows]
-    headers = [_fit(col.header, col) for col in table.columns]
-    widths = [max(len(text) for text in column) for column in zip(headers, *rows, strict=True)]
+    headers = [col.header for col in table.columns]
+    fitted = [[_fit(cell, col) for cell, col in zip(row, table.columns, strict=True)] for row in [headers, *table.rows]]
+    widths = [max(len(text) for text in column) for column in zip(*fitted, strict=True)]
 
     def line(left: str, fill: str, cross: str, right: str) -> str:
         return left + cross.join(fill * (width + 2) for width in widths) + right + "\n"
 
     def cells_line(edge: str, texts: list[str]) -> str:
-        padded = (text.rstrip().rjust(width) if col.justify == "right" else text.ljust(width)
+        # Right-justified text loses its trailing spaces first (the width was measured with them).
+        padded = (_fit(text.rstrip(), col).rjust(width) if col.justify == "right" else _fit(text, col).ljust(width)
                   for text, width, col in zip(texts, widths, table.columns, strict=True))
         return edge + edge.join(f" {text} " for text in padded) + edge + "\n"
 
     return "".join([table.title + "\n" if table.title else "", line("┏", "━", "┳", "┓"), cells_line("┃", headers),
-                    line("┡", "━", "╇", "┩"), *(cells_line("│", row) for row in rows), line("└", "─", "┴", "┘")])
+                    line("┡", "━", "╇", "┩"), *(cells_line("│", row) for row in table.rows), line("└", "─", "┴", "┘")])
 
 
 def _fit(text: str, column: Column) -> str:
