@@ -183,6 +183,13 @@ def _closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"  # nothing listens there once the socket is closed
 
 
+def _wait_for_a_recorded_batch(cli, job_id: str, backend_env: dict) -> None:
+    """Until the job has a batch with the provider's id recorded (submitted, not only prepared)."""
+    wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.json("status", job_id, "--json",
+                                                                       **backend_env)["batches"]),
+             timeout=60, message="the batch submitted and recorded")
+
+
 def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli, backend_env, fake_provider,
                                                                             tmp_path):
     """A batch job whose worker was killed (awaiting recovery): its submitted batch, and one a
@@ -192,9 +199,7 @@ def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli,
     submitted = _create(cli, _source(tmp_path, 20), backend_env)
     worker = cli.spawn_worker(**backend_env)
     try:
-        wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.json("status", submitted, "--json",
-                                                                           **backend_env)["batches"]),
-                 timeout=60, message="the batch submitted and recorded")
+        _wait_for_a_recorded_batch(cli, submitted, backend_env)
         fake_provider.configure(batch_create_delay_s=60)
         unrecorded = _create(cli, _source(tmp_path, 10, name="more.jsonl"), backend_env)
         wait_for(lambda: len(fake_provider.batches.created) == 2, timeout=60, message="a second batch created")
@@ -224,9 +229,7 @@ def test_delete_abandon_batches_deletes_without_the_provider(cli, backend_env, f
     job_id = _create(cli, _source(tmp_path, 5), backend_env)
     worker = cli.spawn_worker(**backend_env)
     try:
-        wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.json("status", job_id, "--json",
-                                                                           **backend_env)["batches"]),
-                 timeout=60, message="the batch submitted and recorded")
+        _wait_for_a_recorded_batch(cli, job_id, backend_env)
         cli("pause", job_id, **backend_env)  # the worker cancels it: nothing open is left to cancel
         wait_for(lambda: cli.json("status", job_id, "--json", **backend_env)["running"] == 0, timeout=60,
                  message="the batch cancelled and ingested")
