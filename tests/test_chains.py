@@ -1,0 +1,98 @@
+"""A worker thread keeps claiming the next item of its job (a chain); it hands its turn back
+through the queue only when another trigger is waiting for the threads.
+
+Two things are held here, on both backends, with a real worker, store and loopback provider:
+- jobs that share the threads take turns: a job run while another one holds every thread
+  starts within a slice, not after the first one ends;
+- with nothing else waiting, the steady state is one store operation an item: every item but
+  the first of a chain is claimed by the completion of the one before it, and no trigger goes
+  back through the queue, however many slices pass.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hermes_bulk import broker, worker
+from hermes_bulk.config import load_settings
+from hermes_bulk.jobs import Jobs
+from hermes_bulk.store.protocol import Claim
+from hermes_bulk.worker import WorkerRuntime
+
+from .helpers import wait_for
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def settings_on(request, env, monkeypatch):
+    if request.param == "redis":
+        monkeypatch.setenv("HERMES_BULK_BACKEND", request.getfixturevalue("redis_url"))
+    yield load_settings()
+    broker.close_all()
+
+
+def _job(jobs: Jobs, tmp_path, name: str, n: int) -> str:
+    src = tmp_path / f"{name}.jsonl"
+    src.write_text("".join(json.dumps({"job": name, "n": i}) + "\n" for i in range(n)))
+    return jobs.create("Answer", str(src), concurrency=1).job.job_id
+
+
+def _started(jobs: Jobs, threads: int) -> WorkerRuntime:
+    runtime = WorkerRuntime(jobs.backend, jobs.settings, threads=threads)
+    runtime.start()
+    runtime.start_embedded_consumer()
+    return runtime
+
+
+def test_a_job_run_while_another_holds_the_only_thread_gets_its_turn_within_a_slice(
+        settings_on, fake_provider, tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "CHAIN_SLICE_S", 0.2)
+    fake_provider.configure(latency_s=0.02)
+    jobs = Jobs(settings_on)
+    first, second = _job(jobs, tmp_path, "first", 150), _job(jobs, tmp_path, "second", 3)
+    jobs.run(first)
+    runtime = _started(jobs, threads=1)
+    try:
+        wait_for(lambda: jobs.status(first).job.completed >= 5, timeout=30, message="the first job under way")
+        jobs.run(second)
+        wait_for(lambda: jobs.status(second).state == "completed", timeout=30, message="the second job")
+        left = jobs.status(first).job
+        assert left.pending > 0, "the second job waited until the first had finished: no turns were taken"
+        wait_for(lambda: jobs.status(first).state == "completed", timeout=60, message="the first job")
+    finally:
+        runtime.stop()
+
+
+def test_with_nothing_else_waiting_a_chain_claims_every_next_item_with_the_completion(
+        settings_on, fake_provider, tmp_path, monkeypatch):
+    monkeypatch.setattr(worker, "CHAIN_SLICE_S", 0.05)  # many slices pass in this job
+    fake_provider.configure(latency_s=0.01)
+    jobs = Jobs(settings_on)
+    job_id = _job(jobs, tmp_path, "only", 40)
+    store = jobs.backend.store
+    calls = {"claim_item": 0, "complete_item": 0, "complete_and_claim": 0}
+    for name in calls:
+        real = getattr(store, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            out = _real(*args, **kwargs)
+            took = out[1] if _name == "complete_and_claim" else out
+            calls[_name] += _name != "claim_item" or isinstance(took, Claim)
+            return out
+        monkeypatch.setattr(store, name, counted)
+    enqueued = []
+    real_trigger = jobs.backend.trigger
+    monkeypatch.setattr(jobs.backend, "trigger", lambda *a, **k: (enqueued.append(a), real_trigger(*a, **k))[1])
+    jobs.run(job_id)
+    runtime = _started(jobs, threads=1)
+    try:
+        wait_for(lambda: jobs.status(job_id).state == "completed", timeout=60, message="the job")
+    finally:
+        runtime.stop()
+    assert jobs.status(job_id).job.completed == 40
+    assert calls["claim_item"] == 1, f"only the chain's first item is claimed on its own: {calls}"
+    assert calls["complete_and_claim"] == 40 and calls["complete_item"] == 0, calls
+    # The triggers sent are the starts (run's, and the pump's if it saw no claim yet); a chain
+    # handing its thread back would send one with the next item's index.
+    assert [hint for _job_id, hint, *_ in enqueued] == [0] * len(enqueued), enqueued
