@@ -30,7 +30,8 @@ from hermes_bulk.config import Settings, load_settings
 from hermes_bulk.errors import BackendUnavailable, InputError
 from hermes_bulk.flag_files import read_schema
 from hermes_bulk.jobs import Jobs
-from hermes_bulk.store.sqlite.database import open_database
+from hermes_bulk.store.sqlite.database import is_open_sqlite_file, open_database
+from hermes_bulk.store.sqlite.queue import queue_maker
 from hermes_bulk.store.sqlite.schema import MIGRATIONS
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc (Linux)")
@@ -228,6 +229,40 @@ def test_a_source_schema_or_export_that_is_an_open_database_is_refused(tmp_path)
         assert not [h for h in _fds_on(home / "bulk") if "(deleted)" in h], _fds_on(home / "bulk")
     finally:
         broker.close_all()
+
+
+def test_every_spelling_of_an_open_database_or_its_side_files_is_known_and_nothing_else(tmp_path):
+    """What else can be at a source's place: the database under another name (a hard link, a
+    link, a path through a linked folder), its -wal behind a link with an innocent name, its
+    queue file; and, not to be refused, files that only look like those."""
+    data = tmp_path / "data"
+    db = open_database(data / "bulk.db")
+    try:
+        queue_maker(data / "bulk-queue.db", db)
+        with db.write() as conn:  # a write leaves the -wal and -shm beside it
+            conn.execute("CREATE TABLE IF NOT EXISTS probe (x)")
+        assert (data / "bulk.db-wal").exists()
+        other = tmp_path / "elsewhere"
+        other.mkdir()
+        os.link(data / "bulk.db", other / "hard.db")
+        os.link(data / "bulk-queue.db", other / "queue-hard.db")
+        (other / "notes.txt").symlink_to(data / "bulk.db-wal")
+        (other / "db-link").symlink_to(data / "bulk.db")
+        (tmp_path / "via").symlink_to(data)
+        held = [data / "bulk.db", data / "bulk.db-wal", data / "bulk.db-shm", data / "bulk-queue.db",
+                other / "hard.db", other / "queue-hard.db", other / "notes.txt", other / "db-link",
+                tmp_path / "via" / "bulk.db-wal", tmp_path / "via" / "bulk.db", data / ".." / "data" / "bulk.db-shm"]
+        for path in held:
+            assert is_open_sqlite_file(path), path
+        (other / "bulk.db-wal").write_text("a file named like a side file, beside no database")
+        (other / "copy.db").write_bytes((data / "bulk.db").read_bytes())
+        (other / "plain.txt").write_text("text")
+        (other / "dangling").symlink_to(other / "missing-wal")
+        for path in (other / "bulk.db-wal", other / "copy.db", other / "plain.txt", other / "dangling",
+                     other / "missing"):
+            assert not is_open_sqlite_file(path), path
+    finally:
+        db.close()
 
 
 def test_a_file_open_as_a_job_store_is_not_opened_as_a_ledger(tmp_path):

@@ -37,7 +37,8 @@ class SqliteDatabase:
         self.migrations = migrations
         self.busy_timeout_ms = busy_timeout_ms
         self.setting = setting
-        self.companions: list[Path] = []  # other SQLite files living as long as this one (Huey's queue)
+        # Other SQLite files living as long as this one (Huey's queue), with their (st_dev, st_ino).
+        self.companions: list[tuple[Path, tuple[int, int]]] = []
         self._users = 0  # open_database calls not yet matched by close()
         self._local = threading.local()
         # Each thread's connection, kept to close it once its thread has ended (a gateway runs
@@ -197,6 +198,9 @@ def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None
         return db
 
 
+_SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
 def is_open_sqlite_file(path: Path) -> bool:
     """Whether path is one of the SQLite files this process has open, or their -wal/-shm/-journal.
 
@@ -209,16 +213,17 @@ def is_open_sqlite_file(path: Path) -> bool:
     except OSError:
         return False
     with _databases_lock:
-        files = [f for db in _databases.values() for f in (db.path, *db.companions)]
+        held = [(db.path, db.identity) for db in _databases.values()]
+        held += [companion for db in _databases.values() for companion in db.companions]
+    if (st.st_dev, st.st_ino) in {identity for _, identity in held}:
+        return True  # the inodes SQLite opened: what a path shows now is compared with them
+    # A side file's real path ends like one: by its own name, or behind a link in its place.
+    # Anything else skips the real paths (a lstat per component, each time): every item's
+    # source is read here once more (the change check) before its call.
+    if not (str(path).endswith(_SIDE_FILE_SUFFIXES) or os.path.islink(path)):
+        return False
     real = os.path.realpath(path)
-    for file in files:
-        with suppress(OSError):
-            held = os.stat(file)
-            if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino):
-                return True
-        if real in {os.path.realpath(file) + suffix for suffix in ("-wal", "-shm", "-journal")}:
-            return True
-    return False
+    return any(real == os.path.realpath(file) + suffix for file, _ in held for suffix in _SIDE_FILE_SUFFIXES)
 
 
 def sqlite_file_identity(path: Path) -> tuple[int, int]:

@@ -26,11 +26,11 @@ def queue_maker(path: Path, db: SqliteDatabase) -> Callable[[str], SqliteHuey]:
     try:
         # Made owner-only before Huey's SQLite opens it (its -wal/-shm take its mode); an
         # older, wider queue file is narrowed by path (chmod opens no descriptor).
-        sqlite_file_identity(path)
+        identity = sqlite_file_identity(path)
         path.chmod(0o600)
     except OSError as exc:
         raise unusable(path, exc) from None
-    db.companions.append(path)  # so nothing in this process reads it (is_open_sqlite_file)
+    db.companions.append((path, identity))  # so nothing in this process reads it (is_open_sqlite_file)
     made: list[str] = []
 
     def make_queue(name: str) -> SqliteHuey:
