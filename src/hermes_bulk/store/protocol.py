@@ -244,8 +244,9 @@ class JobStore(Protocol):
 
         A completed item's captured content is dropped in the same step when the job's source
         kind is in DROPS_CONTENT and no other item of the job still needs it (its answer key
-        is set: items with the same content are its duplicates, completed with it); its
-        content_hash stays. Failed items keep theirs (retry).
+        is set: items with the same content are its duplicates, completed with it, or were
+        reused at create and never stored it: add_items); its content_hash stays. Failed items
+        keep theirs (retry).
         """
 
     def complete_and_claim(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage, *,
