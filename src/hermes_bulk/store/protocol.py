@@ -87,7 +87,9 @@ class JobStore(Protocol):
         spec.reuse is set, is added completed with that answer (reused_from, tokens_saved; nothing
         charged). Otherwise an item whose answer_key an earlier item of this job has is added
         WAITING on that item (complete_item and fail_item settle it). Items with answer_key ""
-        are plain pending items.
+        are plain pending items. A reused item's content is not stored where the job's source
+        kind is in DROPS_CONTENT (as complete_item drops it): every other item stores its own,
+        so a pending or waiting item with the same content still has it.
 
         SQLite: one step per call. Redis: one script per ADD_BATCH_ITEMS items (or 8 MiB of
         contents); a process that dies between two leaves the first batches added, and the job
@@ -242,8 +244,9 @@ class JobStore(Protocol):
 
         A completed item's captured content is dropped in the same step when the job's source
         kind is in DROPS_CONTENT and no other item of the job still needs it (its answer key
-        is set: items with the same content are its duplicates, completed with it); its
-        content_hash stays. Failed items keep theirs (retry).
+        is set: items with the same content are its duplicates, completed with it, or were
+        reused at create and never stored it: add_items); its content_hash stays. Failed items
+        keep theirs (retry).
         """
 
     def complete_and_claim(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage, *,

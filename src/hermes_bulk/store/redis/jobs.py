@@ -95,8 +95,9 @@ class RedisJobStore(RedisBatches):
 
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
         keys = self.keys.job(job_id)
-        spec = self.r.hget(self.keys.job_key(job_id, "meta"), "spec")
+        spec, drop = self.r.hmget(self.keys.job_key(job_id, "meta"), ["spec", "drop_content"])
         reuse = spec is None or json.loads(spec).get("reuse", True)
+        drops = codec.text(drop) == "1"  # begin_job: protocol.drops_content
         batch: list[NewItem] = []
         size = 0
         for it in items:
@@ -105,15 +106,16 @@ class RedisJobStore(RedisBatches):
             batch.append(it)
             size += len(it.content)
             if len(batch) >= ADD_BATCH_ITEMS or size >= ADD_BATCH_BYTES:
-                self._add_batch(keys, self._batch_args(batch, reuse))
+                self._add_batch(keys, self._batch_args(batch, reuse, drops))
                 batch, size = [], 0
         if batch:
-            self._add_batch(keys, self._batch_args(batch, reuse))
+            self._add_batch(keys, self._batch_args(batch, reuse, drops))
 
-    def _batch_args(self, batch: list[NewItem], reuse: bool) -> list:
+    def _batch_args(self, batch: list[NewItem], reuse: bool, drops: bool) -> list:
         """add_items.lua's arguments for a batch, with the answers the index holds for it: two
         reads (the index, then the answers' texts) before the script. An answer whose job is
-        deleted between them has no text and is asked again."""
+        deleted between them has no text and is asked again. Where the job drops contents (drops),
+        a reused item's content is not sent: the script would not store it."""
         answers: dict[str, tuple[str, int, int, str]] = {}
         wanted = sorted({it.answer_key for it in batch if it.answer_key}) if reuse else []
         if wanted:
@@ -130,7 +132,7 @@ class RedisJobStore(RedisBatches):
         for it in batch:
             found = answers.get(it.answer_key)
             args += [it.index, codec.item_head(it), it.name, codec.item_source(it), codec.content_field(it.content_hash),
-                     codec.stored(it.content), it.estimated_tokens,
+                     "" if found and drops else codec.stored(it.content), it.estimated_tokens,
                      codec.answer_field(it.answer_key) if it.answer_key else "",
                      *(found if found else ("", "", "", ""))]
         return args

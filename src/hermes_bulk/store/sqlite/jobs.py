@@ -86,29 +86,38 @@ class SqliteJobStore(SqliteBatches):
 
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
         items = list(items)
+        if not items:
+            return
         with self.db.write() as conn:
-            conn.executemany("INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
-                             [(job_id, it.content_hash, pack(it.content)) for it in items])
+            reuse, drop = conn.execute("SELECT json_extract(spec, '$.reuse'), drop_content FROM jobs WHERE id = ?",
+                                       (job_id,)).fetchone()
             conn.executemany(
                 "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate,"
                 " answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [(job_id, it.index, it.name, it.content_hash, it.origin, it.offset, it.stat_sig,
                   it.estimated_tokens, it.answer_key) for it in items])
-            if items:
-                self._settle_reuse(conn, job_id, min(it.index for it in items), max(it.index for it in items))
+            reused = self._settle_reuse(conn, job_id, min(it.index for it in items), max(it.index for it in items),
+                                        reuse=reuse is None or bool(reuse))  # a spec from before reuse reuses too
+            # An item completed from an earlier answer is never processed, so where the job drops
+            # a completed item's content (complete_item) its bytes are not stored at all. Any other
+            # item with that content stores them itself (INSERT OR IGNORE), in this batch or a later one.
+            unstored = reused if drop else set()
+            conn.executemany("INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
+                             [(job_id, it.content_hash, pack(it.content)) for it in items if it.index not in unstored])
 
     @staticmethod
-    def _settle_reuse(conn, job_id: str, lo: int, hi: int) -> None:
+    def _settle_reuse(conn, job_id: str, lo: int, hi: int, *, reuse: bool) -> set[int]:
         """The batch lo..hi just added: items answered before complete from the answer index (when
         the job reuses), and duplicates of an earlier item of the job wait on it. Set-wise, so a
-        million-row create costs a few statements per batch, not a query per item."""
-        (reuse,) = conn.execute("SELECT json_extract(spec, '$.reuse') FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        million-row create costs a few statements per batch, not a query per item. Returns the
+        indexes completed from the index."""
         batch = "items.job_id = ? AND items.idx BETWEEN ? AND ? AND items.answer_key != ''"
-        if reuse is None or reuse:  # a spec written before reuse existed reuses too
-            conn.execute(
+        reused: set[int] = set()
+        if reuse:
+            reused = {r[0] for r in conn.execute(
                 "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = a.idx,"
-                f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = items.answer_key",
-                (job_id, lo, hi))
+                f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = items.answer_key"
+                " RETURNING items.idx", (job_id, lo, hi))}
             conn.execute(
                 "INSERT INTO results (job_id, idx, text) SELECT items.job_id, items.idx, r.text FROM items"
                 " JOIN results r ON r.job_id = items.reused_job AND r.idx = items.reused_idx"
@@ -120,6 +129,7 @@ class SqliteJobStore(SqliteBatches):
             "UPDATE items SET status = 'waiting', dup_of = k.idx FROM item_keys k"
             f" WHERE {batch} AND items.status = 'pending' AND k.job_id = items.job_id"
             " AND k.key = items.answer_key AND k.idx != items.idx", (job_id, lo, hi))
+        return reused
 
     def finish_job(self, job_id: str) -> JobRecord:
         with self.db.write() as conn:

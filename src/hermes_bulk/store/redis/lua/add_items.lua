@@ -4,9 +4,11 @@
 -- ARGV: twelve per item: index, head ("<estimate>\t<content_hash>"), name, source (JSON
 --       [origin, offset, stat_sig]), content_hash, content, estimate, answer key ('' = none),
 --       and the answer reused ('' job id = none, else job id, index, tokens, result text).
--- An item with an answer is added completed (no source kept: nothing processes it); one whose
--- answer key an earlier item of the job has waits on it (DUPS); the first of each key is
--- pending and recorded in AKEYS ("k:<key>" -> index) and its keys bucket (index -> key).
+-- An item with an answer is added completed (no source kept: nothing processes it; nor its
+-- content where the job drops a completed item's content, as complete_item does: any other
+-- item with that content stores it itself, here or in a later batch); one whose answer key an
+-- earlier item of the job has waits on it (DUPS); the first of each key is pending and recorded
+-- in AKEYS ("k:<key>" -> index) and its keys bucket (index -> key).
 -- Returns the number added, or an error (unknown job, index already present; nothing written).
 local N = 12
 if redis.call('EXISTS', META) == 0 then
@@ -19,12 +21,15 @@ for i = 1, #ARGV, N do
 end
 local estimated, max_index = 0, tonumber(redis.call('HGET', META, 'max_index'))
 local reused, saved = 0, 0
+local drop = redis.call('HGET', META, 'drop_content') == '1'
 for i = 1, #ARGV, N do
   local idx = tonumber(ARGV[i])
   local key, from_job = ARGV[i + 7], ARGV[i + 8]
   redis.call('HSET', at('items', idx), idx, ARGV[i + 1])
   redis.call('HSET', at('names', idx), idx, ARGV[i + 2])
-  redis.call('HSETNX', CONTENTS, ARGV[i + 4], ARGV[i + 5])
+  if from_job == '' or not drop then
+    redis.call('HSETNX', CONTENTS, ARGV[i + 4], ARGV[i + 5])
+  end
   if from_job ~= '' then
     local tokens = tonumber(ARGV[i + 10])
     save_state(idx, {s = S_COMPLETED, rj = from_job, ri = tonumber(ARGV[i + 9]), ts = tokens})
