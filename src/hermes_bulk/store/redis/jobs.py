@@ -487,13 +487,13 @@ class RedisJobStore(RedisBatches):
         pipe.zrem(self.keys.workers, worker_id)
         pipe.execute()
 
-    def live_workers(self) -> list[WorkerInfo]:
+    def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
         # A worker's hash expires with its ttl: present means live.
         ids = [codec.text(i) for i in self.r.zrange(self.keys.workers, 0, -1)]
         pipe = self.r.pipeline(transaction=False)
         for worker_id in ids:
             pipe.hgetall(self.keys.worker(worker_id))
-        held = self._holdings()
+        held = self._holdings() if holding else {}
         workers = []
         for worker_id, raw in zip(ids, pipe.execute(), strict=True):
             w = codec.decode_hash(raw)

@@ -540,9 +540,11 @@ class SqliteJobStore(SqliteBatches):
         with self.db.write() as conn:
             conn.execute("DELETE FROM workers WHERE id = ?", (worker_id,))
 
-    def live_workers(self) -> list[WorkerInfo]:
+    def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
         rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads FROM workers"
                             " WHERE expires_at >= ? ORDER BY started_at", (self.now(),))
+        if not holding:
+            return [WorkerInfo(*r) for r in rows]
         held: dict[str, list[tuple[str, int]]] = {}
         # INDEXED BY: for the ORDER BY the planner would rather walk the primary key, every item
         # of every job (0.12 s at a million), than sort the few running ones.
