@@ -156,7 +156,10 @@ def test_who_is_live_is_read_without_the_items_batches_hold(store, tmp_path, req
     assert [(w.worker_id, w.holding) for w in store.live_workers(holding=False)] == [("w1", [])]
     liveness = Liveness(store, tmp_path / "workers")
     assert liveness.live_worker_ids() == {"w1"}
-    # Reading the 5,000 batch items took about 1.5 MB (a row and its tuple each); the registry alone, a few KB.
+    assert store.item_owners() == {"w1": 1, "batch:b1": 5000}
+    # Reading the 5,000 batch items took about 1.5 MB (a row and its tuple each); the registry
+    # alone, and the owners counted by the store, a few KB.
     assert _peak_bytes(liveness.live_worker_ids) < 256 * 1024
+    assert _peak_bytes(store.item_owners) < 256 * 1024
     if request.node.callspec.params["store"] == "sqlite":  # Redis reads the holdings job by job, from each job's owners hash
         assert _peak_bytes(store.live_workers) < 256 * 1024

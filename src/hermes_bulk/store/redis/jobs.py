@@ -468,7 +468,14 @@ class RedisJobStore(RedisBatches):
         return held
 
     def item_owners(self) -> dict[str, int]:
-        return {owner: len(items) for owner, items in self._holdings().items()}
+        # Counted in Redis (item_owners.lua): every maintenance pass asks, while batches may
+        # hold a whole job's items; reading them here made a worker's heap grow with them.
+        owners: dict[str, int] = {}
+        for flat in self._each_active_job(self.lua.item_owners, []).values():
+            for owner, n in zip(flat[::2], flat[1::2], strict=True):
+                owner = codec.text(owner)
+                owners[owner] = owners.get(owner, 0) + int(n)
+        return owners
 
     def add_events(self, job_id: str, events: Iterable[Event]) -> None:
         events = list(events)
