@@ -85,7 +85,9 @@ class Liveness:
         return True
 
     def live_worker_ids(self) -> set[str]:
-        return {w.worker_id for w in self.store.live_workers() if not self._lock_is_free(w.worker_id)}
+        # Without holdings: reading them would load every running item, a batch's 50,000 too,
+        # every maintenance pass and status (benchmarks, row 12: the worker's RSS grew with them).
+        return {w.worker_id for w in self.store.live_workers(holding=False) if not self._lock_is_free(w.worker_id)}
 
     def dead_owners(self, exclude: str | None = None) -> list[str]:
         """Owners of running items that are not live workers (a provider batch is no worker)."""

@@ -377,9 +377,11 @@ class JobStore(Protocol):
     def remove_worker(self, worker_id: str) -> None:
         """Forget a worker (clean shutdown). One step on both backends."""
 
-    def live_workers(self) -> list[WorkerInfo]:
+    def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
         """Workers whose last heartbeat is within their ttl, with the items they hold (several
-        reads: not a snapshot)."""
+        reads: not a snapshot). holding=False: without the items (`holding` left empty), one
+        read of the registry: what liveness asks every maintenance pass, while batches may
+        hold a whole job's items."""
 
     def now(self) -> float:
         """The backend's clock (leases are compared against it)."""

@@ -470,7 +470,14 @@ class RedisJobStore(RedisBatches):
         return held
 
     def item_owners(self) -> dict[str, int]:
-        return {owner: len(items) for owner, items in self._holdings().items()}
+        # Counted in Redis (item_owners.lua): every maintenance pass asks, while batches may
+        # hold a whole job's items; reading them here made a worker's heap grow with them.
+        owners: dict[str, int] = {}
+        for flat in self._each_active_job(self.lua.item_owners, []).values():
+            for owner, n in zip(flat[::2], flat[1::2], strict=True):
+                owner = codec.text(owner)
+                owners[owner] = owners.get(owner, 0) + int(n)
+        return owners
 
     def add_events(self, job_id: str, events: Iterable[Event]) -> None:
         events = list(events)
@@ -489,13 +496,13 @@ class RedisJobStore(RedisBatches):
         pipe.zrem(self.keys.workers, worker_id)
         pipe.execute()
 
-    def live_workers(self) -> list[WorkerInfo]:
+    def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
         # A worker's hash expires with its ttl: present means live.
         ids = [codec.text(i) for i in self.r.zrange(self.keys.workers, 0, -1)]
         pipe = self.r.pipeline(transaction=False)
         for worker_id in ids:
             pipe.hgetall(self.keys.worker(worker_id))
-        held = self._holdings()
+        held = self._holdings() if holding else {}
         workers = []
         for worker_id, raw in zip(ids, pipe.execute(), strict=True):
             w = codec.decode_hash(raw)

@@ -27,7 +27,7 @@ from .keys import BUCKET_ITEMS, EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
 _JOB_SCRIPTS = ("begin_job", "add_items", "finish_job", "delete_job", "add_events", "set_state",
                 "retry_failed", "claim_item", "complete_item", "fail_item", "release_item",
                 "record_attempt", "renew_leases", "release_expired", "release_worker_items", "update_job",
-                "mark_interrupted", "open_batch", "migrate_layout")
+                "mark_interrupted", "open_batch", "migrate_layout", "item_owners")
 _OTHER_SCRIPTS = ("prune_active", "heartbeat", "acquire", "pause", "clear_backoff", "lease_batch", "update_batch",
                   "migrate_answers")
 
