@@ -224,6 +224,48 @@ def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli,
     assert fake_provider.requests == []
 
 
+def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(cli, backend_env, fake_provider,
+                                                                             tmp_path, monkeypatch):
+    """Cancelling at the provider goes through the key's shared 429 wait, which a Retry-After
+    may make an hour long: delete waits out a few seconds of it, and refuses a longer one in
+    one line that says how long, deleting nothing."""
+    fake_provider.configure(batch_hold=True)
+    job_id = _create(cli, _source(tmp_path, 5), backend_env)
+    worker = cli.spawn_worker(**backend_env)
+    try:
+        _wait_for_a_recorded_batch(cli, job_id, backend_env)
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+    for key, value in cli.full_env(**backend_env).items():
+        monkeypatch.setenv(key, value)
+    from hermes_bulk import broker
+    from hermes_bulk.config import load_settings
+    from hermes_bulk.jobs import DELETE_WAIT_S, Jobs
+    from hermes_bulk.limits import RATE_LIMIT_BASE_S, RATE_LIMIT_CAP_S
+
+    jobs = Jobs(load_settings())
+    try:
+        key = jobs.get(job_id).spec.provider_key
+        pause_s = DELETE_WAIT_S + 6
+        ends = jobs.backend.limits.pause(key, seconds=pause_s, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S,
+                                         epoch=0)
+        proc = cli("delete", job_id, check=False, **backend_env)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert f"Job {job_id} was not deleted" in line and "HTTP 429" in line and "--abandon-batches" in line, line
+        assert jobs.store.now() < ends - DELETE_WAIT_S + 3, "refused without sitting out the pause"
+        assert cli.json("status", job_id, "--json", **backend_env)["total"] == 5, "nothing deleted"
+        (batch,) = fake_provider.batches.batches.values()
+        assert batch["status"] == "in_progress"
+        wait_for(lambda: jobs.store.now() > ends - DELETE_WAIT_S + 2, timeout=30, message="the pause nearly over")
+        assert f"Deleted job {job_id}." in cli("delete", job_id, **backend_env).stdout
+        assert jobs.store.now() >= ends - 0.5, "the cancel was sent after the pause, not during it"
+        assert batch["status"] in ("cancelling", "cancelled")
+    finally:
+        broker.close_all()
+
+
 def test_delete_abandon_batches_deletes_without_the_provider(cli, backend_env, fake_provider, tmp_path):
     fake_provider.configure(batch_hold=True)
     job_id = _create(cli, _source(tmp_path, 5), backend_env)

@@ -44,8 +44,13 @@ class BatchApi:
     """One endpoint's Batch API, for one worker (its calls share the key's limits with live calls)."""
 
     def __init__(self, *, base_url: str, api_key: str | None, provider_key: str, limits: SharedLimits,
-                 timeout_s: float, rpm: int | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 timeout_s: float, rpm: int | None = None, sleep: Callable[[float], None] = time.sleep,
+                 max_wait_s: float = float("inf")) -> None:
+        """max_wait_s: the longest a call sits out the key's shared wait (a 429 pause may last an
+        hour); past it the call raises LongWait. A worker waits as long as it takes; a command
+        at a terminal does not."""
         self.base_url = base_url.rstrip("/")
+        self.max_wait_s = max_wait_s
         self.endpoint = public_url(self.base_url)
         self.gate = ProviderGate(limits, provider_key, rpm=rpm, tpm=None, sleep=sleep)
         self.sleep = sleep
@@ -61,7 +66,7 @@ class BatchApi:
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call through the shared wait; a 429 pauses the key and the call is made again."""
         while True:
-            self.gate.wait_for_turn(0, max_block_s=float("inf"))
+            self.gate.wait_for_turn(0, max_block_s=self.max_wait_s)
             if "files" in kwargs:  # an upload: the file is read again from its start
                 kwargs["files"]["file"][1].seek(0)
             try:

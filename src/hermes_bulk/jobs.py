@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 ADD_BATCH = 20_000
 ADD_BATCH_BYTES = 16 * 1024 * 1024
 SKIPPED_SHOWN = 20
+#: How long `delete` sits out a shared 429 pause before it cancels a batch job's batches at the
+#: provider; a longer pause (a Retry-After may ask for an hour) refuses, saying how long it is.
+DELETE_WAIT_S = 10.0
 
 # States `status` shows (the seed's table).
 STATES = ("not_started", "processing", "paused", "awaiting_recovery", "completed",
@@ -519,6 +522,7 @@ class Jobs:
         naming the batches, when the provider cannot be asked (docs/decisions.md)."""
         from .batch_api import TERMINAL, BatchApi
         from .errors import ModelError, PermanentModelError
+        from .limits import LongWait
 
         open_ = [b for b in self.store.list_batches(job.job_id)
                  if b.open and (b.provider_id and b.status not in TERMINAL or not b.provider_id and b.input_file)]
@@ -526,7 +530,7 @@ class Jobs:
             return
         api = BatchApi(base_url=self.settings.base_url, provider_key=job.spec.provider_key, limits=self.backend.limits,
                        api_key=self.settings.api_key.get_secret_value() if self.settings.api_key else None,
-                       timeout_s=min(self.settings.request_timeout_seconds, 30.0))
+                       timeout_s=min(self.settings.request_timeout_seconds, 30.0), max_wait_s=DELETE_WAIT_S)
         try:
             for batch in open_:
                 remote_id = batch.provider_id
@@ -541,6 +545,13 @@ class Jobs:
                     # Refused: unknown there (404), or it ended before the cancel arrived.
                     if exc.http_status != 404 and api.get(remote_id).get("status") not in TERMINAL:
                         raise
+        except LongWait as wait:
+            ids = ", ".join(b.provider_id or b.batch_id for b in open_)
+            raise InvalidTransition(
+                f"Job {job.job_id} was not deleted: the provider asked every worker on this key to wait "
+                f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} ({ids}) can be "
+                f"cancelled; delete it again then, or cancel them at the provider and delete it with "
+                f"--abandon-batches.") from None
         except ModelError as exc:
             ids = ", ".join(b.provider_id or b.batch_id for b in open_)
             raise InvalidTransition(
