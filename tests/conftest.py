@@ -80,6 +80,7 @@ class RedisServer:
         self.workdir, self.password = workdir, password
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
+        self.extra_args: list[str] = []  # for the next start(), e.g. ["--key-load-delay", "1000"]
 
     @property
     def url(self) -> str:
@@ -97,6 +98,7 @@ class RedisServer:
                 "--logfile", str(self.workdir / "redis.log")]
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.extra_args
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

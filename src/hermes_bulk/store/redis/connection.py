@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from dataclasses import dataclass
 
 import redis
@@ -24,6 +25,9 @@ CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 30.0
 #: PING a pooled connection idle this long before reusing it.
 HEALTH_CHECK_INTERVAL_S = 30
+#: A restarted Redis answers LOADING until it has read its data back: a command that connects
+#: then waits up to this long (a PING has no effects to repeat), then says what is going on.
+LOADING_WAIT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,9 @@ class RedisConnection:
             return BackendUnavailable(
                 f"Redis at {self.where} did not accept the credentials (authentication failed or "
                 f"required); check the username and password in {self.setting}.")
+        if isinstance(exc, redis.BusyLoadingError):
+            return BackendUnavailable(f"Redis at {self.where} is loading its data (it has just restarted); "
+                                      "try again in a moment.")
         what = "Lost the connection to" if lost else "Cannot reach"
         return BackendUnavailable(f"{what} Redis at {self.where} ({self._reason(exc)}). Start it, or "
                                   "use the sqlite:// backend for a single machine.")
@@ -83,7 +90,7 @@ def connect_redis(location: RedisUrl, *, connect_timeout_s: float = CONNECT_TIME
     conn = RedisConnection(pool=pool, client=redis.Redis(connection_pool=pool), prefix=location.prefix,
                            where=location.where, setting=setting)
     try:
-        conn.client.ping()
+        _ping_once_loaded(conn.client)
     except redis.ResponseError as exc:
         pool.disconnect()
         if "DB index is out of range" in str(exc):
@@ -99,6 +106,19 @@ def connect_redis(location: RedisUrl, *, connect_timeout_s: float = CONNECT_TIME
         raise ConfigError(f"Invalid setting {setting}: an option in the URL is not one Redis connections "
                           f"take ({str(exc).rsplit(' ', 1)[-1]}).") from None
     return conn
+
+
+def _ping_once_loaded(client: redis.Redis) -> None:
+    """PING, waiting out a Redis that is still loading its data (LOADING_WAIT_S at most)."""
+    deadline = time.monotonic() + LOADING_WAIT_S
+    while True:
+        try:
+            client.ping()
+            return
+        except redis.BusyLoadingError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
 
 
 def map_connection_errors(cls):
