@@ -1,12 +1,14 @@
 """A worker thread keeps claiming the next item of its job (a chain); it hands its turn back
 through the queue only when another trigger is waiting for the threads.
 
-Two things are held here, on both backends, with a real worker, store and loopback provider:
+Three things are held here, on both backends, with real workers, store and loopback provider:
 - jobs that share the threads take turns: a job run while another one holds every thread
   starts within a slice, not after the first one ends;
-- with nothing else waiting, the steady state is one store operation an item: every item but
-  the first of a chain is claimed by the completion of the one before it, and no trigger goes
-  back through the queue, however many slices pass.
+- workers share a job: one that joins while another holds the job's whole concurrency gets
+  its share within a few slices;
+- with one worker and nothing else waiting, the steady state is one store operation an item:
+  every item but the first of a chain is claimed by the completion of the one before it, and
+  no trigger goes back through the queue, however many slices pass.
 """
 
 from __future__ import annotations
@@ -62,6 +64,30 @@ def test_a_job_run_while_another_holds_the_only_thread_gets_its_turn_within_a_sl
         wait_for(lambda: jobs.status(first).state == "completed", timeout=60, message="the first job")
     finally:
         runtime.stop()
+
+
+def test_a_worker_that_joins_a_running_job_gets_a_share_of_it(settings_on, fake_provider, tmp_path, monkeypatch):
+    """The first worker has threads for the job's whole concurrency; a second one started
+    later must not sit idle until the job ends (a fleet scales out by adding workers)."""
+    monkeypatch.setattr(worker, "CHAIN_SLICE_S", 0.2)
+    fake_provider.configure(latency_s=0.02)
+    jobs = Jobs(settings_on)
+    src = tmp_path / "many.jsonl"
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(400)))
+    job_id = jobs.create("Answer", str(src), concurrency=2).job.job_id
+    jobs.run(job_id)
+    first = _started(jobs, threads=2)
+    second = None
+    try:
+        wait_for(lambda: jobs.status(job_id).job.completed >= 5, timeout=30, message="the first worker under way")
+        second = _started(jobs, threads=2)
+        wait_for(lambda: second.processor.counters.snapshot()["items_completed"] >= 3, timeout=30,
+                 message="the second worker's share")
+        assert jobs.status(job_id).job.pending > 0, "it got its share while the job ran"
+    finally:
+        for runtime in (second, first):
+            if runtime is not None:
+                runtime.stop()
 
 
 def test_with_nothing_else_waiting_a_chain_claims_every_next_item_with_the_completion(

@@ -123,8 +123,9 @@ class WorkerRuntime:
     def handle_trigger(self, job_id: str, index_hint: int) -> float | None:
         """Process items of the job one after another, as one chain: a job keeps `concurrency`
         chains going. After CHAIN_SLICE_S the chain goes back through the queue as the next
-        trigger, so jobs that share these threads take turns, unless no other job's trigger
-        can be waiting there: then nobody's turn comes sooner, and it takes another slice.
+        trigger, so jobs that share these threads take turns and workers share a job, unless
+        this is the only worker and no other job's trigger can be waiting: then nobody's turn
+        comes sooner, and the chain takes another slice.
         Within a chain the next item is claimed here, which spares each item a queue round
         trip (benchmarks, row 1), and by the completion of the item before it
         (complete_and_claim: in the steady state, one store operation an item)."""
@@ -177,11 +178,15 @@ class WorkerRuntime:
         return goes_on
 
     def _turn_is_wanted(self, job_id: str, client: str) -> bool:
-        """Whether a chain of job_id, at the end of its slice, hands its thread to the queue: a
-        trigger waits there, and another job is running that it may be for (the pump can leave
-        a spare trigger of this job on the queue, which would only be refused at capacity).
-        Two reads, once a slice; in doubt, yes, as every chain did before."""
+        """Whether a chain of job_id, at the end of its slice, hands its thread to the queue:
+        when another worker is alive (its threads get a share of the job that way: a worker
+        that joins a running job must not wait for it to end), or when a trigger waits there
+        and another job is running that it may be for (the pump can leave a spare trigger of
+        this job on the queue, which would only be refused at capacity). A few reads, once a
+        slice; in doubt, yes, as every chain did before."""
         try:
+            if self.liveness.live_worker_ids() - {self.worker_id}:
+                return True
             if self.backend.queue_length((client,)) == 0:
                 return False
             return any(other != job_id for other in self.backend.store.active_job_ids())
