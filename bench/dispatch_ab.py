@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -28,11 +29,10 @@ from hermes_bulk.testing.fake_provider import FakeProvider  # noqa: E402
 
 
 def _source(n: int) -> str:
-    path = tempfile.mktemp(suffix=".jsonl")
-    with open(path, "w", encoding="utf-8") as f:
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", encoding="utf-8", delete=False) as f:
         for i in range(n):
             f.write(json.dumps({"id": i, "text": f"item {i} with a few words of text"}) + "\n")
-    return path
+    return f.name
 
 
 def _env(src_dir: Path, base_url: str, threads: int) -> dict[str, str]:
@@ -49,15 +49,22 @@ def _last_json(args: list[str], env: dict[str, str]) -> dict:
 def run_job(src_dir: Path, source: str, n: int, threads: int, base_url: str) -> tuple[float, float]:
     """(items/s, CPU ms an item) of one job of n items run with `threads` threads."""
     env = _env(src_dir, base_url, threads)
-    job = _last_json(["-m", "hermes_bulk", "create", "Do", "--over", source, "--concurrency", str(threads),
-                      "--json"], env)["job_id"]
-    out = _last_json(["-m", "bench.drive", "run", job, "--threads", str(threads)], env)
+    try:
+        job = _last_json(["-m", "hermes_bulk", "create", "Do", "--over", source, "--concurrency", str(threads),
+                          "--json"], env)["job_id"]
+        out = _last_json(["-m", "bench.drive", "run", job, "--threads", str(threads)], env)
+    finally:
+        shutil.rmtree(env["HERMES_BULK_HOME"], ignore_errors=True)
     return n / out["elapsed_s"], 1000 * out["cpu_s"] / n
 
 
 def bare_pool(source: str, n: int, threads: int, base_url: str) -> tuple[float, float]:
-    out = _last_json(["-m", "bench.drive", "pool", "--base-url", base_url, "--source", source,
-                      "--threads", str(threads)], _env(ROOT / "src", base_url, threads))
+    env = _env(ROOT / "src", base_url, threads)
+    try:
+        out = _last_json(["-m", "bench.drive", "pool", "--base-url", base_url, "--source", source,
+                          "--threads", str(threads)], env)
+    finally:
+        shutil.rmtree(env["HERMES_BULK_HOME"], ignore_errors=True)
     return n / out["elapsed_s"], 1000 * out["cpu_s"] / n
 
 

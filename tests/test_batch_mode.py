@@ -11,6 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from hermes_bulk import broker
+from hermes_bulk.config import load_settings
+from hermes_bulk.jobs import DELETE_WAIT_S, Jobs
+from hermes_bulk.limits import RATE_LIMIT_BASE_S, RATE_LIMIT_CAP_S
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
 from .helpers import wait_for
@@ -239,11 +243,6 @@ def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(cli
         worker.wait()
     for key, value in cli.full_env(**backend_env).items():
         monkeypatch.setenv(key, value)
-    from hermes_bulk import broker
-    from hermes_bulk.config import load_settings
-    from hermes_bulk.jobs import DELETE_WAIT_S, Jobs
-    from hermes_bulk.limits import RATE_LIMIT_BASE_S, RATE_LIMIT_CAP_S
-
     jobs = Jobs(load_settings())
     try:
         key = jobs.get(job_id).spec.provider_key

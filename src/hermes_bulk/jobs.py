@@ -528,6 +528,7 @@ class Jobs:
                  if b.open and (b.provider_id and b.status not in TERMINAL or not b.provider_id and b.input_file)]
         if not open_:
             return
+        ids = ", ".join(b.provider_id or b.batch_id for b in open_)
         api = BatchApi(base_url=self.settings.base_url, provider_key=job.spec.provider_key, limits=self.backend.limits,
                        api_key=self.settings.api_key.get_secret_value() if self.settings.api_key else None,
                        timeout_s=min(self.settings.request_timeout_seconds, 30.0), max_wait_s=DELETE_WAIT_S)
@@ -546,14 +547,12 @@ class Jobs:
                     if exc.http_status != 404 and api.get(remote_id).get("status") not in TERMINAL:
                         raise
         except LongWait as wait:
-            ids = ", ".join(b.provider_id or b.batch_id for b in open_)
             raise InvalidTransition(
                 f"Job {job.job_id} was not deleted: the provider asked every worker on this key to wait "
                 f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} ({ids}) can be "
                 f"cancelled; delete it again then, or cancel them at the provider and delete it with "
                 f"--abandon-batches.") from None
         except ModelError as exc:
-            ids = ", ".join(b.provider_id or b.batch_id for b in open_)
             raise InvalidTransition(
                 f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider ({ids}) could "
                 f"not be cancelled ({exc}); check {self.setting_name('base_url')} and delete it again, or cancel "
