@@ -7,6 +7,9 @@ the three places a token can come from).
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+import httpx
 import pytest
 
 from hermes_bulk.dashboard.access import REFUSED, Access
@@ -39,3 +42,17 @@ def test_a_near_miss_of_the_token_is_refused(place, given):
 @pytest.mark.parametrize("place", ["header", "cookie", "query"])
 def test_the_token_itself_is_let_in(place):
     assert Access(TOKEN, COOKIE).check("GET", **_by(place, TOKEN)).allowed
+
+
+@pytest.mark.parametrize("path", ["//evil.example/x", "///evil.example/x", "/\\evil.example/x",
+                                  "//evil.example"])
+def test_the_token_redirect_stays_on_this_dashboard(dashboard, path):
+    """A token in the URL is swapped for a cookie by a redirect to the same path: a path that
+    starts with two slashes (or a slash and a backslash) would be an address elsewhere."""
+    d = dashboard(HERMES_BULK_DASHBOARD_TOKEN=TOKEN)
+    with httpx.Client(timeout=10) as c:
+        answer = c.get(f"{d.base}{path}?token={TOKEN}&page=2")
+    location = answer.headers["location"]
+    assert answer.status_code == 303 and location.startswith("/"), location
+    assert not location.startswith(("//", "/\\")), location
+    assert urlsplit(location).netloc == "" and location.endswith("?page=2"), location

@@ -79,7 +79,9 @@ class Guarded:
             await PlainTextResponse(verdict.reason, status_code=403)(scope, receive, send_secured)
         elif verdict.from_query:  # keep the token out of the address bar and history: a cookie from now on
             rest = URL(scope=scope).remove_query_params("token")
-            response = RedirectResponse(rest.path + (f"?{rest.query}" if rest.query else ""), status_code=303)
+            # One leading slash: `//host/x` (or a slash then a backslash) names another site.
+            path = "/" + rest.path.lstrip("/\\")
+            response = RedirectResponse(path + (f"?{rest.query}" if rest.query else ""), status_code=303)
             response.set_cookie(self.access.cookie_name, self.access.token, httponly=True, samesite="strict",
                                 path="/")
             await response(scope, receive, send_secured)
