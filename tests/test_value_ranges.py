@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from hermes_bulk.settings_fields import check_batch_window
+
 from .test_cli_errors import assert_nothing_created, existing_job  # noqa: F401 - a fixture
 
 BIG = str(10**30)
@@ -65,6 +67,12 @@ BAD_SETTINGS = [
     ("HERMES_BULK_BACKEND", "redis://127.0.0.1:{port}/0?ssl_cert_reqs=bogus", ["ssl_cert_reqs needs TLS"]),
     ("HERMES_BULK_BACKEND", "rediss://127.0.0.1:{port}/0?ssl_cert_reqs=bogus", ["ssl_cert_reqs='bogus'", "required"]),
     ("HERMES_BULK_BACKEND", "redis://127.0.0.1:{port}/0?bogus_option=1", ["not one Redis connections take"]),
+    ("HERMES_BULK_BACKEND", "redis://:", ["HERMES_BULK_BACKEND", "port", "1 to 65535"]),
+    ("HERMES_BULK_BACKEND", "redis://", ["HERMES_BULK_BACKEND", "names no Redis host"]),
+    ("HERMES_BULK_BACKEND", "redis://:pw@/0", ["HERMES_BULK_BACKEND", "names no Redis host"]),
+    ("HERMES_BULK_BACKEND", "redis://127.0.0.1:/0", ["HERMES_BULK_BACKEND", "port", "1 to 65535"]),
+    ("HERMES_BULK_BATCH_WINDOW", "99999999d", ["HERMES_BULK_BATCH_WINDOW", "whole hours from 1h to 168h"]),
+    ("HERMES_BULK_BATCH_WINDOW", "90m", ["HERMES_BULK_BATCH_WINDOW", "whole hours"]),
     ("HERMES_BULK_MAX_ITEM_BYTES", BIG, ["HERMES_BULK_MAX_ITEM_BYTES", "less than or equal to"]),
     ("HERMES_BULK_RPM", BIG, ["HERMES_BULK_RPM", "less than or equal to 1000000"]),
     ("HERMES_BULK_TPM", BIG, ["HERMES_BULK_TPM", "less than or equal to"]),
@@ -86,3 +94,8 @@ def test_a_redis_database_past_the_servers_count_says_so(cli, redis_server):
     proc = cli("list", check=False, HERMES_BULK_BACKEND=f"redis://127.0.0.1:{redis_server.port}/99")
     assert_one_clean_line(proc, 1, "database 99 is out of range")
     assert "Cannot reach" not in proc.stderr
+
+
+@pytest.mark.parametrize("given, sent", [("24h", "24h"), ("2d", "48h"), ("3600", "1h"), (" 7d ", "168h")])
+def test_the_batch_window_is_sent_in_the_hours_providers_read(given, sent):
+    assert check_batch_window(given) == sent

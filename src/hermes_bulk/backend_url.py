@@ -113,8 +113,10 @@ def parse_redis_url(url: str, setting: str) -> RedisUrl:
         if "port" in str(exc).lower():
             raise bad("the Redis port must be a whole number from 1 to 65535") from None
         raise bad(f"not a valid URL ({exc}; {URL_SHAPE})") from None
-    if port == 0:
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
         raise bad("the Redis port must be a whole number from 1 to 65535")
+    if not parts.hostname:  # redis-py would quietly take localhost: say which server is meant
+        raise bad(f"the URL names no Redis host; write it, e.g. redis://localhost:6379/0 ({URL_SHAPE})")
     query = parse_qsl(parts.query, keep_blank_values=True)
     databases = [parts.path.strip("/")] + [v for k, v in query if k == "db"]
     for db in databases:

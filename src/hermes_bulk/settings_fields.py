@@ -47,10 +47,17 @@ def check_base_url(value: str) -> str:
     return value.rstrip("/")
 
 
+#: The completion windows a Batch API is asked for, in whole hours: OpenAI takes only 24h;
+#: compatible servers offer hours to a week. The value is sent as `<hours>h` whatever its spelling.
+BATCH_WINDOW_HOURS = (1, 168)
+
+
 def check_batch_window(value: str) -> str:
-    if not parse_duration(value):
-        raise ValueError("must be a duration such as 24h")
-    return value.strip()
+    seconds = parse_duration(value)
+    low, high = BATCH_WINDOW_HOURS
+    if seconds is None or seconds % 3600 or not low <= seconds / 3600 <= high:
+        raise ValueError(f"must be whole hours from {low}h to {high}h (7d), such as 24h")
+    return f"{int(seconds // 3600)}h"
 
 
 @dataclass(frozen=True)
