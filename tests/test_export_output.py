@@ -116,8 +116,7 @@ def test_a_regular_file_is_replaced_and_dash_is_standard_output(cli, job_id, tmp
     assert cli("export", job_id, "--format", "jsonl", "--output", str(out)).stdout.strip() == str(out)
     from_file = out.read_text()
     assert [json.loads(line)["item"] for line in from_file.splitlines()] == ["line:1", "line:2"]
-    # A file the user named keeps the mode it had (issue 18: their umask, not owner-only; see
-    # tests/test_small_truths.py for new files and the data directory).
+    # A file the user named keeps the mode it had (new files: tests/test_small_truths.py).
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
     piped = cli("export", job_id, "--format", "jsonl", "--output", "-")
     assert piped.stdout == from_file, "the same export, on standard output, and nothing else"

@@ -1,6 +1,6 @@
 """Small truths at the terminal (issue 18, point 9), each through a real `hermes-bulk` process:
 counts of one, the JSONL and CSV error texts, binary files, reads that make no database, and the
-mode of an export the user asked for."""
+owner-only mode of an export the user asked for."""
 
 from __future__ import annotations
 
@@ -168,7 +168,7 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_an_export_the_user_names_honours_their_umask_while_the_data_directory_stays_owner_only(cli, home, tmp_path):
+def test_a_new_export_is_owner_only_whatever_the_umask_and_a_replaced_one_keeps_its_mode(cli, home, tmp_path):
     one = tmp_path / "one.txt"
     one.write_text("item")
     job = cli.create("Do", one)
@@ -178,12 +178,12 @@ def test_an_export_the_user_names_honours_their_umask_while_the_data_directory_s
 
     asked = out / "results.csv"
     assert run_with_umask(cli, "export", job, "--format", "csv", "--output", str(asked)).stdout.strip() == str(asked)
-    assert mode(asked) == 0o644
-    assert mode(Path(run_with_umask(cli, "export", job, "--output", str(out / "r.md"), umask=0o027).stdout.strip())) == 0o640
+    assert mode(asked) == 0o600, "answers and contents: owner-only, as every file hermes-bulk makes"
+    assert mode(Path(run_with_umask(cli, "export", job, "--output", str(out / "r.md"), umask=0).stdout.strip())) == 0o600
 
-    asked.chmod(0o600)  # a file the user narrowed keeps its mode when the export replaces it
+    asked.chmod(0o644)  # a file the user widened to share keeps its mode when the export replaces it
     run_with_umask(cli, "export", job, "--format", "csv", "--output", str(asked))
-    assert mode(asked) == 0o600
+    assert mode(asked) == 0o644
 
     default = Path(run_with_umask(cli, "export", job, "--format", "jsonl").stdout.strip())
     assert default.parent == home / "jobs" / job and mode(default) == 0o600

@@ -50,8 +50,8 @@ def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_fold
 
     make_folder: create target's folder when missing (the job's own folder); a folder the user
     named must exist, so a typo in --output is not silently made into a tree of folders.
-    private: owner-only (inside the data directory); else the file gets the mode a new file
-    gets from the user's umask, or keeps the mode of the file it replaces.
+    private: owner-only (inside the data directory); else a new file is owner-only too and a
+    replaced one keeps its mode.
     """
     writer = _writer(fmt, with_input)
     check_target(target, folder_must_exist=not make_folder)
@@ -251,7 +251,7 @@ def _write_jsonl_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecor
 
 @contextmanager
 def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO]:
-    """A temp file beside target, renamed over it on success (owner-only unless not private).
+    """A temp file beside target, renamed over it on success (owner-only; see _replaced_mode).
 
     The target is checked again just before the rename: what appeared there while the export
     was written (a FIFO, a link) is refused, not replaced.
@@ -260,7 +260,7 @@ def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextI
         private_dir(target.parent)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".export-")
         if not private:
-            os.fchmod(fd, _public_mode(target))
+            os.fchmod(fd, _replaced_mode(target))
     except OSError as exc:
         raise InputError(f"Cannot write {target} ({_reason(exc)}); choose another --output.") from None
     # utf-8-sig: Excel reads a BOM-less CSV as the local code page and garbles non-ASCII text.
@@ -275,19 +275,16 @@ def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextI
         raise
 
 
-def _public_mode(target: Path) -> int:
-    """The mode of the regular file being replaced, else what the umask leaves of 0666 (as a
-    shell's `>` makes it). The umask is read by setting it, at once set back: to 077, so a file
-    another thread makes in that instant is narrower than asked, never wider."""
+def _replaced_mode(target: Path) -> int:
+    """The mode of the regular file being replaced (the user chose it), else owner-only: a new
+    export holds answers and contents, so it is made as everything else hermes-bulk writes."""
     try:
         st = os.lstat(target)
         if stat.S_ISREG(st.st_mode):
             return stat.S_IMODE(st.st_mode)
     except OSError:
         pass
-    umask = os.umask(0o077)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return 0o600
 
 
 def remove_tree(path: Path, must_be_under: Path) -> None:

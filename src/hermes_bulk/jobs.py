@@ -574,7 +574,8 @@ class Jobs:
             target = Path(output).expanduser()
             if is_open_sqlite_file(target):  # replacing it would take the database from under every process
                 raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
-            # The file the user asked for gets their umask; under the data directory it stays owner-only.
+            # A file the user names keeps the mode it had; a new one, and all under the data
+            # directory, is owner-only.
             inside = Path(os.path.realpath(self.settings.home)) in Path(os.path.realpath(target)).parents
             export_mod.export(self.store, job, fmt, target, private=inside, with_input=with_input, only=only)
             return target
