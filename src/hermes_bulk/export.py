@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from .errors import InputError, UsageError
-from .files import private_dir
+from .files import check_write_target, os_reason, private_dir
 from .redact import public_url
 from .store.protocol import COMPLETED, FAILED, ItemRecord, JobRecord, JobStore
 
@@ -89,46 +89,14 @@ def _writer(fmt: str, with_input: bool = False):
     return {"md": _write_md, "csv": _write_csv, "jsonl": _write_jsonl}[fmt]
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
 def check_target(target: Path, *, folder_must_exist: bool) -> None:
-    """Refuse an export target that is not a regular file or a new name, before anything is written.
-
-    A symbolic link is refused, naming where it points: the export is renamed into place, which
-    would replace the link itself, and writing through it would replace whatever it points at
-    (a link to /dev/null would turn that device into a file). Give the real path instead.
-    """
-    try:
-        st = os.lstat(target)
-    except (FileNotFoundError, NotADirectoryError):  # a new name; its folder is checked below
-        st = None
-    except OSError as exc:
-        raise InputError(f"Cannot write the export to {target} ({_reason(exc)}); choose another --output.") from None
-    if st is not None:
-        if stat.S_ISLNK(st.st_mode):
-            raise InputError(f"Cannot write the export to {target}: it is a symbolic link to {os.readlink(target)}; "
-                             "give the real path or a new file name as --output.")
-        kind = next((name for test, name in _KINDS if test(st.st_mode)), None)
-        if kind:
-            raise InputError(f"Cannot write the export to {target}: it is {kind}, not a regular file; "
-                             "give a file name as --output (or - for standard output).")
-        return
-    if folder_must_exist:
-        try:
-            folder = os.stat(target.parent)
-        except OSError as exc:
-            raise InputError(f"Cannot write the export to {target}: the folder {target.parent} "
-                             f"{'does not exist' if isinstance(exc, FileNotFoundError) else _reason(exc)}; "
-                             "create it first or choose another --output.") from None
-        if not stat.S_ISDIR(folder.st_mode):
-            raise InputError(f"Cannot write the export to {target}: {target.parent} is not a folder; "
-                             "choose another --output.")
+    """Refuse an export target that is not a regular file or a new name, before anything is written
+    (files.check_write_target; `-` for standard output is the CLI's)."""
+    check_write_target(target, what="the export", flag="--output", folder_must_exist=folder_must_exist)
 
 
 def _reason(exc: OSError) -> str:
-    return (exc.strerror or type(exc).__name__).lower()
+    return os_reason(exc)
 
 
 def _write_md(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:

@@ -22,7 +22,8 @@ import stat
 import traceback
 from pathlib import Path
 
-from .files import private_dir
+from .errors import InputError
+from .files import check_write_target, os_reason, private_dir
 from .redact import redact
 
 #: Loggers whose records are ours (huey logs our task failures, with their tracebacks).
@@ -114,13 +115,24 @@ def _install(handler: logging.Handler, level: int) -> None:
     huey_log.propagate = False
 
 
-def open_private_log(path: Path | str) -> Path:
-    """Create a log file owner-only, or make an existing one so; a device (/dev/stderr) is left alone."""
+def open_private_log(path: Path | str, *, flag: str = "-l") -> Path:
+    """Create a log file owner-only, or make an existing one so; a character device (/dev/null,
+    a terminal) is written as it is. A link, FIFO, directory or missing folder is one line
+    (InputError): the checks are export's, and O_NOFOLLOW | O_NONBLOCK keep what is swapped in
+    after them from being written through or waited on."""
     path = Path(path)
-    fd = os.open(path, os.O_CREAT | os.O_APPEND | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
+    check_write_target(path, what="the log", flag=flag, devices=True)
+    flags = os.O_CREAT | os.O_APPEND | os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        raise InputError(f"Cannot write the log to {path}: {os_reason(exc)}; choose another {flag}.") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
             os.fchmod(fd, 0o600)
+        elif not stat.S_ISCHR(mode):
+            raise InputError(f"Cannot write the log to {path}: not a regular file; choose another {flag}.")
     finally:
         os.close(fd)
     return path
