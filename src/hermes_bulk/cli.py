@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from . import hints, logs, quick_settings, replies, views
 from .commands import UsageError, build_parser, normalise
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
+from .full_disk import disk_full_at
 from .jobs import Jobs, Plan, state_label
 from .limits import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
@@ -87,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug: keep the traceback out of the terminal, but keep it
         if is_broken_pipe(exc):  # `hermes-bulk status … | head`: the reader has what it wanted
             return stdout_gone()
+        if (full := disk_full_at(exc, settings.home if settings else None)) is not None:
+            say(f"hermes-bulk: the disk is full at {full}: free some space there (or choose another "
+                "place), then run the command again.")
+            return EXIT_ERROR
         log_path = _save_traceback(settings)
-        say(f"hermes-bulk: internal error ({type(exc).__name__}); the traceback is in {log_path}. "
-            "Please report it.")
+        saved = f"the traceback is in {log_path}" if log_path else "the traceback could not be saved"
+        say(f"hermes-bulk: internal error ({type(exc).__name__}); {saved}. Please report it.")
         return EXIT_ERROR
 
 
@@ -104,13 +109,16 @@ def load_settings_for(command: str) -> Settings:
     return load_settings()
 
 
-def _save_traceback(settings: Settings | None) -> Path:
+def _save_traceback(settings: Settings | None) -> Path | None:
+    """Where the traceback was appended, or None when it could not be (a full disk, a bad folder)."""
     home = settings.home if settings else Path.home() / ".hermes" / "plugin-data" / "bulk"
     path = home / "logs" / "errors.log"
     # The command line and the traceback can hold a key or a URL's password: appended masked.
-    with contextlib.suppress(OSError):
+    try:
         logs.append_private(path, f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n"
                                   f"{traceback.format_exc()}\n")
+    except (OSError, HermesBulkError):
+        return None
     return path
 
 

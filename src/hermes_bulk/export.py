@@ -13,6 +13,7 @@ CSV cells that a spreadsheet would run as a formula (starting with =, +, -, @, t
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import shutil
@@ -238,6 +239,12 @@ def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextI
             yield f
         check_target(target, folder_must_exist=True)
         os.replace(tmp, target)
+    except OSError as exc:
+        os.unlink(tmp)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the file it would replace is left as it was
+            raise InputError(f"Cannot write the export to {target}: the disk is full there; free some "
+                             "space or choose another --output.") from None
+        raise
     except BaseException:
         os.unlink(tmp)
         raise

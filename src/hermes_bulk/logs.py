@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import stat
+import sys
 import traceback
 from pathlib import Path
 
@@ -149,6 +150,17 @@ class _PrivateLogFile(logging.FileHandler):
         private_dir(Path(self.baseFilename).parent)
         open_private_log(self.baseFilename)
         return super()._open()
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        """A log line that cannot be written (a full disk) is said once in one line, not as
+        logging's traceback per record over the command's own output."""
+        if not self._said_unwritable:
+            self._said_unwritable = True
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write(f"hermes-bulk: cannot write the log {self.baseFilename}; "
+                                 "later lines are lost until it can be written.\n")
+
+    _said_unwritable = False
 
 
 def log_to_file(home: Path, level: int = logging.INFO) -> Path:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...errors import BackendUnavailable
 from ...files import private_dir
+from ...full_disk import disk_is_full
 from .schema import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 30_000
@@ -189,6 +190,10 @@ def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None
                     raise
                 _databases[identity] = db
         except (OSError, sqlite3.Error) as exc:
+            if disk_is_full(Path(path).parent):  # SQLite says only "disk I/O error" then
+                raise BackendUnavailable(f"Cannot open the SQLite database {path}: the disk is full at "
+                                         f"{Path(path).parent}; free some space there, then run the "
+                                         "command again.") from None
             raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
                                      f"path in {setting} and its permissions.") from None
         if [name for name, _ in db.migrations] != [name for name, _ in migrations]:
