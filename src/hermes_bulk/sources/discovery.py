@@ -58,7 +58,7 @@ class Source:
             if self.kind == "file":
                 yield _whole_file(self.path, f, sig, self.max_item_bytes)
             else:
-                yield from RECORD_READERS[self.kind](f, self.path, sig)
+                yield from RECORD_READERS[self.kind](f, self.path, sig, self.max_item_bytes)
 
 
 # Directories ----------------------------------------------------------------------------------

@@ -17,19 +17,37 @@ _READ_CHUNK = 1 << 16
 csv.field_size_limit(2**31 - 1)  # a CSV cell may be as large as an item may be
 
 
-class _Lines:
-    """Iterates decoded lines of a binary file, tracking the byte offset and line number."""
+def too_large(path: Path, line: int, limit: int) -> InputError:
+    return InputError(f"{path}: the record at line {line} is larger than max_item_bytes ({limit} bytes); "
+                      "split it, or raise HERMES_BULK_MAX_ITEM_BYTES.")
 
-    def __init__(self, f: BinaryIO, path: Path) -> None:
-        self.f, self.path = f, path
+
+class _Lines:
+    """Iterates decoded lines of a binary file, tracking the byte offset and line number.
+
+    With a limit, no record (from `record_start` on) is read past it: a 50 MB cell stops the
+    read at limit + 1 bytes with one line, instead of becoming an item held in memory whole.
+    """
+
+    def __init__(self, f: BinaryIO, path: Path, limit: int | None = None) -> None:
+        self.f, self.path, self.limit = f, path, limit
         self.pos = f.tell()
         self.line_no = 0
+        self.record_start, self.record_line = self.pos, 1
 
     def __iter__(self) -> _Lines:
         return self
 
+    def start_record(self) -> None:
+        self.record_start, self.record_line = self.pos, self.line_no + 1
+
     def __next__(self) -> str:
-        raw = self.f.readline()
+        if self.limit is None:
+            raw = self.f.readline()
+        else:
+            raw = self.f.readline(self.limit + 1 - (self.pos - self.record_start))
+            if self.pos + len(raw) - self.record_start > self.limit:
+                raise too_large(self.path, self.record_line, self.limit)
         if not raw:
             raise StopIteration
         self.pos += len(raw)
@@ -43,12 +61,13 @@ class _Lines:
                              "file to UTF-8 (for example with iconv -t UTF-8).") from None
 
 
-def csv_rows(f: BinaryIO, path: Path) -> Iterator[tuple[int, list[str], _Lines]]:
+def csv_rows(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[tuple[int, list[str], _Lines]]:
     """(start offset, fields, line tracker) per record, blank lines skipped."""
-    lines = _Lines(f, path)
+    lines = _Lines(f, path, limit)
     reader = csv.reader(lines, strict=True)
     while True:
         start, start_line = lines.pos, lines.line_no + 1
+        lines.start_record()
         try:
             fields = next(reader)
         except StopIteration:
@@ -102,8 +121,8 @@ def render_csv_row(header: list[str], fields: list[str]) -> str:
     return json.dumps(dict(zip(header, values, strict=True)), ensure_ascii=False)
 
 
-def _read_csv(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
-    rows = csv_rows(f, path)
+def _read_csv(f: BinaryIO, path: Path, sig: str, limit: int | None = None) -> Iterator[SourceItem]:
+    rows = csv_rows(f, path, limit)
     first = next(rows, None)
     if first is None:
         raise InputError(f"{path}: the CSV file is empty; it needs a header row and data rows.")
@@ -125,11 +144,12 @@ JSON_CHECK = json.JSONDecoder(parse_int=str)
 _TOO_DEEP = "nested too deeply to read"
 
 
-def _read_jsonl(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
-    lines = _Lines(f, path)
+def _read_jsonl(f: BinaryIO, path: Path, sig: str, limit: int | None = None) -> Iterator[SourceItem]:
+    lines = _Lines(f, path, limit)
     n = 0
     while True:
         start = lines.pos
+        lines.start_record()
         line = next(lines, None)
         if line is None:
             break
@@ -156,10 +176,11 @@ class JsonArrayReader:
     `raw_decode`; the buffer holds one element (plus a chunk) at a time.
     """
 
-    def __init__(self, f: BinaryIO, path: Path) -> None:
-        self.f, self.path = f, path
+    def __init__(self, f: BinaryIO, path: Path, limit: int | None = None) -> None:
+        self.f, self.path, self.limit = f, path, limit
         self.decoder = codecs.getincrementaldecoder("utf-8")()
         self.buf = ""
+        self.buf_bytes = 0  # bytes read into buf (an element larger than limit stops the read)
         self.i = 0  # position in buf
         self.byte_base = f.tell()  # bytes before buf[0]
         self.line_base = 1  # line number of buf[0]
@@ -173,6 +194,7 @@ class JsonArrayReader:
         if self.eof:
             return False
         chunk = self.f.read(_READ_CHUNK)
+        self.buf_bytes += len(chunk)
         try:
             self.buf += self.decoder.decode(chunk, final=not chunk)
         except UnicodeDecodeError:
@@ -186,6 +208,7 @@ class JsonArrayReader:
     def _compact(self) -> None:
         consumed = self.buf[: self.i]
         self.byte_base += len(consumed.encode("utf-8"))
+        self.buf_bytes -= len(consumed.encode("utf-8"))
         self.line_base += consumed.count("\n")
         self.buf, self.i = self.buf[self.i:], 0
 
@@ -243,16 +266,35 @@ class JsonArrayReader:
                                      f"{_json_problem(exc)}.") from None
             except RecursionError:
                 raise self._error(f"an element is {_TOO_DEEP}") from None
+            if self.limit is not None and self.buf_bytes > self.limit + _READ_CHUNK:
+                raise too_large(self.path, self.line_base, self.limit)
             self._fill()
 
 
-def _read_json(f: BinaryIO, path: Path, sig: str) -> Iterator[SourceItem]:
+def _read_json(f: BinaryIO, path: Path, sig: str, limit: int | None = None) -> Iterator[SourceItem]:
     n = 0
-    for start, text in JsonArrayReader(f, path).elements():
+    for start, text in JsonArrayReader(f, path, limit).elements():
+        if limit is not None and len(text.encode("utf-8")) > limit:
+            raise too_large(path, _line_of(f, path, start), limit)
         n += 1
         yield SourceItem(f"record:{n}", text, "", start, sig)
     if n == 0:
         raise InputError(f"{path}: the JSON array is empty.")
+
+
+def _line_of(f: BinaryIO, path: Path, offset: int) -> int:
+    """The line an element starts on (only for the message of one that is too large)."""
+    return 1 + sum(chunk.count(b"\n") for chunk in _chunks(f, offset))
+
+
+def _chunks(f: BinaryIO, end: int) -> Iterator[bytes]:
+    here = f.tell()
+    f.seek(0)
+    try:
+        while f.tell() < end:
+            yield f.read(min(_READ_CHUNK, end - f.tell()))
+    finally:
+        f.seek(here)
 
 
 RECORD_READERS = {"csv": _read_csv, "jsonl": _read_jsonl, "json": _read_json}
