@@ -101,3 +101,35 @@ def test_worker_log_to_a_regular_file_appends_owner_only_and_to_a_device_leaves_
     assert _worker(cli, Path("/dev/null")).returncode == 0
     after = os.stat("/dev/null")
     assert stat.S_ISCHR(after.st_mode) and after.st_mode == before.st_mode
+
+
+def _a_file(d: Path) -> Path:
+    (d / "home").write_text("not a folder\n")
+    return d / "home"
+
+
+def _under_a_file(d: Path) -> Path:
+    return _a_file(d) / "bulk"
+
+
+def _fifo_home(d: Path) -> Path:
+    os.mkfifo(d / "home")
+    return d / "home"
+
+
+HOMES = [(_a_file, "is a file"), (_under_a_file, "is a file"), (_fifo_home, "is a FIFO")]
+
+
+@pytest.mark.parametrize("make, says", HOMES, ids=[m.__name__.strip("_") for m, _ in HOMES])
+@pytest.mark.parametrize("command", [["create", "Do", "--over", "SRC"], ["worker", "--burst"]])
+def test_a_data_directory_that_is_not_a_folder_is_one_line(cli, tmp_path, make, says, command):
+    d = tmp_path / "place"
+    d.mkdir()
+    home = make(d)
+    src = tmp_path / "one.txt"
+    src.write_text("item")
+    before = _snapshot(d)
+    argv = [str(src) if a == "SRC" else a for a in command]
+    proc = cli(*argv, check=False, timeout=30, HERMES_BULK_HOME=str(home))
+    assert_one_line_error(proc, 3, says, "not a folder", "HERMES_BULK_HOME")
+    assert _snapshot(d) == before

@@ -44,4 +44,5 @@ def disk_is_full(folder: Path) -> bool:
         st = os.statvfs(folder)
     except OSError:
         return False
-    return st.f_bavail * st.f_frsize < NEARLY_FULL_BYTES
+    # f_blocks 0: a file system with no blocks to fill (/proc, sysfs) is never "full".
+    return st.f_blocks > 0 and st.f_bavail * st.f_frsize < NEARLY_FULL_BYTES

@@ -190,6 +190,9 @@ def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None
                     raise
                 _databases[identity] = db
         except (OSError, sqlite3.Error) as exc:
+            if (folder := not_a_folder(Path(path).parent)) is not None:
+                raise BackendUnavailable(f"Cannot open the SQLite database {path}: {folder}; point "
+                                         f"{setting} (or HERMES_BULK_HOME) at a folder.") from None
             if disk_is_full(Path(path).parent):  # SQLite says only "disk I/O error" then
                 raise BackendUnavailable(f"Cannot open the SQLite database {path}: the disk is full at "
                                          f"{Path(path).parent}; free some space there, then run the "
@@ -250,3 +253,18 @@ def sqlite_file_identity(path: Path) -> tuple[int, int]:
     if not stat.S_ISREG(st.st_mode):
         raise OSError(f"{real} is not a regular file")
     return st.st_dev, st.st_ino
+
+
+def not_a_folder(folder: Path) -> str | None:
+    """What is in the way when a database's folder (or one above it) is a file, FIFO or device."""
+    for place in [folder, *folder.parents]:
+        try:
+            st = os.stat(place)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else \
+                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a file"
+            return f"{place} is {kind}, not a folder"
+        return None
+    return None
