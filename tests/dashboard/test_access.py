@@ -8,6 +8,7 @@ the three places a token can come from).
 
 from __future__ import annotations
 
+import dataclasses
 from urllib.parse import urlsplit
 
 import httpx
@@ -139,3 +140,41 @@ def test_an_action_needs_the_token_and_the_same_origin():
     assert access.check("POST", {"host": HOST, "authorization": f"Bearer {TOKEN}"}, {}, {}) == Verdict(True)
     assert access.check("POST", {"host": HOST}, {COOKIE: TOKEN}, {}) == Verdict(False, CROSS_SITE)
     assert access.check("HEAD", {}, {COOKIE: TOKEN}, {}).allowed
+
+
+def test_the_token_rules_are_the_documented_ones():
+    """README: a configured token has at least 16 characters; a made one is 24 random bytes."""
+    assert choose_token("t" * 16, "0.0.0.0") == ("t" * 16, False)
+    with pytest.raises(UsageError):
+        choose_token("t" * 15, "127.0.0.1")
+    assert len(choose_token(None, "127.0.0.1")[0]) == 32  # token_urlsafe(24): 24 bytes, 192 bits
+
+
+@pytest.mark.parametrize("method", ["POST", "DELETE", "PUT", "PATCH"])
+def test_a_token_in_the_url_never_allows_an_action_even_from_the_page_itself(method):
+    own = {"host": HOST, "origin": f"http://{HOST}"}
+    assert Access(TOKEN, COOKIE).check(method, own, {}, {"token": TOKEN}) == Verdict(False, REFUSED)
+
+
+@pytest.mark.parametrize("scheme", ["Aearer", "Zearer", "Bearerx", "Token "])
+def test_only_the_bearer_scheme_carries_the_token(scheme):
+    assert not Access(TOKEN, COOKIE).check("GET", {"authorization": f"{scheme} {TOKEN}"}, {}, {}).allowed
+
+
+@pytest.mark.parametrize("origin", ["http://127.0.0.1:800", "http://127.0.0.1:80000", "http://127.0.0.1",
+                                    "http://127.0.0.1:8000.evil.example"])
+def test_an_origin_that_only_begins_or_ends_like_this_host_is_another_site(origin):
+    assert same_origin({"host": HOST, "origin": origin}, bearer=True) is False
+
+
+def test_the_scheme_of_the_origin_is_not_compared():
+    """Behind a TLS proxy (or in an embedding app) the page's scheme differs; the host decides."""
+    assert same_origin({"host": HOST, "origin": f"vscode-webview://{HOST}"}, bearer=False) is True
+
+
+def test_a_verdict_is_fixed_once_made_and_an_action_never_redirects():
+    access = Access(TOKEN, COOKIE)
+    verdict = access.check("POST", {"host": HOST, "origin": f"http://{HOST}"}, {COOKIE: TOKEN}, {})
+    assert verdict.allowed and verdict.from_query is False
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        verdict.allowed = False  # type: ignore[misc]
