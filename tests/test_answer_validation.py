@@ -231,3 +231,29 @@ def test_a_worker_fails_each_malformed_answer_with_a_reason_and_goes_on(backend_
     assert by_fault["length_silent"]["error"].startswith("Truncated (HTTP 200): truncated")
     log = "".join(p.read_text() for p in cli.logs_dir.glob("worker-*.log"))
     assert "unexpected error" not in log and "Traceback" not in log
+
+
+def test_a_batch_line_cut_short_or_off_the_schema_is_not_kept(backend_cli, tmp_path, fake_provider):
+    """The same checks on a provider batch's output lines: a truncated line fails its item, an
+    off-schema line is a failed attempt (here the last one: --retries 0)."""
+    cli = backend_cli
+    cli.env["HERMES_BULK_BATCH_POLL_SECONDS"] = "0.1"
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(LABEL))
+    src = _items(tmp_path, ["cut-CUT", "off-OFF", "fine"])
+    fake_provider.configure(item_faults={"cut-CUT": "length", "off-OFF": "off_schema"})
+    job = cli.json("create", "Label it", "--over", str(src), "--schema", str(schema), "--batch", "--retries", "0",
+                   "--json")["job_id"]
+    worker = cli.spawn_worker()
+    try:
+        cli("run", job)
+        wait_for(lambda: cli.json("status", job, "--json")["state"] in ("completed", "completed_with_errors",
+                                                                          "failed"), timeout=90, message="the end")
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    rows = _export(cli, job)
+    assert [r["status"] for r in rows] == ["failed", "failed", "completed"]
+    assert rows[0]["error"].startswith("Truncated (HTTP 200): truncated")
+    assert rows[1]["error"].endswith("$.label is not one of the values the schema allows")
+    assert fake_provider.requests == [], "answered through the batch only"

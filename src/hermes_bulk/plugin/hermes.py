@@ -251,8 +251,10 @@ class HermesLlmClient:
 
     def _completion(self, result: Any, max_tokens: int | None, json_schema: dict[str, Any] | None) -> Completion:
         """What ctx.llm returned, held to what model.parse_completion asks of an HTTP answer where
-        Hermes passes the facts on: the text is a string, the counts are counts. Hermes gives no
-        finish_reason, so an answer that used the whole output limit is taken as truncated."""
+        Hermes passes the facts on: the text is a string, the counts are counts. Hermes 0.19.0
+        gives no finish_reason and sends the output limit to a few providers only (Anthropic-
+        compatible, NVIDIA NIM), so an answer of exactly max_tokens is taken as cut there; a
+        longer one was not capped, so not cut."""
         text = getattr(result, "text", None)
         if text is not None and not isinstance(text, str):
             raise InvalidAnswer("Hermes' answer text is not a string", http_status=200)
@@ -262,7 +264,7 @@ class HermesLlmClient:
         usage = getattr(result, "usage", None)
         tokens_in = token_count(getattr(usage, "input_tokens", 0))
         tokens_out = token_count(getattr(usage, "output_tokens", 0))
-        if max_tokens and tokens_out is not None and tokens_out >= max_tokens:
+        if max_tokens and tokens_out == max_tokens:
             raise truncated(max_tokens)
         if not text.strip():
             raise TransientModelError("the provider returned an empty answer", http_status=200)

@@ -64,7 +64,7 @@ def expected_answer(item: str) -> str:
 
 #: Fault kinds answered with HTTP 200 and a body a careful client must refuse.
 HOSTILE = {
-    "length": "finish_reason length, the text cut in half",
+    "length": "finish_reason length, the text cut in half, all of max_tokens used",
     "length_silent": "no finish_reason, and completion_tokens equal to the request's max_tokens",
     "off_schema": "a --schema answer that breaks the schema (a value outside its enum, or the wrong type)",
     "prose": "text that is not JSON, for a --schema request",
@@ -483,12 +483,16 @@ def hostile_body(fault: str, req: dict[str, Any], body: dict[str, Any]) -> dict[
     """The answer body for a fault of HOSTILE (the body unchanged for any other fault)."""
     choice = body["choices"][0]
     message = choice["message"]
+    limit = req.get("max_tokens") or req.get("max_completion_tokens")  # Hermes sends either
     if fault == "length":
         choice["finish_reason"] = "length"
         message["content"] = message["content"][: len(message["content"]) // 2]
+        if isinstance(body.get("usage"), dict) and limit:
+            body["usage"]["completion_tokens"] = limit
     elif fault == "length_silent":
         del choice["finish_reason"]
-        body["usage"]["completion_tokens"] = req.get("max_tokens") or 100
+        if isinstance(body.get("usage"), dict):
+            body["usage"]["completion_tokens"] = limit or 100
     elif fault == "refusal":
         message.update(content=None, refusal="I can't help with that (sk-LEAKED-1234)")
     elif fault in _RESHAPE:
