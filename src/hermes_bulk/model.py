@@ -230,7 +230,7 @@ def parse_completion(data: Any, *, endpoint: str, model: str, max_tokens: int | 
 
 def truncated(max_tokens: int | None) -> TruncatedAnswer:
     """The error of an answer cut at the output limit, saying which limit to raise."""
-    limit = (f"the output limit of {max_tokens} tokens (HERMES_BULK_MAX_OUTPUT_TOKENS); raise it"
+    limit = (f"the output limit of {max_tokens} tokens; raise the max_output_tokens setting"
              if max_tokens else "the model's own output limit; ask for less per item")
     return TruncatedAnswer(f"truncated: the answer stopped at {limit} and create the job again "
                            "(a cut answer is never kept or reused)", http_status=200)
