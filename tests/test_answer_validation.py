@@ -115,7 +115,8 @@ def test_an_answer_is_checked_against_the_users_schema_not_the_strict_form():
     for answer, needle in [('{"label": "maybe", "score": 3}', "$.label is not one of the values"),
                            ('{"label": "good", "score": "high"}', "$.score is not an integer"),
                            ('{"score": 3}', "$ lacks label"),
-                           ('["good"]', "not a JSON object"), ("[" * 100_000, "not a JSON object")]:
+                           ('["good"]', "not a JSON object"), ("[" * 100_000, "is not JSON"),
+                           ('{"label": "good", "label": "maybe"}', "gives a key twice")]:
         with pytest.raises(InvalidAnswer, match="--schema") as caught:
             structured(Completion(answer, Usage(1, 1)), text)
         assert needle in str(caught.value)
@@ -198,6 +199,7 @@ def test_an_answer_off_the_schema_is_a_failed_attempt_with_the_path(backend_cli,
 
 MALFORMED = ["no_choices", "choices_not_list", "choice_not_object", "message_not_object", "content_list",
              "content_number", "usage_string", "finish_reason_number", "model_list", "html", "deep", "huge",
+             "duplicate_key",
              "refusal", "length_silent"]
 
 
@@ -224,6 +226,7 @@ def test_a_worker_fails_each_malformed_answer_with_a_reason_and_goes_on(backend_
         assert row["status"] == "failed" and row["result"] is None, fault
         assert "InternalError" not in row["error"] and "sk-LEAKED" not in row["error"], (fault, row["error"])
     assert by_fault["html"]["error"] == "InvalidAnswer (HTTP 200): the provider's answer is not JSON"
+    assert by_fault["duplicate_key"]["error"] == "InvalidAnswer (HTTP 200): the provider's answer gives a key twice"
     assert by_fault["huge"]["error"] == "InvalidAnswer (HTTP 200): the provider's answer is larger than 16 MiB"
     assert by_fault["content_number"]["error"].endswith("$.choices[0].message.content is not a string or null")
     assert by_fault["usage_string"]["error"].endswith("$.usage is not an object or null")

@@ -150,6 +150,28 @@ def response_format(schema: dict[str, Any]) -> dict[str, Any]:
         "name": SCHEMA_NAME, "schema": schema if strict is None else strict, "strict": strict is not None}}
 
 
+def loads(text: str | bytes, what: str) -> Any:
+    """JSON text as data; InvalidAnswer when it is not JSON, nests past the parser's depth, or
+    gives one key twice (parsers disagree on which one counts, so neither is believed)."""
+    try:
+        return json.loads(text, object_pairs_hook=_one_value_per_key)
+    except _DuplicateKey:
+        raise InvalidAnswer(f"{what} gives a key twice", http_status=200) from None
+    except (ValueError, RecursionError):
+        raise InvalidAnswer(f"{what} is not JSON", http_status=200) from None
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _DuplicateKey()
+    return out
+
+
 def check_answer(data: Any, schema_text: str) -> None:
     """Raise InvalidAnswer unless `data` is valid under the job's schema (its JSON text)."""
     _check(_validator(schema_text), data, "the answer does not match --schema")

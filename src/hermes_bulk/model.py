@@ -183,11 +183,11 @@ class HttpModelClient:
             log.warning("an answer of more than %d bytes from %s: not read", MAX_ANSWER_BYTES, self.endpoint)
             raise InvalidAnswer(f"the provider's answer is larger than {MAX_ANSWER_BYTES // 2**20} MiB",
                                 http_status=200)
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError):  # HTML from a proxy, a cut body, nesting no answer has
+        try:  # HTML from a proxy, a cut body, nesting no answer has, a key given twice
+            data = answers.loads(raw, "the provider's answer")
+        except InvalidAnswer:
             log.warning("unreadable answer from %s: %s", self.endpoint, raw[:2000].decode("utf-8", "replace"))
-            raise InvalidAnswer("the provider's answer is not JSON", http_status=200) from None
+            raise
         return parse_completion(data, endpoint=self.endpoint, model=self.model, max_tokens=max_tokens)
 
     def close(self) -> None:

@@ -277,10 +277,7 @@ def structured(completion: Completion, schema: str) -> Completion:
     text = completion.text.strip()
     if text.startswith("```"):  # some models fence JSON even when asked not to
         text = text.strip("`").removeprefix("json").strip()
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        data = None
+    data = answers.loads(text, "the answer to a --schema request")
     if not isinstance(data, dict):
         raise InvalidAnswer("the answer is not a JSON object as --schema asks", http_status=200)
     answers.check_answer(data, schema)

@@ -78,6 +78,7 @@ HOSTILE = {
     "usage_string": "usage is a string",
     "finish_reason_number": "finish_reason is a number",
     "model_list": "model is a list",
+    "duplicate_key": "content given twice in one message (parsers disagree on which counts)",
     "html": "an HTML page",
     "deep": "JSON nested 100,000 deep",
     "huge": "a 50 MB body",
@@ -497,6 +498,9 @@ def hostile_body(fault: str, req: dict[str, Any], body: dict[str, Any]) -> dict[
         message.update(content=None, refusal="I can't help with that (sk-LEAKED-1234)")
     elif fault in _RESHAPE:
         _RESHAPE[fault](body)
+    elif fault == "duplicate_key":
+        text = json.dumps(body)
+        return text.replace('"content": ', '"content": "sk-LEAKED-1234", "content": ', 1).encode()
     elif fault == "html":
         return b"<html><body><h1>Welcome to the captive portal</h1> sk-LEAKED-1234</body></html>"
     elif fault == "deep":
