@@ -14,6 +14,8 @@ import json
 import signal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hermes_bulk import answers
 from hermes_bulk.errors import InvalidAnswer, ModelError, PermanentModelError, TruncatedAnswer
@@ -260,3 +262,40 @@ def test_a_batch_line_cut_short_or_off_the_schema_is_not_kept(backend_cli, tmp_p
     assert rows[0]["error"].startswith("Truncated (HTTP 200): truncated")
     assert rows[1]["error"].endswith("$.label is not one of the values the schema allows")
     assert fake_provider.requests == [], "answered through the batch only"
+
+
+# The plain-Python fast path never accepts what the shape's JSON schema refuses ------------------
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=80),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     max_leaves=8)
+
+
+def _maybe(strategy):
+    """A field's value: usually of the right kind, sometimes anything, sometimes absent."""
+    return st.one_of(strategy, _JSON, st.just(_ABSENT))
+
+
+_ABSENT = object()
+
+
+def _fields(**parts):
+    return st.fixed_dictionaries({}, optional={k: v for k, v in parts.items()}).map(
+        lambda d: {k: v for k, v in d.items() if v is not _ABSENT})
+
+
+_MESSAGE = _fields(content=_maybe(st.none() | st.text(max_size=20)), refusal=_maybe(st.none() | st.text(max_size=5)),
+                   role=_maybe(st.just("assistant")))
+_CHOICE = _fields(message=_maybe(_MESSAGE), finish_reason=_maybe(st.none() | st.text(min_size=60, max_size=70)
+                                                                   | st.sampled_from(["stop", "length"])))
+_BODY = _fields(choices=_maybe(st.lists(_maybe(_CHOICE), max_size=3)),
+                usage=_maybe(st.none() | st.dictionaries(st.text(max_size=5), _JSON, max_size=2)),
+                model=_maybe(st.none() | st.text(min_size=195, max_size=205) | st.just("m")))
+
+
+@settings(max_examples=600, deadline=None)
+@given(_BODY | _JSON)
+def test_the_fast_check_of_a_body_agrees_with_its_json_schema(body):
+    from jsonschema import Draft202012Validator
+
+    assert answers._plainly_valid(body) == Draft202012Validator(answers.CHAT_COMPLETION).is_valid(body)
