@@ -249,18 +249,17 @@ def token_count(value: Any) -> int | None:
     return value if ok else None
 
 
-def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    """Up to `limit` bytes of the (decoded) body, and whether that was all of it."""
+def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytearray, bool]:
+    """The (decoded) body, and True; or nothing and False once it passes `limit` bytes."""
     length = response.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit * 64:  # more than any gzip could shrink to the limit
-        return b"", False
-    chunks, size = [], 0
+    if length.isdigit() and int(length) > limit:  # compressed, it decodes to more still
+        return bytearray(), False
+    body = bytearray()
     for chunk in response.iter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks)[:limit], False
-    return b"".join(chunks), True
+        body += chunk
+        if len(body) > limit:
+            return bytearray(), False
+    return body, True
 
 
 def _sample(data: Any) -> str:
