@@ -105,6 +105,14 @@ def test_create_refuses_a_schema_that_cannot_check_answers_in_one_line(cli, tmp_
     assert cli.json("list", "--json") == [], "nothing was created"
 
 
+def test_create_refuses_a_schema_nested_past_the_parser_in_one_line(cli, tmp_path):
+    path = tmp_path / "schema.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    proc = cli("create", "Do", "--over", str(_items(tmp_path, ["a"])), "--schema", str(path), check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == f"hermes-bulk: --schema {path}: nested too deeply to be a schema."
+
+
 def test_an_answer_is_checked_against_the_users_schema_not_the_strict_form():
     """A property the user left optional may be missing, and one the user's schema bounds is
     held to it: the answer is checked against what the user wrote."""
