@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
     ("what an item goes through", (
-        "limits", "model", "batch_api", "sources", "sources.*", "flag_files", "export", "hints", "liveness",
+        "limits", "answers", "model", "batch_api", "sources", "sources.*", "flag_files", "export", "hints", "liveness",
         "tasks", "budget.service", "dashboard.access",
         "budget.gate", "budget.report")),
     ("the backend from a URL, one item's life", ("broker", "pipeline", "batches")),
@@ -56,6 +56,8 @@ THIRD_PARTY: dict[str, set[str]] = {
               "store/redis/scripts.py", "budget/redis_ledger.py"},
     "httpx": {"model.py", "batch_api.py", "plugin/hermes.py"},
     "zstandard": {"store/compression.py"},
+    "jsonschema": {"answers.py"},
+    "referencing": {"answers.py"},
     "tenacity": {"pipeline.py"},
     "rich": {"terminal.py", "views.py"},
     "pydantic": {"config.py", "budget/settings.py"},
@@ -199,7 +201,7 @@ def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
     proc = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env, timeout=60)
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
     heavy = {"huey", "redis", "httpx", "tenacity", "rich", "starlette", "uvicorn", "anyio", "zstandard", "pydantic",
-             "pydantic_settings", "pydantic_core"}
+             "pydantic_settings", "pydantic_core", "jsonschema", "referencing"}
     assert {m.split(".")[0] for m in modules} & heavy == set(), proc.stdout
     # Nor the parts of hermes-bulk only other commands use: discovery (create), the export
     # writer, the cron budget (its gate is looked up when a running job's status asks it).

@@ -328,7 +328,7 @@ class BatchDriver:
                 completion = parse_completion(response.get("body"), endpoint=api.endpoint,
                                               model=job.spec.model or "")
                 if job.spec.schema:
-                    completion = structured(completion)
+                    completion = structured(completion, job.spec.schema)
             except ModelError as exc:
                 self._failed_attempt(job, batch, index, exc)
                 return

@@ -92,6 +92,20 @@ class PermanentModelError(ModelError):
     error_type = "PermanentError"
 
 
+class InvalidAnswer(TransientModelError):
+    """An answer that is not what was asked (a malformed body, not JSON, not valid under
+    --schema): an attempt that failed, retried as transient errors are; never kept or reused."""
+
+    error_type = "InvalidAnswer"
+
+
+class TruncatedAnswer(PermanentModelError):
+    """The answer stopped at the output limit: the item fails at once, since each request already
+    carries the whole allowance and the same request stops at the same place, paid again."""
+
+    error_type = "Truncated"
+
+
 
 class SourceUnusable(HermesBulkError):
     """Something other than a regular file is now where the item's source was (DESIGN.md

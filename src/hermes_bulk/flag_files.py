@@ -40,8 +40,14 @@ def read_schema(path: Path) -> str:
         schema = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
+    except RecursionError:
+        raise InputError(f"--schema {path}: nested too deeply to be a schema.") from None
     if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
         raise InputError(f"--schema {path}: give a JSON schema of an object with \"properties\".")
+    from .answers import schema_problem
+
+    if problem := schema_problem(schema):
+        raise InputError(f"--schema {path}: {problem}.")
     return json.dumps(schema)
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from . import hints, prompt
+from . import answers, hints, prompt
 from .backend_url import SqliteUrl, parse_backend_url
 from .broker import Backend, open_backend
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
@@ -288,8 +288,7 @@ class Jobs:
                 if s.max_output_tokens:
                     request["max_tokens"] = s.max_output_tokens
                 if schema:
-                    request["response_format"] = {"type": "json_schema", "json_schema": {
-                        "name": "item_result", "schema": json.loads(schema), "strict": True}}
+                    request["response_format"] = answers.response_format(json.loads(schema))
             items += 1
             estimate += prompt.estimate_tokens(entry.content, instruction, allowance)
         if items == 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import email.utils
+import json
 import logging
 import threading
 from collections.abc import Mapping
@@ -19,7 +20,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
+from . import answers
+from .errors import (
+    InvalidAnswer,
+    ModelError,
+    PermanentModelError,
+    RateLimited,
+    TransientModelError,
+    TruncatedAnswer,
+)
 from .limits import provider_key
 from .redact import public_url
 from .store.protocol import MAX_USAGE_TOKENS, Usage
@@ -27,6 +36,14 @@ from .store.protocol import MAX_USAGE_TOKENS, Usage
 log = logging.getLogger("hermes_bulk.model")
 
 TRANSIENT_STATUS = frozenset({408, 409, 425})  # plus every 5xx
+#: The largest answer body read (decoded): 128k output tokens are well under 2 MiB of text, so
+#: more is a broken or hostile server, and memory stays bounded per request.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: How much of an error body is read, for the log.
+MAX_ERROR_BYTES = 64 * 1024
+#: finish_reason values that mean the answer stopped at the output limit (Anthropic-style
+#: gateways pass "max_tokens" through).
+TRUNCATED = frozenset({"length", "max_tokens"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,32 +161,34 @@ class HttpModelClient:
         if max_tokens:
             body["max_tokens"] = max_tokens
         if json_schema is not None:
-            body["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": "item_result", "schema": json_schema, "strict": True}}
+            body["response_format"] = answers.response_format(json_schema)
         return body
 
     def complete(self, messages, *, max_tokens, json_schema=None) -> Completion:
         body = self.request_body(messages, max_tokens=max_tokens, json_schema=json_schema)
         try:
-            with self._slots:
-                response = self._http.post(self._chat_url, json=body)
+            with self._slots, self._http.stream("POST", self._chat_url, json=body) as response:
+                limit = MAX_ANSWER_BYTES if response.status_code == 200 else MAX_ERROR_BYTES
+                raw, whole = _read_bounded(response, limit)
         except httpx.TimeoutException:
             raise TransientModelError("the request timed out") from None
-        except httpx.TransportError as exc:
+        except httpx.TransportError as exc:  # a dropped connection, a body that is not valid gzip …
             log.warning("connection error talking to %s: %r", self.endpoint, exc)
             raise TransientModelError(f"connection error ({type(exc).__name__})") from None
         if response.status_code != 200:
-            log.warning("HTTP %s from %s: %s", response.status_code, self.endpoint, response.text[:2000])
+            log.warning("HTTP %s from %s: %s", response.status_code, self.endpoint,
+                        raw[:2000].decode("utf-8", "replace"))
             raise classify_status(response.status_code, response.headers)
-        return self._parse(response)
-
-    def _parse(self, response: httpx.Response) -> Completion:
-        try:
-            data = response.json()
-        except ValueError:
-            log.warning("unreadable answer from %s: %s", self.endpoint, response.text[:2000])
-            raise TransientModelError("the provider's answer could not be read", http_status=200) from None
-        return parse_completion(data, endpoint=self.endpoint, model=self.model)
+        if not whole:
+            log.warning("an answer of more than %d bytes from %s: not read", MAX_ANSWER_BYTES, self.endpoint)
+            raise InvalidAnswer(f"the provider's answer is larger than {MAX_ANSWER_BYTES // 2**20} MiB",
+                                http_status=200)
+        try:  # HTML from a proxy, a cut body, nesting no answer has, a key given twice
+            data = answers.loads(raw, "the provider's answer")
+        except InvalidAnswer:
+            log.warning("unreadable answer from %s: %s", self.endpoint, raw[:2000].decode("utf-8", "replace"))
+            raise
+        return parse_completion(data, endpoint=self.endpoint, model=self.model, max_tokens=max_tokens)
 
     def close(self) -> None:
         with self._lock:
@@ -178,24 +197,43 @@ class HttpModelClient:
             client.close()
 
 
-def parse_completion(data: Any, *, endpoint: str, model: str) -> Completion:
-    """A chat-completions answer body (a live response's, or a batch output line's) as a Completion."""
+def parse_completion(data: Any, *, endpoint: str, model: str, max_tokens: int | None = None) -> Completion:
+    """A chat-completions answer body (a live response's, or a batch output line's) as a Completion,
+    once it passes answers.CHAT_COMPLETION; raises InvalidAnswer (malformed), TruncatedAnswer,
+    PermanentModelError (content filter, refusal) or TransientModelError (empty).
+
+    max_tokens: the output limit the request carried; an answer that reports no finish_reason
+    and used all of it is taken as truncated."""
     try:
-        choice = data["choices"][0]
-        text = choice["message"].get("content")
-    except (KeyError, IndexError, TypeError, AttributeError):
-        log.warning("unreadable answer from %s: %s", endpoint, str(data)[:2000])
-        raise TransientModelError("the provider's answer could not be read", http_status=200) from None
-    if choice.get("finish_reason") == "content_filter":
+        answers.check_completion_body(data)
+    except InvalidAnswer:
+        log.warning("malformed answer from %s: %s", endpoint, _sample(data))
+        raise
+    choice = data["choices"][0]
+    message, finish = choice["message"], choice.get("finish_reason")
+    usage = data.get("usage") or {}
+    tokens_out = token_count(usage.get("completion_tokens"))
+    if finish == "content_filter":
         raise PermanentModelError("the provider's content filter withheld the answer", http_status=200)
+    if finish in TRUNCATED or (finish is None and max_tokens and tokens_out is not None and tokens_out >= max_tokens):
+        raise truncated(max_tokens)
+    text = message.get("content")
+    if message.get("refusal") and not (text or "").strip():
+        log.warning("the model refused an item at %s: %s", endpoint, str(message["refusal"])[:2000])
+        raise PermanentModelError("the model refused to answer this item (the refusal is in the log)",
+                                  http_status=200)
     if not isinstance(text, str) or not text.strip():
         raise TransientModelError("the provider returned an empty answer", http_status=200)
-    usage = data.get("usage") or {}
-    return Completion(
-        text=text,
-        usage=Usage(_int_or_none(usage.get("prompt_tokens")), _int_or_none(usage.get("completion_tokens"))),
-        provider=endpoint, model=data.get("model") or model,
-    )
+    return Completion(text=text, usage=Usage(token_count(usage.get("prompt_tokens")), tokens_out),
+                      provider=endpoint, model=data.get("model") or model)
+
+
+def truncated(max_tokens: int | None) -> TruncatedAnswer:
+    """The error of an answer cut at the output limit, saying which limit to raise."""
+    limit = (f"the output limit of {max_tokens} tokens; raise the max_output_tokens setting"
+             if max_tokens else "the model's own output limit; ask for less per item")
+    return TruncatedAnswer(f"truncated: the answer stopped at {limit} and create the job again "
+                           "(a cut answer is never kept or reused)", http_status=200)
 
 
 def endpoint_url(base_url: str, path: str) -> str:
@@ -204,9 +242,29 @@ def endpoint_url(base_url: str, path: str) -> str:
     return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + path))
 
 
-def _int_or_none(value: Any) -> int | None:
+def token_count(value: Any) -> int | None:
     """A reported token count, or None for anything that cannot be one (JSON true, a negative
     or absurd number: the store cannot save 10**30, and that would fail an answered item)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_USAGE_TOKENS
     return value if ok else None
 
+
+def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytearray, bool]:
+    """The (decoded) body, and True; or nothing and False once it passes `limit` bytes."""
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:  # compressed, it decodes to more still
+        return bytearray(), False
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return bytearray(), False
+    return body, True
+
+
+def _sample(data: Any) -> str:
+    """The start of a body, for the log (never a record)."""
+    try:
+        return json.dumps(data, ensure_ascii=False)[:2000]
+    except (TypeError, ValueError, RecursionError):
+        return "(not printable)"

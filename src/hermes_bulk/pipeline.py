@@ -24,10 +24,11 @@ from tenacity import (
     wait_exponential,
 )
 
-from . import prompt, sources
+from . import answers, prompt, sources
 from .errors import (
     BackendUnavailable,
     ClientUnavailable,
+    InvalidAnswer,
     ModelError,
     PermanentModelError,
     RateLimited,
@@ -243,7 +244,7 @@ class ItemProcessor:
                                       "later or lower --concurrency") from None
                 continue
             gate.succeeded()
-            return structured(completion) if schema is not None else completion
+            return structured(completion, spec.schema) if spec.schema else completion
 
     def _tell_cannot_serve(self, job_id: str, exc: ClientUnavailable) -> None:
         if job_id in self._told_cannot_serve:
@@ -270,17 +271,16 @@ class ItemProcessor:
         return retrying(write, *args, **kwargs)
 
 
-def structured(completion: Completion) -> Completion:
-    """A --schema answer as canonical JSON; an answer that is not a JSON object is retried."""
+def structured(completion: Completion, schema: str) -> Completion:
+    """A --schema answer as canonical JSON, once it is a JSON object valid under the job's
+    schema (its JSON text); else InvalidAnswer, retried as transient errors are."""
     text = completion.text.strip()
     if text.startswith("```"):  # some models fence JSON even when asked not to
         text = text.strip("`").removeprefix("json").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
+    data = answers.loads(text, "the answer to a --schema request")
     if not isinstance(data, dict):
-        raise TransientModelError("the answer is not a JSON object as --schema asks", http_status=200)
+        raise InvalidAnswer("the answer is not a JSON object as --schema asks", http_status=200)
+    answers.check_answer(data, schema)
     return Completion(json.dumps(data, ensure_ascii=False), completion.usage, completion.provider, completion.model)
 
 

@@ -29,11 +29,12 @@ from typing import Any
 from ..config import Settings
 from ..errors import (
     ClientUnavailable,
+    InvalidAnswer,
     ModelError,
     PermanentModelError,
     TransientModelError,
 )
-from ..model import Completion, classify_status
+from ..model import Completion, classify_status, token_count, truncated
 from ..redact import register_secret, register_url
 from ..store.protocol import JobRecord, Usage
 
@@ -192,7 +193,7 @@ def classify_error(exc: BaseException) -> ModelError:
         return PermanentModelError(f"Hermes could not call a model: {SETUP_FIX}; the details are in the "
                                    "Hermes log")
     if isinstance(exc, ValueError):  # complete_structured: the answer does not match --schema
-        return TransientModelError("the answer does not match --schema", http_status=200)
+        return InvalidAnswer("the answer does not match --schema", http_status=200)
     return TransientModelError(f"Hermes' model call failed ({type(exc).__name__}); the details are in the "
                                "Hermes log")
 
@@ -218,6 +219,11 @@ def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
     return tuple(timeouts), tuple(connection_errors)
 
 
+def _name(value: Any) -> str | None:
+    """A provider or model name Hermes reports, if it can be one."""
+    return value[:200] if isinstance(value, str) and value.strip() else None
+
+
 def _headers(exc: BaseException) -> Mapping[str, str] | None:
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None)
@@ -228,7 +234,7 @@ class HermesLlmClient:
     """model.ModelClient over ctx.llm: the user's provider, model, credentials and fallbacks.
 
     No API key passes through Bulk. Items with --schema go through complete_structured; the
-    answer is returned as JSON text, and pipeline.structured() holds it to being an object.
+    answer is returned as JSON text, and pipeline.structured() holds it to the job's schema.
     """
 
     def __init__(self, llm: Any, *, provider_key: str, timeout_s: float, home: Path | None = None) -> None:
@@ -241,16 +247,30 @@ class HermesLlmClient:
                 result = self._call(messages, max_tokens, json_schema)
         except Exception as exc:
             raise classify_error(exc) from None
-        text = result.text or ""
+        return self._completion(result, max_tokens, json_schema)
+
+    def _completion(self, result: Any, max_tokens: int | None, json_schema: dict[str, Any] | None) -> Completion:
+        """What ctx.llm returned, held to what model.parse_completion asks of an HTTP answer where
+        Hermes passes the facts on: the text is a string, the counts are counts. Hermes 0.19.0
+        gives no finish_reason and sends the output limit to a few providers only (Anthropic-
+        compatible, NVIDIA NIM), so an answer of exactly max_tokens is taken as cut there; a
+        longer one was not capped, so not cut."""
+        text = getattr(result, "text", None)
+        if text is not None and not isinstance(text, str):
+            raise InvalidAnswer("Hermes' answer text is not a string", http_status=200)
+        text = text or ""
         if json_schema is not None and isinstance(getattr(result, "parsed", None), dict):
             text = json.dumps(result.parsed, ensure_ascii=False)
+        usage = getattr(result, "usage", None)
+        tokens_in = token_count(getattr(usage, "input_tokens", 0))
+        tokens_out = token_count(getattr(usage, "output_tokens", 0))
+        if max_tokens and tokens_out == max_tokens:
+            raise truncated(max_tokens)
         if not text.strip():
             raise TransientModelError("the provider returned an empty answer", http_status=200)
-        usage = getattr(result, "usage", None)
-        tokens_in, tokens_out = getattr(usage, "input_tokens", 0), getattr(usage, "output_tokens", 0)
         reported = bool(tokens_in or tokens_out)  # Hermes reports 0/0 when the provider said nothing
         return Completion(text=text, usage=Usage(tokens_in if reported else None, tokens_out if reported else None),
-                          provider=result.provider or None, model=result.model or None)
+                          provider=_name(getattr(result, "provider", None)), model=_name(getattr(result, "model", None)))
 
     def _call(self, messages: list[dict[str, str]], max_tokens: int | None, json_schema: dict[str, Any] | None):
         with one_attempt():  # Bulk retries (and charges) each attempt itself: Hermes must not retry unseen

@@ -18,6 +18,8 @@ Faults, set at start or live through `configure()` / `POST /_control`:
                    as careless providers do: what a leak test needs
   error_echo       a string every error body quotes (e.g. a key of some shape)
   fail_once        {substring of an item: fault}: that fault the first time only (then answered)
+  hostile answers  fault kinds answered with HTTP 200 and a body that is not what was asked
+                   (HOSTILE): cut at the output limit, off the schema, malformed, huge …
   batch_*          the Batch API (fake_batches.py): processing delay, time per line, expiry
 Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
 processes is recorded apart (`batches.lines`), so a test tells batch work from live calls.
@@ -58,6 +60,29 @@ def expected_answer(item: str) -> str:
     """What the fake answers for an item: its digest, then its first line (so results read well)."""
     first = item.strip().splitlines()[0][:60] if item.strip() else ""
     return f"ANSWER[{digest(item)}] {first}"
+
+
+#: Fault kinds answered with HTTP 200 and a body a careful client must refuse.
+HOSTILE = {
+    "length": "finish_reason length, the text cut in half, all of max_tokens used",
+    "length_silent": "no finish_reason, and completion_tokens equal to the request's max_tokens",
+    "off_schema": "a --schema answer that breaks the schema (a value outside its enum, or the wrong type)",
+    "prose": "text that is not JSON, for a --schema request",
+    "refusal": "content null and a refusal",
+    "no_choices": "choices is an empty list",
+    "choices_not_list": "choices is an object",
+    "choice_not_object": "choices[0] is a string",
+    "message_not_object": "message is a string",
+    "content_list": "content is a list of parts",
+    "content_number": "content is a number",
+    "usage_string": "usage is a string",
+    "finish_reason_number": "finish_reason is a number",
+    "model_list": "model is a list",
+    "duplicate_key": "content given twice in one message (parsers disagree on which counts)",
+    "html": "an HTML page",
+    "deep": "JSON nested 100,000 deep",
+    "huge": "a 50 MB body",
+}
 
 
 @dataclass
@@ -275,8 +300,11 @@ class FakeProvider:
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
         if req.get("stream"):
             return await self._stream(writer, base, answer, usage)
-        return self._send(writer, 200, {**base, "object": "chat.completion", "usage": usage, "choices": [
+        body = hostile_body(fault, req, {**base, "object": "chat.completion", "usage": usage, "choices": [
             {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]})
+        if isinstance(body, bytes):
+            return self._send_bytes(writer, 200, body, "text/html" if fault == "html" else "application/json")
+        return self._send(writer, 200, body)
 
     def line_answer(self, req: dict[str, Any], records: list[RequestRecord]) -> tuple[int, dict[str, Any]]:
         """A batch line's response, (status code, body), with the faults a live call would get;
@@ -295,14 +323,16 @@ class FakeProvider:
             return 0, {}
         record.status = 200
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
-        return 200, {**base, "object": "chat.completion", "usage": usage, "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]}
+        body = hostile_body(fault, req, {**base, "object": "chat.completion", "usage": usage, "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]})
+        return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
 
     def answer_parts(self, req: dict[str, Any], item: str, prompt: str, fault: str):
         """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base fields."""
         answer = "" if fault == "empty" else expected_answer(item)
-        if req.get("response_format", {}).get("type") == "json_schema" and answer:
-            answer = json.dumps(_schema_answer(req["response_format"]["json_schema"].get("schema", {}), item))
+        if req.get("response_format", {}).get("type") == "json_schema" and answer and fault != "prose":
+            schema = req["response_format"]["json_schema"].get("schema", {})
+            answer = json.dumps(_schema_answer(schema, item, off=fault == "off_schema"))
         usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max(1, len(answer) // 4)}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         usage = self.config.usage if self.config.usage is not None else usage
@@ -329,8 +359,9 @@ class FakeProvider:
         return True
 
     @staticmethod
-    def _send_bytes(writer: asyncio.StreamWriter, status: int, body: bytes) -> bool:
-        head = (f"HTTP/1.1 {status} OK\r\nContent-Type: application/jsonl\r\n"
+    def _send_bytes(writer: asyncio.StreamWriter, status: int, body: bytes,
+                    content_type: str = "application/jsonl") -> bool:
+        head = (f"HTTP/1.1 {status} OK\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         writer.write(head + body)
         return True
@@ -415,14 +446,82 @@ def _reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-def _schema_answer(schema: dict[str, Any], item: str) -> dict[str, Any]:
-    """A structured answer that fits a flat object schema (strings, numbers, booleans)."""
-    out: dict[str, Any] = {}
-    for name, prop in (schema.get("properties") or {}).items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        out[name] = len(item) if kind in ("integer", "number") else bool(item) if kind == "boolean" else \
-            f"{name}:{digest(item)}"
+def _schema_answer(schema: dict[str, Any], item: str, *, off: bool = False) -> dict[str, Any]:
+    """A structured answer that fits an object schema (nested objects, lists, enums, consts);
+    with `off`, its first property breaks the schema (a value outside the enum, else the wrong type)."""
+    out = _fit(schema, item, "")
+    props = list((schema.get("properties") or {}).items())
+    if off and props:
+        name, prop = props[0]
+        wrong = "not-in-the-enum" if isinstance(prop, dict) and "enum" in prop else None
+        if wrong is None:
+            wrong = "a string" if isinstance(prop, dict) and prop.get("type") != "string" else 12345
+        out[name] = wrong
     return out
+
+
+def _fit(schema: Any, item: str, name: str) -> Any:
+    if not isinstance(schema, dict):
+        return f"{name}:{digest(item)}"
+    if "enum" in schema:
+        return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+    if kind == "object" or "properties" in schema:
+        return {key: _fit(prop, item, key) for key, prop in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        return [_fit(schema.get("items"), item, name)]
+    if kind in ("integer", "number"):
+        return len(item)
+    if kind == "boolean":
+        return bool(item)
+    return f"{name}:{digest(item)}"
+
+
+def hostile_body(fault: str, req: dict[str, Any], body: dict[str, Any]) -> dict[str, Any] | bytes:
+    """The answer body for a fault of HOSTILE (the body unchanged for any other fault)."""
+    choice = body["choices"][0]
+    message = choice["message"]
+    limit = req.get("max_tokens") or req.get("max_completion_tokens")  # Hermes sends either
+    if fault == "length":
+        choice["finish_reason"] = "length"
+        message["content"] = message["content"][: len(message["content"]) // 2]
+        if isinstance(body.get("usage"), dict) and limit:
+            body["usage"]["completion_tokens"] = limit
+    elif fault == "length_silent":
+        del choice["finish_reason"]
+        if isinstance(body.get("usage"), dict):
+            body["usage"]["completion_tokens"] = limit or 100
+    elif fault == "refusal":
+        message.update(content=None, refusal="I can't help with that (sk-LEAKED-1234)")
+    elif fault in _RESHAPE:
+        _RESHAPE[fault](body)
+    elif fault == "duplicate_key":
+        text = json.dumps(body)
+        return text.replace('"content": ', '"content": "sk-LEAKED-1234", "content": ', 1).encode()
+    elif fault == "html":
+        return b"<html><body><h1>Welcome to the captive portal</h1> sk-LEAKED-1234</body></html>"
+    elif fault == "deep":
+        return b"[" * 100_000 + b"]" * 100_000
+    elif fault == "huge":
+        message["content"] = "x" * (50 * 1024 * 1024)
+    return body
+
+
+_RESHAPE = {
+    "no_choices": lambda b: b.update(choices=[]),
+    "choices_not_list": lambda b: b.update(choices={"0": b["choices"][0]}),
+    "choice_not_object": lambda b: b.update(choices=["sk-LEAKED-1234"]),
+    "message_not_object": lambda b: b["choices"][0].update(message="sk-LEAKED-1234"),
+    "content_list": lambda b: b["choices"][0]["message"].update(
+        content=[{"type": "text", "text": b["choices"][0]["message"]["content"]}]),
+    "content_number": lambda b: b["choices"][0]["message"].update(content=42),
+    "usage_string": lambda b: b.update(usage="sk-LEAKED-1234"),
+    "finish_reason_number": lambda b: b["choices"][0].update(finish_reason=7),
+    "model_list": lambda b: b.update(model=["sk-LEAKED-1234"]),
+}
 
 
 def main() -> None:
