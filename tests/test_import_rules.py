@@ -29,7 +29,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "hermes_bulk"
 #: Lowest first. A module may import its own layer and the layers below it, never one above.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaves: the standard library only", (
-        "errors", "words", "durations", "redact", "files", "pipes", "prompt", "metrics", "terminal", "store",
+        "errors", "words", "durations", "redact", "files", "full_disk", "pipes", "prompt", "metrics", "terminal", "store",
         "store.protocol", "store.records", "store.limits_math", "store.sqlite", "store.redis",
         "budget", "budget.policy", "budget.turns", "budget.windows", "testing",
         "testing.*", "plugin", "dashboard")),
