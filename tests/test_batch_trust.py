@@ -190,6 +190,9 @@ def test_a_poisoned_batch_job_does_not_stop_another_job(cli, backend_env, fake_p
 
 
 def test_pausing_a_batch_job_that_run_wait_runs_cancels_its_batch(cli, backend_env, fake_provider, tmp_path):
+    """At the default poll a batch pass comes once a second, and `run --wait` used to see the pause
+    and stop before the pass that would have cancelled."""
+    backend_env = {**backend_env, "HERMES_BULK_BATCH_POLL_SECONDS": "30"}
     fake_provider.configure(batch_hold=True)
     src = _source(tmp_path, 5)
     job_id = cli.json("create", "Summarise", "--over", str(src), "--batch", "--fresh", "--json",
