@@ -70,11 +70,6 @@ def _dressed(batch: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _item_of(body: dict[str, Any]) -> str:
-    from .fake_provider import _content_text, item_text  # the provider module imports this one
-
-    messages = body.get("messages") or []
-    return item_text("\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user"))
 
 
 class FakeBatches:
@@ -224,7 +219,7 @@ class FakeBatches:
         fault of the item writes it wrong (an unterminated line goes in `last`, written at the end)."""
         status, body = self.provider.line_answer(line["body"], self.lines)
         entry = {"id": "batch_req_" + secrets.token_hex(6), "custom_id": line["custom_id"]}
-        item = _item_of(line["body"])
+        item = self.provider.item_of(line["body"])
         fault = next((kind for marker, kind in self.faults.line_faults.items() if marker in item), None)
         if fault is not None:
             self._write_fault(fault, entry, body, out, last)

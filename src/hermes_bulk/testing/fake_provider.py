@@ -281,6 +281,12 @@ class FakeProvider:
         return self._send(writer, 200, {**base, "object": "chat.completion", "usage": usage, "choices": [
             {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]})
 
+    @staticmethod
+    def item_of(req: dict[str, Any]) -> str:
+        """The item a chat-completions request body asks about."""
+        messages = req.get("messages") or []
+        return item_text("\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user"))
+
     def line_answer(self, req: dict[str, Any], records: list[RequestRecord]) -> tuple[int, dict[str, Any]]:
         """A batch line's response, (status code, body), with the faults a live call would get;
         0 for a line that failed without a response (a timeout or reset live)."""
