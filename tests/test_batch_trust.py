@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from hermes_bulk.batch_api import LINE_HEAD_BYTES, bounded_lines, read_line
+from hermes_bulk.batches import bound_index
 from hermes_bulk.testing.fake_batches import ABSENT
 from hermes_bulk.testing.fake_provider import expected_answer
 
@@ -87,6 +89,37 @@ def test_an_unanswered_line_costs_an_attempt_each_batch_and_retries_end_it(cli, 
     assert (status["completed"], status["failed"]) == (4, 1)
     assert len(fake_provider.batches.created) == 3, "the first batch and two retries, not one batch a pass"
     assert _failures(cli, job_id, backend_env)["line:3"]["error_type"] == "BatchUnanswered"
+
+
+def test_a_provider_that_only_ever_expires_batches_cannot_keep_a_job_going(cli, backend_env, fake_provider,
+                                                                          tmp_path):
+    """An expired batch's items go back free only when it answered something: one that answered
+    nothing costs each item an attempt, so --retries ends the job."""
+    fake_provider.configure(batch_expire_after=0)
+    job_id = _create(cli, _source(tmp_path, 4), backend_env, "--retries", "1")
+    status = _ends(cli, job_id, backend_env, "every batch expires unanswered")
+    assert (status["state"], status["failed"]) == ("failed", 4)
+    assert len(fake_provider.batches.created) == 2
+    messages = {f["message"] for f in _failures(cli, job_id, backend_env).values()}
+    assert all("expired without answering any item" in m for m in messages), messages
+
+
+def test_lines_are_read_in_bounded_pieces_and_checked():
+    chunks = [b'{"custom_id": "hb-j-b-1", "x": "' + b"y" * 50, b"y" * 5000 + b'"}\n{"a"', b": 1}\n\n[1]"]
+    lines = list(bounded_lines(chunks, 1024))
+    assert [(len(raw) <= LINE_HEAD_BYTES, over) for raw, over in lines] == [(True, True), (True, False),
+                                                                           (True, False)]
+    assert read_line(lines[0][0], overlong=True, max_bytes=1024).custom_id == "hb-j-b-1"
+    assert read_line(lines[1][0]).problem == "a line without a custom_id"
+    assert read_line(lines[2][0]).problem == "a line that is not a JSON object"
+    good = json.dumps({"custom_id": "c", "response": {"status_code": 200, "body": {}}, "error": None}).encode()
+    assert read_line(good).data is not None and read_line(good).problem is None
+    assert bound_index("hb-abc-def-7", "abc", "def") == 7
+    assert bound_index("hb-abc-other-7", "abc", "def") is None, "sent in another batch"
+    assert bound_index("hb-zzz-def-7", "abc", "def") is None, "another job's"
+    assert bound_index("item-7", "abc", "0123456789ab") == 7, "a batch opened before ids were bound"
+    assert bound_index("item-7", "abc", "0123456789abcdef") is None
+    assert bound_index(["item-7"], "abc", "def") is None
 
 
 @pytest.mark.parametrize("fields", [

@@ -129,10 +129,10 @@ def bound_index(line_id: object, job_id: str, batch_id: str) -> int | None:
 
 
 class _Tally:
-    """What one ingest of a batch saw: lines bound to its requests, and lines it ignored."""
+    """What one ingest of a batch saw: lines that settled an item it held, and lines it ignored."""
 
     def __init__(self) -> None:
-        self.bound = self.foreign = self.unbound = 0
+        self.settled = self.foreign = self.unbound = 0
 
 
 def runs_live(store: JobStore, job: JobRecord) -> bool:
@@ -504,7 +504,7 @@ class BatchDriver:
             error = ItemError(UNANSWERED, f"the provider failed the whole batch {batch.provider_id}")
         elif final == "completed":
             error = ItemError(UNANSWERED, f"batch {batch.provider_id} completed without a usable answer for this item")
-        elif not ended_by_us and not tally.bound:
+        elif not ended_by_us and not tally.settled:
             error = ItemError(UNANSWERED, f"batch {batch.provider_id} {final} without answering any item")
         if error is not None:
             for index in [item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)]:
@@ -530,12 +530,17 @@ class BatchDriver:
             else:
                 tally.foreign += 1
             return
-        tally.bound += 1
+        if self._bound_line(job, batch, api, index, read):
+            tally.settled += 1
+
+    def _bound_line(self, job: JobRecord, batch: BatchRecord, api: BatchApi, index: int, read: FileLine) -> bool:
+        """A line of a request sent in this batch; whether it settled an item the batch held (a
+        line ingested again, or naming an item the batch never held, changes nothing)."""
         line = read.data
         if line is None:
-            self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} answered "
-                                                                            f"this item with {read.problem}"))
-            return
+            return self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} "
+                                                                                   f"answered this item with "
+                                                                                   f"{read.problem}"))
         response = line.get("response") or {}
         status = response.get("status_code")
         error = line.get("error")
@@ -546,35 +551,35 @@ class BatchDriver:
                 if job.spec.schema:
                     completion = structured(completion)
             except ModelError as exc:
-                self._failed_attempt(job, batch, index, _item_error(exc), permanent=isinstance(
+                return self._failed_attempt(job, batch, index, _item_error(exc), permanent=isinstance(
                     exc, PermanentModelError))
-                return
             if self.store.complete_item(job.job_id, index, batch.owner, completion.text, completion.usage,
                                         provider=completion.provider, model=completion.model):
                 write_private(output_path(self.jobs_dir, job.job_id, index), completion.text + "\n")
-            return
+                return True
+            return False
         code = error.get("code") if error else None
         if code in NOT_ATTEMPTS:
-            return  # the batch's end, not the item's: settled with what the batch still holds
+            return False  # the batch's end, not the item's: settled with what the batch still holds
         if isinstance(status, int) and status >= 400:
             exc = classify_status(status, None)
-            self._failed_attempt(job, batch, index, _item_error(exc), permanent=isinstance(exc, PermanentModelError))
-            return
+            return self._failed_attempt(job, batch, index, _item_error(exc),
+                                        permanent=isinstance(exc, PermanentModelError))
         what = f" ({code})" if isinstance(code, str) and _SAFE_CODE.match(code) else ""
-        self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} answered this "
-                                                                        f"item with no answer{what}", status))
+        return self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} answered "
+                                                                               f"this item with no answer{what}",
+                                                                 status))
 
     def _failed_attempt(self, job: JobRecord, batch: BatchRecord, index: int, error: ItemError, *,
-                        permanent: bool = False) -> None:
+                        permanent: bool = False) -> bool:
         """A failed line, classified as live errors are: permanent fails; transient (a 429 line
         too, and a line that was not valid) counts an attempt and goes back to pending for a
         later batch, within --retries."""
         if permanent:
-            self.store.fail_item(job.job_id, index, batch.owner, error)
-            return
+            return bool(self.store.fail_item(job.job_id, index, batch.owner, error))
         # One store step: a worker killed in it leaves the attempt counted and the item settled,
         # or neither; a line ingested again finds the item no longer the batch's (-1).
-        self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
+        return self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries) >= 0
 
 
 _SAFE_CODE = re.compile(r"^[a-z_]{1,40}$")  # an error code, never free text (which may echo credentials)
