@@ -246,3 +246,48 @@ def test_pausing_a_batch_job_that_run_wait_runs_cancels_its_batch(cli, backend_e
     (batch_id,) = fake_provider.batches.created
     assert fake_provider.batches.cancels == [batch_id], "the batch was cancelled at the provider"
     assert fake_provider.batches.batches[batch_id]["status"] in ("cancelling", "cancelled")
+
+
+def test_a_fault_of_ours_in_one_job_is_recorded_and_the_pass_goes_on(env, fake_provider, tmp_path, monkeypatch):
+    """An unexpected exception in one job's batch step (here: its Batch API cannot even be built)
+    is logged, recorded once as an event without its text, ends that job within its retries, and
+    the job polled after it in the same pass completes."""
+    from hermes_bulk import broker
+    from hermes_bulk.config import load_settings
+    from hermes_bulk.jobs import Jobs
+    from hermes_bulk.worker import WorkerRuntime
+
+    monkeypatch.setenv("HERMES_BULK_BATCH_POLL_SECONDS", "0.05")
+    settings = load_settings()
+    jobs = Jobs(settings)
+    ids = []
+    for name in ("a", "b"):
+        src = tmp_path / f"{name}.jsonl"
+        src.write_text("".join(json.dumps({"n": i, "job": name}) + "\n" for i in range(3)))
+        ids.append(jobs.create("Do", str(src), batch=True, fresh=True, retries=0).job.job_id)
+        jobs.run(ids[-1])
+    broken, healthy = sorted(ids)
+    runtime = WorkerRuntime(jobs.backend, settings, threads=1)
+    driver = runtime.batch_driver
+    assert driver is not None
+    real_api_for = driver.api_for
+
+    def api_for(job):
+        if job.job_id == broken:
+            raise RuntimeError("secret detail sk-LEAKED-1234")
+        return real_api_for(job)
+
+    driver.api_for = api_for
+    try:
+        def ended():
+            driver.tick()
+            return all(jobs.status(j).job.finished for j in ids)
+        wait_for(ended, timeout=60, interval=0.05, message="both jobs to end")
+        good, bad = jobs.status(healthy, events=50), jobs.status(broken, events=50)
+    finally:
+        for held in [*runtime._batch_apis.values(), *runtime._clients.values()]:
+            held.close()
+        broker.close_all()
+    assert (good.job.completed, bad.job.failed) == (3, 3)
+    errors = [e for e in bad.events if e.kind == "batch_error"]
+    assert len(errors) == 1 and "RuntimeError" in errors[0].message and "LEAKED" not in errors[0].message
