@@ -21,10 +21,20 @@ recording its id leaves the batch `preparing` with its file recorded; the next w
 batch of the job takes it over and finds the provider's batch by its metadata before creating
 anything (docs/decisions.md "Provider batches (issue 13)"). Ingesting is idempotent: a line whose
 item the batch no longer holds changes nothing.
+
+Nothing the provider answers is trusted (docs/decisions.md "Provider batches: what we trust"):
+every batch object and line is checked (batch_api) before it is acted on. A line is bound to its
+request by its custom_id, which names the job, the batch and the item; any other line is ignored.
+An invalid line of an item, and an item a finished batch did not answer, is a failed attempt of
+that item. A batch about which the provider keeps answering what cannot be used (MAX_STRIKES
+times, a poll apart) is given up: its items get a failed attempt each. A cancel the provider
+does not honour within cancel_grace_s is given up too: the items go back (to run live, past
+--batch-deadline). An error in one batch or job is logged and recorded, and the pass goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -34,14 +44,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import prompt, sources
-from .batch_api import MAX_BATCH_BYTES, META_BATCH, META_JOB, TERMINAL, BatchApi
+from .batch_api import (
+    DEFAULT_MAX_LINE_BYTES,
+    MAX_BATCH_BYTES,
+    META_BATCH,
+    META_JOB,
+    TERMINAL,
+    BatchAnswerInvalid,
+    BatchApi,
+    BatchFileUnreadable,
+    BatchUnreachable,
+    FileLine,
+    RemoteBatch,
+)
 from .durations import parse_duration
 from .errors import (
     HermesBulkError,
     ModelError,
     PermanentModelError,
+    RateLimited,
     SourceUnusable,
-    TransientModelError,
 )
 from .files import private_dir, write_private
 from .model import HttpModelClient, classify_status, parse_completion
@@ -66,16 +88,51 @@ MODE_LIVE, MODE_BATCH = "live", "batch"
 RENEW_EVERY_LINES = 1000
 #: Line errors that are the batch's end, not the item's fault: the item goes back with the rest.
 NOT_ATTEMPTS = frozenset({"batch_expired", "batch_cancelled"})
+#: Unusable answers about one batch (a poll, a create, an upload or a file download that failed
+#: or could not be read), a poll apart, before the batch is given up.
+MAX_STRIKES = 5
+#: Polls a cancelled batch is given to end before it is given up (20 polls: 10 min at the
+#: default 30 s, OpenAI's own bound on cancelling).
+CANCEL_GRACE_POLLS = 20
+#: The final status recorded for a batch given up without the provider ending it.
+ABANDONED = "abandoned"
+#: Item error types of what a batch did wrong (an attempt's event and, past --retries, the item's).
+INVALID_LINE, UNANSWERED, BATCH_UNUSABLE = "InvalidBatchLine", "BatchUnanswered", "BatchUnusable"
 
 
-def custom_id(index: int) -> str:
-    return f"item-{index}"
+def new_batch_id() -> str:
+    """Our id of a batch: 16 hex digits (batches opened before custom_ids were bound had 12)."""
+    return secrets.token_hex(8)
 
 
-def index_of(line_id: object) -> int | None:
-    if isinstance(line_id, str) and line_id.startswith("item-") and line_id[5:].isdigit():
-        return int(line_id[5:])
-    return None
+def custom_id(job_id: str, batch_id: str, index: int) -> str:
+    """A request's custom_id: the job, the batch it is sent in and the item (short, and only
+    [A-Za-z0-9_-] as OpenAI asks), so an answer is taken only for the request it answers."""
+    return f"hb-{job_id}-{batch_id}-{index}"
+
+
+_CUSTOM_ID = re.compile(r"^hb-([A-Za-z0-9]{1,64})-([A-Za-z0-9]{1,64})-(\d{1,9})$")
+_LEGACY_CUSTOM_ID = re.compile(r"^item-(\d{1,9})$")
+_LEGACY_BATCH_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+def bound_index(line_id: object, job_id: str, batch_id: str) -> int | None:
+    """The item a line's custom_id names when it is a request of this job sent in this batch;
+    else None. `item-N` (unbound) is taken only from a batch opened before ids were bound."""
+    if not isinstance(line_id, str):
+        return None
+    match = _CUSTOM_ID.match(line_id)
+    if match:
+        return int(match[3]) if (match[1], match[2]) == (job_id, batch_id) else None
+    match = _LEGACY_CUSTOM_ID.match(line_id)
+    return int(match[1]) if match and _LEGACY_BATCH_ID.match(batch_id) else None
+
+
+class _Tally:
+    """What one ingest of a batch saw: lines that settled an item it held, and lines it ignored."""
+
+    def __init__(self) -> None:
+        self.settled = self.foreign = self.unbound = 0
 
 
 def runs_live(store: JobStore, job: JobRecord) -> bool:
@@ -91,7 +148,8 @@ class BatchDriver:
                  client_for: Callable[[JobRecord], HttpModelClient], jobs_dir: Path, max_items: int,
                  poll_s: float, window: str, lease_s: float, trigger: Callable[[str, int], None],
                  max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
-                 live_workers: Callable[[], set[str]] | None = None) -> None:
+                 live_workers: Callable[[], set[str]] | None = None,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
         self.store, self.worker_id, self.api_for, self.client_for = store, worker_id, api_for, client_for
         self.jobs_dir, self.max_items, self.poll_s, self.window = jobs_dir, max_items, poll_s, window
         window_s = parse_duration(window) or 86400.0
@@ -107,6 +165,15 @@ class BatchDriver:
         self.live_workers = live_workers
         self._live: set[str] | None = None  # read at most once a pass, when a lease is another's
         self._polled: dict[str, float] = {}
+        self.max_line_bytes = max_line_bytes
+        #: How long a cancelled batch may take to end before it is given up (CANCEL_GRACE_POLLS).
+        self.cancel_grace_s = CANCEL_GRACE_POLLS * poll_s
+        # What this process counts of each batch (kept in memory: a restarted worker counts
+        # afresh, so a bound holds per worker, and the store's records stay as they are).
+        self._strikes: dict[str, int] = {}
+        self._retry_at: dict[str, float] = {}  # a batch that failed a step waits a poll
+        self._cancel_seen: dict[str, float] = {}  # when its cancel was first known sent
+        self._reported: set[tuple[str, str]] = set()  # (job or batch, error type) recorded once
         self._lock = threading.Lock()  # one pass at a time in this process
 
     # One pass ---------------------------------------------------------------------------
@@ -115,23 +182,49 @@ class BatchDriver:
             self._live = None
             job_ids = sorted(set(self.store.batch_job_ids()) | set(self.store.active_job_ids()))
             for job_id in job_ids:
-                job = self.store.get_job(job_id)
-                if job is None or job.spec.mode != MODE_BATCH or job.spec.client != "http":
-                    continue
                 try:
+                    job = self.store.get_job(job_id)
+                    if job is None or job.spec.mode != MODE_BATCH or job.spec.client != "http":
+                        continue
                     self._drive(job)
-                except (ModelError, HermesBulkError) as exc:
+                except HermesBulkError as exc:  # the store, mostly: the next pass tries again
                     log.warning("job %s: batch step failed (%s); trying again at the next pass", job_id, exc)
+                except Exception as exc:  # a fault of ours: the other jobs go on
+                    log.exception("job %s: batch step failed; the other jobs go on", job_id)
+                    self._report(job_id, job_id, exc)
+
+    def cancel_paused(self) -> None:
+        """Cancel at the provider the open batches of paused jobs, now: what a process that stops
+        (`run --wait` once its job is paused) does last, so a pause cancels whoever runs the job."""
+        with self._lock:
+            for job_id in self.store.batch_job_ids():
+                job = self.store.get_job(job_id)
+                if job is None or job.state != PAUSED or job.spec.mode != MODE_BATCH or job.spec.client != "http":
+                    continue
+                for batch in self.store.list_batches(job_id):
+                    if batch.open and batch.provider_id and not batch.cancel_sent and batch.status not in TERMINAL:
+                        self._guarded(job, batch, lambda j=job, b=batch: self._look_after(j, b))
+
+    def _report(self, job_id: str, about: str, exc: BaseException) -> None:
+        """One event per job and kind of fault of ours (its traceback is in the log)."""
+        if (about, type(exc).__name__) in self._reported:
+            return
+        self._reported.add((about, type(exc).__name__))
+        with contextlib.suppress(HermesBulkError):
+            self.store.add_events(job_id, [Event("batch_error", f"an internal error ({type(exc).__name__}) while "
+                                                 "handling a batch; the details are in the worker's log")])
 
     def _drive(self, job: JobRecord) -> None:
         batches = self.store.list_batches(job.job_id)
         for batch in batches:
             if batch.open and batch.status != BATCH_PREPARING:
-                self._look_after(job, batch)
+                self._guarded(job, batch, lambda b=batch: self._look_after(job, b))
         job = self.store.get_job(job.job_id) or job
         live = any(b.run_rest_live for b in self.store.list_batches(job.job_id))
         # A batch left preparing by a worker that stopped is taken over even when nothing is pending.
         preparing = next((b for b in batches if b.status == BATCH_PREPARING), None)
+        if preparing is not None and self._retry_at.get(preparing.batch_id, 0.0) > self.store.now():
+            return  # its last step failed: it waits a poll
         orphan, take_from = preparing is not None, self._dead_holder(preparing)
         while job.state == RUNNING and (job.pending > 0 or orphan) and not live:
             orphan = False
@@ -158,21 +251,25 @@ class BatchDriver:
     def _submit(self, job: JobRecord, *, take_from: str | None = None) -> bool:
         """Open (or take over) a batch and get it to the provider; False when none was opened.
         take_from: the dead worker whose preparing batch may be taken at once (_dead_holder)."""
-        opened = self.store.open_batch(job.job_id, self.worker_id, batch_id=secrets.token_hex(6),
+        opened = self.store.open_batch(job.job_id, self.worker_id, batch_id=new_batch_id(),
                                        max_items=self.max_items, lease_s=self.lease_s, hold_s=self.hold_s,
                                        take_from=take_from)
         if isinstance(opened, ClaimRefused):
             if opened.reason == "token_limit":
                 log.info("job %s paused at its token limit before a batch would go over it", job.job_id)
             return False
-        batch: BatchRecord | None = opened
+        return self._guarded(job, opened, lambda: self._send_batch(job, opened), failed=False)
+
+    def _send_batch(self, job: JobRecord, batch: BatchRecord | None) -> bool:
+        """Get an opened (or taken over) batch to the provider; False when it was not."""
+        assert batch is not None
         api = self.api_for(job)
         if batch.input_file and not batch.provider_id:
             # Taken over after its worker stopped: the batch may exist at the provider already.
             found = api.find(batch.batch_id)
             if found is not None:
-                log.info("job %s: batch %s found at the provider by its metadata and adopted", job.job_id, found["id"])
-                self._record(job, batch, found, provider_id=str(found["id"]), submitted_at=self.store.now())
+                log.info("job %s: batch %s found at the provider by its metadata and adopted", job.job_id, found.id)
+                self._record(job, batch, found, provider_id=found.id, submitted_at=self.store.now())
                 return True
         current = self.store.get_job(job.job_id)
         if current is None or current.state != RUNNING:
@@ -193,12 +290,22 @@ class BatchDriver:
         batch = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s)
         if batch is None:
             return False
-        created = api.create(batch.input_file or "", window=self.window,
-                             metadata={META_BATCH: batch.batch_id, META_JOB: job.job_id})
-        recorded = self._record(job, batch, created, provider_id=str(created["id"]), submitted_at=self.store.now())
+        try:
+            created = api.create(batch.input_file or "", window=self.window,
+                                 metadata={META_BATCH: batch.batch_id, META_JOB: job.job_id})
+        except BatchAnswerInvalid as exc:
+            # The batch may exist all the same: look for it by its metadata. Not found, it is given
+            # up at once (creating it again could pay for it twice): its items get an attempt each.
+            found = api.find(batch.batch_id)
+            if found is None:
+                self._give_up(job, batch, f"batch {batch.batch_id} was given up: {exc}", attempt=True)
+                return False
+            created = found
+        recorded = self._record(job, batch, created, provider_id=created.id, submitted_at=self.store.now())
         if recorded is not None:
-            log.info("job %s: batch %s submitted with %d items", job.job_id, created["id"], recorded.items)
-            self.store.add_events(job.job_id, [Event("batch_submitted", f"batch {created['id']} submitted: "
+            self._forget(batch.batch_id)
+            log.info("job %s: batch %s submitted with %d items", job.job_id, created.id, recorded.items)
+            self.store.add_events(job.job_id, [Event("batch_submitted", f"batch {created.id} submitted: "
                                                       f"{recorded.items} items")])
         return True
 
@@ -221,7 +328,7 @@ class BatchDriver:
                     continue
                 messages = prompt.build_messages(spec.instruction, item.name, item.content, item.content_hash)
                 body = client.request_body(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
-                line = json.dumps({"custom_id": custom_id(item.index), "method": "POST",
+                line = json.dumps({"custom_id": custom_id(job.job_id, batch.batch_id, item.index), "method": "POST",
                                    "url": "/v1/chat/completions", "body": body}, ensure_ascii=False) + "\n"
                 encoded = len(line.encode("utf-8"))
                 if size + encoded > MAX_BATCH_BYTES:
@@ -250,12 +357,86 @@ class BatchDriver:
         log.info("job %s: batch %s closed (%s); %d items back to pending", job.job_id, batch.batch_id, why, n)
 
     # Polling, cancelling, ingesting ---------------------------------------------------------
+    def _guarded(self, job: JobRecord, batch: BatchRecord, step: Callable[[], bool | None], *,
+                 failed: bool | None = None) -> bool | None:
+        """One step of one batch, whatever goes wrong in it: what the provider answered wrong
+        counts a strike against the batch (MAX_STRIKES of them, a poll apart, and it is given
+        up); a fault of ours is logged with its traceback, recorded once, and counts too. Nothing
+        goes past it, so the job's other batches and the other jobs go on. `failed`: returned
+        when the step failed."""
+        try:
+            return step()
+        except (BatchUnreachable, RateLimited) as exc:  # no answer, or the key's shared wait: no strike
+            log.warning("job %s: batch %s: %s; trying again at the next poll", job.job_id,
+                        batch.provider_id or batch.batch_id, exc)
+            self._retry_at[batch.batch_id] = self.store.now() + self.poll_s
+            return failed
+        except ModelError as exc:
+            what = _what(exc)
+            log.warning("job %s: batch %s: %s", job.job_id, batch.provider_id or batch.batch_id, what)
+        except HermesBulkError as exc:  # the store: the next pass tries again
+            log.warning("job %s: batch %s step failed (%s); trying again at the next pass", job.job_id,
+                        batch.batch_id, exc)
+            return failed
+        except Exception as exc:
+            log.exception("job %s: batch %s: a step failed", job.job_id, batch.provider_id or batch.batch_id)
+            self._report(job.job_id, batch.batch_id, exc)
+            what = f"an internal error ({type(exc).__name__}); the details are in the worker's log"
+        self._strike(job, batch, what)
+        return failed
+
+    def _strike(self, job: JobRecord, batch: BatchRecord, what: str) -> None:
+        strikes = self._strikes[batch.batch_id] = self._strikes.get(batch.batch_id, 0) + 1
+        self._retry_at[batch.batch_id] = self.store.now() + self.poll_s
+        if strikes >= MAX_STRIKES:
+            name = batch.provider_id or batch.batch_id
+            self._give_up(job, batch, f"batch {name} was given up after {strikes} tries: {what}", attempt=True)
+
+    def _give_up(self, job: JobRecord, batch: BatchRecord, why: str, *, attempt: bool) -> None:
+        """Close a batch the provider will not end usably: a cancel is sent if none was (best
+        effort: it may be paid for), then its items get a failed attempt each (attempt) or go
+        back as they are (a cancel not honoured: not their fault); past --batch-deadline they
+        run live. Lines it answers later are never read (the batch is done)."""
+        leased = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s,
+                                        take_from=self._dead_holder(batch))
+        if leased is None:
+            return  # another worker has it now
+        batch = leased
+        if batch.provider_id and not batch.cancel_sent and batch.status not in TERMINAL:
+            try:
+                self.api_for(job).cancel(batch.provider_id)
+            except Exception as exc:  # noqa: BLE001 - best effort; the batch is given up either way
+                log.warning("job %s: batch %s could not be cancelled (%s)", job.job_id, batch.provider_id, exc)
+        if attempt:
+            error = ItemError(BATCH_UNUSABLE, why)
+            for index in [item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)]:
+                self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
+        deadline = job.spec.batch_deadline_s
+        live = batch.run_rest_live or bool(deadline and batch.submitted_at
+                                           and self.store.now() > batch.submitted_at + deadline)
+        back = self.store.release_batch_items(job.job_id, batch.batch_id)
+        if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE,
+                                   final_status=ABANDONED, run_rest_live=live) is None:
+            return
+        self._forget(batch.batch_id)
+        self.store.add_events(job.job_id, [Event("batch_abandoned", f"{why}; {back} items back to pending"
+                                                  + (", to run live" if live else ""))])
+        log.warning("job %s: %s; %d items back to pending", job.job_id, why, back)
+        if back and live:
+            self.trigger(job.job_id, back)
+
+    def _forget(self, batch_id: str) -> None:
+        for memory in (self._polled, self._strikes, self._retry_at, self._cancel_seen):
+            memory.pop(batch_id, None)
+
     def _look_after(self, job: JobRecord, batch: BatchRecord) -> None:
         now = self.store.now()
         deadline = job.spec.batch_deadline_s
         past_deadline = bool(deadline and batch.submitted_at and now > batch.submitted_at + deadline)
         cancel = batch.status not in TERMINAL and not batch.cancel_sent and (job.state == PAUSED or past_deadline)
         due = now - self._polled.get(batch.batch_id, 0.0) >= self.poll_s
+        if self._retry_at.get(batch.batch_id, 0.0) > now and not cancel:
+            return  # its last step failed: it waits a poll
         if not (cancel or due or batch.status in TERMINAL):
             return
         leased = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s,
@@ -264,12 +445,20 @@ class BatchDriver:
             return
         batch, api = leased, self.api_for(job)
         if cancel:
+            self._polled[batch.batch_id] = now
             api.cancel(batch.provider_id)
+            self._cancel_seen[batch.batch_id] = now
             why = "its --batch-deadline passed; the rest run live" if past_deadline and job.state == RUNNING \
                 else "the job was paused"
             batch = self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, cancel_sent=True,
                                             run_rest_live=past_deadline and job.state == RUNNING) or batch
             self.store.add_events(job.job_id, [Event("batch_cancelled", f"batch {batch.provider_id} cancelled: {why}")])
+        if batch.cancel_sent and batch.status not in TERMINAL:
+            sent = self._cancel_seen.setdefault(batch.batch_id, now)
+            if now - sent > self.cancel_grace_s:
+                self._give_up(job, batch, f"batch {batch.provider_id} did not end within {self.cancel_grace_s:.0f} s"
+                              " of its cancel", attempt=False)
+                return
         if batch.status not in TERMINAL or not (batch.output_file or batch.error_file):
             # Also an ended batch whose files are not recorded yet (one that ended before its
             # create answered, or was adopted so): ask once more before reading nothing.
@@ -277,37 +466,54 @@ class BatchDriver:
             batch = self._record(job, batch, api.get(batch.provider_id))
             if batch is None:
                 return
+            self._strikes.pop(batch.batch_id, None)  # a usable answer: the strikes were not in a row
         if batch.status in TERMINAL:
             self._ingest(job, batch, api)
 
-    def _record(self, job: JobRecord, batch: BatchRecord, remote: dict, **more) -> BatchRecord | None:
-        """What the provider says of the batch (status, counts, its files), recorded on it."""
-        counts = remote.get("request_counts") if isinstance(remote.get("request_counts"), dict) else {}
+    def _record(self, job: JobRecord, batch: BatchRecord, remote: RemoteBatch, **more) -> BatchRecord | None:
+        """What the provider says of the batch (status, counts, its files: checked), recorded on it."""
         return self.store.update_batch(
-            job.job_id, batch.batch_id, self.worker_id, status=str(remote.get("status") or "validating"),
-            completed=int(counts.get("completed") or 0), failed=int(counts.get("failed") or 0),
-            output_file=remote.get("output_file_id"), error_file=remote.get("error_file_id"), **more)
+            job.job_id, batch.batch_id, self.worker_id, status=remote.status, completed=remote.completed,
+            failed=remote.failed, output_file=remote.output_file, error_file=remote.error_file, **more)
 
     def _ingest(self, job: JobRecord, batch: BatchRecord, api: BatchApi) -> None:
-        """Read the batch's output and error files into the store; the rest back to pending."""
-        seen = 0
+        """Read the batch's output and error files into the store; then settle what it still
+        holds: after a batch that completed or failed, a failed attempt each (it was not
+        answered); after one that expired (or was cancelled, not by us), the same when the
+        batch answered nothing at all, else back to pending as they are."""
+        seen, tally = 0, _Tally()
         for file_id in (batch.output_file, batch.error_file):
             if not file_id:
                 continue
-            for line in api.lines(file_id):
-                self._line(job, batch, api, line)
+            for line in api.lines(file_id, max_line_bytes=self.max_line_bytes):
+                self._line(job, batch, api, line, tally)
                 seen += 1
                 if seen % RENEW_EVERY_LINES == 0 and self.store.lease_batch(
                         job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s) is None:
                     return  # another worker took the batch over; it ingests again, idempotently
-        if batch.status == "failed":  # the whole batch failed: an attempt for every item it held
+        if tally.foreign or tally.unbound:
+            log.warning("job %s: batch %s: %d lines for requests not sent in it and %d unreadable lines were "
+                        "ignored", job.job_id, batch.provider_id, tally.foreign, tally.unbound)
+            self.store.add_events(job.job_id, [Event("batch_lines_ignored", f"batch {batch.provider_id}: "
+                                                      f"{tally.foreign} lines for requests not sent in it and "
+                                                      f"{tally.unbound} unreadable lines ignored")])
+        final = batch.status
+        ended_by_us = batch.cancel_sent and final == "cancelled"
+        error: ItemError | None = None
+        if final == "failed":
+            error = ItemError(UNANSWERED, f"the provider failed the whole batch {batch.provider_id}")
+        elif final == "completed":
+            error = ItemError(UNANSWERED, f"batch {batch.provider_id} completed without a usable answer for this item")
+        elif not ended_by_us and not tally.settled:
+            error = ItemError(UNANSWERED, f"batch {batch.provider_id} {final} without answering any item")
+        if error is not None:
             for index in [item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)]:
-                self._failed_attempt(job, batch, index, TransientModelError("the provider failed the whole batch"))
+                self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
         back = self.store.release_batch_items(job.job_id, batch.batch_id)
         if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE,
                                    final_status=batch.status) is None:
             return
-        self._polled.pop(batch.batch_id, None)
+        self._forget(batch.batch_id)
         self.store.add_events(job.job_id, [Event("batch_done", f"batch {batch.provider_id} {batch.status}: "
                                                   f"ingested; {back} items back to pending")])
         log.info("job %s: batch %s %s, ingested; %d items back to pending", job.job_id, batch.provider_id,
@@ -315,14 +521,29 @@ class BatchDriver:
         if back and batch.run_rest_live:
             self.trigger(job.job_id, back)
 
-    def _line(self, job: JobRecord, batch: BatchRecord, api: BatchApi, line: dict) -> None:
-        index = index_of(line.get("custom_id"))
+    def _line(self, job: JobRecord, batch: BatchRecord, api: BatchApi, read: FileLine, tally: _Tally) -> None:
+        """One checked line: bound to a request of this batch, or ignored (and counted)."""
+        index = bound_index(read.custom_id, job.job_id, batch.batch_id)
         if index is None:
-            log.warning("job %s: a line of batch %s names no item of it", job.job_id, batch.provider_id)
+            if read.custom_id is None:
+                tally.unbound += 1
+            else:
+                tally.foreign += 1
             return
-        response = line.get("response") if isinstance(line.get("response"), dict) else {}
+        if self._bound_line(job, batch, api, index, read):
+            tally.settled += 1
+
+    def _bound_line(self, job: JobRecord, batch: BatchRecord, api: BatchApi, index: int, read: FileLine) -> bool:
+        """A line of a request sent in this batch; whether it settled an item the batch held (a
+        line ingested again, or naming an item the batch never held, changes nothing)."""
+        line = read.data
+        if line is None:
+            return self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} "
+                                                                                   f"answered this item with "
+                                                                                   f"{read.problem}"))
+        response = line.get("response") or {}
         status = response.get("status_code")
-        error = line.get("error") if isinstance(line.get("error"), dict) else None
+        error = line.get("error")
         if status == 200 and not error:
             try:
                 completion = parse_completion(response.get("body"), endpoint=api.endpoint,
@@ -330,33 +551,49 @@ class BatchDriver:
                 if job.spec.schema:
                     completion = structured(completion, job.spec.schema)
             except ModelError as exc:
-                self._failed_attempt(job, batch, index, exc)
-                return
+                return self._failed_attempt(job, batch, index, _item_error(exc), permanent=isinstance(
+                    exc, PermanentModelError))
             if self.store.complete_item(job.job_id, index, batch.owner, completion.text, completion.usage,
                                         provider=completion.provider, model=completion.model):
                 write_private(output_path(self.jobs_dir, job.job_id, index), completion.text + "\n")
-            return
+                return True
+            return False
         code = error.get("code") if error else None
         if code in NOT_ATTEMPTS:
-            return
+            return False  # the batch's end, not the item's: settled with what the batch still holds
         if isinstance(status, int) and status >= 400:
-            exc: ModelError = classify_status(status, None)
-        else:
-            exc = TransientModelError("the batch line failed without an answer"
-                                      + (f" ({code})" if isinstance(code, str) and _SAFE_CODE.match(code) else ""))
-        self._failed_attempt(job, batch, index, exc)
+            exc = classify_status(status, None)
+            return self._failed_attempt(job, batch, index, _item_error(exc),
+                                        permanent=isinstance(exc, PermanentModelError))
+        what = f" ({code})" if isinstance(code, str) and _SAFE_CODE.match(code) else ""
+        return self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} answered "
+                                                                               f"this item with no answer{what}",
+                                                                 status))
 
-    def _failed_attempt(self, job: JobRecord, batch: BatchRecord, index: int, exc: ModelError) -> None:
+    def _failed_attempt(self, job: JobRecord, batch: BatchRecord, index: int, error: ItemError, *,
+                        permanent: bool = False) -> bool:
         """A failed line, classified as live errors are: permanent fails; transient (a 429 line
-        too) counts an attempt and goes back to pending for a later batch, within --retries."""
-        error = ItemError(exc.error_type, str(exc), exc.http_status)
-        if isinstance(exc, PermanentModelError):
-            self.store.fail_item(job.job_id, index, batch.owner, error)
-            return
+        too, and a line that was not valid) counts an attempt and goes back to pending for a
+        later batch, within --retries."""
+        if permanent:
+            return bool(self.store.fail_item(job.job_id, index, batch.owner, error))
         # One store step: a worker killed in it leaves the attempt counted and the item settled,
         # or neither; a line ingested again finds the item no longer the batch's (-1).
-        self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
+        return self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries) >= 0
 
 
 _SAFE_CODE = re.compile(r"^[a-z_]{1,40}$")  # an error code, never free text (which may echo credentials)
+
+
+def _item_error(exc: ModelError) -> ItemError:
+    return ItemError(exc.error_type, str(exc), exc.http_status)
+
+
+def _what(exc: ModelError) -> str:
+    """What went wrong in a batch step, in our words: a Batch API answer that could not be
+    used names itself; an HTTP error is its status (model.classify_status speaks of the
+    endpoint or model, which a batch's missing file or unknown id is not)."""
+    if isinstance(exc, (BatchAnswerInvalid, BatchFileUnreadable)) or exc.http_status is None:
+        return str(exc)
+    return f"the provider's Batch API answered HTTP {exc.http_status}"
 

@@ -85,6 +85,7 @@ class Settings(BaseSettings, Places):
     batch_max_items: int = _field("batch_max_items")
     batch_poll_seconds: float = _field("batch_poll_seconds")
     batch_window: str = _field("batch_window")
+    batch_max_line_bytes: int = _field("batch_max_line_bytes")
     dashboard_token: SecretStr | None = _field("dashboard_token")
     max_item_bytes: int = _field("max_item_bytes")
 

@@ -536,14 +536,14 @@ class Jobs:
                 remote_id = batch.provider_id
                 if remote_id is None:
                     found = api.find(batch.batch_id)
-                    if found is None or found.get("status") in TERMINAL:
+                    if found is None or found.status in TERMINAL:
                         continue  # never created, or ended: nothing runs
-                    remote_id = str(found["id"])
+                    remote_id = found.id
                 try:
                     api.cancel(remote_id)
                 except PermanentModelError as exc:
                     # Refused: unknown there (404), or it ended before the cancel arrived.
-                    if exc.http_status != 404 and api.get(remote_id).get("status") not in TERMINAL:
+                    if exc.http_status != 404 and api.get(remote_id).status not in TERMINAL:
                         raise
         except LongWait as wait:
             raise InvalidTransition(

@@ -117,6 +117,9 @@ SETTINGS: tuple[Setting, ...] = (
             description="create --batch: how often a worker asks the provider how a batch is doing."),
     Setting("batch_window", "str", "24h", check=check_batch_window,
             description="create --batch: the completion window asked of the provider."),
+    Setting("batch_max_line_bytes", "int", 8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
+            description="create --batch: the longest line of a provider's output or error file that is "
+                        "read; a longer one is an invalid answer."),
     Setting("dashboard_token", "secret", optional=True,
             description="hermes-bulk dashboard: the access token (default: a new random one at each start, "
                         "on a loopback address only)."),

@@ -114,7 +114,7 @@ class WorkerRuntime:
             store=backend.store, worker_id=self.worker_id, api_for=self._batch_api_for, client_for=self.http_client_for,
             jobs_dir=settings.jobs_dir, max_items=settings.batch_max_items, poll_s=settings.batch_poll_seconds,
             window=settings.batch_window, lease_s=settings.lease_seconds, max_item_bytes=settings.max_item_bytes,
-            live_workers=self.liveness.live_worker_ids,
+            live_workers=self.liveness.live_worker_ids, max_line_bytes=settings.batch_max_line_bytes,
             trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n)) if "http" in self.clients else None
         self._batch_thread: threading.Thread | None = None
         self._batch_apis: dict[str, BatchApi] = {}
@@ -320,6 +320,11 @@ class WorkerRuntime:
             self._maintenance.join(5)
         if self._batch_thread is not None:
             self._batch_thread.join(30)  # a pass ends at a step's end: a batch is never left half-recorded
+        if self.batch_driver is not None:  # a job paused while this process ran it: its batches cancelled
+            try:
+                self.batch_driver.cancel_paused()
+            except HermesBulkError as exc:
+                log.warning("batches of paused jobs could not be cancelled: %s", exc)
         released: dict[str, int] = {}
         left: list[str] = []
         try:

@@ -9,6 +9,13 @@ expired: the rest go to the error file as batch_expired), batch_hold (stays in p
 cancelled or released by configuring it off). Output lines succeed, failed lines go to the
 error file, as OpenAI writes them.
 
+Hostile modes (`FakeBatches.configure(**BatchFaults fields)`), the ways a buggy or hostile
+Batch API (or a proxy before it) answers: `line_faults` {substring of an item: kind} writes that
+item's output line wrong (LINE_FAULTS); `create_fields` / `poll_fields` are merged into the
+answer to a create / every other answer about a batch: poll, cancel, list (ABSENT drops a field); `files_missing` answers 404 for every file's
+content; `ignore_cancel` answers a cancel but goes on; `foreign_lines` writes the first batch's
+output lines (another job's answers) at the start of every later batch's output file.
+
 What a test checks is recorded: `lines` (one RequestRecord per line processed), `uploaded`
 (file id -> its number of lines), `created` (every batch created, in order) and
 `processing_s` (the seconds batches spent processing, summed) and busy_s() (the provider's own
@@ -23,8 +30,46 @@ import shutil
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+#: A field value in create_fields / poll_fields that leaves the field out of the answer.
+ABSENT = "<absent>"
+#: How line_faults write an item's output line:
+#:   not_object          `[1, 2, 3]`
+#:   not_json            its custom_id, then JSON cut short
+#:   no_custom_id        the answer, without a custom_id
+#:   missing             no line at all (the batch completes without answering it)
+#:   bad_status          status_code "200" (a string)
+#:   bad_body            status 200 and a body that is a list
+#:   huge                the answer padded to huge_line_bytes (custom_id first), then a newline
+#:   huge_unterminated   the same, last in the file, with no newline after it
+LINE_FAULTS = ("not_object", "not_json", "no_custom_id", "missing", "bad_status", "bad_body", "huge",
+               "huge_unterminated")
+
+
+@dataclass
+class BatchFaults:
+    line_faults: dict[str, str] = field(default_factory=dict)
+    create_fields: dict[str, Any] = field(default_factory=dict)
+    poll_fields: dict[str, Any] = field(default_factory=dict)
+    files_missing: bool = False
+    ignore_cancel: bool = False
+    foreign_lines: bool = False
+    huge_line_bytes: int = 1024 * 1024
+
+
+def _dressed(batch: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    out = dict(batch)
+    for key, value in changes.items():
+        if value == ABSENT:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
 
 
 class FakeBatches:
@@ -41,6 +86,19 @@ class FakeBatches:
         self.busy: list[tuple[float, float]] = []  # (start, end) of each batch's processing, monotonic
         self._threads: list[threading.Thread] = []
         self._closing = False
+        self.faults = BatchFaults()
+        self.file_gets: list[str] = []  # every file whose content was asked for, in order
+        self.cancels: list[str] = []  # every batch a cancel was asked for, in order
+
+    def configure(self, **changes: Any) -> None:
+        """Set hostile modes (BatchFaults' fields)."""
+        known = {f.name for f in fields(BatchFaults)}
+        for key, value in changes.items():
+            if key not in known:
+                raise ValueError(f"unknown fake-batches fault {key!r}")
+            if key == "line_faults" and set(value.values()) - set(LINE_FAULTS):
+                raise ValueError(f"unknown line fault in {value!r}")
+            setattr(self.faults, key, value)
 
     def close(self) -> None:
         self._closing = True
@@ -76,9 +134,14 @@ class FakeBatches:
             return self._upload(body, headers.get("content-type", ""))
         if method == "GET" and len(parts) == 3 and parts[0] == "files" and parts[2] == "content":
             path_ = self.files.get(parts[1])
-            return (200, path_.read_bytes()) if path_ else (404, {"error": {"message": "no such file"}})
+            with self.lock:
+                self.file_gets.append(parts[1])
+            if self.faults.files_missing or path_ is None:
+                return 404, {"error": {"message": "no such file"}}
+            return 200, path_  # streamed from disk (a file may be far larger than memory should hold)
         if method == "POST" and parts == ["batches"]:
-            return self._create(json.loads(body or b"{}"))
+            status, answer = self._create(json.loads(body or b"{}"))
+            return status, _dressed(answer, self.faults.create_fields) if status == 200 else answer
         if method == "GET" and parts == ["batches"]:
             return 200, self._list(target)
         if len(parts) >= 2 and parts[0] == "batches":
@@ -86,10 +149,12 @@ class FakeBatches:
                 batch = self.batches.get(parts[1])
                 if batch is None:
                     return 404, {"error": {"message": "no such batch"}}
-                if method == "POST" and parts[2:] == ["cancel"] and batch["status"] not in (
-                        "completed", "failed", "expired", "cancelled"):
-                    batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
-                return 200, dict(batch)
+                if method == "POST" and parts[2:] == ["cancel"]:
+                    self.cancels.append(parts[1])
+                    if not self.faults.ignore_cancel and batch["status"] not in (
+                            "completed", "failed", "expired", "cancelled"):
+                        batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
+                return 200, _dressed(batch, self.faults.poll_fields)
         return 404, {"error": {"message": "not found"}}
 
     def _upload(self, body: bytes, content_type: str):
@@ -140,7 +205,7 @@ class FakeBatches:
             ids = list(reversed(self.created))
             if query.get("after") in ids:
                 ids = ids[ids.index(query["after"]) + 1:]
-            page = [dict(self.batches[i]) for i in ids[:limit]]
+            page = [_dressed(self.batches[i], self.faults.poll_fields) for i in ids[:limit]]
         return {"object": "list", "data": page, "has_more": len(ids) > limit,
                 "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
 
@@ -149,10 +214,16 @@ class FakeBatches:
         with self.lock:
             return self.batches[batch_id]["status"]
 
-    def _answer_line(self, line: dict[str, Any], out, err) -> int:
-        """Answer one line into the output (a success) or error file; its status code."""
+    def _answer_line(self, line: dict[str, Any], out, err, last: list[bytes]) -> int:
+        """Answer one line into the output (a success) or error file; its status code. A line
+        fault of the item writes it wrong (an unterminated line goes in `last`, written at the end)."""
         status, body = self.provider.line_answer(line["body"], self.lines)
         entry = {"id": "batch_req_" + secrets.token_hex(6), "custom_id": line["custom_id"]}
+        item = self.provider.item_of(line["body"])
+        fault = next((kind for marker, kind in self.faults.line_faults.items() if marker in item), None)
+        if fault is not None:
+            self._write_fault(fault, entry, body, out, last)
+            return status
         if status == 200:
             out.write(json.dumps({**entry, "response": {"status_code": 200, "request_id": "req_x",
                                                         "body": body}, "error": None}) + "\n")
@@ -163,6 +234,49 @@ class FakeBatches:
             err.write(json.dumps({**entry, "response": {"status_code": status, "request_id": "req_x",
                                                         "body": body}, "error": None}) + "\n")
         return status
+
+    def _write_fault(self, fault: str, entry: dict[str, Any], body: Any, out, last: list[bytes]) -> None:
+        answer = {**entry, "response": {"status_code": 200, "request_id": "req_x", "body": body}, "error": None}
+        if fault == "missing":
+            return
+        if fault == "not_object":
+            out.write("[1, 2, 3]\n")
+        elif fault == "not_json":
+            out.write(json.dumps(answer)[:-10] + "\n")  # cut short: its custom_id is still there
+        elif fault == "no_custom_id":
+            out.write(json.dumps({k: v for k, v in answer.items() if k != "custom_id"}) + "\n")
+        elif fault == "bad_status":
+            out.write(json.dumps({**answer, "response": {**answer["response"], "status_code": "200"}}) + "\n")
+        elif fault == "bad_body":
+            out.write(json.dumps({**answer, "response": {**answer["response"], "body": [1, 2, 3]}}) + "\n")
+        else:  # huge, huge_unterminated: the start of a well-formed line, then padding far past any limit
+            head = json.dumps(entry)[:-1] + ', "response": {"status_code": 200, "body": {"pad": "'
+            if fault == "huge":
+                self._pad(out, head, self.faults.huge_line_bytes)
+                out.write('"}}}\n')
+            else:
+                last.append(head.encode())
+
+    def _write_foreign(self, batch_id: str, out) -> None:
+        """foreign_lines: the first batch's output (another job's answers), before this batch's own."""
+        if self.faults.foreign_lines and self.created and self.created[0] != batch_id:
+            first = self.batches[self.created[0]].get("output_file_id")
+            if first in self.files:
+                out.write(self.files[first].read_text())
+
+    def _write_last(self, last: list[bytes], out) -> None:
+        """An unterminated huge line: its head, then padding to the end of the file."""
+        for head in last:
+            self._pad(out, head.decode(), self.faults.huge_line_bytes)
+
+    @staticmethod
+    def _pad(out, head: str, size: int) -> None:
+        out.write(head)
+        chunk = "x" * (1024 * 1024)
+        left = max(0, size - len(head))
+        while left:
+            out.write(chunk[:min(left, len(chunk))])
+            left -= min(left, len(chunk))
 
     def _process(self, batch_id: str) -> None:
         cfg = self.provider.config
@@ -176,7 +290,9 @@ class FakeBatches:
         started = time.monotonic()
         out_path, err_path = self.dir / f"{batch_id}.out", self.dir / f"{batch_id}.err"
         done = expired = 0
+        last: list[bytes] = []
         with self.files[batch["input_file_id"]].open() as lines, out_path.open("w") as out, err_path.open("w") as err:
+            self._write_foreign(batch_id, out)
             owed = 0.0
             for raw in lines:
                 if not raw.strip():
@@ -193,7 +309,7 @@ class FakeBatches:
                                                                       "message": "This request could not be executed "
                                                                                  "before the completion window expired."}}) + "\n")
                     continue
-                status = self._answer_line(line, out, err)
+                status = self._answer_line(line, out, err, last)
                 done += 1
                 with self.lock:
                     counts = batch["request_counts"]
@@ -202,6 +318,7 @@ class FakeBatches:
                 if owed >= 0.01:
                     time.sleep(owed)
                     owed = 0.0
+            self._write_last(last, out)
         with self.lock:
             self.processing_s += time.monotonic() - started
             self.busy.append((started, time.monotonic()))

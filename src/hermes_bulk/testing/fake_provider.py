@@ -39,6 +39,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .fake_batches import FakeBatches
@@ -250,6 +251,8 @@ class FakeProvider:
                 await asyncio.sleep(delay)
             if isinstance(obj, bytes):
                 return self._send_bytes(writer, status, obj)
+            if isinstance(obj, Path):
+                return await self._send_file(writer, status, obj)
             return self._send(writer, status, obj)
         return self._send(writer, 404, {"error": {"message": "not found"}})
 
@@ -305,6 +308,12 @@ class FakeProvider:
         if isinstance(body, bytes):
             return self._send_bytes(writer, 200, body, "text/html" if fault == "html" else "application/json")
         return self._send(writer, 200, body)
+
+    @staticmethod
+    def item_of(req: dict[str, Any]) -> str:
+        """The item a chat-completions request body asks about."""
+        messages = req.get("messages") or []
+        return item_text("\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user"))
 
     def line_answer(self, req: dict[str, Any], records: list[RequestRecord]) -> tuple[int, dict[str, Any]]:
         """A batch line's response, (status code, body), with the faults a live call would get;
@@ -364,6 +373,17 @@ class FakeProvider:
         head = (f"HTTP/1.1 {status} OK\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         writer.write(head + body)
+        return True
+
+    @staticmethod
+    async def _send_file(writer: asyncio.StreamWriter, status: int, path: Path) -> bool:
+        """A file's content, streamed from disk a MiB at a time."""
+        writer.write((f"HTTP/1.1 {status} OK\r\nContent-Type: application/jsonl\r\n"
+                      f"Content-Length: {path.stat().st_size}\r\n\r\n").encode())
+        with path.open("rb") as handle:
+            while chunk := handle.read(1024 * 1024):
+                writer.write(chunk)
+                await writer.drain()
         return True
 
     # Running -------------------------------------------------------------------------------
