@@ -87,6 +87,7 @@ class Settings(BaseSettings, Places):
     batch_window: str = _field("batch_window")
     dashboard_token: SecretStr | None = _field("dashboard_token")
     max_item_bytes: int = _field("max_item_bytes")
+    breaker_failures: int = _field("breaker_failures")
 
     @field_validator("backend")
     @classmethod

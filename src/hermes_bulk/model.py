@@ -19,7 +19,13 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from .errors import ModelError, PermanentModelError, RateLimited, TransientModelError
+from .errors import (
+    EndpointUnreachable,
+    ModelError,
+    PermanentModelError,
+    RateLimited,
+    TransientModelError,
+)
 from .limits import provider_key
 from .redact import public_url
 from .store.protocol import MAX_USAGE_TOKENS, Usage
@@ -153,6 +159,10 @@ class HttpModelClient:
         try:
             with self._slots:
                 response = self._http.post(self._chat_url, json=body)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
+            # Before the other timeouts: no connection means nothing reached the endpoint.
+            log.warning("cannot connect to %s: %r", self.endpoint, exc)
+            raise EndpointUnreachable(f"cannot connect to {self.endpoint} ({type(exc).__name__})") from None
         except httpx.TimeoutException:
             raise TransientModelError("the request timed out") from None
         except httpx.TransportError as exc:
