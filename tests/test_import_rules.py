@@ -39,7 +39,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
     ("what an item goes through", (
-        "limits", "answers", "model", "batch_api", "sources", "sources.*", "flag_files", "export", "hints", "liveness",
+        "limits", "answers", "model", "breaker", "doctor", "batch_api", "sources", "sources.*", "flag_files",
+        "export", "hints", "liveness",
         "tasks", "budget.service", "dashboard.access",
         "budget.gate", "budget.report")),
     ("the backend from a URL, one item's life", ("broker", "pipeline", "batches")),
@@ -54,7 +55,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "huey": {"tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
     "redis": {"store/redis/connection.py", "store/redis/jobs.py", "store/redis/queue.py",
               "store/redis/scripts.py", "budget/redis_ledger.py"},
-    "httpx": {"model.py", "batch_api.py", "plugin/hermes.py"},
+    "httpx": {"model.py", "batch_api.py", "doctor.py", "plugin/hermes.py"},
     "zstandard": {"store/compression.py"},
     "jsonschema": {"answers.py"},
     "referencing": {"answers.py"},

@@ -77,7 +77,8 @@ ALL_READS = (("status",), ("list",), ("events", "--limit", "1000"), ("export", "
 
 def _run_a_leaky_job(cli, tmp_path, fake_provider, key: str, *, runner: str, reads=(), **extra_env: str):
     """A job whose failing items' error bodies quote the key; returns (job id, what the terminal got)."""
-    fake_provider.configure(item_faults={"LEAK-401": "401", "LEAK-400": "400"}, echo_credentials=True,
+    # 422, not 401: a refused key pauses the whole job (breaker.py); here items fail one by one.
+    fake_provider.configure(item_faults={"LEAK-401": "422", "LEAK-400": "400"}, echo_credentials=True,
                             error_echo=f"your key {key} is not valid")
     env = {"HERMES_BULK_API_KEY": key, **extra_env}
     job_id = json.loads(cli("create", "Do", "--over", str(_items(tmp_path)), "--json", **env).stdout)["job_id"]
@@ -104,7 +105,7 @@ def test_a_key_the_provider_echoes_is_nowhere_hermes_bulk_writes(cli, tmp_path, 
     _, terminal = _run_a_leaky_job(cli, tmp_path, fake_provider, key, runner=runner, reads=reads)
     log_file = tmp_path / "worker.log" if runner == "worker -l FILE" else home / "logs" / "hermes-bulk.log"
     logged = log_file.read_text()
-    assert "HTTP 401" in logged and "is not valid" in logged, "the provider's text is logged (masked)"
+    assert "HTTP 422" in logged and "is not valid" in logged, "the provider's text is logged (masked)"
     assert "your key *** is not valid" in logged, "masked by value, not only by shape"
     everything = terminal + logged + _everything_under(home)
     assert key not in everything

@@ -198,12 +198,12 @@ def test_a_new_export_is_owner_only_whatever_the_umask_and_a_replaced_one_keeps_
 def test_a_command_log_is_made_owner_only_with_its_first_line(cli, home, tmp_path, fake_provider):
     item = tmp_path / "item.txt"
     item.write_text("FAIL-401 this item")
-    fake_provider.configure(item_faults={"FAIL-401": "401"})
+    fake_provider.configure(item_faults={"FAIL-401": "400"})  # a 401 would pause the job (breaker.py)
     job = cli.create("Do", item)
     assert not (home / "logs").exists(), "nothing logged yet: no log"
     proc = subprocess.run([sys.executable, "-m", "hermes_bulk", "run", job, "--wait"], capture_output=True,
                           text=True, env=cli.full_env(), umask=0o022, timeout=120)
     assert proc.returncode == 1, proc.stderr
     log = home / "logs" / "hermes-bulk.log"
-    assert "HTTP 401" in log.read_text(), "the provider's answer is logged"
+    assert "HTTP 400" in log.read_text(), "the provider's answer is logged"
     assert mode(log) == 0o600 and mode(log.parent) == 0o700

@@ -173,12 +173,28 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
 
 def cmd_run(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
+    if not args.no_check:
+        _check_endpoint_first(jobs, args)
     reply = replies.run(args, jobs, SHELL)
     if not args.wait:
         print(reply.text)
         return EXIT_OK
     job = reply.data
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
+
+
+def _check_endpoint_first(jobs: Jobs, args: Namespace) -> None:
+    """Before a job of HERMES_BULK_*'s endpoint is run: doctor's checks, with the job's model. An
+    endpoint that is down, a refused key or an unknown model would only pause the job (breaker.py):
+    say so now, and run nothing."""
+    job = jobs.get(args.job)
+    if job.spec.client != "http" or job.finished:
+        return  # another kind calls its own model (Hermes'); a finished job has nothing to run
+    report = SHELL.doctor(Namespace(model=job.spec.model), jobs.settings)
+    if not report.usable:
+        raise InvalidTransition(f"Job {job.job_id} was not run: its endpoint cannot serve it now:\n{report.text()}\n"
+                                f"Correct that (hermes-bulk doctor checks it again), then run it again; or run it "
+                                f"anyway with --no-check.")
 
 
 def _worker_runtime(backend, settings: Settings, threads: int, **options) -> tuple[WorkerRuntime, Served]:
@@ -351,6 +367,13 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
     return EXIT_OK if st.state == "completed" else EXIT_ERROR
 
 
+def cmd_doctor(args: Namespace, settings: Settings) -> int:
+    """The endpoint, key and model checked with one cheap request; exit 0 when usable, else 1."""
+    reply = replies.doctor_reply(SHELL.doctor(args, settings))
+    print(reply.text)
+    return EXIT_OK if reply.data.usable else EXIT_ERROR
+
+
 def cmd_path(args: Namespace, settings: Settings) -> int:
     print(settings.home)
     return EXIT_OK
@@ -456,7 +479,7 @@ HANDLERS = {
     "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
     "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
     "show": cmd_show, "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget, "wait": cmd_wait,
-    "dashboard": cmd_dashboard,
+    "dashboard": cmd_dashboard, "doctor": cmd_doctor,
 }
 
 if __name__ == "__main__":  # pragma: no cover

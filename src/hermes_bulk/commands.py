@@ -16,7 +16,7 @@ from .durations import parse_duration
 from .errors import UsageError
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events", "show",
-            "delete", "worker", "workers", "path", "budget", "wait", "dashboard")
+            "delete", "worker", "workers", "path", "budget", "wait", "dashboard", "doctor")
 
 EPILOG = """\
 examples:
@@ -27,6 +27,7 @@ examples:
   hermes-bulk worker -w 16            # process jobs that were run (any number of machines)
   hermes-bulk dashboard               # a live web page of the jobs and workers (prints its URL)
   hermes-bulk budget status           # the request budget shared with Hermes' cron-budget
+  hermes-bulk doctor                  # can the endpoint, key and model serve a job?
 
 exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 4 the job paused (--wait, wait),
              130 interrupted
@@ -162,6 +163,8 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         p.add_argument("-w", "--workers", type=_concurrency, metavar="N",
                        help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's concurrency; "
                             "more threads than it do not run more items: use --concurrency)")
+        p.add_argument("--no-check", action="store_true",
+                       help="do not check the endpoint, key and model first (as doctor does) before running")
 
     p = sub.add_parser("status", help="one job, or the most recent jobs")
     p.add_argument("job", nargs="?", metavar="JOB")
@@ -208,6 +211,12 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
     p = sub.add_parser("events", help="a job's history: skipped entries, failed attempts, waits")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--limit", type=_listed, default=50, metavar="N", help=f"the last N events ({_range(1, MAX_LISTED)})")
+
+    p = sub.add_parser("doctor", help="check that the endpoint answers, the key is accepted and the model is known",
+                       description="One line per check, from one cheap request (GET /models; a 1-token request "
+                                   "only when the model is not listed there). Exit status 0 when usable, else 1.")
+    if not for_slash:
+        p.add_argument("--model", metavar="NAME", help="check this model (default HERMES_BULK_MODEL)")
 
     p = sub.add_parser("delete", help="remove a job, its results and its files")
     p.add_argument("job", metavar="JOB")

@@ -88,6 +88,7 @@ class Settings(BaseSettings, Places):
     batch_max_line_bytes: int = _field("batch_max_line_bytes")
     dashboard_token: SecretStr | None = _field("dashboard_token")
     max_item_bytes: int = _field("max_item_bytes")
+    breaker_failures: int = _field("breaker_failures")
 
     @field_validator("backend")
     @classmethod

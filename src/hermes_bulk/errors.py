@@ -86,6 +86,11 @@ class TransientModelError(ModelError):
     error_type = "TransientError"
 
 
+class EndpointUnreachable(TransientModelError):
+    """No connection to the endpoint could be made (refused, no route, DNS, a connect timeout):
+    nothing was sent, so it says nothing about the item; breaker.py counts it for the endpoint."""
+
+
 class PermanentModelError(ModelError):
     """Authentication, other 4xx, content filters: the item fails at once."""
 

@@ -22,6 +22,7 @@ import httpx
 
 from . import answers
 from .errors import (
+    EndpointUnreachable,
     InvalidAnswer,
     ModelError,
     PermanentModelError,
@@ -170,6 +171,10 @@ class HttpModelClient:
             with self._slots, self._http.stream("POST", self._chat_url, json=body) as response:
                 limit = MAX_ANSWER_BYTES if response.status_code == 200 else MAX_ERROR_BYTES
                 raw, whole = _read_bounded(response, limit)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
+            # Before the other timeouts: no connection means nothing reached the endpoint.
+            log.warning("cannot connect to %s: %r", self.endpoint, exc)
+            raise EndpointUnreachable(f"cannot connect to {self.endpoint} ({type(exc).__name__})") from None
         except httpx.TimeoutException:
             raise TransientModelError("the request timed out") from None
         except httpx.TransportError as exc:  # a dropped connection, a body that is not valid gzip …

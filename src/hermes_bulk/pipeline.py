@@ -25,9 +25,11 @@ from tenacity import (
 )
 
 from . import answers, prompt, sources
+from .breaker import SPACING_S, EndpointBreaker, EndpointBroken, pause_reason, trips
 from .errors import (
     BackendUnavailable,
     ClientUnavailable,
+    EndpointUnreachable,
     InvalidAnswer,
     ModelError,
     PermanentModelError,
@@ -39,7 +41,17 @@ from .files import write_private
 from .limits import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, RequestGate
 from .metrics import WorkerCounters
 from .model import Completion, ModelClient
-from .store.protocol import Claim, ClaimRefused, Event, ItemError, JobRecord, JobStore, SharedLimits
+from .store.protocol import (
+    PAUSED,
+    RUNNING,
+    Claim,
+    ClaimRefused,
+    Event,
+    ItemError,
+    JobRecord,
+    JobStore,
+    SharedLimits,
+)
 from .words import count
 
 log = logging.getLogger("hermes_bulk.pipeline")
@@ -51,6 +63,9 @@ CLIENT_UNAVAILABLE_RETRY_S = 5.0
 #: settle (--max-tokens; claim refused with tokens_in_flight). The chains whose items settle
 #: claim on at once; this brings the others back (Huey's scheduler runs once a second).
 TOKENS_IN_FLIGHT_RETRY_S = 1.0
+#: How soon a request that could not connect is tried again (nothing reached the endpoint, nothing
+#: was billed): as often as the breaker counts such failures, which pauses the job after its count.
+CONNECT_RETRY_S = SPACING_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +84,15 @@ class _LostClaim(Exception):
     """The item is no longer ours (its lease expired and it was given away)."""
 
 
+class _NotConnected(TransientModelError):
+    """A failure to connect while the endpoint answers nobody: the endpoint's failure, not the
+    item's, so it does not use up the item's retries (the breaker bounds it)."""
+
+    def __init__(self, cause: EndpointUnreachable) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 def output_path(jobs_dir: Path, job_id: str, index: int) -> Path:
     return jobs_dir / job_id / "outputs" / f"{index:06d}.md"
 
@@ -81,7 +105,8 @@ class ItemProcessor:
                  lease_s: float, concurrency_cap: int, request_gate: RequestGate | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
-                 on_claim: Callable[[JobRecord], None] | None = None) -> None:
+                 on_claim: Callable[[JobRecord], None] | None = None,
+                 breaker: EndpointBreaker | None = None) -> None:
         self.store, self.limits, self.worker_id = store, limits, worker_id
         self.request_gate = request_gate or OpenGate()
         self.counters = WorkerCounters()
@@ -92,6 +117,7 @@ class ItemProcessor:
         self.max_item_bytes = max_item_bytes  # the most a source-change check reads for one item
         self._told_cannot_serve: set[str] = set()  # job ids that have the event already
         self.on_claim = on_claim  # told of every claim, with the job as the claim saw it (the worker's log)
+        self.breaker = breaker or EndpointBreaker()  # this process's, shared by its threads
 
     def handle(self, job_id: str, index_hint: int, *, claim: Claim | ClaimRefused | None = None,
                chain: Callable[[], bool] | None = None) -> Outcome:
@@ -120,6 +146,11 @@ class ItemProcessor:
             self.store.release_item(job_id, claim.index, self.worker_id)
             self._tell_cannot_serve(job_id, exc)
             return Outcome(claimed=True, reschedule_in=CLIENT_UNAVAILABLE_RETRY_S, index=claim.index)
+        except EndpointBroken as exc:
+            # No item can succeed there now: pause the job first (so nothing claims the item
+            # again), then give the item back with no attempt charged for it.
+            self._pause_for_endpoint(claim.job, str(exc))
+            self.store.release_item(job_id, claim.index, self.worker_id)
         except _LostClaim:
             log.info("job %s item %s: lease lost; another worker has it", job_id, claim.index)
         except BackendUnavailable as exc:
@@ -199,21 +230,34 @@ class ItemProcessor:
         return taken
 
     def _call_with_retries(self, claim: Claim, client: ModelClient) -> Completion:
-        """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries."""
+        """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries. A failure
+        to connect while the endpoint answers nobody is retried every CONNECT_RETRY_S without
+        using up retries, until the breaker pauses the job (EndpointBroken) or a request goes through."""
         retries = claim.job.spec.retries
+        counted = [0]  # attempts charged to the item (a failure to connect while nobody is answered is not)
 
         def record(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
+            if isinstance(exc, _NotConnected):  # an event, not an attempt of the item
+                self.store.add_events(claim.job.job_id, [Event(
+                    "attempt_failed", f"{exc} (not counted against retries: the endpoint answers nobody)",
+                    claim.index, exc.error_type)])
+                return
+            counted[0] += 1
             if isinstance(exc, ModelError) and self.store.record_attempt(
                     claim.job.job_id, claim.index, self.worker_id, _item_error(exc),
                     rate_limited=False) < 0:
                 raise _LostClaim()
 
-        retrying = Retrying(
-            retry=retry_if_exception_type(TransientModelError),
-            stop=lambda state: claim.attempts + state.attempt_number > retries,
-            wait=RETRY_WAIT, after=record, sleep=self.sleep, reraise=True,
-        )
+        def stop(state: RetryCallState) -> bool:
+            return claim.attempts + counted[0] > retries
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            return CONNECT_RETRY_S if isinstance(exc, _NotConnected) else RETRY_WAIT(state)
+
+        retrying = Retrying(retry=retry_if_exception_type(TransientModelError), stop=stop, wait=wait,
+                            after=record, sleep=self.sleep, reraise=True)
         return retrying(self._call_through_limits, claim, client)
 
     def _call_through_limits(self, claim: Claim, client: ModelClient) -> Completion:
@@ -229,8 +273,9 @@ class ItemProcessor:
             if held_s > 0:
                 raise LongWait(held_s)  # the budget window is spent: give the item back until it reopens
             self.counters.add(requests=1)
+            attempt = self.breaker.attempt(client.provider_key)
             try:
-                completion = client.complete(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
+                completion = self._call_once(claim, client, attempt, messages, schema)
             except RateLimited as exc:
                 self.counters.add(rate_limit_waits=1)
                 until = gate.rate_limited(exc.retry_after_s)
@@ -245,6 +290,40 @@ class ItemProcessor:
                 continue
             gate.succeeded()
             return structured(completion, spec.schema) if spec.schema else completion
+
+    def _call_once(self, claim: Claim, client: ModelClient, attempt, messages, schema) -> Completion:
+        """client.complete, told to the breaker: an HTTP answer resets it; a refused key or an
+        unknown model trips it (EndpointBroken), so does the last of its count of failures to connect."""
+        spec = claim.job.spec
+        try:
+            completion = client.complete(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
+        except EndpointUnreachable as exc:
+            verdict = self.breaker.unreachable(attempt)
+            if verdict.tripped:
+                raise EndpointBroken(self._reason(claim, client, exc, verdict.streak)) from None
+            if verdict.answered_since:  # the endpoint is up: this counts as any transient failure
+                raise
+            raise _NotConnected(exc) from None
+        except ModelError as exc:
+            if exc.http_status is not None:
+                self.breaker.answered(attempt.key)
+            if trips(exc):
+                raise EndpointBroken(self._reason(claim, client, exc)) from None
+            raise
+        self.breaker.answered(attempt.key)
+        return completion
+
+    def _reason(self, claim: Claim, client: ModelClient, exc: ModelError, streak: int = 0) -> str:
+        spec = claim.job.spec
+        return pause_reason(exc, endpoint=getattr(client, "endpoint", None), model=spec.model, streak=streak,
+                            http_client=spec.client == "http")
+
+    def _pause_for_endpoint(self, job: JobRecord, reason: str) -> None:
+        """Pause the running job (once: other threads that trip find it paused) with the reason."""
+        paused = self.store.set_state(job.job_id, PAUSED, from_states=[RUNNING], pause_reason=reason,
+                                      event=Event("paused", reason))
+        if paused is not None:
+            log.warning("job %s paused: %s", job.job_id, reason)
 
     def _tell_cannot_serve(self, job_id: str, exc: ClientUnavailable) -> None:
         if job_id in self._told_cannot_serve:

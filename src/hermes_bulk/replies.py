@@ -14,7 +14,7 @@ from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import hints, views
 from .errors import UsageError
@@ -22,6 +22,10 @@ from .flag_files import read_instruction, read_schema
 from .jobs import Jobs, Plan
 from .store.protocol import PAUSED, JobRecord
 from .words import count
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .doctor import Report
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,14 @@ class Place:
 
     def unwatch(self, job_id: str) -> None:
         """The user has seen the job end, or stopped it: its end is no news."""
+
+    def doctor(self, args: Namespace, settings: Settings) -> Report:
+        """The checks of the model its jobs call: here the endpoint, key and model in HERMES_BULK_*."""
+        from . import doctor
+
+        key = settings.api_key.get_secret_value() if settings.api_key else None
+        return doctor.check_endpoint(settings.base_url, key, getattr(args, "model", None) or settings.model,
+                                     timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S))
 
 
 def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
@@ -223,6 +235,18 @@ def events(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     return Reply("\n".join(views.event_lines(st.events, st.event_names)) or f"Job {st.job.job_id} has no events yet.", st)
 
 
+def doctor(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """Can the model the jobs made here call be reached, with this key and model? One line a check."""
+    return doctor_reply(place.doctor(args, jobs.settings))
+
+
+def doctor_reply(report: Report) -> Reply:
+    verdict = ("Usable." if report.usable else
+               "Not usable: correct what the FAIL lines name, then check again (a job that paused for it "
+               "continues with resume).")
+    return Reply(f"{report.text()}\n{verdict}", report)
+
+
 def delete(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     job_id = jobs.delete(args.job, abandon_batches=getattr(args, "abandon_batches", False))
     return Reply(f"Deleted job {job_id}.", job_id)
@@ -232,5 +256,5 @@ Handler = Callable[[Namespace, Jobs, Place], Reply]
 #: The commands both places have; the CLI adds worker, workers, wait, path and budget.
 HANDLERS: dict[str, Handler] = {
     "create": create, "run": run, "status": status, "pause": pause, "resume": resume, "retry": retry,
-    "export": export, "list": list_, "events": events, "delete": delete, "show": show,
+    "export": export, "list": list_, "events": events, "delete": delete, "show": show, "doctor": doctor,
 }

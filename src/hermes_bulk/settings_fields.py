@@ -125,6 +125,9 @@ SETTINGS: tuple[Setting, ...] = (
                         "on a loopback address only)."),
     Setting("max_item_bytes", "int", 4 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024,
             description="Larger files in a directory are left out, with an event."),
+    Setting("breaker_failures", "int", 5, ge=1, le=10_000,
+            description="Failures to connect to the endpoint in a row (requests in flight together count "
+                        "once) that pause a job instead of failing its items."),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

@@ -17,6 +17,7 @@ from .jobs import Created, ItemShown, Jobs, JobStatus, Plan, state_label
 from .store.protocol import (
     INTERRUPTED_WORKER_STOP,
     PAUSE_TOKEN_LIMIT,
+    PAUSE_USER,
     RUNNING,
     Event,
     ItemRecord,
@@ -42,6 +43,8 @@ def end_notice(st: JobStatus, cmd: str) -> str:
     done = f"{j.completed}/{count(j.total, 'item')} completed, {j.failed} failed"
     if st.state == "paused":
         why = "paused at its token limit" if j.pause_reason == PAUSE_TOKEN_LIMIT else "paused"
+        if j.pause_reason and j.pause_reason not in (PAUSE_TOKEN_LIMIT, PAUSE_USER):
+            why = f"paused: {j.pause_reason}"
         hint = (f"{cmd} resume {j.job_id} --max-tokens <n>" if j.pause_reason == PAUSE_TOKEN_LIMIT
                 else f"{cmd} resume {j.job_id}")
         return f"Job {j.job_id} {why} ({done}). Continue with: {hint}"
@@ -161,6 +164,8 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
     if st.state == "paused":
         if j.pause_reason == PAUSE_TOKEN_LIMIT:
             return [f"Paused: token limit reached. Continue with: {hints.process(j, 'resume', cmd, '--max-tokens <n>')}"]
+        if j.pause_reason and j.pause_reason != PAUSE_USER:  # paused itself (its endpoint): why, in full
+            return [f"Paused: {j.pause_reason}.", f"Continue with: {hints.process(j, 'resume', cmd)}"]
         return [f"Paused. Continue with: {hints.process(j, 'resume', cmd)}"]
     if st.state == "awaiting_recovery":
         if cmd == hints.CLI and hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from . import metrics
 from .batch_api import BatchApi
 from .batches import BatchDriver, runs_live
+from .breaker import EndpointBreaker
 from .broker import Backend
 from .config import Settings
 from .errors import ClientUnavailable, ConfigError, HermesBulkError
@@ -97,6 +98,7 @@ class WorkerRuntime:
             client_for=client_for or self.client_for, jobs_dir=settings.jobs_dir,
             lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
             request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes, on_claim=self._took,
+            breaker=EndpointBreaker(settings.breaker_failures),
         )
         self.interval_s = heartbeat_interval(settings.lease_seconds)
         self._stop = threading.Event()

@@ -62,6 +62,7 @@ model call, made in the background with Hermes' model; progress is kept outside 
 {CMD} export <job_id> [--format md|csv|jsonl] [--output PATH] [--only failed|completed]
                                         Writes all results to one file. Makes no model calls.
 {CMD} list | events <job_id> | delete <job_id>
+{CMD} doctor                          Checks that Hermes' model answers (one 1-token request).
 
 A job id may be shortened to any unique prefix. Details of one command: {CMD} <command> --help"""
 
@@ -295,6 +296,26 @@ class _Session(replies.Place):
                                         home=hermes.profile_home())
         clients = {hermes.CLIENT: factory}
         background.ensure_running(self.settings, self.backend, clients=clients, gate=self.gate)
+
+    def doctor(self, args: Namespace, settings: Settings):
+        """The model /bulk jobs call is Hermes' own (ctx.llm): one 1-token request through it, as an
+        item's goes. Bulk has no endpoint or key of its own to check here."""
+        from ..doctor import FAIL, OK, Report
+        from ..errors import ModelError
+
+        model = hermes.configured_model()
+        named = "/".join(part for part in (model.provider, model.model) if part) or "(none configured)"
+        report = Report(f"Hermes' model {named}")
+        client = hermes.HermesLlmClient(_ctx.llm, provider_key=model.provider_key, home=hermes.profile_home(),
+                                        timeout_s=min(settings.request_timeout_seconds, 30.0))
+        try:
+            client.complete([{"role": "user", "content": "Say OK."}], max_tokens=1)
+        except ModelError as exc:
+            if exc.http_status != 200:  # 200: it answered, with nothing in one token
+                report.add("model", FAIL, f"Hermes' model {named} did not answer a 1-token request: {exc}")
+                return report
+        report.add("model", OK, f"Hermes' model {named} answered a 1-token request")
+        return report
 
     def check_servable(self, job_ref: str) -> None:
         """Raises unless the workers in this process can run the job."""

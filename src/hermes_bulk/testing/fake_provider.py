@@ -21,6 +21,9 @@ Faults, set at start or live through `configure()` / `POST /_control`:
   hostile answers  fault kinds answered with HTTP 200 and a body that is not what was asked
                    (HOSTILE): cut at the output limit, off the schema, malformed, huge …
   batch_*          the Batch API (fake_batches.py): processing delay, time per line, expiry
+  require_key      every /v1 request without `Authorization: Bearer <it>` gets 401 (a wrong key)
+  models           the models it knows: GET /models lists them, a chat request for another gets 404
+                   (None: any model, and /models lists fake-model)
 Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
 processes is recorded apart (`batches.lines`), so a test tells batch work from live calls.
 """
@@ -114,6 +117,8 @@ class FakeConfig:
     batch_hold: bool = False  # batches stay in_progress without processing (until released or cancelled)
     batch_upload_delay_s: float = 0.0  # an upload is stored, then answered this late (a kill mid-upload)
     batch_create_delay_s: float = 0.0  # a batch is created, then answered this late (a kill before it is recorded)
+    require_key: str | None = None  # the only API key accepted (else 401)
+    models: list[str] | None = None  # the models known (else 404 for a chat request); None: any
 
 
 class FakeProvider:
@@ -228,8 +233,12 @@ class FakeProvider:
     async def _route(self, method: str, target: str, body: bytes, writer: asyncio.StreamWriter,
                      headers: dict[str, str] | None = None) -> bool:
         path = target.split("?", 1)[0]  # a base URL may carry a query (…/v1?api-key=…)
+        refused = self._refused(path, body, headers or {})
+        if refused is not None:
+            return self._send(writer, *refused)
         if method == "GET" and path.endswith("/models"):
-            return self._send(writer, 200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]})
+            known = self.config.models if self.config.models is not None else ["fake-model"]
+            return self._send(writer, 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in known]})
         if method == "GET" and path == "/_stats":
             return self._send(writer, 200, self.stats())
         if method == "POST" and path == "/_control":
@@ -255,6 +264,27 @@ class FakeProvider:
                 return await self._send_file(writer, status, obj)
             return self._send(writer, status, obj)
         return self._send(writer, 404, {"error": {"message": "not found"}})
+
+    def _refused(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict] | None:
+        """(401, body) for a wrong key (require_key), (404, body) for an unknown model (models)."""
+        if not path.startswith("/v1"):
+            return None
+        key = self.config.require_key
+        if key is not None and headers.get("authorization", "") != f"Bearer {key}":
+            with self._lock:
+                self.requests.append(RequestRecord(at=time.time(), item="", status=401, fault="401"))
+            return 401, {"error": {"message": "Incorrect API key provided: sk-LEAKED-1234", "code": "invalid_api_key"}}
+        if self.config.models is not None and path.endswith("/chat/completions"):
+            try:
+                model = json.loads(body or b"{}").get("model")
+            except (ValueError, AttributeError):
+                model = None
+            if model not in self.config.models:
+                with self._lock:
+                    self.requests.append(RequestRecord(at=time.time(), item="", status=404, fault="404"))
+                return 404, {"error": {"message": f"The model {model} does not exist (key sk-LEAKED-1234)",
+                                       "code": "model_not_found"}}
+        return None
 
     def _echo(self, target: str, headers: dict[str, str]) -> str:
         """What error bodies quote besides the usual text (echo_credentials, error_echo)."""

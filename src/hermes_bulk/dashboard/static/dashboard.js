@@ -41,8 +41,13 @@ function bar(job) {
                       "aria-valuenow": job.completed + job.failed }, shown);
 }
 
+function pauseReason(job) {  // why a job paused itself (its token limit, its endpoint); "" otherwise
+  return job.state === "paused" && job.pause_reason && job.pause_reason !== "user" ? job.pause_reason : "";
+}
+
 function stateCell(job) {
-  return el("span", { cls: `state state-${job.state}`, text: job.state_label });
+  const why = pauseReason(job);
+  return el("span", { cls: `state state-${job.state}`, text: job.state_label, ...(why ? { title: why } : {}) });
 }
 
 function waitText(job) {
@@ -127,11 +132,12 @@ function jobPage(main, jobId) {
   const title = el("h1", { text: `Job ${jobId}` });
   const instruction = el("p", { id: "instruction", cls: "muted" });
   const progress = el("p", { id: "progress" });
+  const paused = el("p", { id: "pause-reason", hidden: true });
   const chart = svg("svg", { cls: "chart", viewBox: "0 0 720 180", role: "img", "aria-label": "completions and failures over time" });
   const events = el("tbody", { id: "events" });
   const failed = el("tbody", { id: "failed-items" });
   const failedNote = el("p", { cls: "muted", id: "failed-note" });
-  main.replaceChildren(title, instruction, progress, el("div", { cls: "figures" }, ...FIGURES.map(([l, id]) => figure(l, id))),
+  main.replaceChildren(title, instruction, progress, paused, el("div", { cls: "figures" }, ...FIGURES.map(([l, id]) => figure(l, id))),
     el("div", { cls: "actions" }, buttons.pause, buttons.resume, buttons.retry, ...exports, said),
     el("h2", { text: "Completions and failures" }), chart,
     el("h2", { text: "Failed items" }), failedNote,
@@ -146,6 +152,8 @@ function jobPage(main, jobId) {
     progress.replaceChildren(bar(job), " ", el("span", { "data-field": "progress",
       text: `${num(job.completed + job.failed)}/${num(job.total)} settled (${(job.progress * 100).toFixed(1)}%)` }));
     $("f-state").replaceChildren(stateCell(job));
+    paused.textContent = pauseReason(job) ? `Paused: ${pauseReason(job)}` : "";
+    paused.hidden = !paused.textContent;
     const set = { "f-completed": num(job.completed), "f-failed": num(job.failed), "f-pending": num(job.pending),
       "f-running": num(job.running), "f-rate": rate(job), "f-eta": duration(job.eta_s),
       "f-tokens": num(job.tokens_used), "f-reserved": num(job.tokens_reserved), "f-wait": waitText(job) };
