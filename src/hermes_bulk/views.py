@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from . import hints
-from .budget.windows import ZonedInstant
 from .jobs import Created, ItemShown, Jobs, JobStatus, Plan, state_label
 from .store.protocol import (
     INTERRUPTED_WORKER_STOP,
@@ -129,6 +128,8 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
     if st.rate_limit and st.state == "processing":
         lines.append(f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait together)")
     if st.budget_held_until:
+        from .budget.windows import ZonedInstant  # here: a read command never loads the budget
+
         reopens = st.budget_held_until  # in the budget's zone, named, as the budget's status shows it
         reopens_at = reopens.shown() if isinstance(reopens, ZonedInstant) else _clock(reopens)
         lines.append(f"Waiting for the request budget: the window reopens at {reopens_at} "
