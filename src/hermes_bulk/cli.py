@@ -28,7 +28,7 @@ from .commands import UsageError, build_parser, normalise
 from .errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
 from .full_disk import disk_full_at
 from .jobs import Jobs, Plan, state_label
-from .limits import OpenGate, RequestGate
+from .limits import RequestGate
 from .pipes import is_broken_pipe, stdout_gone
 from .settings_fields import register_settings_secrets
 from .terminal import print_table, say, stderr_console
@@ -145,7 +145,7 @@ class _GateWhenAsked:
 def _request_gate() -> RequestGate:
     from .budget.gate import gate_from_environment
 
-    return gate_from_environment() or OpenGate()
+    return gate_from_environment()
 
 
 SHELL = replies.Place()  #: `hermes-bulk` in a shell

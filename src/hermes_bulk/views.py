@@ -131,7 +131,11 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
     if st.rate_limit and st.state == "processing":
         lines.append(f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait together)")
     if st.budget_held_until:
-        lines.append(f"Waiting for the request budget: the window reopens at {_clock(st.budget_held_until)} "
+        from .budget.windows import ZonedInstant  # here: a read command never loads the budget
+
+        reopens = st.budget_held_until  # in the budget's zone, named, as the budget's status shows it
+        reopens_at = reopens.shown() if isinstance(reopens, ZonedInstant) else _clock(reopens)
+        lines.append(f"Waiting for the request budget: the window reopens at {reopens_at} "
                      "(requests are kept for chat)")
     lines += _next_step(st, cmd)
     if j.skipped:

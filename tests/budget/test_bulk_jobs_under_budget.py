@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime
 import json
 import signal
+from zoneinfo import ZoneInfo
+
+from hermes_bulk.budget.settings import machine_zone
 
 from ..helpers import wait_for
 
@@ -29,10 +32,11 @@ def test_a_bulk_job_stops_at_the_background_cap_and_says_it_waits_for_the_window
         worker.wait(30)
     assert (status["state"], status["completed"], status["failed"]) == ("processing", 8, 0)
     assert status["budget_held_until"] is not None
-    # The window (reset 00:00, machine zone) reopens tomorrow: the line gives the date, not just a time.
-    reopens = datetime.datetime.fromtimestamp(status["budget_held_until"])
-    assert reopens.date() > datetime.date.today()
-    assert f"Waiting for the request budget: the window reopens at {reopens:%Y-%m-%d %H:%M:%S} " in text
+    # The window (reset 00:00, machine zone) reopens tomorrow: the line gives the date and the zone.
+    zone = ZoneInfo(machine_zone())
+    reopens = datetime.datetime.fromtimestamp(status["budget_held_until"], zone)
+    assert reopens.date() > datetime.datetime.now(zone).date()
+    assert f"Waiting for the request budget: the window reopens at {reopens:%Y-%m-%d %H:%M %Z} " in text
     assert len(fake_provider.requests) == 8, "the cap (daily_limit - chat_reserve) is not crossed"
     report = cli("budget", "status", **env).stdout
     assert "bulk" in report

@@ -7,7 +7,6 @@ import pytest
 from hermes_bulk import broker
 from hermes_bulk.broker import open_backend
 from hermes_bulk.budget.gate import (
-    BudgetGate,
     gate_from_environment,
     mark_precharged,
     take_precharged,
@@ -31,15 +30,16 @@ def root(env, tmp_path, monkeypatch):
 
 
 def test_no_budget_is_configured_until_there_are_settings_a_ledger_or_the_environment(root, monkeypatch):
-    assert gate_from_environment() is None
+    gate = gate_from_environment()
+    assert not gate.configured()
     Budget(budget_dir()).settings_file.set("mode", "observe")
-    assert isinstance(gate_from_environment(), BudgetGate)
+    assert gate.configured(), "the same gate follows the budget set after it was made"
 
 
 def test_a_ledger_url_in_the_environment_configures_the_budget(root, monkeypatch, redis_url):
     monkeypatch.setenv(LEDGER_ENV, redis_url)
     gate = gate_from_environment(profile="host-a")
-    assert gate is not None and gate.profile == "host-a"
+    assert gate.configured() and gate.profile == "host-a"
 
 
 def test_a_precharge_mark_is_taken_once_and_only_on_its_own_thread():

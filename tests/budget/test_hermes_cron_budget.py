@@ -124,8 +124,9 @@ def test_cron_over_the_cap_never_reaches_the_provider_explains_once_then_stays_s
     outputs = sorted((hermes.root / "cron" / "output" / job_id).glob("*.md"))
     assert len(outputs) == 2
     first, second = (p.read_text().rstrip().splitlines()[-1] for p in outputs)
-    assert first.startswith("Held by cron-budget: this run was not sent to the model because cron and bulk "
-                            "jobs have used their share of this window's requests (1 of 3; 2 are kept for chat).")
+    used = hermes.budget().report().counts.total  # the chat turn's requests (held runs count none)
+    assert first.startswith(f"Held by cron-budget: this run was not sent to the model because this window has "
+                            f"used {used} of its 3 requests, and cron and bulk jobs stop at 1 (2 are kept for chat).")
     assert second == SILENT
 
     # Past the whole daily limit, chat in another profile still reaches the provider.

@@ -128,8 +128,9 @@ def test_a_held_run_counts_its_words_one_request_one_is_kept(budget):
     cron_budget.llm_execution({"messages": []}, provider, session_id=session.format(0), platform="cron", **MAIN_LOOP)
     held = cron_budget.llm_execution({"messages": []}, provider, session_id=session.format(1), platform="cron",
                                      **MAIN_LOOP)
-    assert "it reached its job_limit of 1 request for this window" in held.choices[0].message.content
+    assert "it has used 1 of its job_limit of 1 request in this window" in held.choices[0].message.content
     budget.admit(CallRecord("chat"))  # the window's background share (2 of 3) is used
     other = cron_budget.llm_execution({"messages": []}, provider, session_id="cron_0123456789ab_20261130_120000",
                                       platform="cron", **MAIN_LOOP)
-    assert "(2 of 3; 1 is kept for chat)" in other.choices[0].message.content
+    assert ("this window has used 2 of its 3 requests, and cron and bulk jobs stop at 2 (1 is kept for chat)"
+            in other.choices[0].message.content)

@@ -67,11 +67,10 @@ def test_the_budget_seam_is_open_without_a_budget_and_the_ledgers_gate_with_one(
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes-root"))
     monkeypatch.delenv("HERMES_BULK_BUDGET_LEDGER", raising=False)
     monkeypatch.setattr(background, "_gates", {})
-    assert isinstance(background.request_gate(settings), OpenGate), "no budget configured: every request goes"
-    SettingsFile(budget_dir()).set("mode", "enforce")
-    monkeypatch.setattr(background, "_gates", {})
     gate = background.request_gate(settings)
-    assert isinstance(gate, BudgetGate)
+    assert isinstance(gate, BudgetGate) and not gate.configured(), "no budget configured: every request goes"
+    SettingsFile(budget_dir()).set("mode", "enforce")
+    assert gate.configured(), "the gate follows a budget set after it was made"
     assert background.request_gate(settings) is gate, "one gate per backend"
 
 

@@ -5,6 +5,11 @@ background cap is reached in enforce mode the request is not sent: `admit` retur
 until the window reopens, the pipeline gives the item back, and the job waits (its status says
 until when) instead of failing items. Accounting failures let the request through (fail open).
 
+The gate follows the budget as it is now, not as it was when the process started: before each
+request it looks (a stat or two, no read) whether a budget is configured, so a budget set up or
+switched to enforce while a gateway or worker runs holds that process's next request. The
+Budget itself re-reads budget.json when it changes.
+
 Hermes' `ctx.llm` calls are not seen by the cron-budget middleware, and in Hermes 0.19.0 the
 plugin counts them through an auxiliary-call observer instead; a request this gate has already
 charged is marked (`mark_precharged`) so that observer does not count it a second time.
@@ -15,6 +20,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ..store.protocol import JobRecord
@@ -22,6 +28,7 @@ from .ledger import CallRecord
 from .policy import BULK
 from .service import Budget
 from .settings import LEDGER_ENV, LEDGER_FILE, SETTINGS_FILE, budget_dir
+from .windows import ZonedInstant
 
 #: A held request asks again after at least this long (a window's end seen from a skewed clock).
 MIN_HOLD_S = 1.0
@@ -41,42 +48,68 @@ def take_precharged() -> bool:
     return pending
 
 
-class BudgetGate:
-    """pipeline.RequestGate over a Budget: one bulk request charged per model request."""
+def _never() -> bool:
+    return False
 
-    def __init__(self, budget: Budget, *, profile: str = "") -> None:
-        self.budget = budget
+
+class BudgetGate:
+    """pipeline.RequestGate over the budget in one directory: one bulk request charged per model
+    request while a budget is configured there; every request goes uncharged while none is.
+
+    `counting_here` says whether this process counts requests anyway (the cron-budget plugin is
+    loaded): then a budget counts from the first request, and a bulk request must be charged here
+    as bulk, or the plugin's observer would count it as auxiliary.
+    """
+
+    def __init__(self, directory: Path, *, profile: str = "",
+                 counting_here: Callable[[], bool] = _never, budget: Budget | None = None) -> None:
+        self.directory = directory
         self.profile = profile or socket.gethostname()  # hermes-bulk workers are told apart by host
+        self.counting_here = counting_here
+        self._budget = budget
+        self._lock = threading.Lock()
+
+    @property
+    def budget(self) -> Budget:
+        with self._lock:
+            if self._budget is None:
+                self._budget = Budget(self.directory)
+            return self._budget
+
+    def configured(self) -> bool:
+        """Whether a budget applies now: HERMES_BULK_BUDGET_LEDGER is set, this process counts
+        (counting_here), or the budget directory holds budget.json or a ledger someone counts in."""
+        return bool(os.environ.get(LEDGER_ENV, "").strip() or self.counting_here()
+                    or _exists(self.directory / SETTINGS_FILE) or _exists(self.directory / LEDGER_FILE))
 
     def admit(self, job: JobRecord) -> float:
-        spec = job.spec
         take_precharged()  # a mark left by a ctx.llm call that failed (unseen) must not carry over
-        outcome = self.budget.admit(CallRecord(
+        if not self.configured():
+            return 0.0
+        spec = job.spec
+        budget = self.budget
+        outcome = budget.admit(CallRecord(
             call_class=BULK, profile=self.profile, job_id=spec.job_id, job_name="bulk job",
             provider="hermes" if spec.client == "hermes" else "openai-compatible",
             model=spec.model or "", api_mode="chat_completions"))
         if outcome.held and outcome.window is not None:
-            return max(MIN_HOLD_S, outcome.window.end_s - self.budget.clock())
+            return max(MIN_HOLD_S, outcome.window.end_s - budget.clock())
         if spec.client == "hermes":
             mark_precharged()
         return 0.0
 
-    def held_until(self, job: JobRecord) -> float | None:
+    def held_until(self, job: JobRecord) -> ZonedInstant | None:
+        if not self.configured():
+            return None
         return self.budget.background_held_until(job.spec.model)
 
 
-def gate_from_environment(root: Path | None = None, *, profile: str = "") -> BudgetGate | None:
-    """A BudgetGate for this machine's budget, or None when no budget is configured.
-
-    Configured means: HERMES_BULK_BUDGET_LEDGER is set, or the budget directory
-    (`<root Hermes home>/plugin-data/cron-budget/`, root from HERMES_HOME as Hermes resolves it)
-    holds budget.json or a ledger that the cron-budget plugin has been counting in.
-    """
-    directory = budget_dir(root)
-    if not (os.environ.get(LEDGER_ENV, "").strip() or _exists(directory / SETTINGS_FILE)
-            or _exists(directory / LEDGER_FILE)):
-        return None
-    return BudgetGate(Budget(directory), profile=profile)
+def gate_from_environment(root: Path | None = None, *, profile: str = "",
+                          counting_here: Callable[[], bool] = _never) -> BudgetGate:
+    """The BudgetGate of this machine's budget: `<root Hermes home>/plugin-data/cron-budget/`
+    (root from HERMES_HOME as Hermes resolves it), or HERMES_BULK_BUDGET_LEDGER. It charges
+    nothing until a budget is configured there, and follows it from the next request once one is."""
+    return BudgetGate(budget_dir(root), profile=profile, counting_here=counting_here)
 
 
 def _exists(path: Path) -> bool:

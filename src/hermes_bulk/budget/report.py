@@ -70,7 +70,7 @@ def status_text(r: Report) -> str:
     if r.failopen:
         lines.append("")
         lines.append(f"⚠ Accounting failed {count(r.failopen.calls, 'time')} in this window (last at "
-                     f"{dt.datetime.fromtimestamp(r.failopen.last_at).strftime('%H:%M:%S')}: {r.failopen.reason}); "
+                     f"{w.local(r.failopen.last_at):%H:%M:%S %Z}: {r.failopen.reason}); "
                      "those calls went through uncounted.")
     lines.append("")
     if r.settings_error:

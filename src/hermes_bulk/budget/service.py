@@ -23,7 +23,7 @@ from .failopen import FailOpenNote, FailOpenNotes
 from .ledger import Admission, CallRecord, RequestLedger, WindowCounts
 from .ledgers import ledger_file_missing, open_ledger
 from .settings import BudgetSettings, SettingsFile, ledger_location
-from .windows import Window, window_at
+from .windows import Window, ZonedInstant, window_at
 
 log = logging.getLogger("hermes_bulk.budget")
 
@@ -179,15 +179,16 @@ class Budget:
                       failopen=self.notes.read_since(window.start_s), ledger=public_url(location),
                       ledger_error=error, now_s=self.clock(), settings_error=settings_error)
 
-    def background_held_until(self, model: str | None) -> float | None:
-        """When background calls of this model may go again, if the window's cap holds them now."""
+    def background_held_until(self, model: str | None) -> ZonedInstant | None:
+        """When background calls of this model may go again, if the window's cap holds them now
+        (in the budget's zone, which is how a user is shown it)."""
         try:
             settings = self.settings()
             if settings.mode != policy.ENFORCE or not policy.model_counts(model, settings.models):
                 return None
             window = self.window(settings)
             if self.ledger(settings).counts(window).total >= settings.background_cap:
-                return float(window.end_s)
+                return ZonedInstant(window.end_s, window.zone)
         except Exception:  # status must not fail because the budget cannot be read
             log.debug("cron-budget: cannot tell whether background work is held", exc_info=True)
         return None

@@ -9,6 +9,9 @@ one line that says what to do (ConfigError).
 The ledger's location is the `ledger` key, overridden by HERMES_BULK_BUDGET_LEDGER: empty means
 the SQLite file `ledger.db` beside budget.json; a redis:// or rediss:// URL shares the ledger
 between machines (each machine keeps its own budget.json, so give them the same settings).
+A SQLite ledger's path is absolute: a relative one (from `set`, an older budget.json or the
+environment) is taken against the root Hermes home, never a process's working directory, so
+every process counts in the same file.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ..backend_url import SqliteUrl, parse_ledger_url
 from ..errors import ConfigError
 from ..files import private_dir, write_private
 from ..redact import public_url
@@ -249,13 +253,33 @@ def budget_dir(root: Path | None = None) -> Path:
     return (root or root_home()) / "plugin-data" / "cron-budget"
 
 
+def root_of(directory: Path) -> Path:
+    """The root Hermes home a budget directory belongs to (budget_dir's inverse); a directory
+    that is not `<root>/plugin-data/cron-budget` stands for itself."""
+    if directory.parent.name == "plugin-data":
+        return directory.parent.parent
+    return directory
+
+
+def absolute_ledger(value: str, root: Path) -> str:
+    """A ledger location with a relative SQLite path made absolute against the root Hermes home
+    (`~` is the user's home); URLs of Redis and absolute paths are kept as given."""
+    if not value or "://" in value and not value.lower().startswith("sqlite://"):
+        return value
+    parsed = parse_ledger_url(value)
+    if not isinstance(parsed, SqliteUrl) or parsed.path.is_absolute():
+        return value
+    return str(root / parsed.path)
+
+
 def ledger_location(settings: BudgetSettings, directory: Path) -> str:
-    """HERMES_BULK_BUDGET_LEDGER, else the `ledger` setting, else ledger.db in the budget dir."""
+    """HERMES_BULK_BUDGET_LEDGER, else the `ledger` setting, else ledger.db in the budget dir;
+    a relative SQLite path is taken against the root Hermes home."""
     env = os.environ.get(LEDGER_ENV, "").strip()
     if env:
         parse_value("ledger", env)
-        return env
-    return settings.ledger or str(directory / LEDGER_FILE)
+        return absolute_ledger(env, root_of(directory))
+    return absolute_ledger(settings.ledger, root_of(directory)) or str(directory / LEDGER_FILE)
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
@@ -325,7 +349,15 @@ class SettingsFile:
         return from_mapping(self._values(), source=str(self.path))
 
     def _values(self) -> dict:
-        """The file's keys as stored ({} when there is no file); ConfigError when it is not JSON."""
+        """The file's keys as stored ({} when there is no file), a relative ledger path made
+        absolute (an older version kept it as given); ConfigError when it is not JSON."""
+        values = self._stored()
+        if isinstance(values.get("ledger"), str):
+            with contextlib.suppress(ConfigError):  # a bad ledger value is named by validation
+                values["ledger"] = absolute_ledger(values["ledger"].strip(), root_of(self.directory))
+        return values
+
+    def _stored(self) -> dict:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -352,7 +384,7 @@ class SettingsFile:
         with self._locked():
             values = self._values()
             parse_value(key, text)  # the new value alone, checked first
-            values[key] = text
+            values[key] = absolute_ledger(text.strip(), root_of(self.directory)) if key == "ledger" else text
             try:
                 settings = _validated(values)
             except _Refused as exc:  # a rule between keys is about the value just given: no file to name
@@ -381,7 +413,8 @@ def describe() -> list[tuple[str, str, str]]:
         "reset": "local time (HH:MM) at which the provider's window reopens",
         "timezone": "IANA zone name of reset, e.g. Europe/Berlin",
         "models": "comma-separated model-name globs that count (others are recorded, not counted)",
-        "ledger": "empty: SQLite beside budget.json; a redis:// URL shares it between machines",
+        "ledger": "empty: SQLite beside budget.json; a path (relative: to the root Hermes home); "
+                  "a redis:// URL shares it between machines",
     }
     defaults = BudgetSettings()
     return [(key, defaults.shown(key) if key != "timezone" else "machine zone", meaning[key]) for key in KEYS]

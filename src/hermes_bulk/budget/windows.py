@@ -14,6 +14,7 @@ The DST rule, where the reset time is not an ordinary local time on the day of a
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass
 from zoneinfo import ZoneInfo
 
@@ -45,6 +46,26 @@ class Window:
     @property
     def end_local(self) -> dt.datetime:
         return self.local(self.end_s)
+
+
+class ZonedInstant(float):
+    """Seconds since the epoch, and the zone a reader sees them in (the budget's): a float to all
+    that computes with it or stores it, a time with its zone's name when shown."""
+
+    __slots__ = ("zone",)
+    zone: str
+
+    def __new__(cls, at_s: float, zone: str) -> ZonedInstant:
+        instant = super().__new__(cls, at_s)
+        instant.zone = zone
+        return instant
+
+    def shown(self, now_s: float | None = None) -> str:
+        """"09:00 JST"; with the date when that is not today in the zone: "2026-12-04 09:00 JST"."""
+        zone = ZoneInfo(self.zone)
+        local = dt.datetime.fromtimestamp(float(self), zone)
+        today = dt.datetime.fromtimestamp(time.time() if now_s is None else now_s, zone).date()
+        return local.strftime("%H:%M %Z" if local.date() == today else "%Y-%m-%d %H:%M %Z")
 
 
 def reset_instant(day: dt.date, reset: dt.time, zone: ZoneInfo) -> int:

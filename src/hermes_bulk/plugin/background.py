@@ -8,7 +8,8 @@ threads end with it and items in progress go back to the queue; nothing starts t
 someone runs the job (jobs never start by themselves).
 
 `request_gate` is the seam for the cron budget: every ctx.llm call a worker makes is admitted
-through it first, because Hermes' middleware does not see ctx.llm calls in 0.19.0.
+through it first, because Hermes' middleware does not see ctx.llm calls in 0.19.0. The gate
+looks at the budget before each request, so a budget set while Hermes runs applies at once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..backend_url import SqliteUrl, parse_backend_url
 from ..broker import Backend, open_backend
 from ..client_kinds import Served
 from ..config import Settings
-from ..limits import OpenGate, RequestGate
+from ..limits import RequestGate
 from ..liveness import Liveness, recover_interrupted
 from ..redact import public_url
 from ..worker import ClientFactory, WorkerRuntime
@@ -39,8 +40,8 @@ _atexit_registered = False
 
 
 def request_gate(settings: Settings) -> RequestGate:
-    """The request budget for background model calls: the cron-budget ledger's gate when that
-    module is installed, else no budget. One per backend, shared by workers and status."""
+    """The request budget for background model calls: the cron-budget ledger's gate, which charges
+    nothing while no budget is configured. One per backend, shared by workers and status."""
     with _lock:
         gate = _gates.get(settings.backend_url)
         if gate is None:
@@ -51,13 +52,14 @@ def request_gate(settings: Settings) -> RequestGate:
 def _budget_gate(settings: Settings) -> RequestGate:
     """Every ctx.llm call of a bulk job is charged to the cron budget as class bulk.
 
-    Hermes' middleware does not see ctx.llm in 0.19.0, so Bulk charges the ledger itself; with
-    no budget configured (no ledger under the root Hermes home) every request may go.
+    Hermes' middleware does not see ctx.llm in 0.19.0, so Bulk charges the ledger itself: from
+    the first request when the cron-budget plugin counts in this process, else once a budget is
+    configured under the root Hermes home; until then every request may go.
     """
     from ..budget.gate import gate_from_environment
-    from . import hermes
+    from . import cron_budget, hermes
 
-    return gate_from_environment(profile=hermes.profile_name()) or OpenGate()
+    return gate_from_environment(profile=hermes.profile_name(), counting_here=cron_budget.counting)
 
 
 def worker_clients(settings: Settings) -> Served:

@@ -28,6 +28,13 @@ _CRON_SESSION = re.compile(r"^cron_(?P<job>[A-Za-z0-9-]+)_\d{8}_\d{6}$")
 _budget = None
 _budget_lock = threading.Lock()
 _aux_via_hook = False
+_registered = False
+
+
+def counting() -> bool:
+    """Whether this process counts requests (the plugin is registered): /bulk then charges its own
+    requests as bulk from the first one, or the auxiliary-call observer would count them."""
+    return _registered
 
 
 def budget():
@@ -72,14 +79,15 @@ def held_text(outcome) -> str:
     from ..budget.service import HELD_FOR_JOB_LIMIT
     from ..words import count
 
-    s, w = outcome.settings, outcome.window
+    s, w, a = outcome.settings, outcome.window, outcome.admission
     reopens = w.end_local.strftime("%Y-%m-%d %H:%M %Z")
     if outcome.held_because == HELD_FOR_JOB_LIMIT:
-        why = f"it reached its job_limit of {count(s.job_limit, 'request')} for this window"
+        why = (f"it has used {a.job_requests} of its job_limit of {count(s.job_limit, 'request')} "
+               "in this window")
     else:
         kept = f"{s.chat_reserve} {'is' if s.chat_reserve == 1 else 'are'} kept for chat"
-        why = (f"cron and bulk jobs have used their share of this window's requests "
-               f"({s.background_cap} of {s.daily_limit}; {kept})")
+        why = (f"this window has used {a.window_total} of its {count(s.daily_limit, 'request')}, "
+               f"and cron and bulk jobs stop at {s.background_cap} ({kept})")
     return (f"Held by cron-budget: this run was not sent to the model because {why}. "
             f"The job keeps its schedule and runs normally after the window resets at {reopens}; "
             "later runs until then stay silent. See: hermes cron-budget status")
@@ -167,12 +175,13 @@ def cli_run(args) -> None:
 
 
 def register(ctx) -> None:
-    global _aux_via_hook
+    global _aux_via_hook, _registered
     from ..logs import guard_host_logging
     from .hermes_budget import has_hook, observe_auxiliary_responses
 
     guard_host_logging()  # our lines may quote a provider's error: masked whichever handler writes them
     ctx.register_middleware("llm_execution", llm_execution)
+    _registered = True
     if has_hook("pre_auxiliary_call"):
         ctx.register_hook("pre_auxiliary_call", on_pre_auxiliary_call)
         _aux_via_hook = True
