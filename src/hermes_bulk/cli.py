@@ -52,7 +52,11 @@ QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = normalise(list(sys.argv[1:] if argv is None else argv))
+    try:
+        argv = normalise(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:  # a mistyped command word
+        say(f"hermes-bulk: {exc}")
+        return EXIT_USAGE
     parser = build_parser(command=argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
