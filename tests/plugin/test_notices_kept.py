@@ -1,0 +1,44 @@
+"""A job's end reaches the Hermes user once, even across a gateway restart (real Hermes 0.19.0);
+and a mistyped /bulk command word is named as one, not read as an instruction."""
+
+from __future__ import annotations
+
+import stat
+
+from ..helpers import wait_for
+from .conftest import job_id_of
+from .test_gateway_truth import cli_env, status_json
+
+
+def test_a_job_that_ended_before_a_gateway_restart_is_told_once_after_it(gateway, hermes_home, hermes_provider,
+                                                                        tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(2):
+        (src / f"{i}.txt").write_text(f"item {i}")
+    first = gateway()
+    job = job_id_of(first.bulk(f'"Summarize" --over {src}'))
+    assert first.bulk(f"run {job}").startswith(f"Job {job} is running in the background")
+    env = cli_env(hermes_home, hermes_provider)
+    wait_for(lambda: status_json(env, job)["state"] == "completed", timeout=60, message="the job completed")
+    first.close()  # the gateway restarts before the user asks anything
+
+    second = gateway()
+    notice = f"Job {job} ended: completed (2/2 items completed, 0 failed). Next: /bulk export {job}"
+    reply = second.bulk("list")
+    assert reply.startswith(notice + "\n\n"), reply
+    assert notice not in second.bulk("list"), "told once"
+    book = hermes_home / "plugin-data" / "bulk" / "notices.json"
+    assert stat.S_IMODE(book.stat().st_mode) == 0o600, "the notices are the owner's alone"
+    second.close()
+    assert notice not in gateway().bulk("list"), "told once, also after another restart"
+
+
+def test_a_mistyped_command_word_is_an_unknown_command_in_bulk(gateway, hermes_home, tmp_path):
+    (tmp_path / "a.txt").write_text("alpha")
+    gw = gateway()
+    assert gw.bulk("stauts abc") == "unknown command 'stauts'; did you mean 'status'?"
+    assert gw.bulk("frobnicate") == "unknown command 'frobnicate'; an instruction needs --over PATH."
+    created = gw.bulk(f'"Summarize" --over {tmp_path / "a.txt"}')
+    assert created.startswith("Created job "), created
+    assert gw.bulk(f"frobnicate --over {tmp_path / 'a.txt'}").startswith("Created job ")
