@@ -31,7 +31,7 @@ from .jobs import Jobs, Plan, state_label
 from .limits import OpenGate, RequestGate
 from .pipes import is_broken_pipe, stdout_gone
 from .settings_fields import register_settings_secrets
-from .terminal import print_table, say, stderr_console
+from .terminal import WrappedStdout, print_table, say, stderr_console, terminal_width
 from .words import count
 
 if TYPE_CHECKING:
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:  # a mistyped command word
         say(f"hermes-bulk: {exc}")
         return EXIT_USAGE
+    if (width := terminal_width(sys.stdout)) and "--json" not in argv:  # help too: argparse prints it
+        sys.stdout = WrappedStdout(sys.stdout, width)  # type: ignore[assignment]
     parser = build_parser(command=argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)

@@ -24,7 +24,7 @@ def test_a_job_that_ended_before_a_gateway_restart_is_told_once_after_it(gateway
     first.close()  # the gateway restarts before the user asks anything
 
     second = gateway()
-    notice = f"Job {job} ended: completed (2/2 items completed, 0 failed). Next: /bulk export {job}"
+    notice = f"Job {job} ended: completed (2/2 items completed, 0 failed).\nNext: /bulk export {job}"
     reply = second.bulk("list")
     assert reply.startswith(notice + "\n\n"), reply
     assert notice not in second.bulk("list"), "told once"
@@ -42,3 +42,24 @@ def test_a_mistyped_command_word_is_an_unknown_command_in_bulk(gateway, hermes_h
     created = gw.bulk(f'"Summarize" --over {tmp_path / "a.txt"}')
     assert created.startswith("Created job "), created
     assert gw.bulk(f"frobnicate --over {tmp_path / 'a.txt'}").startswith("Created job ")
+
+
+def test_every_bulk_reply_fits_80_columns(gateway, hermes_home, hermes_provider, tmp_path):
+    src = tmp_path / "reports"
+    src.mkdir()
+    for i in range(3):
+        (src / f"{i}.txt").write_text(f"item {i}")
+    gw = gateway()
+    instruction = "Summarize this quarterly report in three bullet points for the board of directors"
+    created = gw.bulk(f'"{instruction}" --over {src}')
+    job = job_id_of(created)
+    replies = [created, gw.bulk(""), gw.bulk(f"run {job}")]
+    env = cli_env(hermes_home, hermes_provider)
+    wait_for(lambda: status_json(env, job)["state"] == "completed", timeout=60, message="the job completed")
+    replies += [gw.bulk("list"), gw.bulk(f"status {job}"), gw.bulk(f"status {job} --events 5"),
+                gw.bulk(f"show {job} 0.txt"), gw.bulk(f"export {job}"), gw.bulk("stauts"), gw.bulk("status --help")]
+    for reply in replies:
+        wide = [line for line in reply.splitlines() if len(line) > 80]
+        assert not wide, "\n".join(wide)
+    status = gw.bulk(f"status {job}")
+    assert "Items: 3/3 completed, 0 failed" in status and "Estimated tokens for the whole job: " in status

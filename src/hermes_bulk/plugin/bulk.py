@@ -30,6 +30,7 @@ from ..config import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..jobs import Jobs
 from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
+from ..terminal import CHAT_WIDTH, wrap
 from ..words import count
 from . import background, hermes, notices
 
@@ -163,7 +164,7 @@ async def handle(raw_args: str) -> str:
     text = command.answer if command.done.is_set() and command.answer is not None else command.give_up()
     with _late_lock:
         late = _late_answers.pop(profile, [])
-    return "\n\n".join([*late, text])
+    return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask: 80 columns
 
 
 def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
