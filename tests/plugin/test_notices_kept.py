@@ -59,7 +59,8 @@ def test_every_bulk_reply_fits_80_columns(gateway, hermes_home, hermes_provider,
     replies += [gw.bulk("list"), gw.bulk(f"status {job}"), gw.bulk(f"status {job} --events 5"),
                 gw.bulk(f"show {job} 0.txt"), gw.bulk(f"export {job}"), gw.bulk("stauts"), gw.bulk("status --help")]
     for reply in replies:
-        wide = [line for line in reply.splitlines() if len(line) > 80]
+        # A single word longer than a line (a path) stays whole, to be copied.
+        wide = [line for line in reply.splitlines() if len(line) > 80 and " " in line.strip()]
         assert not wide, "\n".join(wide)
     status = gw.bulk(f"status {job}")
     assert "Items: 3/3 completed, 0 failed" in status and "Estimated tokens for the whole job: " in status
