@@ -82,7 +82,8 @@ def test_every_command_fits_80_columns_and_keeps_its_numbers(cli, tmp_path, fake
     for args in (["status", job], ["status", job, "--failed"], ["status", job, "--events", "20"], ["list"],
                  ["events", job], ["show", job, "report-000.txt"], ["workers"], ["path"], ["retry", job],
                  ["pause", job], ["resume", job], ["export", job, "--output", str(tmp_path / "out.md")],
-                 ["stauts", job], ["--help"], *[[c, "--help"] for c in ("create", "run", "status", "export")]):
+                 ["wait", job, "--timeout", "1"], ["budget", "status"], ["stauts", job], ["--help"],
+                 *[[c, "--help"] for c in ("create", "run", "status", "export", "worker", "budget")]):
         rc, lines = on_terminal(cli, *args)
         fits(lines, " ".join(args))
 
@@ -94,3 +95,7 @@ def test_every_command_fits_80_columns_and_keeps_its_numbers(cli, tmp_path, fake
     rc, lines = on_terminal(cli, "status", job)
     status = "\n".join(lines)
     assert re.search(r"Items: \d+/12 completed, \d+ failed", status), status
+    rc, lines = on_terminal(cli, "budget", "status")
+    assert re.search(r"daily_limit=\d+, chat_reserve=\d+", " ".join(" ".join(lines).split())), lines
+    rc, lines = on_terminal(cli, "delete", job, "--yes")
+    fits(lines, "delete")
