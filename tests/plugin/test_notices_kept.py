@@ -3,6 +3,7 @@ and a mistyped /bulk command word is named as one, not read as an instruction.""
 
 from __future__ import annotations
 
+import json
 import stat
 
 from ..helpers import wait_for
@@ -64,3 +65,38 @@ def test_every_bulk_reply_fits_80_columns(gateway, hermes_home, hermes_provider,
         assert not wide, "\n".join(wide)
     status = gw.bulk(f"status {job}")
     assert "Items: 3/3 completed, 0 failed" in status and "Estimated tokens for the whole job: " in status
+
+
+#: A real 0.19.0 TUI gateway given what newer gateways have: inject_message(..., session_key=)
+#: and a session key for the turn. Each message posted is a line of POSTED.
+NEWER_GATEWAY = """
+import json, runpy
+import gateway.session_context as session_context
+import hermes_cli.plugins as plugins
+_get = session_context.get_session_env
+session_context.get_session_env = lambda name, default="": (
+    "agent:main:tui:test" if name == "HERMES_SESSION_KEY" else _get(name, default))
+def inject_message(self, content, role="user", *, session_key=None):
+    with open({posted!r}, "a") as f:
+        f.write(json.dumps({{"content": content, "session_key": session_key}}) + "\\n")
+    return True
+plugins.PluginContext.inject_message = inject_message
+runpy.run_module("tui_gateway.entry", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_where_hermes_can_post_into_the_session_a_job_end_is_posted_there_once(gateway, hermes_home,
+                                                                               hermes_provider, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "only.txt").write_text("the only item")
+    posted = tmp_path / "posted.jsonl"
+    gw = gateway(argv=["-c", NEWER_GATEWAY.format(posted=str(posted))])
+    job = job_id_of(gw.bulk(f'"Summarize" --over {src}'))
+    gw.bulk(f"run {job}")
+    wait_for(lambda: posted.exists() and posted.read_text().strip(), timeout=60, message="a message posted")
+    messages = [json.loads(line) for line in posted.read_text().splitlines()]
+    assert messages == [{"content": f"Job {job} ended: completed (1/1 item completed, 0 failed).\n"
+                                    f"Next: /bulk export {job}", "session_key": "agent:main:tui:test"}]
+    assert f"Job {job} ended" not in gw.bulk("list"), "posted, so not told again in a reply"
+    assert len(posted.read_text().splitlines()) == 1
