@@ -156,6 +156,18 @@ def fit_to_width(table: Table, width: int) -> Table:
             columns[i] = replace(col, max_width=widths[i] - give)
             excess -= give
     keep = [i for i, col in enumerate(columns) if not (excess > 0 and col.max_width)]
+    excess -= sum(widths[i] + 3 for i in range(len(columns)) if i not in keep)
+    # Then a wrapping column gives way down to its longest word: "completed with errors" shows
+    # whole over two lines rather than cut to "completed with erro…".
+    for i in keep:
+        col = columns[i]
+        if excess > 0 and not col.no_wrap:
+            longest = max(cell_len(word) for cell in [col.header, *(row[i] for row in table.rows)]
+                          for word in cell.split() or [""])
+            give = min(excess, max(widths[i] - longest, 0))
+            if give:
+                columns[i] = replace(col, max_width=widths[i] - give)
+                excess -= give
     return Table(table.title, [columns[i] for i in keep], [[row[i] for i in keep] for row in table.rows])
 
 

@@ -271,7 +271,7 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
 def jobs_table(statuses: list[JobStatus]) -> Table:
     # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80 columns.
     table = Table("Bulk jobs (newest first)", [
-        Column("job"), Column("state"), Column("done", "right"), Column("failed", "right"), Column("total", "right"),
+        Column("job"), Column("state", no_wrap=False), Column("done", "right"), Column("failed", "right"), Column("total", "right"),
         Column("created"), Column("instruction", max_width=40)])
     for st in statuses:
         j = st.job
