@@ -31,7 +31,7 @@ from .jobs import Jobs, Plan, state_label
 from .limits import RequestGate
 from .pipes import is_broken_pipe, stdout_gone
 from .settings_fields import register_settings_secrets
-from .terminal import print_table, say, stderr_console
+from .terminal import WrappedStdout, print_table, say, stderr_console, terminal_width
 from .words import count
 
 if TYPE_CHECKING:
@@ -52,7 +52,13 @@ QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = normalise(list(sys.argv[1:] if argv is None else argv))
+    try:
+        argv = normalise(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:  # a mistyped command word
+        say(f"hermes-bulk: {exc}")
+        return EXIT_USAGE
+    if (width := terminal_width(sys.stdout)) and "--json" not in argv:  # help too: argparse prints it
+        sys.stdout = WrappedStdout(sys.stdout, width)  # type: ignore[assignment]
     parser = build_parser(command=argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)

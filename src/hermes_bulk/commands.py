@@ -8,7 +8,9 @@ raise UsageError (never exit), so the slash command can answer with the message.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
+import re
 import shlex
 from typing import NoReturn
 
@@ -285,12 +287,32 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
     return parser
 
 
+#: How a mistyped command looks: one bare lower-case word (an instruction is a sentence).
+_COMMAND_WORD = re.compile(r"[a-z][a-z0-9_-]*")
+
+
 def normalise(argv: list[str]) -> list[str]:
     """A first word that is not a command (or an option) is the instruction of `create`, and so
-    is a first --instruction-file (`/bulk --instruction-file brief.txt --over data.csv`)."""
+    is a first --instruction-file (`/bulk --instruction-file brief.txt --over data.csv`).
+
+    Without --over the request cannot be a `create`, so a first word close to a command name
+    (`stauts`), or one bare lower-case word (`frobnicate`), is an unknown command."""
     if argv and argv[0] not in COMMANDS and (not argv[0].startswith("-") or argv[0].startswith("--instruction-file")):
+        unknown_command(argv)
         return ["create", *argv]
     return argv
+
+
+def unknown_command(argv: list[str]) -> None:
+    """Raises UsageError when argv's first word is a mistyped command rather than an instruction."""
+    word = argv[0]
+    if any(a == "--over" or a.startswith(("--over=", "--instruction-file")) for a in argv):
+        return
+    close = difflib.get_close_matches(word.lower(), COMMANDS, n=1)
+    if not close and not _COMMAND_WORD.fullmatch(word):
+        return  # an instruction without --over: the parser asks for --over
+    hint = f"did you mean {close[0]!r}?" if close else "an instruction needs --over PATH."
+    raise UsageError(f"unknown command {word!r}; {hint}")
 
 
 def split_slash_args(raw: str) -> list[str]:

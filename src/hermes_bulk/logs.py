@@ -26,6 +26,7 @@ from pathlib import Path
 from .errors import InputError
 from .files import check_write_target, os_reason, private_dir
 from .redact import redact
+from .terminal import terminal_width, wrap
 
 #: Loggers whose records are ours (huey logs our task failures, with their tracebacks).
 OWN_LOGGERS = ("hermes_bulk", "huey")
@@ -172,8 +173,22 @@ def log_to_file(home: Path, level: int = logging.INFO) -> Path:
 
 def log_to_stream(level: int = logging.INFO, logfile: str | None = None) -> None:
     """The worker: stderr (or a file), like huey_consumer."""
-    _install(logging.FileHandler(open_private_log(logfile), encoding="utf-8") if logfile
-             else logging.StreamHandler(), level)
+    handler = (logging.FileHandler(open_private_log(logfile), encoding="utf-8") if logfile
+               else logging.StreamHandler())
+    _install(handler, level)
+    if not logfile and (width := terminal_width(sys.stderr)):  # a person watching: lines fit the terminal
+        handler.setFormatter(_Wrapped(FORMAT, width))
+
+
+class _Wrapped(logging.Formatter):
+    """Log lines broken at spaces to the terminal's width (no word, so no number, is cut)."""
+
+    def __init__(self, fmt: str, width: int) -> None:
+        super().__init__(fmt)
+        self.width = width
+
+    def format(self, record: logging.LogRecord) -> str:
+        return wrap(super().format(record), self.width)
 
 
 def append_private(path: Path, text: str) -> None:

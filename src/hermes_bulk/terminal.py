@@ -18,9 +18,67 @@ if TYPE_CHECKING:
 
 
 def say(text: str, *, end: str = "\n") -> None:
-    """One message on standard error, as it is: no markup, no wrapping."""
-    sys.stderr.write(text + end)
+    """One message on standard error: no markup; on a terminal, wrapped at spaces to its width."""
+    width = terminal_width(sys.stderr)
+    sys.stderr.write((wrap(text, width) if width and end == "\n" else text) + end)
     sys.stderr.flush()
+
+
+#: Where no terminal gives a width (a /bulk reply in a chat): lines fit this many columns.
+CHAT_WIDTH = 80
+_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def terminal_width(stream) -> int | None:
+    """The columns of the terminal a stream writes to; None for a pipe or a file."""
+    try:
+        if not stream.isatty():
+            return None
+        import os
+
+        return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def wrap(text: str, width: int) -> str:
+    """Each line longer than width broken at spaces, its continuation indented as the line is
+    (two more spaces for a line that is not indented): no word is cut, so no number is lost."""
+    import textwrap
+
+    out = []
+    for line in text.split("\n"):
+        if len(_ESCAPE.sub("", line)) <= width or _ESCAPE.search(line):
+            out.append(line)
+            continue
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(line, width, initial_indent="", subsequent_indent=indent or "  ",
+                             break_long_words=False, break_on_hyphens=False, drop_whitespace=True) or [line]
+    return "\n".join(out)
+
+
+class WrappedStdout:
+    """Standard output on a terminal, each line wrapped to its width as it is written (the
+    commands print plain text; tables and bars are fitted by rich already)."""
+
+    def __init__(self, stream, width: int) -> None:
+        self.stream, self.width, self.pending = stream, width, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        if "\n" in self.pending:
+            lines, self.pending = self.pending.rsplit("\n", 1)
+            self.stream.write(wrap(lines, self.width) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.stream.write(wrap(self.pending, self.width))
+            self.pending = ""
+        self.stream.flush()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
 
 
 @functools.cache
@@ -98,6 +156,18 @@ def fit_to_width(table: Table, width: int) -> Table:
             columns[i] = replace(col, max_width=widths[i] - give)
             excess -= give
     keep = [i for i, col in enumerate(columns) if not (excess > 0 and col.max_width)]
+    excess -= sum(widths[i] + 3 for i in range(len(columns)) if i not in keep)
+    # Then a wrapping column gives way down to its longest word: "completed with errors" shows
+    # whole over two lines rather than cut to "completed with erro…".
+    for i in keep:
+        col = columns[i]
+        if excess > 0 and not col.no_wrap:
+            longest = max(cell_len(word) for cell in [col.header, *(row[i] for row in table.rows)]
+                          for word in cell.split() or [""])
+            give = min(excess, max(widths[i] - longest, 0))
+            if give:
+                columns[i] = replace(col, max_width=widths[i] - give)
+                excess -= give
     return Table(table.title, [columns[i] for i in keep], [[row[i] for i in keep] for row in table.rows])
 
 

@@ -38,7 +38,7 @@ def has_ended(st: JobStatus) -> bool:
 
 
 def end_notice(st: JobStatus, cmd: str) -> str:
-    """One line saying how a job ended, and what to do next."""
+    """How a job ended, and on a line of its own what to do next (each fits 80 columns)."""
     j = st.job
     done = f"{j.completed}/{count(j.total, 'item')} completed, {j.failed} failed"
     if st.state == "paused":
@@ -47,9 +47,9 @@ def end_notice(st: JobStatus, cmd: str) -> str:
             why = f"paused: {j.pause_reason}"
         hint = (f"{cmd} resume {j.job_id} --max-tokens <n>" if j.pause_reason == PAUSE_TOKEN_LIMIT
                 else f"{cmd} resume {j.job_id}")
-        return f"Job {j.job_id} {why} ({done}). Continue with: {hint}"
+        return f"Job {j.job_id} {why} ({done}).\nContinue with: {hint}"
     hint = f"{cmd} retry {j.job_id}" if j.failed else f"{cmd} export {j.job_id}"
-    return f"Job {j.job_id} ended: {state_label(st.state)} ({done}). Next: {hint}"
+    return f"Job {j.job_id} ended: {state_label(st.state)} ({done}).\nNext: {hint}"
 
 
 def _clock(at_s: float, now_s: float | None = None) -> str:
@@ -120,6 +120,9 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
         f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
         concurrency_line(st),
     ]
+    if j.reused:
+        lines.insert(4, f"Reused answers: {j.reused} of {count(j.total, 'item')} answered before, "
+                        f"{j.tokens_saved} tokens saved")
     lines += concurrency_notes(st)
     if spec.mode == "batch":  # items "running" are in a provider batch
         open_ = [b for b in st.batches if b.open]
@@ -277,7 +280,7 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
 def jobs_table(statuses: list[JobStatus]) -> Table:
     # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80 columns.
     table = Table("Bulk jobs (newest first)", [
-        Column("job"), Column("state"), Column("done", "right"), Column("failed", "right"), Column("total", "right"),
+        Column("job"), Column("state", no_wrap=False), Column("done", "right"), Column("failed", "right"), Column("total", "right"),
         Column("created"), Column("instruction", max_width=40)])
     for st in statuses:
         j = st.job
@@ -316,20 +319,35 @@ def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobSta
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.table import Column as RichColumn
+    from rich.text import Text
 
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(job_id, total=None, detail="")
+    class TwoLines(Progress):
+        """The figures on a line of their own above the bar: at 80 columns nothing is cut."""
+
+        header = Text()
+
+        def get_renderables(self):
+            yield self.header
+            yield self.make_tasks_table(self.tasks)
+
+    # Fixed widths: rich shrinks a column to "0:…" when the line is short of room.
+    columns = (BarColumn(bar_width=None), MofNCompleteColumn(table_column=RichColumn(no_wrap=True, min_width=9)),
+               TimeElapsedColumn(table_column=RichColumn(no_wrap=True, min_width=7)), TextColumn("left"),
+               TimeRemainingColumn(table_column=RichColumn(no_wrap=True, min_width=7)))
+    with TwoLines(*columns, console=console, transient=False, expand=console.width < 100) as progress:
+        task = progress.add_task(job_id, total=None)
         while True:
             st = jobs.status(job_id)
             j = st.job
-            detail = f"{j.failed} failed, {j.running} running, {count(j.tokens_in + j.tokens_out, 'token')}"
+            detail = (f"{job_id} {state_label(st.state)}: {j.failed} failed, {j.running} running, "
+                      f"{count(j.tokens_in + j.tokens_out, 'token')}")
             if st.rate_limit:
-                detail += f", rate limited until {_clock(st.rate_limit.until)}"
-            progress.update(task, total=j.total, completed=j.completed + j.failed,
-                            description=f"{job_id} {state_label(st.state)}", detail=detail)
+                detail += f"\nrate limited until {_clock(st.rate_limit.until)}"
+            progress.header = Text(detail, no_wrap=False, overflow="fold")
+            progress.update(task, total=j.total, completed=j.completed + j.failed)
             if until(st) or (deadline_s is not None and time.monotonic() >= deadline_s):
+                progress.refresh()
                 return st
             time.sleep(interval_s)
 

@@ -54,8 +54,8 @@ def test_a_slow_command_answers_with_the_next_one(monkeypatch):
 
     monkeypatch.setattr(bulk, "answer", slow_answer)
     first = asyncio.run(bulk.handle('"Summarize" --over big'))
-    assert first == ("Still working on it (1200 items found so far). It goes on in the background; the answer "
-                     "comes with your next /bulk command.")
+    assert first == ("Still working on it (1200 items found so far). It goes on in the background; the\n"
+                     "  answer comes with your next /bulk command.")  # 80 columns
     release.set()
     time.sleep(0.1)
     assert asyncio.run(bulk.handle("status")) == ('Earlier /bulk "Summarize" --over big:\nCreated job abc with '

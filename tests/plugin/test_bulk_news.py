@@ -29,7 +29,7 @@ def test_the_next_reply_tells_once_how_a_job_ended(gateway, hermes_provider, tmp
     assert created.startswith(f"Created job {job} with 1 item.\n")
     assert gw.bulk(f"run {job}").startswith(f"Job {job} is running in the background: 1 item pending, ")
 
-    notice = f"Job {job} ended: completed (1/1 item completed, 0 failed). Next: /bulk export {job}"
+    notice = f"Job {job} ended: completed (1/1 item completed, 0 failed).\nNext: /bulk export {job}"
     replies = _replies_until(gw, notice)
     assert replies[-1].startswith(notice + "\n\n")  # news first, then the answer
     assert sum(notice in r for r in replies) == 1
@@ -57,7 +57,7 @@ def test_a_job_paused_at_its_token_limit_is_news_a_job_the_user_paused_is_not(ga
     gw = gateway()
     limited = job_id_of(gw.bulk(f'"Summarize" --over {src} --max-tokens 100'))
     gw.bulk(f"run {limited}")
-    replies = _replies_until(gw, f"Job {limited} paused at its token limit (0/3 items completed, 0 failed). "
+    replies = _replies_until(gw, f"Job {limited} paused at its token limit (0/3 items completed, 0 failed).\n"
                                  f"Continue with: /bulk resume {limited} --max-tokens <n>")
     assert replies
 

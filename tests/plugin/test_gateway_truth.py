@@ -34,7 +34,11 @@ def status_json(env, job: str) -> dict:
 
 
 def line_of(status: str, prefix: str) -> str:
-    return next(line for line in status.splitlines() if line.startswith(prefix))
+    """The line that starts with prefix, with the continuation lines a reply wraps it onto (80 columns)."""
+    lines = status.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(prefix))
+    end = next((i for i in range(at + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return " ".join(line.strip() for line in lines[at:end])
 
 
 # 1. The concurrency shown is the one in force ------------------------------------------------------
@@ -49,7 +53,7 @@ def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(gateway, h
     config_set(hermes_home, "plugins.entries.bulk.settings.max_concurrency", "2")
 
     ran = gw.bulk(f"run {job}")
-    assert ran.splitlines()[0] == f"Job {job} is running in the background: 16 items pending, up to 2 at once."
+    assert line_of(ran, "Job ") == f"Job {job} is running in the background: 16 items pending, up to 2 at once."
     status = gw.bulk(f"status {job}")
     assert line_of(status, "Concurrency: ") == ("Concurrency: up to 2 items at once (the job asks for 6; "
                                                 "max_concurrency is 2)")
@@ -60,9 +64,9 @@ def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(gateway, h
     assert line_of(status, "Concurrency: ") == ("Concurrency: up to 2 items at once (the job asks for 6; "
                                                 "max_concurrency is 2)")
     assert ("max_concurrency is now 8; the workers running this job started with 2 and keep it until they "
-            "stop. The new value applies when workers next start.") in status
+            "stop. The new value applies when workers next start.") in " ".join(status.split())
     again = gw.bulk(f"run {job}")
-    assert "up to 2 at once." in again.splitlines()[0] and "max_concurrency is now 8" in again
+    assert "up to 2 at once." in line_of(again, "Job ") and "max_concurrency is now 8" in again
     wait_for_state(gw, job, "completed", timeout=90)
     assert hermes_provider.max_in_flight == 2, "what was shown is what ran"
 
@@ -82,12 +86,12 @@ def test_hints_for_a_job_made_by_the_cli_name_commands_that_work_from_hermes(gat
                                                   "keep a hermes-bulk worker running)")
     assert f"/bulk run {job}" not in status
     refused = gw.bulk(f"run {job}")
-    assert refused.endswith(f"Process it with: hermes-bulk run {job} --wait")
+    assert " ".join(refused.split()).endswith(f"Process it with: hermes-bulk run {job} --wait")
 
     paused = gw.bulk(f"pause {job}")
-    assert paused.splitlines()[1] == (f"Continue with: hermes-bulk resume {job} --wait (in a shell, or keep a "
+    assert line_of(paused, "Continue with: ") == (f"Continue with: hermes-bulk resume {job} --wait (in a shell, or keep a "
                                       "hermes-bulk worker running)")
-    assert f"Paused. Continue with: hermes-bulk resume {job} --wait" in gw.bulk(f"status {job}")
+    assert f"Paused. Continue with: hermes-bulk resume {job} --wait" in " ".join(gw.bulk(f"status {job}").split())
     # ... and the command shown does what it says, from a shell.
     done = subprocess.run([sys.executable, "-m", "hermes_bulk", "resume", job, "--wait"], env=env,
                           capture_output=True, text=True, timeout=120)
@@ -180,7 +184,7 @@ def test_after_a_kill_interrupted_items_are_back_in_the_queue_and_wait_for_run(g
     done = completed(status)
     assert "State: awaiting recovery" in status
     assert line_of(status, "Items: ") == f"Items: {done}/12 completed, 0 failed, {12 - done} pending, 0 running"
-    assert "Items that were in progress when its workers stopped go back to the queue" in status
+    assert "Items that were in progress when its workers stopped go back to the queue" in " ".join(status.split())
     assert f"Continue with: /bulk run {job}" in status
     time.sleep(2.0)
     assert len(hermes_provider.requests) - sent <= 2, "only what was in flight at the kill reached the provider"

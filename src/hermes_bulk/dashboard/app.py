@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .. import replies
 from ..errors import HermesBulkError, InputError, InvalidTransition, JobNotFound, NoDatabase
 from ..jobs import Jobs
+from ..words import count
 from .access import Access
 from .figures import Figures, describe_failure
 
@@ -159,17 +160,32 @@ def _failure(exc: HermesBulkError) -> JSONResponse:
     return JSONResponse({"error": describe_failure(exc)}, status)
 
 
+# The actions answer in the page's words: its buttons, not the CLI's commands.
+
+
 def _pause(jobs: Jobs, job_id: str) -> str:
-    return replies.pause(Namespace(job=job_id), jobs, replies.Place()).text
+    replies.pause(Namespace(job=job_id), jobs, replies.Place())
+    return f"Job {job_id} paused: no new items start; items in progress may finish. Press Resume to continue."
 
 
 def _resume(jobs: Jobs, job_id: str) -> str:
     args = Namespace(job=job_id, max_tokens=None, concurrency=None, rpm=None, tpm=None, wait=False)
-    return replies.resume(args, jobs, replies.Place()).text
+    job = replies.resume(args, jobs, replies.Place()).data
+    return f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending. {_who_takes_it(jobs)}"
 
 
 def _retry(jobs: Jobs, job_id: str) -> str:
-    return replies.retry(Namespace(job=job_id, wait=False), jobs, replies.Place()).text
+    job, n = jobs.retry(job_id)
+    returned = f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue."
+    return f"{returned} The job is paused: press Resume to continue." if job.state == "paused" else (
+        f"{returned} {_who_takes_it(jobs)}")
+
+
+def _who_takes_it(jobs: Jobs) -> str:
+    live = len(jobs.liveness.live_worker_ids())
+    if live:
+        return f"{count(live, 'live worker')} {'takes' if live == 1 else 'take'} it up (see Workers)."
+    return "No worker is live: the job waits until a worker starts (see Workers)."
 
 
 class _QueueWriter:

@@ -30,8 +30,9 @@ from ..config import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..jobs import Jobs
 from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
+from ..terminal import CHAT_WIDTH, wrap
 from ..words import count
-from . import background, hermes
+from . import background, hermes, notices
 
 log = logging.getLogger("hermes_bulk.plugin")
 
@@ -71,11 +72,11 @@ _late_lock = threading.Lock()
 # Answers that came after their reply, by profile home: they go out with the next /bulk of that
 # profile (whoever may run /bulk there sees its jobs anyway; another profile's do not).
 _late_answers: dict[str, list[str]] = {}
-# Jobs a /bulk command set running, by profile home: when one ends (finished, or paused at its
-# token limit) the next /bulk reply of that profile says so, once. Hermes 0.19.0 gives a plugin
-# no way to message a session outside a turn (inject_message starts a model turn, and a slash
-# handler is not told its session), so the news rides on the next reply, as late answers do.
-_watched: dict[str, set[str]] = {}
+# Jobs a /bulk command set running are kept per profile in notices.json (notices.py): when one
+# ends (finished, or paused at its token limit) the user hears it once, from a message posted
+# into the session that started it where this Hermes lets a plugin post there, else in the next
+# /bulk reply of that profile; the file outlives a gateway restart.
+NOTICE_POLL_S = 2.0  #: how often a job whose end is to be posted is looked at
 
 
 _recovery: threading.Thread | None = None  # the recovery at start; commands wait for it
@@ -123,8 +124,7 @@ class _Command:
         threading.Thread(target=context.run, args=(self._run,), name="hermes-bulk-command", daemon=True).start()
 
     def _run(self) -> None:
-        with _late_lock:
-            before = set(_watched.get(self.profile, ()))  # not a job this very command starts
+        before = set(notices.watched(self.profile))  # not a job this very command starts
         sessions: list[_Session] = []
         text = answer(self.raw_args, on_progress=self._progress, sessions=sessions)
         # After the answer: a status that showed a job's end has told it already. With the
@@ -165,7 +165,7 @@ async def handle(raw_args: str) -> str:
     text = command.answer if command.done.is_set() and command.answer is not None else command.give_up()
     with _late_lock:
         late = _late_answers.pop(profile, [])
-    return "\n\n".join([*late, text])
+    return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask: 80 columns
 
 
 def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
@@ -197,38 +197,75 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
 
 
 def watch(profile: str, job_id: str) -> None:
-    with _late_lock:
-        _watched.setdefault(profile, set()).add(job_id)
+    session_key = hermes.session_key() if hermes.can_post_to_session(_ctx) else ""
+    notices.watch(profile, job_id, session_key)
+    if session_key:
+        _ensure_poster()
 
 
 def unwatch(profile: str, job_id: str) -> None:
-    with _late_lock:
-        _watched.get(profile, set()).discard(job_id)
+    notices.unwatch(profile, job_id)
 
 
 def end_notices(profile: str, jobs: Jobs, among: set[str]) -> list[str]:
-    """One line for each job among those watched for this profile that has ended; never raises."""
-    with _late_lock:
-        job_ids = sorted(_watched.get(profile, set()) & among)
-    if not job_ids:
-        return []
+    """One line for each job among those watched for this profile that has ended, each taken
+    off the book as it is told; never raises."""
     news = []
     try:
-        for job_id in job_ids:
-            try:
-                st = jobs.status(job_id)
-            except HermesBulkError:  # deleted meanwhile
-                unwatch(profile, job_id)
-                continue
-            if not views.has_ended(st):
-                continue
-            unwatch(profile, job_id)
-            if st.state == PAUSED and st.job.pause_reason == PAUSE_USER:
-                continue  # the user paused it: not news to them
-            news.append(views.end_notice(st, CMD))
+        for job_id in sorted(set(notices.watched(profile)) & among):
+            line = _ended(profile, jobs, job_id)
+            if line:
+                news.append(line)
     except Exception:  # the reply itself matters more than the news
         log.exception("bulk: checking for ended jobs failed")
     return news
+
+
+def _ended(profile: str, jobs: Jobs, job_id: str) -> str | None:
+    """The notice of a watched job that has ended, once (None while it runs, or if told already)."""
+    try:
+        st = jobs.status(job_id)
+    except HermesBulkError:  # deleted meanwhile
+        unwatch(profile, job_id)
+        return None
+    if not views.has_ended(st) or not notices.take(profile, job_id):
+        return None
+    if st.state == PAUSED and st.job.pause_reason == PAUSE_USER:
+        return None  # the user paused it: not news to them
+    return views.end_notice(st, CMD)
+
+
+_poster: threading.Thread | None = None
+
+
+def _ensure_poster() -> None:
+    """Starts the thread that posts job ends into their sessions (a Hermes that allows it)."""
+    global _poster
+    with _late_lock:
+        if _poster is not None and _poster.is_alive():
+            return
+        context = contextvars.copy_context()
+        _poster = threading.Thread(target=context.run, args=(_post_ends,), name="hermes-bulk-notices", daemon=True)
+        _poster.start()
+
+
+def _post_ends() -> None:
+    """While jobs to post about remain in this profile: each that ends gets one message in the
+    session that started it; a message Hermes refuses stays for the next /bulk reply."""
+    profile = str(hermes.profile_home())
+    while True:
+        keyed = {job: key for job, key in notices.watched(profile).items() if key}
+        if not keyed:
+            return
+        try:
+            session = _Session()
+            for job_id, session_key in keyed.items():
+                line = _ended(profile, session.jobs, job_id)
+                if line and not hermes.post_to_session(_ctx, line, session_key):
+                    notices.watch(profile, job_id, "")  # taken, not told: back, for the next reply
+        except Exception:
+            log.warning("bulk: posting job ends failed; they come with the next %s reply", CMD, exc_info=True)
+        time.sleep(NOTICE_POLL_S)
 
 
 def _command_help(parser, name: str) -> str:

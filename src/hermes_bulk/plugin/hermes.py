@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.util
+import inspect
 import json
 import logging
 import os
@@ -410,3 +411,40 @@ def worker_clients(settings: Settings) -> tuple[dict[str, ClientFactory], str]:
     factory = client_factory(standalone_llm, settings=settings, profile=model.profile, home=home)
     return {CLIENT: factory}, (f"serves jobs created in Hermes profile {model.profile!r} through Hermes' model "
                                f"configuration ({model.provider or 'auto'} / {model.model or 'default'})")
+
+
+# Posting into a session ------------------------------------------------------------------------
+
+
+def session_key() -> str:
+    """The gateway session this turn belongs to ("" outside a gateway session)."""
+    try:
+        from gateway.session_context import get_session_env
+    except ImportError:
+        return ""
+    try:
+        return str(get_session_env("HERMES_SESSION_KEY", "") or "")
+    except Exception:
+        return ""
+
+
+def can_post_to_session(ctx: Any) -> bool:
+    """True where this Hermes lets a plugin post into a given session: a newer gateway's
+    `ctx.inject_message(..., session_key=)`. 0.19.0's inject_message has no session_key (and
+    returns False in the gateway), so there job ends wait for the next /bulk reply."""
+    inject = getattr(ctx, "inject_message", None)
+    if not callable(inject):
+        return False
+    try:
+        return "session_key" in inspect.signature(inject).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def post_to_session(ctx: Any, text: str, key: str) -> bool:
+    """Posts text into the session `key`; False if Hermes refused it (the notice waits then)."""
+    try:
+        return bool(ctx.inject_message(text, session_key=key))
+    except Exception:
+        log.warning("bulk: Hermes refused a message into session %s", key, exc_info=True)
+        return False

@@ -34,11 +34,14 @@ function rate(job) {  // a job that is not processing and did nothing lately has
   return r === null || r === undefined ? "measuring…" : `${r.toFixed(r < 10 ? 1 : 0)}/min`;
 }
 
-function bar(job) {
-  const shown = el("span", {});
-  shown.style.width = `${Math.min(100, Math.max(0, job.progress * 100)).toFixed(1)}%`;
+function bar(job) {  // the completed share green, the failed share red, the rest empty
+  const share = (n) => `${(job.total ? Math.min(100, Math.max(0, (n / job.total) * 100)) : 0).toFixed(1)}%`;
+  const done = el("span", { cls: "done" }), failed = el("span", { cls: "failed" });
+  done.style.width = share(job.completed);
+  failed.style.width = share(job.failed);
   return el("span", { cls: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": job.total,
-                      "aria-valuenow": job.completed + job.failed }, shown);
+                      "aria-valuenow": job.completed + job.failed,
+                      "aria-valuetext": `${job.completed} completed, ${job.failed} failed of ${job.total}` }, done, failed);
 }
 
 function pauseReason(job) {  // why a job paused itself (its token limit, its endpoint); "" otherwise
@@ -54,8 +57,11 @@ function waitText(job) {
   return job.rate_limited_until ? `until ${clock(job.rate_limited_until)}` : "–";
 }
 
+class Refused extends Error {}  // 403: the token is wrong or gone (the dashboard restarted)
+
 async function api(path, options) {
   const response = await fetch(path, { credentials: "same-origin", ...options });
+  if (response.status === 403) throw new Refused("refused");
   let body = {};
   try { body = await response.json(); } catch (e) { body = { error: `HTTP ${response.status}` }; }
   if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
@@ -122,6 +128,7 @@ function jobPage(main, jobId) {
       try {
         said.textContent = (await api(`/api/jobs/${encodeURIComponent(jobId)}/${action}`, { method: "POST" })).message;
       } catch (e) {
+        if (e instanceof Refused) { askForToken(); return; }
         said.textContent = e.message;
       }
       refresh();
@@ -235,9 +242,28 @@ async function refresh() {
     problem("");
     $("updated").textContent = `updated ${clock(data.now)}`;
   } catch (e) {
+    if (e instanceof Refused) { askForToken(); return; }  // no stale figures under a refusal
     problem(e.message);
   }
   timer = setTimeout(refresh, EVERY_MS);
+}
+
+function askForToken() {
+  clearTimeout(timer);
+  problem("");
+  const input = el("input", { id: "token", type: "password", autocomplete: "off", size: 40 });
+  const go = el("button", { id: "token-go", type: "button", text: "Open" });
+  const open = () => {
+    if (input.value.trim()) location.href = `${location.pathname}?token=${encodeURIComponent(input.value.trim())}`;
+  };
+  go.addEventListener("click", open);
+  input.addEventListener("keydown", (e) => { if (e.key === "Enter") open(); });
+  $("updated").textContent = "";
+  $("page").replaceChildren(el("h1", { text: "Token needed" }),
+    el("p", { id: "ask-token", text: "This dashboard no longer accepts this page's token: it was restarted, or " +
+      "started with another token. Open the address it printed (Open: http://…/?token=…), or paste its token here." }),
+    el("p", {}, input, " ", go));
+  input.focus();
 }
 
 function start() {

@@ -1,0 +1,53 @@
+"""The notice book and the feature test for posting into a session: each job's end is taken
+(told) once among many threads; posting is used only where inject_message takes a session_key
+(newer gateways), never with 0.19.0's."""
+
+from __future__ import annotations
+
+import stat
+import threading
+
+from hermes_bulk.plugin import hermes, notices
+
+
+def test_each_end_is_taken_once_among_threads_and_the_book_is_owner_only(tmp_path):
+    profile = str(tmp_path / "home")
+    notices.watch(profile, "job1", "")
+    notices.watch(profile, "job2", "agent:main:telegram:dm:42")
+    assert notices.watched(profile) == {"job1": "", "job2": "agent:main:telegram:dm:42"}
+    taken: list[bool] = []
+    threads = [threading.Thread(target=lambda: taken.append(notices.take(profile, "job1"))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert taken.count(True) == 1
+    assert notices.watched(profile) == {"job2": "agent:main:telegram:dm:42"}
+    book = tmp_path / "home" / "plugin-data" / "bulk" / "notices.json"
+    assert stat.S_IMODE(book.stat().st_mode) == 0o600
+    book.write_text("{torn")
+    assert notices.watched(profile) == {}, "a torn book starts afresh, the reply still goes out"
+
+
+def test_posting_is_used_only_where_inject_message_takes_a_session_key():
+    posted: list[tuple[str, str]] = []
+
+    class Newer:
+        def inject_message(self, content, role="user", *, session_key=None):
+            posted.append((content, session_key))
+            return True
+
+    class Old:  # 0.19.0: no session_key, and False in the gateway
+        def inject_message(self, content, role="user"):
+            return False
+
+    assert hermes.can_post_to_session(Newer()) and not hermes.can_post_to_session(Old())
+    assert not hermes.can_post_to_session(object())
+    assert hermes.post_to_session(Newer(), "Job x ended", "agent:main:tui:1")
+    assert posted == [("Job x ended", "agent:main:tui:1")]
+
+    class Refusing:
+        def inject_message(self, content, role="user", *, session_key=None):
+            raise PermissionError("allow_gateway_injection is off")
+
+    assert hermes.post_to_session(Refusing(), "Job x ended", "k") is False
