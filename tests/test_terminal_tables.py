@@ -100,7 +100,10 @@ STATES = st.sampled_from(["not started", "running", "paused", "awaiting recovery
 def job_rows(draw):
     return [[draw(st.text("0123456789abcdef", min_size=12, max_size=12)), draw(STATES),
              *(str(draw(st.integers(0, 10**7))) for _ in range(3)), "2026-12-02 04:42",
-             draw(st.text(st.characters(min_codepoint=32, max_codepoint=0x30ff), max_size=90))]
+             # No box-drawing characters: the test splits a row on its borders (│).
+             draw(st.text(st.characters(min_codepoint=32, max_codepoint=0x30ff,
+                                        exclude_characters="".join(map(chr, range(0x2500, 0x2580)))),
+                          max_size=90))]
             for _ in range(draw(st.integers(1, 5)))]
 
 
