@@ -201,7 +201,7 @@ def _worker_runtime(backend, settings: Settings, threads: int, **options) -> tup
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime, served = _worker_runtime(jobs.backend, settings, threads)
+    runtime, served = _worker_runtime(jobs.backend, settings, threads, only_job=job_id)
     job = jobs.get(job_id)
     if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
         raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "

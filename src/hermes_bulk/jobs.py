@@ -39,6 +39,7 @@ from .store.protocol import (
     JobStore,
     NewItem,
     PauseState,
+    WorkerInfo,
 )
 from .store.sqlite.database import is_open_sqlite_file
 from .words import count
@@ -61,7 +62,7 @@ SKIPPED_SHOWN = 20
 DELETE_WAIT_S = 10.0
 
 # States `status` shows (the seed's table).
-STATES = ("not_started", "processing", "paused", "awaiting_recovery", "completed",
+STATES = ("not_started", "processing", "paused", "waiting_for_worker", "awaiting_recovery", "completed",
           "completed_with_errors", "failed")
 
 
@@ -158,8 +159,19 @@ def derive_state(job: JobRecord, live_workers: int) -> str:
             return "completed"
         return "failed" if job.completed == 0 else "completed_with_errors"
     if job.state == RUNNING:
-        return "processing" if live_workers else "awaiting_recovery"
+        # live_workers: those that can serve this job. Without one, a job whose items some
+        # worker claimed since it was run was cut off; one never picked up waits for a worker.
+        if live_workers:
+            return "processing"
+        return "awaiting_recovery" if interruption(job) else "waiting_for_worker"
     return job.state  # not_started, paused, awaiting_recovery
+
+
+def _in_force(cap: int, capable: list[WorkerInfo]) -> int:
+    """The concurrency cap where the job's items run: no more than the threads of the live
+    workers that serve it (none live: the cap they will have)."""
+    threads = sum(w.threads for w in capable)
+    return min(cap, threads) if threads else cap
 
 
 class Jobs:
@@ -364,9 +376,11 @@ class Jobs:
 
     def status(self, job_ref: str | None, *, events: int = 0) -> JobStatus:
         job = self.get(job_ref)
-        return self._status(job, len(self.liveness.live_worker_ids()), events)
+        return self._status(job, self.liveness.live_workers(), events)
 
-    def _status(self, job: JobRecord, live: int, events: int = 0) -> JobStatus:
+    def _status(self, job: JobRecord, workers: list[WorkerInfo], events: int = 0) -> JobStatus:
+        capable = self.liveness.capable_workers(job, workers)
+        live = len(capable)
         rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
         shown = self.store.list_events(job.job_id, events) if events else []
         # Names are looked up for the events shown only (by index), never the whole job's items.
@@ -376,7 +390,7 @@ class Jobs:
                          events=shown, event_names=names,
                          interrupted=interruption(job) if state == "awaiting_recovery" else None,
                          budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
-                         max_concurrency=self.max_concurrency_for(job),
+                         max_concurrency=_in_force(self.max_concurrency_for(job), capable),
                          max_concurrency_setting=self.settings.max_concurrency,
                          batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [])
 
@@ -403,8 +417,8 @@ class Jobs:
     def list(self, limit: int = 20) -> list[JobStatus]:
         if self._no_database():
             return []
-        live = len(self.liveness.live_worker_ids())
-        return [self._status(job, live) for job in self.store.list_jobs(limit)]
+        workers = self.liveness.live_workers()
+        return [self._status(job, workers) for job in self.store.list_jobs(limit)]
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.jobs_dir / job_id
@@ -608,5 +622,5 @@ def missing_database(settings: Settings) -> Path | None:
 
 
 def state_label(state: str) -> str:
-    return state.replace("_", " ")
+    return "waiting for a worker" if state == "waiting_for_worker" else state.replace("_", " ")
 

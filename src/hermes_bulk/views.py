@@ -168,11 +168,25 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
         return ["No worker is running this job. Items that were in progress when its workers stopped go back to "
                 "the queue and are sent again only when the job runs.",
                 f"Continue with: {hints.process(j, 'run', cmd)}"]
+    if st.state == "waiting_for_worker":
+        return _waiting_for_worker(st, cmd)
     if st.state == "not_started":
         return [f"Start it with: {hints.process(j, 'run', cmd)}"]
     if st.state in ("completed_with_errors", "failed"):
         return [f"Return failed items to the queue with: {hints.process(j, 'retry', cmd)}"]
     return []
+
+
+def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
+    """Run, nothing interrupted, and no live worker that can serve it: which worker it needs."""
+    j = st.job
+    if hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
+        return ["No live worker can serve this job: it needs a hermes-bulk worker with this job's endpoint "
+                "(HERMES_BULK_BASE_URL and key).",
+                f"Start one with: hermes-bulk worker, or process it here: hermes-bulk run {j.job_id} --wait"]
+    return ["No live worker can serve this job: it needs Hermes' model (a Hermes process, or a hermes-bulk "
+            "worker with HERMES_HOME set to the profile it was created in).",
+            f"Process it with: {hints.process(j, 'run', cmd)}"]
 
 
 def _awaiting_recovery_cli(st: JobStatus) -> list[str]:

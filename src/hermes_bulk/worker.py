@@ -35,7 +35,14 @@ from .broker import Backend
 from .config import Settings
 from .errors import ClientUnavailable, ConfigError, HermesBulkError
 from .limits import OpenGate, RequestGate
-from .liveness import Liveness, heartbeat_interval, new_worker_id, recover_interrupted, this_host
+from .liveness import (
+    Liveness,
+    heartbeat_interval,
+    new_worker_id,
+    recover_interrupted,
+    serves_record,
+    this_host,
+)
 from .model import HttpModelClient, ModelClient
 from .pipeline import ItemProcessor
 from .store.protocol import (
@@ -63,6 +70,8 @@ _CANNOT_SERVE = {
               "installed here and HERMES_HOME set to the profile the job was created in)",
 }
 
+#: How long a trigger of a job that a `run JOB --wait` does not serve waits before it is queued again.
+FOREIGN_TRIGGER_DELAY_S = 1.0
 #: How long one trigger keeps claiming the next item of its job before it re-enqueues itself.
 CHAIN_SLICE_S = 1.0
 #: How often expired leases are looked for (the rest of the maintenance runs every lease/3, 5 s at most).
@@ -76,14 +85,17 @@ class WorkerRuntime:
                  clients: Mapping[str, ClientFactory] | None = None,
                  client_for: ClientFactory | None = None,
                  request_gate: RequestGate | None = None, stops_gracefully: bool = False,
-                 resume_interrupted: bool = False) -> None:
+                 resume_interrupted: bool = False, only_job: str | None = None) -> None:
         """`clients`: a model-client factory per kind of job (job.spec.client) this worker serves;
         by default only "http", the endpoint in HERMES_BULK_*. A job of another kind is left to
         workers that serve it. `client_for` replaces the routing altogether.
 
         `stops_gracefully`: this is a `hermes-bulk worker`, whose stop (on a signal) is recorded
         on the jobs it leaves unfinished; `resume_interrupted`: at start, continue jobs whose
-        last interruption was such a stop (`worker --resume-interrupted`)."""
+        last interruption was such a stop (`worker --resume-interrupted`).
+
+        `only_job`: this worker serves that job alone (`run JOB --wait`): a trigger of another
+        job goes back to the queues' schedule for the workers that serve every job."""
         self.backend, self.settings, self.threads = backend, settings, threads
         self.clients: dict[str, ClientFactory] = dict(clients) if clients is not None else {"http": self.http_client_for}
         self.worker_id = new_worker_id()
@@ -103,6 +115,7 @@ class WorkerRuntime:
         self._stopping = threading.Event()  # set first thing in stop(): chains hand back at once
         self._stopped = False
         self.stops_gracefully, self.resume_interrupted = stops_gracefully, resume_interrupted
+        self.only_job = only_job
         self._taken: set[str] = set()  # jobs this worker works on now: said when taken up, until they end
         self._worked: set[str] = set()  # every job it claimed items of (marked at a graceful stop)
         self._taken_lock = threading.Lock()
@@ -129,6 +142,10 @@ class WorkerRuntime:
         Within a chain the next item is claimed here, which spares each item a queue round
         trip (benchmarks, row 1), and by the completion of the item before it
         (complete_and_claim: in the steady state, one store operation an item)."""
+        if self.only_job is not None and job_id != self.only_job:
+            # Not this worker's job (`run JOB --wait` serves JOB alone): the trigger waits in the
+            # shared schedule, so a worker that serves every job takes it; it is never lost.
+            return FOREIGN_TRIGGER_DELAY_S
         client = self.backend.client_of(job_id)
         if client is None:
             return None  # the job was deleted
@@ -373,6 +390,8 @@ class WorkerRuntime:
             running = set(self.backend.store.active_job_ids())
             self._send_triggers({job_id: n for job_id, n in released.items() if job_id in running})
         for job_id in resumed:
+            if self.only_job is not None and job_id != self.only_job:
+                continue
             job = self.backend.store.get_job(job_id)
             if job is not None and job.spec.client in self.clients:
                 slots = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
@@ -392,7 +411,8 @@ class WorkerRuntime:
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
         self.backend.store.heartbeat_worker(
-            WorkerInfo(self.worker_id, this_host(), os.getpid(), self.started_at, 0.0, self.threads),
+            WorkerInfo(self.worker_id, this_host(), os.getpid(), self.started_at, 0.0, self.threads,
+                       serves_record(list(self.clients), self.only_job)),
             ttl_s=self.settings.lease_seconds)
         self.backend.store.renew_leases(self.worker_id, self.processor.held_items(),
                                         lease_s=self.settings.lease_seconds)
@@ -440,6 +460,8 @@ class WorkerRuntime:
         store, now = self.backend.store, self.backend.store.now()
         stall_s = max(2.0, 3 * self.interval_s)
         for job_id in store.active_job_ids():
+            if self.only_job is not None and job_id != self.only_job:
+                continue
             job = store.get_job(job_id)
             if job is None or job.pending == 0 or job.spec.client not in self.clients:
                 continue

@@ -329,6 +329,10 @@ class WorkerInfo:
     started_at: float
     heartbeat_at: float
     threads: int
+    #: What it serves, comma-separated (liveness.serves_tokens): kinds of job ("http", "hermes"),
+    #: "job:<id>" when it serves that job alone (`run JOB --wait`); "" from a worker that
+    #: predates this record: it serves "http" jobs.
+    serves: str = ""
     holding: list[tuple[str, int]] = field(default_factory=list)  # (job_id, item index)
 
 

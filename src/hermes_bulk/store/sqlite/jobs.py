@@ -539,11 +539,12 @@ class SqliteJobStore(SqliteBatches):
     def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
         now = self.now()
         with self.db.write() as conn:
-            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads, serves)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
                          " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
-                         " threads = excluded.threads",
-                         (info.worker_id, info.host, info.pid, info.started_at, now, now + ttl_s, info.threads))
+                         " threads = excluded.threads, serves = excluded.serves",
+                         (info.worker_id, info.host, info.pid, info.started_at, now, now + ttl_s, info.threads,
+                          info.serves))
             conn.execute("DELETE FROM workers WHERE expires_at < ?", (now - 3600,))
 
     def remove_worker(self, worker_id: str) -> None:
@@ -552,7 +553,7 @@ class SqliteJobStore(SqliteBatches):
 
     def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
         now = self.now()
-        rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads FROM workers"
+        rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads, serves FROM workers"
                             " WHERE expires_at >= ? ORDER BY started_at", (now,))
         if not holding:
             return [WorkerInfo(*r) for r in rows]
