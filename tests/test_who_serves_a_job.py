@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk.testing.fake_provider import digest
+from hermes_bulk.testing.fake_provider import FakeProvider, digest
+
+from .helpers import wait_for
 
 BACKENDS = ["sqlite", "redis"]
 
@@ -58,7 +60,85 @@ def test_run_wait_serves_only_the_job_it_names(cli, fake_provider, tmp_path, bac
     assert "waiting for a worker" in text.lower() and "hermes-bulk worker" in text, text
     # A's triggers were not lost: a background worker serves A now.
     worker = cli.spawn_worker("-w", "2", **backend_env)
-    from .helpers import wait_for
     wait_for(lambda: _status(cli, job_a, backend_env)["completed"] == 10, timeout=60, message="A done")
     worker.terminate()
     worker.wait(30)
+
+
+@pytest.fixture
+def other_provider():
+    server = FakeProvider().start()
+    yield server
+    server.stop()
+
+
+def test_a_job_is_served_only_by_workers_of_its_endpoint(cli, fake_provider, other_provider, tmp_path,
+                                                           backend_env):
+    """Job A is made for provider A; a worker configured for provider B never takes its items
+    (B's own job, run after A, is done first: A's triggers were queued before it), says so once
+    in its log, and `status` names the endpoint A waits for. A worker of A then does it."""
+    env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "3"}
+    env_b = {**env, "HERMES_BULK_BASE_URL": other_provider.base_url}
+    folder_a, items_a = _items(tmp_path, "alpha", 6)
+    folder_b, items_b = _items(tmp_path, "beta", 3)
+    job_a = _create(cli, folder_a, env)
+    job_b = _create(cli, folder_b, env_b)
+    cli("run", job_a, **env)
+    worker_b = cli.spawn_worker("-w", "2", **env_b)
+    try:
+        cli("run", job_b, **env_b)
+        wait_for(lambda: _status(cli, job_b, env)["state"] == "completed", timeout=60, message="B done")
+        log_b = cli.logs_dir / "worker-1.log"
+        wait_for(lambda: f"job {job_a} is left to workers of its endpoint" in log_b.read_text(), timeout=30,
+                 message="worker B says it leaves A")
+        assert not {r.item for r in other_provider.requests} & items_a
+        assert not fake_provider.requests
+        st = _status(cli, job_a, env)
+        assert (st["state"], st["completed"], st["live_workers"]) == ("waiting_for_worker", 0, 0), st
+        assert st["endpoint"] == fake_provider.base_url
+        text = cli("status", job_a, **env).stdout
+        assert f"waits for a hermes-bulk worker for {fake_provider.base_url}" in text, text
+        worker_a = cli.spawn_worker("-w", "2", **env)
+        wait_for(lambda: _status(cli, job_a, env)["state"] == "completed", timeout=60, message="A done")
+        worker_a.terminate()
+        worker_a.wait(30)
+    finally:
+        worker_b.terminate()
+        worker_b.wait(30)
+    assert {r.item for r in fake_provider.requests} == items_a
+    assert {r.item for r in other_provider.requests} == items_b
+    assert log_b.read_text().count(f"job {job_a} is left to workers") == 1
+
+
+def test_answers_are_reused_only_from_the_same_endpoint_and_key(cli, fake_provider, other_provider, tmp_path,
+                                                                backend_env):
+    folder, items = _items(tmp_path, "gamma", 4)
+    first = _create(cli, folder, backend_env)
+    cli("run", first, "--wait", **backend_env)
+    assert {r.item for r in fake_provider.requests} == items
+    # Same items and instruction, another endpoint: asked again there, nothing reused.
+    env_b = {**backend_env, "HERMES_BULK_BASE_URL": other_provider.base_url}
+    second = _create(cli, folder, env_b)
+    cli("run", second, "--wait", **env_b)
+    assert {r.item for r in other_provider.requests} == items
+    assert _status(cli, second, env_b)["reused"] == 0
+    # Same endpoint, another key (another account): asked again too.
+    env_key = {**backend_env, "HERMES_BULK_API_KEY": "sk-another-account-not-a-secret"}
+    third = _create(cli, folder, env_key)
+    cli("run", third, "--wait", **env_key)
+    assert len(fake_provider.requests) == 8
+    # Same endpoint and key: reused when created, nothing left to send.
+    fourth = _create(cli, folder, backend_env)
+    st = _status(cli, fourth, backend_env)
+    assert (st["reused"], st["pending"]) == (4, 0), st
+    assert len(fake_provider.requests) == 8
+
+
+def test_the_key_fingerprint_is_keyed_and_never_the_key():
+    from hermes_bulk import endpoints
+
+    fp = endpoints.key_fingerprint("sk-secret-value")
+    assert fp == endpoints.key_fingerprint("sk-secret-value") != endpoints.key_fingerprint("sk-secret-valuf")
+    assert "secret" not in fp and len(fp) == 16
+    assert endpoints.endpoint_url("https://user:pw@host.example/v1/?api_key=abc") == \
+        "https://user:***@host.example/v1/?api_key=***"

@@ -91,8 +91,10 @@ class BatchDriver:
                  client_for: Callable[[JobRecord], HttpModelClient], jobs_dir: Path, max_items: int,
                  poll_s: float, window: str, lease_s: float, trigger: Callable[[str, int], None],
                  max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
-                 live_workers: Callable[[], set[str]] | None = None) -> None:
+                 live_workers: Callable[[], set[str]] | None = None,
+                 serves: Callable[[JobRecord], bool] | None = None) -> None:
         self.store, self.worker_id, self.api_for, self.client_for = store, worker_id, api_for, client_for
+        self.serves = serves  #: whether this worker serves a job (its endpoint, run JOB --wait); None: all
         self.jobs_dir, self.max_items, self.poll_s, self.window = jobs_dir, max_items, poll_s, window
         window_s = parse_duration(window) or 86400.0
         #: How long items stay in a batch before the reaper could take them back: past the
@@ -117,6 +119,8 @@ class BatchDriver:
             for job_id in job_ids:
                 job = self.store.get_job(job_id)
                 if job is None or job.spec.mode != MODE_BATCH or job.spec.client != "http":
+                    continue
+                if self.serves is not None and not self.serves(job):
                     continue
                 try:
                     self._drive(job)

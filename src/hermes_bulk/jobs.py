@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from . import hints, prompt
+from . import endpoints, hints, prompt
 from .backend_url import SqliteUrl, parse_backend_url
 from .broker import Backend, open_backend
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
@@ -121,11 +121,15 @@ class JobStatus:
     #: Hermes gateway or run --wait that exited); else None
     interrupted: str | None = None
     batches: list[BatchRecord] = field(default_factory=list)  # a batch job's provider batches
+    #: a running job: the threads of the live workers that serve it (their sum; 0: none live)
+    live_threads: int | None = None
 
     @property
     def concurrency(self) -> int:
-        """Items of the job that run at once: its --concurrency, capped by max_concurrency in force."""
-        return min(self.job.spec.concurrency, self.max_concurrency or self.job.spec.concurrency)
+        """Items of the job that run at once: its --concurrency, capped by max_concurrency in force
+        and, while live workers serve it, by their threads."""
+        cap = min(self.job.spec.concurrency, self.max_concurrency or self.job.spec.concurrency)
+        return min(cap, self.live_threads) if self.live_threads else cap
 
     def as_dict(self) -> dict:
         """The `status --json` shape (a binding contract: keys are only ever added)."""
@@ -142,6 +146,7 @@ class JobStatus:
             "rpm": j.spec.rpm, "tpm": j.spec.tpm, "interrupted": self.interrupted,
             "reused": j.reused, "tokens_saved": j.tokens_saved,
             "mode": j.spec.mode, "batches": [_batch_dict(b) for b in self.batches],
+            "concurrency_in_force": self.concurrency, "endpoint": j.spec.endpoint,
         }
 
 
@@ -165,13 +170,6 @@ def derive_state(job: JobRecord, live_workers: int) -> str:
             return "processing"
         return "awaiting_recovery" if interruption(job) else "waiting_for_worker"
     return job.state  # not_started, paused, awaiting_recovery
-
-
-def _in_force(cap: int, capable: list[WorkerInfo]) -> int:
-    """The concurrency cap where the job's items run: no more than the threads of the live
-    workers that serve it (none live: the cap they will have)."""
-    threads = sum(w.threads for w in capable)
-    return min(cap, threads) if threads else cap
 
 
 class Jobs:
@@ -244,6 +242,7 @@ class Jobs:
         if concurrency > s.max_concurrency:
             raise UsageError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
                              f"lower it, or raise {self.setting_name('max_concurrency')}.")
+        endpoint = key_fp = None
         if client == "http":
             model = model or s.model
             if not model:
@@ -251,6 +250,7 @@ class Jobs:
                                   "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model.")
             api_key = s.api_key.get_secret_value() if s.api_key else None
             provider = provider or provider_key(s.base_url, api_key)
+            endpoint, key_fp = endpoints.endpoint_url(s.base_url), endpoints.key_fingerprint(api_key)
         from .sources import Source
 
         source = Source(over, max_item_bytes=s.max_item_bytes)
@@ -265,6 +265,7 @@ class Jobs:
             output_tokens_estimate=s.max_output_tokens or s.output_tokens_estimate,
             max_output_tokens=s.max_output_tokens, schema=schema, reuse=s.reuse and not fresh,
             mode="batch" if batch else "live", batch_deadline_s=batch_deadline_s,
+            endpoint=endpoint, key_fingerprint=key_fp,
         )
         self.store.begin_job(spec)
         try:
@@ -390,7 +391,8 @@ class Jobs:
                          events=shown, event_names=names,
                          interrupted=interruption(job) if state == "awaiting_recovery" else None,
                          budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
-                         max_concurrency=_in_force(self.max_concurrency_for(job), capable),
+                         max_concurrency=self.max_concurrency_for(job),
+                         live_threads=sum(w.threads for w in capable) if job.state == RUNNING else None,
                          max_concurrency_setting=self.settings.max_concurrency,
                          batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [])
 
@@ -458,7 +460,7 @@ class Jobs:
         fresh = self.store.get_job(job.job_id) or job
         slots = min(fresh.spec.concurrency, self.settings.max_concurrency) - fresh.running
         if slots > 0 and fresh.pending > 0:
-            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending), client=fresh.spec.client)
+            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending))
         return fresh
 
     def pause(self, job_ref: str | None) -> JobRecord:
@@ -610,7 +612,9 @@ def item_answer_key(spec: JobSpec, item_content_hash: str) -> str:
     jobs of one store (when spec.reuse) and among the job's own items (always)."""
     return prompt.answer_key(model=spec.model, client=spec.client, instruction=spec.instruction,
                              schema=spec.schema, max_output_tokens=spec.max_output_tokens, sampling=None,
-                             content_hash=item_content_hash)
+                             content_hash=item_content_hash,
+                             endpoint=endpoints.identity(spec.endpoint, spec.key_fingerprint or "")
+                             if spec.endpoint is not None else "")
 
 
 def missing_database(settings: Settings) -> Path | None:

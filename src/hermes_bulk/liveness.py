@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from . import endpoints
 from .files import private_dir
 from .store.protocol import (
     AWAITING_RECOVERY,
@@ -57,17 +58,19 @@ def new_worker_id() -> str:
 ONLY_JOB = "job:"  #: the serves token of a worker that serves one job alone (`run JOB --wait`)
 
 
-def serves_record(kinds: list[str], only_job: str | None = None) -> str:
-    """What a worker serves, as its registry entry records it (WorkerInfo.serves)."""
-    return ",".join([*kinds, *([ONLY_JOB + only_job] if only_job else [])])
+def serves_record(routes: list[str], only_job: str | None = None) -> str:
+    """What a worker serves, as its registry entry records it (WorkerInfo.serves): the routes
+    it consumes (endpoints.route) and, for `run JOB --wait`, the one job it serves."""
+    return ",".join([*routes, *([ONLY_JOB + only_job] if only_job else [])])
 
 
 def can_serve(worker: WorkerInfo, job: JobRecord) -> bool:
-    """Whether this worker takes the job's items: it serves the job's kind, and every job or
-    this one. An entry without a record (a worker older than it) serves "http" jobs."""
-    tokens = worker.serves.split(",") if worker.serves else ["http"]
+    """Whether this worker takes the job's items: it consumes the job's route (its kind, and
+    for HTTP its endpoint and key), and serves every job or this one. An entry without a record
+    (a worker older than it) serves the HTTP jobs that recorded no endpoint."""
+    tokens = worker.serves.split(",") if worker.serves else [endpoints.HTTP]
     only = [t[len(ONLY_JOB):] for t in tokens if t.startswith(ONLY_JOB)]
-    return job.spec.client in tokens and (not only or job.job_id in only)
+    return endpoints.route(job.spec) in tokens and (not only or job.job_id in only)
 
 
 class Liveness:

@@ -141,7 +141,10 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
 
 def concurrency_line(st: JobStatus) -> str:
     line = f"Concurrency: up to {count(st.concurrency, 'item')} at once"
-    if st.concurrency < st.job.spec.concurrency:
+    if st.live_threads and st.concurrency == st.live_threads < st.job.spec.concurrency:
+        line += (f" (the job asks for {st.job.spec.concurrency}; the live workers that serve it have "
+                 f"{count(st.live_threads, 'thread')})")
+    elif st.concurrency < st.job.spec.concurrency:
         line += f" (the job asks for {st.job.spec.concurrency}; max_concurrency is {st.max_concurrency})"
     return line
 
@@ -181,9 +184,11 @@ def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
     """Run, nothing interrupted, and no live worker that can serve it: which worker it needs."""
     j = st.job
     if hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
-        return ["No live worker can serve this job: it needs a hermes-bulk worker with this job's endpoint "
-                "(HERMES_BULK_BASE_URL and key).",
-                f"Start one with: hermes-bulk worker, or process it here: hermes-bulk run {j.job_id} --wait"]
+        needs = (f"a hermes-bulk worker for {j.spec.endpoint} with the API key the job was created with"
+                 if j.spec.endpoint else "a hermes-bulk worker")
+        return [f"Nothing was interrupted; it waits for {needs}.",
+                f"No live worker ({count(st.live_workers, 'live worker')}): start one with: hermes-bulk worker, "
+                f"or process it here: hermes-bulk run {j.job_id} --wait"]
     return ["No live worker can serve this job: it needs Hermes' model (a Hermes process, or a hermes-bulk "
             "worker with HERMES_HOME set to the profile it was created in).",
             f"Process it with: {hints.process(j, 'run', cmd)}"]

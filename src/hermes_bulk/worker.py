@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from . import metrics
+from . import endpoints, metrics
 from .batch_api import BatchApi
 from .batches import BatchDriver, runs_live
 from .broker import Backend
@@ -116,6 +116,10 @@ class WorkerRuntime:
         self._stopped = False
         self.stops_gracefully, self.resume_interrupted = stops_gracefully, resume_interrupted
         self.only_job = only_job
+        api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        #: The queue of jobs made for this worker's endpoint and key (endpoints.py).
+        self.own_route = endpoints.own_route(settings.base_url, api_key)
+        self._told_unserved: set[str] = set()  # jobs whose endpoint is not this worker's: said once
         self._taken: set[str] = set()  # jobs this worker works on now: said when taken up, until they end
         self._worked: set[str] = set()  # every job it claimed items of (marked at a graceful stop)
         self._taken_lock = threading.Lock()
@@ -127,7 +131,7 @@ class WorkerRuntime:
             store=backend.store, worker_id=self.worker_id, api_for=self._batch_api_for, client_for=self.http_client_for,
             jobs_dir=settings.jobs_dir, max_items=settings.batch_max_items, poll_s=settings.batch_poll_seconds,
             window=settings.batch_window, lease_s=settings.lease_seconds, max_item_bytes=settings.max_item_bytes,
-            live_workers=self.liveness.live_worker_ids,
+            live_workers=self.liveness.live_worker_ids, serves=self.serves,
             trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n)) if "http" in self.clients else None
         self._batch_thread: threading.Thread | None = None
         self._batch_apis: dict[str, BatchApi] = {}
@@ -149,9 +153,9 @@ class WorkerRuntime:
         client = self.backend.client_of(job_id)
         if client is None:
             return None  # the job was deleted
-        if client not in self.clients:
+        if client not in self.routes():
             # On a queue this worker serves but not the job's (sent before queues were per kind
-            # of client): pass it on to the workers that can call the job's model, at once.
+            # of client and endpoint): pass it on to the workers that can serve it, at once.
             self.backend.trigger(job_id, index_hint, client=client)
             return None
         if not self._runs_live(job_id):
@@ -209,6 +213,39 @@ class WorkerRuntime:
             return any(other != job_id for other in self.backend.store.active_job_ids())
         except HermesBulkError:
             return True
+
+    def routes(self) -> list[str]:
+        """The routes (queues) this worker consumes: per kind of job it has a model client for;
+        for HTTP, its own endpoint's and the kind's (jobs that recorded no endpoint)."""
+        routes: list[str] = []
+        for kind in self.clients:
+            routes += [self.own_route, endpoints.HTTP] if kind == endpoints.HTTP else [kind]
+        return routes
+
+    def route_of(self, job: JobRecord) -> str:
+        return endpoints.route(job.spec, self.own_route)
+
+    def serves(self, job: JobRecord) -> bool:
+        """Whether this worker takes the job's items: its kind and endpoint, and (run JOB --wait) its id."""
+        if self.only_job is not None and job.job_id != self.only_job:
+            return False
+        return job.spec.client in self.clients and self.route_of(job) in self.routes()
+
+    def _say_unserved(self, job: JobRecord) -> None:
+        """Once per job: an HTTP job made for another endpoint or key is left to its workers."""
+        if job.spec.client != endpoints.HTTP or job.job_id in self._told_unserved:
+            return
+        if self.only_job is not None and job.job_id != self.only_job:
+            return
+        self._told_unserved.add(job.job_id)
+        own = endpoints.endpoint_url(self.settings.base_url)
+        why = ("with another API key than this worker's" if job.spec.endpoint == own
+               else f"and this worker calls {own}")
+        log.info("job %s is left to workers of its endpoint: it was created for %s %s",
+                 job.job_id, job.spec.endpoint, why)
+
+    def _api_key(self) -> str | None:
+        return self.settings.api_key.get_secret_value() if self.settings.api_key else None
 
     def _runs_live(self, job_id: str) -> bool:
         job = self.backend.store.get_job(job_id)
@@ -302,6 +339,8 @@ class WorkerRuntime:
         self._lock_fd = self.liveness.hold_lock(self.worker_id)
         self._heartbeat()  # before the scan, so two workers starting together see each other
         self._recover_at_start()
+        if endpoints.HTTP in self.clients:
+            self.backend.legacy_http_route = self.own_route
         serve(self.queues(), self)  # triggers of these queues, run here, come to this runtime
         self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
         self._maintenance.start()
@@ -310,12 +349,19 @@ class WorkerRuntime:
             self._batch_thread.start()
 
     def queues(self) -> list:
-        """The Huey queues this worker consumes: one per kind of job it has a model client for."""
-        return [self.backend.queue(client) for client in self.clients]
+        """The Huey queues this worker consumes: one per route (routes)."""
+        return [self.backend.queue(route) for route in self.routes()]
+
+    def queue_threads(self) -> list[int]:
+        """Threads per queue (queues' order): `threads`, but one on the kind's HTTP queue, where
+        only triggers of jobs that recorded no endpoint arrive (their chains go on on this
+        worker's own endpoint's queue)."""
+        return [1 if route == endpoints.HTTP else self.threads for route in self.routes()]
 
     def start_embedded_consumer(self) -> None:
         """Consumer threads inside this process, `threads` per queue; the host keeps its signal handlers."""
-        self.consumers = [EmbeddedConsumer(huey, **consumer_options(self.threads)) for huey in self.queues()]
+        self.consumers = [EmbeddedConsumer(huey, **consumer_options(n))
+                          for huey, n in zip(self.queues(), self.queue_threads(), strict=True)]
         for consumer in self.consumers:
             consumer.start()
 
@@ -393,9 +439,9 @@ class WorkerRuntime:
             if self.only_job is not None and job_id != self.only_job:
                 continue
             job = self.backend.store.get_job(job_id)
-            if job is not None and job.spec.client in self.clients:
+            if job is not None and self.serves(job):
                 slots = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
-                self.backend.trigger(job_id, 0, max(1, slots), client=job.spec.client)
+                self.backend.trigger(job_id, 0, max(1, slots), client=self.route_of(job))
 
     def metrics_page(self) -> str:
         store = self.backend.store
@@ -406,13 +452,13 @@ class WorkerRuntime:
                 jobs.append((job_id, {"pending": job.pending, "running": job.running,
                                       "completed": job.completed, "failed": job.failed}))
         return metrics.render(self.worker_id, self.processor.counters.snapshot(), len(self.processor.held_items()),
-                              self.backend.queue_length(self.clients), jobs)
+                              self.backend.queue_length(self.routes()), jobs)
 
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
         self.backend.store.heartbeat_worker(
             WorkerInfo(self.worker_id, this_host(), os.getpid(), self.started_at, 0.0, self.threads,
-                       serves_record(list(self.clients), self.only_job)),
+                       serves_record(self.routes(), self.only_job)),
             ttl_s=self.settings.lease_seconds)
         self.backend.store.renew_leases(self.worker_id, self.processor.held_items(),
                                         lease_s=self.settings.lease_seconds)
@@ -463,7 +509,11 @@ class WorkerRuntime:
             if self.only_job is not None and job_id != self.only_job:
                 continue
             job = store.get_job(job_id)
-            if job is None or job.pending == 0 or job.spec.client not in self.clients:
+            if job is None or job.pending == 0:
+                continue
+            if not self.serves(job):
+                if job.spec.client in self.clients and job.state == RUNNING:
+                    self._say_unserved(job)
                 continue
             if job.spec.mode == "batch" and not runs_live(store, job):
                 continue  # its items go in batches
@@ -472,4 +522,4 @@ class WorkerRuntime:
                 continue
             if self.backend.limits.pause_state(job.spec.provider_key) or self.request_gate.held_until(job):
                 continue  # the provider is paused or the budget spent; triggers would only wait
-            self.backend.trigger(job_id, 0, free, client=job.spec.client)
+            self.backend.trigger(job_id, 0, free, client=self.route_of(job))
