@@ -6,6 +6,11 @@ whose request log is the proof of what was sent.
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -142,3 +147,47 @@ def test_the_key_fingerprint_is_keyed_and_never_the_key():
     assert "secret" not in fp and len(fp) == 16
     assert endpoints.endpoint_url("https://user:pw@host.example/v1/?api_key=abc") == \
         "https://user:***@host.example/v1/?api_key=***"
+
+
+def test_a_killed_run_wait_is_seen_at_once_and_named(cli, fake_provider, other_provider, tmp_path, backend_env):
+    """kill -9 of the only `run --wait` serving a job, while a worker of another endpoint lives:
+    `status` says at once that no live worker serves the job (never "processing"), the items
+    come back with an event naming the dead worker, and the concurrency in force is the threads
+    of the live workers that serve the job."""
+    env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}  # the lease is not what tells
+    folder, _ = _items(tmp_path, "delta", 6)
+    job = _create(cli, folder, env, "--concurrency", "4")
+    other = cli.spawn_worker("-w", "1", **{**env, "HERMES_BULK_BASE_URL": other_provider.base_url})
+    try:
+        fake_provider.configure(latency_s=60)
+        waiting = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "run", job, "--wait"],
+                                   env=cli.full_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   stdin=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: fake_provider.requests, timeout=60, message="an item reaches the provider")
+            assert _status(cli, job, env)["state"] == "processing"
+        finally:
+            os.kill(waiting.pid, signal.SIGKILL)
+            waiting.wait()
+        fake_provider.configure(latency_s=0)
+        st = _status(cli, job, env)  # at once: its lock file is free
+        assert (st["state"], st["live_workers"]) == ("awaiting_recovery", 0), st
+        assert "State: processing" not in cli("status", job, **env).stdout
+        wait_for(lambda: "recovered" in cli("events", job, **env).stdout, timeout=30,
+                 message="the other worker returns the dead one's items")
+        events = cli("events", job, **env).stdout
+        assert re.search(rf"returned to the queue from worker [^\s]+:{waiting.pid}:", events), events
+        fake_provider.configure(latency_s=0.5)
+        serving = cli.spawn_worker("-w", "2", **env)
+        cli("run", job, **env)
+        wait_for(lambda: _status(cli, job, env)["running"] >= 1, timeout=60, message="served again")
+        st = _status(cli, job, env)
+        assert (st["state"], st["concurrency"], st["concurrency_in_force"]) == ("processing", 4, 2), st
+        assert "the live workers that serve it have 2 threads" in cli("status", job, **env).stdout
+        fake_provider.configure(latency_s=0)
+        wait_for(lambda: _status(cli, job, env)["state"] == "completed", timeout=60, message="done")
+        serving.terminate()
+        serving.wait(30)
+    finally:
+        other.terminate()
+        other.wait(30)

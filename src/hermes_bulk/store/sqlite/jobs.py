@@ -499,13 +499,14 @@ class SqliteJobStore(SqliteBatches):
         return self._release("status = ? AND lease_until < ?", (CLAIMED, self.now()))
 
     def release_worker_items(self, worker_id: str) -> dict[str, int]:
-        return self._release("status = ? AND owner = ?", (CLAIMED, worker_id))
+        return self._release("status = ? AND owner = ?", (CLAIMED, worker_id), worker=worker_id)
 
     def item_owners(self) -> dict[str, int]:
         rows = self.db.read("SELECT owner, count(*) FROM items WHERE status = ? GROUP BY owner", (CLAIMED,))
         return dict(rows)
 
-    def _release(self, where: str, params: tuple) -> dict[str, int]:
+    def _release(self, where: str, params: tuple, worker: str | None = None) -> dict[str, int]:
+        """worker: whose items these are, when known (the recovered event names it)."""
         with self.db.write() as conn:
             # `reserved` is left as it is (see _finish_owned), so RETURNING gives each reservation.
             rows = conn.execute(f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL"
@@ -516,7 +517,9 @@ class SqliteJobStore(SqliteBatches):
                 per_job[job_id] = (n + 1, r + reserved)
             self._count_released(conn, per_job)
             for job_id, (n, _) in per_job.items():
-                self._insert_events(conn, job_id, [Event("recovered", f"{count(n, 'interrupted item')} returned to the queue")])
+                self._insert_events(conn, job_id, [Event(
+                    "recovered", f"{count(n, 'interrupted item')} returned to the queue"
+                    + (f" from worker {worker}" if worker else ""))])
         return {job_id: n for job_id, (n, _) in per_job.items()}
 
     @staticmethod
