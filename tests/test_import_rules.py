@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
         "budget.ledgers")),
     ("what an item goes through", (
-        "limits", "model", "batch_api", "sources", "sources.*", "flag_files", "export", "hints", "liveness",
+        "limits", "model", "batch_api", "sources", "sources.*", "flag_files", "export", "hints", "liveness", "endpoints",
         "tasks", "budget.service", "dashboard.access",
         "budget.gate", "budget.report")),
     ("the backend from a URL, one item's life", ("broker", "pipeline", "batches")),
