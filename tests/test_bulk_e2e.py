@@ -126,7 +126,7 @@ def test_status_json_has_the_contract_keys_through_the_life_of_a_job(cli, tmp_pa
         assert key in status
     assert (status["state"], status["total"], status["pending"], status["concurrency"]) == ("not_started", 1, 1, 2)
     cli("run", job_id)
-    assert cli.json("status", job_id, "--json")["state"] == "awaiting_recovery", "run, but no worker is running"
+    assert cli.json("status", job_id, "--json")["state"] == "waiting_for_worker", "run, but no worker is running"
     worker = cli.spawn_worker("--burst", "-w", "2")
     assert worker.wait(60) == 0
     done = cli.json("status", job_id, "--json")

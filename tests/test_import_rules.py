@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "budget.ledgers")),
     ("what an item goes through", (
         "limits", "answers", "model", "breaker", "doctor", "batch_api", "sources", "sources.*", "flag_files",
-        "export", "hints", "liveness",
+        "export", "hints", "liveness", "endpoints",
         "tasks", "budget.service", "dashboard.access",
         "budget.gate", "budget.report")),
     ("the backend from a URL, one item's life", ("broker", "pipeline", "batches")),

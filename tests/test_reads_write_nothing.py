@@ -133,7 +133,7 @@ def setup(request, cli, tmp_path, home, fake_provider):
         (outputs / f"{index:06d}.md").unlink()
     waiting = cli.create("Do", src)
     cli("run", waiting)  # no worker: its triggers wait in the queue
-    assert cli.json("status", waiting, "--json")["state"] == "awaiting_recovery"
+    assert cli.json("status", waiting, "--json")["state"] == "waiting_for_worker"  # run, never picked up
     read_home, extra = home, {}
     if request.param.endswith("another machine"):
         read_home = tmp_path / "other-machine" / "data"

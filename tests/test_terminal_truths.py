@@ -41,7 +41,7 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
     assert ("No worker is live to pick it up: start one with: hermes-bulk worker "
             f"(or process it here: hermes-bulk run {job} --wait).") in ran
     status = cli("status", job).stdout
-    assert "State: awaiting recovery" in status
+    assert "State: waiting for a worker" in status  # run, never picked up: nothing to recover
     assert (f"No live worker (0 live workers): start one with: hermes-bulk worker, "
             f"or process it here: hermes-bulk run {job} --wait") in status
     assert f"Continue with: hermes-bulk run {job}" not in status.splitlines(), "run alone changes nothing here"

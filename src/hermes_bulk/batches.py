@@ -149,8 +149,10 @@ class BatchDriver:
                  poll_s: float, window: str, lease_s: float, trigger: Callable[[str, int], None],
                  max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
                  live_workers: Callable[[], set[str]] | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 serves: Callable[[JobRecord], bool] | None = None) -> None:
         self.store, self.worker_id, self.api_for, self.client_for = store, worker_id, api_for, client_for
+        self.serves = serves  #: whether this worker serves a job (its endpoint, run JOB --wait); None: all
         self.jobs_dir, self.max_items, self.poll_s, self.window = jobs_dir, max_items, poll_s, window
         window_s = parse_duration(window) or 86400.0
         #: How long items stay in a batch before the reaper could take them back: past the
@@ -186,6 +188,8 @@ class BatchDriver:
                     job = self.store.get_job(job_id)
                     if job is None or job.spec.mode != MODE_BATCH or job.spec.client != "http":
                         continue
+                    if self.serves is not None and not self.serves(job):
+                        continue
                     self._drive(job)
                 except HermesBulkError as exc:  # the store, mostly: the next pass tries again
                     log.warning("job %s: batch step failed (%s); trying again at the next pass", job_id, exc)
@@ -200,6 +204,8 @@ class BatchDriver:
             for job_id in self.store.batch_job_ids():
                 job = self.store.get_job(job_id)
                 if job is None or job.state != PAUSED or job.spec.mode != MODE_BATCH or job.spec.client != "http":
+                    continue
+                if self.serves is not None and not self.serves(job):  # run JOB --wait: that job only
                     continue
                 for batch in self.store.list_batches(job_id):
                     if batch.open and batch.provider_id and not batch.cancel_sent and batch.status not in TERMINAL:

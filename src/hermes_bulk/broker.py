@@ -4,9 +4,10 @@
 in `bulk-queue.db`) or `redis://…` / `rediss://…` (the fleet). backend_url.py says what a URL
 names; this is the only place that maps it to classes, and nothing above it branches on the backend.
 
-One Huey queue per kind of model client (job.spec.client): a trigger goes only to workers that
-can call the job's model, so a worker that cannot (the Hermes gateway's, for a job made by
-`hermes-bulk create`) never takes it and makes it wait. Both backends key a queue by its Huey
+One Huey queue per route (endpoints.route: the kind of model client, and for HTTP jobs their
+endpoint and key): a trigger goes only to workers that can call the job's model at the job's
+endpoint, so a worker that cannot (the Hermes gateway's, for a job made by `hermes-bulk create`;
+one configured for another endpoint) never takes it and makes it wait. Both backends key a queue by its Huey
 name (Redis: in the key names; SQLite: the `queue` column of one file).
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from . import endpoints
 from .backend_url import SqliteUrl, parse_backend_url
 from .errors import BackendUnavailable
 from .store.protocol import JobStore, SharedLimits
@@ -51,7 +53,10 @@ class Backend:
     unavailable: Callable[[Exception], BackendUnavailable] = lambda exc: BackendUnavailable(str(exc))
     warnings: Callable[[], list[str]] = list  # e.g. Redis without persistence
     _queues: dict[str, tuple[Huey, TaskWrapper]] = field(default_factory=dict, init=False)
-    _clients: dict[str, str] = field(default_factory=dict, init=False)  # job id -> its client kind
+    _clients: dict[str, str] = field(default_factory=dict, init=False)  # job id -> its route
+    #: In a worker's process: the route of its own endpoint, which HTTP jobs that recorded no
+    #: endpoint travel on from here (endpoints.route); None elsewhere.
+    legacy_http_route: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def _queue(self, client: str) -> tuple[Huey, TaskWrapper]:
@@ -69,13 +74,15 @@ class Backend:
         return self._queue(client)[0]
 
     def client_of(self, job_id: str) -> str | None:
-        """A job's kind of model client (it never changes); None when there is no such job."""
+        """A job's route (endpoints.route; it never changes); None when there is no such job."""
         client = self._clients.get(job_id)
         if client is None:
             job = self.store.get_job(job_id)
             if job is None:
                 return None
-            client = self._clients[job_id] = job.spec.client
+            client = self._clients[job_id] = endpoints.route(job.spec)
+        if client == DEFAULT_CLIENT and self.legacy_http_route:
+            return self.legacy_http_route
         return client
 
     def trigger(self, job_id: str, index_hint: int = 0, count: int = 1, *, client: str | None = None) -> None:

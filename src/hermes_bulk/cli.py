@@ -223,11 +223,15 @@ def _worker_runtime(backend, settings: Settings, threads: int, **options) -> tup
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime, served = _worker_runtime(jobs.backend, settings, threads)
+    runtime, served = _worker_runtime(jobs.backend, settings, threads, only_job=job_id)
     job = jobs.get(job_id)
     if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
         raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
                                 f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}")
+    if not runtime.serves(job):  # made for another endpoint or key: its workers take it
+        raise InvalidTransition(f"Job {job_id} cannot be processed here: it was created for {job.spec.endpoint} "
+                                "with another endpoint or API key than HERMES_BULK_BASE_URL and the key here. "
+                                "It stays queued for a worker configured for that endpoint.")
     runtime.start()
     runtime.start_embedded_consumer()
     try:
@@ -421,7 +425,7 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     resume = settings.resume_interrupted if args.resume_interrupted is None else args.resume_interrupted
     runtime, served = _worker_runtime(backend, settings, threads, stops_gracefully=True,
                                              resume_interrupted=resume)
-    consumer = QueuesConsumer(runtime.queues(), on_stopping=runtime.stopping,
+    consumer = QueuesConsumer(runtime.queues(), threads=runtime.queue_threads(), on_stopping=runtime.stopping,
                               on_stopped=lambda graceful: runtime.stop(graceful=False), **consumer_options(
         threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
         shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
@@ -436,7 +440,7 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
             raise InputError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
                              f"({exc.strerror}); choose another port.") from None
     if args.burst:
-        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, set(runtime.clients)),
+        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, runtime),
                          daemon=True).start()
     logging.getLogger("hermes_bulk").info(
         "worker %s: %s on %s; %s%s", runtime.worker_id, count(threads, "thread"), public_url(settings.backend_url),
@@ -459,15 +463,15 @@ def _running_kinds(store, served: dict) -> dict[str, list[str]]:
     return kinds
 
 
-def _stop_when_idle(jobs: Jobs, consumer, clients: set[str]) -> None:
+def _stop_when_idle(jobs: Jobs, consumer, runtime: WorkerRuntime) -> None:
     """--burst: stop once no running job this worker serves has pending or running items and its
     queues are empty."""
     idle_since = None
     while True:
         time.sleep(0.5)
         busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids())
-                   if j and j.spec.client in clients)
-        if busy or jobs.backend.queue_length(clients):
+                   if j and runtime.serves(j))
+        if busy or jobs.backend.queue_length(runtime.routes()):
             idle_since = None
         elif idle_since is None:
             idle_since = time.monotonic()

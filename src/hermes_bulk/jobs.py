@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from . import answers, hints, prompt
+from . import answers, endpoints, hints, prompt
 from .backend_url import SqliteUrl, parse_backend_url
 from .broker import Backend, open_backend
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
@@ -39,6 +39,7 @@ from .store.protocol import (
     JobStore,
     NewItem,
     PauseState,
+    WorkerInfo,
 )
 from .store.sqlite.database import is_open_sqlite_file
 from .words import count
@@ -61,7 +62,7 @@ SKIPPED_SHOWN = 20
 DELETE_WAIT_S = 10.0
 
 # States `status` shows (the seed's table).
-STATES = ("not_started", "processing", "paused", "awaiting_recovery", "completed",
+STATES = ("not_started", "processing", "paused", "waiting_for_worker", "awaiting_recovery", "completed",
           "completed_with_errors", "failed")
 
 
@@ -120,11 +121,15 @@ class JobStatus:
     #: Hermes gateway or run --wait that exited); else None
     interrupted: str | None = None
     batches: list[BatchRecord] = field(default_factory=list)  # a batch job's provider batches
+    #: a running job: the threads of the live workers that serve it (their sum; 0: none live)
+    live_threads: int | None = None
 
     @property
     def concurrency(self) -> int:
-        """Items of the job that run at once: its --concurrency, capped by max_concurrency in force."""
-        return min(self.job.spec.concurrency, self.max_concurrency or self.job.spec.concurrency)
+        """Items of the job that run at once: its --concurrency, capped by max_concurrency in force
+        and, while live workers serve it, by their threads."""
+        cap = min(self.job.spec.concurrency, self.max_concurrency or self.job.spec.concurrency)
+        return min(cap, self.live_threads) if self.live_threads else cap
 
     def as_dict(self) -> dict:
         """The `status --json` shape (a binding contract: keys are only ever added)."""
@@ -141,6 +146,7 @@ class JobStatus:
             "rpm": j.spec.rpm, "tpm": j.spec.tpm, "interrupted": self.interrupted,
             "reused": j.reused, "tokens_saved": j.tokens_saved,
             "mode": j.spec.mode, "batches": [_batch_dict(b) for b in self.batches],
+            "concurrency_in_force": self.concurrency, "endpoint": j.spec.endpoint,
         }
 
 
@@ -158,7 +164,11 @@ def derive_state(job: JobRecord, live_workers: int) -> str:
             return "completed"
         return "failed" if job.completed == 0 else "completed_with_errors"
     if job.state == RUNNING:
-        return "processing" if live_workers else "awaiting_recovery"
+        # live_workers: those that can serve this job. Without one, a job whose items some
+        # worker claimed since it was run was cut off; one never picked up waits for a worker.
+        if live_workers:
+            return "processing"
+        return "awaiting_recovery" if interruption(job) else "waiting_for_worker"
     return job.state  # not_started, paused, awaiting_recovery
 
 
@@ -232,6 +242,7 @@ class Jobs:
         if concurrency > s.max_concurrency:
             raise UsageError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
                              f"lower it, or raise {self.setting_name('max_concurrency')}.")
+        endpoint = key_fp = None
         if client == "http":
             model = model or s.model
             if not model:
@@ -239,6 +250,7 @@ class Jobs:
                                   "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model.")
             api_key = s.api_key.get_secret_value() if s.api_key else None
             provider = provider or provider_key(s.base_url, api_key)
+            endpoint, key_fp = endpoints.endpoint_url(s.base_url), endpoints.key_fingerprint(api_key)
         from .sources import Source
 
         source = Source(over, max_item_bytes=s.max_item_bytes)
@@ -253,6 +265,7 @@ class Jobs:
             output_tokens_estimate=s.max_output_tokens or s.output_tokens_estimate,
             max_output_tokens=s.max_output_tokens, schema=schema, reuse=s.reuse and not fresh,
             mode="batch" if batch else "live", batch_deadline_s=batch_deadline_s,
+            endpoint=endpoint, key_fingerprint=key_fp,
         )
         self.store.begin_job(spec)
         try:
@@ -363,9 +376,11 @@ class Jobs:
 
     def status(self, job_ref: str | None, *, events: int = 0) -> JobStatus:
         job = self.get(job_ref)
-        return self._status(job, len(self.liveness.live_worker_ids()), events)
+        return self._status(job, self.liveness.live_workers(), events)
 
-    def _status(self, job: JobRecord, live: int, events: int = 0) -> JobStatus:
+    def _status(self, job: JobRecord, workers: list[WorkerInfo], events: int = 0) -> JobStatus:
+        capable = self.liveness.capable_workers(job, workers)
+        live = len(capable)
         rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
         shown = self.store.list_events(job.job_id, events) if events else []
         # Names are looked up for the events shown only (by index), never the whole job's items.
@@ -376,6 +391,7 @@ class Jobs:
                          interrupted=interruption(job) if state == "awaiting_recovery" else None,
                          budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
                          max_concurrency=self.max_concurrency_for(job),
+                         live_threads=sum(w.threads for w in capable) if job.state == RUNNING else None,
                          max_concurrency_setting=self.settings.max_concurrency,
                          batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [])
 
@@ -402,8 +418,8 @@ class Jobs:
     def list(self, limit: int = 20) -> list[JobStatus]:
         if self._no_database():
             return []
-        live = len(self.liveness.live_worker_ids())
-        return [self._status(job, live) for job in self.store.list_jobs(limit)]
+        workers = self.liveness.live_workers()
+        return [self._status(job, workers) for job in self.store.list_jobs(limit)]
 
     def job_dir(self, job_id: str) -> Path:
         return self.settings.jobs_dir / job_id
@@ -443,7 +459,7 @@ class Jobs:
         fresh = self.store.get_job(job.job_id) or job
         slots = min(fresh.spec.concurrency, self.settings.max_concurrency) - fresh.running
         if slots > 0 and fresh.pending > 0:
-            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending), client=fresh.spec.client)
+            self.backend.trigger(job.job_id, 0, min(slots, fresh.pending))
         return fresh
 
     def pause(self, job_ref: str | None) -> JobRecord:
@@ -595,7 +611,9 @@ def item_answer_key(spec: JobSpec, item_content_hash: str) -> str:
     jobs of one store (when spec.reuse) and among the job's own items (always)."""
     return prompt.answer_key(model=spec.model, client=spec.client, instruction=spec.instruction,
                              schema=spec.schema, max_output_tokens=spec.max_output_tokens, sampling=None,
-                             content_hash=item_content_hash)
+                             content_hash=item_content_hash,
+                             endpoint=endpoints.identity(spec.endpoint, spec.key_fingerprint or "")
+                             if spec.endpoint is not None else "")
 
 
 def missing_database(settings: Settings) -> Path | None:
@@ -607,5 +625,5 @@ def missing_database(settings: Settings) -> Path | None:
 
 
 def state_label(state: str) -> str:
-    return state.replace("_", " ")
+    return "waiting for a worker" if state == "waiting_for_worker" else state.replace("_", " ")
 

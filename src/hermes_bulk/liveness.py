@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from . import endpoints
 from .files import private_dir
 from .store.protocol import (
     AWAITING_RECOVERY,
@@ -24,6 +25,7 @@ from .store.protocol import (
     Event,
     JobRecord,
     JobStore,
+    WorkerInfo,
 )
 
 log = logging.getLogger("hermes_bulk.liveness")
@@ -51,6 +53,24 @@ def this_host() -> str:
 def new_worker_id() -> str:
     """host:pid:random; the host part is how Liveness knows a worker ran on this machine."""
     return f"{this_host()}:{os.getpid()}:{os.urandom(3).hex()}"
+
+
+ONLY_JOB = "job:"  #: the serves token of a worker that serves one job alone (`run JOB --wait`)
+
+
+def serves_record(routes: list[str], only_job: str | None = None) -> str:
+    """What a worker serves, as its registry entry records it (WorkerInfo.serves): the routes
+    it consumes (endpoints.route) and, for `run JOB --wait`, the one job it serves."""
+    return ",".join([*routes, *([ONLY_JOB + only_job] if only_job else [])])
+
+
+def can_serve(worker: WorkerInfo, job: JobRecord) -> bool:
+    """Whether this worker takes the job's items: it consumes the job's route (its kind, and
+    for HTTP its endpoint and key), and serves every job or this one. An entry without a record
+    (a worker older than it) serves the HTTP jobs that recorded no endpoint."""
+    tokens = worker.serves.split(",") if worker.serves else [endpoints.HTTP]
+    only = [t[len(ONLY_JOB):] for t in tokens if t.startswith(ONLY_JOB)]
+    return endpoints.route(job.spec) in tokens and (not only or job.job_id in only)
 
 
 class Liveness:
@@ -83,6 +103,14 @@ class Liveness:
         finally:
             os.close(fd)
         return True
+
+    def live_workers(self) -> list[WorkerInfo]:
+        """Live workers (entry fresh, and on this host their lock held), without holdings."""
+        return [w for w in self.store.live_workers(holding=False) if not self._lock_is_free(w.worker_id)]
+
+    def capable_workers(self, job: JobRecord, live: list[WorkerInfo] | None = None) -> list[WorkerInfo]:
+        """The live workers that take this job's items (can_serve)."""
+        return [w for w in (self.live_workers() if live is None else live) if can_serve(w, job)]
 
     def live_worker_ids(self) -> set[str]:
         # Without holdings: reading them would load every running item, a batch's 50,000 too,

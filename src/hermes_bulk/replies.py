@@ -139,7 +139,7 @@ def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
     if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
         return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
                 f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
-    live = len(jobs.liveness.live_worker_ids())
+    live = len(jobs.liveness.capable_workers(job))  # only those that serve its endpoint and key
     if live:
         return f"{count(live, 'live worker')} pick{'s' if live == 1 else ''} it up."
     return (f"No worker is live to pick it up: start one with: hermes-bulk worker "

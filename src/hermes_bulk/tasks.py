@@ -98,10 +98,14 @@ class QueuesConsumer(Consumer):
     threads are done: the runtime hands back what it holds there, before huey exits, or execs
     itself on SIGHUP (a restart), which would skip any code after run()."""
 
-    def __init__(self, queues: list[Huey], *, on_stopping: Callable[[], None] | None = None,
+    def __init__(self, queues: list[Huey], *, threads: list[int] | None = None,
+                 on_stopping: Callable[[], None] | None = None,
                  on_stopped: Callable[[bool], None] | None = None, **options) -> None:
-        super().__init__(queues[0], **options)
-        self.others = [EmbeddedConsumer(huey, **options) for huey in queues[1:]]
+        """threads: worker threads per queue (queues' order); by default options' `workers` each."""
+        counts = threads or [options["workers"]] * len(queues)
+        super().__init__(queues[0], **{**options, "workers": counts[0]})
+        self.others = [EmbeddedConsumer(huey, **{**options, "workers": n})
+                       for huey, n in zip(queues[1:], counts[1:], strict=True)]
         self.on_stopping, self.on_stopped = on_stopping, on_stopped
 
     def start(self) -> None:

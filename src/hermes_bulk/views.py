@@ -151,7 +151,10 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
 
 def concurrency_line(st: JobStatus) -> str:
     line = f"Concurrency: up to {count(st.concurrency, 'item')} at once"
-    if st.concurrency < st.job.spec.concurrency:
+    if st.live_threads and st.concurrency == st.live_threads < st.job.spec.concurrency:
+        line += (f" (the job asks for {st.job.spec.concurrency}; the live workers that serve it have "
+                 f"{count(st.live_threads, 'thread')})")
+    elif st.concurrency < st.job.spec.concurrency:
         line += f" (the job asks for {st.job.spec.concurrency}; max_concurrency is {st.max_concurrency})"
     return line
 
@@ -180,11 +183,27 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
         return ["No worker is running this job. Items that were in progress when its workers stopped go back to "
                 "the queue and are sent again only when the job runs.",
                 f"Continue with: {hints.process(j, 'run', cmd)}"]
+    if st.state == "waiting_for_worker":
+        return _waiting_for_worker(st, cmd)
     if st.state == "not_started":
         return [f"Start it with: {hints.process(j, 'run', cmd)}"]
     if st.state in ("completed_with_errors", "failed"):
         return [f"Return failed items to the queue with: {hints.process(j, 'retry', cmd)}"]
     return []
+
+
+def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
+    """Run, nothing interrupted, and no live worker that can serve it: which worker it needs."""
+    j = st.job
+    if hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
+        needs = (f"a hermes-bulk worker for {j.spec.endpoint} with the API key the job was created with"
+                 if j.spec.endpoint else "a hermes-bulk worker")
+        return [f"Nothing was interrupted; it waits for {needs}.",
+                f"No live worker ({count(st.live_workers, 'live worker')}): start one with: hermes-bulk worker, "
+                f"or process it here: hermes-bulk run {j.job_id} --wait"]
+    return ["No live worker can serve this job: it needs Hermes' model (a Hermes process, or a hermes-bulk "
+            "worker with HERMES_HOME set to the profile it was created in).",
+            f"Process it with: {hints.process(j, 'run', cmd)}"]
 
 
 def _awaiting_recovery_cli(st: JobStatus) -> list[str]:

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from . import metrics
+from . import endpoints, metrics
 from .batch_api import BatchApi
 from .batches import BatchDriver, runs_live
 from .breaker import EndpointBreaker
@@ -36,7 +36,14 @@ from .broker import Backend
 from .config import Settings
 from .errors import ClientUnavailable, ConfigError, HermesBulkError
 from .limits import OpenGate, RequestGate
-from .liveness import Liveness, heartbeat_interval, new_worker_id, recover_interrupted, this_host
+from .liveness import (
+    Liveness,
+    heartbeat_interval,
+    new_worker_id,
+    recover_interrupted,
+    serves_record,
+    this_host,
+)
 from .model import HttpModelClient, ModelClient
 from .pipeline import ItemProcessor
 from .store.protocol import (
@@ -64,6 +71,8 @@ _CANNOT_SERVE = {
               "installed here and HERMES_HOME set to the profile the job was created in)",
 }
 
+#: How long a trigger of a job that a `run JOB --wait` does not serve waits before it is queued again.
+FOREIGN_TRIGGER_DELAY_S = 1.0
 #: How long one trigger keeps claiming the next item of its job before it re-enqueues itself.
 CHAIN_SLICE_S = 1.0
 #: How often expired leases are looked for (the rest of the maintenance runs every lease/3, 5 s at most).
@@ -77,14 +86,17 @@ class WorkerRuntime:
                  clients: Mapping[str, ClientFactory] | None = None,
                  client_for: ClientFactory | None = None,
                  request_gate: RequestGate | None = None, stops_gracefully: bool = False,
-                 resume_interrupted: bool = False) -> None:
+                 resume_interrupted: bool = False, only_job: str | None = None) -> None:
         """`clients`: a model-client factory per kind of job (job.spec.client) this worker serves;
         by default only "http", the endpoint in HERMES_BULK_*. A job of another kind is left to
         workers that serve it. `client_for` replaces the routing altogether.
 
         `stops_gracefully`: this is a `hermes-bulk worker`, whose stop (on a signal) is recorded
         on the jobs it leaves unfinished; `resume_interrupted`: at start, continue jobs whose
-        last interruption was such a stop (`worker --resume-interrupted`)."""
+        last interruption was such a stop (`worker --resume-interrupted`).
+
+        `only_job`: this worker serves that job alone (`run JOB --wait`): a trigger of another
+        job goes back to the queues' schedule for the workers that serve every job."""
         self.backend, self.settings, self.threads = backend, settings, threads
         self.clients: dict[str, ClientFactory] = dict(clients) if clients is not None else {"http": self.http_client_for}
         self.worker_id = new_worker_id()
@@ -105,6 +117,11 @@ class WorkerRuntime:
         self._stopping = threading.Event()  # set first thing in stop(): chains hand back at once
         self._stopped = False
         self.stops_gracefully, self.resume_interrupted = stops_gracefully, resume_interrupted
+        self.only_job = only_job
+        api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        #: The queue of jobs made for this worker's endpoint and key (endpoints.py).
+        self.own_route = endpoints.own_route(settings.base_url, api_key)
+        self._told_unserved: set[str] = set()  # jobs whose endpoint is not this worker's: said once
         self._taken: set[str] = set()  # jobs this worker works on now: said when taken up, until they end
         self._worked: set[str] = set()  # every job it claimed items of (marked at a graceful stop)
         self._taken_lock = threading.Lock()
@@ -117,6 +134,7 @@ class WorkerRuntime:
             jobs_dir=settings.jobs_dir, max_items=settings.batch_max_items, poll_s=settings.batch_poll_seconds,
             window=settings.batch_window, lease_s=settings.lease_seconds, max_item_bytes=settings.max_item_bytes,
             live_workers=self.liveness.live_worker_ids, max_line_bytes=settings.batch_max_line_bytes,
+            serves=self.serves,
             trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n)) if "http" in self.clients else None
         self._batch_thread: threading.Thread | None = None
         self._batch_apis: dict[str, BatchApi] = {}
@@ -131,12 +149,16 @@ class WorkerRuntime:
         Within a chain the next item is claimed here, which spares each item a queue round
         trip (benchmarks, row 1), and by the completion of the item before it
         (complete_and_claim: in the steady state, one store operation an item)."""
+        if self.only_job is not None and job_id != self.only_job:
+            # Not this worker's job (`run JOB --wait` serves JOB alone): the trigger waits in the
+            # shared schedule, so a worker that serves every job takes it; it is never lost.
+            return FOREIGN_TRIGGER_DELAY_S
         client = self.backend.client_of(job_id)
         if client is None:
             return None  # the job was deleted
-        if client not in self.clients:
+        if client not in self.routes():
             # On a queue this worker serves but not the job's (sent before queues were per kind
-            # of client): pass it on to the workers that can call the job's model, at once.
+            # of client and endpoint): pass it on to the workers that can serve it, at once.
             self.backend.trigger(job_id, index_hint, client=client)
             return None
         if not self._runs_live(job_id):
@@ -194,6 +216,39 @@ class WorkerRuntime:
             return any(other != job_id for other in self.backend.store.active_job_ids())
         except HermesBulkError:
             return True
+
+    def routes(self) -> list[str]:
+        """The routes (queues) this worker consumes: per kind of job it has a model client for;
+        for HTTP, its own endpoint's and the kind's (jobs that recorded no endpoint)."""
+        routes: list[str] = []
+        for kind in self.clients:
+            routes += [self.own_route, endpoints.HTTP] if kind == endpoints.HTTP else [kind]
+        return routes
+
+    def route_of(self, job: JobRecord) -> str:
+        return endpoints.route(job.spec, self.own_route)
+
+    def serves(self, job: JobRecord) -> bool:
+        """Whether this worker takes the job's items: its kind and endpoint, and (run JOB --wait) its id."""
+        if self.only_job is not None and job.job_id != self.only_job:
+            return False
+        return job.spec.client in self.clients and self.route_of(job) in self.routes()
+
+    def _say_unserved(self, job: JobRecord) -> None:
+        """Once per job: an HTTP job made for another endpoint or key is left to its workers."""
+        if job.spec.client != endpoints.HTTP or job.job_id in self._told_unserved:
+            return
+        if self.only_job is not None and job.job_id != self.only_job:
+            return
+        self._told_unserved.add(job.job_id)
+        own = endpoints.endpoint_url(self.settings.base_url)
+        why = ("with another API key than this worker's" if job.spec.endpoint == own
+               else f"and this worker calls {own}")
+        log.info("job %s is left to workers of its endpoint: it was created for %s %s",
+                 job.job_id, job.spec.endpoint, why)
+
+    def _api_key(self) -> str | None:
+        return self.settings.api_key.get_secret_value() if self.settings.api_key else None
 
     def _runs_live(self, job_id: str) -> bool:
         job = self.backend.store.get_job(job_id)
@@ -287,6 +342,8 @@ class WorkerRuntime:
         self._lock_fd = self.liveness.hold_lock(self.worker_id)
         self._heartbeat()  # before the scan, so two workers starting together see each other
         self._recover_at_start()
+        if endpoints.HTTP in self.clients:
+            self.backend.legacy_http_route = self.own_route
         serve(self.queues(), self)  # triggers of these queues, run here, come to this runtime
         self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
         self._maintenance.start()
@@ -295,12 +352,19 @@ class WorkerRuntime:
             self._batch_thread.start()
 
     def queues(self) -> list:
-        """The Huey queues this worker consumes: one per kind of job it has a model client for."""
-        return [self.backend.queue(client) for client in self.clients]
+        """The Huey queues this worker consumes: one per route (routes)."""
+        return [self.backend.queue(route) for route in self.routes()]
+
+    def queue_threads(self) -> list[int]:
+        """Threads per queue (queues' order): `threads`, but one on the kind's HTTP queue, where
+        only triggers of jobs that recorded no endpoint arrive (their chains go on on this
+        worker's own endpoint's queue)."""
+        return [1 if route == endpoints.HTTP else self.threads for route in self.routes()]
 
     def start_embedded_consumer(self) -> None:
         """Consumer threads inside this process, `threads` per queue; the host keeps its signal handlers."""
-        self.consumers = [EmbeddedConsumer(huey, **consumer_options(self.threads)) for huey in self.queues()]
+        self.consumers = [EmbeddedConsumer(huey, **consumer_options(n))
+                          for huey, n in zip(self.queues(), self.queue_threads(), strict=True)]
         for consumer in self.consumers:
             consumer.start()
 
@@ -380,10 +444,12 @@ class WorkerRuntime:
             running = set(self.backend.store.active_job_ids())
             self._send_triggers({job_id: n for job_id, n in released.items() if job_id in running})
         for job_id in resumed:
+            if self.only_job is not None and job_id != self.only_job:
+                continue
             job = self.backend.store.get_job(job_id)
-            if job is not None and job.spec.client in self.clients:
+            if job is not None and self.serves(job):
                 slots = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
-                self.backend.trigger(job_id, 0, max(1, slots), client=job.spec.client)
+                self.backend.trigger(job_id, 0, max(1, slots), client=self.route_of(job))
 
     def metrics_page(self) -> str:
         store = self.backend.store
@@ -394,12 +460,13 @@ class WorkerRuntime:
                 jobs.append((job_id, {"pending": job.pending, "running": job.running,
                                       "completed": job.completed, "failed": job.failed}))
         return metrics.render(self.worker_id, self.processor.counters.snapshot(), len(self.processor.held_items()),
-                              self.backend.queue_length(self.clients), jobs)
+                              self.backend.queue_length(self.routes()), jobs)
 
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
         self.backend.store.heartbeat_worker(
-            WorkerInfo(self.worker_id, this_host(), os.getpid(), self.started_at, 0.0, self.threads),
+            WorkerInfo(self.worker_id, this_host(), os.getpid(), self.started_at, 0.0, self.threads,
+                       serves_record(self.routes(), self.only_job)),
             ttl_s=self.settings.lease_seconds)
         self.backend.store.renew_leases(self.worker_id, self.processor.held_items(),
                                         lease_s=self.settings.lease_seconds)
@@ -447,8 +514,14 @@ class WorkerRuntime:
         store, now = self.backend.store, self.backend.store.now()
         stall_s = max(2.0, 3 * self.interval_s)
         for job_id in store.active_job_ids():
+            if self.only_job is not None and job_id != self.only_job:
+                continue
             job = store.get_job(job_id)
-            if job is None or job.pending == 0 or job.spec.client not in self.clients:
+            if job is None or job.pending == 0:
+                continue
+            if not self.serves(job):
+                if job.spec.client in self.clients and job.state == RUNNING:
+                    self._say_unserved(job)
                 continue
             if job.spec.mode == "batch" and not runs_live(store, job):
                 continue  # its items go in batches
@@ -457,4 +530,4 @@ class WorkerRuntime:
                 continue
             if self.backend.limits.pause_state(job.spec.provider_key) or self.request_gate.held_until(job):
                 continue  # the provider is paused or the budget spent; triggers would only wait
-            self.backend.trigger(job_id, 0, free, client=job.spec.client)
+            self.backend.trigger(job_id, 0, free, client=self.route_of(job))

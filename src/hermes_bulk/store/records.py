@@ -71,6 +71,10 @@ class JobSpec:
     reuse: bool = True  # answers of earlier jobs are reused (create --fresh: False)
     mode: str = "live"  # live (one call per item) | batch (the provider's Batch API; create --batch)
     batch_deadline_s: float | None = None  # batch: items still in a batch this long are run live
+    #: http: the endpoint it was created for, its public URL (endpoints.py); None in a job made
+    #: before endpoints were recorded (any HTTP worker serves it)
+    endpoint: str | None = None
+    key_fingerprint: str | None = None  # http: endpoints.key_fingerprint of the key it was created with
 
 
 @functools.lru_cache(maxsize=256)
@@ -329,6 +333,10 @@ class WorkerInfo:
     started_at: float
     heartbeat_at: float
     threads: int
+    #: What it serves, comma-separated (liveness.serves_tokens): kinds of job ("http", "hermes"),
+    #: "job:<id>" when it serves that job alone (`run JOB --wait`); "" from a worker that
+    #: predates this record: it serves "http" jobs.
+    serves: str = ""
     holding: list[tuple[str, int]] = field(default_factory=list)  # (job_id, item index)
 
 

@@ -488,7 +488,8 @@ class RedisJobStore(RedisBatches):
     # Workers -------------------------------------------------------------------------------
     def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
         self.lua.heartbeat(keys=[self.keys.workers, self.keys.worker(info.worker_id)], args=[
-            info.worker_id, info.host, info.pid, repr(float(info.started_at)), info.threads, ttl_s * 1000])
+            info.worker_id, info.host, info.pid, repr(float(info.started_at)), info.threads, ttl_s * 1000,
+            info.serves])
 
     def remove_worker(self, worker_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)  # one slot: {P:workers}
@@ -508,7 +509,7 @@ class RedisJobStore(RedisBatches):
             w = codec.decode_hash(raw)
             if w:
                 workers.append(WorkerInfo(worker_id, w["host"], int(w["pid"]), float(w["started_at"]),
-                                          float(w["heartbeat_at_ms"]) / 1000, int(w["threads"]),
+                                          float(w["heartbeat_at_ms"]) / 1000, int(w["threads"]), w.get("serves", ""),
                                           holding=held.get(worker_id, [])))
         return sorted(workers, key=lambda w: w.started_at)
 

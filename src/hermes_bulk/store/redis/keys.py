@@ -67,7 +67,7 @@ Across jobs:
     P:jobs:active            ZSET  job id scored by run epoch: every job that is running or may
                                    hold leases (a superset, pruned by release_expired_leases)
     {P:workers}              ZSET  worker id scored by expiry; PEXPIREs after its last entry
-    {P:workers}:<worker id>  HASH  host, pid, started_at, heartbeat_at_ms, threads; PEXPIRE ttl
+    {P:workers}:<worker id>  HASH  host, pid, started_at, heartbeat_at_ms, threads, serves; PEXPIRE ttl
     {P:limit:<provider key>} HASH  request_tat_ms, token_tat_ms, pause_until_ms, backoff_step,
                                    auto_interval_ms, auto_since_ms, window_start_ms, window_count,
                                    previous_count;

@@ -499,13 +499,14 @@ class SqliteJobStore(SqliteBatches):
         return self._release("status = ? AND lease_until < ?", (CLAIMED, self.now()))
 
     def release_worker_items(self, worker_id: str) -> dict[str, int]:
-        return self._release("status = ? AND owner = ?", (CLAIMED, worker_id))
+        return self._release("status = ? AND owner = ?", (CLAIMED, worker_id), worker=worker_id)
 
     def item_owners(self) -> dict[str, int]:
         rows = self.db.read("SELECT owner, count(*) FROM items WHERE status = ? GROUP BY owner", (CLAIMED,))
         return dict(rows)
 
-    def _release(self, where: str, params: tuple) -> dict[str, int]:
+    def _release(self, where: str, params: tuple, worker: str | None = None) -> dict[str, int]:
+        """worker: whose items these are, when known (the recovered event names it)."""
         with self.db.write() as conn:
             # `reserved` is left as it is (see _finish_owned), so RETURNING gives each reservation.
             rows = conn.execute(f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL"
@@ -516,7 +517,9 @@ class SqliteJobStore(SqliteBatches):
                 per_job[job_id] = (n + 1, r + reserved)
             self._count_released(conn, per_job)
             for job_id, (n, _) in per_job.items():
-                self._insert_events(conn, job_id, [Event("recovered", f"{count(n, 'interrupted item')} returned to the queue")])
+                self._insert_events(conn, job_id, [Event(
+                    "recovered", f"{count(n, 'interrupted item')} returned to the queue"
+                    + (f" from worker {worker}" if worker else ""))])
         return {job_id: n for job_id, (n, _) in per_job.items()}
 
     @staticmethod
@@ -539,11 +542,12 @@ class SqliteJobStore(SqliteBatches):
     def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
         now = self.now()
         with self.db.write() as conn:
-            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads, serves)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
                          " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
-                         " threads = excluded.threads",
-                         (info.worker_id, info.host, info.pid, info.started_at, now, now + ttl_s, info.threads))
+                         " threads = excluded.threads, serves = excluded.serves",
+                         (info.worker_id, info.host, info.pid, info.started_at, now, now + ttl_s, info.threads,
+                          info.serves))
             conn.execute("DELETE FROM workers WHERE expires_at < ?", (now - 3600,))
 
     def remove_worker(self, worker_id: str) -> None:
@@ -552,7 +556,7 @@ class SqliteJobStore(SqliteBatches):
 
     def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
         now = self.now()
-        rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads FROM workers"
+        rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads, serves FROM workers"
                             " WHERE expires_at >= ? ORDER BY started_at", (now,))
         if not holding:
             return [WorkerInfo(*r) for r in rows]

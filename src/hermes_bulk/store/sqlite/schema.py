@@ -204,3 +204,7 @@ CREATE INDEX items_failed ON items (job_id, idx) WHERE status = 'failed';
 migration(("m008_batch_final_status", """
 ALTER TABLE batches ADD COLUMN final_status TEXT;
 """))
+
+migration(("m009_worker_serves", """
+ALTER TABLE workers ADD COLUMN serves TEXT NOT NULL DEFAULT '';
+"""))

@@ -105,9 +105,11 @@ local function count_released(n, reserved)
   meta_decr('tokens_reserved', reserved)
 end
 
--- Items taken back from workers (expired or dead) are recorded, like the SQLite store does.
-local function released_event(now, n)
-  add_event(now, 'recovered', string.format('%d interrupted item%s returned to the queue', n, n == 1 and '' or 's'))
+-- Items taken back from workers (expired or dead) are recorded, like the SQLite store does;
+-- worker: the one whose items they were, when known.
+local function released_event(now, n, worker)
+  add_event(now, 'recovered', string.format('%d interrupted item%s returned to the queue', n, n == 1 and '' or 's')
+    .. (worker and (' from worker ' .. worker) or ''))
 end
 
 -- The learned output allowance (JobRecord.output_allowance), for claim_item and open_batch:

@@ -12,6 +12,6 @@ for i = 1, #owners, 2 do
 end
 if n > 0 then
   count_released(n, reserved)
-  released_event(now_ms(), n)
+  released_event(now_ms(), n, ARGV[1])
 end
 return n
