@@ -57,8 +57,10 @@ from .batch_api import (
     FileLine,
     RemoteBatch,
 )
+from .breaker import DEFAULT_FAILURES, pause_reason, trips
 from .durations import parse_duration
 from .errors import (
+    EndpointUnreachable,
     HermesBulkError,
     ModelError,
     PermanentModelError,
@@ -150,9 +152,12 @@ class BatchDriver:
                  max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
                  live_workers: Callable[[], set[str]] | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 serves: Callable[[JobRecord], bool] | None = None) -> None:
+                 serves: Callable[[JobRecord], bool] | None = None,
+                 breaker_failures: int = DEFAULT_FAILURES) -> None:
         self.store, self.worker_id, self.api_for, self.client_for = store, worker_id, api_for, client_for
         self.serves = serves  #: whether this worker serves a job (its endpoint, run JOB --wait); None: all
+        self.breaker_failures = breaker_failures
+        self._unreachable: dict[str, tuple[int, float]] = {}  #: job -> (polls in a row that reached nothing, when)
         self.jobs_dir, self.max_items, self.poll_s, self.window = jobs_dir, max_items, poll_s, window
         window_s = parse_duration(window) or 86400.0
         #: How long items stay in a batch before the reaper could take them back: past the
@@ -371,13 +376,22 @@ class BatchDriver:
         goes past it, so the job's other batches and the other jobs go on. `failed`: returned
         when the step failed."""
         try:
-            return step()
+            done = step()
+            self._unreachable.pop(job.job_id, None)
+            return done
         except (BatchUnreachable, RateLimited) as exc:  # no answer, or the key's shared wait: no strike
             log.warning("job %s: batch %s: %s; trying again at the next poll", job.job_id,
                         batch.provider_id or batch.batch_id, exc)
             self._retry_at[batch.batch_id] = self.store.now() + self.poll_s
+            if isinstance(exc, BatchUnreachable):
+                self._count_unreachable(job)
             return failed
         except ModelError as exc:
+            # The key refused: no batch can succeed. (A 404 here names one batch or file, not the
+            # model or the endpoint: it counts a strike against that batch.)
+            if trips(exc) and exc.http_status in (401, 403):
+                self._pause_for_endpoint(job, exc)
+                return failed
             what = _what(exc)
             log.warning("job %s: batch %s: %s", job.job_id, batch.provider_id or batch.batch_id, what)
         except HermesBulkError as exc:  # the store: the next pass tries again
@@ -390,6 +404,25 @@ class BatchDriver:
             what = f"an internal error ({type(exc).__name__}); the details are in the worker's log"
         self._strike(job, batch, what)
         return failed
+
+    def _count_unreachable(self, job: JobRecord) -> None:
+        """Polls in a row that reached nothing, counted once a poll: at the breaker's count the
+        job pauses naming the endpoint, as a live job's breaker does (breaker.py)."""
+        now = self.store.now()
+        streak, last = self._unreachable.get(job.job_id, (0, 0.0))
+        if now - last >= self.poll_s * 0.9:
+            streak, last = streak + 1, now
+        self._unreachable[job.job_id] = (streak, last)
+        if streak >= self.breaker_failures:
+            self._unreachable.pop(job.job_id, None)
+            endpoint = self.api_for(job).endpoint
+            self._pause_for_endpoint(job, EndpointUnreachable(f"cannot connect to {endpoint}"), streak=streak)
+
+    def _pause_for_endpoint(self, job: JobRecord, exc: ModelError, *, streak: int = 0) -> None:
+        reason = pause_reason(exc, endpoint=self.api_for(job).endpoint, model=job.spec.model, streak=streak)
+        if self.store.set_state(job.job_id, PAUSED, from_states=[RUNNING], pause_reason=reason,
+                                event=Event("paused", reason)) is not None:
+            log.warning("job %s paused: %s", job.job_id, reason)
 
     def _strike(self, job: JobRecord, batch: BatchRecord, what: str) -> None:
         strikes = self._strikes[batch.batch_id] = self._strikes.get(batch.batch_id, 0) + 1

@@ -134,7 +134,7 @@ class WorkerRuntime:
             jobs_dir=settings.jobs_dir, max_items=settings.batch_max_items, poll_s=settings.batch_poll_seconds,
             window=settings.batch_window, lease_s=settings.lease_seconds, max_item_bytes=settings.max_item_bytes,
             live_workers=self.liveness.live_worker_ids, max_line_bytes=settings.batch_max_line_bytes,
-            serves=self.serves,
+            serves=self.serves, breaker_failures=settings.breaker_failures,
             trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n)) if "http" in self.clients else None
         self._batch_thread: threading.Thread | None = None
         self._batch_apis: dict[str, BatchApi] = {}
