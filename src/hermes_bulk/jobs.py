@@ -20,7 +20,7 @@ from .broker import Backend, open_backend
 from .errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from .files import private_dir
 from .limits import OpenGate, RequestGate, provider_key
-from .liveness import Liveness, interruption
+from .liveness import Liveness, answering, heartbeat_interval, interruption
 from .settings_fields import env_name
 from .store.protocol import (
     AWAITING_RECOVERY,
@@ -379,7 +379,8 @@ class Jobs:
         return self._status(job, self.liveness.live_workers(), events)
 
     def _status(self, job: JobRecord, workers: list[WorkerInfo], events: int = 0) -> JobStatus:
-        capable = self.liveness.capable_workers(job, workers)
+        now, beat = self.store.now(), heartbeat_interval(self.settings.lease_seconds)
+        capable = [w for w in self.liveness.capable_workers(job, workers) if answering(w, now, heartbeat_s=beat)]
         live = len(capable)
         rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
         shown = self.store.list_events(job.job_id, events) if events else []

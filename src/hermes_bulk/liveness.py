@@ -44,6 +44,18 @@ def heartbeat_interval(lease_s: float) -> float:
     return max(0.2, min(lease_s / 3, 5.0))
 
 
+#: A worker whose last heartbeat is older than this many heartbeat intervals is not answering
+#: (killed on another host, frozen, cut off), though it stays registered until its lease runs out.
+SILENT_AFTER_BEATS = 3
+
+
+def answering(worker: WorkerInfo, now_s: float, *, heartbeat_s: float) -> bool:
+    """Whether a live worker heartbeat lately. What `status` counts as serving a job: a worker
+    killed on another host shows within SILENT_AFTER_BEATS heartbeats, not a whole lease. Its
+    items still wait for the lease (a worker merely slow to heartbeat keeps them)."""
+    return now_s - worker.heartbeat_at <= SILENT_AFTER_BEATS * heartbeat_s
+
+
 def this_host() -> str:
     """This machine's host name, as gethostname(2) gives it (uname's node name: socket's
     gethostname is the same call, and loading socket is a cost `status` need not pay)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from . import hints
 from .jobs import Created, ItemShown, Jobs, JobStatus, Plan, state_label
+from .liveness import answering
 from .store.protocol import (
     INTERRUPTED_WORKER_STOP,
     PAUSE_TOKEN_LIMIT,
@@ -309,18 +310,13 @@ def jobs_table(statuses: list[JobStatus]) -> Table:
     return table
 
 
-#: A worker whose last heartbeat is older than this many heartbeat intervals is not answering
-#: (killed, frozen, cut off), though it stays registered until its lease runs out.
-SILENT_AFTER_BEATS = 3
-
-
 def workers_table(workers: list[WorkerInfo], now_s: float, *, heartbeat_s: float) -> Table:
     table = Table("Workers", [Column(header, no_wrap=False)
                               for header in ("worker", "host", "pid", "threads", "up", "last seen", "holding")])
     for w in workers:
         holding = ", ".join(f"{job}#{idx + 1}" for job, idx in w.holding[:6]) + (" …" if len(w.holding) > 6 else "")
         age_s = now_s - w.heartbeat_at
-        seen = f"not answering for {age_s:.0f} s" if age_s > SILENT_AFTER_BEATS * heartbeat_s else f"{age_s:.1f}s ago"
+        seen = f"{age_s:.1f}s ago" if answering(w, now_s, heartbeat_s=heartbeat_s) else f"not answering for {age_s:.0f} s"
         table.rows.append([w.worker_id, w.host, str(w.pid), str(w.threads), f"{now_s - w.started_at:.0f}s",
                            seen, holding or "-"])
     return table

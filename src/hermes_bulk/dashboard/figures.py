@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from ..errors import HermesBulkError
 from ..jobs import Jobs, JobStatus, missing_database, state_label
-from ..liveness import heartbeat_interval
+from ..liveness import SILENT_AFTER_BEATS, heartbeat_interval
 from ..store.protocol import JobRecord
-from ..views import SILENT_AFTER_BEATS, item_error
+from ..views import item_error
 
 log = logging.getLogger("hermes_bulk.dashboard")
 
