@@ -226,11 +226,13 @@ class Jobs:
                tpm: int | None = None, model: str | None = None, client: str = "http",
                provider: str | None = None, schema: str | None = None, fresh: bool = False,
                on_progress: Callable[[int], None] | None = None, dry_run: bool = False,
-               batch: bool = False, batch_deadline_s: float | None = None) -> Created | Plan:
+               batch: bool = False, batch_deadline_s: float | None = None,
+               bind_endpoint: bool = True) -> Created | Plan:
         """Discover the items and record them; makes no model calls. Bad input creates nothing.
         With dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
         batch: the job runs through the provider's Batch API (batches.py), with the rest left live
-        after batch_deadline_s."""
+        after batch_deadline_s. bind_endpoint=False: any worker's endpoint serves the job (a
+        `/bulk … --batch` job, made where no endpoint of its own is configured)."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
@@ -250,7 +252,8 @@ class Jobs:
                                   "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model.")
             api_key = s.api_key.get_secret_value() if s.api_key else None
             provider = provider or provider_key(s.base_url, api_key)
-            endpoint, key_fp = endpoints.endpoint_url(s.base_url), endpoints.key_fingerprint(api_key)
+            if bind_endpoint:
+                endpoint, key_fp = endpoints.endpoint_url(s.base_url), endpoints.key_fingerprint(api_key)
         from .sources import Source
 
         source = Source(over, max_item_bytes=s.max_item_bytes)

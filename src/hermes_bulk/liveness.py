@@ -39,9 +39,13 @@ AWAITING_BECAUSE = {
 }
 
 
+#: The longest interval between a worker's heartbeats, whatever its lease.
+MAX_HEARTBEAT_S = 5.0
+
+
 def heartbeat_interval(lease_s: float) -> float:
     """How often a worker heartbeats and renews its leases: a third of a lease, 5 s at most."""
-    return max(0.2, min(lease_s / 3, 5.0))
+    return max(0.2, min(lease_s / 3, MAX_HEARTBEAT_S))
 
 
 #: A worker whose last heartbeat is older than this many heartbeat intervals is not answering
@@ -52,8 +56,11 @@ SILENT_AFTER_BEATS = 3
 def answering(worker: WorkerInfo, now_s: float, *, heartbeat_s: float) -> bool:
     """Whether a live worker heartbeat lately. What `status` counts as serving a job: a worker
     killed on another host shows within SILENT_AFTER_BEATS heartbeats, not a whole lease. Its
-    items still wait for the lease (a worker merely slow to heartbeat keeps them)."""
-    return now_s - worker.heartbeat_at <= SILENT_AFTER_BEATS * heartbeat_s
+    items still wait for the lease (a worker merely slow to heartbeat keeps them).
+
+    Never less than three of the longest heartbeat interval (5 s): the worker may run with
+    another lease, so with another cadence, than the process that asks."""
+    return now_s - worker.heartbeat_at <= SILENT_AFTER_BEATS * max(heartbeat_s, MAX_HEARTBEAT_S)
 
 
 def this_host() -> str:

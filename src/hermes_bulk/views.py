@@ -152,7 +152,9 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
 
 def concurrency_line(st: JobStatus) -> str:
     line = f"Concurrency: up to {count(st.concurrency, 'item')} at once"
-    if st.live_threads and st.concurrency == st.live_threads < st.job.spec.concurrency:
+    # The threads are named only when they, not the max_concurrency setting, are what holds it back.
+    cap = min(st.job.spec.concurrency, st.max_concurrency or st.job.spec.concurrency)
+    if st.live_threads and st.concurrency == st.live_threads < cap:
         line += (f" (the job asks for {st.job.spec.concurrency}; the live workers that serve it have "
                  f"{count(st.live_threads, 'thread')})")
     elif st.concurrency < st.job.spec.concurrency:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from ..errors import HermesBulkError
 from ..jobs import Jobs, JobStatus, missing_database, state_label
-from ..liveness import SILENT_AFTER_BEATS, heartbeat_interval
+from ..liveness import answering, heartbeat_interval
 from ..store.protocol import JobRecord
 from ..views import item_error
 
@@ -151,7 +151,7 @@ class Figures:
             workers.append({
                 "id": w.worker_id, "host": w.host, "pid": w.pid, "threads": w.threads, "started_at": w.started_at,
                 "heartbeat_at": w.heartbeat_at, "heartbeat_age_s": age_s,
-                "answering": age_s <= SILENT_AFTER_BEATS * beat_s, "holding": len(w.holding),
+                "answering": answering(w, now, heartbeat_s=beat_s), "holding": len(w.holding),
                 "holding_shown": [f"{job}#{index + 1}" for job, index in w.holding[:HOLDING_SHOWN]],
             })
         return {"now": now, "workers": workers, "heartbeat_s": beat_s}
@@ -172,7 +172,8 @@ class Figures:
             "eta_s": left * 60.0 / rate if rate and left and processing else None,
             "tokens_used": j.tokens_charged,
             "rate_limited_until": waiting,
-            "actions": {"pause": not j.finished and st.state in ("not_started", "processing", "awaiting_recovery"),
+            "actions": {"pause": not j.finished and st.state in ("not_started", "processing", "waiting_for_worker",
+                                                                 "awaiting_recovery"),
                         "resume": st.state == "paused", "retry": j.failed > 0},
         })
         return row

@@ -307,7 +307,7 @@ class _Session(replies.Place):
     def create_options(self, args: Namespace) -> dict[str, Any]:
         model = hermes.configured_model()  # each item goes to Hermes' own model
         if getattr(args, "batch", False):  # a batch job: a hermes-bulk worker's endpoint (ctx.llm has no batch call)
-            return {"model": model.model or None}
+            return {"model": model.model or None, "bind_endpoint": False}  # whichever worker's it is
         return {"client": hermes.CLIENT, "provider": model.provider_key, "model": model.model or None}
 
     def tokens_source(self, job: JobRecord) -> str:
