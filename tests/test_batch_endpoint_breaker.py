@@ -41,7 +41,7 @@ def test_a_refused_key_pauses_a_batch_job_naming_the_endpoint(cli, tmp_path, fak
         status = _run_until_paused(cli, tmp_path, backend_env)
     finally:
         fake_provider.configure(require_key=None)
-    assert "refused the API key (HTTP 401)" in status["pause_reason"]
+    assert "refused the API key this job was created with (HTTP 401)" in status["pause_reason"]
     assert fake_provider.base_url in status["pause_reason"]
 
 

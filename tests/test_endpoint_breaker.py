@@ -107,7 +107,7 @@ def test_a_refused_key_pauses_the_job_at_once_in_a_worker_process(backend, cli, 
              message="the job paused")
     status = assert_paused_with_nothing_lost(cli, job_id)
     reason = status["pause_reason"]
-    assert "refused the API key (HTTP 401)" in reason and fake_provider.base_url in reason, reason
+    assert "refused the API key this job was created with (HTTP 401)" in reason and fake_provider.base_url in reason, reason
     assert "HERMES_BULK_API_KEY" in reason
     shown = cli("status", job_id).stdout + json.dumps(status)
     assert "sk-test-not-a-secret" not in shown and "sk-LEAKED" not in shown
@@ -156,7 +156,13 @@ def test_run_checks_the_endpoint_before_it_enqueues_anything(cli, tmp_path, fake
     skipped = cli("run", job_id, "--no-check", check=False, HERMES_BULK_BASE_URL=url)
     assert skipped.returncode == 0 and "is running" in skipped.stdout, skipped.stderr
     fake_provider.configure(require_key=None)
-    fine = cli("run", job_id, "--wait")  # a usable endpoint: the check passes on one GET /models
+    # The job keeps the endpoint it was created with: that endpoint comes up, and the check passes
+    # on one GET /models.
+    up = FakeProvider(port=int(url.rsplit(":", 1)[1].split("/")[0])).start()
+    try:
+        fine = cli("run", job_id, "--wait", HERMES_BULK_BASE_URL=url)
+    finally:
+        up.stop()
     assert "completed" in fine.stdout
 
 

@@ -119,13 +119,15 @@ def pause_reason(exc: ModelError, *, endpoint: str | None, model: str | None, st
         return f"{exc}; then resume the job (/bulk doctor checks the model)"
     where = f"the endpoint {endpoint}" if endpoint else "the endpoint"
     then = "check with: hermes-bulk doctor, then resume the job"
+    # A job keeps the endpoint, key and model it was created with (docs/decisions.md, "Who serves a
+    # job"): what to do is fix that endpoint or account, or create the job again with other ones.
+    again = "or create the job again with the right HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or --model"
     if isinstance(exc, EndpointUnreachable):
-        return (f"{exc}: {streak} connection attempts in a row failed; start the endpoint or correct "
-                f"HERMES_BULK_BASE_URL, {then}")
+        return (f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, {then}; "
+                f"{again} (a job keeps the endpoint it was created with)")
     if exc.http_status in (401, 403):
-        return (f"{where} refused the API key (HTTP {exc.http_status}); correct HERMES_BULK_API_KEY "
-                f"(or OPENAI_API_KEY), {then}")
+        return (f"{where} refused the API key this job was created with (HTTP {exc.http_status}); restore "
+                f"that key's access, {then}; {again} (a job keeps its endpoint and key)")
     named = f"the model {model!r}" if model else "the model"
-    return (f"{where} does not know {named} (HTTP {exc.http_status}); correct HERMES_BULK_BASE_URL if it is the "
-            f"wrong endpoint, {then}; a job keeps the model it was created with: for another model, create it "
-            "again with --model")
+    return (f"{where} does not know {named} (HTTP {exc.http_status}); {then} once it does; {again} "
+            "(a job keeps the endpoint and model it was created with)")
