@@ -279,7 +279,8 @@ def test_a_new_database_is_owner_only_and_a_path_that_is_not_a_file_is_refused(t
     db = open_database(tmp_path / "new" / "bulk.db")
     try:
         with db.write() as conn:
-            conn.execute("INSERT INTO workers VALUES ('w', 'h', 1, 0, 0, 0, 1)")
+            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads)"
+                         " VALUES ('w', 'h', 1, 0, 0, 0, 1)")
         for name in ("bulk.db", "bulk.db-wal", "bulk.db-shm"):
             assert stat.S_IMODE((tmp_path / "new" / name).stat().st_mode) == 0o600, name
     finally:
