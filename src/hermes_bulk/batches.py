@@ -57,7 +57,7 @@ from .batch_api import (
     FileLine,
     RemoteBatch,
 )
-from .breaker import DEFAULT_FAILURES, pause_reason, trips
+from .breaker import DEFAULT_FAILURES, pause_job, pause_reason, trips
 from .durations import parse_duration
 from .errors import (
     EndpointUnreachable,
@@ -420,9 +420,7 @@ class BatchDriver:
 
     def _pause_for_endpoint(self, job: JobRecord, exc: ModelError, *, streak: int = 0) -> None:
         reason = pause_reason(exc, endpoint=self.api_for(job).endpoint, model=job.spec.model, streak=streak)
-        if self.store.set_state(job.job_id, PAUSED, from_states=[RUNNING], pause_reason=reason,
-                                event=Event("paused", reason)) is not None:
-            log.warning("job %s paused: %s", job.job_id, reason)
+        pause_job(self.store, job.job_id, reason)
 
     def _strike(self, job: JobRecord, batch: BatchRecord, what: str) -> None:
         strikes = self._strikes[batch.batch_id] = self._strikes.get(batch.batch_id, 0) + 1

@@ -19,6 +19,7 @@ network path, and a 401 or 404 trips at once wherever it is seen.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .errors import EndpointUnreachable, HermesBulkError, ModelError
+from .store.protocol import PAUSED, RUNNING, Event, JobStore
 
 DEFAULT_FAILURES = 5
 #: Failures to connect closer together than this count once (an item tries again a second later).
@@ -131,3 +133,11 @@ def pause_reason(exc: ModelError, *, endpoint: str | None, model: str | None, st
     named = f"the model {model!r}" if model else "the model"
     return (f"{where} does not know {named} (HTTP {exc.http_status}); {then} once it does; {again} "
             "(a job keeps the endpoint and model it was created with)")
+
+
+def pause_job(store: JobStore, job_id: str, reason: str) -> None:
+    """Pause the running job with the reason, once: the live and batch paths (and the other
+    threads that trip at the same moment) find it paused and change nothing."""
+    if store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason=reason,
+                       event=Event("paused", reason)) is not None:
+        logging.getLogger("hermes_bulk.breaker").warning("job %s paused: %s", job_id, reason)

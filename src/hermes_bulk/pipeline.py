@@ -25,7 +25,7 @@ from tenacity import (
 )
 
 from . import answers, prompt, sources
-from .breaker import SPACING_S, EndpointBreaker, EndpointBroken, pause_reason, trips
+from .breaker import SPACING_S, EndpointBreaker, EndpointBroken, pause_job, pause_reason, trips
 from .errors import (
     BackendUnavailable,
     ClientUnavailable,
@@ -42,8 +42,6 @@ from .limits import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, Requ
 from .metrics import WorkerCounters
 from .model import Completion, ModelClient
 from .store.protocol import (
-    PAUSED,
-    RUNNING,
     Claim,
     ClaimRefused,
     Event,
@@ -149,7 +147,7 @@ class ItemProcessor:
         except EndpointBroken as exc:
             # No item can succeed there now: pause the job first (so nothing claims the item
             # again), then give the item back with no attempt charged for it.
-            self._pause_for_endpoint(claim.job, str(exc))
+            pause_job(self.store, claim.job.job_id, str(exc))
             self.store.release_item(job_id, claim.index, self.worker_id)
         except _LostClaim:
             log.info("job %s item %s: lease lost; another worker has it", job_id, claim.index)
@@ -317,13 +315,6 @@ class ItemProcessor:
         spec = claim.job.spec
         return pause_reason(exc, endpoint=getattr(client, "endpoint", None), model=spec.model, streak=streak,
                             http_client=spec.client == "http")
-
-    def _pause_for_endpoint(self, job: JobRecord, reason: str) -> None:
-        """Pause the running job (once: other threads that trip find it paused) with the reason."""
-        paused = self.store.set_state(job.job_id, PAUSED, from_states=[RUNNING], pause_reason=reason,
-                                      event=Event("paused", reason))
-        if paused is not None:
-            log.warning("job %s paused: %s", job.job_id, reason)
 
     def _tell_cannot_serve(self, job_id: str, exc: ClientUnavailable) -> None:
         if job_id in self._told_cannot_serve:
