@@ -27,6 +27,7 @@ import pytest
 
 from hermes_bulk import broker
 from hermes_bulk.config import Settings, load_settings
+from hermes_bulk.jobs import Jobs
 from hermes_bulk.testing.fake_provider import FakeProvider
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,6 +202,18 @@ class Cli:
     def json(self, *args: str, **extra_env: str):
         return json.loads(self(*args, **extra_env).stdout)
 
+    def status(self, job_id: str, **extra_env: str) -> dict:
+        """What `hermes-bulk status JOB --json` prints, read in this process: a poll that is not
+        itself the command under test need not start a Python interpreter each time."""
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.full_env(**extra_env))
+        try:
+            return json.loads(json.dumps(Jobs(load_settings()).status(job_id).as_dict()))
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
     def create(self, instruction: str, over: str | Path, *flags: str) -> str:
         return self.json("create", instruction, "--over", str(over), *flags, "--json")["job_id"]
 
@@ -230,3 +243,4 @@ def cli(env, tmp_path) -> Iterator[Cli]:
     runner = Cli(env, logs)
     yield runner
     runner.kill_spawned()
+    broker.close_all()  # backends Cli.status opened in this process

@@ -223,7 +223,7 @@ def test_a_worker_fails_each_malformed_answer_with_a_reason_and_goes_on(backend_
     worker = cli.spawn_worker()
     try:
         cli("run", job)
-        done = wait_for(lambda: (st := cli.json("status", job, "--json"))["state"] in ("completed", "completed_with_errors", "failed")
+        done = wait_for(lambda: (st := cli.status(job))["state"] in ("completed", "completed_with_errors", "failed")
                         and st, timeout=90, message="the job to end")
     finally:
         worker.send_signal(signal.SIGINT)
@@ -260,7 +260,7 @@ def test_a_batch_line_cut_short_or_off_the_schema_is_not_kept(backend_cli, tmp_p
     worker = cli.spawn_worker()
     try:
         cli("run", job)
-        wait_for(lambda: cli.json("status", job, "--json")["state"] in ("completed", "completed_with_errors",
+        wait_for(lambda: cli.status(job)["state"] in ("completed", "completed_with_errors",
                                                                           "failed"), timeout=90, message="the end")
     finally:
         worker.send_signal(signal.SIGINT)

@@ -45,7 +45,7 @@ def _rows(cli, job_id: str, env: dict[str, str]) -> list[dict]:
 def _finish(cli, job_id: str, env: dict[str, str], *, timeout: float = 120, workers: int = 1) -> dict:
     procs = [cli.spawn_worker("-w", "2", **env) for _ in range(workers)]
     try:
-        return wait_for(lambda: (st := cli.json("status", job_id, "--json", **env))["state"]
+        return wait_for(lambda: (st := cli.status(job_id, **env))["state"]
                         in ("completed", "completed_with_errors", "failed") and st, timeout=timeout,
                         interval=0.3, message="the job to end")
     finally:
@@ -137,7 +137,7 @@ def test_pause_cancels_the_batch_keeping_finished_lines_and_resume_finishes(cli,
     try:
         wait_for(lambda: len(fake_provider.batches.lines) >= 10, timeout=60, message="the batch to be under way")
         cli("pause", job_id, **backend_env)
-        paused = wait_for(lambda: (st := cli.json("status", job_id, "--json", **backend_env))["batches"]
+        paused = wait_for(lambda: (st := cli.status(job_id, **backend_env))["batches"]
                           and all(b["status"] == "cancelled" for b in st["batches"]) and st["running"] == 0
                           and st, timeout=60,
                           message="the batch to be cancelled and ingested")
@@ -147,7 +147,7 @@ def test_pause_cancels_the_batch_keeping_finished_lines_and_resume_finishes(cli,
         assert paused["completed"] + paused["pending"] == 100 and paused["running"] == 0
         fake_provider.configure(batch_line_s=0)
         cli("resume", job_id, **backend_env)
-        done = wait_for(lambda: (st := cli.json("status", job_id, "--json", **backend_env))["state"] == "completed"
+        done = wait_for(lambda: (st := cli.status(job_id, **backend_env))["state"] == "completed"
                         and st, timeout=60, message="the resumed job to finish")
     finally:
         worker.send_signal(signal.SIGINT)
@@ -189,7 +189,7 @@ def _closed_port_url() -> str:
 
 def _wait_for_a_recorded_batch(cli, job_id: str, backend_env: dict) -> None:
     """Until the job has a batch with the provider's id recorded (submitted, not only prepared)."""
-    wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.json("status", job_id, "--json",
+    wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.status(job_id,
                                                                        **backend_env)["batches"]),
              timeout=60, message="the batch submitted and recorded")
 
@@ -211,14 +211,14 @@ def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli,
         os.kill(worker.pid, signal.SIGKILL)  # while the provider still answers the second create
         worker.wait()
     first, second = fake_provider.batches.created
-    assert cli.json("status", unrecorded, "--json", **backend_env)["batches"][0]["status"] == "preparing"
+    assert cli.status(unrecorded, **backend_env)["batches"][0]["status"] == "preparing"
 
     for job_id in (submitted, unrecorded):
         proc = cli("delete", job_id, check=False, HERMES_BULK_BASE_URL=_closed_port_url(), **backend_env)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr
         (line,) = proc.stderr.strip().splitlines()
         assert f"Job {job_id} was not deleted" in line and "--abandon-batches" in line, line
-        assert cli.json("status", job_id, "--json", **backend_env)["total"] > 0, "nothing deleted"
+        assert cli.status(job_id, **backend_env)["total"] > 0, "nothing deleted"
     assert {fake_provider.batches.batches[b]["status"] for b in (first, second)} == {"in_progress"}
 
     for job_id in (submitted, unrecorded):
@@ -254,7 +254,7 @@ def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(cli
         (line,) = proc.stderr.strip().splitlines()
         assert f"Job {job_id} was not deleted" in line and "HTTP 429" in line and "--abandon-batches" in line, line
         assert jobs.store.now() < ends - DELETE_WAIT_S + 3, "refused without sitting out the pause"
-        assert cli.json("status", job_id, "--json", **backend_env)["total"] == 5, "nothing deleted"
+        assert cli.status(job_id, **backend_env)["total"] == 5, "nothing deleted"
         (batch,) = fake_provider.batches.batches.values()
         assert batch["status"] == "in_progress"
         wait_for(lambda: jobs.store.now() > ends - DELETE_WAIT_S + 2, timeout=30, message="the pause nearly over")
@@ -272,7 +272,7 @@ def test_delete_abandon_batches_deletes_without_the_provider(cli, backend_env, f
     try:
         _wait_for_a_recorded_batch(cli, job_id, backend_env)
         cli("pause", job_id, **backend_env)  # the worker cancels it: nothing open is left to cancel
-        wait_for(lambda: cli.json("status", job_id, "--json", **backend_env)["running"] == 0, timeout=60,
+        wait_for(lambda: cli.status(job_id, **backend_env)["running"] == 0, timeout=60,
                  message="the batch cancelled and ingested")
     finally:
         worker.send_signal(signal.SIGINT)
@@ -284,8 +284,7 @@ def test_delete_abandon_batches_deletes_without_the_provider(cli, backend_env, f
     other = _create(cli, _source(tmp_path, 5, name="b.jsonl"), backend_env)
     worker = cli.spawn_worker(**backend_env)
     try:
-        wait_for(lambda: len(fake_provider.batches.created) == 2 and cli.json(
-            "status", other, "--json", **backend_env)["batches"][0]["id"].startswith("batch_"), timeout=60,
+        wait_for(lambda: len(fake_provider.batches.created) == 2 and cli.status(other, **backend_env)["batches"][0]["id"].startswith("batch_"), timeout=60,
             message="the second batch submitted")
     finally:
         os.kill(worker.pid, signal.SIGKILL)

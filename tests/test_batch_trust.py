@@ -211,10 +211,10 @@ def test_a_poisoned_batch_job_does_not_stop_another_job(cli, backend_env, fake_p
     fake_provider.batches.configure(line_faults={poisoned[1]: "not_object"})
     worker = cli.spawn_worker("-w", "2", **backend_env)
     try:
-        done = wait_for(lambda: (st := cli.json("status", healthy[0], "--json", **backend_env))["state"]
+        done = wait_for(lambda: (st := cli.status(healthy[0], **backend_env))["state"]
                         == "completed" and st, timeout=ENDS_WITHIN_S, interval=0.3,
                         message="the healthy job to complete")
-        bad = wait_for(lambda: (st := cli.json("status", poisoned[0], "--json", **backend_env))["state"]
+        bad = wait_for(lambda: (st := cli.status(poisoned[0], **backend_env))["state"]
                        == "failed" and st, timeout=ENDS_WITHIN_S, interval=0.3, message="the poisoned job to end")
     finally:
         worker.send_signal(signal.SIGINT)
@@ -235,7 +235,7 @@ def test_pausing_a_batch_job_that_run_wait_runs_cancels_its_batch(cli, backend_e
                               stdin=subprocess.DEVNULL)
     cli.spawned.append(runner)
     try:
-        wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.json("status", job_id, "--json",
+        wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.status(job_id,
                                                                            **backend_env)["batches"]),
                  timeout=60, message="the batch submitted and recorded")
         cli("pause", job_id, **backend_env)

@@ -56,7 +56,7 @@ def attempts(job_id: str) -> list[int]:
 
 
 def assert_paused_with_nothing_lost(cli, job_id: str, **env: str) -> dict:
-    status = cli.json("status", job_id, "--json", **env)
+    status = cli.status(job_id, **env)
     assert (status["state"], status["failed"], status["completed"], status["pending"]) == (
         "paused", 0, 0, ITEMS), status
     assert attempts(job_id) == [0] * ITEMS, "no attempt is charged for the endpoint's failure"
@@ -64,7 +64,7 @@ def assert_paused_with_nothing_lost(cli, job_id: str, **env: str) -> dict:
 
 
 def assert_every_item_answered(cli, job_id: str, src: Path, **env: str) -> None:
-    status = cli.json("status", job_id, "--json", **env)
+    status = cli.status(job_id, **env)
     assert (status["state"], status["completed"]) == ("completed", ITEMS), status
     path = cli("export", job_id, "--format", "jsonl", **env).stdout.strip()
     rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
@@ -103,7 +103,7 @@ def test_a_refused_key_pauses_the_job_at_once_in_a_worker_process(backend, cli, 
     job_id = cli.create("Do", src)
     worker = cli.spawn_worker("-w", "4", **FAST)
     cli("run", job_id, "--no-check")
-    wait_for(lambda: cli.json("status", job_id, "--json")["state"] == "paused", timeout=60,
+    wait_for(lambda: cli.status(job_id)["state"] == "paused", timeout=60,
              message="the job paused")
     status = assert_paused_with_nothing_lost(cli, job_id)
     reason = status["pause_reason"]
@@ -115,7 +115,7 @@ def test_a_refused_key_pauses_the_job_at_once_in_a_worker_process(backend, cli, 
 
     fake_provider.configure(require_key=None)  # the user corrects the key
     cli("resume", job_id)
-    wait_for(lambda: cli.json("status", job_id, "--json")["state"] == "completed", timeout=60,
+    wait_for(lambda: cli.status(job_id)["state"] == "completed", timeout=60,
              message="the job completed")
     worker.terminate()
     worker.wait(30)
@@ -145,12 +145,12 @@ def test_run_checks_the_endpoint_before_it_enqueues_anything(cli, tmp_path, fake
     assert refused.returncode == 1
     assert f"FAIL endpoint {url} cannot be reached (ConnectError)" in refused.stderr, refused.stderr
     assert "--no-check" in refused.stderr and "Traceback" not in refused.stderr
-    assert cli.json("status", job_id, "--json", HERMES_BULK_BASE_URL=url)["state"] == "not_started"
+    assert cli.status(job_id, HERMES_BULK_BASE_URL=url)["state"] == "not_started"
 
     fake_provider.configure(require_key="sk-the-right-one")
     refused = cli("run", job_id, check=False)
     assert refused.returncode == 1 and "FAIL key" in refused.stderr, refused.stderr
-    assert cli.json("status", job_id, "--json")["state"] == "not_started"
+    assert cli.status(job_id)["state"] == "not_started"
     assert fake_provider.requests == [] or all(r.status == 401 for r in fake_provider.requests)
 
     skipped = cli("run", job_id, "--no-check", check=False, HERMES_BULK_BASE_URL=url)

@@ -35,10 +35,10 @@ def test_a_frozen_worker_is_not_counted_after_three_heartbeats(cli, fake_provide
     try:
         cli("run", job, "--no-check", **backend_env)
         wait_for(lambda: fake_provider.requests, timeout=60, message="an item reaches the provider")
-        assert cli.json("status", job, "--json", **backend_env)["state"] == "processing"
+        assert cli.status(job, **backend_env)["state"] == "processing"
         os.kill(worker.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
-        st = wait_for(lambda: (s := cli.json("status", job, "--json", **backend_env))["state"] != "processing" and s,
+        st = wait_for(lambda: (s := cli.status(job, **backend_env))["state"] != "processing" and s,
                       timeout=60, interval=0.5, message="status to stop saying processing")
         took = time.monotonic() - frozen_at
         assert st["live_workers"] == 0 and st["state"] in ("awaiting_recovery", "waiting_for_worker"), st

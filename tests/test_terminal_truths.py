@@ -24,7 +24,7 @@ def rows(n: int, path: Path) -> Path:
 
 
 def live_workers(cli, job: str) -> int:
-    return cli.json("status", job, "--json")["live_workers"]
+    return cli.status(job)["live_workers"]
 
 
 def stop(worker: subprocess.Popen) -> None:
@@ -53,7 +53,7 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
 
     worker = cli.spawn_worker()
     try:
-        wait_for(lambda: cli.json("status", job, "--json")["state"] == "completed", timeout=60, message="completion")
+        wait_for(lambda: cli.status(job)["state"] == "completed", timeout=60, message="completion")
         second = cli.create("Classify", rows(2, tmp_path / "two.jsonl"), "--fresh")  # the first job answered them
         ran = cli("run", second).stdout
         assert "1 live worker picks it up." in ran and "start one with" not in ran, ran
@@ -78,7 +78,7 @@ def test_a_job_cut_off_mid_run_asks_for_run_and_a_worker_until_one_is_live(cli, 
         assert "it waits to be run again (1 live worker now)." in status, status
         assert f"Continue with: hermes-bulk run {job}" in status.splitlines(), status
         assert "1 live worker picks it up." in cli("run", job).stdout
-        wait_for(lambda: cli.json("status", job, "--json")["state"] == "completed", timeout=60, message="completion")
+        wait_for(lambda: cli.status(job)["state"] == "completed", timeout=60, message="completion")
     finally:
         stop(worker)
 
@@ -185,10 +185,10 @@ def test_metrics_page_shows_the_documented_metrics_and_only_running_jobs(cli, tm
     try:
         wait_for(lambda: live_workers(cli, done) == 1, timeout=30, message="the worker is live")
         cli("run", done)
-        wait_for(lambda: cli.json("status", done, "--json")["state"] == "completed", timeout=60, message="done")
+        wait_for(lambda: cli.status(done)["state"] == "completed", timeout=60, message="done")
         cli("pause", paused)  # never run: no items of it on the page
         cli("run", running)
-        wait_for(lambda: cli.json("status", running, "--json")["completed"] >= 1, timeout=60, message="progress")
+        wait_for(lambda: cli.status(running)["completed"] >= 1, timeout=60, message="progress")
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         stop(worker)

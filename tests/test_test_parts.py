@@ -50,3 +50,16 @@ def test_the_loopback_provider_stops_cleanly_with_answers_in_flight(caplog):
     # own time they warn in whichever test runs next (CI of 2026-12-02 failed the next one so).
     gc.collect()
     assert [r.getMessage() for r in caplog.records] == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_the_in_process_status_reads_what_the_status_command_prints(cli, tmp_path, redis_url, backend):
+    """Cli.status stands in for `hermes-bulk status JOB --json` in polls: it must print the same."""
+    extra = {"HERMES_BULK_BACKEND": redis_url} if backend == "redis" else {}
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(3)))
+    job_id = cli.json("create", "Do", "--over", str(src), "--json", **extra)["job_id"]
+    cli("run", job_id, "--wait", **extra)
+    printed = cli.json("status", job_id, "--json", **extra)
+    assert printed["completed"] == 3
+    assert cli.status(job_id, **extra) == printed

@@ -43,7 +43,7 @@ def _create(cli, folder: Path, env, *flags: str) -> str:
 
 
 def _status(cli, job_id, env):
-    return cli.json("status", job_id, "--json", **env)
+    return cli.status(job_id, **env)
 
 
 def test_run_wait_serves_only_the_job_it_names(cli, fake_provider, tmp_path, backend_env):

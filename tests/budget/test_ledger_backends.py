@@ -29,6 +29,7 @@ def window() -> Window:
     return window_at(time.time(), dt.time(0, 0), ZoneInfo("UTC"))
 
 
+@pytest.mark.alone  # bounds a latency
 def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_after_about_a_second(tmp_path, window):
     led = open_ledger(str(tmp_path / "ledger.db"))
     blocker = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
@@ -44,6 +45,7 @@ def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_after_about_a_
     led.close()
 
 
+@pytest.mark.alone  # bounds a latency
 def test_sqlite_admissions_take_turns_on_the_lock_file_and_give_up_on_a_holder_that_keeps_it(tmp_path, window):
     import fcntl
     import os
@@ -104,6 +106,7 @@ def test_sqlite_the_ledger_file_is_private(tmp_path):
     assert oct((tmp_path / "budget").stat().st_mode & 0o777) == "0o700"
 
 
+@pytest.mark.alone  # bounds a latency
 def test_redis_an_unreachable_server_is_reported_at_once_without_credentials():
     started = time.monotonic()
     with pytest.raises(LedgerUnavailable) as err:
@@ -112,6 +115,7 @@ def test_redis_an_unreachable_server_is_reported_at_once_without_credentials():
     assert "hunter2" not in str(err.value) and "127.0.0.1" in str(err.value)
 
 
+@pytest.mark.alone  # bounds a latency
 def test_redis_a_server_that_dies_fails_the_next_admission_fast_and_a_restart_recovers(tmp_path, window):
     server = RedisServer(tmp_path).start()
     try:

@@ -70,6 +70,7 @@ def test_a_job_held_by_job_limit_says_so(budget):
     assert outcome.held and outcome.held_because == HELD_FOR_JOB_LIMIT
 
 
+@pytest.mark.alone  # bounds a latency
 def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_the_window_ends(budget, budget_dir):
     budget.admit(CallRecord("chat"))  # creates the ledger
     blocker = sqlite3.connect(budget_dir / "ledger.db", isolation_level=None)
@@ -95,6 +96,7 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
     later.close()
 
 
+@pytest.mark.alone  # bounds a latency
 def test_the_first_call_of_a_process_fails_open_within_a_second_on_a_locked_ledger_and_opens_it_later(budget_dir):
     first = Budget(budget_dir)
     first.admit(CallRecord("chat"))  # the ledger exists (and is migrated)

@@ -29,7 +29,7 @@ def test_a_job_created_here_is_processed_by_two_worker_processes_and_deleted_wit
     port = free_port()
     workers = [cli.spawn_worker("-w", "4", "--metrics-port", str(port), **env), cli.spawn_worker("-w", "4", **env)]
     try:
-        wait_for(lambda: cli.json("status", job_id, "--json", **env)["state"] == "completed", timeout=120,
+        wait_for(lambda: cli.status(job_id, **env)["state"] == "completed", timeout=120,
                  message="completion")
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
