@@ -17,7 +17,7 @@ Time is the test's: the backend runs on a Clock (clocked.py) that only the `adva
 moves, so a lease, a batch lease or a heartbeat runs out exactly when the model says, on both
 backends, and never by accident of a slow machine.
 
-HERMES_BULK_STATEFUL_EXAMPLES sets the number of examples (default 150); raise it to search
+HERMES_BULK_STATEFUL_EXAMPLES sets the number of examples (default 100); raise it to search
 longer before a release, e.g. HERMES_BULK_STATEFUL_EXAMPLES=2000.
 """
 
@@ -89,7 +89,7 @@ ITEM_MOVES = {
     (WAITING, COMPLETED), (WAITING, FAILED), (FAILED, WAITING),
 }
 
-EXAMPLES = int(os.environ.get("HERMES_BULK_STATEFUL_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("HERMES_BULK_STATEFUL_EXAMPLES", "100"))
 STATESTEP = settings(max_examples=EXAMPLES, stateful_step_count=30, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
