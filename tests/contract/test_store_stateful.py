@@ -457,6 +457,18 @@ class StoreMachine(RuleBasedStateMachine):
         """Time passes: leases, batch leases and heartbeats run out by the clock alone."""
         self.clock.advance(seconds)
 
+    @precondition(has_job)
+    @rule(past=st.sampled_from([0, 1]), pick=st.integers(0, 20))
+    def advance_to_an_end(self, past, pick):
+        """Time passes to exactly the end of a lease, a batch lease or a heartbeat's ttl (past=0:
+        still held, still live), or one millisecond past it: where >= and > differ."""
+        m, now = self.m, self.clock.ms
+        ends = {it.until for it in m.items if it.status == CLAIMED} | {w.until for w in m.workers.values()} \
+            | {b.until for b in m.batches.values() if b.owner is not None}
+        ends = sorted(e + past for e in ends if now < e + past < now + 10**7)
+        if ends:
+            self.clock.set_ms(ends[pick % len(ends)])
+
     # Job state -------------------------------------------------------------------------------
     @precondition(lambda self: self.m is not None and self.m.state != RUNNING)
     @rule(limit=limits)
