@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -61,6 +61,7 @@ from hermes_bulk.store.protocol import (
     BatchRecord,
     Claim,
     ClaimRefused,
+    Event,
     ItemError,
     JobSpec,
     NewItem,
@@ -777,6 +778,49 @@ class StoreMachine(RuleBasedStateMachine):
             self.m.requeue(it)
         assert n == len(held)
 
+    # Events and reads ------------------------------------------------------------------------
+    @precondition(has_job)
+    @rule(events=st.lists(st.builds(Event, kind=st.sampled_from(["note", "skipped", "item_failed"]), message=texts,
+                                    item_index=st.one_of(st.none(), st.integers(0, MAX_ITEMS - 1)),
+                                    error_type=st.one_of(st.none(), st.just("TransientError")),
+                                    http_status=st.one_of(st.none(), st.integers(400, 599)),
+                                    at=st.sampled_from([0.0, 1000.5])), min_size=1, max_size=3))
+    def add_events(self, events):
+        """Events are appended in order, as given, at the backend's now when their time is 0; the
+        job's newest events and each item's end with them."""
+        self.store.add_events(self.job_id, events)
+        if self.m.deleted:
+            return
+        now = self.clock()
+        want = [replace(e, at=e.at or now) for e in events]
+        assert self.store.list_events(self.job_id, limit=len(want)) == want
+        for index in {e.item_index for e in events if e.item_index is not None}:
+            mine = [e for e in want if e.item_index == index]
+            assert self.store.item_events(self.job_id, index, limit=len(mine)) == mine
+
+    @precondition(has_job)
+    @rule(pick=st.integers(0, MAX_ITEMS))
+    def read_one_item(self, pick):
+        """get_item, find_item, item_names and next_item_estimate agree with the model."""
+        m = self.m
+        index = pick % len(m.items)
+        got = self.store.get_item(self.job_id, index)
+        if m.deleted:
+            assert got is None and self.store.find_item(self.job_id, f"line:{index + 1}") is None
+            assert self.store.next_item_estimate(self.job_id) is None
+            return
+        it = m.items[index]
+        record = next(r for r in self.store.iter_items(self.job_id) if r.index == index)
+        assert got.item == record and got.content_hash == f"h:{it.content}"
+        if it.status != COMPLETED:
+            assert got.content == it.content, "an item not completed keeps its content"
+        assert self.store.find_item(self.job_id, f"line:{index + 1}") == index
+        assert self.store.find_item(self.job_id, "line:0") is None
+        assert self.store.item_names(self.job_id, [index, len(m.items)]) == {index: f"line:{index + 1}"}
+        assert self.store.get_item(self.job_id, len(m.items)) is None
+        pending = [it.estimate for it in m.items if it.status == PENDING]
+        assert self.store.next_item_estimate(self.job_id) == (pending[0] if pending else None)
+
     # Reuse -----------------------------------------------------------------------------------
     @precondition(lambda self: self.m is not None and self.followup is None)
     @rule(contents=st.lists(st.sampled_from(["a", "b", "", "é\x00z", "long " * 40, "new"]), min_size=1,
@@ -822,7 +866,8 @@ class StoreMachine(RuleBasedStateMachine):
         if m.deleted:
             assert self.store.get_job(self.job_id) is None
             assert list(self.store.iter_items(self.job_id)) == [] and self.store.list_batches(self.job_id) == []
-            assert self.job_id not in self.store.active_job_ids()
+            assert self.job_id not in self.store.active_job_ids() and self.job_id not in self.store.batch_job_ids()
+            assert set(self.store.find_job_ids(self.job_id)) == {self.bystander, *([self.followup] if self.followup else [])}
             self._check_bystander()
             return
         job = self.store.get_job(self.job_id)
@@ -840,6 +885,11 @@ class StoreMachine(RuleBasedStateMachine):
         assert (job.tokens_charged, job.tokens_in, job.tokens_out) == (m.charged, m.tokens_in, m.tokens_out)
         if m.state == RUNNING:
             assert self.job_id in self.store.active_job_ids()
+        if any(b.status != BATCH_DONE for b in m.batches.values()):
+            assert self.job_id in self.store.batch_job_ids(), "a job with an open batch is listed"
+        jobs = {self.job_id, self.bystander, *([self.followup] if self.followup else [])}
+        assert set(self.store.find_job_ids(self.job_id)) == jobs
+        assert {j.job_id for j in self.store.list_jobs(limit=50)} >= jobs
         records = list(self.store.iter_items(self.job_id))
         assert [r.index for r in records] == list(range(len(m.items)))
         for r, it in zip(records, m.items, strict=True):
