@@ -131,6 +131,15 @@ class LimitsMachine(RuleBasedStateMachine):
     def advance(self, seconds):
         self.clock.advance(seconds)
 
+    @rule(name=st.sampled_from(KEYS), past=st.sampled_from([0, 1]),
+          which=st.sampled_from(["pause_until_s", "request_tat_s", "token_tat_s"]))
+    def advance_to_an_end(self, name, past, which):
+        """Time passes to exactly the end of a wait or of a pacing interval (past=0), or one
+        millisecond past it: where "still waiting" and "may go" meet."""
+        end_ms = round(getattr(self.keys[name].state, which) * 1000) + past
+        if self.clock.ms < end_ms:
+            self.clock.set_ms(end_ms)
+
     @invariant()
     def waits_agree(self):
         now_s = self.clock()
