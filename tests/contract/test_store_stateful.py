@@ -351,6 +351,8 @@ indexes = st.integers(-1, MAX_ITEMS)  # -1 and past the end: no such item
 # worker and index: mostly not the owner, which must change nothing.
 targets = st.tuples(st.sampled_from([True, True, False]), st.integers(0, MAX_ITEMS), workers, indexes)
 batch_owners = st.one_of(workers, st.sampled_from(["b1", "nobody"]))
+# Whose lease a takeover names: none, the batch's holder (mostly), or anyone.
+take_froms = st.sampled_from([None, "holder", "holder", "w1", "nobody"])
 
 
 def busy(machine) -> bool:
@@ -389,8 +391,9 @@ class StoreMachine(RuleBasedStateMachine):
                 contents=st.lists(st.sampled_from(["a", "b", "", "é\x00z", "long " * 40]), min_size=MAX_ITEMS,
                                   max_size=MAX_ITEMS),
                 running=st.integers(0, 4), kind=st.sampled_from(["jsonl", "directory"]),
-                output=st.sampled_from([(512, None), (512, 40), (0, None), (100, 10**9)]))
-    def create(self, estimates, concurrency, limit, contents, running, kind, output):
+                output=st.sampled_from([(512, None), (512, 40), (0, None), (100, 10**9)]),
+                ttls=st.lists(TTLS, min_size=len(WORKERS), max_size=len(WORKERS)))
+    def create(self, estimates, concurrency, limit, contents, running, kind, output, ttls):
         max_tokens = None if limit is None else max(0, sum(estimates[:limit[0]]) + limit[1])
         spec = JobSpec(job_id=self.job_id, instruction="do it", source="/nowhere", source_kind=kind,
                        concurrency=concurrency, retries=2, max_tokens=max_tokens, provider_key="p:sm",
@@ -419,7 +422,7 @@ class StoreMachine(RuleBasedStateMachine):
             self.move(RUNNING, (NOT_STARTED,), None, None)
         self._create_bystander()
         for n, name in enumerate(WORKERS):  # live from the start, so their items are compared one by one
-            self._beat(name, FAR_S, threads=n + 1, serves="http", host="h", pid=n)
+            self._beat(name, ttls[n], threads=n + 1, serves="http", host="h", pid=n)
 
     def answer_key(self, content: str) -> str:
         return f"{self.job_id}:{content}"
@@ -462,13 +465,15 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(past=st.sampled_from([0, 1]), pick=st.integers(0, 20))
     def advance_to_an_end(self, past, pick):
         """Time passes to exactly the end of a lease, a batch lease or a heartbeat's ttl (past=0:
-        still held, still live), or one millisecond past it: where >= and > differ."""
+        still held, still live), or one millisecond past it: where >= and > differ. Then the
+        reaper passes (a step of its own too), so each such edge is looked at where it is."""
         m, now = self.m, self.clock.ms
         ends = {it.until for it in m.items if it.status == CLAIMED} | {w.until for w in m.workers.values()} \
             | {b.until for b in m.batches.values() if b.owner is not None}
         ends = sorted(e + past for e in ends if now < e + past < now + 10**7)
         if ends:
             self.clock.set_ms(ends[pick % len(ends)])
+            self.release_expired()  # the reaper's pass right then (the check after it reads live workers)
 
     # Job state -------------------------------------------------------------------------------
     @precondition(lambda self: self.m is not None and self.m.state != RUNNING)
@@ -720,10 +725,11 @@ class StoreMachine(RuleBasedStateMachine):
     # steps above (complete, fail, attempt, release, renew) reach them through _pick too.
     @precondition(has_job)
     @rule(worker=workers, max_items=st.integers(1, MAX_ITEMS), lease=LEASES, hold=st.sampled_from([30.0, FAR_S]),
-          take_from=st.one_of(st.none(), workers))
+          take_from=take_froms)
     def open_batch(self, worker, max_items, lease, hold, take_from):
         batch_id = f"b{next(self._ids)}"
-        take = None if take_from is None else self.w(take_from)
+        preparing = self.m.preparing
+        take = self._taken_from(take_from, None if preparing is None else self.m.batches[preparing])
         got = self.store.open_batch(self.job_id, self.w(worker), batch_id=batch_id, max_items=max_items, lease_s=lease,
                                     hold_s=hold, take_from=take)
         reason, opened = self.m.open_batch(batch_id, self.w(worker), max_items, lease, hold, take, self.clock.ms)
@@ -734,16 +740,21 @@ class StoreMachine(RuleBasedStateMachine):
         b = self.m.batches[opened]
         assert (got.items, got.lease_owner, round(got.lease_until * 1000)) == (b.items, b.owner, b.until)
 
+    def _taken_from(self, take_from: str | None, batch: ModelBatch | None) -> str | None:
+        if take_from == "holder":
+            return None if batch is None else batch.owner
+        return self.w(take_from) if take_from in WORKERS else take_from
+
     def _batch_pick(self, pick: int) -> str | None:
         return sorted(self.m.batches)[pick % len(self.m.batches)] if self.m.batches else None
 
     @precondition(lambda self: self.m is not None and self.m.batches)
-    @rule(pick=st.integers(0, 20), worker=batch_owners, lease=LEASES, take_from=st.one_of(st.none(), batch_owners))
+    @rule(pick=st.integers(0, 20), worker=batch_owners, lease=LEASES, take_from=take_froms)
     def lease_batch(self, pick, worker, lease, take_from):
         """Submit/poll/ingest take the batch's lease: free, expired, one's own, or taken from a dead worker."""
         batch_id = self._batch_pick(pick)
         wid = self.w(worker) if worker in WORKERS else worker
-        take = None if take_from is None else self.w(take_from) if take_from in WORKERS else take_from
+        take = self._taken_from(take_from, self.m.batches[batch_id])
         got = self.store.lease_batch(self.job_id, batch_id, wid, lease_s=lease, take_from=take)
         ok = self.m.lease_batch(batch_id, wid, lease, take, self.clock.ms)
         assert (got is not None) == ok, (got, self.m.batches[batch_id], self.clock.ms)
