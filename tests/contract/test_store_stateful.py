@@ -333,7 +333,8 @@ class Model:
 # Strategies ----------------------------------------------------------------------------------
 
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
-tokens = st.one_of(st.none(), st.integers(0, 5000), st.just(MAX_USAGE_TOKENS))
+tokens = st.one_of(st.none(), st.integers(0, 60), st.integers(0, 5000), st.just(MAX_USAGE_TOKENS))
+small_tokens = st.one_of(st.none(), st.integers(0, 60))
 errors = st.builds(ItemError, error_type=st.sampled_from(["PermanentError", "TransientError", "RateLimitError"]),
                    message=texts, http_status=st.one_of(st.none(), st.integers(400, 599)))
 workers = st.sampled_from(WORKERS)
@@ -564,6 +565,22 @@ class StoreMachine(RuleBasedStateMachine):
         it = self.m.items[index]
         assert (got.content, got.name, got.attempts, got.rate_limit_waits) == \
             (it.content, f"line:{index + 1}", it.attempts, it.waits)
+
+    @precondition(has_job)
+    @rule(worker=workers, usages=st.lists(st.builds(Usage, small_tokens, small_tokens), min_size=1, max_size=3))
+    def work(self, worker, usages):
+        """A worker's steady state, a few items in a row: claim, complete with what the provider
+        reported. Small outputs, so a job soon learns an allowance below the configured one,
+        and its reservations take both sides of the reservation rule."""
+        wid = self.w(worker)
+        for usage in usages:
+            got = self.store.claim_item(self.job_id, -1, wid, lease_s=30.0, max_running=1000)
+            self._check_claim(got, wid, -1, 1000, 30.0)
+            if not isinstance(got, Claim):
+                return
+            self.seen[got.index] = CLAIMED  # pending -> running -> completed, in one step
+            assert self.store.complete_item(self.job_id, got.index, wid, "r", usage)
+            self.m.complete(self.m.items[got.index], "r", usage, None, None)
 
     @precondition(busy)
     @rule(who=targets, result=texts, usage=st.builds(Usage, tokens, tokens),
