@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -36,7 +36,11 @@ from .clocked import clocked_backend
 
 KEYS = ("k0", "k1")
 EXAMPLES = int(os.environ.get("HERMES_BULK_STATEFUL_EXAMPLES", "100"))
-STATESTEP = settings(max_examples=EXAMPLES, stateful_step_count=30, deadline=None,
+# HERMES_BULK_STATEFUL_SHRINK=0: report the first failing example as found, unshrunk (a planted
+# bug's yes or no in seconds, where shrinking a long example takes minutes).
+PHASES = tuple(Phase) if os.environ.get("HERMES_BULK_STATEFUL_SHRINK", "1") != "0" else \
+    (Phase.explicit, Phase.reuse, Phase.generate)
+STATESTEP = settings(max_examples=EXAMPLES, phases=PHASES, stateful_step_count=30, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow])
 # Pacing intervals that are whole or half seconds (rpm 60/30/12, tpm 60/120 a token), so the
 # paced times are exact in both backends' arithmetic (SQLite: float seconds; Redis: ms).

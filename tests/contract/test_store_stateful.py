@@ -18,7 +18,8 @@ moves, so a lease, a batch lease or a heartbeat runs out exactly when the model 
 backends, and never by accident of a slow machine.
 
 HERMES_BULK_STATEFUL_EXAMPLES sets the number of examples (default 100); raise it to search
-longer before a release, e.g. HERMES_BULK_STATEFUL_EXAMPLES=2000.
+longer before a release, e.g. HERMES_BULK_STATEFUL_EXAMPLES=2000. HERMES_BULK_STATEFUL_SHRINK=0
+reports the first failing example unshrunk (a planted bug's verdict, fast).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -91,7 +92,11 @@ ITEM_MOVES = {
 }
 
 EXAMPLES = int(os.environ.get("HERMES_BULK_STATEFUL_EXAMPLES", "100"))
-STATESTEP = settings(max_examples=EXAMPLES, stateful_step_count=30, deadline=None,
+# HERMES_BULK_STATEFUL_SHRINK=0: report the first failing example as found, unshrunk (a planted
+# bug's yes or no in seconds, where shrinking a long example takes minutes).
+PHASES = tuple(Phase) if os.environ.get("HERMES_BULK_STATEFUL_SHRINK", "1") != "0" else \
+    (Phase.explicit, Phase.reuse, Phase.generate)
+STATESTEP = settings(max_examples=EXAMPLES, phases=PHASES, stateful_step_count=30, deadline=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
