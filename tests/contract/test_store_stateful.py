@@ -462,20 +462,27 @@ class StoreMachine(RuleBasedStateMachine):
 
     # Time ------------------------------------------------------------------------------------
     @precondition(has_job)
-    @rule(seconds=ADVANCES)
-    def advance(self, seconds):
-        """Time passes: leases, batch leases and heartbeats run out by the clock alone."""
-        self.clock.advance(seconds)
+    @rule(seconds=ADVANCES, past=st.sampled_from([0, 1]), pick=st.integers(0, 20), edge=st.booleans())
+    def advance(self, seconds, past, pick, edge):
+        """Time passes: leases, batch leases and heartbeats run out by the clock alone. Half the
+        time it goes to an edge (advance_to_an_end), where a swarm of disabled rules would
+        otherwise seldom take it."""
+        if edge:
+            self.advance_to_an_end(past, pick, ("lease", "batch", "ttl")[pick % 3])
+        else:
+            self.clock.advance(seconds)
 
     @precondition(has_job)
-    @rule(past=st.sampled_from([0, 1]), pick=st.integers(0, 20))
-    def advance_to_an_end(self, past, pick):
-        """Time passes to exactly the end of a lease, a batch lease or a heartbeat's ttl (past=0:
-        still held, still live), or one millisecond past it: where >= and > differ. Then the
-        reaper passes (a step of its own too), so each such edge is looked at where it is."""
+    @rule(past=st.sampled_from([0, 1]), pick=st.integers(0, 20), which=st.sampled_from(["lease", "batch", "ttl"]))
+    def advance_to_an_end(self, past, pick, which):
+        """Time passes to exactly the end of an item's lease, a batch's lease or a heartbeat's
+        ttl (past=0: still held, still live), or one millisecond past it: where >= and >
+        differ. Then the reaper passes (a step of its own too), so each such edge is looked at
+        where it is."""
         m, now = self.m, self.clock.ms
-        ends = {it.until for it in m.items if it.status == CLAIMED} | {w.until for w in m.workers.values()} \
-            | {b.until for b in m.batches.values() if b.owner is not None}
+        ends = {"lease": {it.until for it in m.items if it.status == CLAIMED},
+                "ttl": {w.until for w in m.workers.values()},
+                "batch": {b.until for b in m.batches.values() if b.owner is not None}}[which]
         ends = sorted(e + past for e in ends if now < e + past < now + 10**7)
         if ends:
             self.clock.set_ms(ends[pick % len(ends)])
@@ -532,15 +539,27 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.m is not None and not self.m.deleted)
     @rule(now=st.integers(0, 3))
     def delete_job(self, now):
-        """delete_job while the job runs (one draw in four): everything of it goes, its answers
-        are no longer reused, and every later operation on it is refused or finds nothing."""
-        if now:
+        """delete_job while the job runs (one draw in four; one in two once it has batches):
+        everything of it goes, its answers are no longer reused, and every later operation on
+        it is refused or finds nothing."""
+        if now > (1 if self.m.batches else 0):
             return
+        answered = sorted(self.m.answers)
         assert self.store.delete_job(self.job_id)
         self.m.deleted = True
         self.m.answers.clear()
         assert self.store.get_job(self.job_id) is None and list(self.store.iter_items(self.job_id)) == []
+        assert self.store.list_batches(self.job_id) == []
         assert not self.store.delete_job(self.job_id), "a job is deleted once"
+        if answered:  # a job asking what it answered gets nothing from it now
+            probe = f"{self.job_id}p"
+            self.store.begin_job(JobSpec(job_id=probe, instruction="do it", source="/nowhere", source_kind="jsonl",
+                                         concurrency=1, retries=2, provider_key="p:sm"))
+            self.store.add_items(probe, [NewItem(i, f"line:{i + 1}", "q", "h:q", "p.jsonl", i, "1:1", 1,
+                                                 answer_key=key) for i, key in enumerate(answered)])
+            job = self.store.finish_job(probe)
+            self.store.delete_job(probe)
+            assert (job.reused, job.completed) == (0, 0), "a deleted job's answers are not reused"
 
     # Items -----------------------------------------------------------------------------------
     @precondition(has_job)
