@@ -104,6 +104,12 @@ class LimitsMachine(RuleBasedStateMachine):
         if turn.wait == 0:
             k.epochs.append(turn.epoch)
 
+    @rule(name=st.sampled_from(KEYS), n=st.integers(2, 12))
+    def burst(self, name, n):
+        """Unpaced requests sent together (a pool of workers at once): what a 429 then measures."""
+        for _ in range(n):
+            self.acquire(name, None, None, 1)
+
     @rule(name=st.sampled_from(KEYS), seconds=st.sampled_from([None, None, 0.5, 2.0, 30.0]),
           base_s=st.sampled_from([1.0, 5.0]), cap_s=st.sampled_from([8.0, 120.0]), pick=st.integers(0, 5))
     def pause(self, name, seconds, base_s, cap_s, pick):
