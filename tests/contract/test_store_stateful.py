@@ -10,7 +10,8 @@ the first item with their answer key), run, pause, resume, update_job, mark_inte
 complete, complete-and-claim, fail, attempts, a failed attempt settled, release, lease renewal,
 lease expiry, a dead worker's items released, retry, token limits, provider batches (open, take
 over, lease, submit, finish, release), worker heartbeats, a second job that reuses the first
-one's answers, and delete_job while the job runs. SharedLimits has its own model
+one's answers, delete_job while the job runs, events, and the reads the product makes
+(get_item, find_item, item_names, next_item_estimate, find_job_ids, list_jobs, batch_job_ids). SharedLimits has its own model
 (test_limits_stateful.py).
 
 Time is the test's: the backend runs on a Clock (clocked.py) that only the `advance` step
