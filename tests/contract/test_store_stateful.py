@@ -11,8 +11,8 @@ complete, complete-and-claim, fail, attempts, a failed attempt settled, release,
 lease expiry, a dead worker's items released, retry, token limits, provider batches (open, take
 over, lease, submit, finish, release), worker heartbeats, a second job that reuses the first
 one's answers, delete_job while the job runs, events, and the reads the product makes
-(get_item, find_item, item_names, next_item_estimate, find_job_ids, list_jobs, batch_job_ids). SharedLimits has its own model
-(test_limits_stateful.py).
+(get_item, find_item, item_names, next_item_estimate, find_job_ids, list_jobs,
+batch_job_ids). SharedLimits has its own model (test_limits_stateful.py).
 
 Time is the test's: the backend runs on a Clock (clocked.py) that only the `advance` step
 moves, so a lease, a batch lease or a heartbeat runs out exactly when the model says, on both
