@@ -2,10 +2,18 @@
 
 Concurrency is part of the contract: claims are checked across threads behind a barrier and
 across processes, with counts, never timings.
+
+Time: tests of leases, heartbeats and 429 waits run on a clock the test moves (`clocked`,
+clocked.py), so they neither wait nor depend on the machine's speed. A few keep real time end
+to end, on each backend, to show the real clock drives the same rules: a lease that runs out
+(test_expired_leases_return_to_pending_and_renewed_ones_stay), a 429 wait that ends
+(test_acquire_waits_while_paused_and_takes_nothing) and pacing across threads
+(test_pacing_spaces_requests_for_all_threads).
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import threading
 import time
@@ -34,6 +42,8 @@ from hermes_bulk.store.protocol import (
     WorkerInfo,
 )
 
+from .clocked import ClockedBackend, clocked_backend
+
 BACKENDS = ["sqlite", "redis"]
 
 
@@ -59,6 +69,15 @@ def store(backend):
 @pytest.fixture
 def limits(backend):
     return backend.limits
+
+
+@pytest.fixture(params=BACKENDS)
+def clocked(request, tmp_path) -> ClockedBackend:
+    """A store and limiter on a clock the test moves (clocked.py)."""
+    url = request.getfixturevalue("redis_url") if request.param == "redis" else None
+    b = clocked_backend(request.param, tmp_path, url)
+    yield b
+    b.close()
 
 
 _counter = iter(range(10**9))
@@ -291,11 +310,12 @@ def test_completion_without_reported_usage_charges_the_estimate(store):
     assert (job.tokens_charged, job.tokens_reserved, job.tokens_in) == (40, 0, 0)
 
 
-def test_a_completed_item_is_never_claimed_again(store):
+def test_a_completed_item_is_never_claimed_again(clocked):
+    store = clocked.store
     job_id = make_job(store, 1)
     c = claim(store, job_id, lease_s=0.05)
     store.complete_item(job_id, c.index, "w1", "r", Usage())
-    time.sleep(0.1)
+    clocked.clock.advance(0.1)  # past the lease it had
     assert store.release_expired_leases() == {}
     assert claim(store, job_id).reason == "no_pending"
 
@@ -420,12 +440,16 @@ def test_expired_leases_return_to_pending_and_renewed_ones_stay(store):
     assert again.index == b.index
 
 
-def test_an_item_the_worker_lost_track_of_is_not_renewed(store):
+def test_an_item_the_worker_lost_track_of_is_not_renewed(clocked):
+    store = clocked.store
     job_id = make_job(store, 2)
-    kept = claim(store, job_id, worker="w", lease_s=0.3)
-    claim(store, job_id, worker="w", lease_s=0.3)  # say its claim reply was lost: the worker never knew
+    # Times in eighths of a second: exact in SQLite's float seconds, so "at the end" is exact.
+    kept = claim(store, job_id, worker="w", lease_s=0.25)
+    claim(store, job_id, worker="w", lease_s=0.25)  # say its claim reply was lost: the worker never knew
     assert store.renew_leases("w", [(job_id, kept.index)], lease_s=5) == 1
-    time.sleep(0.4)
+    clocked.clock.advance(0.25)
+    assert store.release_expired_leases() == {}, "a lease runs to its end, inclusive"
+    clocked.clock.advance(0.001)
     assert store.release_expired_leases() == {job_id: 1}
     assert store.item_owners() == {"w": 1}
 
@@ -441,11 +465,12 @@ def test_release_worker_items_and_item_owners(store):
     assert (job.pending, job.running, job.tokens_reserved) == (4, 1, 10), "their reservations are given back"
 
 
-def test_expired_leases_give_back_their_reservations(store):
+def test_expired_leases_give_back_their_reservations(clocked):
+    store = clocked.store
     job_id = make_job(store, 3, estimate=7)
     claim(store, job_id, worker="dead", lease_s=0.1)
     claim(store, job_id, worker="dead", lease_s=0.1)
-    time.sleep(0.2)
+    clocked.clock.advance(0.2)
     assert store.release_expired_leases() == {job_id: 2}
     assert store.get_job(job_id).tokens_reserved == 0
 
@@ -590,13 +615,16 @@ def test_retry_returns_failed_items_with_fresh_counts(store):
 # Workers ---------------------------------------------------------------------------------------
 
 
-def test_workers_are_live_until_their_ttl_passes(store):
+def test_workers_are_live_until_their_ttl_passes(clocked):
+    store = clocked.store
     job_id = make_job(store, 1)
     now = store.now()
     store.heartbeat_worker(WorkerInfo("w-live", "h", 1, now, 0.0, 4), ttl_s=10)
-    store.heartbeat_worker(WorkerInfo("w-gone", "h", 2, now, 0.0, 4), ttl_s=0.1)
+    store.heartbeat_worker(WorkerInfo("w-gone", "h", 2, now, 0.0, 4), ttl_s=0.125)  # exact in float seconds
     claim(store, job_id, worker="w-live")
-    time.sleep(0.2)
+    clocked.clock.advance(0.125)
+    assert {w.worker_id for w in store.live_workers()} == {"w-live", "w-gone"}, "live through its ttl"
+    clocked.clock.advance(0.001)
     live = {w.worker_id: w for w in store.live_workers()}
     assert set(live) == {"w-live"}
     assert live["w-live"].holding == [(job_id, 0)] and live["w-live"].threads == 4
@@ -664,49 +692,57 @@ def test_token_pacing_lets_a_large_item_through_an_empty_bucket(limits):
     assert wait > 400, "the next token waits until the large item's tokens have drained"
 
 
-def _granted_within(limits, key: str, seconds: float) -> int:
-    granted = 0
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        wait = limits.acquire(key, rpm=None, tpm=None, tokens=1).wait
+def _granted_within(c: ClockedBackend, key: str, seconds: float) -> int:
+    """Unpaced requests granted in the next `seconds` of the test's clock, asking again when told."""
+    granted, end = 0, c.clock.ms + round(seconds * 1000)
+    while c.clock.ms < end:
+        wait = c.limits.acquire(key, rpm=None, tpm=None, tokens=1).wait
         if wait == 0:
             granted += 1
+            assert granted < 10_000, "the key is paced"
         else:
-            time.sleep(min(wait, max(0.0, deadline - time.time())))
+            c.clock.set_ms(min(end, c.clock.ms + max(1, math.ceil(wait * 1000 - 1e-6))))
     return granted
 
 
-def test_429s_to_one_burst_halve_the_rate_once_and_it_recovers_with_time(limits):
+def _wait_out(c: ClockedBackend, seconds: float) -> None:
+    c.clock.set_ms(c.clock.ms + math.ceil(seconds * 1000 - 1e-6))
+
+
+def test_429s_to_one_burst_halve_the_rate_once_and_it_recovers_with_time(clocked):
+    limits = clocked.limits
     # Twenty requests in a burst, then three 429s from that burst: one wait, one halving.
     turns = [limits.acquire("k6", rpm=None, tpm=None, tokens=1) for _ in range(20)]
     assert [t.wait for t in turns] == [0.0] * 20
     for turn in turns[:3]:
         limits.pause("k6", seconds=0.2, base_s=5, cap_s=120, epoch=turn.epoch)
-    time.sleep(0.25)
-    halved = _granted_within(limits, "k6", 1.0)
+    clocked.clock.advance(0.25)
+    halved = _granted_within(clocked, "k6", 1.0)
     assert 6 <= halved <= 13, f"about half of the 20/s seen before the 429, got {halved}"
     # Successes do not matter; time does: the learned rate doubles every 5 s after the wait.
-    time.sleep(5.0)
-    recovered = _granted_within(limits, "k6", 0.5)
+    clocked.clock.advance(5.0)
+    recovered = _granted_within(clocked, "k6", 0.5)
     assert recovered >= 9, f"back to about 20/s or more, got {recovered * 2}/s"
 
 
-def test_a_429_to_a_request_slower_than_a_second_paces_by_its_own_rate_not_one_a_minute(limits):
+def test_a_429_to_a_request_slower_than_a_second_paces_by_its_own_rate_not_one_a_minute(clocked):
+    limits = clocked.limits
     # One request, answered 429 after 2.5 s (a slow provider, Hermes retrying it, a loaded
     # machine): the key saw one request in 2.5 s, so it is paced to one in about 5 s. It used to
     # see a rate of 0 (nothing granted in the last second), pace to one request a minute, and a
     # job's next item waited out that minute (the 429 test in tests/plugin stalled under load).
     turn = limits.acquire("k6s", rpm=None, tpm=None, tokens=1)
     assert turn.wait == 0.0
-    time.sleep(2.5)
+    clocked.clock.advance(2.5)
     limits.pause("k6s", seconds=0.2, base_s=5, cap_s=120, epoch=turn.epoch)
-    time.sleep(0.25)
+    clocked.clock.advance(0.25)
     assert limits.acquire("k6s", rpm=None, tpm=None, tokens=1).wait == 0.0  # the retry, after the wait
     wait = limits.acquire("k6s", rpm=None, tpm=None, tokens=1).wait
     assert 2.0 < wait < IN_PLACE_WAIT_S, f"about 2 x 2.5 s, a wait a worker sleeps in place, not {wait:.1f} s"
 
 
-def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(limits):
+def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(clocked):
+    limits = clocked.limits
     # A burst granted at one epoch; a 429 to one of them halves the rate (a short wait).
     epochs = []
     for _ in range(20):
@@ -715,23 +751,23 @@ def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(l
         epochs.append(turn.epoch)
     assert len(set(epochs)) == 1
     limits.pause("k7", seconds=0.05, base_s=5, cap_s=120, epoch=epochs[0])
-    time.sleep(0.1)
+    clocked.clock.advance(0.1)
     # The wait is over; more 429s arrive for requests of the same burst (sent before the
     # decrease): each starts a new short wait, but none halves the rate again.
     for _ in range(3):
         limits.pause("k7", seconds=0.05, base_s=5, cap_s=120, epoch=epochs[0])
-        time.sleep(0.1)
-    after_stale = _granted_within(limits, "k7", 1.0)
+        clocked.clock.advance(0.1)
+    after_stale = _granted_within(clocked, "k7", 1.0)
     assert 6 <= after_stale <= 13, f"about half of the 20/s, not less, got {after_stale}"
     # A 429 to a request sent after the decrease halves it once more.
     turn = limits.acquire("k7", rpm=None, tpm=None, tokens=1)
     while turn.wait:
-        time.sleep(turn.wait)
+        _wait_out(clocked, turn.wait)
         turn = limits.acquire("k7", rpm=None, tpm=None, tokens=1)
     assert turn.epoch == epochs[0] + 1
     limits.pause("k7", seconds=0.05, base_s=5, cap_s=120, epoch=turn.epoch)
-    time.sleep(0.1)
-    quartered = _granted_within(limits, "k7", 1.0)
+    clocked.clock.advance(0.1)
+    quartered = _granted_within(clocked, "k7", 1.0)
     assert quartered <= after_stale * 0.75, (quartered, after_stale)
 
 
@@ -764,13 +800,14 @@ def test_429s_to_one_generation_of_requests_double_the_wait_once(limits, store):
     assert limits.pause_state("k8").until - store.now() == pytest.approx(5, abs=1.0)
 
 
-def test_a_429_to_a_request_sent_after_the_wait_doubles_it_and_retry_after_still_wins(limits, store):
-    base = 0.3  # short enough to wait out here; the doubling is the same at 5 s
+def test_a_429_to_a_request_sent_after_the_wait_doubles_it_and_retry_after_still_wins(clocked):
+    limits, store = clocked.limits, clocked.store
+    base = 5.0
     turns = [limits.acquire("k9", rpm=None, tpm=None, tokens=1) for _ in range(16)]
     _concurrent_429s(limits, "k9", turns, base_s=base)
     first = limits.pause_state("k9")
     assert first.until - store.now() < 2 * base and first.backoff_step == 1
-    time.sleep(max(0.0, first.until - store.now()) + 0.05)
+    _wait_out(clocked, first.until - store.now() + 0.05)
     later = limits.acquire("k9", rpm=None, tpm=None, tokens=1)  # sent after the wait ended
     assert later.wait == 0.0 and later.epoch == turns[0].epoch + 1
     now = store.now()

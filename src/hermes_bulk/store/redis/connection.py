@@ -39,6 +39,10 @@ class RedisConnection:
     prefix: str
     where: str  # host:port, never credentials
     setting: str  # what messages tell the user to check
+    #: Tests only: a key holding the time (float ms since the epoch) that scripts and now_s()
+    #: read instead of Redis TIME while it is set, so a test moves leases, pauses and pacing
+    #: forward without waiting. None in production: the scripts are then exactly _clock.lua's.
+    clock_key: str | None = None
 
     def unavailable(self, exc: Exception, *, lost: bool = True) -> BackendUnavailable:
         """The one-line, credential-free error for a Redis that cannot be used."""
@@ -65,15 +69,42 @@ class RedisConnection:
 
     @functools.cached_property
     def lua(self) -> Scripts:
-        return Scripts(self.client)
+        return Scripts(self.client, self.clock_key)
+
+    def now_s(self) -> float:
+        """The backend's clock, in seconds since the epoch (Redis TIME, or the test's time)."""
+        if not self.clock_key:
+            seconds, micros = self.client.time()
+            return seconds + micros / 1e6
+        pipe = self.client.pipeline(transaction=False)
+        n = self.queue_clock(pipe)
+        return self.time_of(pipe.execute()[:n])
+
+    def queue_clock(self, pipe) -> int:
+        """Queue the clock's reads on a pipeline; returns how many replies they are (time_of)."""
+        pipe.time()
+        if self.clock_key:
+            pipe.get(self.clock_key)
+            return 2
+        return 1
+
+    @staticmethod
+    def time_of(replies: list) -> float:
+        """The clock, in seconds, from the replies of queue_clock's reads."""
+        if len(replies) > 1 and replies[1] is not None:
+            return float(replies[1]) / 1000
+        seconds, micros = replies[0]
+        return seconds + micros / 1e6
 
     def close(self) -> None:
         self.pool.disconnect()
 
 
 def connect_redis(location: RedisUrl, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                  socket_timeout_s: float = SOCKET_TIMEOUT_S) -> RedisConnection:
+                  socket_timeout_s: float = SOCKET_TIMEOUT_S, clock_key: str | None = None) -> RedisConnection:
     """A pinged connection pool for a parsed redis:// or rediss:// URL (backend_url.py).
+
+    clock_key: tests only (RedisConnection.clock_key).
 
     Raises BackendUnavailable naming host:port (never the password) when Redis cannot be used.
     """
@@ -88,7 +119,7 @@ def connect_redis(location: RedisUrl, *, connect_timeout_s: float = CONNECT_TIME
         raise ConfigError(f"Invalid setting {setting}: not a redis:// or rediss:// URL "
                           f"({URL_SHAPE}).") from None
     conn = RedisConnection(pool=pool, client=redis.Redis(connection_pool=pool), prefix=location.prefix,
-                           where=location.where, setting=setting)
+                           where=location.where, setting=setting, clock_key=clock_key)
     try:
         _ping_once_loaded(conn.client)
     except redis.ResponseError as exc:

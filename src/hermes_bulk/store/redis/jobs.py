@@ -67,8 +67,7 @@ class RedisJobStore(RedisBatches):
             raise conn.unavailable(exc) from exc
 
     def now(self) -> float:
-        seconds, micros = self.r.time()
-        return seconds + micros / 1e6
+        return self.conn.now_s()
 
     def close(self) -> None:
         self.conn.close()
@@ -498,8 +497,14 @@ class RedisJobStore(RedisBatches):
         pipe.execute()
 
     def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
-        # A worker's hash expires with its ttl: present means live.
-        ids = [codec.text(i) for i in self.r.zrange(self.keys.workers, 0, -1)]
+        # Live: its entry's expiry (heartbeat time + ttl) is not past, read against the backend's
+        # clock in the same round trip (its hash expires then too, and is read below).
+        pipe = self.r.pipeline(transaction=False)
+        n = self.conn.queue_clock(pipe)
+        pipe.zrange(self.keys.workers, 0, -1, withscores=True)
+        *clock, entries = pipe.execute()
+        now_ms = self.conn.time_of(clock[:n]) * 1000
+        ids = [codec.text(i) for i, expires_ms in entries if expires_ms >= now_ms]
         pipe = self.r.pipeline(transaction=False)
         for worker_id in ids:
             pipe.hgetall(self.keys.worker(worker_id))

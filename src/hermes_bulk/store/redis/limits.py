@@ -45,9 +45,9 @@ class RedisLimits:
 
     def pause_state(self, key: str) -> PauseState | None:
         pipe = self.r.pipeline(transaction=False)
-        pipe.time()
+        n = self.conn.queue_clock(pipe)
         pipe.hmget(self.keys.limit(key), ["pause_until_ms", "backoff_step"])
-        (seconds, micros), (until_ms, step) = pipe.execute()
-        if until_ms is not None and float(until_ms) > seconds * 1000 + micros / 1000:
+        *clock, (until_ms, step) = pipe.execute()
+        if until_ms is not None and float(until_ms) > self.conn.time_of(clock[:n]) * 1000:
             return PauseState(until=float(until_ms) / 1000, backoff_step=int(step or 0))
         return None

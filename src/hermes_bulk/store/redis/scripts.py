@@ -44,16 +44,28 @@ def _lua_constants() -> str:
     return text + "local STATUS_NAME = {" + ", ".join(f"[{v}] = {json.dumps(k)}" for k, v in STATUS_CODES.items()) + "}\n"
 
 
-class Scripts:
-    """Every Lua script, registered once per client (EVALSHA, reloaded after NOSCRIPT)."""
+def _test_clock(clock_key: str) -> str:
+    """now_ms for tests that set the clock: the time stored at clock_key (float ms since the
+    epoch), else TIME. Defined after _clock.lua's, so it replaces it; production scripts never
+    contain it (RedisConnection.clock_key is None outside tests)."""
+    return (f"local function now_ms()\n  local set = redis.call('GET', {json.dumps(clock_key)})\n"
+            "  if set then return tonumber(set) end\n  local t = redis.call('TIME')\n"
+            "  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000\nend\n")
 
-    def __init__(self, client: redis.Redis) -> None:
+
+class Scripts:
+    """Every Lua script, registered once per client (EVALSHA, reloaded after NOSCRIPT).
+
+    clock_key: tests only (RedisConnection.clock_key): scripts read the time there when it is set.
+    """
+
+    def __init__(self, client: redis.Redis, clock_key: str | None = None) -> None:
         here = resources.files(__package__) / "lua"
 
         def read(name: str) -> str:
             return (here / f"{name}.lua").read_text(encoding="utf-8")
 
-        common = _lua_constants() + read("_clock")
+        common = _lua_constants() + read("_clock") + (_test_clock(clock_key) if clock_key else "")
         job = common + read("_job")
         for name in _JOB_SCRIPTS:
             setattr(self, name, client.register_script(job + read(name)))
