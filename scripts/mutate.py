@@ -10,6 +10,7 @@ the copy's src/ (it comes before the editable install's path).
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -39,13 +40,75 @@ def copy_tree(into: Path) -> None:
             shutil.copy2(src, into / name)
 
 
+def modules_of(target: dict) -> list[str]:
+    """`module` is one file or a list of files."""
+    return [target["module"]] if isinstance(target["module"], str) else list(target["module"])
+
+
 def config(target: dict, timeout_s: float) -> str:
     tests = " ".join(target["tests"])
     select = f" -k '{target['select']}'" if target.get("select") else ""
-    return (f'[cosmic-ray]\nmodule-path = "{target["module"]}"\ntimeout = {timeout_s}\n'
+    if target.get("args"):  # e.g. --noconftest for tests that need no fixture: a second less a mutant
+        select += " " + target["args"]
+    paths = ", ".join(f'"{m}"' for m in modules_of(target))
+    return (f'[cosmic-ray]\nmodule-path = [{paths}]\ntimeout = {timeout_s}\n'
             f'excluded-modules = []\n'
             f'test-command = "{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly '
             f'{tests}{select}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
+
+
+def line_ranges(source: str, names: list[str]) -> dict[str, tuple[int, int]]:
+    """The lines (decorators included) of each function or class named `name` or
+    `Class.method`, or each module constant named `NAME`, that is defined in source."""
+    found: dict[str, tuple[int, int]] = {}
+
+    def walk(body, prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and not prefix:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names:
+                        found[target.id] = (node.lineno, node.end_lineno or node.lineno)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + node.name
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if name in names:
+                    found[name] = (first, node.end_lineno or node.lineno)
+                if isinstance(node, ast.ClassDef):
+                    walk(node.body, name + ".")
+
+    walk(ast.parse(source).body, "")
+    return found
+
+
+def skip_outside(session: Path, work: Path, target: dict) -> int:
+    """Mark as skipped every mutant outside the functions the target's `only` names (a part of
+    a module too big to mutate whole in one sitting); returns how many were skipped."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    names = list(target.get("only") or [])
+    if not names:
+        return 0
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    seen: set[str] = set()
+    for module in modules_of(target):
+        found = line_ranges((work / module).read_text(), names)
+        ranges[str(Path(module))] = list(found.values())
+        seen |= set(found)
+    missing = sorted(set(names) - seen)
+    if missing:
+        raise SystemExit(f"mutate: `only` names what no module defines: {', '.join(missing)}")
+    skipped = 0
+    with use_db(str(session)) as db:
+        for item in db.work_items:
+            inside = all(any(a <= m.start_pos[0] <= b for a, b in ranges.get(str(m.module_path), []))
+                         for m in item.mutations)
+            if not inside:
+                db.set_result(item.job_id, WorkResult(output=None, test_outcome=None, diff=None,
+                                                      worker_outcome=WorkerOutcome.SKIPPED))
+                skipped += 1
+    return skipped
 
 
 def outcomes(session: Path) -> dict[str, int]:
@@ -81,6 +144,7 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool) -> dict[str, i
         env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
         subprocess.run([*cr, "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
+        outside = skip_outside(work / "session.sqlite", work, target)
         baseline = subprocess.run([*cr, "baseline", "cosmic-ray.toml"], cwd=work, env=env)
         if baseline.returncode:
             raise SystemExit(f"mutate: the tests of {name} fail without a mutant; fix them first")
@@ -98,8 +162,11 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool) -> dict[str, i
         killed, survived = counts.get("killed", 0), len(survivors)
         total = sum(counts.values())
         score = killed / max(1, killed + survived)
-        print(f"{name}: {target['module']}: {total} mutants, {killed} killed, {survived} survived, "
-              f"{len(in_annotations)} only in annotations, score {score:.0%} "
+        part = f" ({outside} outside `only`, not run)" if outside else ""
+        timed_out = counts.get("incompetent", 0)
+        late = f", {timed_out} timed out or broke the tests (counted as neither)" if timed_out else ""
+        print(f"{name}: {', '.join(modules_of(target))}: {total} mutants{part}, {killed} killed, "
+              f"{survived} survived, {len(in_annotations)} only in annotations{late}, score {score:.0%} "
               f"({time.monotonic() - started:.0f} s); report in mutation-reports/{name}.txt")
         if survivors:
             print("  first survivor:\n  " + survivors[0].strip().replace("\n", "\n  ")[:1500])
@@ -121,7 +188,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.list:
         for name, target in targets.items():
-            print(f"{name:14} {target['module']:40} {' '.join(target['tests'])}")
+            only = f" (only {', '.join(target['only'])})" if target.get("only") else ""
+            print(f"{name:14} {' '.join(modules_of(target))}{only}: {' '.join(target['tests'])}")
         return 0
     unknown = [n for n in args.names if n not in targets]
     if unknown:
