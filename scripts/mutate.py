@@ -81,34 +81,57 @@ def line_ranges(source: str, names: list[str]) -> dict[str, tuple[int, int]]:
     return found
 
 
-def skip_outside(session: Path, work: Path, target: dict) -> int:
-    """Mark as skipped every mutant outside the functions the target's `only` names (a part of
-    a module too big to mutate whole in one sitting); returns how many were skipped."""
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where the annotations are ((line, column) from, to), in a module that never evaluates them
+    (`from __future__ import annotations`; nothing here reads type hints at run time)."""
+    tree = ast.parse(source)
+    if not any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
+               and any(a.name == "annotations" for a in node.names) for node in tree.body):
+        return []
+    spans = []
+    for node in ast.walk(tree):
+        found = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            found.append(node.returns)
+        elif isinstance(node, (ast.arg, ast.AnnAssign)) and node.annotation is not None:
+            found.append(node.annotation)
+        spans += [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in found]
+    return spans
+
+
+def prefilter(session: Path, work: Path, target: dict) -> tuple[int, int]:
+    """Mark as skipped, before anything runs: every mutant outside the functions the target's
+    `only` names (a part of a module too big to mutate whole in one sitting), and every mutant
+    of an annotation (never evaluated, so it cannot change behaviour: no test run is spent on it). Returns (outside `only`, in annotations)."""
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     names = list(target.get("only") or [])
-    if not names:
-        return 0
     ranges: dict[str, list[tuple[int, int]]] = {}
+    annotations: dict[str, list] = {}
     seen: set[str] = set()
     for module in modules_of(target):
-        found = line_ranges((work / module).read_text(), names)
+        source = (work / module).read_text()
+        found = line_ranges(source, names)
         ranges[str(Path(module))] = list(found.values())
+        annotations[str(Path(module))] = annotation_spans(source)
         seen |= set(found)
     missing = sorted(set(names) - seen)
     if missing:
         raise SystemExit(f"mutate: `only` names what no module defines: {', '.join(missing)}")
-    skipped = 0
+    outside = in_annotations = 0
+    skip = WorkResult(output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED)
     with use_db(str(session)) as db:
         for item in db.work_items:
-            inside = all(any(a <= m.start_pos[0] <= b for a, b in ranges.get(str(m.module_path), []))
-                         for m in item.mutations)
-            if not inside:
-                db.set_result(item.job_id, WorkResult(output=None, test_outcome=None, diff=None,
-                                                      worker_outcome=WorkerOutcome.SKIPPED))
-                skipped += 1
-    return skipped
+            spots = [(str(m.module_path), tuple(m.start_pos)) for m in item.mutations]
+            if names and not all(any(a <= at[0] <= b for a, b in ranges.get(path, []))
+                                 for path, at in spots):
+                db.set_result(item.job_id, skip)
+                outside += 1
+            elif all(any(a <= at < b for a, b in annotations.get(path, [])) for path, at in spots):
+                db.set_result(item.job_id, skip)
+                in_annotations += 1
+    return outside, in_annotations
 
 
 def outcomes(session: Path) -> dict[str, int]:
@@ -136,7 +159,14 @@ def _in_annotation(block: str) -> bool:
     return True
 
 
-def run(name: str, target: dict, *, timeout_s: float, keep: bool) -> dict[str, int]:
+def _work_items(session: Path):
+    from cosmic_ray.work_db import use_db
+
+    with use_db(str(session)) as db:
+        return list(db.work_items)
+
+
+def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bool = False) -> dict[str, int]:
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
         copy_tree(work)
@@ -144,7 +174,12 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool) -> dict[str, i
         env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
         subprocess.run([*cr, "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
-        outside = skip_outside(work / "session.sqlite", work, target)
+        outside, annotated = prefilter(work / "session.sqlite", work, target)
+        if count_only:
+            total = len(_work_items(work / "session.sqlite"))
+            print(f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants to run"
+                  f" ({annotated} in annotations, {outside} outside `only`: not run)")
+            return {}
         baseline = subprocess.run([*cr, "baseline", "cosmic-ray.toml"], cwd=work, env=env)
         if baseline.returncode:
             raise SystemExit(f"mutate: the tests of {name} fail without a mutant; fix them first")
@@ -154,20 +189,20 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool) -> dict[str, i
         report = subprocess.run([str(Path(sys.executable).parent / "cr-report"), "session.sqlite", "--show-diff"], cwd=work, env=env,
                                 capture_output=True, text=True).stdout
         survivors = [block for block in report.split("\n[job-id]") if "test outcome: TestOutcome.SURVIVED" in block]
-        in_annotations = [block for block in survivors if _in_annotation(block)]
+        in_annotations = [block for block in survivors if _in_annotation(block)]  # a fallback
         survivors = [block for block in survivors if block not in in_annotations]
         out = ROOT / "mutation-reports"
         out.mkdir(exist_ok=True)
         (out / f"{name}.txt").write_text(report)
+        (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
         killed, survived = counts.get("killed", 0), len(survivors)
-        total = sum(counts.values())
         score = killed / max(1, killed + survived)
-        part = f" ({outside} outside `only`, not run)" if outside else ""
-        timed_out = counts.get("incompetent", 0)
-        late = f", {timed_out} timed out or broke the tests (counted as neither)" if timed_out else ""
-        print(f"{name}: {', '.join(modules_of(target))}: {total} mutants{part}, {killed} killed, "
-              f"{survived} survived, {len(in_annotations)} only in annotations{late}, score {score:.0%} "
-              f"({time.monotonic() - started:.0f} s); report in mutation-reports/{name}.txt")
+        broken = counts.get("incompetent", 0)
+        broke = f", {broken} broke the test run (counted as neither)" if broken else ""
+        print(f"{name}: {', '.join(modules_of(target))}: {sum(counts.values())} mutants: "
+              f"{annotated + len(in_annotations)} only in annotations, {outside} outside `only`; "
+              f"{killed} killed, {survived} survived{broke}: score {score:.0%} "
+              f"({time.monotonic() - started:.0f} s); mutation-reports/{name}.txt")
         if survivors:
             print("  first survivor:\n  " + survivors[0].strip().replace("\n", "\n  ")[:1500])
         return counts
@@ -185,6 +220,7 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="list the targets and exit")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a mutant's tests may take")
     parser.add_argument("--keep", action="store_true", help="keep the working copy (to read the session)")
+    parser.add_argument("--count", action="store_true", help="only count the mutants each target would run")
     args = parser.parse_args()
     if args.list:
         for name, target in targets.items():
@@ -195,7 +231,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown target {', '.join(unknown)}; see --list")
     for name in args.names or list(targets):
-        run(name, targets[name], timeout_s=args.timeout, keep=args.keep)
+        run(name, targets[name], timeout_s=args.timeout, keep=args.keep, count_only=args.count)
     return 0
 
 
