@@ -48,6 +48,7 @@ class Clock:
     def __init__(self) -> None:
         self.now = time.time()
         self.sleeps: list[float] = []
+        self.on_first_sleep = None  # called once, at the first sleep (a lease lost meanwhile)
 
     def time(self) -> float:
         return self.now
@@ -55,6 +56,9 @@ class Clock:
     def sleep(self, seconds: float) -> None:
         self.sleeps.append(round(seconds, 3))
         self.now += seconds
+        if self.on_first_sleep is not None:
+            hook, self.on_first_sleep = self.on_first_sleep, None
+            hook()
 
 
 @pytest.fixture(scope="module")
@@ -149,12 +153,62 @@ def test_an_item_fails_after_its_retries_with_the_last_error_in_our_words(backen
     assert failed.attempts == 3
 
 
+def test_the_backoff_between_retries_stops_growing_at_30_seconds(backend, client, clock, tmp_path, provider):
+    job = make_job(backend.store, retries=6)
+    provider.configure(script=["500"] * 6 + ["ok"])
+    processor(backend, client, clock, tmp_path).handle(job, 0)
+    assert clock.sleeps == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
+    assert item(backend.store, job).status == COMPLETED
+
+
+def _taken_by_another_worker(store, clock, job_id):
+    """The lease runs out while the worker waits, and another worker claims the item."""
+
+    def take() -> None:
+        clock.now += 61  # past the 60 s lease
+        assert store.release_expired_leases() == {job_id: 1}
+        assert store.claim_item(job_id, 0, "w2", lease_s=60, max_running=10).index == 0
+
+    return take
+
+
+@pytest.mark.parametrize("script", [["500", "500", "ok"], ["429:1", "429:1", "ok"]],
+                         ids=["transient", "429"])
+def test_a_worker_whose_lease_was_lost_while_waiting_stops_and_leaves_the_item_alone(
+        script, backend, client, clock, tmp_path, provider):
+    job = make_job(backend.store, retries=3)
+    provider.configure(script=script)
+    clock.on_first_sleep = _taken_by_another_worker(backend.store, clock, job)
+    p = processor(backend, client, clock, tmp_path)
+    assert p.handle(job, 0).claimed
+    assert len(provider.requests) == 2, "the attempt after the loss is the last: nothing more is sent"
+    now = item(backend.store, job)
+    assert now.status == RUNNING and now.result is None, "the other worker's item, untouched"
+    assert p.counters.snapshot()["items_failed"] == 0 and p.held_items() == []
+
+
+def test_an_answer_that_cannot_be_written_gives_back_the_item_its_completion_claimed(
+        backend, client, clock, tmp_path):
+    job = make_job(backend.store, n=2)
+    jobs_dir = tmp_path / "not-a-folder"
+    jobs_dir.write_text("a file where the outputs folder would be")
+    p = ItemProcessor(store=backend.store, limits=backend.limits, worker_id="w1", client_for=lambda j: client,
+                      jobs_dir=jobs_dir, lease_s=60, concurrency_cap=10, sleep=clock.sleep)
+    outcome = p.handle(job, 0, chain=lambda: True)
+    assert outcome.next is None
+    assert item(backend.store, job, 0).status == COMPLETED, "the answer is kept in the store"
+    assert item(backend.store, job, 1).status == PENDING, "the claimed next item went back"
+    assert p.held_items() == []
+
+
 def test_retries_already_spent_count_against_the_job(backend, client, clock, tmp_path, provider):
     job = make_job(backend.store, retries=0)
     provider.configure(script=["500", "ok"])
-    processor(backend, client, clock, tmp_path).handle(job, 0)
+    p = processor(backend, client, clock, tmp_path)
+    p.handle(job, 0)
     assert statuses(provider) == [500] and clock.sleeps == []
     assert item(backend.store, job).status == FAILED
+    assert p.counters.snapshot()["items_failed"] == 1
 
 
 def test_a_permanent_error_fails_at_once(backend, client, clock, tmp_path, provider):
