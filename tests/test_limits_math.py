@@ -224,6 +224,9 @@ def test_a_429_halves_the_learned_rate_when_there_is_one():
     state = LimitState(auto_interval_s=0.5, auto_since_s=100.0, window_start_s=100.0, window_count=50)
     lm.rate_limited(state, 100.0, retry_after_s=1.0, base_s=5.0, cap_s=120.0, epoch=0)
     assert state.auto_interval_s == pytest.approx(1.0)  # 2/s learned, not the 50/s observed
+    state = LimitState(auto_interval_s=0.4, auto_since_s=100.0, decreases=1)
+    lm.rate_limited(state, 100.0, retry_after_s=1.0, base_s=5.0, cap_s=120.0, epoch=1)
+    assert state.auto_interval_s == pytest.approx(0.8)  # 2.5/s learned, halved
 
 
 def test_the_learned_interval_never_goes_past_a_minute():

@@ -301,6 +301,36 @@ def test_an_item_fails_after_too_many_429s_in_a_row(backend, client, clock, tmp_
     assert f"{MAX_RATE_LIMIT_WAITS} times in a row" in failed.error_message
 
 
+def test_an_answer_without_reported_usage_counts_no_tokens(backend, client, clock, tmp_path, provider):
+    job = make_job(backend.store)
+    provider.configure(usage={"prompt_tokens": 7})
+    try:
+        p = processor(backend, client, clock, tmp_path)
+        p.handle(job, 0)
+    finally:
+        provider.configure(usage=None)
+    assert item(backend.store, job).status == COMPLETED
+    counted = p.counters.snapshot()
+    assert (counted["tokens_in"], counted["tokens_out"]) == (7, 0)
+
+
+def test_a_request_the_budget_holds_gives_the_item_back_until_it_may_be_sent(backend, client, clock,
+                                                                            tmp_path, provider):
+    class Held:
+        """The budget's gate (limits.RequestGate) while the window is spent: 30 s to go."""
+
+        def admit(self, job) -> float:
+            return 30.0
+
+        def held_until(self, job) -> float | None:
+            return clock.now + 30.0
+
+    job = make_job(backend.store)
+    outcome = processor(backend, client, clock, tmp_path, request_gate=Held()).handle(job, 0)
+    assert (outcome.claimed, outcome.reschedule_in) == (True, 30.0)
+    assert provider.requests == [] and item(backend.store, job).status == PENDING
+
+
 # What a trigger that cannot be served does --------------------------------------------------------
 
 
