@@ -159,6 +159,37 @@ def _in_annotation(block: str) -> bool:
     return True
 
 
+def _mutant_of(block: str) -> tuple[str, str, int]:
+    """(module path, operator, occurrence) of one cr-report block: what names a mutant across
+    sessions of an unchanged module."""
+    path, operator, occurrence = next(line for line in block.splitlines()
+                                      if line.startswith("src/")).split()
+    return path, operator, int(occurrence)
+
+
+def last_survivors(name: str) -> tuple[set[tuple[str, str, int]], int]:
+    """The survivors of the target's last full run (mutation-reports/NAME.txt), and its kills."""
+    report = (ROOT / "mutation-reports" / f"{name}.txt").read_text()
+    blocks = report.split("\n[job-id]")
+    survivors = {_mutant_of(b) for b in blocks
+                 if "test outcome: TestOutcome.SURVIVED" in b and not _in_annotation(b)}
+    return survivors, sum("test outcome: TestOutcome.KILLED" in b for b in blocks)
+
+
+def keep_only(session: Path, mutants: set[tuple[str, str, int]]) -> None:
+    """Skip every mutant but these."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    skip = WorkResult(output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED)
+    with use_db(str(session)) as db:
+        done = {job_id for job_id, _ in db.results}
+        for item in db.work_items:
+            m = item.mutations[0]
+            if item.job_id not in done and (str(m.module_path), m.operator_name, m.occurrence) not in mutants:
+                db.set_result(item.job_id, skip)
+
+
 def _work_items(session: Path):
     from cosmic_ray.work_db import use_db
 
@@ -166,7 +197,8 @@ def _work_items(session: Path):
         return list(db.work_items)
 
 
-def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bool = False) -> dict[str, int]:
+def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bool = False,
+        survivors_only: bool = False) -> dict[str, int]:
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
         copy_tree(work)
@@ -180,6 +212,9 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bo
             print(f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants to run"
                   f" ({annotated} in annotations, {outside} outside `only`: not run)")
             return {}
+        if survivors_only:
+            again, killed_before = last_survivors(name)
+            keep_only(work / "session.sqlite", again)
         baseline = subprocess.run([*cr, "baseline", "cosmic-ray.toml"], cwd=work, env=env)
         if baseline.returncode:
             raise SystemExit(f"mutate: the tests of {name} fail without a mutant; fix them first")
@@ -193,16 +228,25 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bo
         survivors = [block for block in survivors if block not in in_annotations]
         out = ROOT / "mutation-reports"
         out.mkdir(exist_ok=True)
-        (out / f"{name}.txt").write_text(report)
-        (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
         killed, survived = counts.get("killed", 0), len(survivors)
-        score = killed / max(1, killed + survived)
         broken = counts.get("incompetent", 0)
         broke = f", {broken} broke the test run (counted as neither)" if broken else ""
-        print(f"{name}: {', '.join(modules_of(target))}: {sum(counts.values())} mutants: "
-              f"{annotated + len(in_annotations)} only in annotations, {outside} outside `only`; "
-              f"{killed} killed, {survived} survived{broke}: score {score:.0%} "
-              f"({time.monotonic() - started:.0f} s); mutation-reports/{name}.txt")
+        took = f"({time.monotonic() - started:.0f} s)"
+        if survivors_only:
+            (out / f"{name}.rerun.txt").write_text(report)
+            (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
+            score = (killed_before + killed) / max(1, killed_before + killed + survived)
+            print(f"{name}: the {len(again)} survivors of mutation-reports/{name}.txt again: {killed} "
+                  f"killed now, {survived} survive{broke}: score {score:.0%} with the "
+                  f"{killed_before} killed before {took}; mutation-reports/{name}.rerun.txt")
+        else:
+            (out / f"{name}.txt").write_text(report)
+            (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
+            score = killed / max(1, killed + survived)
+            print(f"{name}: {', '.join(modules_of(target))}: {sum(counts.values())} mutants: "
+                  f"{annotated + len(in_annotations)} only in annotations, {outside} outside `only`; "
+                  f"{killed} killed, {survived} survived{broke}: score {score:.0%} {took}; "
+                  f"mutation-reports/{name}.txt")
         if survivors:
             print("  first survivor:\n  " + survivors[0].strip().replace("\n", "\n  ")[:1500])
         return counts
@@ -221,6 +265,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a mutant's tests may take")
     parser.add_argument("--keep", action="store_true", help="keep the working copy (to read the session)")
     parser.add_argument("--count", action="store_true", help="only count the mutants each target would run")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run only the survivors of the last full run (after adding tests)")
     args = parser.parse_args()
     if args.list:
         for name, target in targets.items():
@@ -231,7 +277,8 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown target {', '.join(unknown)}; see --list")
     for name in args.names or list(targets):
-        run(name, targets[name], timeout_s=args.timeout, keep=args.keep, count_only=args.count)
+        run(name, targets[name], timeout_s=args.timeout, keep=args.keep, count_only=args.count,
+            survivors_only=args.survivors)
     return 0
 
 
