@@ -202,8 +202,10 @@ def test_an_export_file_replaces_the_target_whole_and_is_owner_only(store, mixed
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700
     target.write_text("x" * 100_000)
+    target.chmod(0o644)
     export.export(store, store.get_job(mixed), "md", target)
     assert target.read_text() == _stream(store, mixed, "md")
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600, "inside the data directory: owner-only again"
     assert [p.name for p in target.parent.iterdir()] == ["report.md"], "no temporary file is left"
 
 

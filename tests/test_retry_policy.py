@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import socket
 import time
 
 import pytest
@@ -413,7 +414,10 @@ def test_a_transient_status_resets_the_breaker_and_counts_as_an_attempt(backend,
 def test_an_endpoint_nobody_reaches_retries_without_using_retries_until_the_breaker_pauses(
         backend, clock, tmp_path):
     job = make_job(backend.store, retries=1)
-    down = HttpModelClient(base_url="http://127.0.0.1:9/v1", api_key="k", model="m", timeout_s=2)
+    with socket.socket() as s:  # a port nothing listens on: every connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    down = HttpModelClient(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="m", timeout_s=2)
     ticks = iter(range(100))
     breaker = EndpointBreaker(failures=3, clock=lambda: float(next(ticks)))
     try:
