@@ -9,6 +9,7 @@ reused through the store's own operations.
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import stat
@@ -89,6 +90,14 @@ def test_markdown_holds_the_job_and_every_item_in_order(store, mixed):
         "## b.txt\n\n_Failed: http_error (HTTP 400): bad request_\n\n"
         "## c.txt\n\n_Not processed yet (pending)._\n\n"
         "## d.txt\n\n_Failed: timeout_\n\n")
+
+
+def test_the_unfinished_count_is_what_is_neither_completed_nor_failed(store):
+    job_id = _job(store, "counts0001", ["a", "b", "c", "d", "e", "f"])
+    _complete(store, job_id, 0, "x")
+    _fail(store, job_id, 1, ItemError("timeout", "t"))
+    _fail(store, job_id, 2, ItemError("timeout", "t"))
+    assert "- Items: 1 completed, 2 failed, 3 unfinished, of 6\n" in _stream(store, job_id, "md")
 
 
 def test_csv_neutralises_every_cell_and_describes_each_state(store, mixed):
@@ -241,6 +250,19 @@ def test_a_failing_writer_leaves_the_old_file_and_no_temporary_one(store, mixed,
         raise Broken
     assert target.read_text() == "old"
     assert [p.name for p in target.parent.iterdir()] == ["keep.md"]
+
+
+def test_a_full_disk_says_so_and_leaves_the_old_file(tmp_path):
+    target = tmp_path / "out" / "keep.csv"
+    target.parent.mkdir()
+    target.write_text("old")
+    with pytest.raises(InputError, match="the disk is full there"), export._replace_atomically(target):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    assert target.read_text() == "old"
+    assert [p.name for p in target.parent.iterdir()] == ["keep.csv"]
+    with pytest.raises(PermissionError), export._replace_atomically(target):  # any other error as it is
+        raise PermissionError(errno.EACCES, "denied")
+    assert [p.name for p in target.parent.iterdir()] == ["keep.csv"]
 
 
 def test_remove_tree_deletes_only_under_the_data_directory(tmp_path):

@@ -55,6 +55,7 @@ def test_the_observed_rate_inside_a_second_weighs_the_window_before():
 def test_the_observed_rate_of_an_older_window_is_its_count_over_its_age():
     state = LimitState(window_start_s=100.0, window_count=4, previous_count=10)
     assert lm.observed_rate_per_s(state, 101.0) == pytest.approx(4.0)  # exactly a second: its count
+    assert lm.observed_rate_per_s(state, 101.5) == pytest.approx(4 / 1.5)
     assert lm.observed_rate_per_s(state, 102.0) == pytest.approx(2.0)
     assert lm.observed_rate_per_s(state, 104.0) == pytest.approx(1.0)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import socket
 import time
 
@@ -238,7 +239,7 @@ def test_a_429_waits_its_retry_after_for_every_worker_and_uses_no_retry(backend,
     done = item(backend.store, job)
     assert done.status == COMPLETED and done.attempts == 1, "the 429s used none of the one retry"
     events = [e for e in backend.store.item_events(job, 0) if "429" in e.message]
-    assert len(events) == 2
+    assert len(events) == 2 and {(e.error_type, e.http_status) for e in events} == {("RateLimitError", 429)}
     until = datetime.datetime.fromtimestamp(start + 3).strftime("%H:%M:%S")
     assert f"all workers wait until {until}" in events[0].message
     assert backend.limits.pause_state(client.provider_key) is None, "the wait is over"
@@ -446,6 +447,37 @@ def test_a_chain_claims_the_next_item_in_the_completion(backend, client, clock, 
     outcome = p.handle(job, 1, claim=outcome.next, chain=lambda: False)
     assert outcome.next is None and p.held_items() == []
     assert [item(backend.store, job, i).status for i in range(3)] == [COMPLETED, COMPLETED, PENDING]
+
+
+def test_a_chain_goes_on_from_the_item_after_the_one_it_completed(backend, client, clock, tmp_path):
+    job = make_job(backend.store, n=6)
+    outcome = processor(backend, client, clock, tmp_path).handle(job, 3, chain=lambda: True)
+    assert outcome.index == 3 and outcome.next.index == 4
+
+
+def test_an_item_whose_source_is_no_longer_a_regular_file_or_has_changed_fails_with_that_reason(
+        backend, client, clock, tmp_path, provider):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    os.mkfifo(folder / "a.txt")
+    (folder / "b.txt").write_text("edited since create")
+    store = backend.store
+    job_id = f"src{next(_ids):06d}"
+    store.begin_job(JobSpec(job_id=job_id, instruction="Echo", source=str(folder), source_kind="directory",
+                            concurrency=10, retries=2, provider_key="p:x"))
+    store.add_items(job_id, [NewItem(i, name, "as created", "b2:as-created", name, -1, "1:1", 10)
+                             for i, name in enumerate(["a.txt", "b.txt"])])
+    store.finish_job(job_id)
+    store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
+    p = processor(backend, client, clock, tmp_path)
+    p.handle(job_id, 0)
+    p.handle(job_id, 1)
+    fifo, edited = item(store, job_id, 0), item(store, job_id, 1)
+    assert (fifo.status, fifo.error_type) == (FAILED, "SourceUnusable")
+    assert "only regular files are read" in fifo.error_message
+    assert (edited.status, edited.error_type) == (FAILED, "SourceChanged")
+    assert edited.error_message == "source content changed since the job was created"
+    assert provider.requests == [], "nothing is sent for either"
 
 
 def test_a_schema_answer_is_kept_as_canonical_json(backend, client, clock, tmp_path):
