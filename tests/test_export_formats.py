@@ -191,13 +191,13 @@ def test_json_records_go_back_as_their_values_and_files_as_their_paths(store):
 
 
 def test_a_reused_answer_says_where_it_came_from(store):
-    first = _job(store, "reuse0001", ["same", "other"], keys=["k-same", "k-other"])
-    _complete(store, first, 0, "the answer")
-    _complete(store, first, 1, "the other answer")
+    first = _job(store, "reuse0001", ["other", "same"], keys=["k-other", "k-same"])
+    _complete(store, first, 0, "the other answer")
+    _complete(store, first, 1, "the answer")
     second = _job(store, "reuse0002", ["new", "same"], keys=["k-new", "k-same"])
     lines = [json.loads(x) for x in _stream(store, second, "jsonl").splitlines()]
     assert "reused_from" not in lines[0]
-    assert lines[1]["reused_from"] == {"job_id": first, "item": 1}
+    assert lines[1]["reused_from"] == {"job_id": first, "item": 2}, "numbered from 1, as users count"
     assert lines[1]["result"] == "the answer"
 
 

@@ -61,6 +61,15 @@ def test_unpaced_grants_are_counted_in_batches(limits, clock):
     assert state(limits, "k").window_start_s == 1_000_000.0
 
 
+def test_grants_are_counted_again_once_the_period_has_passed_exactly(limits, clock):
+    clock.now = 0.125  # where now - last count is exactly COUNT_EVERY_S in floating point
+    limits.acquire("k", rpm=None, tpm=None, tokens=1)
+    clock.now = 0.125 + 0.1
+    assert clock.now - 0.125 == SqliteLimits.COUNT_EVERY_S
+    limits.acquire("k", rpm=None, tpm=None, tokens=1)
+    assert state(limits, "k").window_count == 2
+
+
 def test_a_429_counts_the_grants_not_yet_counted_before_halving_the_rate(limits, clock):
     for _ in range(10):
         clock.now += 0.005
@@ -152,3 +161,5 @@ def test_pause_state_is_only_a_wait_still_running(limits, clock):
     assert limits.pause_state("k").until == clock.now + 2.0
     clock.now += 2.0
     assert limits.pause_state("k") is None, "a wait that ends now is over"
+    clock.now += 1.0
+    assert limits.pause_state("k") is None, "and stays over"
