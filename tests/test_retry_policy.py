@@ -37,6 +37,7 @@ from hermes_bulk.store.protocol import (
     PAUSED,
     PENDING,
     RUNNING,
+    ItemError,
     JobSpec,
     NewItem,
     Usage,
@@ -203,6 +204,20 @@ def test_an_answer_that_cannot_be_written_gives_back_the_item_its_completion_cla
     assert p.held_items() == []
 
 
+def test_attempts_of_an_earlier_claim_count_against_the_retries(backend, client, clock, tmp_path, provider):
+    job = make_job(backend.store, retries=3)
+    store = backend.store
+    for _ in range(2):  # two failed attempts under another worker, whose lease then ran out
+        assert store.claim_item(job, 0, "w0", lease_s=60, max_running=10).index == 0
+        assert store.record_attempt(job, 0, "w0", ItemError("TransientError", "HTTP 500", 500),
+                                    rate_limited=False) > 0
+        assert store.release_item(job, 0, "w0")
+    provider.configure(script=["500", "500", "ok"])
+    processor(backend, client, clock, tmp_path).handle(job, 0)
+    assert statuses(provider) == [500, 500], "2 earlier + 2 here = the first try and 3 retries"
+    assert item(backend.store, job).status == FAILED
+
+
 def test_retries_already_spent_count_against_the_job(backend, client, clock, tmp_path, provider):
     job = make_job(backend.store, retries=0)
     provider.configure(script=["500", "ok"])
@@ -304,32 +319,35 @@ def test_an_item_fails_after_too_many_429s_in_a_row(backend, client, clock, tmp_
 
 
 def test_an_answer_without_reported_usage_counts_no_tokens(backend, client, clock, tmp_path, provider):
-    job = make_job(backend.store)
-    provider.configure(usage={"prompt_tokens": 7})
+    job = make_job(backend.store, n=2)
+    p = processor(backend, client, clock, tmp_path)
     try:
-        p = processor(backend, client, clock, tmp_path)
+        provider.configure(usage={"prompt_tokens": 7})
         p.handle(job, 0)
+        assert (p.counters.snapshot()["tokens_in"], p.counters.snapshot()["tokens_out"]) == (7, 0)
+        provider.configure(usage={"completion_tokens": 5})
+        p.handle(job, 1)
+        assert (p.counters.snapshot()["tokens_in"], p.counters.snapshot()["tokens_out"]) == (7, 5)
     finally:
         provider.configure(usage=None)
-    assert item(backend.store, job).status == COMPLETED
-    counted = p.counters.snapshot()
-    assert (counted["tokens_in"], counted["tokens_out"]) == (7, 0)
+    assert [item(backend.store, job, i).status for i in (0, 1)] == [COMPLETED, COMPLETED]
 
 
-def test_a_request_the_budget_holds_gives_the_item_back_until_it_may_be_sent(backend, client, clock,
+@pytest.mark.parametrize("held_s", [30.0, 0.5])
+def test_a_request_the_budget_holds_gives_the_item_back_until_it_may_be_sent(held_s, backend, client, clock,
                                                                             tmp_path, provider):
     class Held:
-        """The budget's gate (limits.RequestGate) while the window is spent: 30 s to go."""
+        """The budget's gate (limits.RequestGate) while the window is spent."""
 
         def admit(self, job) -> float:
-            return 30.0
+            return held_s
 
         def held_until(self, job) -> float | None:
-            return clock.now + 30.0
+            return clock.now + held_s
 
     job = make_job(backend.store)
     outcome = processor(backend, client, clock, tmp_path, request_gate=Held()).handle(job, 0)
-    assert (outcome.claimed, outcome.reschedule_in) == (True, 30.0)
+    assert (outcome.claimed, outcome.reschedule_in) == (True, held_s)
     assert provider.requests == [] and item(backend.store, job).status == PENDING
 
 
