@@ -223,6 +223,8 @@ def test_a_csv_file_starts_with_a_bom_and_other_files_do_not(store, mixed, tmp_p
     assert (tmp_path / "r.CSV").read_bytes().startswith(b"\xef\xbb\xbfitem,status")
     export.export(store, store.get_job(mixed), "jsonl", tmp_path / "r.jsonl")
     assert (tmp_path / "r.jsonl").read_bytes().startswith(b'{"item"')
+    export.export(store, store.get_job(mixed), "csv", tmp_path / "report")  # no suffix: not for Excel
+    assert (tmp_path / "report").read_bytes().startswith(b"item,status")
 
 
 def test_a_shared_export_keeps_the_mode_of_the_file_it_replaces(store, mixed, tmp_path):
@@ -278,6 +280,27 @@ def test_remove_tree_deletes_only_under_the_data_directory(tmp_path):
     assert outside.exists()
     export.remove_tree(data / "jobs" / "j1", data)
     assert not (data / "jobs" / "j1").exists() and (data / "jobs").exists()
+    export.remove_tree(data / "jobs" / "j1", data)  # gone already: nothing to do, no error
+
+
+def _record(status, result, index=0, error_type=None):
+    return ItemRecord(index, f"n{index}", status, result, error_type, None, "m" if error_type else None,
+                      1, 2, 0, None, None)
+
+
+def test_records_are_written_by_their_state_whatever_store_they_come_from(store):
+    """Records built from the status constants themselves, as any store may return them."""
+    job = store.get_job(_job(store, "records01", ["a"], schema=json.dumps({"properties": {"t": {}}})))
+    items = [_record(COMPLETED, '{"t": "x"}', 0), _record(FAILED, None, 1, "timeout")]
+    out = io.StringIO()
+    export._write_jsonl(out, job, iter(items))
+    lines = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [(x["result"], x["data"], x["error"]) for x in lines] == [
+        ('{"t": "x"}', {"t": "x"}, None), (None, None, "timeout: m")]
+    out = io.StringIO()
+    export._write_csv(out, job, iter(items))
+    rows = list(csv.reader(io.StringIO(out.getvalue())))
+    assert rows[1] == ["n0", COMPLETED, '{"t": "x"}', "", "x"] and rows[2] == ["n1", FAILED, "", "timeout: m", ""]
 
 
 def test_describe_error_is_empty_for_a_completed_item_or_one_without_an_error():

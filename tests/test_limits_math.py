@@ -77,6 +77,9 @@ def test_count_forgets_a_window_two_seconds_old_or_more():
     lm.count(state, 102.0)
     assert (state.window_start_s, state.window_count, state.previous_count) == (102.0, 1, 0)
     state = LimitState(window_start_s=100.0, window_count=5, previous_count=9)
+    lm.count(state, 103.0)
+    assert (state.window_start_s, state.window_count, state.previous_count) == (103.0, 1, 0)
+    state = LimitState(window_start_s=100.0, window_count=5, previous_count=9)
     lm.count(state, 101.999)
     assert (state.window_start_s, state.window_count, state.previous_count) == (101.999, 1, 5)
 
@@ -240,6 +243,13 @@ def test_the_learned_interval_never_goes_past_a_minute():
     state = LimitState(window_start_s=0.0, window_count=4)  # 1/25 s, halved: one in 50 s
     lm.rate_limited(state, 100.0, retry_after_s=1.0, base_s=5.0, cap_s=120.0, epoch=0)
     assert state.auto_interval_s == pytest.approx(50.0)
+
+
+def test_the_first_429_of_a_generation_is_told_apart_after_hundreds_of_decreases():
+    # Epochs are compared by value: a key that halved its rate 300 times still halves it again.
+    state = LimitState(window_start_s=100.0, window_count=10, decreases=int("300"))
+    lm.rate_limited(state, 100.0, retry_after_s=1.0, base_s=5.0, cap_s=120.0, epoch=int("300"))
+    assert state.decreases == 301 and state.auto_interval_s == pytest.approx(0.2)
 
 
 def test_a_stale_429_extends_the_wait_but_neither_slows_nor_doubles():
