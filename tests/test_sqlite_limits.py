@@ -97,6 +97,24 @@ def test_a_waiting_or_learning_key_takes_the_write_path_and_says_how_long(limits
     assert turn.wait == pytest.approx(60.0) and turn.epoch == 1
 
 
+def test_the_read_path_of_an_unpaced_key_sees_its_epoch_and_a_wait_without_a_decrease(limits, clock):
+    limits.pause("k", seconds=1.0, base_s=5, cap_s=120, epoch=0)  # Retry-After: no backoff step
+    clock.now += 300  # the wait is over and the learned rate has relaxed all the way
+    turn = limits.acquire("k", rpm=None, tpm=None, tokens=1)
+    assert (turn.wait, turn.epoch) == (0.0, 1), "an unpaced grant carries the key's epoch"
+    assert limits._clean["k"] is True
+    # A late 429 to a request sent before the decrease: a new wait, no decrease.
+    limits.pause("k", seconds=10.0, base_s=5, cap_s=120, epoch=0)
+    s = state(limits, "k")
+    assert (s.decreases, s.backoff_step, s.pause_until_s) == (1, 0, clock.now + 10.0)
+    turn = limits.acquire("k", rpm=None, tpm=None, tokens=1)
+    assert turn.wait == pytest.approx(10.0), "a waiting key is not unpaced"
+    limits.pause("k", seconds=None, base_s=5, cap_s=120, epoch=1)
+    clock.now += 300
+    limits.acquire("k", rpm=None, tpm=None, tokens=1)
+    assert limits._clean["k"] is False, "the read saw the backoff step"
+
+
 def test_a_paced_key_is_written_on_every_grant(limits, clock):
     assert limits.acquire("r", rpm=60, tpm=None, tokens=1).wait == 0.0
     assert state(limits, "r").request_tat_s == clock.now + 1.0
