@@ -267,6 +267,13 @@ def test_a_full_disk_says_so_and_leaves_the_old_file(tmp_path):
     assert [p.name for p in target.parent.iterdir()] == ["keep.csv"]
 
 
+def test_a_target_whose_folder_cannot_be_made_is_refused_in_our_words(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(InputError, match="choose another --output"), \
+            export._replace_atomically(tmp_path / "a-file" / "out.csv"):
+        pass
+
+
 def test_remove_tree_deletes_only_under_the_data_directory(tmp_path):
     data = tmp_path / "data"
     (data / "jobs" / "j1").mkdir(parents=True)
