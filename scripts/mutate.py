@@ -221,7 +221,8 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bo
         started = time.monotonic()
         subprocess.run([*cr, "exec", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
         counts = outcomes(work / "session.sqlite")
-        report = subprocess.run([str(Path(sys.executable).parent / "cr-report"), "session.sqlite", "--show-diff"], cwd=work, env=env,
+        report = subprocess.run([str(Path(sys.executable).parent / "cr-report"), "session.sqlite", "--show-diff",
+                                 "--show-output"], cwd=work, env=env,
                                 capture_output=True, text=True).stdout
         survivors = [block for block in report.split("\n[job-id]") if "test outcome: TestOutcome.SURVIVED" in block]
         in_annotations = [block for block in survivors if _in_annotation(block)]  # a fallback
