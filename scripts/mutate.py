@@ -272,7 +272,7 @@ def main() -> int:
     if args.list:
         for name, target in targets.items():
             only = f" (only {', '.join(target['only'])})" if target.get("only") else ""
-            print(f"{name:14} {' '.join(modules_of(target))}{only}: {' '.join(target['tests'])}")
+            print(f"{name:20} {' '.join(modules_of(target))}{only}: {' '.join(target['tests'])}")
         return 0
     unknown = [n for n in args.names if n not in targets]
     if unknown:
