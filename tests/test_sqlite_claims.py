@@ -84,3 +84,15 @@ def test_an_item_that_fits_exactly_beside_what_is_charged_waits_for_reservations
     refused = store.claim_item(job, 2, "w1", lease_s=60, max_running=10)
     assert refused.reason == "tokens_in_flight", "10 charged + 10 for this item is exactly the limit"
     assert store.get_job(job).state == RUNNING
+
+
+def test_an_item_that_does_not_fit_beside_what_is_charged_pauses_the_job_and_names_it(store):
+    job = _items_job(store, "fit00002", 3, max_tokens=15)
+    assert store.claim_item(job, 0, "w1", lease_s=60, max_running=10).index == 0
+    assert store.complete_item(job, 0, "w1", "answer", Usage(4, 4))  # 8 charged
+    assert store.claim_item(job, 1, "w1", lease_s=60, max_running=10).reason == "token_limit"
+    record = store.get_job(job)
+    assert (record.state, record.pause_reason) == ("paused", "token limit reached")
+    paused = [e for e in store.list_events(job) if e.kind == "paused"]
+    assert [e.message for e in paused] == [
+        "token limit reached: 8 charged + 10 for item 2 would exceed --max-tokens 15"]
