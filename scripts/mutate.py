@@ -10,6 +10,7 @@ the copy's src/ (it comes before the editable install's path).
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -39,13 +40,98 @@ def copy_tree(into: Path) -> None:
             shutil.copy2(src, into / name)
 
 
+def modules_of(target: dict) -> list[str]:
+    """`module` is one file or a list of files."""
+    return [target["module"]] if isinstance(target["module"], str) else list(target["module"])
+
+
 def config(target: dict, timeout_s: float) -> str:
     tests = " ".join(target["tests"])
     select = f" -k '{target['select']}'" if target.get("select") else ""
-    return (f'[cosmic-ray]\nmodule-path = "{target["module"]}"\ntimeout = {timeout_s}\n'
+    if target.get("args"):  # e.g. --noconftest for tests that need no fixture: a second less a mutant
+        select += " " + target["args"]
+    paths = ", ".join(f'"{m}"' for m in modules_of(target))
+    return (f'[cosmic-ray]\nmodule-path = [{paths}]\ntimeout = {timeout_s}\n'
             f'excluded-modules = []\n'
             f'test-command = "{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly '
             f'{tests}{select}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
+
+
+def line_ranges(source: str, names: list[str]) -> dict[str, tuple[int, int]]:
+    """The lines (decorators included) of each function or class named `name` or
+    `Class.method`, or each module constant named `NAME`, that is defined in source."""
+    found: dict[str, tuple[int, int]] = {}
+
+    def walk(body, prefix: str) -> None:
+        for node in body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and not prefix:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and target.id in names:
+                        found[target.id] = (node.lineno, node.end_lineno or node.lineno)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + node.name
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if name in names:
+                    found[name] = (first, node.end_lineno or node.lineno)
+                if isinstance(node, ast.ClassDef):
+                    walk(node.body, name + ".")
+
+    walk(ast.parse(source).body, "")
+    return found
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where the annotations are ((line, column) from, to), in a module that never evaluates them
+    (`from __future__ import annotations`; nothing here reads type hints at run time)."""
+    tree = ast.parse(source)
+    if not any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
+               and any(a.name == "annotations" for a in node.names) for node in tree.body):
+        return []
+    spans = []
+    for node in ast.walk(tree):
+        found = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            found.append(node.returns)
+        elif isinstance(node, (ast.arg, ast.AnnAssign)) and node.annotation is not None:
+            found.append(node.annotation)
+        spans += [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in found]
+    return spans
+
+
+def prefilter(session: Path, work: Path, target: dict) -> tuple[int, int]:
+    """Mark as skipped, before anything runs: every mutant outside the functions the target's
+    `only` names (a part of a module too big to mutate whole in one sitting), and every mutant
+    of an annotation (never evaluated, so it cannot change behaviour: no test run is spent on it). Returns (outside `only`, in annotations)."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    names = list(target.get("only") or [])
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    annotations: dict[str, list] = {}
+    seen: set[str] = set()
+    for module in modules_of(target):
+        source = (work / module).read_text()
+        found = line_ranges(source, names)
+        ranges[str(Path(module))] = list(found.values())
+        annotations[str(Path(module))] = annotation_spans(source)
+        seen |= set(found)
+    missing = sorted(set(names) - seen)
+    if missing:
+        raise SystemExit(f"mutate: `only` names what no module defines: {', '.join(missing)}")
+    outside = in_annotations = 0
+    skip = WorkResult(output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED)
+    with use_db(str(session)) as db:
+        for item in db.work_items:
+            spots = [(str(m.module_path), tuple(m.start_pos)) for m in item.mutations]
+            if names and not all(any(a <= at[0] <= b for a, b in ranges.get(path, []))
+                                 for path, at in spots):
+                db.set_result(item.job_id, skip)
+                outside += 1
+            elif all(any(a <= at < b for a, b in annotations.get(path, [])) for path, at in spots):
+                db.set_result(item.job_id, skip)
+                in_annotations += 1
+    return outside, in_annotations
 
 
 def outcomes(session: Path) -> dict[str, int]:
@@ -73,7 +159,46 @@ def _in_annotation(block: str) -> bool:
     return True
 
 
-def run(name: str, target: dict, *, timeout_s: float, keep: bool) -> dict[str, int]:
+def _mutant_of(block: str) -> tuple[str, str, int]:
+    """(module path, operator, occurrence) of one cr-report block: what names a mutant across
+    sessions of an unchanged module."""
+    path, operator, occurrence = next(line for line in block.splitlines()
+                                      if line.startswith("src/")).split()
+    return path, operator, int(occurrence)
+
+
+def last_survivors(name: str) -> tuple[set[tuple[str, str, int]], int]:
+    """The survivors of the target's last full run (mutation-reports/NAME.txt), and its kills."""
+    report = (ROOT / "mutation-reports" / f"{name}.txt").read_text()
+    blocks = report.split("\n[job-id]")
+    survivors = {_mutant_of(b) for b in blocks
+                 if "test outcome: TestOutcome.SURVIVED" in b and not _in_annotation(b)}
+    return survivors, sum("test outcome: TestOutcome.KILLED" in b for b in blocks)
+
+
+def keep_only(session: Path, mutants: set[tuple[str, str, int]]) -> None:
+    """Skip every mutant but these."""
+    from cosmic_ray.work_db import use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    skip = WorkResult(output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED)
+    with use_db(str(session)) as db:
+        done = {job_id for job_id, _ in db.results}
+        for item in db.work_items:
+            m = item.mutations[0]
+            if item.job_id not in done and (str(m.module_path), m.operator_name, m.occurrence) not in mutants:
+                db.set_result(item.job_id, skip)
+
+
+def _work_items(session: Path):
+    from cosmic_ray.work_db import use_db
+
+    with use_db(str(session)) as db:
+        return list(db.work_items)
+
+
+def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bool = False,
+        survivors_only: bool = False) -> dict[str, int]:
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
         copy_tree(work)
@@ -81,26 +206,48 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool) -> dict[str, i
         env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
         subprocess.run([*cr, "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
+        outside, annotated = prefilter(work / "session.sqlite", work, target)
+        if count_only:
+            total = len(_work_items(work / "session.sqlite"))
+            print(f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants to run"
+                  f" ({annotated} in annotations, {outside} outside `only`: not run)")
+            return {}
+        if survivors_only:
+            again, killed_before = last_survivors(name)
+            keep_only(work / "session.sqlite", again)
         baseline = subprocess.run([*cr, "baseline", "cosmic-ray.toml"], cwd=work, env=env)
         if baseline.returncode:
             raise SystemExit(f"mutate: the tests of {name} fail without a mutant; fix them first")
         started = time.monotonic()
         subprocess.run([*cr, "exec", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
         counts = outcomes(work / "session.sqlite")
-        report = subprocess.run([str(Path(sys.executable).parent / "cr-report"), "session.sqlite", "--show-diff"], cwd=work, env=env,
+        report = subprocess.run([str(Path(sys.executable).parent / "cr-report"), "session.sqlite", "--show-diff",
+                                 "--show-output"], cwd=work, env=env,
                                 capture_output=True, text=True).stdout
         survivors = [block for block in report.split("\n[job-id]") if "test outcome: TestOutcome.SURVIVED" in block]
-        in_annotations = [block for block in survivors if _in_annotation(block)]
+        in_annotations = [block for block in survivors if _in_annotation(block)]  # a fallback
         survivors = [block for block in survivors if block not in in_annotations]
         out = ROOT / "mutation-reports"
         out.mkdir(exist_ok=True)
-        (out / f"{name}.txt").write_text(report)
         killed, survived = counts.get("killed", 0), len(survivors)
-        total = sum(counts.values())
-        score = killed / max(1, killed + survived)
-        print(f"{name}: {target['module']}: {total} mutants, {killed} killed, {survived} survived, "
-              f"{len(in_annotations)} only in annotations, score {score:.0%} "
-              f"({time.monotonic() - started:.0f} s); report in mutation-reports/{name}.txt")
+        broken = counts.get("incompetent", 0)
+        broke = f", {broken} broke the test run (counted as neither)" if broken else ""
+        took = f"({time.monotonic() - started:.0f} s)"
+        if survivors_only:
+            (out / f"{name}.rerun.txt").write_text(report)
+            (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
+            score = (killed_before + killed) / max(1, killed_before + killed + survived)
+            print(f"{name}: the {len(again)} survivors of mutation-reports/{name}.txt again: {killed} "
+                  f"killed now, {survived} survive{broke}: score {score:.0%} with the "
+                  f"{killed_before} killed before {took}; mutation-reports/{name}.rerun.txt")
+        else:
+            (out / f"{name}.txt").write_text(report)
+            (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
+            score = killed / max(1, killed + survived)
+            print(f"{name}: {', '.join(modules_of(target))}: {sum(counts.values())} mutants: "
+                  f"{annotated + len(in_annotations)} only in annotations, {outside} outside `only`; "
+                  f"{killed} killed, {survived} survived{broke}: score {score:.0%} {took}; "
+                  f"mutation-reports/{name}.txt")
         if survivors:
             print("  first survivor:\n  " + survivors[0].strip().replace("\n", "\n  ")[:1500])
         return counts
@@ -118,16 +265,21 @@ def main() -> int:
     parser.add_argument("--list", action="store_true", help="list the targets and exit")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds a mutant's tests may take")
     parser.add_argument("--keep", action="store_true", help="keep the working copy (to read the session)")
+    parser.add_argument("--count", action="store_true", help="only count the mutants each target would run")
+    parser.add_argument("--survivors", action="store_true",
+                        help="run only the survivors of the last full run (after adding tests)")
     args = parser.parse_args()
     if args.list:
         for name, target in targets.items():
-            print(f"{name:14} {target['module']:40} {' '.join(target['tests'])}")
+            only = f" (only {', '.join(target['only'])})" if target.get("only") else ""
+            print(f"{name:20} {' '.join(modules_of(target))}{only}: {' '.join(target['tests'])}")
         return 0
     unknown = [n for n in args.names if n not in targets]
     if unknown:
         parser.error(f"unknown target {', '.join(unknown)}; see --list")
     for name in args.names or list(targets):
-        run(name, targets[name], timeout_s=args.timeout, keep=args.keep)
+        run(name, targets[name], timeout_s=args.timeout, keep=args.keep, count_only=args.count,
+            survivors_only=args.survivors)
     return 0
 
 
