@@ -103,8 +103,10 @@ def test_a_refused_key_pauses_the_job_at_once_in_a_worker_process(backend, cli, 
     job_id = cli.create("Do", src)
     worker = cli.spawn_worker("-w", "4", **FAST)
     cli("run", job_id, "--no-check")
-    wait_for(lambda: cli.status(job_id)["state"] == "paused", timeout=60,
-             message="the job paused")
+    # Paused at the first 401; the other threads' requests, already sent, come back refused too
+    # and give their items back.
+    wait_for(lambda: (st := cli.status(job_id))["state"] == "paused" and st["running"] == 0, timeout=60,
+             message="the job paused with nothing in flight")
     status = assert_paused_with_nothing_lost(cli, job_id)
     reason = status["pause_reason"]
     assert "refused the API key this job was created with (HTTP 401)" in reason and fake_provider.base_url in reason, reason
