@@ -13,12 +13,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from .helpers import kill_worker_holding_an_item, wait_for
+from .helpers import job_status, kill_worker_holding_an_item, local_jobs, wait_for, worker_passes
 
 BACKENDS = ["sqlite", "redis"]
 
@@ -70,7 +69,21 @@ def _create(cli, folder: Path, env, *flags: str) -> str:
 
 
 def _status(cli, job_id, env):
-    return cli.json("status", job_id, "--json", **env)
+    """What `status --json` says, read in this process (the command has tests of its own)."""
+    with local_jobs(backend=env.get("HERMES_BULK_BACKEND")) as jobs:
+        return job_status(jobs, job_id)
+
+
+def _quiet(job_id, env) -> dict:
+    """Once the worker has taken every trigger of the job and begun two maintenance passes since
+    (nothing it could start is left to start), the job's status."""
+    with local_jobs(backend=env.get("HERMES_BULK_BACKEND")) as jobs:
+        worker_passes(jobs, job_id)
+        return job_status(jobs, job_id)
+
+
+#: A maintenance pass a second, for a worker whose passes a test waits for.
+FAST_PASSES = {"HERMES_BULK_LEASE_SECONDS": "3"}
 
 
 def _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, *flags):
@@ -155,11 +168,10 @@ def test_by_default_a_restarted_worker_leaves_a_gracefully_stopped_job_for_run(c
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
     job_id, _ = _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, signal.SIGTERM)
     sent = len(fake_provider.requests)
-    again = Worker(cli, tmp_path / "second.stderr", **env)
+    again = Worker(cli, tmp_path / "second.stderr", **{**env, **FAST_PASSES})
     try:
         wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
-        time.sleep(1.5)  # a maintenance pass or two: nothing may start
-        st = _status(cli, job_id, env)
+        st = _quiet(job_id, env)
         assert (st["state"], st["interrupted"]) == ("awaiting_recovery", "worker_stop")
         assert len(fake_provider.requests) == sent, "nothing is sent until someone runs the job"
         cli("run", job_id, **env)
@@ -176,11 +188,10 @@ def test_a_flagged_worker_never_continues_a_job_cut_off_by_a_crash(cli, fake_pro
     cli("run", job_id, **backend_env)
     kill_worker_holding_an_item(cli, fake_provider, **flagged)
     sent = len(fake_provider.requests)
-    again = Worker(cli, tmp_path / "after-crash.stderr", **flagged)
+    again = Worker(cli, tmp_path / "after-crash.stderr", **flagged, **FAST_PASSES)
     try:
         wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
-        time.sleep(1.5)
-        st = _status(cli, job_id, backend_env)
+        st = _quiet(job_id, backend_env)
     finally:
         log = again.stop(signal.SIGINT)
     assert (st["state"], st["interrupted"], st["running"]) == ("awaiting_recovery", "orphaned", 0)
@@ -199,11 +210,10 @@ def test_a_crash_after_a_resume_is_a_crash(cli, fake_provider, tmp_path, backend
     fake_provider.reset_records()  # so the helper waits for the resumed worker's own request
     kill_worker_holding_an_item(cli, fake_provider, HERMES_BULK_RESUME_INTERRUPTED="1", **backend_env)
     sent = len(fake_provider.requests)
-    again = Worker(cli, tmp_path / "after.stderr", "--resume-interrupted", **env)
+    again = Worker(cli, tmp_path / "after.stderr", "--resume-interrupted", **{**env, **FAST_PASSES})
     try:
         wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
-        time.sleep(1.5)
-        st = _status(cli, job_id, env)
+        st = _quiet(job_id, env)
     finally:
         again.stop()
     assert (st["state"], st["interrupted"]) == ("awaiting_recovery", "orphaned")
