@@ -25,7 +25,8 @@ Faults, set at start or live through `configure()` / `POST /_control`:
   models           the models it knows: GET /models lists them, a chat request for another gets 404
                    (None: any model, and /models lists fake-model)
 A gate, for tests that must know what reached the provider and when: `hold()` closes it (chat
-requests that arrive are recorded, then wait unanswered), `release()` opens it (the waiting
+requests that arrive are recorded, then wait unanswered; `hold(let_through=n)` answers the
+next n first), `release()` opens it (the waiting
 ones are answered), `wait_requests(n)` blocks until n chat requests have arrived (answered or
 held), `held` counts those waiting now.
 Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
@@ -148,6 +149,7 @@ class FakeProvider:
         self._arrived = threading.Condition(self._lock)  # notified as each chat request is recorded
         self._gate_open: asyncio.Event | None = None  # made on the server's loop; set = open
         self._hold_at_start = False
+        self._let_through = 0  # requests the closed gate still lets pass (hold(let_through=n))
         self.held = 0  # chat requests waiting at the closed gate now
 
     @property
@@ -167,8 +169,11 @@ class FakeProvider:
                 self._tokens, self._tokens_at = (self.config.rate_per_s or 0.0), time.monotonic()
 
     # Gate ----------------------------------------------------------------------------------
-    def hold(self) -> None:
-        """Close the gate: chat requests from now on are recorded, then wait until release()."""
+    def hold(self, let_through: int = 0) -> None:
+        """Close the gate: chat requests from now on are recorded, then wait until release();
+        the first `let_through` of them are answered as if it were open."""
+        with self._lock:
+            self._let_through = let_through
         self._set_gate(False)
 
     def release(self) -> None:
@@ -188,6 +193,13 @@ class FakeProvider:
         self._loop.call_soon_threadsafe(flip)
         if not done.wait(10):
             raise RuntimeError("the fake provider's loop did not answer")
+
+    def _passes_closed_gate(self) -> bool:
+        with self._lock:
+            if self._let_through <= 0:
+                return False
+            self._let_through -= 1
+            return True
 
     def wait_requests(self, n: int, timeout: float = 60.0) -> list[RequestRecord]:
         """Block until at least n chat requests have arrived (answered or held); their records."""
@@ -358,7 +370,7 @@ class FakeProvider:
         item = item_text(prompt)
         fault, record = self._decide(item)
         assert self._gate_open is not None
-        if not self._gate_open.is_set():
+        if not self._gate_open.is_set() and not self._passes_closed_gate():
             with self._lock:
                 self.held += 1
                 self._arrived.notify_all()
