@@ -239,7 +239,9 @@ def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_rest
     before_restart = completed()
     hosts.run("redis", [executable("redis-cli"), "-a", password, "--no-auth-warning", "shutdown"], base_env)
     redis_proc.wait(15)
-    time.sleep(1.0)  # the workers notice Redis is gone
+    worker2_log = tmp_path / "worker2.log"
+    wait_for(lambda: "the backend is unreachable" in worker2_log.read_text(), timeout=60,
+             message="the surviving worker to notice Redis is gone")
     restarted_at = time.time()
     hosts.spawn("redis", redis_argv, base_env, tmp_path / "redis" / "stdout.log")
     wait_port(hosts.ips["redis"], 6379)
