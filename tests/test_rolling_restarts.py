@@ -43,9 +43,12 @@ class Worker:
     def log(self) -> str:
         return self.path.read_text()
 
-    def stop(self, sig: int = signal.SIGINT) -> str:
+    def stop(self, sig: int = signal.SIGINT, then=None) -> str:
+        """Signal the worker (then call `then`, e.g. to let held requests go) and wait for its exit."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+        if then is not None:
+            then()
         try:
             assert self.proc.wait(60) == 0, self.log
         finally:
@@ -87,15 +90,25 @@ FAST_PASSES = {"HERMES_BULK_LEASE_SECONDS": "3"}
 
 
 def _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, *flags):
-    """A job of 24 items half done by one worker, which is then stopped with sig."""
-    fake_provider.configure(latency_s=0.3)
+    """A job of 24 items, 4 done by one worker and 2 in progress (held at the provider), when
+    the worker is stopped with sig; the provider answers at once from then on."""
     job_id = _create(cli, _items(tmp_path, 24), env, "--concurrency", "2")
     cli("run", job_id, **env)
-    worker = Worker(cli, tmp_path / "first.stderr", *flags, **env)
-    wait_for(lambda: _status(cli, job_id, env)["completed"] >= 4, timeout=60, message="some items done")
-    wait_for(lambda: _status(cli, job_id, env)["running"] >= 1, timeout=30, message="an item in progress")
-    log = worker.stop(sig)
+    fake_provider.hold(let_through=4)
+    try:
+        worker = Worker(cli, tmp_path / "first.stderr", *flags, **env)
+        fake_provider.wait_held(2)  # the four answers are recorded: their chains claimed these two
+        log = worker.stop(sig, then=lambda: _release_once_stopping(worker, fake_provider))
+    finally:
+        fake_provider.release()
     return job_id, log
+
+
+def _release_once_stopping(worker: Worker, fake_provider) -> None:
+    """Once the worker says it is stopping (its chains claim nothing more), let the requests it
+    holds at the provider be answered."""
+    wait_for(lambda: "stopping: no new items start" in worker.log, timeout=30, message="the worker's stopping line")
+    fake_provider.release()
 
 
 def _one(pattern: str, log: str) -> re.Match:
@@ -124,7 +137,6 @@ def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(cli, fake
     assert "--resume-interrupted continues it" in cli("status", job_id, **env).stdout
 
     sent = len(fake_provider.requests)
-    fake_provider.configure(latency_s=0)
     again = Worker(cli, tmp_path / "second.stderr", "--resume-interrupted", **env)
     try:
         wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="the job continues")
@@ -145,15 +157,15 @@ def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(cli, fake
 def test_a_sighup_restart_of_a_flagged_worker_continues_its_jobs(cli, fake_provider, tmp_path, backend_env):
     """huey's own restart (SIGHUP: a graceful stop, then it execs itself with the same flags)."""
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
-    fake_provider.configure(latency_s=0.3)
     job_id = _create(cli, _items(tmp_path, 16), env, "--concurrency", "2")
     cli("run", job_id, **env)
+    fake_provider.hold(let_through=2)  # two done, two in progress at the SIGHUP
     worker = Worker(cli, tmp_path / "hup.stderr", "--resume-interrupted", **env)
     try:
-        wait_for(lambda: _status(cli, job_id, env)["completed"] >= 2, timeout=60, message="some items done")
+        fake_provider.wait_held(2)
         worker.proc.send_signal(signal.SIGHUP)
+        _release_once_stopping(worker, fake_provider)  # the graceful stop lets the two in progress finish
         wait_for(lambda: "continues" in worker.log, timeout=60, message="the restarted worker continues the job")
-        fake_provider.configure(latency_s=0)
         wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="completion")
     finally:
         log = worker.stop()
