@@ -85,3 +85,31 @@ def test_a_provider_stops_with_requests_held_at_its_gate():
     for asker in askers:
         asker.join(10)
     assert answers == ["no answer"]
+
+
+def _control(port: int, payload: dict) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("POST", "/_control", body=json.dumps(payload), headers={"Content-Type": "application/json"})
+        assert conn.getresponse().status == 200
+    finally:
+        conn.close()
+
+
+def test_the_gate_is_worked_from_another_process_through_control():
+    provider = FakeProvider().start()
+    try:
+        _control(provider.port, {"gate": "hold", "let_through": 1})
+        answers: list[str] = []
+        for asker in _start(provider, ["a"], answers):
+            asker.join(10)
+        held = _start(provider, ["b"], answers)
+        provider.wait_held(1, timeout=10)
+        assert answers == [expected_answer("a")]
+        _control(provider.port, {"gate": "release"})
+        for asker in held:
+            asker.join(10)
+        assert answers == [expected_answer("a"), expected_answer("b")]
+    finally:
+        provider.release()
+        provider.stop()

@@ -25,10 +25,11 @@ Faults, set at start or live through `configure()` / `POST /_control`:
   models           the models it knows: GET /models lists them, a chat request for another gets 404
                    (None: any model, and /models lists fake-model)
 A gate, for tests that must know what reached the provider and when: `hold()` closes it (chat
-requests that arrive are recorded, then wait unanswered; `hold(let_through=n)` answers the
-next n first), `release()` opens it (the waiting
-ones are answered), `wait_requests(n)` blocks until n chat requests have arrived (answered or
-held), `held` counts those waiting now.
+requests that arrive are recorded, then wait unanswered; `hold(let_through=n)` answers the next
+n first), `release()` opens it (the waiting ones are answered), `wait_requests(n)` blocks until
+n chat requests have arrived (answered or held), `wait_held(n)` until n wait at the gate, and
+`held` counts those waiting now. `POST /_control {"gate": "hold"|"release", "let_through": n}`
+does the same from another process.
 Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
 processes is recorded apart (`batches.lines`), so a test tells batch work from live calls.
 """
@@ -304,9 +305,13 @@ class FakeProvider:
             payload = json.loads(body or b"{}")
             if payload.pop("reset_records", False):
                 self.reset_records()
-            gate = payload.pop("gate", None)  # "hold" or "release", as hold() and release()
-            if gate is not None:
-                self._gate_open.clear() if gate == "hold" else self._gate_open.set()
+            gate, let_through = payload.pop("gate", None), int(payload.pop("let_through", 0))
+            if gate == "hold":  # as hold() and release(), here on the server's own loop
+                with self._lock:
+                    self._let_through = let_through
+                self._gate_open.clear()
+            elif gate == "release":
+                self._gate_open.set()
             self.configure(**payload)
             return self._send(writer, 200, {"ok": True})
         if method == "GET" and path == "/_requests":
