@@ -8,14 +8,13 @@ import os
 import stat
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 from hermes_bulk.sources import render_csv_row
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
-from .helpers import wait_for
+from .helpers import job_status, local_jobs, wait_for, worker_passes
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -137,45 +136,49 @@ def test_status_json_has_the_contract_keys_through_the_life_of_a_job(cli, tmp_pa
 
 def test_pause_stops_new_items_and_resume_continues(cli, tmp_path, fake_provider):
     src = tmp_path / "rows.jsonl"
-    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(120)))
-    # 2 at a time: about 7 items a second, 18 s in all, so a loaded machine still pauses it mid-run
-    fake_provider.configure(latency_s=0.3)
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(30)))
     job_id = cli.create("Do", src, "--concurrency", "2")
     cli("run", job_id)
-    worker = cli.spawn_worker("-w", "2")
+    fake_provider.hold()  # requests wait at the provider until released: the pause lands mid-run
+    worker = cli.spawn_worker("-w", "2", HERMES_BULK_LEASE_SECONDS="3")  # a maintenance pass a second
     try:
-        wait_for(lambda: cli.json("status", job_id, "--json")["completed"] >= 5, message="some progress")
-        assert "paused" in cli("pause", job_id).stdout
-        paused = cli.json("status", job_id, "--json")
-        assert paused["state"] == "paused"
-        time.sleep(1.0)
-        settled = cli.json("status", job_id, "--json")["completed"]
-        assert settled <= paused["completed"] + 2, "at most the items in progress finish after a pause"
-        time.sleep(1.0)
-        assert cli.json("status", job_id, "--json")["completed"] == settled
-        cli("resume", job_id)
-        wait_for(lambda: cli.json("status", job_id, "--json")["state"] == "completed", timeout=60, message="completion")
+        with local_jobs() as jobs:
+            fake_provider.wait_held(2)
+            assert "paused" in cli("pause", job_id).stdout
+            assert cli.json("status", job_id, "--json")["state"] == "paused"
+            fake_provider.release()  # the two in progress finish; their chains find the job paused
+            wait_for(lambda: job_status(jobs, job_id)["running"] == 0, message="the items in progress to finish")
+            assert job_status(jobs, job_id)["completed"] == 2, "the items in progress finish after a pause"
+            worker_passes(jobs, job_id)  # its triggers taken, and two maintenance passes since
+            assert len(fake_provider.requests) == 2, "nothing new starts while the job is paused"
+            assert job_status(jobs, job_id)["state"] == "paused"
+            cli("resume", job_id)
+            wait_for(lambda: job_status(jobs, job_id)["state"] == "completed", timeout=60, message="completion")
     finally:
+        fake_provider.release()
         worker.terminate()
         worker.wait(30)
-    assert sorted(Counter(r.item for r in fake_provider.requests).values()) == [1] * 120
+    assert sorted(Counter(r.item for r in fake_provider.requests).values()) == [1] * 30
 
 
 def test_run_wait_that_ends_paused_from_elsewhere_exits_4(cli, tmp_path, fake_provider):
     src = tmp_path / "rows.jsonl"
-    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(120)))
-    fake_provider.configure(latency_s=0.3)  # about 18 s in all: the pause lands mid-run
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(30)))
     job_id = cli.create("Do", src, "--concurrency", "2")
+    fake_provider.hold()  # the pause lands while two items are in flight
     waiting = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "run", job_id, "--wait"], env=cli.full_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: cli.json("status", job_id, "--json")["completed"] >= 3, message="some progress")
+        fake_provider.wait_held(2)
         cli("pause", job_id)  # another terminal
+        fake_provider.release()
         out, err = waiting.communicate(timeout=60)
     finally:
+        fake_provider.release()
         waiting.kill()
     assert waiting.returncode == 4, err
     assert "State: paused" in out and "Traceback" not in err
+    assert len(fake_provider.requests) == 2, "run --wait started nothing after the pause"
 
 
 def test_retry_returns_failed_items_and_processes_them(cli, tmp_path, fake_provider):

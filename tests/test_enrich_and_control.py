@@ -7,11 +7,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import time
 
 import pytest
 
 from hermes_bulk.testing.fake_provider import expected_answer
+
+from .helpers import job_status, local_jobs, wait_for, worker_passes
 
 
 def _csv_source(tmp_path):
@@ -100,19 +101,22 @@ def test_run_wait_with_concurrency_runs_that_many_and_records_it(cli, tmp_path, 
 
 def test_raising_concurrency_on_a_running_job_uses_the_new_slots_at_once(cli, tmp_path, fake_provider):
     job_id = cli.create("Do", _make_items(tmp_path, 16), "--concurrency", "1")
-    fake_provider.configure(latency_s=0.5)
-    worker = cli.spawn_worker("-w", "8")
+    fake_provider.hold()  # every item stays in flight until released
+    worker = cli.spawn_worker("-w", "8", HERMES_BULK_LEASE_SECONDS="3")  # a maintenance pass a second
     try:
         cli("run", job_id)
-        deadline = time.monotonic() + 20
-        while fake_provider.max_in_flight < 1 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert fake_provider.max_in_flight == 1
+        fake_provider.wait_held(1)
+        with local_jobs() as jobs:
+            worker_passes(jobs, job_id)  # every trigger taken, two passes since: a second item had its chance
+        assert (fake_provider.held, len(fake_provider.requests)) == (1, 1), "concurrency 1: one item at a time"
         cli("run", job_id, "--concurrency", "4")
-        while cli.json("status", job_id, "--json")["state"] != "completed" and time.monotonic() < deadline + 30:
-            time.sleep(0.3)
+        fake_provider.wait_held(4)  # three more start while the first is still in flight
+        fake_provider.release()
+        with local_jobs() as jobs:
+            wait_for(lambda: job_status(jobs, job_id)["state"] == "completed", timeout=60, message="completion")
         assert fake_provider.max_in_flight == 4
     finally:
+        fake_provider.release()
         worker.terminate()
         worker.wait(timeout=30)
 

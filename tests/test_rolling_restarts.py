@@ -13,12 +13,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from .helpers import kill_worker_holding_an_item, wait_for
+from .helpers import job_status, kill_worker_holding_an_item, local_jobs, wait_for, worker_passes
 
 BACKENDS = ["sqlite", "redis"]
 
@@ -44,9 +43,12 @@ class Worker:
     def log(self) -> str:
         return self.path.read_text()
 
-    def stop(self, sig: int = signal.SIGINT) -> str:
+    def stop(self, sig: int = signal.SIGINT, then=None) -> str:
+        """Signal the worker (then call `then`, e.g. to let held requests go) and wait for its exit."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
+        if then is not None:
+            then()
         try:
             assert self.proc.wait(60) == 0, self.log
         finally:
@@ -70,19 +72,43 @@ def _create(cli, folder: Path, env, *flags: str) -> str:
 
 
 def _status(cli, job_id, env):
-    return cli.json("status", job_id, "--json", **env)
+    """What `status --json` says, read in this process (the command has tests of its own)."""
+    with local_jobs(backend=env.get("HERMES_BULK_BACKEND")) as jobs:
+        return job_status(jobs, job_id)
+
+
+def _quiet(job_id, env) -> dict:
+    """Once the worker has taken every trigger of the job and begun two maintenance passes since
+    (nothing it could start is left to start), the job's status."""
+    with local_jobs(backend=env.get("HERMES_BULK_BACKEND")) as jobs:
+        worker_passes(jobs, job_id)
+        return job_status(jobs, job_id)
+
+
+#: A maintenance pass a second, for a worker whose passes a test waits for.
+FAST_PASSES = {"HERMES_BULK_LEASE_SECONDS": "3"}
 
 
 def _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, *flags):
-    """A job of 24 items half done by one worker, which is then stopped with sig."""
-    fake_provider.configure(latency_s=0.3)
+    """A job of 24 items, 4 done by one worker and 2 in progress (held at the provider), when
+    the worker is stopped with sig; the provider answers at once from then on."""
     job_id = _create(cli, _items(tmp_path, 24), env, "--concurrency", "2")
     cli("run", job_id, **env)
-    worker = Worker(cli, tmp_path / "first.stderr", *flags, **env)
-    wait_for(lambda: _status(cli, job_id, env)["completed"] >= 4, timeout=60, message="some items done")
-    wait_for(lambda: _status(cli, job_id, env)["running"] >= 1, timeout=30, message="an item in progress")
-    log = worker.stop(sig)
+    fake_provider.hold(let_through=4)
+    try:
+        worker = Worker(cli, tmp_path / "first.stderr", *flags, **env)
+        fake_provider.wait_held(2)  # the four answers are recorded: their chains claimed these two
+        log = worker.stop(sig, then=lambda: _release_once_stopping(worker, fake_provider))
+    finally:
+        fake_provider.release()
     return job_id, log
+
+
+def _release_once_stopping(worker: Worker, fake_provider) -> None:
+    """Once the worker says it is stopping (its chains claim nothing more), let the requests it
+    holds at the provider be answered."""
+    wait_for(lambda: "stopping: no new items start" in worker.log, timeout=30, message="the worker's stopping line")
+    fake_provider.release()
 
 
 def _one(pattern: str, log: str) -> re.Match:
@@ -111,7 +137,6 @@ def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(cli, fake
     assert "--resume-interrupted continues it" in cli("status", job_id, **env).stdout
 
     sent = len(fake_provider.requests)
-    fake_provider.configure(latency_s=0)
     again = Worker(cli, tmp_path / "second.stderr", "--resume-interrupted", **env)
     try:
         wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="the job continues")
@@ -132,15 +157,15 @@ def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(cli, fake
 def test_a_sighup_restart_of_a_flagged_worker_continues_its_jobs(cli, fake_provider, tmp_path, backend_env):
     """huey's own restart (SIGHUP: a graceful stop, then it execs itself with the same flags)."""
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
-    fake_provider.configure(latency_s=0.3)
     job_id = _create(cli, _items(tmp_path, 16), env, "--concurrency", "2")
     cli("run", job_id, **env)
+    fake_provider.hold(let_through=2)  # two done, two in progress at the SIGHUP
     worker = Worker(cli, tmp_path / "hup.stderr", "--resume-interrupted", **env)
     try:
-        wait_for(lambda: _status(cli, job_id, env)["completed"] >= 2, timeout=60, message="some items done")
+        fake_provider.wait_held(2)
         worker.proc.send_signal(signal.SIGHUP)
+        _release_once_stopping(worker, fake_provider)  # the graceful stop lets the two in progress finish
         wait_for(lambda: "continues" in worker.log, timeout=60, message="the restarted worker continues the job")
-        fake_provider.configure(latency_s=0)
         wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="completion")
     finally:
         log = worker.stop()
@@ -155,11 +180,10 @@ def test_by_default_a_restarted_worker_leaves_a_gracefully_stopped_job_for_run(c
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
     job_id, _ = _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, signal.SIGTERM)
     sent = len(fake_provider.requests)
-    again = Worker(cli, tmp_path / "second.stderr", **env)
+    again = Worker(cli, tmp_path / "second.stderr", **{**env, **FAST_PASSES})
     try:
         wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
-        time.sleep(1.5)  # a maintenance pass or two: nothing may start
-        st = _status(cli, job_id, env)
+        st = _quiet(job_id, env)
         assert (st["state"], st["interrupted"]) == ("awaiting_recovery", "worker_stop")
         assert len(fake_provider.requests) == sent, "nothing is sent until someone runs the job"
         cli("run", job_id, **env)
@@ -176,11 +200,10 @@ def test_a_flagged_worker_never_continues_a_job_cut_off_by_a_crash(cli, fake_pro
     cli("run", job_id, **backend_env)
     kill_worker_holding_an_item(cli, fake_provider, **flagged)
     sent = len(fake_provider.requests)
-    again = Worker(cli, tmp_path / "after-crash.stderr", **flagged)
+    again = Worker(cli, tmp_path / "after-crash.stderr", **flagged, **FAST_PASSES)
     try:
         wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
-        time.sleep(1.5)
-        st = _status(cli, job_id, backend_env)
+        st = _quiet(job_id, backend_env)
     finally:
         log = again.stop(signal.SIGINT)
     assert (st["state"], st["interrupted"], st["running"]) == ("awaiting_recovery", "orphaned", 0)
@@ -199,11 +222,10 @@ def test_a_crash_after_a_resume_is_a_crash(cli, fake_provider, tmp_path, backend
     fake_provider.reset_records()  # so the helper waits for the resumed worker's own request
     kill_worker_holding_an_item(cli, fake_provider, HERMES_BULK_RESUME_INTERRUPTED="1", **backend_env)
     sent = len(fake_provider.requests)
-    again = Worker(cli, tmp_path / "after.stderr", "--resume-interrupted", **env)
+    again = Worker(cli, tmp_path / "after.stderr", "--resume-interrupted", **{**env, **FAST_PASSES})
     try:
         wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
-        time.sleep(1.5)
-        st = _status(cli, job_id, env)
+        st = _quiet(job_id, env)
     finally:
         again.stop()
     assert (st["state"], st["interrupted"]) == ("awaiting_recovery", "orphaned")

@@ -8,7 +8,8 @@ job waits for no one (issue 12, point 3).
 
 from __future__ import annotations
 
-import time
+import threading
+from collections import Counter
 
 import pytest
 
@@ -27,7 +28,21 @@ def _hermes_job(jobs: Jobs, tmp_path, n: int = 3) -> str:
                        model="fake-model").job.job_id
 
 
-def test_a_worker_never_takes_triggers_of_a_job_it_has_no_client_for(settings, fake_provider, tmp_path):
+def _count_polls(monkeypatch, queues) -> Counter:
+    """Reads of each of these Huey queues (by name) from now on: a consumer's poll counter."""
+    polls: Counter = Counter()
+    lock = threading.Lock()
+    for huey in queues:
+        def counted(dequeue=huey.dequeue, name=huey.name):
+            with lock:
+                polls[name] += 1
+            return dequeue()
+        monkeypatch.setattr(huey, "dequeue", counted)
+    return polls
+
+
+def test_a_worker_never_takes_triggers_of_a_job_it_has_no_client_for(settings, fake_provider, tmp_path,
+                                                                     monkeypatch):
     jobs = Jobs(settings)
     job_id = _hermes_job(jobs, tmp_path)
     jobs.run(job_id)
@@ -35,11 +50,16 @@ def test_a_worker_never_takes_triggers_of_a_job_it_has_no_client_for(settings, f
         "the triggers wait on the queue of jobs created in Hermes"
 
     http_only = WorkerRuntime(jobs.backend, settings, threads=2)  # the default: HERMES_BULK_* only
+    polls = _count_polls(monkeypatch, http_only.queues())
     http_only.start()
     http_only.start_embedded_consumer()
     try:
         http_only.maintain_once()  # its pump, too, leaves the job to workers that serve it
-        time.sleep(1.0)  # time enough for a consumer polling every 0.5 s at most to take a trigger
+        # Every queue the worker consumes has been read again since, by each of its threads:
+        # a trigger it could take would have been taken.
+        since, names = dict(polls), [q.name for q in http_only.queues()]
+        wait_for(lambda: all(polls[name] >= since.get(name, 0) + 2 for name in names),
+                 timeout=30, interval=0.01, message="the worker's consumers to read their queues again")
         st = jobs.status(job_id, events=50)
     finally:
         http_only.stop()

@@ -369,8 +369,11 @@ class WorkerRuntime:
             consumer.start()
 
     def stopping(self) -> None:
-        """From now on chains claim nothing more (items in progress go on); stop() follows."""
-        self._stopping.set()
+        """From now on chains claim nothing more (items in progress go on); stop() follows.
+        Said in one line: from here on, what this worker has in progress is all it finishes."""
+        if not self._stopping.is_set():
+            self._stopping.set()
+            log.info("worker %s stopping: no new items start", self.worker_id)
 
     def stop(self, *, graceful: bool = True) -> None:
         """Stop consuming, return what this worker still holds to the queue, deregister (once)."""

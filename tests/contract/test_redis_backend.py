@@ -30,6 +30,7 @@ from hermes_bulk.store.redis.jobs import RETRY_BATCH_ITEMS
 from hermes_bulk.store.redis.keys import EVENTS_KEPT
 from tests.conftest import RedisServer, free_port
 
+from ..helpers import wait_for
 from .conftest import prefix_of
 from .test_store_contract import claim, make_job
 
@@ -129,9 +130,11 @@ def test_finished_workers_and_their_index_expire(store, raw, redis_url):
     prefix = prefix_of(redis_url)
     store.heartbeat_worker(WorkerInfo("w-short", "h", 1, time.time(), 0.0, 2), ttl_s=0.1)
     assert keys_of(raw, prefix)
-    time.sleep(0.4)
+    wait_for(lambda: not raw.exists(f"{{{prefix}:workers}}:w-short"), timeout=10, interval=0.01,
+             message="the worker's entry to expire in Redis")
     assert store.live_workers() == []
-    assert keys_of(raw, prefix) == [], "a dead worker leaves nothing behind"
+    wait_for(lambda: keys_of(raw, prefix) == [], timeout=10, interval=0.01,
+             message="nothing of the dead worker left behind (its index expires with it)")
 
 
 def test_huey_queue_keys_are_namespaced_by_the_prefix(redis_server, raw):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 import pytest
@@ -21,6 +20,7 @@ from hermes_bulk.store.protocol import (
     WorkerInfo,
 )
 
+from ..helpers import wait_for
 from .test_store_contract import BACKENDS, claim, make_job
 
 
@@ -61,7 +61,8 @@ def test_one_batch_is_prepared_at_a_time_and_an_expired_lease_is_taken_over(stor
     job_id = make_job(store, 10)
     first = _open(store, job_id, "w1", "b1", n=3, lease_s=0.3)
     assert _open(store, job_id, "w2", "b2") == ClaimRefused("batch_preparing")
-    time.sleep(0.4)
+    wait_for(lambda: store.now() > first.lease_until, timeout=10, interval=0.01,
+             message="the batch's lease to end by the store's clock")
     taken = _open(store, job_id, "w2", "b2")
     assert taken.batch_id == first.batch_id and taken.lease_owner == "w2" and taken.items == 3
     assert store.update_batch(job_id, "b1", "w1", provider_id="x") is None, "only the lease holder writes"

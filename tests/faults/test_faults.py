@@ -27,7 +27,7 @@ from hermes_bulk.liveness import Liveness
 from hermes_bulk.store.protocol import WorkerInfo
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
-from ..helpers import wait_for
+from ..helpers import job_status, local_jobs, wait_for, worker_passes
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,9 @@ def jsonl(path: Path, n: int, key: str = "n") -> Path:
 
 
 def status(cli, job_id) -> dict:
-    return cli.json("status", job_id, "--json")
+    """What `status JOB --json` says in the tests' environment, read in this process."""
+    with local_jobs(cli.env["HERMES_BULK_HOME"], cli.env.get("HERMES_BULK_BACKEND")) as jobs:
+        return job_status(jobs, job_id)
 
 
 def exported(cli, job_id) -> list[dict]:
@@ -395,26 +397,32 @@ def test_lowering_max_concurrency_applies_to_existing_jobs(cli, tmp_path, fake_p
 
 
 def test_jobs_do_not_start_by_themselves_after_a_restart(cli, tmp_path, fake_provider):
-    src = jsonl(tmp_path / "items.jsonl", 200)
-    fake_provider.configure(latency_s=0.25)  # 16 items a second: still running when a loaded machine kills it
+    src = jsonl(tmp_path / "items.jsonl", 40)
     job_id = cli.create("Process", src, "--concurrency", "4")
     cli("run", job_id)
+    fake_provider.hold(let_through=10)  # ten answered, then the four in flight wait: killed mid-job
     worker = cli.spawn_worker("-w", "4")
-    wait_for(lambda: status(cli, job_id)["completed"] >= 10, message="progress")
-    worker.send_signal(signal.SIGKILL)
-    worker.wait(10)
-    assert status(cli, job_id)["state"] == "awaiting_recovery"
-    # A worker that starts again does not pick the job up by itself…
-    restarted = cli.spawn_worker("-w", "4")
     try:
-        time.sleep(2.0)
-        seen = len(fake_provider.requests)
-        time.sleep(1.5)
+        fake_provider.wait_held(4)
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        fake_provider.release()
+    seen = len(fake_provider.requests)
+    assert seen == 14 and status(cli, job_id)["state"] == "awaiting_recovery"
+    # A worker that starts again does not pick the job up by itself…
+    restarted = cli.spawn_worker("-w", "4", HERMES_BULK_LEASE_SECONDS="3")  # a maintenance pass a second
+    try:
+        with local_jobs(cli.env["HERMES_BULK_HOME"]) as jobs:
+            wait_for(lambda: jobs.liveness.live_workers(), message="the restarted worker registered")
+            worker_passes(jobs, job_id)  # it took the job's triggers and began two passes since
+            st = job_status(jobs, job_id)
         assert len(fake_provider.requests) == seen, "no requests until someone runs the job"
-        assert status(cli, job_id)["state"] == "awaiting_recovery"
+        assert (st["state"], st["running"]) == ("awaiting_recovery", 0), "the killed worker's items went back"
         # …until someone runs it; it then continues where it stopped.
         cli("run", job_id)
         wait_for(lambda: status(cli, job_id)["state"] == "completed", timeout=120, message="completion")
     finally:
         stop(restarted)
-    assert len({r.item for r in fake_provider.requests}) == 200
+    counts = Counter(r.item for r in fake_provider.requests)
+    assert len(counts) == 40 and sum(counts.values()) == 44, "the four in flight at the kill, and only they, again"

@@ -157,7 +157,10 @@ def wait_port(host: str, port: int, timeout: float = 15) -> None:
 
 
 def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_restart(hosts, tmp_path):
-    provider = FakeProvider(host=hosts.gateway, latency_s=0.2).start()  # 16 in flight: about 80 items a second
+    provider = FakeProvider(host=hosts.gateway, latency_s=0.05).start()
+    # The first 200 requests are answered, then the gate holds the rest: the kill below comes
+    # mid-job however fast or slow this machine is.
+    provider.hold(let_through=200)
     password, token = secrets.token_hex(12), secrets.token_urlsafe(24)
     compose = load_compose({"REDIS_PASSWORD": password, "HERMES_BULK_BASE_URL": f"http://provider:{provider.port}/v1",
                             "HERMES_BULK_MODEL": "fake-model", "HERMES_BULK_LEASE_SECONDS": "3",
@@ -233,16 +236,23 @@ def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_rest
     w1.wait(10)
     killed_at = time.time()
     assert completed() < 900, "the kill came mid-job"
+    provider.release()
+    provider.hold(let_through=450)  # then held again: the Redis restart comes mid-job too
     wait_for(lambda: completed() >= 600, timeout=90, message="progress after the kill")
+    provider.wait_held(1)
 
     # Redis restarts mid-job (a graceful shutdown writes the append-only file; then the same command).
     before_restart = completed()
+    worker2_log = tmp_path / "worker2.log"
+    noticed = worker2_log.read_text().count("Redis at")  # what it said of Redis before the restart
     hosts.run("redis", [executable("redis-cli"), "-a", password, "--no-auth-warning", "shutdown"], base_env)
     redis_proc.wait(15)
-    time.sleep(1.0)  # the workers notice Redis is gone
+    wait_for(lambda: worker2_log.read_text().count("Redis at") > noticed, timeout=60,
+             message="the surviving worker to notice Redis is gone")
     restarted_at = time.time()
     hosts.spawn("redis", redis_argv, base_env, tmp_path / "redis" / "stdout.log")
     wait_port(hosts.ips["redis"], 6379)
+    provider.release()
 
     wait_for(lambda: json.loads(cli("status", job_id, "--json"))["state"] == "completed", timeout=180,
              interval=0.5, message="completion after the Redis restart")

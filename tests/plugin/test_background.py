@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -20,7 +19,14 @@ from ..helpers import wait_for
 
 
 def test_the_handler_leaves_the_event_loop_free_while_a_command_runs(monkeypatch):
-    monkeypatch.setattr(bulk, "answer", lambda raw, on_progress=None, sessions=None: time.sleep(0.6) or f"done: {raw}")
+    loop_turned = threading.Event()  # set by a task on the event loop, while the command runs
+    seen: list[bool] = []
+
+    def command_that_waits_for_the_loop(raw, on_progress=None, sessions=None):
+        seen.append(loop_turned.wait(10))  # a handler that held the loop would never let it be set
+        return f"done: {raw}"
+
+    monkeypatch.setattr(bulk, "answer", command_that_waits_for_the_loop)
 
     async def main():
         ticks = 0
@@ -28,17 +34,18 @@ def test_the_handler_leaves_the_event_loop_free_while_a_command_runs(monkeypatch
         async def ticker():
             nonlocal ticks
             while True:
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0)
                 ticks += 1
+                if ticks == 20:
+                    loop_turned.set()
 
         task = asyncio.create_task(ticker())
         reply = await bulk.handle("status")
         task.cancel()
-        return reply, ticks
+        return reply
 
-    reply, ticks = asyncio.run(main())
-    assert reply == "done: status"
-    assert ticks >= 20, "Hermes' event loop went on while the command ran on its thread"
+    assert asyncio.run(main()) == "done: status"
+    assert seen == [True], "Hermes' event loop went on while the command ran on its thread"
 
 
 def test_a_slow_command_answers_with_the_next_one(monkeypatch):
@@ -57,7 +64,7 @@ def test_a_slow_command_answers_with_the_next_one(monkeypatch):
     assert first == ("Still working on it (1200 items found so far). It goes on in the background; the\n"
                      "  answer comes with your next /bulk command.")  # 80 columns
     release.set()
-    time.sleep(0.1)
+    wait_for(lambda: any(bulk._late_answers.values()), timeout=10, message="the late answer to be kept")
     assert asyncio.run(bulk.handle("status")) == ('Earlier /bulk "Summarize" --over big:\nCreated job abc with '
                                                   '5000 items.\n\nanswer to status')
     assert asyncio.run(bulk.handle("status")) == "answer to status", "delivered once"

@@ -12,13 +12,12 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
-from ..helpers import wait_for
+from ..helpers import job_status, local_jobs, wait_for, worker_passes
 from .conftest import clean_env, config_set, job_id_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,12 +33,20 @@ def completed(status: str) -> int:
     return int(line.split()[1].split("/")[0])
 
 
-def wait_for_state(gw, job: str, state: str, timeout: float = 60) -> str:
-    def reached() -> str | None:
-        status = gw.bulk(f"status {job}")
-        return status if f"State: {state}" in status else None
+def data_dir(gw) -> Path:
+    """The gateway's Bulk data directory (the profile's plugin-data)."""
+    return gw.home / "plugin-data" / "bulk"
 
-    return wait_for(reached, timeout=timeout, interval=0.2, message=f"job {job} to be {state}")
+
+def wait_for_state(gw, job: str, state: str, timeout: float = 60, backend: str | None = None) -> str:
+    """Wait, reading the store in this process, until the job is in `state` (as /bulk status
+    words it); then /bulk status in the gateway, which must say so too."""
+    with local_jobs(data_dir(gw), backend) as jobs:
+        wait_for(lambda: job_status(jobs, job)["state"] == state.replace(" ", "_"), timeout=timeout,
+                 interval=0.05, message=f"job {job} to be {state}")
+    status = gw.bulk(f"status {job}")
+    assert f"State: {state}" in status, status
+    return status
 
 
 def rows_jsonl(n: int, path: Path) -> Path:
@@ -101,31 +108,31 @@ def test_structured_answers_with_a_schema(gateway, hermes_home, hermes_provider,
 
 def test_work_goes_on_in_the_background_and_pause_and_resume_take_effect(gateway, hermes_provider, tmp_path):
     src = rows_jsonl(30, tmp_path / "rows.jsonl")
-    hermes_provider.configure(latency_s=0.25)
-    gw = gateway()
+    gw = gateway(HERMES_BULK_LEASE_SECONDS="3")  # a maintenance pass a second: the quiet wait below
     job = job_id_of(gw.bulk(f'"Classify" --over {src} --concurrency 2'))
 
-    started = time.monotonic()
-    assert gw.bulk(f"run {job}").startswith(f"Job {job} is running in the background")
-    assert time.monotonic() - started < 2.0, "/bulk run returns at once"
-    assert completed(gw.bulk(f"status {job}")) < 5
+    hermes_provider.hold()  # every request waits at the provider until the test releases it
+    try:
+        # /bulk run answers while no item can finish: it waits for none of them.
+        assert gw.bulk(f"run {job}").startswith(f"Job {job} is running in the background")
+        # The work goes on after /bulk run has answered: the workers are threads in the Hermes
+        # process (the first call in a process also loads Hermes' model client: a few seconds).
+        hermes_provider.wait_held(2)
+        assert completed(gw.bulk(f"status {job}")) == 0
 
-    # Items complete after /bulk run has answered: the workers are threads in the Hermes process
-    # (the first call in a process also loads Hermes' model client, which takes a few seconds).
-    progressed = wait_for(lambda: completed(gw.bulk(f"status {job}")) >= 4, timeout=30, interval=0.2,
-                          message="progress in the background")
-    assert progressed and completed(gw.bulk(f"status {job}")) < 30
-
-    assert gw.bulk(f"pause {job}") == (f"Job {job} paused: no new items start; items in progress may finish.\n"
-                                       f"Continue with: /bulk resume {job}")
-    sent_at_pause = len(hermes_provider.requests)
-    time.sleep(1.0)  # items in flight finish
-    settled = len(hermes_provider.requests)
-    assert settled <= sent_at_pause + 2, "at most the items in progress (concurrency 2) are sent after a pause"
-    time.sleep(1.5)
-    assert len(hermes_provider.requests) == settled, "nothing reaches the provider while the job is paused"
-    paused = gw.bulk(f"status {job}")
-    assert "State: paused" in paused and f"Continue with: /bulk resume {job}" in paused
+        assert gw.bulk(f"pause {job}") == (f"Job {job} paused: no new items start; items in progress may finish.\n"
+                                           f"Continue with: /bulk resume {job}")
+        with local_jobs(data_dir(gw)) as jobs:
+            hermes_provider.release()  # the two in progress finish; their chains find the job paused
+            wait_for(lambda: job_status(jobs, job)["running"] == 0, message="the items in progress to finish")
+            assert job_status(jobs, job)["completed"] == 2
+            worker_passes(jobs, job)  # its triggers taken, and two maintenance passes since
+        assert len(hermes_provider.requests) == 2, "only the items in progress at the pause reached the provider"
+        paused = gw.bulk(f"status {job}")
+        assert "State: paused" in paused and f"Continue with: /bulk resume {job}" in paused
+        assert completed(paused) == 2, "items in progress finish after a pause"
+    finally:
+        hermes_provider.release()
 
     assert gw.bulk(f"resume {job}").startswith(f"Job {job} resumed: ")
     wait_for_state(gw, job, "completed")
@@ -153,27 +160,36 @@ def test_a_429_is_waited_out_by_every_worker_not_failed(gateway, hermes_provider
 
 def test_after_hermes_restarts_a_job_awaits_recovery_until_run(gateway, hermes_provider, tmp_path):
     src = rows_jsonl(20, tmp_path / "rows.jsonl")
-    hermes_provider.configure(latency_s=0.25)
     first = gateway()
     job = job_id_of(first.bulk(f'"Classify" --over {src} --concurrency 2'))
-    first.bulk(f"run {job}")
-    wait_for(lambda: completed(first.bulk(f"status {job}")) >= 3, timeout=30, message="some progress")
-    first.kill()  # Hermes dies mid-job: its worker threads with it
-    time.sleep(0.5)
-    sent = len(hermes_provider.requests)
+    hermes_provider.hold()
+    try:
+        first.bulk(f"run {job}")
+        in_flight = {r.item for r in hermes_provider.wait_requests(2)}
+        hermes_provider.wait_held(2)
+        first.kill()  # Hermes dies mid-job, two items in flight: its worker threads with it
+    finally:
+        hermes_provider.release()  # their answers go to a dead process
+    assert len(hermes_provider.requests) == 2
 
     second = gateway()
+    # Bulk starts in this Hermes with its first slash command: it returns the dead gateway's
+    # items to the queue, and starts no worker (one starts with /bulk run), so nothing can send.
     status = second.bulk(f"status {job}")
     assert "State: awaiting recovery" in status and f"Continue with: /bulk run {job}" in status
-    time.sleep(2.0)
-    assert len(hermes_provider.requests) == sent, "a restart starts no job by itself"
+    with local_jobs(data_dir(second)) as jobs:
+        assert jobs.liveness.live_workers() == [], "a restarted Hermes runs no worker until /bulk run"
+        assert (job_status(jobs, job)["state"], job_status(jobs, job)["running"]) == ("awaiting_recovery", 0)
+    assert len(hermes_provider.requests) == 2, "a restart starts no job by itself"
 
     assert second.bulk(f"run {job}").startswith(f"Job {job} is running in the background")
     status = wait_for_state(second, job, "completed")
     assert "Items: 20/20 completed, 0 failed" in status
     counts = Counter(r.item for r in hermes_provider.requests)
     assert len(counts) == 20
-    assert sum(counts.values()) - 20 <= 2, "only the items in flight when Hermes died are sent again"
+    assert {item for item, n in counts.items() if n > 1} == in_flight, \
+        "only the items in flight when Hermes died are sent again"
+    assert max(counts.values()) == 2
 
 
 def test_answers_are_text_help_usage_errors_and_settings(gateway, hermes_home, hermes_provider, tmp_path):

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from hermes_bulk.testing.fake_provider import FakeProvider, expected_answer
 
-from ..helpers import wait_for
+from ..helpers import job_status, local_jobs, wait_for, worker_passes
 from .conftest import clean_env, config_set, job_id_of
 from .test_bulk_plugin import REPORTS, files_of
 
@@ -70,16 +69,15 @@ def test_a_worker_that_cannot_call_hermes_model_leaves_the_job_alone(gateway, he
                         HERMES_BULK_API_KEY="sk-test-not-a-secret")
         bulk_cli(env, "run", job)
         worker = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-w", "2", "-l",
-                                   str(tmp_path / "worker.log")], env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+                                   str(tmp_path / "worker.log")], env={**env, "HERMES_BULK_LEASE_SECONDS": "3"},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # a pass a second
         try:
-            def told() -> str | None:
-                events = bulk_cli(env, "events", job).stdout
-                return events if "worker_cannot_serve" in events else None
-
-            events = wait_for(told, timeout=30, interval=0.5, message="the worker to say it leaves the job")
-            time.sleep(1.0)
-            status = json.loads(bulk_cli(env, "status", job, "--json").stdout)
+            with local_jobs(tmp_path / "worker-data", redis_url) as jobs:
+                wait_for(lambda: any(e.kind == "worker_cannot_serve" for e in jobs.status(job, events=50).events),
+                         timeout=30, message="the worker to say it leaves the job")
+                worker_passes(jobs, job)  # its triggers taken, two maintenance passes since
+                status = job_status(jobs, job)
+            events = bulk_cli(env, "events", job).stdout
         finally:
             worker.terminate()
             worker.wait(30)

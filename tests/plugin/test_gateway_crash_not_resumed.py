@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
-from ..helpers import wait_for
+from ..helpers import local_jobs, wait_for, worker_passes
 from .conftest import clean_env, job_id_of
 from .test_bulk_plugin import rows_jsonl
 from .test_gateway_truth import bulk_cli, gateway_killed_with_two_items_in_flight, status_json
@@ -16,15 +15,16 @@ from .test_gateway_truth import bulk_cli, gateway_killed_with_two_items_in_fligh
 def test_a_flagged_worker_leaves_a_job_the_crashed_gateway_was_running_for_run(gateway, hermes_home,
                                                                                 hermes_provider, tmp_path):
     env, job = gateway_killed_with_two_items_in_flight(gateway, hermes_home, hermes_provider, tmp_path, 8)
-    hermes_provider.configure(latency_s=0)
     sent = len(hermes_provider.requests)
 
     log = tmp_path / "worker.log"
     worker = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "--resume-interrupted", "-l", str(log)],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              env={**env, "HERMES_BULK_LEASE_SECONDS": "3"},  # a maintenance pass a second
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: log.exists() and "awaits recovery" in log.read_text(), timeout=60, message="the worker's recovery line")
-        time.sleep(2.0)
+        with local_jobs(hermes_home / "plugin-data" / "bulk") as jobs:
+            worker_passes(jobs, job)  # it took the job's triggers and began two passes since
         st = status_json(env, job)
     finally:
         worker.send_signal(2)

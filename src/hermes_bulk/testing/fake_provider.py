@@ -24,6 +24,12 @@ Faults, set at start or live through `configure()` / `POST /_control`:
   require_key      every /v1 request without `Authorization: Bearer <it>` gets 401 (a wrong key)
   models           the models it knows: GET /models lists them, a chat request for another gets 404
                    (None: any model, and /models lists fake-model)
+A gate, for tests that must know what reached the provider and when: `hold()` closes it (chat
+requests that arrive are recorded, then wait unanswered; `hold(let_through=n)` answers the next
+n first), `release()` opens it (the waiting ones are answered), `wait_requests(n)` blocks until
+n chat requests have arrived (answered or held), `wait_held(n)` until n wait at the gate, and
+`held` counts those waiting now. `POST /_control {"gate": "hold"|"release", "let_through": n}`
+does the same from another process.
 Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
 processes is recorded apart (`batches.lines`), so a test tells batch work from live calls.
 """
@@ -141,6 +147,11 @@ class FakeProvider:
         self._stopping = False
         self._ready = threading.Event()
         self.batches = FakeBatches(self)
+        self._arrived = threading.Condition(self._lock)  # notified as each chat request is recorded
+        self._gate_open: asyncio.Event | None = None  # made on the server's loop; set = open
+        self._hold_at_start = False
+        self._let_through = 0  # requests the closed gate still lets pass (hold(let_through=n))
+        self.held = 0  # chat requests waiting at the closed gate now
 
     @property
     def base_url(self) -> str:
@@ -157,6 +168,54 @@ class FakeProvider:
                 self._rng = random.Random(self.config.seed)
             if "rate_per_s" in changes:
                 self._tokens, self._tokens_at = (self.config.rate_per_s or 0.0), time.monotonic()
+
+    # Gate ----------------------------------------------------------------------------------
+    def hold(self, let_through: int = 0) -> None:
+        """Close the gate: chat requests from now on are recorded, then wait until release();
+        the first `let_through` of them are answered as if it were open."""
+        with self._lock:
+            self._let_through = let_through
+        self._set_gate(False)
+
+    def release(self) -> None:
+        """Open the gate: the requests waiting at it are answered, and so are the next ones."""
+        self._set_gate(True)
+
+    def _set_gate(self, is_open: bool) -> None:
+        if self._loop is None:
+            self._hold_at_start = not is_open
+            return
+        done = threading.Event()
+
+        def flip() -> None:
+            assert self._gate_open is not None
+            self._gate_open.set() if is_open else self._gate_open.clear()
+            done.set()
+        self._loop.call_soon_threadsafe(flip)
+        if not done.wait(10):
+            raise RuntimeError("the fake provider's loop did not answer")
+
+    def _passes_closed_gate(self) -> bool:
+        with self._lock:
+            if self._let_through <= 0:
+                return False
+            self._let_through -= 1
+            return True
+
+    def wait_requests(self, n: int, timeout: float = 60.0) -> list[RequestRecord]:
+        """Block until at least n chat requests have arrived (answered or held); their records."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: len(self.requests) >= n, timeout):
+                raise AssertionError(f"{len(self.requests)} requests reached the fake provider in {timeout}s, "
+                                     f"not {n}")
+            return list(self.requests)
+
+    def wait_held(self, n: int, timeout: float = 60.0) -> None:
+        """Block until n chat requests wait at the closed gate."""
+        with self._arrived:
+            if not self._arrived.wait_for(lambda: self.held >= n, timeout):
+                raise AssertionError(f"{self.held} requests wait at the fake provider's gate after {timeout}s, "
+                                     f"not {n}")
 
     def reset_records(self) -> None:
         with self._lock:
@@ -202,6 +261,7 @@ class FakeProvider:
                 fault = self._rng.choice(cfg.fail_kinds)
             record = RequestRecord(at=time.time(), item=digest(item), status=0, fault=None if fault == "ok" else fault)
             (self.requests if records is None else records).append(record)
+            self._arrived.notify_all()
             return fault, record
 
     # HTTP ----------------------------------------------------------------------------------
@@ -245,6 +305,13 @@ class FakeProvider:
             payload = json.loads(body or b"{}")
             if payload.pop("reset_records", False):
                 self.reset_records()
+            gate, let_through = payload.pop("gate", None), int(payload.pop("let_through", 0))
+            if gate == "hold":  # as hold() and release(), here on the server's own loop
+                with self._lock:
+                    self._let_through = let_through
+                self._gate_open.clear()
+            elif gate == "release":
+                self._gate_open.set()
             self.configure(**payload)
             return self._send(writer, 200, {"ok": True})
         if method == "GET" and path == "/_requests":
@@ -273,6 +340,7 @@ class FakeProvider:
         if key is not None and headers.get("authorization", "") != f"Bearer {key}":
             with self._lock:
                 self.requests.append(RequestRecord(at=time.time(), item="", status=401, fault="401"))
+                self._arrived.notify_all()
             return 401, {"error": {"message": "Incorrect API key provided: sk-LEAKED-1234", "code": "invalid_api_key"}}
         if self.config.models is not None and path.endswith("/chat/completions"):
             try:
@@ -282,6 +350,7 @@ class FakeProvider:
             if model not in self.config.models:
                 with self._lock:
                     self.requests.append(RequestRecord(at=time.time(), item="", status=404, fault="404"))
+                    self._arrived.notify_all()
                 return 404, {"error": {"message": f"The model {model} does not exist (key sk-LEAKED-1234)",
                                        "code": "model_not_found"}}
         return None
@@ -305,6 +374,16 @@ class FakeProvider:
         prompt = "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user")
         item = item_text(prompt)
         fault, record = self._decide(item)
+        assert self._gate_open is not None
+        if not self._gate_open.is_set() and not self._passes_closed_gate():
+            with self._lock:
+                self.held += 1
+                self._arrived.notify_all()
+            try:
+                await self._gate_open.wait()
+            finally:
+                with self._lock:
+                    self.held -= 1
         if self.config.latency_s:
             await asyncio.sleep(self.config.latency_s)
         if fault == "reset":
@@ -418,6 +497,9 @@ class FakeProvider:
 
     # Running -------------------------------------------------------------------------------
     async def _serve(self) -> None:
+        self._gate_open = asyncio.Event()
+        if not self._hold_at_start:
+            self._gate_open.set()
         self._loop = asyncio.get_running_loop()
         self._loop.set_exception_handler(_quiet_about_cancelled)
         self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=2048,
