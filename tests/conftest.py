@@ -30,6 +30,8 @@ from hermes_bulk.config import Settings, load_settings
 from hermes_bulk.jobs import Jobs
 from hermes_bulk.testing.fake_provider import FakeProvider
 
+from .helpers import job_status
+
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = bool(os.environ.get("CI"))
 
@@ -209,7 +211,7 @@ class Cli:
         os.environ.clear()
         os.environ.update(self.full_env(**extra_env))
         try:
-            return json.loads(json.dumps(Jobs(load_settings()).status(job_id).as_dict()))
+            return job_status(Jobs(load_settings()), job_id)
         finally:
             os.environ.clear()
             os.environ.update(saved)

@@ -14,6 +14,7 @@ process per poll (the command itself has tests of its own).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -49,8 +50,9 @@ def local_jobs(home: str | Path | None = None, backend: str | None = None) -> It
 
 
 def job_status(jobs: Jobs, job_id: str) -> dict:
-    """What `status JOB --json` prints, read in this process."""
-    return jobs.status(job_id).as_dict()
+    """What `status JOB --json` prints, read in this process (tests/test_test_parts.py holds
+    the two equal)."""
+    return json.loads(json.dumps(jobs.status(job_id).as_dict()))
 
 
 def worker_passes(jobs: Jobs, job_id: str, passes: int = 2, timeout: float = 60.0) -> None:

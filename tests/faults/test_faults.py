@@ -204,6 +204,7 @@ def test_a_429_to_a_slow_request_lets_the_next_items_follow_within_seconds(backe
     assert max(gaps) < IN_PLACE_WAIT_S, f"paced to about the rate the 429 saw, not a minute: {gaps}"
 
 
+@pytest.mark.alone  # bounds the wait from above
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes(cli, tmp_path, fake_provider,
                                                                                    backend, request):

@@ -77,6 +77,7 @@ def hermes_provider(_session_provider) -> FakeProvider:
                                 echo_credentials=False, error_echo="",
                                 hang_s=30.0)
     _session_provider.reset_records()
+    _session_provider.release()  # a test that failed with the gate closed leaves it open
     return _session_provider
 
 
