@@ -70,6 +70,13 @@ def pytest_make_collect_report(collector):
         report.outcome, report.longrepr = "failed", refusal
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked slow start first: on parallel workers the run then ends on short tests, not
+    with three workers idle while one finishes a fault round (a stable sort: order is kept
+    otherwise, and every xdist worker collects the same order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -18,6 +18,7 @@ import pytest
 from hermes_bulk.testing.fake_provider import FakeProvider
 from tests.budget.test_hermes_cron_budget import HERMES, HermesHome
 
+pytestmark = pytest.mark.slow  # real Hermes processes against a locked or broken ledger
 pytest.importorskip("hermes_cli", reason="hermes-agent is not installed (scripts/test installs it)")
 
 HOLD_LOCK = """

@@ -19,6 +19,7 @@ from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import budget_dir
 from hermes_bulk.testing.fake_provider import FakeProvider
 
+pytestmark = pytest.mark.slow  # real Hermes processes: chat, cron runs, profiles
 hermes_cli = pytest.importorskip("hermes_cli", reason="hermes-agent is not installed (scripts/test installs it)")
 
 ROOT = Path(__file__).resolve().parents[2]

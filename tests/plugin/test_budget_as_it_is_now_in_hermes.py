@@ -8,12 +8,16 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from hermes_bulk.budget.ledger import CallRecord
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import budget_dir
 
 from ..helpers import wait_for
 from .conftest import HERMES, clean_env, hermes, job_id_of
+
+pytestmark = pytest.mark.slow  # real Hermes processes: cron runs and a gateway under a budget
 
 
 def _items(folder: Path, n: int) -> Path:
