@@ -69,9 +69,12 @@ def worker_passes(jobs: Jobs, job_id: str, passes: int = 2, timeout: float = 60.
     assert beats, "no live worker: nothing to wait for"
 
     def passed() -> bool:
-        for worker in backend.store.live_workers(holding=False):
-            if worker.worker_id in beats and worker.heartbeat_at >= since:
-                beats[worker.worker_id].add(worker.heartbeat_at)
+        live = {w.worker_id: w for w in backend.store.live_workers(holding=False)}
+        for worker_id in list(beats):
+            if worker_id not in live:  # gone (a killed worker's entry ran out): no chance left to act
+                del beats[worker_id]
+            elif live[worker_id].heartbeat_at >= since:
+                beats[worker_id].add(live[worker_id].heartbeat_at)
         return all(len(seen) >= passes for seen in beats.values())
 
     wait_for(passed, timeout=timeout, interval=0.02,
