@@ -34,8 +34,13 @@ def test_a_budget_set_while_a_worker_runs_holds_its_next_bulk_request_at_the_cap
             cli("budget", "set", key, value, **env)
         job = cli.create("Process", _items(tmp_path / "b.jsonl", 10), "--concurrency", "2")
         cli("run", job)
-        status = wait_for(lambda: (s := cli.json("status", job, "--json", **env))["budget_held_until"]
-                          and s["running"] == 0 and s, timeout=60, message="the job held by the budget")
+        wait_for(lambda: cli.json("status", job, "--json", **env)["budget_held_until"], timeout=60,
+                 message="the job held by the budget")
+        # One status reads the job's counts before the budget, so a read that saw the hold may
+        # hold counts from before the worker took the items it charged: only a read begun after the
+        # hold was seen has every charged item as running or done.
+        status = wait_for(lambda: (s := cli.json("status", job, "--json", **env))["running"] == 0 and s,
+                          timeout=60, message="the items charged before the hold are done")
         text = cli("status", job, **env).stdout
     finally:
         worker.send_signal(signal.SIGINT)
