@@ -5,6 +5,9 @@ every process the tests start (`hermes-bulk` commands, workers, a Hermes gateway
 mutant too. mutmut 3 switches mutants inside the test interpreter, which those processes never
 see. The copy keeps the mutants away from the working tree; PYTHONPATH points every process at
 the copy's src/ (it comes before the editable install's path).
+
+Lua is not Python, so cosmic-ray cannot mutate the Redis store's scripts: a target whose
+modules are `.lua` files is mutated here instead (lua_mutants), with the same report and score.
 """
 
 from __future__ import annotations
@@ -197,8 +200,139 @@ def _work_items(session: Path):
         return list(db.work_items)
 
 
+# Lua: the changes cosmic-ray makes to Python, made to the code of a script (never inside a
+# comment or a string): a comparison turned (`<` to `<=`, `==` to `~=`, ...), `and`/`or` swapped,
+# `+`/`-` swapped, a `not` dropped, `math.min`/`math.max` swapped, an integer moved by one.
+_LUA_SWAPS = {"<=": "<", "<": "<=", ">=": ">", ">": ">=", "==": "~=", "~=": "==", " and ": " or ",
+              " or ": " and ", " + ": " - ", " - ": " + ", "not ": "", "math.min": "math.max",
+              "math.max": "math.min"}
+_LUA_TOKEN = re.compile(r"<=|>=|==|~=|<|>| and | or | \+ | - |\bnot |math\.min|math\.max|(?<![\w.\[])\d+(?![\w.])")
+
+
+def _lua_code_spans(line: str) -> list[tuple[int, int]]:
+    """The parts of one line of Lua that are code: not a '…' or "…" string, not a -- comment."""
+    spans, start, i, quote = [], 0, 0, ""
+    while i < len(line):
+        ch = line[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote, start = "", i + 1
+        elif ch in "'\"":
+            spans.append((start, i))
+            quote = ch
+        elif line.startswith("--", i):
+            spans.append((start, i))
+            return [s for s in spans if s[1] > s[0]]
+        i += 1
+    if not quote:
+        spans.append((start, len(line)))
+    return [s for s in spans if s[1] > s[0]]
+
+
+def lua_mutants(text: str) -> list[tuple[int, int, str, str]]:
+    """Every mutant of a Lua script as (line number, column, what was there, what replaces it)."""
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for start, end in _lua_code_spans(line):
+            for match in _LUA_TOKEN.finditer(line, start, end):
+                token = match.group(0)
+                if token.isdigit():
+                    found.append((number, match.start(), token, str(int(token) + 1)))
+                    if token != "0":
+                        found.append((number, match.start(), token, str(int(token) - 1)))
+                else:
+                    found.append((number, match.start(), token, _LUA_SWAPS[token]))
+    return found
+
+
+def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only_mutants=None) -> dict[str, int]:
+    """Mutate each Lua module of the target one change at a time and run its tests on each."""
+    mutants = [(module, *m) for module in modules_of(target) for m in lua_mutants((ROOT / module).read_text())]
+    if only_mutants is not None:
+        mutants = [m for m in mutants if m in only_mutants]
+    if count_only:
+        print(f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants to run")
+        return {}
+    work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
+    try:
+        copy_tree(work)
+        env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                   "-p", "no:xdist", *target["tests"], *(["-k", target["select"]] if target.get("select") else []),
+                   *target.get("args", "").split()]
+
+        def tests_pass() -> bool | None:
+            try:
+                done = subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                return False  # a mutant that hangs the tests is caught, as cosmic-ray counts it
+            return None if done.returncode in (2, 3, 4, 5) else done.returncode == 0
+
+        if not tests_pass():
+            raise SystemExit(f"mutate: the tests of {name} fail without a mutant; fix them first")
+        started, report, survivors = time.monotonic(), [], []
+        killed = broken = 0
+        for module, number, column, before, after in mutants:
+            path = work / module
+            original = path.read_text()
+            lines = original.splitlines(keepends=True)
+            line = lines[number - 1]
+            lines[number - 1] = line[:column] + after + line[column + len(before):]
+            path.write_text("".join(lines))
+            try:
+                passed = tests_pass()
+            finally:
+                path.write_text(original)
+            outcome = "broke the test run" if passed is None else "SURVIVED" if passed else "KILLED"
+            block = (f"{module} {number}:{column} {before.strip() or before!r} -> {after.strip() or after!r}\n"
+                     f"test outcome: {outcome}\n-{line.rstrip()}\n+{lines[number - 1].rstrip()}\n")
+            report.append(block)
+            if passed is None:
+                broken += 1
+            elif passed:
+                survivors.append(block)
+            else:
+                killed += 1
+        out = ROOT / "mutation-reports"
+        out.mkdir(exist_ok=True)
+        suffix = ".rerun" if only_mutants is not None else ""
+        (out / f"{name}{suffix}.txt").write_text("\n".join(report))
+        (out / f"{name}.survivors.txt").write_text("\n".join(survivors))
+        score = killed / max(1, killed + len(survivors))
+        broke = f", {broken} broke the test run (counted as neither)" if broken else ""
+        print(f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants: {killed} killed, "
+              f"{len(survivors)} survived{broke}: score {score:.0%} ({time.monotonic() - started:.0f} s); "
+              f"mutation-reports/{name}{suffix}.txt")
+        for block in survivors[:3]:
+            print("  survivor: " + block.strip().replace("\n", "\n  "))
+        return {"killed": killed, "survived": len(survivors)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def last_lua_survivors(name: str) -> set[tuple]:
+    """The survivors of the target's last full Lua run, as lua_mutants names them."""
+    found = set()
+    for block in (ROOT / "mutation-reports" / f"{name}.survivors.txt").read_text().split("\n\n"):
+        if block.strip():
+            head = block.splitlines()[0]
+            module, at, rest = head.split(" ", 2)
+            number, column = (int(x) for x in at.split(":"))
+            found.add((module, number, column))
+    return found
+
+
 def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bool = False,
         survivors_only: bool = False) -> dict[str, int]:
+    if all(module.endswith(".lua") for module in modules_of(target)):
+        if survivors_only:
+            again = last_lua_survivors(name)
+            chosen = {m for m in [(module, *x) for module in modules_of(target)
+                                  for x in lua_mutants((ROOT / module).read_text())] if m[:3] in again}
+            return run_lua(name, target, timeout_s=timeout_s, count_only=count_only, only_mutants=chosen)
+        return run_lua(name, target, timeout_s=timeout_s, count_only=count_only)
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
         copy_tree(work)

@@ -6,6 +6,7 @@ loop while a connection was still open. Every stop here happens with answers in 
 from __future__ import annotations
 
 import gc
+import os
 import http.client
 import json
 import logging
@@ -63,3 +64,39 @@ def test_the_in_process_status_reads_what_the_status_command_prints(cli, tmp_pat
     printed = cli.json("status", job_id, "--json", **extra)
     assert printed["completed"] == 3
     assert cli.status(job_id, **extra) == printed
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_create_and_run_in_process_answer_as_their_processes_do_and_leave_nothing_behind(
+        cli, tmp_path, redis_url, backend):
+    """Cli runs `create` and `run` in the test's process (tests/helpers.run_in_process): the same
+    output and exit status as the command's own process, for a job and for each kind of error,
+    and this process as it was (its environment, its loggers, no backend left open)."""
+    from hermes_bulk import broker
+
+    extra = {"HERMES_BULK_BACKEND": redis_url} if backend == "redis" else {}
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(3)))
+    environ = dict(os.environ)
+    loggers = {name: (list(lg.handlers), lg.level, lg.propagate)
+               for name in ("hermes_bulk", "huey") for lg in [logging.getLogger(name)]}
+    for args in (["create", "Do", "--over", str(tmp_path / "missing.jsonl")],  # a bad input
+                 ["create", "Do", "--over", str(src), "--concurrency", "0"],  # a bad value
+                 ["create", "Do", "--over", str(src), "--no-such-flag"],  # a bad flag
+                 ["run", "nosuchjob"]):
+        here, there = cli(*args, check=False, **extra), cli(*args, check=False, process=True, **extra)
+        assert (here.returncode, here.stdout, here.stderr) == (there.returncode, there.stdout, there.stderr), args
+        assert here.returncode != 0 and here.stderr.startswith("hermes-bulk: "), args
+    made = {}
+    for how in ("here", "there"):
+        made[how] = cli("create", "Do", "--over", str(src), process=how == "there", **extra)
+    ids = [made[how].stdout.split()[2] for how in ("here", "there")]  # "Created job ID with ..."
+    assert made["here"].stdout.replace(ids[0], "ID") == made["there"].stdout.replace(ids[1], "ID")
+    assert "Created job ID with 3 items." in made["here"].stdout.replace(ids[0], "ID")
+    ran_here, ran_there = cli("run", ids[0], **extra), cli("run", ids[1], process=True, **extra)
+    assert ran_here.stdout.replace(ids[0], "ID") == ran_there.stdout.replace(ids[1], "ID")
+    assert cli.status(ids[0], **extra)["state"] == cli.status(ids[1], **extra)["state"] == "waiting_for_worker"
+    assert dict(os.environ) == environ
+    assert {name: (list(lg.handlers), lg.level, lg.propagate)
+            for name in ("hermes_bulk", "huey") for lg in [logging.getLogger(name)]} == loggers
+    broker.close_all()  # what cli.status opened

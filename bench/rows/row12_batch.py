@@ -56,7 +56,7 @@ def _one(ctx: Context, provider: FakeProviderProc, n: int) -> dict:
 
 
 def run(ctx: Context) -> RowResult:
-    small, large = (1_000, 5_000) if ctx.quick else (10_000, 100_000)
+    small, large = (200, 1_000) if ctx.quick else (10_000, 100_000)
     provider = FakeProviderProc()
     try:
         data = {str(n): _one(ctx, provider, n) for n in (small, large)}

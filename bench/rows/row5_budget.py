@@ -70,7 +70,7 @@ def _measure(ctx: Context, backend: str, name: str, *, processes: int, per_proce
 
 
 def run(ctx: Context) -> RowResult:
-    processes, per_process, cap = (8, 50, 200) if ctx.quick else (8, 2_000, 5_000)
+    processes, per_process, cap = (4, 40, 100) if ctx.quick else (8, 2_000, 5_000)
     paced_rate = 100.0  # admissions a second per process: 800/s together, far above any provider's
     cases = {  # name: (processes, admissions each, cap, rate)
         "hammer": (processes, per_process, cap, 0.0),

@@ -13,8 +13,9 @@ name (Redis: in the key names; SQLite: the `queue` column of one file).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -147,6 +148,21 @@ def close_all() -> None:
         for backend in _open.values():
             backend.close()
         _open.clear()
+
+
+@contextlib.contextmanager
+def closing_new() -> Iterator[None]:
+    """Backends first opened inside the block are closed when it ends; those open before stay
+    (a command run inside a process that lives on, such as a test's)."""
+    with _open_lock:
+        before = set(_open)
+    try:
+        yield
+    finally:
+        with _open_lock:
+            new = [key for key in _open if key not in before]
+            for key in new:
+                _open.pop(key).close()
 
 
 def _build(url: str) -> Backend:

@@ -141,14 +141,15 @@ class _GateWhenAsked:
     `list` and `status` of jobs that are not running never do (bench row 7)."""
 
     def admit(self, job) -> float:
-        return _request_gate().admit(job)
+        return request_gate().admit(job)
 
     def held_until(self, job) -> float | None:
-        return _request_gate().held_until(job)
+        return request_gate().held_until(job)
 
 
 @functools.cache
-def _request_gate() -> RequestGate:
+def request_gate() -> RequestGate:
+    """This machine's request gate, found once per process (from HERMES_HOME as it is then)."""
     from .budget.gate import gate_from_environment
 
     return gate_from_environment()
@@ -215,7 +216,7 @@ def _worker_runtime(backend, settings: Settings, threads: int, **options) -> tup
     from .worker import WorkerRuntime
 
     served = client_kinds.served(settings)
-    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or _request_gate(),
+    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or request_gate(),
                             **options)
     runtime.clients.update(served.clients)
     return runtime, served

@@ -52,6 +52,7 @@ from .store.protocol import (
     PAUSED,
     RUNNING,
     Claim,
+    ClaimRefused,
     Event,
     JobRecord,
     WorkerInfo,
@@ -169,7 +170,10 @@ class WorkerRuntime:
             if self._stopping.is_set():  # stopping: claim nothing more, the chain stays on the queue
                 if isinstance(taken, Claim):
                     self.processor.give_back(taken)
-                self.backend.trigger(job_id, index_hint, client=client)
+                # ... unless it has ended: its last completion found nothing more to claim
+                # (tokens in flight only delay it).
+                if not isinstance(taken, ClaimRefused) or taken.reason == "tokens_in_flight":
+                    self.backend.trigger(job_id, index_hint, client=client)
                 return None
             outcome = self.processor.handle(job_id, index_hint, claim=taken, chain=goes_on)
             taken = outcome.next
