@@ -6,10 +6,10 @@ loop while a connection was still open. Every stop here happens with answers in 
 from __future__ import annotations
 
 import gc
-import os
 import http.client
 import json
 import logging
+import os
 import threading
 import time
 
