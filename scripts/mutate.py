@@ -274,7 +274,7 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
             raise SystemExit(f"mutate: the tests of {name} fail without a mutant; fix them first")
         started, report, survivors = time.monotonic(), [], []
         killed = broken = 0
-        for module, number, column, before, after in mutants:
+        for done, (module, number, column, before, after) in enumerate(mutants, 1):
             path = work / module
             original = path.read_text()
             lines = original.splitlines(keepends=True)
@@ -289,6 +289,8 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
             block = (f"{module} {number}:{column} {before.strip() or before!r} -> {after.strip() or after!r}\n"
                      f"test outcome: {outcome}\n-{line.rstrip()}\n+{lines[number - 1].rstrip()}\n")
             report.append(block)
+            print(f"[{done}/{len(mutants)}] {outcome.lower()}: {module.rsplit('/', 1)[-1]} line {number}: "
+                  f"{before.strip() or before!r} -> {after.strip() or after!r}", flush=True)
             if passed is None:
                 broken += 1
             elif passed:

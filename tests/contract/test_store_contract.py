@@ -463,6 +463,11 @@ def test_release_worker_items_and_item_owners(store):
     assert store.item_owners() == {"b": 1}
     job = store.get_job(job_id)
     assert (job.pending, job.running, job.tokens_reserved) == (4, 1, 10), "their reservations are given back"
+    assert store.release_worker_items("b") == {job_id: 1}
+    # What a user reads in `events`, worded the same on both backends, in number too.
+    assert [e.message for e in store.list_events(job_id) if e.kind == "recovered"] == [
+        "2 interrupted items returned to the queue from worker a",
+        "1 interrupted item returned to the queue from worker b"]
 
 
 def test_expired_leases_give_back_their_reservations(clocked):
@@ -550,6 +555,17 @@ def test_token_limit_pauses_only_when_what_is_charged_leaves_no_room(store):
     store.set_state(job_id, RUNNING, from_states=[PAUSED], max_tokens=90)
     assert isinstance(claim(store, job_id), Claim)
     assert store.next_item_estimate(job_id) is None
+
+
+def test_an_item_that_fits_exactly_beside_what_is_charged_waits_and_one_token_less_room_pauses(store):
+    for limit, refusal in ((20, "tokens_in_flight"), (19, "token_limit")):
+        job_id = make_job(store, 3, estimate=10, max_tokens=limit)
+        first = claim(store, job_id)
+        store.complete_item(job_id, first.index, "w1", "r", Usage(5, 5))  # 10 charged
+        if limit == 20:
+            assert isinstance(claim(store, job_id), Claim), "10 charged + 10 reserves exactly the limit"
+        assert claim(store, job_id) == ClaimRefused(refusal), f"10 charged + 10 against {limit}"
+        assert store.get_job(job_id).state == (RUNNING if limit == 20 else PAUSED)
 
 
 def test_token_limit_pauses_while_reservations_are_in_flight_when_they_cannot_help(store):
