@@ -11,6 +11,7 @@ import pytest
 from hermes_bulk.store.compression import MAGIC, MIN_PACKED, pack, unpack
 from hermes_bulk.store.protocol import (
     COMPLETED,
+    FAILED,
     LEARN_AFTER,
     NOT_STARTED,
     PAUSE_TOKEN_LIMIT,
@@ -155,6 +156,22 @@ def test_complete_and_claim_uses_the_learned_allowance(store):  # noqa: F811
     assert job.tokens_reserved == job.reservation(600)
 
 
+@pytest.mark.parametrize(("outputs", "learned"), [
+    ((0, 0, 0), None),  # no output reported: nothing learned, the stored estimate is reserved
+    ((100, 100, 100), 200),  # twice the mean output
+    ((100, 100, 102), 202),  # rounded up: 2 * 302 / 3 = 201.3
+])
+def test_the_learned_allowance_is_twice_the_mean_output_rounded_up(store, outputs, learned):  # noqa: F811
+    assert len(outputs) == LEARN_AFTER
+    job_id = make_job(store, LEARN_AFTER + 1, estimate=600, max_output_tokens=900)
+    for output in outputs:
+        c = claim(store, job_id)
+        store.complete_item(job_id, c.index, "w1", "r", Usage(50, output))
+    claim(store, job_id)
+    # The stored estimate holds the configured allowance (512); the learned one replaces it.
+    assert store.get_job(job_id).tokens_reserved == (600 if learned is None else 600 - 512 + learned)
+
+
 def test_threads_draining_a_job_by_complete_and_claim_complete_each_item_once(store):  # noqa: F811
     n, threads = 60, 6
     job_id = make_job(store, n, estimate=5)
@@ -237,6 +254,24 @@ def test_a_completed_file_items_content_is_dropped_and_its_hash_kept(store, raw_
         assert (detail.item.status, detail.item.result, detail.content) == (COMPLETED, "answer", None)
         assert detail.content_hash == c.content_hash
     assert _stored(store, raw_client, backend_url, job_id, "contents", c.content_hash) is None
+
+
+def test_an_items_duplicates_settle_with_it_counted_and_charged_nothing(store):  # noqa: F811
+    job_id = _job(store, ["same", "same", "same", "once", "twice", "twice"])  # 1, 2 wait on 0; 5 on 4
+    done, failed = claim(store, job_id, hint=0), claim(store, job_id, hint=4)
+    assert (done.index, failed.index) == (0, 4)
+    assert store.complete_item(job_id, 0, "w1", "answer", Usage(3, 4), provider="prov", model="mod")
+    assert store.fail_item(job_id, 4, "w1", ItemError("ModelError", "no", 400))
+    job = store.get_job(job_id)
+    assert (job.completed, job.failed, job.pending, job.running) == (3, 2, 1, 0)
+    assert (job.tokens_charged, job.tokens_in, job.tokens_out) == (7, 3, 4), "a duplicate is charged nothing"
+    for index in (1, 2):
+        item = store.get_item(job_id, index).item
+        assert (item.status, item.result, item.provider, item.model) == (COMPLETED, "answer", "prov", "mod")
+        assert (item.tokens_in, item.tokens_out) == (0, 0)
+    assert store.get_item(job_id, 5).item.status == FAILED
+    assert claim(store, job_id).index == 3, "only the item of its own content is left"
+    assert claim(store, job_id) == ClaimRefused("no_pending")
 
 
 def test_a_failed_items_content_is_kept_for_retry(store):  # noqa: F811

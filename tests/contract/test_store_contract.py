@@ -310,6 +310,15 @@ def test_completion_without_reported_usage_charges_the_estimate(store):
     assert (job.tokens_charged, job.tokens_reserved, job.tokens_in) == (40, 0, 0)
 
 
+def test_completion_with_half_the_usage_reported_charges_what_was_reported(store):
+    job_id = make_job(store, 2, estimate=40)
+    for usage in (Usage(tokens_in=7), Usage(tokens_out=5)):
+        c = claim(store, job_id)
+        store.complete_item(job_id, c.index, "w1", "r", usage)
+    job = store.get_job(job_id)
+    assert (job.tokens_charged, job.tokens_in, job.tokens_out, job.tokens_reserved) == (12, 7, 5, 0)
+
+
 def test_a_completed_item_is_never_claimed_again(clocked):
     store = clocked.store
     job_id = make_job(store, 1)
@@ -452,6 +461,21 @@ def test_an_item_the_worker_lost_track_of_is_not_renewed(clocked):
     clocked.clock.advance(0.001)
     assert store.release_expired_leases() == {job_id: 1}
     assert store.item_owners() == {"w": 1}
+
+
+def test_a_renewed_lease_lasts_exactly_lease_s_from_the_renewal(clocked):
+    store = clocked.store
+    job_id = make_job(store, 1)
+    held = claim(store, job_id, worker="w", lease_s=30)
+    assert store.renew_leases("w", [], lease_s=30) == 0, "nothing to renew"
+    clocked.clock.advance(20)
+    assert store.renew_leases("w", [(job_id, held.index)], lease_s=30) == 1
+    clocked.clock.advance(30)  # 50 s after the claim, 30 s after the renewal
+    assert store.release_expired_leases() == {}, "the renewal runs to its end, inclusive"
+    clocked.clock.advance(0.001)
+    assert store.release_expired_leases() == {job_id: 1}
+    assert [e.message for e in store.list_events(job_id) if e.kind == "recovered"] == [
+        "1 interrupted item returned to the queue"]
 
 
 def test_release_worker_items_and_item_owners(store):
