@@ -247,7 +247,8 @@ def lua_mutants(text: str) -> list[tuple[int, int, str, str]]:
     return found
 
 
-def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only_mutants=None) -> dict[str, int]:
+def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only_mutants=None,
+            killed_before: int = 0) -> dict[str, int]:
     """Mutate each Lua module of the target one change at a time and run its tests on each."""
     mutants = [(module, *m) for module in modules_of(target) for m in lua_mutants((ROOT / module).read_text())]
     if only_mutants is not None:
@@ -258,7 +259,9 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
         copy_tree(work)
-        env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1",
+               # A mutant needs the stateful test's verdict, not its smallest failing example.
+               "HERMES_BULK_STATEFUL_SHRINK": "0"}
         command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                    "-p", "no:xdist", *target["tests"], *(["-k", target["select"]] if target.get("select") else []),
                    *target.get("args", "").split()]
@@ -302,10 +305,11 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
         suffix = ".rerun" if only_mutants is not None else ""
         (out / f"{name}{suffix}.txt").write_text("\n".join(report))
         (out / f"{name}.survivors.txt").write_text("\n".join(survivors))
-        score = killed / max(1, killed + len(survivors))
+        score = (killed_before + killed) / max(1, killed_before + killed + len(survivors))
         broke = f", {broken} broke the test run (counted as neither)" if broken else ""
+        before = f" (with the {killed_before} killed in the last full run)" if only_mutants is not None else ""
         print(f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants: {killed} killed, "
-              f"{len(survivors)} survived{broke}: score {score:.0%} ({time.monotonic() - started:.0f} s); "
+              f"{len(survivors)} survived{broke}: score {score:.0%}{before} ({time.monotonic() - started:.0f} s); "
               f"mutation-reports/{name}{suffix}.txt")
         for block in survivors[:3]:
             print("  survivor: " + block.strip().replace("\n", "\n  "))
@@ -314,32 +318,41 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
         shutil.rmtree(work, ignore_errors=True)
 
 
-def last_lua_survivors(name: str) -> set[tuple]:
-    """The survivors of the target's last full Lua run, as lua_mutants names them."""
+def last_lua_survivors(name: str) -> tuple[set[tuple], int]:
+    """The survivors of the target's last full Lua run, as lua_mutants names them (module, line,
+    column, what was there, what replaced it), and how many it killed."""
     found = set()
     for block in (ROOT / "mutation-reports" / f"{name}.survivors.txt").read_text().split("\n\n"):
         if block.strip():
-            head = block.splitlines()[0]
-            module, at, rest = head.split(" ", 2)
+            module, at, _ = block.splitlines()[0].split(" ", 2)
+            minus, plus = (line[1:] for line in block.splitlines()[2:4])
             number, column = (int(x) for x in at.split(":"))
-            found.add((module, number, column))
-    return found
+            before = after = None
+            for candidate in lua_mutants(minus):  # the one change at that column that gives plus
+                if candidate[1] == column and minus[:column] + candidate[3] + minus[column + len(candidate[2]):] == plus:
+                    before, after = candidate[2], candidate[3]
+            found.add((module, number, column, before, after))
+    report = (ROOT / "mutation-reports" / f"{name}.txt").read_text()
+    return found, report.count("test outcome: KILLED")
 
 
 def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bool = False,
         survivors_only: bool = False) -> dict[str, int]:
     if all(module.endswith(".lua") for module in modules_of(target)):
         if survivors_only:
-            again = last_lua_survivors(name)
+            again, killed_before = last_lua_survivors(name)
             chosen = {m for m in [(module, *x) for module in modules_of(target)
-                                  for x in lua_mutants((ROOT / module).read_text())] if m[:3] in again}
-            return run_lua(name, target, timeout_s=timeout_s, count_only=count_only, only_mutants=chosen)
+                                  for x in lua_mutants((ROOT / module).read_text())] if m in again}
+            return run_lua(name, target, timeout_s=timeout_s, count_only=count_only, only_mutants=chosen,
+                           killed_before=killed_before)
         return run_lua(name, target, timeout_s=timeout_s, count_only=count_only)
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
         copy_tree(work)
         (work / "cosmic-ray.toml").write_text(config(target, timeout_s))
-        env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1",
+               # A mutant needs the stateful test's verdict, not its smallest failing example.
+               "HERMES_BULK_STATEFUL_SHRINK": "0"}
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
         subprocess.run([*cr, "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
         outside, annotated = prefilter(work / "session.sqlite", work, target)
