@@ -17,6 +17,7 @@ from hermes_bulk.jobs import Jobs
 from hermes_bulk.sources import content_hash
 from hermes_bulk.store.protocol import (
     COMPLETED,
+    LEARN_AFTER,
     NOT_STARTED,
     PENDING,
     RUNNING,
@@ -253,3 +254,21 @@ def test_a_rerun_over_a_csv_keeps_the_rows_for_export_with_input(jobs, tmp_path)
     assert json.loads(jobs.item(job.job_id, "row:1").detail.content) == {"text": "hello", "n": "1"}
     table = list(csv.reader(io.StringIO(_export(jobs, job.job_id, "csv", with_input=True))))
     assert [r[:2] for r in table] == [["text", "n"], ["hello", "1"], ["world", "2"]]
+
+
+def test_the_learned_allowance_counts_only_the_items_this_job_asked_for(store):  # noqa: F811
+    """Reused answers cost this job nothing: they are not among the completed items whose mean
+    output it learns from (three answered here at 100 tokens out: twice the mean is 200)."""
+    earlier = ["one", "two", "three"]
+    _answered(store, earlier)
+    job_id = _begin(store, max_output_tokens=900)
+    new = [f"new {i}" for i in range(LEARN_AFTER + 1)]
+    store.add_items(job_id, [NewItem(i, f"item-{i}", c, content_hash(c), f"f{i}.txt", -1, "1:1", 600,
+                                     answer_key=content_hash(c)[3:]) for i, c in enumerate(earlier + new)])
+    _start(store, job_id)
+    assert store.get_job(job_id).reused == len(earlier)
+    for _ in range(LEARN_AFTER):
+        c = claim(store, job_id)
+        assert store.complete_item(job_id, c.index, "w1", "answer", Usage(50, 100))
+    claim(store, job_id)
+    assert store.get_job(job_id).tokens_reserved == 600 - 512 + 200

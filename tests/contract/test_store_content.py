@@ -160,6 +160,7 @@ def test_complete_and_claim_uses_the_learned_allowance(store):  # noqa: F811
     ((0, 0, 0), None),  # no output reported: nothing learned, the stored estimate is reserved
     ((100, 100, 100), 200),  # twice the mean output
     ((100, 100, 102), 202),  # rounded up: 2 * 302 / 3 = 201.3
+    ((0, 0, 1), 1),  # one token of output is output reported: 2 * 1 / 3 rounded up
 ])
 def test_the_learned_allowance_is_twice_the_mean_output_rounded_up(store, outputs, learned):  # noqa: F811
     assert len(outputs) == LEARN_AFTER

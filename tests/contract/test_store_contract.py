@@ -406,6 +406,9 @@ def test_attempts_and_rate_limit_waits_are_counted_per_item(store):
     assert (again.attempts, again.rate_limit_waits) == (2, 1)
     assert [e.kind for e in store.list_events(job_id)][-5:] == ["attempt_failed", "rate_limited", "rate_limited",
                                                                  "attempt_failed", "rate_limited"]
+    # Each event keeps its item, error type and HTTP status, as `events` shows them.
+    assert [(e.item_index, e.error_type, e.http_status) for e in store.item_events(job_id, again.index)][-2:] == [
+        (again.index, "TransientError", 503), (again.index, "RateLimitError", 429)]
 
 
 def test_a_failed_attempt_is_counted_and_settled_in_one_step(store):
