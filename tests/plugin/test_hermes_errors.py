@@ -92,3 +92,15 @@ def test_hermes_own_refusals_stay_permanent():
 
     assert type(hermes.classify_error(PluginLlmTrustError("not allowed"))) is PermanentModelError
     assert type(hermes.classify_error(RuntimeError("no provider"))) is PermanentModelError
+
+
+def test_a_library_error_that_subclasses_runtime_error_is_retried_not_taken_for_a_setup_error():
+    """pydantic 2.13's PydanticUserError is a RuntimeError: Hermes raised one from the first
+    concurrent calls of a job (CI, 2026-12-03), and the item failed as "check the model setup"."""
+    from pydantic.errors import PydanticUserError
+
+    odd = PydanticUserError("BaseModel cannot be instantiated directly", code="base-model-instantiated")
+    assert isinstance(odd, RuntimeError)
+    error = hermes.classify_error(odd)
+    assert type(error) is TransientModelError
+    assert str(error).startswith("Hermes' model call failed (PydanticUserError)")
