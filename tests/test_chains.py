@@ -122,3 +122,28 @@ def test_with_nothing_else_waiting_a_chain_claims_every_next_item_with_the_compl
     # The triggers sent are the starts (run's, and the pump's if it saw no claim yet); a chain
     # handing its thread back would send one with the next item's index.
     assert [hint for _job_id, hint, *_ in enqueued] == [0] * len(enqueued), enqueued
+
+
+@pytest.mark.parametrize("items", [1, 2])
+def test_a_worker_stopping_as_a_chain_completes_leaves_the_chain_queued_only_if_it_has_more(
+        settings_on, fake_provider, tmp_path, monkeypatch, items):
+    """The stop arrives just as the chain's completion returns (its next claim made or refused):
+    with an item claimed next, the chain goes back on the queue at that item; with nothing left
+    to claim, the chain has ended and nothing is queued for it."""
+    jobs = Jobs(settings_on)
+    job_id = _job(jobs, tmp_path, f"stop{items}", items)
+    jobs.run(job_id)
+    runtime = WorkerRuntime(jobs.backend, jobs.settings, threads=1)
+    real_handle = runtime.processor.handle
+
+    def handle_then_stop(*args, **kwargs):
+        outcome = real_handle(*args, **kwargs)
+        runtime.stop()
+        return outcome
+    monkeypatch.setattr(runtime.processor, "handle", handle_then_stop)
+    sent = []
+    monkeypatch.setattr(jobs.backend, "trigger", lambda *args, **kwargs: sent.append(args))
+    assert runtime.handle_trigger(job_id, 0) is None
+    assert jobs.status(job_id).job.completed == 1
+    chain_triggers = [args for args in sent if len(args) == 2]  # the chain's (job, next index)
+    assert chain_triggers == ([(job_id, 1)] if items == 2 else []), sent
