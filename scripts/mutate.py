@@ -43,6 +43,13 @@ def copy_tree(into: Path) -> None:
             shutil.copy2(src, into / name)
 
 
+def test_env(work: Path) -> dict[str, str]:
+    """The environment a mutant's tests run in: every process on the copy's src/."""
+    return {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1",
+            # A mutant needs the stateful test's verdict, not its smallest failing example.
+            "HERMES_BULK_STATEFUL_SHRINK": "0"}
+
+
 def modules_of(target: dict) -> list[str]:
     """`module` is one file or a list of files."""
     return [target["module"]] if isinstance(target["module"], str) else list(target["module"])
@@ -210,7 +217,8 @@ _LUA_TOKEN = re.compile(r"<=|>=|==|~=|<|>| and | or | \+ | - |\bnot |math\.min|m
 
 
 def _lua_code_spans(line: str) -> list[tuple[int, int]]:
-    """The parts of one line of Lua that are code: not a '…' or "…" string, not a -- comment."""
+    """The parts of one line of Lua that are code: not a '…' or "…" string, not a -- comment.
+    Long brackets (`[[…]]`, `--[[…]]`) are not read: no script of ours uses them (a test says so)."""
     spans, start, i, quote = [], 0, 0, ""
     while i < len(line):
         ch = line[i]
@@ -259,9 +267,7 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
         copy_tree(work)
-        env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1",
-               # A mutant needs the stateful test's verdict, not its smallest failing example.
-               "HERMES_BULK_STATEFUL_SHRINK": "0"}
+        env = test_env(work)
         command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
                    "-p", "no:xdist", *target["tests"], *(["-k", target["select"]] if target.get("select") else []),
                    *target.get("args", "").split()]
@@ -350,9 +356,7 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bo
     try:
         copy_tree(work)
         (work / "cosmic-ray.toml").write_text(config(target, timeout_s))
-        env = {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1",
-               # A mutant needs the stateful test's verdict, not its smallest failing example.
-               "HERMES_BULK_STATEFUL_SHRINK": "0"}
+        env = test_env(work)
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
         subprocess.run([*cr, "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
         outside, annotated = prefilter(work / "session.sqlite", work, target)

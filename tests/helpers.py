@@ -101,17 +101,26 @@ def run_in_process(args: list[str], env: dict[str, str]) -> subprocess.Completed
     out, err = io.StringIO(), io.StringIO()
     saved_argv = sys.argv
     sys.argv = ["hermes-bulk", *args]
+    _forget_request_gate(cli)
     try:
         with (environment(env), _logging_restored(), broker.closing_new(),
               contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
             try:
                 code = cli.main(list(args))
             except SystemExit as exc:  # as the interpreter would end it
-                code = exc.code if isinstance(exc.code, int) else 1
+                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     finally:
         sys.argv = saved_argv
-        cli.request_gate.cache_clear()  # a process finds its budget from its own HERMES_HOME
+        _forget_request_gate(cli)
     return subprocess.CompletedProcess(["hermes-bulk", *args], code, out.getvalue(), err.getvalue())
+
+
+def _forget_request_gate(cli) -> None:
+    """A process finds its budget from its own HERMES_HOME: the gate a command found (and the
+    ledger it opened) is closed and forgotten."""
+    if cli.request_gate.cache_info().currsize:
+        cli.request_gate().close()
+    cli.request_gate.cache_clear()
 
 
 def job_status(jobs: Jobs, job_id: str) -> dict:

@@ -52,6 +52,13 @@ def test_a_string_with_an_escaped_quote_ends_where_lua_ends_it():
     assert [(b, a) for _n, _c, b, a in mutate.lua_mutants(line)] == [(">", ">="), ("2", "3"), ("2", "1")]
 
 
+def test_no_script_has_a_long_string_or_comment_the_mutator_would_read_as_code():
+    scripts = sorted((ROOT / "src/hermes_bulk").rglob("*.lua"))
+    assert scripts
+    for script in scripts:
+        assert "[[" not in script.read_text() and "[=" not in script.read_text(), script
+
+
 def test_the_store_scripts_have_mutants_and_each_names_its_place_exactly():
     script = ROOT / "src/hermes_bulk/store/redis/lua/claim_item.lua"
     lines = script.read_text().splitlines()

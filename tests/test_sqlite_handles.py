@@ -462,3 +462,21 @@ def test_threads_loading_settings_for_different_homes_never_get_each_others(tmp_
         sys.setswitchinterval(old)
     assert crossovers == [], f"{len(crossovers)} of {1500 * len(homes)} loads got another home"
     assert load_settings().home != homes[0], "plugin settings do not outlive their load"
+
+
+def test_backends_opened_inside_closing_new_are_closed_after_it_and_those_before_stay(tmp_path):
+    """A command run inside a process that lives on (a test's, tests/helpers.run_in_process)
+    leaves no backend of its own open, and keeps the process's."""
+    before = Settings(backend=f"sqlite:///{tmp_path}/before.db")
+    inside = Settings(backend=f"sqlite:///{tmp_path}/inside.db")
+    try:
+        kept = broker.open_backend(before)
+        with broker.closing_new():
+            assert broker.open_backend(before) is kept
+            opened = broker.open_backend(inside)
+        assert broker.open_backend(before) is kept, "one open before the block stays open"
+        assert broker.open_backend(inside) is not opened, "the one opened inside was closed and forgotten"
+        assert kept.store.get_job("nosuchjob") is None
+    finally:
+        broker.close_all()
+

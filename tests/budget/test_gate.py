@@ -36,6 +36,18 @@ def test_no_budget_is_configured_until_there_are_settings_a_ledger_or_the_enviro
     assert gate.configured(), "the same gate follows the budget set after it was made"
 
 
+def test_closing_a_gate_closes_the_budget_it_opened_and_the_next_ask_opens_a_new_one(root):
+    unused = gate_from_environment()
+    unused.close()  # nothing opened: nothing to close
+    assert not budget_dir().exists(), "closing a gate that never asked opens nothing"
+    gate = gate_from_environment()
+    Budget(budget_dir()).settings_file.set("mode", "observe")
+    first = gate.budget
+    assert first.report().counts.total == 0  # the ledger is open now
+    gate.close()
+    assert gate.budget is not first
+
+
 def test_a_ledger_url_in_the_environment_configures_the_budget(root, monkeypatch, redis_url):
     monkeypatch.setenv(LEDGER_ENV, redis_url)
     gate = gate_from_environment(profile="host-a")

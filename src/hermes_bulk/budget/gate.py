@@ -76,6 +76,13 @@ class BudgetGate:
                 self._budget = Budget(self.directory)
             return self._budget
 
+    def close(self) -> None:
+        """Close the budget's ledger, if this gate opened one."""
+        with self._lock:
+            budget, self._budget = self._budget, None
+        if budget is not None:
+            budget.close()
+
     def configured(self) -> bool:
         """Whether a budget applies now: HERMES_BULK_BUDGET_LEDGER is set, this process counts
         (counting_here), or the budget directory holds budget.json or a ledger someone counts in."""
