@@ -101,6 +101,20 @@ def test_observe_mode_lets_over_cap_calls_through_counts_them_and_records_would_
     assert (job.requests, job.held_runs, job.would_block_runs) == (8, 0, 1)  # one run, two calls
 
 
+def test_each_admission_says_what_it_decided_and_the_counts_right_after_it(ledger, window):
+    def said(call, **kw):
+        a = admit(ledger, window, call, **kw)
+        return a.decision, a.counted, a.window_total, a.job_requests, a.job_held_runs
+
+    assert said(cron(run="r1"), job_limit=2) == (ALLOWED, True, 1, 1, 0)  # a window's first call
+    assert said(chat()) == (ALLOWED, True, 2, 0, 0)
+    assert said(cron(run="r2"), job_limit=2) == (ALLOWED, True, 3, 2, 0)
+    assert said(cron(run="r3"), job_limit=2) == (HELD, False, 3, 2, 1)
+    assert said(cron(run="r4", model="gpt-4o"), job_limit=2, models=("*:free",)) == (ALLOWED, False, 3, 2, 1)
+    assert said(cron(run="r5"), job_limit=2, mode="observe") == (WOULD_BLOCK, True, 4, 3, 1)
+    assert said(cron(job="job2"), job_limit=2) == (ALLOWED, True, 5, 1, 0)
+
+
 def test_held_runs_are_counted_once_per_run_and_the_first_is_told_apart(ledger, window):
     for i in range(6):
         admit(ledger, window, cron(run=f"r{i}"))
@@ -162,6 +176,9 @@ def test_a_job_keeps_its_name_and_class(ledger, window):
     admit(ledger, window, cron(name=""))  # a call that could not look the name up keeps the old one
     (job,) = ledger.counts(window).jobs()
     assert (job.job_id, job.name, job.call_class) == ("job1", "morning digest", "cron")
+    admit(ledger, window, cron(name="evening digest"))  # renamed in Hermes: the new name shows
+    (job,) = ledger.counts(window).jobs()
+    assert job.name == "evening digest"
 
 
 # Eight processes at once ----------------------------------------------------------------------
