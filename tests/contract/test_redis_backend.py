@@ -27,7 +27,7 @@ from hermes_bulk.store.protocol import (
     WorkerInfo,
 )
 from hermes_bulk.store.redis.jobs import RETRY_BATCH_ITEMS
-from hermes_bulk.store.redis.keys import EVENTS_KEPT
+from hermes_bulk.store.redis.keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
 from tests.conftest import RedisServer, free_port
 
 from ..helpers import wait_for
@@ -135,6 +135,14 @@ def test_finished_workers_and_their_index_expire(store, raw, redis_url):
     assert store.live_workers() == []
     wait_for(lambda: keys_of(raw, prefix) == [], timeout=10, interval=0.01,
              message="nothing of the dead worker left behind (its index expires with it)")
+
+
+def test_a_limit_key_lives_a_day_past_its_last_use_and_a_success_on_no_key_makes_none(backend, raw):
+    limits = backend.limits
+    limits.acquire("paced", rpm=60, tpm=None, tokens=1)  # busy for the next second
+    assert 0 < raw.pttl(limits.keys.limit("paced")) <= 1000 + LIMIT_IDLE_KEEP_MS
+    limits.clear_backoff("never-limited")  # nothing to reset: no key without an expiry is left
+    assert raw.exists(limits.keys.limit("never-limited")) == 0
 
 
 def test_huey_queue_keys_are_namespaced_by_the_prefix(redis_server, raw):
