@@ -37,8 +37,8 @@ def pool(args: argparse.Namespace) -> dict:
     """
     import httpx
 
-    from hermes_bulk import prompt
-    from hermes_bulk.model import HttpModelClient
+    from hermes_bulk.jobs import prompt
+    from hermes_bulk.providers.client import HttpModelClient
     from hermes_bulk.sources import Source, content_hash
 
     items = [(e.name, e.content) for e in Source(args.source, max_item_bytes=1 << 22).entries()]
@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> dict:
     """`hermes-bulk run JOB --wait`, without the progress bar: from `run` until the store's
     counts say every item finished. With --external K, this process only runs the job (as
     `hermes-bulk run JOB` does) and watches; K worker processes, already registered, do the work."""
-    from hermes_bulk.config import load_settings
-    from hermes_bulk.jobs import Jobs
-    from hermes_bulk.worker import WorkerRuntime
+    from hermes_bulk.config.settings import load_settings
+    from hermes_bulk.jobs.service import Jobs
+    from hermes_bulk.runtime.worker import WorkerRuntime
 
     settings = load_settings()
     jobs = Jobs(settings)
@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> dict:
 def fill(args: argparse.Namespace) -> dict:
     """Give every item of a job a result through the store's own claim and complete_and_claim (no model
     calls): how the export benchmark gets a million completed results in minutes."""
-    from hermes_bulk.broker import open_backend
-    from hermes_bulk.config import load_settings
+    from hermes_bulk.config.settings import load_settings
+    from hermes_bulk.fleet.broker import open_backend
     from hermes_bulk.store.protocol import NOT_STARTED, RUNNING, ClaimRefused, Usage
     from hermes_bulk.testing.fake_provider import expected_answer
 
@@ -145,8 +145,8 @@ def answer_all(args: argparse.Namespace) -> dict:
     store (results, counters, the answer index): set-wise SQL, seconds where `fill` takes
     tens of minutes on a loaded machine. Only for building a full index of earlier answers
     (row 8); what one completion writes is complete_item's, tested in tests/test_reuse.py."""
-    from hermes_bulk.broker import open_backend
-    from hermes_bulk.config import load_settings
+    from hermes_bulk.config.settings import load_settings
+    from hermes_bulk.fleet.broker import open_backend
 
     store = open_backend(load_settings()).store
     t0 = time.perf_counter()
@@ -167,8 +167,8 @@ def partial(args: argparse.Namespace) -> dict:
     dashboard): the first --share of the items completed with results, every --fail-every-th of
     those failed with an error and an item_failed event, the job running. Seconds, where
     claiming and completing a million takes tens of minutes on a loaded machine."""
-    from hermes_bulk.broker import open_backend
-    from hermes_bulk.config import load_settings
+    from hermes_bulk.config.settings import load_settings
+    from hermes_bulk.fleet.broker import open_backend
     from hermes_bulk.store.protocol import NOT_STARTED, RUNNING
 
     store = open_backend(load_settings()).store

@@ -180,7 +180,7 @@ class HermesEnv:
 
     def settings(self):
         """The same settings in this process (to watch the store; bench rows do no work here)."""
-        from hermes_bulk.config import load_settings
+        from hermes_bulk.config.settings import load_settings
 
         return load_settings(home=self.home, backend=self.backend or "", base_url=self.base_url,
                              model="fake-model", **{k[len("HERMES_BULK_"):].lower(): v for k, v in self.vars.items()

@@ -115,7 +115,7 @@ def run_rows(wanted: list[int] | None, *, quick: bool, rounds: int | None = None
                 result = module.run(ctx)
             finally:
                 ctx.close()
-                from hermes_bulk import broker
+                from hermes_bulk.fleet import broker
 
                 broker.close_all()
             result.quick, result.measured_at = quick, now_text()

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.config import Settings, load_settings
-from hermes_bulk.jobs import Jobs
+from hermes_bulk.config.settings import Settings, load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.testing.fake_provider import FakeProvider
 
 from .helpers import environment, job_status, run_in_process

@@ -6,7 +6,7 @@ opportunity passed: the job's triggers are all taken off its queue, then every l
 begun maintenance passes (each pass starts with a heartbeat in the store, and the pass before
 it ended with the pump that restarts stalled jobs).
 
-Status in-process: `local_jobs` opens the service API (`hermes_bulk.jobs.Jobs`) on a data
+Status in-process: `local_jobs` opens the service API (`hermes_bulk.jobs.service.Jobs`) on a data
 directory and backend, so a test polls the store instead of starting a `hermes-bulk status`
 process per poll (the command itself has tests of its own).
 
@@ -30,9 +30,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from hermes_bulk import broker
-from hermes_bulk.config import load_settings
-from hermes_bulk.jobs import Jobs
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.service import Jobs
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = "condition"):
@@ -96,7 +96,7 @@ def _logging_restored() -> Iterator[None]:
 def run_in_process(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
     """`hermes-bulk ARGS` run by cli.main in this process, with env as its whole environment;
     its output and exit status as subprocess.run gives them."""
-    from hermes_bulk import cli
+    from hermes_bulk.frontends import cli
 
     out, err = io.StringIO(), io.StringIO()
     saved_argv = sys.argv

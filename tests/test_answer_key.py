@@ -1,4 +1,4 @@
-"""The answer key and the framing of one item (prompt.py), as pure functions.
+"""The answer key and the framing of one item (jobs/prompt.py), as pure functions.
 
 The answer key decides whether an earlier answer is reused (never pay twice, never reuse the
 answer to another question): everything that shapes an answer must change it, nothing else may.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_bulk import prompt
+from hermes_bulk.jobs import prompt
 
 BASE = dict(model="gpt-x", client="openai", instruction="Summarise", schema='{"type": "object"}',
             max_output_tokens=300, sampling={"temperature": 0.2, "top_p": 0.9},

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hermes_bulk import answers
 from hermes_bulk.errors import InvalidAnswer, ModelError, PermanentModelError, TruncatedAnswer
-from hermes_bulk.model import HttpModelClient
-from hermes_bulk.pipeline import structured
+from hermes_bulk.providers import answers
+from hermes_bulk.providers.client import HttpModelClient
+from hermes_bulk.runtime.pipeline import structured
 from hermes_bulk.testing.fake_provider import HOSTILE
 
 from .helpers import wait_for
@@ -116,7 +116,7 @@ def test_create_refuses_a_schema_nested_past_the_parser_in_one_line(cli, tmp_pat
 def test_an_answer_is_checked_against_the_users_schema_not_the_strict_form():
     """A property the user left optional may be missing, and one the user's schema bounds is
     held to it: the answer is checked against what the user wrote."""
-    from hermes_bulk.model import Completion
+    from hermes_bulk.providers.client import Completion
     from hermes_bulk.store.protocol import Usage
 
     text = json.dumps(LABEL)

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from hermes_bulk import broker
+from hermes_bulk.fleet import broker
 from hermes_bulk.testing.fake_provider import expected_answer
 
 from .helpers import wait_for

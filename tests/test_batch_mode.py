@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.config import load_settings
-from hermes_bulk.jobs import DELETE_WAIT_S, Jobs
-from hermes_bulk.limits import RATE_LIMIT_BASE_S, RATE_LIMIT_CAP_S
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.service import DELETE_WAIT_S, Jobs
+from hermes_bulk.providers.pacing import RATE_LIMIT_BASE_S, RATE_LIMIT_CAP_S
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
 from .helpers import wait_for

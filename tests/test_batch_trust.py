@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk.batch_api import LINE_HEAD_BYTES, bounded_lines, read_line
-from hermes_bulk.batches import bound_index
+from hermes_bulk.providers.batch_api import LINE_HEAD_BYTES, bounded_lines, read_line
+from hermes_bulk.runtime.batch_driver import bound_index
 from hermes_bulk.testing.fake_batches import ABSENT
 from hermes_bulk.testing.fake_provider import expected_answer
 
@@ -252,10 +252,10 @@ def test_a_fault_of_ours_in_one_job_is_recorded_and_the_pass_goes_on(env, fake_p
     """An unexpected exception in one job's batch step (here: its Batch API cannot even be built)
     is logged, recorded once as an event without its text, ends that job within its retries, and
     the job polled after it in the same pass completes."""
-    from hermes_bulk import broker
-    from hermes_bulk.config import load_settings
-    from hermes_bulk.jobs import Jobs
-    from hermes_bulk.worker import WorkerRuntime
+    from hermes_bulk.config.settings import load_settings
+    from hermes_bulk.fleet import broker
+    from hermes_bulk.jobs.service import Jobs
+    from hermes_bulk.runtime.worker import WorkerRuntime
 
     monkeypatch.setenv("HERMES_BULK_BATCH_POLL_SECONDS", "0.05")
     settings = load_settings()

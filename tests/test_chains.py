@@ -17,11 +17,12 @@ import json
 
 import pytest
 
-from hermes_bulk import broker, worker
-from hermes_bulk.config import load_settings
-from hermes_bulk.jobs import Jobs
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.service import Jobs
+from hermes_bulk.runtime import worker
+from hermes_bulk.runtime.worker import WorkerRuntime
 from hermes_bulk.store.protocol import Claim
-from hermes_bulk.worker import WorkerRuntime
 
 from .helpers import wait_for
 

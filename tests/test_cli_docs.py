@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from hermes_bulk.commands import build_parser
+from hermes_bulk.frontends.parser import build_parser
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 HEADER = """# hermes-bulk command reference

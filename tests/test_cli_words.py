@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-from hermes_bulk.jobs import JobStatus
+from hermes_bulk.frontends.views import status_text
+from hermes_bulk.jobs.service import JobStatus
 from hermes_bulk.store.protocol import JobRecord, JobSpec
-from hermes_bulk.views import status_text
 from tests.helpers import wait_for
 
 

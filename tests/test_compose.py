@@ -75,7 +75,7 @@ def test_the_readme_fleet_section_says_compose_v2_and_the_env_copy_step():
 
 
 def test_the_dashboard_is_a_service_that_needs_its_token_and_publishes_on_loopback_only():
-    from hermes_bulk.commands import build_parser
+    from hermes_bulk.frontends.parser import build_parser
 
     services = compose()["services"]
     dashboard = services["dashboard"]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk.config import Settings, load_settings
+from hermes_bulk.config.settings import Settings, load_settings
 from hermes_bulk.errors import ConfigError
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -1,5 +1,5 @@
 """An endpoint that is down, a key it refuses or a model it does not know pauses the job (the
-breaker per endpoint, breaker.py) instead of failing its items one by one; `resume` continues it
+breaker per endpoint, runtime/breaker.py) instead of failing its items one by one; `resume` continues it
 once the endpoint is fixed, with nothing lost and no attempt charged.
 
 Through the real CLI (`run --wait`, `resume --wait`) and a real `hermes-bulk worker`, on SQLite
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.breaker import EndpointBreaker
-from hermes_bulk.config import load_settings
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.runtime.breaker import EndpointBreaker
 from hermes_bulk.testing.fake_provider import FakeProvider, expected_answer
 
 from .helpers import wait_for

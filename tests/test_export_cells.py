@@ -12,7 +12,7 @@ import csv
 
 import pytest
 
-from hermes_bulk.export import neutralise
+from hermes_bulk.jobs.export import neutralise
 
 FORMULA_STARTS = ["=", "+", "-", "@", "\t", "\r"]
 

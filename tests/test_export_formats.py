@@ -16,8 +16,9 @@ import stat
 
 import pytest
 
-from hermes_bulk import broker, export
 from hermes_bulk.errors import InputError, UsageError
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs import export
 from hermes_bulk.store.protocol import (
     COMPLETED,
     FAILED,

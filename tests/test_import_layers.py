@@ -1,7 +1,7 @@
 """The arrows point down: what a module loads, checked in a fresh interpreter (issue 17, part 4).
 
-jobs.py (the service API) sits above the store and below the worker runtime, which consumes it;
-liveness.py (who is alive) sits below both, on the store protocol alone.
+jobs/service.py (the service API) sits above the store and below the worker runtime, which consumes it;
+fleet/liveness.py (who is alive) sits below both, on the store protocol alone.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ def loaded_by(module: str) -> set[str]:
 
 
 @pytest.mark.parametrize("module, above", [
-    ("hermes_bulk.jobs", {"hermes_bulk.worker", "hermes_bulk.cli", "hermes_bulk.plugin"}),
-    ("hermes_bulk.liveness", {"hermes_bulk.worker", "hermes_bulk.jobs", "hermes_bulk.broker", "hermes_bulk.pipeline",
-                              "hermes_bulk.tasks"}),
+    ("hermes_bulk.jobs.service", {"hermes_bulk.runtime.worker", "hermes_bulk.frontends.cli", "hermes_bulk.plugin"}),
+    ("hermes_bulk.fleet.liveness", {"hermes_bulk.runtime.worker", "hermes_bulk.jobs.service", "hermes_bulk.fleet.broker", "hermes_bulk.runtime.pipeline",
+                              "hermes_bulk.fleet.tasks"}),
 ])
 def test_a_module_loads_nothing_above_it(module, above):
     loaded = loaded_by(module)

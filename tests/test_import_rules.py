@@ -5,7 +5,7 @@
 - No cycles: no module imports one that imports it back, however many steps away, lazily or not.
 - Owners: each heavy library has the modules that may import it (THIRD_PARTY); everything else
   reaches it through them, so the backends, the HTTP client and the terminal stay swappable.
-- Start-up: `hermes_bulk.cli` loads none of them until a command needs one (`path`, `list`
+- Start-up: `hermes_bulk.frontends.cli` loads none of them until a command needs one (`path`, `list`
   and `status` start without huey, redis, httpx, tenacity, rich, the dashboard's starlette
   and uvicorn, which only `dashboard` loads, or pydantic: their settings are read by
   quick_settings when the environment leaves no doubt).
@@ -27,44 +27,47 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "hermes_bulk"
 
 #: Lowest first. A module may import its own layer and the layers below it, never one above.
+#: Finer than the README's layout table (folders): within the folders, the order of modules.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("leaves: the standard library only", (
-        "errors", "words", "durations", "redact", "files", "full_disk", "pipes", "prompt", "metrics", "terminal", "store",
-        "store.protocol", "store.records", "store.limits_math", "store.sqlite", "store.redis",
-        "budget", "budget.policy", "budget.turns", "budget.windows", "testing",
-        "testing.*", "plugin", "dashboard")),
+        "errors", "words", "durations", "redact", "files", "full_disk", "broken_pipe", "usage",
+        "jobs.prompt", "runtime.metrics", "frontends.terminal",
+        "store", "store.protocol", "store.records", "store.limits_math", "store.sqlite", "store.redis",
+        "budget", "budget.policy", "budget.turns", "budget.windows", "testing", "testing.*", "plugin",
+        "config", "fleet", "providers", "jobs", "runtime", "frontends", "frontends.dashboard")),
     ("configuration and where things are", (
-        "", "config", "settings_fields", "quick_settings", "backend_url", "logs", "budget.settings", "budget.grammar", "budget.failopen")),
+        "", "config.*", "frontends.logs", "budget.settings", "budget.grammar", "budget.failopen")),
     ("one backend each: stores, queues, ledgers", (
-        "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger", "budget.redis_ledger",
-        "budget.ledgers")),
+        "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger",
+        "budget.redis_ledger", "budget.ledger_location")),
     ("what an item goes through", (
-        "limits", "answers", "model", "breaker", "doctor", "batch_api", "sources", "sources.*", "flag_files",
-        "export", "hints", "liveness", "endpoints",
-        "tasks", "budget.service", "dashboard.access",
-        "budget.gate", "budget.report")),
-    ("the backend from a URL, one item's life", ("broker", "pipeline", "batches")),
-    ("the service API and the grammar", ("jobs", "commands", "budget.commands")),
-    ("what runs and shows jobs", ("worker", "views", "client_kinds", "dashboard.figures")),
-    ("the answers both front ends give", ("replies",)),
-    ("front ends", ("cli", "__main__", "plugin.*", "dashboard.app", "dashboard.serve")),
+        "providers.*", "runtime.breaker", "sources", "sources.*", "frontends.flag_files", "jobs.export",
+        "jobs.hints", "fleet.liveness", "fleet.endpoints", "fleet.tasks", "budget.service",
+        "frontends.dashboard.access", "budget.gate", "budget.report")),
+    ("the backend from a URL, one item's life", ("fleet.broker", "runtime.pipeline", "runtime.batch_driver")),
+    ("the service API and the grammar", ("jobs.service", "frontends.parser", "budget.commands")),
+    ("what runs and shows jobs", (
+        "runtime.worker", "runtime.process", "frontends.views", "runtime.client_kinds",
+        "frontends.dashboard.figures")),
+    ("the answers both front ends give", ("frontends.replies",)),
+    ("front ends", ("frontends.cli", "__main__", "plugin.*", "frontends.dashboard.app", "frontends.dashboard.serve")),
 ]
 
 #: The only modules that may import each library (relative to src/hermes_bulk).
 THIRD_PARTY: dict[str, set[str]] = {
-    "huey": {"tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
+    "huey": {"fleet/tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
     "redis": {"store/redis/connection.py", "store/redis/jobs.py", "store/redis/queue.py",
               "store/redis/scripts.py", "budget/redis_ledger.py"},
-    "httpx": {"model.py", "batch_api.py", "doctor.py", "plugin/hermes.py"},
+    "httpx": {"providers/client.py", "providers/batch_api.py", "providers/doctor.py", "plugin/hermes.py"},
     "zstandard": {"store/compression.py"},
-    "jsonschema": {"answers.py"},
-    "referencing": {"answers.py"},
-    "tenacity": {"pipeline.py"},
-    "rich": {"terminal.py", "views.py"},
-    "pydantic": {"config.py", "budget/settings.py"},
-    "pydantic_settings": {"config.py"},
-    "starlette": {"dashboard/app.py"},
-    "uvicorn": {"dashboard/serve.py"},
+    "jsonschema": {"providers/answers.py"},
+    "referencing": {"providers/answers.py"},
+    "tenacity": {"runtime/pipeline.py"},
+    "rich": {"frontends/terminal.py", "frontends/views.py"},
+    "pydantic": {"config/settings.py", "budget/settings.py"},
+    "pydantic_settings": {"config/settings.py"},
+    "starlette": {"frontends/dashboard/app.py"},
+    "uvicorn": {"frontends/dashboard/serve.py"},
 }
 
 
@@ -183,17 +186,17 @@ def test_each_library_is_imported_only_by_its_owners():
 def test_a_planted_upward_import_and_cycle_are_caught(monkeypatch):
     # The checks above must be able to fail: jobs (the service API) importing cli closes a loop.
     real = arrows()
-    planted = {**real, "jobs": real["jobs"] | {"cli"}}
+    planted = {**real, "jobs.service": real["jobs.service"] | {"frontends.cli"}}
     monkeypatch.setattr(sys.modules[__name__], "arrows", lambda: planted)
-    with pytest.raises(AssertionError, match="jobs .* imports cli"):
+    with pytest.raises(AssertionError, match="jobs.service .* imports frontends.cli"):
         test_imports_point_down_the_layers()
-    with pytest.raises(AssertionError, match="cli -> .*jobs"):
+    with pytest.raises(AssertionError, match="frontends.cli -> .*jobs.service"):
         test_no_module_imports_one_that_imports_it_back()
 
 
 @pytest.mark.parametrize("command", ["path", "list", "status"])
 def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
-    code = ("import json, sys\nfrom hermes_bulk import cli\nstatus = cli.main([sys.argv[1]])\n"
+    code = ("import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = cli.main([sys.argv[1]])\n"
             "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n")
     # A user's environment as the README sets it up: the endpoint, the key, a model, a limit.
     env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
@@ -206,6 +209,6 @@ def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
     assert {m.split(".")[0] for m in modules} & heavy == set(), proc.stdout
     # Nor the parts of hermes-bulk only other commands use: discovery (create), the export
     # writer, the cron budget (its gate is looked up when a running job's status asks it).
-    unused = {"hermes_bulk.sources", "hermes_bulk.export", "hermes_bulk.pipeline"}
+    unused = {"hermes_bulk.sources", "hermes_bulk.jobs.export", "hermes_bulk.runtime.pipeline"}
     assert modules & unused == set() and not any(m.startswith("hermes_bulk.budget") for m in modules), \
         sorted(m for m in modules if m in unused or m.startswith("hermes_bulk.budget"))

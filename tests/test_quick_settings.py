@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from hermes_bulk import quick_settings
-from hermes_bulk.config import Settings, load_settings
+from hermes_bulk.config import quick as quick_settings
+from hermes_bulk.config.fields import BY_NAME, SETTINGS
+from hermes_bulk.config.settings import Settings, load_settings
 from hermes_bulk.errors import ConfigError
-from hermes_bulk.settings_fields import BY_NAME, SETTINGS
 
 SHAPES = ["", " ", "0", "1", "-1", "+5", "007", "1_000", "1e3", "nan", "inf", "-inf", "0.5", ".5", "5.", " 7",
           "7 ", "0x10", "١٢", "true", "True", "TRUE", "false", "yes", "no", "on", "off", "t", "f", "y", "n",

@@ -64,7 +64,7 @@ def test_a_record_at_max_item_bytes_is_an_item(cli, tmp_path, kind):
 def _peak_rss_kib(cli, src: Path) -> int:
     # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so it would report the forking
     # test process's own peak.
-    code = ("import re, sys; from hermes_bulk.cli import main; main(sys.argv[1:]); "
+    code = ("import re, sys; from hermes_bulk.frontends.cli import main; main(sys.argv[1:]); "
             "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1], file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code, "create", "Do", "--over", str(src), "--dry-run"],
                           capture_output=True, text=True, env=cli.full_env(), timeout=120)

@@ -124,7 +124,7 @@ def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(redis_cli
 
 
 def test_a_move_interrupted_anywhere_is_finished_by_the_next_store_that_opens(redis_url):
-    from hermes_bulk import broker
+    from hermes_bulk.fleet import broker
     from hermes_bulk.sources import content_hash
     from hermes_bulk.store.protocol import NOT_STARTED, RUNNING, JobSpec, NewItem, Usage
 

@@ -71,7 +71,7 @@ def test_a_command_during_loading_waits_for_the_data_and_answers(cli, loading_re
 def test_loading_longer_than_a_command_waits_is_said_in_one_line(loading_redis, monkeypatch):
     _fill_and_restart_slowly(loading_redis)
     monkeypatch.setattr(connection, "LOADING_WAIT_S", 0.3)
-    from hermes_bulk.backend_url import parse_backend_url
+    from hermes_bulk.config.backend_url import parse_backend_url
 
     with pytest.raises(BackendUnavailable) as caught:
         connection.connect_redis(parse_backend_url(loading_redis.url))

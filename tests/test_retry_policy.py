@@ -18,12 +18,12 @@ import time
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.breaker import EndpointBreaker
 from hermes_bulk.errors import ClientUnavailable, InvalidAnswer, TransientModelError
-from hermes_bulk.limits import MAX_RATE_LIMIT_WAITS
-from hermes_bulk.model import Completion, HttpModelClient
-from hermes_bulk.pipeline import (
+from hermes_bulk.fleet import broker
+from hermes_bulk.providers.client import Completion, HttpModelClient
+from hermes_bulk.providers.pacing import MAX_RATE_LIMIT_WAITS
+from hermes_bulk.runtime.breaker import EndpointBreaker
+from hermes_bulk.runtime.pipeline import (
     CLIENT_UNAVAILABLE_RETRY_S,
     TOKENS_IN_FLIGHT_RETRY_S,
     ItemProcessor,

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk import logs, redact
+from hermes_bulk import redact
+from hermes_bulk.frontends import logs
 
 KEYS = {
     "openai": "sk-proj-Xb7Qm2Lk9Vt4Rw8Zp3Nc6Hy1Jd5Fg0",
@@ -77,7 +78,7 @@ ALL_READS = (("status",), ("list",), ("events", "--limit", "1000"), ("export", "
 
 def _run_a_leaky_job(cli, tmp_path, fake_provider, key: str, *, runner: str, reads=(), **extra_env: str):
     """A job whose failing items' error bodies quote the key; returns (job id, what the terminal got)."""
-    # 422, not 401: a refused key pauses the whole job (breaker.py); here items fail one by one.
+    # 422, not 401: a refused key pauses the whole job (runtime/breaker.py); here items fail one by one.
     fake_provider.configure(item_faults={"LEAK-401": "422", "LEAK-400": "400"}, echo_credentials=True,
                             error_echo=f"your key {key} is not valid")
     env = {"HERMES_BULK_API_KEY": key, **extra_env}
@@ -265,7 +266,7 @@ def test_records_of_our_loggers_are_masked_whichever_handler_writes_them(tmp_pat
     ("HERMES_BULK_BACKEND", "mysql://u:topsecret1@h/db", "mysql://u:***@h/db"),
 ])
 def test_a_rejected_url_is_quoted_without_its_credentials(env, monkeypatch, name, value, shown):
-    from hermes_bulk.config import load_settings
+    from hermes_bulk.config.settings import load_settings
     from hermes_bulk.errors import ConfigError
 
     monkeypatch.setenv(name, value)
@@ -294,7 +295,8 @@ def test_an_endpoint_stored_with_credentials_before_is_exported_without_them(cli
 def test_other_code_logging_through_the_root_logger_in_a_worker_is_masked(env, tmp_path):
     """`hermes-bulk worker` serving Hermes jobs runs Hermes' code, which logs to the root logger:
     with no handler there, Python's last-resort handler writes it to stderr."""
-    script = ("from hermes_bulk import config, logs; import logging; config.load_settings(); "
+    script = ("from hermes_bulk.config import settings as config; from hermes_bulk.frontends import logs; "
+              "import logging; config.load_settings(); "
               "logs.log_to_stream(logfile=None); "
               "logging.getLogger('agent.auxiliary_client').warning('provider said %s', 'my-plain-key-0042')")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,

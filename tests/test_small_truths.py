@@ -198,7 +198,7 @@ def test_a_new_export_is_owner_only_whatever_the_umask_and_a_replaced_one_keeps_
 def test_a_command_log_is_made_owner_only_with_its_first_line(cli, home, tmp_path, fake_provider):
     item = tmp_path / "item.txt"
     item.write_text("FAIL-401 this item")
-    fake_provider.configure(item_faults={"FAIL-401": "400"})  # a 401 would pause the job (breaker.py)
+    fake_provider.configure(item_faults={"FAIL-401": "400"})  # a 401 would pause the job (runtime/breaker.py)
     job = cli.create("Do", item)
     assert not (home / "logs").exists(), "nothing logged yet: no log"
     proc = subprocess.run([sys.executable, "-m", "hermes_bulk", "run", job, "--wait"], capture_output=True,

@@ -26,8 +26,10 @@ from hermes_bulk.sources import (
     changes,
     content_hash,
     discovery,
-    records,
     source_changed,
+)
+from hermes_bulk.sources import (
+    rows as records,
 )
 from hermes_bulk.testing.fake_provider import expected_answer
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_bulk import broker
+from hermes_bulk.fleet import broker
 from hermes_bulk.store.protocol import NOT_STARTED, PENDING, RUNNING, JobSpec, NewItem, Usage
 
 

@@ -22,14 +22,14 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from hermes_bulk import broker
 from hermes_bulk.budget.ledger import CallRecord
-from hermes_bulk.budget.ledgers import open_ledger
+from hermes_bulk.budget.ledger_location import open_ledger
 from hermes_bulk.budget.windows import window_at
-from hermes_bulk.config import Settings, load_settings
+from hermes_bulk.config.settings import Settings, load_settings
 from hermes_bulk.errors import BackendUnavailable, InputError
-from hermes_bulk.flag_files import read_schema
-from hermes_bulk.jobs import Jobs
+from hermes_bulk.fleet import broker
+from hermes_bulk.frontends.flag_files import read_schema
+from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.store.sqlite.database import is_open_sqlite_file, open_database
 from hermes_bulk.store.sqlite.queue import queue_maker
 from hermes_bulk.store.sqlite.schema import MIGRATIONS
@@ -44,7 +44,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 from hermes_bulk.budget import policy
 from hermes_bulk.budget.ledger import CallRecord
-from hermes_bulk.budget.ledgers import open_ledger
+from hermes_bulk.budget.ledger_location import open_ledger
 from hermes_bulk.budget.windows import window_at
 
 role, path, rundir, n = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])

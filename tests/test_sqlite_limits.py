@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_bulk import broker
+from hermes_bulk.fleet import broker
 from hermes_bulk.store.limits_math import LimitState
 from hermes_bulk.store.sqlite.limits import SqliteLimits
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from huey import SqliteHuey
 
-from hermes_bulk import broker
-from hermes_bulk.tasks import EmbeddedConsumer, consumer_options
+from hermes_bulk.fleet import broker
+from hermes_bulk.fleet.tasks import EmbeddedConsumer, consumer_options
 
 from .helpers import wait_for
 
@@ -50,7 +50,7 @@ def test_a_trigger_run_where_no_worker_runtime_serves_its_queue_is_logged_and_dr
     consumer = EmbeddedConsumer(huey, **consumer_options(1))
     consumer.start()
     try:
-        with caplog.at_level(logging.ERROR, logger="hermes_bulk.tasks"):
+        with caplog.at_level(logging.ERROR, logger="hermes_bulk.fleet.tasks"):
             backend.trigger("job-1", 0, client="http")
             wait_for(lambda: "job job-1 arrived in a process without a worker runtime" in caplog.text,
                      message="the error")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from rich.cells import cell_len
 from rich.console import Console
 
-from hermes_bulk.terminal import (
+from hermes_bulk.frontends.terminal import (
     Column,
     Table,
     draw_plain,
@@ -28,7 +28,7 @@ from hermes_bulk.terminal import (
     rich_table,
     shown,
 )
-from hermes_bulk.views import jobs_table
+from hermes_bulk.frontends.views import jobs_table
 
 ASCII = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=50)
 TRICKY = st.sampled_from(["", " ", "[bold]x[/bold]", "[/]", "[name]", ":smile:", "\\[x]", "a  b", "~" * 60])
@@ -78,7 +78,7 @@ def test_list_into_a_pipe_shows_an_instruction_as_typed_without_rich(tmp_path):
     instruction = "Extract [name], [b]x[/b] :smile:"
     subprocess.run([sys.executable, "-m", "hermes_bulk", "create", instruction, "--over", str(tmp_path / "a.txt")],
                    env=env, check=True, capture_output=True, timeout=60)
-    code = ("import json, sys\nfrom hermes_bulk import cli\nstatus = cli.main(['list'])\n"
+    code = ("import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = cli.main(['list'])\n"
             "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert instruction in proc.stdout, proc.stdout

@@ -72,7 +72,7 @@ def test_create_and_run_in_process_answer_as_their_processes_do_and_leave_nothin
     """Cli runs `create` and `run` in the test's process (tests/helpers.run_in_process): the same
     output and exit status as the command's own process, for a job and for each kind of error,
     and this process as it was (its environment, its loggers, no backend left open)."""
-    from hermes_bulk import broker
+    from hermes_bulk.fleet import broker
 
     extra = {"HERMES_BULK_BACKEND": redis_url} if backend == "redis" else {}
     src = tmp_path / "rows.jsonl"

@@ -6,10 +6,10 @@ running); the worker's chain must then be retried, not end as it does when nothi
 
 from __future__ import annotations
 
-from hermes_bulk.jobs import Jobs
-from hermes_bulk.pipeline import TOKENS_IN_FLIGHT_RETRY_S
+from hermes_bulk.jobs.service import Jobs
+from hermes_bulk.runtime.pipeline import TOKENS_IN_FLIGHT_RETRY_S
+from hermes_bulk.runtime.worker import WorkerRuntime
 from hermes_bulk.store.protocol import RUNNING, Claim, Usage
-from hermes_bulk.worker import WorkerRuntime
 
 
 def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_item(settings, fake_provider, tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_bulk.settings_fields import check_batch_window
+from hermes_bulk.config.fields import check_batch_window
 
 from .test_cli_errors import assert_nothing_created, existing_job  # noqa: F401 - a fixture
 

@@ -140,7 +140,7 @@ def test_answers_are_reused_only_from_the_same_endpoint_and_key(cli, fake_provid
 
 
 def test_the_key_fingerprint_is_keyed_and_never_the_key():
-    from hermes_bulk import endpoints
+    from hermes_bulk.fleet import endpoints
 
     fp = endpoints.key_fingerprint("sk-secret-value")
     assert fp == endpoints.key_fingerprint("sk-secret-value") != endpoints.key_fingerprint("sk-secret-valuf")

@@ -13,10 +13,10 @@ from collections import Counter
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.jobs import Jobs
-from hermes_bulk.model import HttpModelClient
-from hermes_bulk.worker import WorkerRuntime
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.service import Jobs
+from hermes_bulk.providers.client import HttpModelClient
+from hermes_bulk.runtime.worker import WorkerRuntime
 
 from .helpers import wait_for
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import HermesBulkError
 
 if TYPE_CHECKING:
-    from .config import Settings, load_settings
+    from .config.settings import Settings, load_settings
 
 __version__ = "0.1.0"
 
@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
     # Settings loads pydantic-settings, which costs more than a read command may (bench row 7):
     # it is loaded when asked for, not with the package.
     if name in ("Settings", "load_settings"):
-        from . import config
+        from .config import settings as config
 
         return getattr(config, name)
     raise AttributeError(f"module 'hermes_bulk' has no attribute {name!r}")

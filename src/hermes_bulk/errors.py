@@ -2,7 +2,7 @@
 
 User-facing errors carry a message that says what is wrong and what to do; the CLI and the
 `/bulk` command print `str(exc)` of these and nothing else. Model errors are classified once,
-at the client boundary (`model.py`), and never carry provider text: a provider's error body
+at the client boundary (`providers/client.py`), and never carry provider text: a provider's error body
 can echo credentials, so it goes to the log only.
 """
 
@@ -88,7 +88,7 @@ class TransientModelError(ModelError):
 
 class EndpointUnreachable(TransientModelError):
     """No connection to the endpoint could be made (refused, no route, DNS, a connect timeout):
-    nothing was sent, so it says nothing about the item; breaker.py counts it for the endpoint."""
+    nothing was sent, so it says nothing about the item; runtime/breaker.py counts it for the endpoint."""
 
 
 class PermanentModelError(ModelError):

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.broker import open_backend
 from hermes_bulk.budget.gate import (
     gate_from_environment,
     mark_precharged,
@@ -13,9 +11,11 @@ from hermes_bulk.budget.gate import (
 )
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import LEDGER_ENV, budget_dir
-from hermes_bulk.config import load_settings
-from hermes_bulk.jobs import Jobs
-from hermes_bulk.worker import WorkerRuntime
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.fleet.broker import open_backend
+from hermes_bulk.jobs.service import Jobs
+from hermes_bulk.runtime.worker import WorkerRuntime
 
 from ..helpers import wait_for
 

@@ -16,7 +16,7 @@ from hermes_bulk.budget.ledger import (
     CallRecord,
     LedgerUnavailable,
 )
-from hermes_bulk.budget.ledgers import open_ledger
+from hermes_bulk.budget.ledger_location import open_ledger
 from hermes_bulk.budget.windows import Window, window_at
 from tests.conftest import RedisServer, free_port
 

@@ -17,7 +17,7 @@ import pytest
 
 from hermes_bulk.budget import policy
 from hermes_bulk.budget.ledger import CallRecord
-from hermes_bulk.budget.ledgers import open_ledger
+from hermes_bulk.budget.ledger_location import open_ledger
 from hermes_bulk.budget.policy import ALLOWED, HELD, WOULD_BLOCK
 from hermes_bulk.budget.windows import Window, next_window, window_at
 

@@ -148,7 +148,7 @@ def test_a_broken_budget_json_fails_calls_open_and_status_shows_the_defaults_the
         budget, budget_dir):
     from hermes_bulk.budget.commands import run_budget_command
     from hermes_bulk.budget.grammar import add_budget_arguments
-    from hermes_bulk.commands import _Parser
+    from hermes_bulk.usage import Parser
 
     budget_dir.mkdir(parents=True)
     (budget_dir / "budget.json").write_text(json.dumps({"mode": "enforce", "timezone": "Asia/Tokyo",
@@ -164,7 +164,7 @@ def test_a_broken_budget_json_fails_calls_open_and_status_shows_the_defaults_the
     assert "Settings (defaults, not in budget.json): mode=observe, daily_limit=1000" in text
     assert as_dict(report)["settings_error"] == report.settings_error
 
-    parser = _Parser(prog="hermes cron-budget")
+    parser = Parser(prog="hermes cron-budget")
     add_budget_arguments(parser)
     status, reply = run_budget_command(parser.parse_args(["set", "daily_limit", "500"]), budget,
                                        prog="hermes cron-budget")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import redis
 
-from hermes_bulk import broker
-from hermes_bulk.backend_url import parse_backend_url
+from hermes_bulk.config.backend_url import parse_backend_url
+from hermes_bulk.fleet import broker
 
 
 class Clock:

@@ -12,8 +12,8 @@ import uuid
 import pytest
 import redis
 
-from hermes_bulk import broker
 from hermes_bulk.errors import BackendUnavailable
+from hermes_bulk.fleet import broker
 from hermes_bulk.sources import content_hash
 from hermes_bulk.store.protocol import (
     NOT_STARTED,

@@ -11,9 +11,11 @@ import json
 
 import pytest
 
-from hermes_bulk import broker, views
-from hermes_bulk.config import load_settings
-from hermes_bulk.jobs import Jobs
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.frontends import views
+from hermes_bulk.jobs.service import Jobs
+from hermes_bulk.runtime.worker import WorkerRuntime
 from hermes_bulk.sources import content_hash
 from hermes_bulk.store.protocol import (
     COMPLETED,
@@ -28,7 +30,6 @@ from hermes_bulk.store.protocol import (
     NewItem,
     Usage,
 )
-from hermes_bulk.worker import WorkerRuntime
 
 from .test_store_content import LONG, _stored, raw_client  # noqa: F401 (fixture)
 from .test_store_contract import backend, backend_url, claim, store  # noqa: F401 (fixtures)

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from hermes_bulk import broker
+from hermes_bulk.fleet import broker
 from hermes_bulk.store.sqlite.database import open_database
 from hermes_bulk.store.sqlite.schema import MIGRATIONS
 

@@ -24,8 +24,8 @@ import pytest
 import redis
 from redis.connection import AbstractConnection
 
-from hermes_bulk import broker
 from hermes_bulk.errors import BackendUnavailable
+from hermes_bulk.fleet import broker
 from hermes_bulk.store.protocol import (
     COMPLETED,
     FAILED,

@@ -6,8 +6,8 @@ import tracemalloc
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.liveness import Liveness
+from hermes_bulk.fleet import broker
+from hermes_bulk.fleet.liveness import Liveness
 from hermes_bulk.store.protocol import (
     BATCH_DONE,
     BATCH_PREPARING,

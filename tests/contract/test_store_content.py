@@ -310,7 +310,7 @@ def test_a_redis_job_begun_before_the_plain_allowance_fields_reserves_the_same(r
     before they were written there falls back to its spec, with the same reservation."""
     import redis
 
-    from hermes_bulk import broker
+    from hermes_bulk.fleet import broker
 
     b = broker._build(redis_url)
     raw = redis.Redis.from_url(redis_url.split("?")[0])

@@ -21,8 +21,8 @@ from collections import Counter
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.limits import IN_PLACE_WAIT_S
+from hermes_bulk.fleet import broker
+from hermes_bulk.providers.pacing import IN_PLACE_WAIT_S
 from hermes_bulk.store.protocol import (
     AWAITING_RECOVERY,
     FAILED,

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hermes_bulk import broker, endpoints
-from hermes_bulk.liveness import can_serve, serves_record
+from hermes_bulk.fleet import broker, endpoints
+from hermes_bulk.fleet.liveness import can_serve, serves_record
 from hermes_bulk.store.protocol import JobSpec, WorkerInfo
 
 BACKENDS = ["sqlite", "redis"]

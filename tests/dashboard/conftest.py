@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.config import load_settings
-from hermes_bulk.jobs import Jobs
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.service import Jobs
 
 TOKEN = "a-dashboard-token-for-tests-0123456789"
 #: An item whose path and content would run a script if a page built HTML from them.

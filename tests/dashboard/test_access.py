@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from hermes_bulk.dashboard.access import (
+from hermes_bulk.errors import UsageError
+from hermes_bulk.frontends.dashboard.access import (
     CROSS_SITE,
     MIN_TOKEN_CHARS,
     REFUSED,
@@ -24,7 +25,6 @@ from hermes_bulk.dashboard.access import (
     is_loopback,
     same_origin,
 )
-from hermes_bulk.errors import UsageError
 
 TOKEN = "a-dashboard-token-for-tests-0123456789"
 COOKIE = "hermes_bulk_dashboard_8000"

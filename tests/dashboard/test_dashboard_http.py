@@ -136,7 +136,7 @@ def test_the_page_loads_nothing_from_elsewhere_and_ships_in_the_package():
     import tomllib
     from pathlib import Path
 
-    import hermes_bulk.dashboard as package
+    import hermes_bulk.frontends.dashboard as package
 
     static = Path(package.__file__).parent / "static"
     files = sorted(p.name for p in static.iterdir())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hermes_bulk.dashboard.figures import MIN_RATE_SPAN_S, RATE_WINDOW_S, Samples
+from hermes_bulk.frontends.dashboard.figures import MIN_RATE_SPAN_S, RATE_WINDOW_S, Samples
 from hermes_bulk.store.protocol import JobRecord, JobSpec
 
 

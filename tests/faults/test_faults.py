@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk.broker import open_backend
-from hermes_bulk.limits import IN_PLACE_WAIT_S
-from hermes_bulk.liveness import Liveness
+from hermes_bulk.fleet.broker import open_backend
+from hermes_bulk.fleet.liveness import Liveness
+from hermes_bulk.providers.pacing import IN_PLACE_WAIT_S
 from hermes_bulk.store.protocol import WorkerInfo
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 

@@ -10,10 +10,10 @@ import pytest
 
 from hermes_bulk.budget.gate import BudgetGate
 from hermes_bulk.budget.settings import SettingsFile, budget_dir
-from hermes_bulk.jobs import Jobs
-from hermes_bulk.limits import OpenGate
-from hermes_bulk.model import HttpModelClient
+from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.plugin import background, bulk
+from hermes_bulk.providers.client import HttpModelClient
+from hermes_bulk.providers.pacing import OpenGate
 
 from ..helpers import wait_for
 

@@ -5,7 +5,7 @@
   or a plugin, needs nothing but hermes-bulk (a validator may import a plugin in a bare
   interpreter).
 - Nothing in the core imports the plugin, not even lazily: the CLI's worker finds the kinds of
-  model client the plugin adds by entry-point group (client_kinds.py), never by name.
+  model client the plugin adds by entry-point group (runtime/client_kinds.py), never by name.
 """
 
 from __future__ import annotations

@@ -18,8 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from hermes_bulk import client_kinds
-from hermes_bulk.config import load_settings
+from hermes_bulk.config.settings import load_settings
 from hermes_bulk.errors import (
     ClientUnavailable,
     PermanentModelError,
@@ -27,6 +26,7 @@ from hermes_bulk.errors import (
     TransientModelError,
 )
 from hermes_bulk.plugin import background, hermes
+from hermes_bulk.runtime import client_kinds
 from hermes_bulk.store.protocol import JobRecord, JobSpec
 
 from .conftest import clean_env, config_set

@@ -11,9 +11,9 @@ import stat
 
 import pytest
 
-from hermes_bulk import broker
-from hermes_bulk.config import load_settings
-from hermes_bulk.jobs import Jobs
+from hermes_bulk.config.settings import load_settings
+from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.plugin import bulk
 
 COMMANDS = ["run", "status", "pause", "resume", "retry", "export", "events", "delete"]

@@ -17,7 +17,7 @@ KEY = "correct-horse-battery-staple"  # no known shape: only masking by value ca
 def test_provider_text_echoing_the_configured_key_is_masked_on_gateway_stderr(gateway, hermes_home,
                                                                                hermes_provider, tmp_path):
     config_set(hermes_home, "model.api_key", KEY)
-    # 400, not 401: a refused key pauses the whole job (breaker.py); here one item fails.
+    # 400, not 401: a refused key pauses the whole job (runtime/breaker.py); here one item fails.
     hermes_provider.configure(item_faults={"LEAK": "400"}, echo_credentials=True,
                               error_echo=f"your key {KEY} is not valid")
     src = tmp_path / "rows.jsonl"

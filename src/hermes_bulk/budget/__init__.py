@@ -5,7 +5,7 @@ windows.py (pure)  the daily window that opens at `reset` in an IANA zone, acros
 policy.py  (pure)  which calls count and what one admission decides
 settings.py        budget.json: defaults, validation, where things live
 ledger.py          the RequestLedger protocol and its records
-ledgers.py         open_ledger(location): a location (backend_url.py) to a ledger
+ledger_location.py open_ledger(location): a location (config/backend_url.py) to a ledger
 sqlite_ledger.py   one SQLite file (one BEGIN IMMEDIATE per admission; turns.py queues writers)
 redis_ledger.py    Redis (one Lua script per admission, lua/admit_request.lua)
 failopen.py        the note `status` shows when accounting failed and calls went through

@@ -10,8 +10,8 @@ import argparse
 import json
 import shlex
 
-from ..commands import UsageError, _Parser
-from ..errors import HermesBulkError
+from ..errors import HermesBulkError, UsageError
+from ..usage import Parser
 from ..words import count
 from .grammar import add_budget_arguments
 from .report import as_dict, status_text
@@ -70,7 +70,7 @@ def _reachability_note(budget: Budget, settings: BudgetSettings) -> str:
 
 def slash(raw_args: str, budget: Budget) -> str:
     """`/cron-budget [status | set KEY VALUE | path | help]`: the reply text."""
-    parser = _Parser(prog="/cron-budget", add_help=False)
+    parser = Parser(prog="/cron-budget", add_help=False)
     add_budget_arguments(parser, for_slash=True)
     try:
         words = shlex.split(raw_args or "")

@@ -22,7 +22,7 @@ from importlib import resources
 
 import redis
 
-from ..backend_url import RedisUrl
+from ..config.backend_url import RedisUrl
 from ..errors import BackendUnavailable
 from ..store.redis.connection import RedisConnection, connect_redis
 from . import policy

@@ -21,7 +21,7 @@ from ..redact import public_url
 from . import policy
 from .failopen import FailOpenNote, FailOpenNotes
 from .ledger import Admission, CallRecord, RequestLedger, WindowCounts
-from .ledgers import ledger_file_missing, open_ledger
+from .ledger_location import ledger_file_missing, open_ledger
 from .settings import BudgetSettings, SettingsFile, ledger_location
 from .windows import Window, ZonedInstant, window_at
 

@@ -37,7 +37,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..backend_url import SqliteUrl, parse_ledger_url
+from ..config.backend_url import SqliteUrl, parse_ledger_url
 from ..errors import ConfigError
 from ..files import private_dir, write_private
 from ..redact import public_url

@@ -19,14 +19,14 @@ import logging
 import threading
 import time
 
-from ..backend_url import SqliteUrl, parse_backend_url
-from ..broker import Backend, open_backend
-from ..client_kinds import Served
-from ..config import Settings
-from ..limits import RequestGate
-from ..liveness import Liveness, recover_interrupted
+from ..config.backend_url import SqliteUrl, parse_backend_url
+from ..config.settings import Settings
+from ..fleet.broker import Backend, open_backend
+from ..fleet.liveness import Liveness, recover_interrupted
+from ..providers.pacing import RequestGate
 from ..redact import public_url
-from ..worker import ClientFactory, WorkerRuntime
+from ..runtime.client_kinds import Served
+from ..runtime.worker import ClientFactory, WorkerRuntime
 
 log = logging.getLogger("hermes_bulk.plugin")
 

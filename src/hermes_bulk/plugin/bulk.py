@@ -1,14 +1,14 @@
 """`/bulk` in Hermes Agent: `register(ctx)` and the slash command, over the same jobs API as the CLI.
 
 What it wires into Hermes, and nothing else:
-- `/bulk …` takes the grammar of `hermes-bulk` (commands.py: one parser serves both) and answers
-  as the CLI does (replies.py: one handler per command serves both), commands spelled `/bulk`;
+- `/bulk …` takes the grammar of `hermes-bulk` (frontends/parser.py: one parser serves both) and answers
+  as the CLI does (frontends/replies.py: one handler per command serves both), commands spelled `/bulk`;
 - Hermes calls the handler on its event loop (in the gateway), so the handler is a coroutine:
   the command runs on a thread of its own, and the loop is free while it does;
 - `/bulk run`, `resume` and `retry` start the embedded workers in this process
   (background.py) and answer at once; each item goes to Hermes' own model through ctx.llm
   (hermes.HermesLlmClient), never to an endpoint of Bulk's.
-Jobs are decided in jobs.py; Hermes is imported only in hermes.py.
+Jobs are decided in jobs/service.py; Hermes is imported only in hermes.py.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import logs, replies, views
-from ..broker import open_backend
-from ..commands import UsageError, build_parser, split_slash_args
-from ..config import Settings, load_settings
+from ..config.settings import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
-from ..jobs import Jobs
+from ..fleet.broker import open_backend
+from ..frontends import logs, replies, views
+from ..frontends.parser import UsageError, build_parser, split_slash_args
+from ..frontends.terminal import CHAT_WIDTH, wrap
+from ..jobs.service import Jobs
 from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
-from ..terminal import CHAT_WIDTH, wrap
 from ..words import count
 from . import background, hermes, notices
 
@@ -337,8 +337,8 @@ class _Session(replies.Place):
     def doctor(self, args: Namespace, settings: Settings):
         """The model /bulk jobs call is Hermes' own (ctx.llm): one 1-token request through it, as an
         item's goes. Bulk has no endpoint or key of its own to check here."""
-        from ..doctor import FAIL, OK, Report
         from ..errors import ModelError
+        from ..providers.doctor import FAIL, OK, Report
 
         model = hermes.configured_model()
         named = "/".join(part for part in (model.provider, model.model) if part) or "(none configured)"
@@ -372,5 +372,5 @@ def _settings() -> Settings:
     return load_settings(plugin_settings={"home": str(hermes.data_dir()), **hermes.plugin_settings(_ctx)})
 
 
-#: The commands /bulk has, answered as replies.py answers them here (the Session says how).
+#: The commands /bulk has, answered as frontends/replies.py answers them here (the Session says how).
 HANDLERS = replies.HANDLERS

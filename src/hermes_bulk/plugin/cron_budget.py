@@ -163,8 +163,8 @@ def cli_setup(parser) -> None:
 
 def cli_run(args) -> None:
     """`hermes cron-budget …`: Hermes ignores the return value, so the exit status is ours to set."""
+    from ..broken_pipe import stdout_gone
     from ..budget.commands import run_budget_command
-    from ..pipes import stdout_gone
 
     status, text = run_budget_command(args, budget(), prog="hermes cron-budget")
     try:
@@ -176,7 +176,7 @@ def cli_run(args) -> None:
 
 def register(ctx) -> None:
     global _aux_via_hook, _registered
-    from ..logs import guard_host_logging
+    from ..frontends.logs import guard_host_logging
     from .hermes_budget import has_hook, observe_auxiliary_responses
 
     guard_host_logging()  # our lines may quote a provider's error: masked whichever handler writes them

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Settings
+from ..config.settings import Settings
 from ..errors import (
     ClientUnavailable,
     InvalidAnswer,
@@ -35,7 +35,7 @@ from ..errors import (
     PermanentModelError,
     TransientModelError,
 )
-from ..model import Completion, classify_status, token_count, truncated
+from ..providers.client import Completion, classify_status, token_count, truncated
 from ..redact import register_secret, register_url
 from ..store.protocol import JobRecord, Usage
 

@@ -20,8 +20,8 @@ refused with a reason instead of hanging or filling memory.
 from .changes import source_changed
 from .discovery import Source, kind_of
 from .items import DEFAULT_MAX_ITEM_BYTES, WHOLE_FILE, Skipped, SourceItem, content_hash, stat_sig
-from .records import render_csv_row
 from .regular_files import NotRegularFile, read_regular_file
+from .rows import render_csv_row
 
 __all__ = ["DEFAULT_MAX_ITEM_BYTES", "WHOLE_FILE", "NotRegularFile", "Skipped", "Source", "SourceItem",
            "content_hash", "kind_of", "read_regular_file", "render_csv_row", "source_changed", "stat_sig"]

@@ -11,15 +11,8 @@ from typing import BinaryIO
 
 from ..errors import InputError, SourceUnusable
 from .items import DEFAULT_MAX_ITEM_BYTES, WHOLE_FILE, content_hash, stat_sig
-from .records import (
-    JSON_CHECK,
-    RECORD_READERS,
-    JsonArrayReader,
-    csv_header,
-    csv_rows,
-    render_csv_row,
-)
 from .regular_files import NotRegularFile, decode_text, open_file
+from .rows import JSON_CHECK, RECORD_READERS, JsonArrayReader, csv_header, csv_rows, render_csv_row
 
 
 def source_changed(kind: str, source: str, origin: str, offset: int, number: int, recorded_sig: str,

@@ -10,7 +10,6 @@ from typing import BinaryIO
 
 from ..errors import InputError
 from .items import WHOLE_FILE, Skipped, SourceItem, stat_sig
-from .records import RECORD_READERS
 from .regular_files import (
     NotRegularFile,
     binary_message,
@@ -19,6 +18,7 @@ from .regular_files import (
     open_file,
     os_reason,
 )
+from .rows import RECORD_READERS
 
 
 def kind_of(path: Path) -> str:

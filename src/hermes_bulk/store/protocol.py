@@ -328,7 +328,7 @@ class JobStore(Protocol):
 
         A job has at most one batch in state preparing. When it has one whose lease is held by
         another worker and not expired, the refusal is batch_preparing, unless that worker is
-        take_from (one the caller found dead: liveness.py), whose lease is taken at once. When its
+        take_from (one the caller found dead: fleet/liveness.py), whose lease is taken at once. When its
         lease has expired or is take_from's (its worker died between taking the items and
         recording the provider's batch), it is
         leased to worker_id and returned as it is: the caller looks for it at the provider by its

@@ -71,7 +71,7 @@ class JobSpec:
     reuse: bool = True  # answers of earlier jobs are reused (create --fresh: False)
     mode: str = "live"  # live (one call per item) | batch (the provider's Batch API; create --batch)
     batch_deadline_s: float | None = None  # batch: items still in a batch this long are run live
-    #: http: the endpoint it was created for, its public URL (endpoints.py); None in a job made
+    #: http: the endpoint it was created for, its public URL (fleet/endpoints.py); None in a job made
     #: before endpoints were recorded (any HTTP worker serves it)
     endpoint: str | None = None
     key_fingerprint: str | None = None  # http: endpoints.key_fingerprint of the key it was created with

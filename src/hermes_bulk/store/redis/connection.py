@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import redis
 
-from ...backend_url import URL_SHAPE, RedisUrl
+from ...config.backend_url import URL_SHAPE, RedisUrl
 from ...errors import BackendUnavailable, ConfigError
 from .scripts import Scripts
 
@@ -102,7 +102,7 @@ class RedisConnection:
 
 def connect_redis(location: RedisUrl, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
                   socket_timeout_s: float = SOCKET_TIMEOUT_S, clock_key: str | None = None) -> RedisConnection:
-    """A pinged connection pool for a parsed redis:// or rediss:// URL (backend_url.py).
+    """A pinged connection pool for a parsed redis:// or rediss:// URL (config/backend_url.py).
 
     clock_key: tests only (RedisConnection.clock_key).
 

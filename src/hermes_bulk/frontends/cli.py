@@ -1,0 +1,499 @@
+"""`hermes-bulk`: the command line over the jobs API. One handler per command.
+
+The answers of the commands `/bulk` shares are frontends/replies.py's; this module adds what belongs to a
+terminal: progress bars, tables, `--json`, standard output, exit codes, and the commands only a
+shell has (worker, workers, wait, path, budget).
+
+Errors hermes-bulk understands print one line and exit non-zero; anything unexpected prints one
+line that points at a log file holding the traceback. Never a traceback on the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from argparse import Namespace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..broken_pipe import is_broken_pipe, stdout_gone
+from ..config import quick as quick_settings
+from ..config.fields import register_settings_secrets
+from ..errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
+from ..full_disk import disk_full_at
+from ..jobs import hints
+from ..jobs.service import Jobs, Plan, state_label
+from ..providers.pacing import RequestGate
+from ..words import count
+from . import logs, replies, views
+from .parser import UsageError, build_parser, normalise
+from .terminal import WrappedStdout, print_table, say, stderr_console, terminal_width
+
+if TYPE_CHECKING:
+    from ..config.settings import Settings
+    from ..runtime.client_kinds import Served
+    from ..runtime.worker import WorkerRuntime
+
+# What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
+# in their handlers: `path`, `list` and `status` start without it.
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_PAUSED = 4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
+EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
+
+#: Commands that read the settings without loading pydantic when the environment leaves no doubt
+#: (quick_settings): reads a user types often, which should answer at once (bench row 7).
+QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        argv = normalise(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:  # a mistyped command word
+        say(f"hermes-bulk: {exc}")
+        return EXIT_USAGE
+    if (width := terminal_width(sys.stdout)) and "--json" not in argv:  # help too: argparse prints it
+        sys.stdout = WrappedStdout(sys.stdout, width)  # type: ignore[assignment]
+    parser = build_parser(command=argv[0] if argv else None)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        say(f"hermes-bulk: {exc} See: hermes-bulk {argv[0] if argv and argv[0] in HANDLERS else ''} --help"
+                  .replace("  ", " "))
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    if not args.command:
+        parser.print_help()
+        return EXIT_USAGE
+    settings: Settings | None = None
+    try:
+        settings = load_settings_for(args.command)
+        if args.command != "worker":
+            logs.log_to_file(settings.home)
+        status = HANDLERS[args.command](args, settings) or EXIT_OK
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's flush at exit
+        return status
+    except BackendUnavailable as exc:
+        say(f"hermes-bulk: {exc}")
+        return EXIT_BACKEND
+    except UsageError as exc:  # a value that parsed but cannot be used (an empty job id, a limit)
+        say(f"hermes-bulk: {exc}")
+        return EXIT_USAGE
+    except HermesBulkError as exc:
+        say(f"hermes-bulk: {exc}")
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        say("hermes-bulk: interrupted.")
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: keep the traceback out of the terminal, but keep it
+        if is_broken_pipe(exc):  # `hermes-bulk status … | head`: the reader has what it wanted
+            return stdout_gone()
+        if (full := disk_full_at(exc, settings.home if settings else None)) is not None:
+            say(f"hermes-bulk: the disk is full at {full}: free some space there (or choose another "
+                "place), then run the command again.")
+            return EXIT_ERROR
+        log_path = _save_traceback(settings)
+        saved = f"the traceback is in {log_path}" if log_path else "the traceback could not be saved"
+        say(f"hermes-bulk: internal error ({type(exc).__name__}); {saved}. Please report it.")
+        return EXIT_ERROR
+
+
+def load_settings_for(command: str) -> Settings:
+    """The settings, read quickly for a read command whose environment leaves no doubt, else by
+    pydantic-settings, which also words the error of a bad value."""
+    if command in QUICK_COMMANDS and (quick := quick_settings.read(os.environ)) is not None:
+        register_settings_secrets(quick)
+        return quick  # type: ignore[return-value]  # the same attributes, read without pydantic
+    from ..config.settings import load_settings
+
+    return load_settings()
+
+
+def _save_traceback(settings: Settings | None) -> Path | None:
+    """Where the traceback was appended, or None when it could not be (a full disk, a bad folder)."""
+    home = settings.home if settings else Path.home() / ".hermes" / "plugin-data" / "bulk"
+    path = home / "logs" / "errors.log"
+    # The command line and the traceback can hold a key or a URL's password: appended masked.
+    try:
+        logs.append_private(path, f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n"
+                                  f"{traceback.format_exc()}\n")
+    except (OSError, HermesBulkError):
+        return None
+    return path
+
+
+# Handlers -----------------------------------------------------------------------------------
+
+
+def _jobs(settings: Settings, backend=None) -> Jobs:
+    """The jobs API, with the cron budget's gate when a budget is configured on this machine."""
+    return Jobs(settings, backend, request_gate=_GateWhenAsked())
+
+
+class _GateWhenAsked:
+    """The request gate, looked up (budget settings, ledger) the first time a command asks it:
+    `list` and `status` of jobs that are not running never do (bench row 7)."""
+
+    def admit(self, job) -> float:
+        return request_gate().admit(job)
+
+    def held_until(self, job) -> float | None:
+        return request_gate().held_until(job)
+
+
+@functools.cache
+def request_gate() -> RequestGate:
+    """This machine's request gate, found once per process (from HERMES_HOME as it is then)."""
+    from ..budget.gate import gate_from_environment
+
+    return gate_from_environment()
+
+
+SHELL = replies.Place()  #: `hermes-bulk` in a shell
+
+
+def cmd_create(args: Namespace, settings: Settings) -> int:
+    progress = (lambda n: say(f"\rdiscovered {count(n, 'item')}…", end="")) if not args.json and sys.stderr.isatty() else None
+    reply = replies.create(args, _jobs(settings), replies.Place(on_progress=progress))
+    if progress:
+        say("")
+    if args.json and isinstance(reply.data, Plan):
+        plan = reply.data
+        print(json.dumps({"dry_run": True, "items": plan.items, "skipped": plan.skipped,
+                          "estimated_tokens": plan.estimated_tokens, "output_allowance": plan.output_allowance,
+                          "first_item": plan.first_item, "request": plan.request}))
+    elif args.json:
+        created = reply.data
+        print(json.dumps({"job_id": created.job.job_id, "items": created.job.total, "skipped": created.job.skipped,
+                          "reused": created.job.reused,
+                          "skipped_entries": [{"name": s.name, "reason": s.reason} for s in created.skipped]}))
+    else:
+        print(reply.text)
+    return EXIT_OK
+
+
+def cmd_run(args: Namespace, settings: Settings) -> int:
+    jobs = _jobs(settings)
+    if not args.no_check:
+        _check_endpoint_first(jobs, args)
+    reply = replies.run(args, jobs, SHELL)
+    if not args.wait:
+        print(reply.text)
+        return EXIT_OK
+    job = reply.data
+    return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
+
+
+def _check_endpoint_first(jobs: Jobs, args: Namespace) -> None:
+    """Before a job of HERMES_BULK_*'s endpoint is run: doctor's checks, with the job's model. An
+    endpoint that is down, a refused key or an unknown model would only pause the job (runtime/breaker.py):
+    say so now, and run nothing."""
+    job = jobs.get(args.job)
+    if job.spec.client != "http" or job.finished:
+        return  # another kind calls its own model (Hermes'); a finished job has nothing to run
+    report = SHELL.doctor(Namespace(model=job.spec.model), jobs.settings)
+    if not report.usable:
+        raise InvalidTransition(f"Job {job.job_id} was not run: its endpoint cannot serve it now:\n{report.text()}\n"
+                                f"Correct that (hermes-bulk doctor checks it again), then run it again; or run it "
+                                f"anyway with --no-check.")
+
+
+def _worker_runtime(backend, settings: Settings, threads: int, **options) -> tuple[WorkerRuntime, Served]:
+    """A worker for every kind of job this machine can serve, and a line saying which.
+
+    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; other kinds (jobs
+    created in Hermes with `/bulk`) come from the packages that declare them (runtime/client_kinds.py),
+    with the request gate their calls go through. Every bulk request is charged to the cron
+    budget when one is configured on this machine (its `models` globs decide which count).
+    """
+    from ..runtime import client_kinds
+    from ..runtime.worker import WorkerRuntime
+
+    served = client_kinds.served(settings)
+    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or request_gate(),
+                            **options)
+    runtime.clients.update(served.clients)
+    return runtime, served
+
+
+def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
+    """Run workers in this process until the job stops processing, with a progress bar."""
+    runtime, served = _worker_runtime(jobs.backend, settings, threads, only_job=job_id)
+    job = jobs.get(job_id)
+    if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
+        raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
+                                f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}")
+    if not runtime.serves(job):  # made for another endpoint or key: its workers take it
+        raise InvalidTransition(f"Job {job_id} cannot be processed here: it was created for {job.spec.endpoint} "
+                                "with another endpoint or API key than HERMES_BULK_BASE_URL and the key here. "
+                                "It stays queued for a worker configured for that endpoint.")
+    runtime.start()
+    runtime.start_embedded_consumer()
+    try:
+        st = _follow(jobs, job_id, until=lambda s: s.state != "processing")
+    except KeyboardInterrupt:
+        say("Stopping: items in progress go back to the queue…")
+        runtime.stop(graceful=False)
+        say(f"Stopped. Continue with: hermes-bulk run {job_id} --wait")
+        return EXIT_INTERRUPTED
+    runtime.stop(graceful=True)
+    print(views.status_text(jobs.status(job_id)))
+    if st.state == "paused":  # at its token limit, or by a pause from elsewhere: the job is not done
+        return EXIT_PAUSED
+    return EXIT_OK if st.state == "completed" else EXIT_ERROR
+
+
+def _follow(jobs: Jobs, job_id: str, *, until, timeout_s: float | None = None, quiet: bool = False):
+    """Progress while waiting on standard error: a live bar on a terminal, a plain line every
+    views.PROGRESS_LINE_EVERY_S elsewhere (a log, CI), nothing with --json; the last status."""
+    if not quiet and sys.stderr.isatty():
+        return views.follow(jobs, job_id, stderr_console(), until=until, timeout_s=timeout_s)
+    return views.follow_lines(jobs, job_id, (lambda line: None) if quiet else say, until=until, timeout_s=timeout_s)
+
+
+def _print_jobs(reply: replies.Reply, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([s.as_dict() for s in reply.data]))
+    elif reply.data:
+        print_table(views.jobs_table(reply.data))
+    else:
+        print(reply.text)
+
+
+def cmd_status(args: Namespace, settings: Settings) -> int:
+    jobs = _jobs(settings)
+    if args.job is None and not args.watch:
+        _print_jobs(replies.jobs_list(jobs, SHELL, 10), args.json)
+        return EXIT_OK
+    if args.watch:
+        job_id = jobs.resolve(args.job)
+        with contextlib.suppress(KeyboardInterrupt):
+            _follow(jobs, job_id, until=lambda s: s.state in views.FINAL_STATES, quiet=args.json)
+        args.job = job_id
+    reply = replies.status(args, jobs, SHELL)
+    if args.failed and args.json:
+        print(json.dumps([{"item": i.name, "number": i.index + 1, "error_type": i.error_type,
+                           "http_status": i.http_status, "message": i.error_message} for i in reply.data]))
+        return EXIT_OK
+    print(json.dumps(reply.data.as_dict()) if args.json else reply.text)
+    return EXIT_OK
+
+
+def cmd_show(args: Namespace, settings: Settings) -> int:
+    reply = replies.show(args, _jobs(settings), SHELL)
+    print(json.dumps(reply.data.as_dict(), ensure_ascii=False) if args.json else reply.text)
+    return EXIT_OK
+
+
+def cmd_pause(args: Namespace, settings: Settings) -> int:
+    print(replies.pause(args, _jobs(settings), SHELL).text)
+    return EXIT_OK
+
+
+def cmd_resume(args: Namespace, settings: Settings) -> int:
+    jobs = _jobs(settings)
+    reply = replies.resume(args, jobs, SHELL)
+    print(reply.text)
+    return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
+
+
+def cmd_retry(args: Namespace, settings: Settings) -> int:
+    jobs = _jobs(settings)
+    reply = replies.retry(args, jobs, SHELL)
+    print(reply.text)
+    return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
+
+
+def _threads_for(job, settings: Settings) -> int:
+    return min(job.spec.concurrency, settings.max_concurrency)
+
+
+def cmd_export(args: Namespace, settings: Settings) -> int:
+    if args.output == "-":  # the terminal's own: /bulk has no standard output to write to
+        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format, with_input=args.with_input,
+                                         only=args.only)
+    else:
+        print(replies.export(args, _jobs(settings), SHELL).text)
+    return EXIT_OK
+
+
+def cmd_list(args: Namespace, settings: Settings) -> int:
+    _print_jobs(replies.list_(args, _jobs(settings), SHELL), args.json)
+    return EXIT_OK
+
+
+def cmd_events(args: Namespace, settings: Settings) -> int:
+    print(replies.events(args, _jobs(settings), SHELL).text)
+    return EXIT_OK
+
+
+def cmd_delete(args: Namespace, settings: Settings) -> int:
+    jobs = _jobs(settings)
+    if not args.yes and sys.stdin.isatty():  # a person at a terminal; scripts (no terminal) proceed
+        job = jobs.get(args.job)
+        say(f"Delete job {job.job_id} ({count(job.total, 'item')}, its results and folder)? [y/N] ", end="")
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            say(f"Kept job {job.job_id}.")
+            return EXIT_OK
+        args.job = job.job_id
+    print(replies.delete(args, jobs, SHELL).text)
+    return EXIT_OK
+
+
+def cmd_workers(args: Namespace, settings: Settings) -> int:
+    from ..fleet.broker import open_backend
+    from ..fleet.liveness import heartbeat_interval
+    from ..jobs.service import missing_database
+
+    # A worker makes the database when it starts, so none there means none alive (and a look
+    # at the fleet must not leave an empty database behind).
+    store = None if missing_database(settings) else open_backend(settings).store
+    workers = store.live_workers() if store else []
+    if not workers:
+        print("No live workers. Start one with: hermes-bulk worker")
+    else:
+        print_table(views.workers_table(workers, store.now(),
+                                        heartbeat_s=heartbeat_interval(settings.lease_seconds)))
+    return EXIT_OK
+
+
+def cmd_wait(args: Namespace, settings: Settings) -> int:
+    """Block until the job ends; the exit status says how (for scripts)."""
+    jobs = _jobs(settings)
+    job_id = jobs.resolve(args.job)
+    st = _follow(jobs, job_id, until=views.has_ended, timeout_s=args.timeout)
+    if not views.has_ended(st):
+        say(f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
+            f"(it is {state_label(st.state)}).")
+        return EXIT_TIMEOUT
+    print(views.status_text(st))
+    if st.state == "paused":
+        return EXIT_PAUSED
+    return EXIT_OK if st.state == "completed" else EXIT_ERROR
+
+
+def cmd_doctor(args: Namespace, settings: Settings) -> int:
+    """The endpoint, key and model checked with one cheap request; exit 0 when usable, else 1."""
+    reply = replies.doctor_reply(SHELL.doctor(args, settings))
+    print(reply.text)
+    return EXIT_OK if reply.data.usable else EXIT_ERROR
+
+
+def cmd_path(args: Namespace, settings: Settings) -> int:
+    print(settings.home)
+    return EXIT_OK
+
+
+def cmd_dashboard(args: Namespace, settings: Settings) -> int:
+    from .dashboard.serve import serve
+
+    jobs = _jobs(settings)
+    jobs.list(1)  # a named database that is not there is one line now, not an error on every page
+    token = settings.dashboard_token.get_secret_value() if settings.dashboard_token else None
+    serve(jobs, host=args.host, port=args.port, token=token)
+    return EXIT_OK
+
+
+def cmd_budget(args: Namespace, settings: Settings) -> int:
+    from ..budget.commands import run_budget_command
+    from ..budget.service import Budget
+    from ..budget.settings import budget_dir
+
+    budget = Budget(budget_dir())
+    try:
+        status, text = run_budget_command(args, budget, prog="hermes-bulk budget")
+    finally:
+        budget.close()
+    print(text, file=sys.stdout if status == EXIT_OK else sys.stderr)
+    return status
+
+
+def cmd_worker(args: Namespace, settings: Settings) -> int:
+    from ..fleet.broker import open_backend
+    from ..fleet.tasks import QueuesConsumer, consumer_options
+    from ..redact import public_url
+    from ..runtime import client_kinds, metrics
+
+    _configure_logging(args)
+    threads = args.workers or settings.max_concurrency
+    backend = open_backend(settings)
+    resume = settings.resume_interrupted if args.resume_interrupted is None else args.resume_interrupted
+    runtime, served = _worker_runtime(backend, settings, threads, stops_gracefully=True,
+                                             resume_interrupted=resume)
+    consumer = QueuesConsumer(runtime.queues(), threads=runtime.queue_threads(), on_stopping=runtime.stopping,
+                              on_stopped=lambda graceful: runtime.stop(graceful=False), **consumer_options(
+        threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
+        shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
+    for warning in backend.warnings():  # once, in the worker's log (stderr unless -l FILE)
+        logging.getLogger("hermes_bulk").warning("%s", warning)
+    runtime.start()
+    if args.metrics_port:
+        try:
+            metrics.serve(args.metrics_host, args.metrics_port, runtime.metrics_page)
+        except OSError as exc:
+            runtime.stop(graceful=False)
+            raise InputError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
+                             f"({exc.strerror}); choose another port.") from None
+    if args.burst:
+        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, runtime),
+                         daemon=True).start()
+    logging.getLogger("hermes_bulk").info(
+        "worker %s: %s on %s; %s%s", runtime.worker_id, count(threads, "thread"), public_url(settings.backend_url),
+        client_kinds.start_line(served, _running_kinds(backend.store, runtime.clients)),
+        "; resumes jobs a graceful worker stop cut off (--resume-interrupted)" if resume else "")
+    try:
+        consumer.run()
+    finally:
+        runtime.stop(graceful=False)
+    return EXIT_OK
+
+
+def _running_kinds(store, served: dict) -> dict[str, list[str]]:
+    """Running jobs of the kinds this worker does not serve: kind -> job ids."""
+    kinds: dict[str, list[str]] = {}
+    for job_id in store.active_job_ids():
+        job = store.get_job(job_id)
+        if job is not None and job.spec.client not in served and not job.finished:
+            kinds.setdefault(job.spec.client, []).append(job_id)
+    return kinds
+
+
+def _stop_when_idle(jobs: Jobs, consumer, runtime: WorkerRuntime) -> None:
+    """--burst: stop once no running job this worker serves has pending or running items and its
+    queues are empty."""
+    idle_since = None
+    while True:
+        time.sleep(0.5)
+        busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids())
+                   if j and runtime.serves(j))
+        if busy or jobs.backend.queue_length(runtime.routes()):
+            idle_since = None
+        elif idle_since is None:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > 1.0:
+            consumer.stop(graceful=True)
+            return
+
+
+def _configure_logging(args: Namespace) -> None:
+    logs.log_to_stream(logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
+                       args.logfile)
+
+
+HANDLERS = {
+    "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
+    "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
+    "show": cmd_show, "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget, "wait": cmd_wait,
+    "dashboard": cmd_dashboard, "doctor": cmd_doctor,
+}
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

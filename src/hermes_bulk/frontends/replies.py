@@ -1,0 +1,261 @@
+"""What each command answers, once for `hermes-bulk` and `/bulk`: one handler per command.
+
+A handler takes the parsed arguments, the jobs API and the Place the command was typed in, does
+the command, and returns its Reply: the text to show and the record behind it (for `--json`
+and for what the CLI goes on to do, such as `--wait`). Where the two places answer differently,
+the Place says how, so no answer is written twice. What belongs to a terminal (progress bars,
+tables, exit codes, `--json`, standard output) stays in cli.py; what belongs to Hermes (threads,
+late answers, its model and working directory) in plugin/bulk.py.
+"""
+
+from __future__ import annotations
+
+from argparse import Namespace
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..jobs import hints
+from ..jobs.service import Jobs, Plan
+from ..store.protocol import PAUSED, JobRecord
+from ..words import count
+from . import views
+from .flag_files import read_instruction, read_schema
+
+if TYPE_CHECKING:
+    from ..config.settings import Settings
+    from ..providers.doctor import Report
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    data: Any = None  #: the Created, JobRecord, JobStatus or list of JobStatus the text shows
+
+
+class Place:
+    """Where commands are typed; this base is a shell (`hermes-bulk`). Subclasses override."""
+
+    cmd: str = hints.CLI
+    #: Between an answer and its next step: one line in a terminal, a line of its own in a chat.
+    next_step_sep: str = " "
+    #: run, resume and retry start workers in this process and answer at once (/bulk); in a
+    #: shell workers elsewhere (or `--wait`) pick the job up.
+    processes_here: bool = False
+    #: The export answer says what the file holds (/bulk); a shell prints the path alone, for scripts.
+    export_summary: bool = False
+
+    def __init__(self, *, on_progress: Callable[[int], None] | None = None) -> None:
+        self.on_progress = on_progress  #: told the items found so far, while creating
+
+    def path(self, text: str) -> str:
+        """A path the user typed, as the jobs API takes it (a shell's: as typed)."""
+        return text
+
+    def output_path(self, text: str | None) -> str | None:
+        """export's --output; an empty one is the jobs API's to refuse."""
+        return text
+
+    def create_options(self, args: Namespace) -> dict[str, Any]:
+        """Who calls the model for a job created here: HERMES_BULK_*'s endpoint, by default."""
+        return {"model": args.model}
+
+    def tokens_source(self, job: JobRecord) -> str:
+        return "the provider"
+
+    def check_servable(self, job_ref: str) -> None:
+        """Before run, resume or retry: raises when this place cannot process the job."""
+
+    def start_workers(self) -> None:
+        """With processes_here: start (or keep) the workers of this process."""
+
+    def watch(self, job_id: str) -> None:
+        """A job this place set running: its end may be news to tell later."""
+
+    def unwatch(self, job_id: str) -> None:
+        """The user has seen the job end, or stopped it: its end is no news."""
+
+    def doctor(self, args: Namespace, settings: Settings) -> Report:
+        """The checks of the model its jobs call: here the endpoint, key and model in HERMES_BULK_*."""
+        from ..providers import doctor
+
+        key = settings.api_key.get_secret_value() if settings.api_key else None
+        return doctor.check_endpoint(settings.base_url, key, getattr(args, "model", None) or settings.model,
+                                     timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S))
+
+
+def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    if args.instruction is not None and args.instruction_file:
+        raise UsageError("Give the instruction or --instruction-file, not both.")
+    if args.instruction_file:
+        instruction = read_instruction(Path(place.path(args.instruction_file)))
+    elif args.instruction is None:
+        raise UsageError(f"Give an instruction: {hints.create(place.cmd)}, or --instruction-file PATH.")
+    else:
+        instruction = args.instruction
+    schema = read_schema(Path(place.path(args.schema))) if args.schema else None
+    created = jobs.create(instruction, place.path(args.over), concurrency=args.concurrency,
+                          retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
+                          schema=schema, fresh=args.fresh, on_progress=place.on_progress, dry_run=args.dry_run,
+                          batch=args.batch, batch_deadline_s=args.batch_deadline, **place.create_options(args))
+    if isinstance(created, Plan):
+        return Reply(views.plan_text(created), created)
+    text = views.created_text(created, f"{place.cmd} run")
+    if created.job.spec.mode == "batch":
+        text += "\n" + _batch_note(jobs)
+    return Reply(text, created)
+
+
+def _batch_note(jobs: Jobs) -> str:
+    """Who runs a batch job: a hermes-bulk worker with its own endpoint (Hermes' model has no batch call)."""
+    live = len(jobs.liveness.live_worker_ids())
+    who = (f"{count(live, 'worker')} running now." if live else
+           "No worker is running now: start one where HERMES_BULK_BASE_URL and the key are set: hermes-bulk worker")
+    return ("It runs through the provider's Batch API (about half the price; answers within the batch window), "
+            f"submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch call. {who}")
+
+
+def run(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    if jobs.get(args.job).spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
+        place.check_servable(args.job)
+    job = jobs.run(args.job, concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm)
+    check = f"Check it with: {place.cmd} status {job.job_id}"
+    if job.spec.mode == "batch" and getattr(args, "wait", False) is False:
+        return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_batch_note(jobs)}"
+                     f"{place.next_step_sep}{check}", job)
+    if not place.processes_here:
+        return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
+                     f"{_who_picks_it_up(job, jobs)}{place.next_step_sep}{check}", job)
+    place.start_workers()
+    place.watch(job.job_id)
+    st = jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
+    return Reply("\n".join([
+        f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, "
+        f"up to {st.concurrency} at once.", *views.concurrency_notes(st), check]), job)
+
+
+def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
+    if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
+        return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
+                f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
+    live = len(jobs.liveness.capable_workers(job))  # only those that serve its endpoint and key
+    if live:
+        return f"{count(live, 'live worker')} pick{'s' if live == 1 else ''} it up."
+    return (f"No worker is live to pick it up: start one with: hermes-bulk worker "
+            f"(or process it here: hermes-bulk run {job.job_id} --wait).")
+
+
+def status(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """One job, or (no job given) the most recent ten."""
+    if args.job is None:
+        return jobs_list(jobs, place, 10)
+    st = jobs.status(args.job, events=args.events)
+    if args.failed:
+        return failed(st, jobs, place)
+    if views.has_ended(st):
+        place.unwatch(st.job.job_id)  # this reply is the news
+    return Reply(views.status_text(st, tokens_source=place.tokens_source(st.job), cmd=place.cmd), st)
+
+
+#: status --failed lists at most this many failed items; the export has them all.
+FAILED_LISTED = 20
+
+
+def failed(st, jobs: Jobs, place: Place) -> Reply:
+    """status --failed: the job's failed items by name, with their recorded errors."""
+    items = jobs.failed_items(st.job.job_id, FAILED_LISTED)
+    return Reply(views.failed_text(st.job.job_id, items, st.job.failed, place.cmd), items)
+
+
+def show(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """One item: its state, what was sent, the answer and every recorded attempt."""
+    shown = jobs.item(args.job, args.item)
+    return Reply(views.show_text(shown), shown)
+
+
+def jobs_list(jobs: Jobs, place: Place, limit: int) -> Reply:
+    statuses = jobs.list(limit)
+    return Reply(views.jobs_text(statuses, cmd=place.cmd), statuses)
+
+
+def list_(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    return jobs_list(jobs, place, args.limit)
+
+
+def pause(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    job = jobs.pause(args.job)
+    place.unwatch(job.job_id)
+    return Reply(f"Job {job.job_id} paused: no new items start; items in progress may finish."
+                 f"{place.next_step_sep}Continue with: {hints.process(job, 'resume', place.cmd)}", job)
+
+
+def resume(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    place.check_servable(args.job)
+    job = jobs.resume(args.job, max_tokens=args.max_tokens, concurrency=args.concurrency, rpm=args.rpm,
+                      tpm=args.tpm)
+    resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
+    if not place.processes_here:  # with --wait the workers are this process's: no one else to ask for
+        return Reply(resumed + "." + ("" if getattr(args, "wait", False) else f" {_who_picks_it_up(job, jobs)}"), job)
+    place.start_workers()
+    place.watch(job.job_id)
+    return Reply(f"{resumed}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
+
+
+def retry(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    place.check_servable(args.job)
+    job, n = jobs.retry(args.job)
+    returned = f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue"
+    if not place.processes_here:
+        return Reply(returned + ".", job)
+    if job.state == PAUSED:
+        return Reply(f"{returned}. The job is paused; continue with: {place.cmd} resume {job.job_id}", job)
+    place.start_workers()
+    place.watch(job.job_id)
+    return Reply(f"{returned}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
+
+
+def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
+    if args.output == "-":
+        raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
+    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output),
+                       with_input=args.with_input, only=args.only)
+    if not place.export_summary:
+        return Reply(str(path), path)
+    job = jobs.get(args.job)
+    unfinished = job.total - job.completed - job.failed
+    return Reply(f"Exported job {job.job_id} to {path}\n"
+                 f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, "
+                 f"of {count(job.total, 'item')}.", path)
+
+
+def events(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    st = jobs.status(args.job, events=args.limit)
+    return Reply("\n".join(views.event_lines(st.events, st.event_names)) or f"Job {st.job.job_id} has no events yet.", st)
+
+
+def doctor(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    """Can the model the jobs made here call be reached, with this key and model? One line a check."""
+    return doctor_reply(place.doctor(args, jobs.settings))
+
+
+def doctor_reply(report: Report) -> Reply:
+    verdict = ("Usable." if report.usable else
+               "Not usable: correct what the FAIL lines name, then check again (a job that paused for it "
+               "continues with resume).")
+    return Reply(f"{report.text()}\n{verdict}", report)
+
+
+def delete(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+    job_id = jobs.delete(args.job, abandon_batches=getattr(args, "abandon_batches", False))
+    return Reply(f"Deleted job {job_id}.", job_id)
+
+
+Handler = Callable[[Namespace, Jobs, Place], Reply]
+#: The commands both places have; the CLI adds worker, workers, wait, path and budget.
+HANDLERS: dict[str, Handler] = {
+    "create": create, "run": run, "status": status, "pause": pause, "resume": resume, "retry": retry,
+    "export": export, "list": list_, "events": events, "delete": delete, "show": show, "doctor": doctor,
+}

@@ -1,0 +1,275 @@
+"""Model clients: one small protocol, and errors classified once at its boundary.
+
+`HttpModelClient` speaks the OpenAI chat-completions protocol to any compatible endpoint (the
+CLI and the fleet); the Hermes plugin provides a second client backed by `ctx.llm`. Both raise
+only the classes in `errors.py`: RateLimited (with Retry-After), TransientModelError,
+PermanentModelError. Provider error text goes to the log, never into a job record.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+from ..errors import (
+    EndpointUnreachable,
+    InvalidAnswer,
+    ModelError,
+    PermanentModelError,
+    RateLimited,
+    TransientModelError,
+    TruncatedAnswer,
+)
+from ..redact import public_url
+from ..store.protocol import MAX_USAGE_TOKENS, Usage
+from . import answers
+from .pacing import provider_key
+
+log = logging.getLogger("hermes_bulk.providers.client")
+
+TRANSIENT_STATUS = frozenset({408, 409, 425})  # plus every 5xx
+#: The largest answer body read (decoded): 128k output tokens are well under 2 MiB of text, so
+#: more is a broken or hostile server, and memory stays bounded per request.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: How much of an error body is read, for the log.
+MAX_ERROR_BYTES = 64 * 1024
+#: finish_reason values that mean the answer stopped at the output limit (Anthropic-style
+#: gateways pass "max_tokens" through).
+TRUNCATED = frozenset({"length", "max_tokens"})
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    usage: Usage
+    provider: str | None = None
+    model: str | None = None
+
+
+class ModelClient(Protocol):
+    """Sends one request for one item."""
+
+    #: Identifies the provider quota this client draws on (a hash; never the key itself).
+    provider_key: str
+
+    def complete(self, messages: list[dict[str, str]], *, max_tokens: int | None,
+                 json_schema: dict[str, Any] | None = None) -> Completion:
+        """One model call; raises RateLimited, TransientModelError or PermanentModelError."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None,
+                        now: datetime.datetime | None = None) -> float | None:
+    """A provider's wait: `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date."""
+    if not headers:
+        return None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    if "retry-after-ms" in lowered:
+        try:
+            return max(0.0, float(lowered["retry-after-ms"]) / 1000.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    now = now or datetime.datetime.now(datetime.UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def classify_status(status: int, headers: Mapping[str, str] | None, *, setup_fix: str | None = None) -> ModelError:
+    """The error class for an HTTP error status (shared by every client).
+
+    setup_fix: where the user fixes credentials or the model name, when it is not HERMES_BULK_*
+    (inside Hermes it is Hermes' own model setup).
+    """
+    if status == 429:
+        return RateLimited(retry_after_s=retry_after_seconds(headers))
+    if status in TRANSIENT_STATUS or status >= 500:
+        return TransientModelError(f"the provider answered HTTP {status}", http_status=status)
+    if status in (401, 403):
+        return PermanentModelError(f"the provider refused the credentials (HTTP {status}); "
+                                   f"{setup_fix or 'check HERMES_BULK_API_KEY or OPENAI_API_KEY'}", http_status=status)
+    if status == 404:
+        return PermanentModelError("the provider does not know this endpoint or model (HTTP 404); "
+                                   f"{setup_fix or 'check HERMES_BULK_BASE_URL and HERMES_BULK_MODEL'}",
+                                   http_status=status)
+    return PermanentModelError(f"the provider rejected the request (HTTP {status}); the details "
+                               "are in the log", http_status=status)
+
+
+class HttpModelClient:
+    """OpenAI-compatible chat completions over HTTP, one kept-alive connection per worker thread.
+
+    Each thread has an httpx.Client of its own with one connection (all sharing one TLS
+    context, which is slow to build): one shared pool of N connections scans all N on every
+    request and every release, which at 64 threads took a fifth of a worker's CPU (benchmarks,
+    row 2). At most max_connections requests are in flight at once, as before.
+    """
+
+    def __init__(self, *, base_url: str, api_key: str | None, model: str, timeout_s: float,
+                 max_connections: int = 16) -> None:
+        self.base_url = base_url.rstrip("/")
+        #: The endpoint as logged and stored with each result: no password, no secret query values.
+        self.endpoint = public_url(self.base_url)
+        self._chat_url = endpoint_url(self.base_url, "chat/completions")
+        self.model = model
+        self.provider_key = provider_key(self.base_url, api_key)
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        self._ssl = httpx.create_ssl_context()
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._local = threading.local()
+        self._clients: list[httpx.Client] = []
+        self._lock = threading.Lock()
+
+    @property
+    def _http(self) -> httpx.Client:
+        """This thread's client."""
+        client = getattr(self._local, "client", None)
+        if client is None:
+            client = self._local.client = httpx.Client(
+                headers=self._headers, timeout=self._timeout, verify=self._ssl,
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def request_body(self, messages, *, max_tokens, json_schema=None) -> dict[str, Any]:
+        """The chat-completions request for one item: what complete() sends, and what a line of a
+        provider batch carries (batch_api)."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        if max_tokens:
+            body["max_tokens"] = max_tokens
+        if json_schema is not None:
+            body["response_format"] = answers.response_format(json_schema)
+        return body
+
+    def complete(self, messages, *, max_tokens, json_schema=None) -> Completion:
+        body = self.request_body(messages, max_tokens=max_tokens, json_schema=json_schema)
+        try:
+            with self._slots, self._http.stream("POST", self._chat_url, json=body) as response:
+                limit = MAX_ANSWER_BYTES if response.status_code == 200 else MAX_ERROR_BYTES
+                raw, whole = _read_bounded(response, limit)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
+            # Before the other timeouts: no connection means nothing reached the endpoint.
+            log.warning("cannot connect to %s: %r", self.endpoint, exc)
+            raise EndpointUnreachable(f"cannot connect to {self.endpoint} ({type(exc).__name__})") from None
+        except httpx.TimeoutException:
+            raise TransientModelError("the request timed out") from None
+        except httpx.TransportError as exc:  # a dropped connection, a body that is not valid gzip …
+            log.warning("connection error talking to %s: %r", self.endpoint, exc)
+            raise TransientModelError(f"connection error ({type(exc).__name__})") from None
+        if response.status_code != 200:
+            log.warning("HTTP %s from %s: %s", response.status_code, self.endpoint,
+                        raw[:2000].decode("utf-8", "replace"))
+            raise classify_status(response.status_code, response.headers)
+        if not whole:
+            log.warning("an answer of more than %d bytes from %s: not read", MAX_ANSWER_BYTES, self.endpoint)
+            raise InvalidAnswer(f"the provider's answer is larger than {MAX_ANSWER_BYTES // 2**20} MiB",
+                                http_status=200)
+        try:  # HTML from a proxy, a cut body, nesting no answer has, a key given twice
+            data = answers.loads(raw, "the provider's answer")
+        except InvalidAnswer:
+            log.warning("unreadable answer from %s: %s", self.endpoint, raw[:2000].decode("utf-8", "replace"))
+            raise
+        return parse_completion(data, endpoint=self.endpoint, model=self.model, max_tokens=max_tokens)
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
+
+
+def parse_completion(data: Any, *, endpoint: str, model: str, max_tokens: int | None = None) -> Completion:
+    """A chat-completions answer body (a live response's, or a batch output line's) as a Completion,
+    once it passes answers.CHAT_COMPLETION; raises InvalidAnswer (malformed), TruncatedAnswer,
+    PermanentModelError (content filter, refusal) or TransientModelError (empty).
+
+    max_tokens: the output limit the request carried; an answer that reports no finish_reason
+    and used all of it is taken as truncated."""
+    try:
+        answers.check_completion_body(data)
+    except InvalidAnswer:
+        log.warning("malformed answer from %s: %s", endpoint, _sample(data))
+        raise
+    choice = data["choices"][0]
+    message, finish = choice["message"], choice.get("finish_reason")
+    usage = data.get("usage") or {}
+    tokens_out = token_count(usage.get("completion_tokens"))
+    if finish == "content_filter":
+        raise PermanentModelError("the provider's content filter withheld the answer", http_status=200)
+    if finish in TRUNCATED or (finish is None and max_tokens and tokens_out is not None and tokens_out >= max_tokens):
+        raise truncated(max_tokens)
+    text = message.get("content")
+    if message.get("refusal") and not (text or "").strip():
+        log.warning("the model refused an item at %s: %s", endpoint, str(message["refusal"])[:2000])
+        raise PermanentModelError("the model refused to answer this item (the refusal is in the log)",
+                                  http_status=200)
+    if not isinstance(text, str) or not text.strip():
+        raise TransientModelError("the provider returned an empty answer", http_status=200)
+    return Completion(text=text, usage=Usage(token_count(usage.get("prompt_tokens")), tokens_out),
+                      provider=endpoint, model=data.get("model") or model)
+
+
+def truncated(max_tokens: int | None) -> TruncatedAnswer:
+    """The error of an answer cut at the output limit, saying which limit to raise."""
+    limit = (f"the output limit of {max_tokens} tokens; raise the max_output_tokens setting"
+             if max_tokens else "the model's own output limit; ask for less per item")
+    return TruncatedAnswer(f"truncated: the answer stopped at {limit} and create the job again "
+                           "(a cut answer is never kept or reused)", http_status=200)
+
+
+def endpoint_url(base_url: str, path: str) -> str:
+    """base_url with path appended to its path, its query kept (`…/v1?api-key=…` stays a query)."""
+    parts = urlsplit(base_url)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + "/" + path))
+
+
+def token_count(value: Any) -> int | None:
+    """A reported token count, or None for anything that cannot be one (JSON true, a negative
+    or absurd number: the store cannot save 10**30, and that would fail an answered item)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_USAGE_TOKENS
+    return value if ok else None
+
+
+def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytearray, bool]:
+    """The (decoded) body, and True; or nothing and False once it passes `limit` bytes."""
+    length = response.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:  # compressed, it decodes to more still
+        return bytearray(), False
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            return bytearray(), False
+    return body, True
+
+
+def _sample(data: Any) -> str:
+    """The start of a body, for the log (never a record)."""
+    try:
+        return json.dumps(data, ensure_ascii=False)[:2000]
+    except (TypeError, ValueError, RecursionError):
+        return "(not printable)"

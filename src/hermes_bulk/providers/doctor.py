@@ -1,0 +1,165 @@
+"""`hermes-bulk doctor` and the check `run` makes first: can the endpoint serve a job?
+
+Three checks, one line each: the endpoint answers, the key is accepted, the model is known.
+One request when it can: GET /models answers the first two, and the third when the model is
+listed there (OpenAI lists every model a key may use; it costs nothing). Only when /models does
+not confirm the model (not listed, or no such path: some compatible servers have none) is a
+chat completion of one output token sent, which a provider bills as one tiny request.
+
+What is printed is our own words: the endpoint's public URL (no credentials), HTTP statuses,
+the model name. The provider's text goes to the log (masked), never to the screen; the key is
+sent as the requests send it and never printed or stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from ..redact import public_url
+from .client import endpoint_url
+
+log = logging.getLogger("hermes_bulk.providers.doctor")
+
+#: The longest a check waits for an answer: run must stay quick when the endpoint is fine.
+CHECK_TIMEOUT_S = 10.0
+
+OK, FAIL, WARN, SKIP = "ok", "FAIL", "warn", "--"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str  #: endpoint, key or model
+    mark: str  #: OK, FAIL, WARN (could not be confirmed; not a reason to refuse) or SKIP
+    text: str
+
+    @property
+    def line(self) -> str:
+        return f"{self.mark:<4} {self.name:<8} {self.text}"
+
+
+@dataclass
+class Report:
+    endpoint: str
+    checks: list[Check] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def usable(self) -> bool:
+        return all(c.mark != FAIL for c in self.checks)
+
+    def text(self) -> str:
+        return "\n".join(c.line for c in self.checks)
+
+    def add(self, name: str, mark: str, text: str) -> None:
+        self.checks.append(Check(name, mark, text))
+
+
+def check_endpoint(base_url: str, api_key: str | None, model: str | None, *,
+                   timeout_s: float = CHECK_TIMEOUT_S, transport: httpx.BaseTransport | None = None) -> Report:
+    """The three checks against an OpenAI-compatible endpoint; never raises for what it finds."""
+    shown = public_url(base_url.rstrip("/"))
+    report = Report(shown)
+    started = time.monotonic()
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
+    with httpx.Client(headers=headers, timeout=timeout, transport=transport) as http:
+        _check(http, base_url, shown, api_key, model, report)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _check(http: httpx.Client, base_url: str, shown: str, api_key: str | None, model: str | None,
+           report: Report) -> None:
+    listed = _request(http, "GET", endpoint_url(base_url, "models"), shown, report)
+    if listed is None:  # the endpoint line says why; nothing else can be told
+        report.add("key", SKIP, "not checked (no answer)")
+        report.add("model", SKIP, "not checked (no answer)")
+        return
+    status, body = listed
+    report.add("endpoint", OK, f"{shown} answers (GET /models: HTTP {status})")
+    if status in (401, 403):
+        _key_refused(report, status, api_key)
+        return
+    if not model:
+        report.add("key", OK if status == 200 else WARN, _key_text(api_key, status))
+        report.add("model", FAIL, "none configured: set HERMES_BULK_MODEL, or pass --model")
+        return
+    if status == 200 and model in _model_ids(body):
+        report.add("key", OK, _key_text(api_key, status))
+        report.add("model", OK, f"{model!r} is listed by the endpoint")
+        return
+    # Not confirmed by /models: ask for one output token.
+    why = "not listed by GET /models" if status == 200 else f"GET /models answered HTTP {status}"
+    answered = _request(http, "POST", endpoint_url(base_url, "chat/completions"), shown, report,
+                        json={"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1})
+    if answered is None:
+        return
+    status, _ = answered
+    if status in (401, 403):
+        _key_refused(report, status, api_key)
+    elif status == 404:
+        report.add("key", OK if api_key else WARN, _key_text(api_key, 200))
+        report.add("model", FAIL, f"{model!r} is unknown to the endpoint ({why}; a 1-token request answered "
+                   "HTTP 404): correct HERMES_BULK_MODEL (or --model), or HERMES_BULK_BASE_URL if it is the wrong "
+                   "endpoint (OpenAI-compatible ones usually end in /v1)")
+    elif status == 200:
+        report.add("key", OK, _key_text(api_key, 200))
+        report.add("model", OK, f"{model!r} answered a 1-token request ({why})")
+    else:
+        report.add("key", WARN if status >= 500 or status == 429 else OK, _key_text(api_key, status))
+        report.add("model", WARN, f"{model!r} not confirmed: a 1-token request answered HTTP {status} ({why}; "
+                   "the provider's text is in the log)")
+
+
+def _request(http: httpx.Client, method: str, url: str, shown: str, report: Report,
+             **kwargs: Any) -> tuple[int, Any] | None:
+    """(status, JSON body or None); None when no answer came (the endpoint line says why)."""
+    try:
+        response = http.request(method, url, **kwargs)
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
+        log.warning("doctor: cannot connect to %s: %r", shown, exc)
+        report.add("endpoint", FAIL, f"{shown} cannot be reached ({type(exc).__name__}): start it, or correct "
+                   "HERMES_BULK_BASE_URL (or OPENAI_BASE_URL)")
+        return None
+    except httpx.TimeoutException:
+        report.add("endpoint", FAIL, f"{shown} did not answer within {http.timeout.read:g} s")
+        return None
+    except httpx.HTTPError as exc:
+        log.warning("doctor: request to %s failed: %r", shown, exc)
+        report.add("endpoint", FAIL, f"{shown}: the request failed ({type(exc).__name__}); the details are in "
+                   "the log")
+        return None
+    if response.status_code != 200:
+        log.warning("doctor: HTTP %s from %s %s: %s", response.status_code, method, shown, response.text[:2000])
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    return response.status_code, body
+
+
+def _model_ids(body: Any) -> set[str]:
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return set()
+    return {str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)}
+
+
+def _key_text(api_key: str | None, status: int) -> str:
+    if not api_key:
+        return "none set (HERMES_BULK_API_KEY, OPENAI_API_KEY); the endpoint answered without one"
+    return "accepted" if status == 200 else f"not refused (HTTP {status})"
+
+
+def _key_refused(report: Report, status: int, api_key: str | None) -> None:
+    if api_key:
+        report.add("key", FAIL, f"refused (HTTP {status}): correct HERMES_BULK_API_KEY (or OPENAI_API_KEY)")
+    else:
+        report.add("key", FAIL, f"none set, and the endpoint wants one (HTTP {status}): set HERMES_BULK_API_KEY "
+                   "(or OPENAI_API_KEY)")
+    report.add("model", SKIP, "not checked (the key was refused)")

@@ -1,0 +1,90 @@
+"""Waiting policy over the backend's shared limiter: 429 pauses, pacing, how long to block.
+
+The atomic parts (take a request, extend a pause) live in the store (`SharedLimits`); this
+module decides how long to wait and when to give a worker thread back instead of sleeping.
+
+Flow of a 429, as every worker sees it:
+  1. a worker gets HTTP 429 → `pause(key, Retry-After or 5 s · 2^step, at most 2 min)`; the
+     step grows once per generation of requests, so a burst of 429s doubles the wait once
+  2. every worker asks `acquire(key)` before each request → "wait N s" while the pause lasts
+  3. the pause ends → requests resume (paced, if --rpm/--tpm are set); a success resets the step
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from ..store.protocol import JobRecord, SharedLimits
+
+RATE_LIMIT_BASE_S = 5.0  #: first wait after a 429 without Retry-After
+RATE_LIMIT_CAP_S = 120.0  #: longest wait without Retry-After (5 s doubling, 2 min at most)
+RETRY_AFTER_CAP_S = 3600.0  #: a provider's Retry-After is honoured up to an hour
+MAX_RATE_LIMIT_WAITS = 8  #: consecutive 429s after which an item fails
+IN_PLACE_WAIT_S = 15.0  #: longer waits give the worker thread back and reschedule the item
+
+
+def provider_key(base_url: str, api_key: str | None) -> str:
+    """Workers that share an endpoint and key share one quota, so they share one wait."""
+    digest = hashlib.sha256(f"{base_url.rstrip('/')}\0{api_key or ''}".encode()).hexdigest()
+    return "p:" + digest[:20]
+
+
+class RequestGate(Protocol):
+    """Decides, before each model request, whether the job may spend one (the cron budget)."""
+
+    def admit(self, job: JobRecord) -> float:
+        """Count one request for job; 0.0 to send it now, else seconds until it may be (nothing counted)."""
+
+    def held_until(self, job: JobRecord) -> float | None:
+        """When the job may send again, if it is being held now; for status and the pump."""
+
+
+class OpenGate:
+    """No budget: every request may go."""
+
+    def admit(self, job: JobRecord) -> float:
+        return 0.0
+
+    def held_until(self, job: JobRecord) -> float | None:
+        return None
+
+
+class LongWait(Exception):
+    """The provider is paused for longer than a thread should sleep; reschedule the item."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"provider paused for {seconds:.1f} s")
+        self.seconds = seconds
+
+
+class ProviderGate:
+    """One provider key's shared wait and pacing, as one worker uses it."""
+
+    def __init__(self, limits: SharedLimits, key: str, *, rpm: int | None, tpm: int | None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.limits, self.key, self.rpm, self.tpm, self.sleep = limits, key, rpm, tpm, sleep
+        self.epoch = 0  # of the last turn taken: a 429 to it hands this back
+
+    def wait_for_turn(self, tokens: int, *, max_block_s: float = IN_PLACE_WAIT_S) -> None:
+        """Block until this worker may send one request; raise LongWait past max_block_s."""
+        while True:
+            wait, epoch = self.limits.acquire(self.key, rpm=self.rpm, tpm=self.tpm, tokens=tokens)
+            if wait <= 0:
+                self.epoch = epoch
+                return
+            if wait > max_block_s:
+                raise LongWait(wait)
+            self.sleep(wait)
+
+    def rate_limited(self, retry_after_s: float | None) -> float:
+        """Record a 429 to the last turn for every worker on this key; returns when the shared
+        wait ends. Only a 429 to a request sent after the key's last slow-down slows it again."""
+        seconds = None if retry_after_s is None else min(retry_after_s, RETRY_AFTER_CAP_S)
+        return self.limits.pause(self.key, seconds=seconds, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S,
+                                 epoch=self.epoch)
+
+    def succeeded(self) -> None:
+        self.limits.clear_backoff(self.key)

@@ -1,0 +1,365 @@
+"""One item's life, once a trigger arrives: claim → check source → wait on limits → call → save.
+
+Nothing here knows about Huey: a trigger is just (job id, index hint), and the outcome says
+whether the caller should reschedule the trigger or send the next one. That keeps the whole
+pipeline testable against a real store and a real HTTP server without a queue.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential,
+)
+
+from .. import sources
+from ..errors import (
+    BackendUnavailable,
+    ClientUnavailable,
+    EndpointUnreachable,
+    InvalidAnswer,
+    ModelError,
+    PermanentModelError,
+    RateLimited,
+    SourceUnusable,
+    TransientModelError,
+)
+from ..files import write_private
+from ..jobs import prompt
+from ..providers import answers
+from ..providers.client import Completion, ModelClient
+from ..providers.pacing import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, RequestGate
+from ..store.protocol import (
+    Claim,
+    ClaimRefused,
+    Event,
+    ItemError,
+    JobRecord,
+    JobStore,
+    SharedLimits,
+)
+from ..words import count
+from .breaker import SPACING_S, EndpointBreaker, EndpointBroken, pause_job, pause_reason, trips
+from .metrics import WorkerCounters
+
+log = logging.getLogger("hermes_bulk.runtime.pipeline")
+
+RETRY_WAIT = wait_exponential(multiplier=2, max=30)  # 2, 4, 8, 16, 30, 30 … seconds
+#: How soon a trigger this worker cannot serve goes back on the queue for another worker.
+CLIENT_UNAVAILABLE_RETRY_S = 5.0
+#: How soon a trigger tries again when its item must wait for the job's token reservations to
+#: settle (--max-tokens; claim refused with tokens_in_flight). The chains whose items settle
+#: claim on at once; this brings the others back (Huey's scheduler runs once a second).
+TOKENS_IN_FLIGHT_RETRY_S = 1.0
+#: How soon a request that could not connect is tried again (nothing reached the endpoint, nothing
+#: was billed): as often as the breaker counts such failures, which pauses the job after its count.
+CONNECT_RETRY_S = SPACING_S
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of a trigger: `claimed` (an item was worked on), `reschedule_in` seconds;
+    `next`: what the completion claimed after it (complete_and_claim), for the chain to go on with."""
+
+    claimed: bool
+    refused: str | None = None
+    reschedule_in: float | None = None
+    index: int | None = None
+    next: Claim | ClaimRefused | None = None
+
+
+class _LostClaim(Exception):
+    """The item is no longer ours (its lease expired and it was given away)."""
+
+
+class _NotConnected(TransientModelError):
+    """A failure to connect while the endpoint answers nobody: the endpoint's failure, not the
+    item's, so it does not use up the item's retries (the breaker bounds it)."""
+
+    def __init__(self, cause: EndpointUnreachable) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def output_path(jobs_dir: Path, job_id: str, index: int) -> Path:
+    return jobs_dir / job_id / "outputs" / f"{index:06d}.md"
+
+
+class ItemProcessor:
+    """Processes triggers for one worker (one id, shared by its threads)."""
+
+    def __init__(self, *, store: JobStore, limits: SharedLimits, worker_id: str,
+                 client_for: Callable[[JobRecord], ModelClient], jobs_dir: Path,
+                 lease_s: float, concurrency_cap: int, request_gate: RequestGate | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
+                 on_claim: Callable[[JobRecord], None] | None = None,
+                 breaker: EndpointBreaker | None = None) -> None:
+        self.store, self.limits, self.worker_id = store, limits, worker_id
+        self.request_gate = request_gate or OpenGate()
+        self.counters = WorkerCounters()
+        self._held: set[tuple[str, int]] = set()  # items this worker is working on: their leases are renewed
+        self._held_lock = threading.Lock()
+        self.client_for, self.jobs_dir = client_for, jobs_dir
+        self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
+        self.max_item_bytes = max_item_bytes  # the most a source-change check reads for one item
+        self._told_cannot_serve: set[str] = set()  # job ids that have the event already
+        self.on_claim = on_claim  # told of every claim, with the job as the claim saw it (the worker's log)
+        self.breaker = breaker or EndpointBreaker()  # this process's, shared by its threads
+
+    def handle(self, job_id: str, index_hint: int, *, claim: Claim | ClaimRefused | None = None,
+               chain: Callable[[], bool] | None = None) -> Outcome:
+        """One item: claimed here, or `claim` when a completion claimed it already. `chain`, asked
+        as the item completes: true when the caller goes on with the job, and then the completion
+        claims the next item in the same store operation (Outcome.next)."""
+        if claim is None:
+            claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
+                                          max_running=self.concurrency_cap)
+        if isinstance(claim, ClaimRefused):
+            again = TOKENS_IN_FLIGHT_RETRY_S if claim.reason == "tokens_in_flight" else None
+            return Outcome(claimed=False, refused=claim.reason, reschedule_in=again)
+        with self._held_lock:
+            self._held.add((job_id, claim.index))
+        if self.on_claim is not None:
+            self.on_claim(claim.job)
+        taken = None
+        try:
+            taken = self._process(claim, chain)
+        except LongWait as wait:
+            self.store.release_item(job_id, claim.index, self.worker_id)
+            return Outcome(claimed=True, reschedule_in=wait.seconds, index=claim.index)
+        except ClientUnavailable as exc:
+            # Never send an item to a model it was not created for: give it back, and put the
+            # trigger back on the queue, where a worker that can serve the job will take it.
+            self.store.release_item(job_id, claim.index, self.worker_id)
+            self._tell_cannot_serve(job_id, exc)
+            return Outcome(claimed=True, reschedule_in=CLIENT_UNAVAILABLE_RETRY_S, index=claim.index)
+        except EndpointBroken as exc:
+            # No item can succeed there now: pause the job first (so nothing claims the item
+            # again), then give the item back with no attempt charged for it.
+            pause_job(self.store, claim.job.job_id, str(exc))
+            self.store.release_item(job_id, claim.index, self.worker_id)
+        except _LostClaim:
+            log.info("job %s item %s: lease lost; another worker has it", job_id, claim.index)
+        except BackendUnavailable as exc:
+            # Its lease runs out and a live worker returns it to the queue; nothing else to do.
+            log.warning("job %s item %s: %s; the item goes back to the queue when its lease ends",
+                        job_id, claim.index, exc)
+        except Exception:
+            log.exception("job %s item %s: unexpected error", job_id, claim.index)
+            self.store.fail_item(job_id, claim.index, self.worker_id,
+                                 ItemError("InternalError", "unexpected error in the worker; see the worker log"))
+        finally:
+            with self._held_lock:
+                self._held.discard((job_id, claim.index))
+        return Outcome(claimed=True, index=claim.index, next=taken)
+
+    def give_back(self, claim: Claim) -> None:
+        """Return a claim the caller will not process (a chain that stops) to the queue."""
+        try:
+            self.store.release_item(claim.job.job_id, claim.index, self.worker_id)
+        finally:
+            with self._held_lock:
+                self._held.discard((claim.job.job_id, claim.index))
+
+    def held_items(self) -> list[tuple[str, int]]:
+        with self._held_lock:
+            return list(self._held)
+
+    # The steps -----------------------------------------------------------------------------
+    def _process(self, claim: Claim, chain: Callable[[], bool] | None = None) -> Claim | ClaimRefused | None:
+        """The item's steps; returns what its completion claimed next (see handle), if anything."""
+        spec = claim.job.spec
+        client = self.client_for(claim.job)  # first: a worker that cannot serve the job reads nothing
+        try:
+            changed = sources.source_changed(spec.source_kind, spec.source, claim.origin, claim.offset, claim.index,
+                                             claim.stat_sig, claim.content_hash, max_item_bytes=self.max_item_bytes)
+        except SourceUnusable as exc:
+            self._fail(claim, ItemError(SourceUnusable.error_type, str(exc)))
+            return
+        if changed:
+            self._fail(claim, ItemError("SourceChanged", "source content changed since the job was created"))
+            return None
+        try:
+            completion = self._call_with_retries(claim, client)
+        except (PermanentModelError, TransientModelError, RateLimited) as exc:
+            self._fail(claim, _item_error(exc))
+            return None
+        return self._save(claim, completion, chain)
+
+    def _save(self, claim: Claim, completion: Completion, chain: Callable[[], bool] | None):
+        """Complete the item; when the chain goes on, claim the next one in the same operation.
+
+        A completion whose reply is lost and that is sent again (a backend outage, _persist) is
+        refused the second time, and the item it claimed is then nobody's: its lease runs out
+        and it goes back to the queue (at-least-once, as any claim whose reply is lost)."""
+        spec = claim.job.spec
+        args = (spec.job_id, claim.index, self.worker_id, completion.text, completion.usage)
+        names = {"provider": completion.provider, "model": completion.model}
+        taken = None
+        if chain is not None and chain():
+            done, taken = self._persist(self.store.complete_and_claim, *args, **names, index_hint=claim.index + 1,
+                                        lease_s=self.lease_s, max_running=self.concurrency_cap)
+        else:
+            done = self._persist(self.store.complete_item, *args, **names)
+        if not done:
+            raise _LostClaim()
+        if isinstance(taken, Claim):
+            with self._held_lock:  # its lease is renewed from now on
+                self._held.add((spec.job_id, taken.index))
+        try:
+            self.counters.add(items_completed=1, tokens_in=completion.usage.tokens_in or 0,
+                              tokens_out=completion.usage.tokens_out or 0)
+            write_private(output_path(self.jobs_dir, spec.job_id, claim.index), completion.text + "\n")
+        except BaseException:
+            if isinstance(taken, Claim):
+                self.give_back(taken)
+            raise
+        return taken
+
+    def _call_with_retries(self, claim: Claim, client: ModelClient) -> Completion:
+        """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries. A failure
+        to connect while the endpoint answers nobody is retried every CONNECT_RETRY_S without
+        using up retries, until the breaker pauses the job (EndpointBroken) or a request goes through."""
+        retries = claim.job.spec.retries
+        counted = [0]  # attempts charged to the item (a failure to connect while nobody is answered is not)
+
+        def record(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            if isinstance(exc, _NotConnected):  # an event, not an attempt of the item
+                self.store.add_events(claim.job.job_id, [Event(
+                    "attempt_failed", f"{exc} (not counted against retries: the endpoint answers nobody)",
+                    claim.index, exc.error_type)])
+                return
+            counted[0] += 1
+            if isinstance(exc, ModelError) and self.store.record_attempt(
+                    claim.job.job_id, claim.index, self.worker_id, _item_error(exc),
+                    rate_limited=False) < 0:
+                raise _LostClaim()
+
+        def stop(state: RetryCallState) -> bool:
+            return claim.attempts + counted[0] > retries
+
+        def wait(state: RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            return CONNECT_RETRY_S if isinstance(exc, _NotConnected) else RETRY_WAIT(state)
+
+        retrying = Retrying(retry=retry_if_exception_type(TransientModelError), stop=stop, wait=wait,
+                            after=record, sleep=self.sleep, reraise=True)
+        return retrying(self._call_through_limits, claim, client)
+
+    def _call_through_limits(self, claim: Claim, client: ModelClient) -> Completion:
+        """One attempt: wait for the shared limiter, call; a 429 pauses everyone and loops."""
+        spec = claim.job.spec
+        gate = ProviderGate(self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep)
+        messages = prompt.build_messages(spec.instruction, claim.name, claim.content, claim.content_hash)
+        estimate = prompt.estimate_tokens(claim.content, spec.instruction, claim.job.output_allowance)
+        schema = json.loads(spec.schema) if spec.schema else None
+        while True:
+            gate.wait_for_turn(estimate)
+            held_s = self.request_gate.admit(claim.job)
+            if held_s > 0:
+                raise LongWait(held_s)  # the budget window is spent: give the item back until it reopens
+            self.counters.add(requests=1)
+            attempt = self.breaker.attempt(client.provider_key)
+            try:
+                completion = self._call_once(claim, client, attempt, messages, schema)
+            except RateLimited as exc:
+                self.counters.add(rate_limit_waits=1)
+                until = gate.rate_limited(exc.retry_after_s)
+                waits = self.store.record_attempt(spec.job_id, claim.index, self.worker_id, ItemError(
+                    "RateLimitError", f"rate limited (HTTP 429); all workers wait until {_clock(until)}", 429),
+                    rate_limited=True)
+                if waits < 0:
+                    raise _LostClaim() from None
+                if spec.retries == 0 or waits >= MAX_RATE_LIMIT_WAITS:
+                    raise RateLimited(f"rate limited (HTTP 429) {count(waits, 'time')} in a row; run retry "
+                                      "later or lower --concurrency") from None
+                continue
+            gate.succeeded()
+            return structured(completion, spec.schema) if spec.schema else completion
+
+    def _call_once(self, claim: Claim, client: ModelClient, attempt, messages, schema) -> Completion:
+        """client.complete, told to the breaker: an HTTP answer resets it; a refused key or an
+        unknown model trips it (EndpointBroken), so does the last of its count of failures to connect."""
+        spec = claim.job.spec
+        try:
+            completion = client.complete(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
+        except EndpointUnreachable as exc:
+            verdict = self.breaker.unreachable(attempt)
+            if verdict.tripped:
+                raise EndpointBroken(self._reason(claim, client, exc, verdict.streak)) from None
+            if verdict.answered_since:  # the endpoint is up: this counts as any transient failure
+                raise
+            raise _NotConnected(exc) from None
+        except ModelError as exc:
+            if exc.http_status is not None:
+                self.breaker.answered(attempt.key)
+            if trips(exc):
+                raise EndpointBroken(self._reason(claim, client, exc)) from None
+            raise
+        self.breaker.answered(attempt.key)
+        return completion
+
+    def _reason(self, claim: Claim, client: ModelClient, exc: ModelError, streak: int = 0) -> str:
+        spec = claim.job.spec
+        return pause_reason(exc, endpoint=getattr(client, "endpoint", None), model=spec.model, streak=streak,
+                            http_client=spec.client == "http")
+
+    def _tell_cannot_serve(self, job_id: str, exc: ClientUnavailable) -> None:
+        if job_id in self._told_cannot_serve:
+            return
+        self._told_cannot_serve.add(job_id)
+        log.warning("job %s: worker %s leaves it to other workers: %s", job_id, self.worker_id, exc)
+        self.store.add_events(job_id, [Event("worker_cannot_serve", f"worker {self.worker_id} leaves this job "
+                                             f"to other workers: {exc}")])
+
+    def _fail(self, claim: Claim, error: ItemError) -> None:
+        if not self._persist(self.store.fail_item, claim.job.job_id, claim.index, self.worker_id, error):
+            raise _LostClaim()
+        self.counters.add(items_failed=1)
+
+    def _persist(self, write, *args, **kwargs):
+        """Save an outcome, waiting out a backend outage of up to a lease.
+
+        The answer is already paid for: losing it to a Redis restart would send the item to the
+        model again. Past a lease the item may have been handed to another worker anyway, and
+        the store refuses a non-owner's write.
+        """
+        retrying = Retrying(retry=retry_if_exception_type(BackendUnavailable), reraise=True, sleep=self.sleep,
+                            wait=wait_exponential(multiplier=0.25, max=5), stop=stop_after_delay(self.lease_s))
+        return retrying(write, *args, **kwargs)
+
+
+def structured(completion: Completion, schema: str) -> Completion:
+    """A --schema answer as canonical JSON, once it is a JSON object valid under the job's
+    schema (its JSON text); else InvalidAnswer, retried as transient errors are."""
+    text = completion.text.strip()
+    if text.startswith("```"):  # some models fence JSON even when asked not to
+        text = text.strip("`").removeprefix("json").strip()
+    data = answers.loads(text, "the answer to a --schema request")
+    if not isinstance(data, dict):
+        raise InvalidAnswer("the answer is not a JSON object as --schema asks", http_status=200)
+    answers.check_answer(data, schema)
+    return Completion(json.dumps(data, ensure_ascii=False), completion.usage, completion.provider, completion.model)
+
+
+def _item_error(exc: ModelError) -> ItemError:
+    # An attempt's event kind (attempt_failed) says it was an attempt: the message does not repeat it.
+    return ItemError(exc.error_type, str(exc), exc.http_status)
+
+
+def _clock(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
