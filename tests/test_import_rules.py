@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import json
+import re
 import subprocess
 import sys
 from functools import cache
@@ -130,6 +131,64 @@ def arrows() -> dict[str, set[str]]:
                         targets.add(_known(alias.name.partition(".")[2]) or "")
         graph[name] = {t for t in targets if t != name}
     return graph
+
+
+README = SRC.parents[1] / "README.md"
+
+
+@cache
+def layout_table() -> list[tuple[str, set[str], set[str]]]:
+    """README's layout table: (row, the folders and files it names, the rows it may import)."""
+    text = README.read_text()
+    section = text[text.index("### Layout"):]
+    rows: list[tuple[str, set[str], set[str]]] = []
+    for line in section.splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or len(cells) != 3 or cells[0] in ("where", "---"):
+            continue
+        names = set(re.findall(r"`([^`]+)`", cells[0]))
+        key = "ground" if cells[0].startswith("ground") else cells[0]
+        if "everything above" in cells[2]:
+            allowed = {k for k, _, _ in rows}
+        else:
+            allowed = {"ground"} if "ground" in cells[2] else set()
+            allowed |= {k for k, n, _ in rows if n & set(re.findall(r"`([^`]+)`", cells[2]))}
+        rows.append((key, names, allowed))
+    return rows
+
+
+def row_of(module: str) -> str:
+    """The layout row of a module: its top folder's, or the row that names its file."""
+    top = module.split(".")[0] if module else "__init__"
+    entry = f"{top}/" if (SRC / top).is_dir() else f"{top}.py"
+    found = [key for key, names, _ in layout_table() if entry in names]
+    assert len(found) == 1, f"{entry} is in {len(found)} rows of README's layout table; give it exactly one"
+    return found[0]
+
+
+def test_the_layout_table_names_the_tree():
+    tree = {f"{p.name}/" for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    tree |= {p.name for p in SRC.glob("*.py")}
+    named = set().union(*(names for _, names, _ in layout_table()))
+    assert (sorted(tree - named), sorted(named - tree)) == ([], [])
+
+
+def test_imports_follow_the_layout_table():
+    allowed = {key: may | {key} for key, _, may in layout_table()}
+    wrong = sorted(f"{name or '__init__'} ({row_of(name)}) imports {target} ({row_of(target)})"
+                   for name, targets in arrows().items() for target in targets
+                   if row_of(target) not in allowed[row_of(name)])
+    assert wrong == []
+
+
+def test_a_planted_import_against_the_table_is_caught(monkeypatch):
+    real = arrows()
+    planted = {**real, "providers.client": real["providers.client"] | {"jobs.service"}}
+    monkeypatch.setattr(sys.modules[__name__], "arrows", lambda: planted)
+    with pytest.raises(AssertionError, match=r"providers.client \(`providers/`\) imports jobs.service"):
+        test_imports_follow_the_layout_table()
 
 
 def layer_of(name: str) -> int:

@@ -149,7 +149,7 @@ def test_the_page_loads_nothing_from_elsewhere_and_ships_in_the_package():
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text.replace("http://www.w3.org/2000/svg", "")), name
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     shipped = pyproject["tool"]["setuptools"]["package-data"]["hermes_bulk"]
-    assert all(any(fnmatch.fnmatch(f"dashboard/static/{name}", glob) for glob in shipped) for name in files)
+    assert all(any(fnmatch.fnmatch(f"frontends/dashboard/static/{name}", glob) for glob in shipped) for name in files)
 
 
 def test_a_running_job_shows_its_rate_its_time_to_finish_and_the_rate_limit_wait(backend_env, cli, dashboard,

@@ -1,1 +1,12 @@
-"""What users type and read: the grammar, the replies both front ends give, views, terminal drawing."""
+"""What users type and read: `hermes-bulk`, the dashboard, and what `/bulk` shares with them.
+
+cli.py         `hermes-bulk`: one handler per command
+parser.py      the grammar `hermes-bulk` and `/bulk` share (one parser serves both)
+replies.py     what each command answers, once for both front ends
+views.py       the status block, job and worker tables, the live progress view
+terminal.py    lines, tables and bars on a terminal
+logs.py        where logs go, redacted
+flag_files.py  the small files a flag names (`--schema`, `--instruction-file`)
+dashboard/     the web dashboard
+(plugin/ is the Hermes front end: it adapts Hermes onto the same replies.)
+"""

@@ -1,1 +1,7 @@
-"""What a job is and what can be done to one: the service API, the prompt, exports."""
+"""What a job is and what can be done to one, whoever asks and wherever it runs.
+
+service.py  Jobs, the one service API: create, run, status, pause, resume, retry, list, delete
+prompt.py   how one item is put to the model: the instruction, the item framed as data
+export.py   the combined Markdown, CSV and JSONL exports, in input order
+hints.py    next steps that work from where they are shown
+"""
