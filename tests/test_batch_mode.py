@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from hermes_bulk.config.settings import load_settings
+from hermes_bulk.errors import InvalidTransition
 from hermes_bulk.fleet import broker
-from hermes_bulk.jobs.service import DELETE_WAIT_S, Jobs
+from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.providers.pacing import RATE_LIMIT_BASE_S, RATE_LIMIT_CAP_S
+from hermes_bulk.runtime.batch_driver import DELETE_WAIT_S
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
 from .helpers import wait_for
@@ -245,6 +247,10 @@ def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(cli
         monkeypatch.setenv(key, value)
     jobs = Jobs(load_settings())
     try:
+        # The jobs API speaks to no provider: without a front end's canceller it deletes nothing.
+        with pytest.raises(InvalidTransition, match="cannot cancel them here"):
+            jobs.delete(job_id)
+        assert jobs.get(job_id).total == 5
         key = jobs.get(job_id).spec.provider_key
         pause_s = DELETE_WAIT_S + 6
         ends = jobs.backend.limits.pause(key, seconds=pause_s, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S,

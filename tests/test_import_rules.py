@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "jobs.prompt", "runtime.metrics", "frontends.terminal",
         "store", "store.protocol", "store.records", "store.limits_math", "store.sqlite", "store.redis",
         "budget", "budget.policy", "budget.turns", "budget.windows", "testing", "testing.*", "plugin",
-        "config", "fleet", "providers", "jobs", "runtime", "frontends", "frontends.dashboard")),
+        "config", "fleet", "providers", "jobs", "frontends", "frontends.dashboard")),
     ("configuration and where things are", (
         "", "config.*", "frontends.logs", "budget.settings", "budget.grammar", "budget.failopen")),
     ("one backend each: stores, queues, ledgers", (
@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the backend from a URL, one item's life", ("fleet.broker", "runtime.pipeline", "runtime.batch_driver")),
     ("the service API and the grammar", ("jobs.service", "frontends.parser", "budget.commands")),
     ("what runs and shows jobs", (
-        "runtime.worker", "runtime.process", "frontends.views", "runtime.client_kinds",
+        "runtime", "runtime.worker", "runtime.process", "frontends.views", "runtime.client_kinds",
         "frontends.dashboard.figures")),
     ("the answers both front ends give", ("frontends.replies",)),
     ("front ends", ("frontends.cli", "__main__", "plugin.*", "frontends.dashboard.app", "frontends.dashboard.serve")),
@@ -181,6 +181,28 @@ def test_imports_follow_the_layout_table():
                    for name, targets in arrows().items() for target in targets
                    if row_of(target) not in allowed[row_of(name)])
     assert wrong == []
+
+
+#: The modules that speak to a provider over the network (the rest of providers/ only checks
+#: what a provider said, or paces requests).
+SPEAKERS = {"providers.client", "providers.batch_api", "providers.doctor"}
+
+
+def reaches(name: str) -> set[str]:
+    """Every module name imports, however many steps away."""
+    seen, stack = set(), [name]
+    while stack:
+        for target in arrows()[stack.pop()]:
+            if target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
+
+
+def test_the_jobs_api_speaks_to_no_provider():
+    # Front ends hand Jobs the batch canceller (runtime.cancel_batches) that delete needs.
+    assert {name: sorted(reaches(name) & SPEAKERS) for name in modules() if name.startswith("jobs")} == \
+        {name: [] for name in modules() if name.startswith("jobs")}
 
 
 def test_a_planted_import_against_the_table_is_caught(monkeypatch):

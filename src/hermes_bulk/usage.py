@@ -15,6 +15,8 @@ from .errors import UsageError
 class Parser(argparse.ArgumentParser):
     #: command name -> its parser, so a caller can show one command's help without printing it
     subcommands: dict[str, argparse.ArgumentParser]
+    #: command name -> its one-line help, in the order the commands were added
+    command_help: dict[str, str]
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message[:1].upper() + message[1:] + ".", self.format_usage())

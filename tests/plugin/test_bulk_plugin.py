@@ -198,7 +198,7 @@ def test_answers_are_text_help_usage_errors_and_settings(gateway, hermes_home, h
     gw = gateway()
 
     help_text = gw.bulk("")
-    assert help_text.startswith("Bulk: apply one instruction") and "/bulk run <job_id>" in help_text
+    assert help_text.startswith("Bulk: apply one instruction") and "/bulk run [--concurrency N] [--rpm N] [--tpm N] JOB" in help_text
     assert gw.bulk("help") == help_text
     assert gw.bulk("export --help").startswith("usage: /bulk export [-h] [--format {md,csv,jsonl}]")
 

@@ -31,15 +31,17 @@ from ..full_disk import disk_full_at
 from ..jobs import hints
 from ..jobs.service import Jobs, Plan, state_label
 from ..providers.pacing import RequestGate
+from ..runtime import cancel_batches
 from ..words import count
 from . import logs, replies, views
-from .parser import UsageError, build_parser, normalise
+from .parser import UsageError, build_parser, normalise, options_for
 from .terminal import WrappedStdout, print_table, say, stderr_console, terminal_width
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
     from ..runtime.client_kinds import Served
     from ..runtime.worker import WorkerRuntime
+    from ..store.protocol import JobRecord
 
 # What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
 # in their handlers: `path`, `list` and `status` start without it.
@@ -135,7 +137,7 @@ def _save_traceback(settings: Settings | None) -> Path | None:
 
 def _jobs(settings: Settings, backend=None) -> Jobs:
     """The jobs API, with the cron budget's gate when a budget is configured on this machine."""
-    return Jobs(settings, backend, request_gate=_GateWhenAsked())
+    return Jobs(settings, backend, request_gate=_GateWhenAsked(), cancel_batches=cancel_batches)
 
 
 class _GateWhenAsked:
@@ -162,7 +164,7 @@ SHELL = replies.Place()  #: `hermes-bulk` in a shell
 
 def cmd_create(args: Namespace, settings: Settings) -> int:
     progress = (lambda n: say(f"\rdiscovered {count(n, 'item')}…", end="")) if not args.json and sys.stderr.isatty() else None
-    reply = replies.create(args, _jobs(settings), replies.Place(on_progress=progress))
+    reply = replies.create(_jobs(settings), replies.Place(on_progress=progress), **options_for(replies.create, args))
     if progress:
         say("")
     if args.json and isinstance(reply.data, Plan):
@@ -182,9 +184,10 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
 
 def cmd_run(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
+    job = jobs.get(args.job)  # the prefix is resolved once; the rest names this job by its id
     if not args.no_check:
-        _check_endpoint_first(jobs, args)
-    reply = replies.run(args, jobs, SHELL)
+        _check_endpoint_first(jobs, job)
+    reply = replies.run(jobs, SHELL, **{**options_for(replies.run, args), "job": job.job_id})
     if not args.wait:
         print(reply.text)
         return EXIT_OK
@@ -192,14 +195,13 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
     return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
 
 
-def _check_endpoint_first(jobs: Jobs, args: Namespace) -> None:
+def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
     """Before a job of HERMES_BULK_*'s endpoint is run: doctor's checks, with the job's model. An
     endpoint that is down, a refused key or an unknown model would only pause the job (runtime/breaker.py):
     say so now, and run nothing."""
-    job = jobs.get(args.job)
     if job.spec.client != "http" or job.finished:
         return  # another kind calls its own model (Hermes'); a finished job has nothing to run
-    report = SHELL.doctor(Namespace(model=job.spec.model), jobs.settings)
+    report = SHELL.doctor(job.spec.model, jobs.settings)
     if not report.usable:
         raise InvalidTransition(f"Job {job.job_id} was not run: its endpoint cannot serve it now:\n{report.text()}\n"
                                 f"Correct that (hermes-bulk doctor checks it again), then run it again; or run it "
@@ -271,14 +273,14 @@ def _print_jobs(reply: replies.Reply, as_json: bool) -> None:
 def cmd_status(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     if args.job is None and not args.watch:
-        _print_jobs(replies.jobs_list(jobs, SHELL, 10), args.json)
+        _print_jobs(replies.jobs_list(jobs, SHELL, limit=10), args.json)
         return EXIT_OK
     if args.watch:
         job_id = jobs.resolve(args.job)
         with contextlib.suppress(KeyboardInterrupt):
             _follow(jobs, job_id, until=lambda s: s.state in views.FINAL_STATES, quiet=args.json)
         args.job = job_id
-    reply = replies.status(args, jobs, SHELL)
+    reply = replies.status(jobs, SHELL, **options_for(replies.status, args))
     if args.failed and args.json:
         print(json.dumps([{"item": i.name, "number": i.index + 1, "error_type": i.error_type,
                            "http_status": i.http_status, "message": i.error_message} for i in reply.data]))
@@ -288,26 +290,26 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_show(args: Namespace, settings: Settings) -> int:
-    reply = replies.show(args, _jobs(settings), SHELL)
+    reply = replies.show(_jobs(settings), SHELL, job=args.job, item=args.item)
     print(json.dumps(reply.data.as_dict(), ensure_ascii=False) if args.json else reply.text)
     return EXIT_OK
 
 
 def cmd_pause(args: Namespace, settings: Settings) -> int:
-    print(replies.pause(args, _jobs(settings), SHELL).text)
+    print(replies.pause(_jobs(settings), SHELL, job=args.job).text)
     return EXIT_OK
 
 
 def cmd_resume(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
-    reply = replies.resume(args, jobs, SHELL)
+    reply = replies.resume(jobs, SHELL, **options_for(replies.resume, args))
     print(reply.text)
     return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
 
 
 def cmd_retry(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
-    reply = replies.retry(args, jobs, SHELL)
+    reply = replies.retry(jobs, SHELL, **options_for(replies.retry, args))
     print(reply.text)
     return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
 
@@ -321,17 +323,17 @@ def cmd_export(args: Namespace, settings: Settings) -> int:
         _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format, with_input=args.with_input,
                                          only=args.only)
     else:
-        print(replies.export(args, _jobs(settings), SHELL).text)
+        print(replies.export(_jobs(settings), SHELL, **options_for(replies.export, args)).text)
     return EXIT_OK
 
 
 def cmd_list(args: Namespace, settings: Settings) -> int:
-    _print_jobs(replies.list_(args, _jobs(settings), SHELL), args.json)
+    _print_jobs(replies.jobs_list(_jobs(settings), SHELL, limit=args.limit), args.json)
     return EXIT_OK
 
 
 def cmd_events(args: Namespace, settings: Settings) -> int:
-    print(replies.events(args, _jobs(settings), SHELL).text)
+    print(replies.events(_jobs(settings), SHELL, job=args.job, limit=args.limit).text)
     return EXIT_OK
 
 
@@ -344,7 +346,7 @@ def cmd_delete(args: Namespace, settings: Settings) -> int:
             say(f"Kept job {job.job_id}.")
             return EXIT_OK
         args.job = job.job_id
-    print(replies.delete(args, jobs, SHELL).text)
+    print(replies.delete(jobs, SHELL, job=args.job, abandon_batches=args.abandon_batches).text)
     return EXIT_OK
 
 
@@ -382,7 +384,7 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
 
 def cmd_doctor(args: Namespace, settings: Settings) -> int:
     """The endpoint, key and model checked with one cheap request; exit 0 when usable, else 1."""
-    reply = replies.doctor_reply(SHELL.doctor(args, settings))
+    reply = replies.doctor_reply(SHELL.doctor(args.model, settings))
     print(reply.text)
     return EXIT_OK if reply.data.usable else EXIT_ERROR
 

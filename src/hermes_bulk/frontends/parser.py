@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
+import inspect
 import math
 import re
 import shlex
+from collections.abc import Callable
+from typing import Any
 
 from ..durations import parse_duration
 from ..errors import UsageError
 from ..usage import Parser
+from .terminal import CHAT_WIDTH
 
 COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events", "show",
             "delete", "worker", "workers", "path", "budget", "wait", "dashboard", "doctor")
@@ -35,6 +40,9 @@ exit status: 0 ok, 1 error, 2 bad usage, 3 backend unreachable, 4 the job paused
              130 interrupted
 """
 
+
+#: How help is laid out in a chat (/bulk): lines of CHAT_WIDTH.
+CHAT_FORMATTER = functools.partial(argparse.HelpFormatter, width=CHAT_WIDTH)
 
 # The range of every number on the command line (shown in --help and docs/cli.md). The upper
 # bounds keep a typo from reaching the store as a value it cannot hold (SQLite's 64-bit
@@ -114,10 +122,17 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
     parser = Parser(prog=prog, description="Apply one instruction to many items, each its own model call, "
                      "as a durable background job.", epilog=None if for_slash else EPILOG,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    # In a chat the help has the chat's width, not that of the terminal the gateway started in.
+    parser_class = functools.partial(Parser, formatter_class=CHAT_FORMATTER) if for_slash else Parser
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     parser.subcommands = sub.choices
+    parser.command_help = {}
 
-    p = sub.add_parser("create", help="create a job over a directory or file (no model calls)")
+    def add_command(name: str, **kwargs: Any) -> Parser:
+        parser.command_help[name] = kwargs["help"]
+        return sub.add_parser(name, **kwargs)
+
+    p = add_command("create", help="create a job over a directory or file (no model calls)")
     p.add_argument("instruction", nargs="?", help="what to do with each item (or --instruction-file)")
     p.add_argument("--instruction-file", metavar="PATH", help="read the instruction from a UTF-8 text file")
     p.add_argument("--dry-run", action="store_true",
@@ -145,7 +160,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
         p.add_argument("--json", action="store_true", help='print {"job_id", "items", "skipped", "skipped_entries"}')
 
-    p = sub.add_parser("run", help="process the job's pending items")
+    p = add_command("run", help="process the job's pending items")
     p.add_argument("job", metavar="JOB")
     _add_job_controls(p)
     if not for_slash:
@@ -156,7 +171,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         p.add_argument("--no-check", action="store_true",
                        help="do not check the endpoint, key and model first (as doctor does) before running")
 
-    p = sub.add_parser("status", help="one job, or the most recent jobs")
+    p = add_command("status", help="one job, or the most recent jobs")
     p.add_argument("job", nargs="?", metavar="JOB")
     p.add_argument("--events", type=_events, default=0, metavar="N",
                    help=f"also show the last N events ({_range(0, MAX_LISTED)})")
@@ -165,19 +180,19 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         p.add_argument("--json", action="store_true", help="machine-readable")
         p.add_argument("--watch", action="store_true", help="live view until the job ends")
 
-    p = sub.add_parser("pause", help="stop new items from starting")
+    p = add_command("pause", help="stop new items from starting")
     p.add_argument("job", metavar="JOB")
-    p = sub.add_parser("resume", help="continue a paused job")
+    p = add_command("resume", help="continue a paused job")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--max-tokens", type=_max_tokens, metavar="N", help=f"a new token limit ({_range(1, MAX_TOKENS)})")
     _add_job_controls(p)
-    p = sub.add_parser("retry", help="return failed items to the queue and process them")
+    p = add_command("retry", help="return failed items to the queue and process them")
     p.add_argument("job", metavar="JOB")
     if not for_slash:
         for name in ("resume", "retry"):
             sub.choices[name].add_argument("--wait", action="store_true", help="also run workers here until the job ends")
 
-    p = sub.add_parser("export", help="write all results to one file (no model calls)")
+    p = add_command("export", help="write all results to one file (no model calls)")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--format", choices=("md", "csv", "jsonl"), default="md")
     p.add_argument("--with-input", action="store_true",
@@ -187,28 +202,28 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
                    help="a regular file to write (default: the job's folder)" + ("" if for_slash else "; - for standard output"))
     p.add_argument("--only", choices=("failed", "completed"), help="only the items in this state (default: every item)")
 
-    p = sub.add_parser("show", help="one item: its state, the content as sent, the answer, every attempt")
+    p = add_command("show", help="one item: its state, the content as sent, the answer, every attempt")
     p.add_argument("job", metavar="JOB")
     p.add_argument("item", metavar="ITEM", help="the item's name as exports show it (2026/q1.txt, row:4) or its number")
     if not for_slash:
         p.add_argument("--json", action="store_true", help="machine-readable")
 
-    p = sub.add_parser("list", help="the most recent jobs")
+    p = add_command("list", help="the most recent jobs")
     p.add_argument("--limit", type=_listed, default=20, metavar="N", help=f"at most N jobs ({_range(1, MAX_LISTED)})")
     if not for_slash:
         p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("events", help="a job's history: skipped entries, failed attempts, waits")
+    p = add_command("events", help="a job's history: skipped entries, failed attempts, waits")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--limit", type=_listed, default=50, metavar="N", help=f"the last N events ({_range(1, MAX_LISTED)})")
 
-    p = sub.add_parser("doctor", help="check that the endpoint answers, the key is accepted and the model is known",
+    p = add_command("doctor", help="check that the endpoint answers, the key is accepted and the model is known",
                        description="One line per check, from one cheap request (GET /models; a 1-token request "
                                    "only when the model is not listed there). Exit status 0 when usable, else 1.")
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="check this model (default HERMES_BULK_MODEL)")
 
-    p = sub.add_parser("delete", help="remove a job, its results and its files")
+    p = add_command("delete", help="remove a job, its results and its files")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--abandon-batches", action="store_true",
                    help="a --batch job: delete it even when its open batches cannot be cancelled at the provider "
@@ -218,7 +233,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
                        help="do not ask first (it asks only when standard input is a terminal)")
 
     if not for_slash:
-        p = sub.add_parser("worker", help="run a worker (a Huey consumer) for the configured backend",
+        p = add_command("worker", help="run a worker (a Huey consumer) for the configured backend",
                            description="Processes triggers of jobs that were run. Flags follow huey_consumer.")
         p.add_argument("-w", "--workers", type=_concurrency, metavar="N",
                        help=f"worker threads, {_range(1, MAX_CONCURRENCY)} (default max_concurrency)")
@@ -246,8 +261,8 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         group.add_argument("-v", "--verbose", action="store_true", help="debug logging")
         group.add_argument("-q", "--quiet", action="store_true", help="warnings only")
 
-        sub.add_parser("workers", help="list live workers and the items they hold")
-        p = sub.add_parser("wait", help="block until a job ends (for scripts)",
+        add_command("workers", help="list live workers and the items they hold")
+        p = add_command("wait", help="block until a job ends (for scripts)",
                            description="Blocks until the job ends, with a progress bar on a terminal, then "
                                        "prints its status. Runs no workers: something else processes the job.",
                            epilog="exit status: 0 completed without failures, 1 completed with failed items or "
@@ -255,8 +270,8 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
                                   "2 bad usage, 3 backend unreachable")
         p.add_argument("job", metavar="JOB")
         p.add_argument("--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)")
-        sub.add_parser("path", help="print the data directory")
-        p = sub.add_parser("dashboard", help="serve a live web dashboard of jobs and workers",
+        add_command("path", help="print the data directory")
+        p = add_command("dashboard", help="serve a live web dashboard of jobs and workers",
                            description="Serves a web page of the jobs, one job and the workers, updated live, with "
                                        "pause, resume, retry and export. Prints its URL with an access token "
                                        "(HERMES_BULK_DASHBOARD_TOKEN, else a new one each start). Loopback only "
@@ -266,7 +281,7 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         p.add_argument("--port", type=_whole(0, MAX_PORT), default=8765, metavar="N",
                        help=f"port to listen on ({_range(0, MAX_PORT)}, default 8765; 0: a free one)")
 
-        p = sub.add_parser("budget", help="the request budget that holds cron and bulk before the chat reserve",
+        p = add_command("budget", help="the request budget that holds cron and bulk before the chat reserve",
                            description="The cron-budget ledger (shared with Hermes' `hermes cron-budget`).")
         if command in (None, "budget"):  # its help lists the budget's settings, which loads them
             from ..budget.grammar import add_budget_arguments
@@ -277,6 +292,24 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
 
 #: How a mistyped command looks: one bare lower-case word (an instruction is a sentence).
 _COMMAND_WORD = re.compile(r"[a-z][a-z0-9_-]*")
+
+
+def commands_text(parser: Parser) -> str:
+    """Every command of a parser, as its usage and what it does: the command list of `/bulk help`,
+    made from the parser itself so that it names every flag the commands take."""
+    blocks = []
+    for name, sub in parser.subcommands.items():
+        first, *rest = sub.format_usage().removeprefix("usage: ").replace(" [-h]", "").rstrip().splitlines()
+        blocks.append("\n".join([first, *(line[len("usage: "):] for line in rest), f"    {parser.command_help[name]}"]))
+    return "\n".join(blocks)
+
+
+def options_for(handler: Callable[..., object], args: argparse.Namespace) -> dict[str, Any]:
+    """The parsed options a reply handler takes: its keyword parameters, by the grammar's names
+    (`--max-tokens` is max_tokens). Options of one front end only (`--wait`) reach the handlers
+    that have the parameter; a handler never sees a namespace."""
+    wanted = inspect.signature(handler).parameters
+    return {name: value for name, value in vars(args).items() if name in wanted}
 
 
 def normalise(argv: list[str]) -> list[str]:

@@ -1,7 +1,8 @@
 """What each command answers, once for `hermes-bulk` and `/bulk`: one handler per command.
 
-A handler takes the parsed arguments, the jobs API and the Place the command was typed in, does
-the command, and returns its Reply: the text to show and the record behind it (for `--json`
+A handler takes the jobs API, the Place the command was typed in and the command's options as
+keyword parameters (named as the grammar's flags: `--max-tokens` is max_tokens; frontends/parser.py's
+options_for picks them from a parse), does the command, and returns its Reply: the text to show and the record behind it (for `--json`
 and for what the CLI goes on to do, such as `--wait`). Where the two places answer differently,
 the Place says how, so no answer is written twice. What belongs to a terminal (progress bars,
 tables, exit codes, `--json`, standard output) stays in cli.py; what belongs to Hermes (threads,
@@ -10,7 +11,6 @@ late answers, its model and working directory) in plugin/bulk.py.
 
 from __future__ import annotations
 
-from argparse import Namespace
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..jobs import hints
-from ..jobs.service import Jobs, Plan
+from ..jobs.service import Jobs, JobStatus, Plan
 from ..store.protocol import PAUSED, JobRecord
 from ..words import count
 from . import views
@@ -58,9 +58,9 @@ class Place:
         """export's --output; an empty one is the jobs API's to refuse."""
         return text
 
-    def create_options(self, args: Namespace) -> dict[str, Any]:
+    def create_options(self, *, model: str | None, batch: bool) -> dict[str, Any]:
         """Who calls the model for a job created here: HERMES_BULK_*'s endpoint, by default."""
-        return {"model": args.model}
+        return {"model": model}
 
     def tokens_source(self, job: JobRecord) -> str:
         return "the provider"
@@ -77,29 +77,31 @@ class Place:
     def unwatch(self, job_id: str) -> None:
         """The user has seen the job end, or stopped it: its end is no news."""
 
-    def doctor(self, args: Namespace, settings: Settings) -> Report:
+    def doctor(self, model: str | None, settings: Settings) -> Report:
         """The checks of the model its jobs call: here the endpoint, key and model in HERMES_BULK_*."""
         from ..providers import doctor
 
         key = settings.api_key.get_secret_value() if settings.api_key else None
-        return doctor.check_endpoint(settings.base_url, key, getattr(args, "model", None) or settings.model,
+        return doctor.check_endpoint(settings.base_url, key, model or settings.model,
                                      timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S))
 
 
-def create(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    if args.instruction is not None and args.instruction_file:
+def create(jobs: Jobs, place: Place, *, over: str, instruction: str | None = None,
+           instruction_file: str | None = None, schema: str | None = None, concurrency: int | None = None,
+           retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
+           tpm: int | None = None, fresh: bool = False, dry_run: bool = False, batch: bool = False,
+           batch_deadline: float | None = None, model: str | None = None) -> Reply:
+    if instruction is not None and instruction_file:
         raise UsageError("Give the instruction or --instruction-file, not both.")
-    if args.instruction_file:
-        instruction = read_instruction(Path(place.path(args.instruction_file)))
-    elif args.instruction is None:
+    if instruction_file:
+        instruction = read_instruction(Path(place.path(instruction_file)))
+    elif instruction is None:
         raise UsageError(f"Give an instruction: {hints.create(place.cmd)}, or --instruction-file PATH.")
-    else:
-        instruction = args.instruction
-    schema = read_schema(Path(place.path(args.schema))) if args.schema else None
-    created = jobs.create(instruction, place.path(args.over), concurrency=args.concurrency,
-                          retries=args.retries, max_tokens=args.max_tokens, rpm=args.rpm, tpm=args.tpm,
-                          schema=schema, fresh=args.fresh, on_progress=place.on_progress, dry_run=args.dry_run,
-                          batch=args.batch, batch_deadline_s=args.batch_deadline, **place.create_options(args))
+    schema_text = read_schema(Path(place.path(schema))) if schema else None
+    created = jobs.create(instruction, place.path(over), concurrency=concurrency, retries=retries,
+                          max_tokens=max_tokens, rpm=rpm, tpm=tpm, schema=schema_text, fresh=fresh,
+                          on_progress=place.on_progress, dry_run=dry_run, batch=batch,
+                          batch_deadline_s=batch_deadline, **place.create_options(model=model, batch=batch))
     if isinstance(created, Plan):
         return Reply(views.plan_text(created), created)
     text = views.created_text(created, f"{place.cmd} run")
@@ -117,12 +119,15 @@ def _batch_note(jobs: Jobs) -> str:
             f"submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch call. {who}")
 
 
-def run(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    if jobs.get(args.job).spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
-        place.check_servable(args.job)
-    job = jobs.run(args.job, concurrency=args.concurrency, rpm=args.rpm, tpm=args.tpm)
+def run(jobs: Jobs, place: Place, *, job: str, concurrency: int | None = None, rpm: int | None = None,
+        tpm: int | None = None, wait: bool = False) -> Reply:
+    """wait: the workers are this process's (`hermes-bulk run --wait`), so none need naming."""
+    named = jobs.get(job)  # the prefix is resolved once: what follows acts on this job alone
+    if named.spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
+        place.check_servable(named.job_id)
+    job = jobs.run(named.job_id, concurrency=concurrency, rpm=rpm, tpm=tpm)
     check = f"Check it with: {place.cmd} status {job.job_id}"
-    if job.spec.mode == "batch" and getattr(args, "wait", False) is False:
+    if job.spec.mode == "batch" and not wait:
         return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_batch_note(jobs)}"
                      f"{place.next_step_sep}{check}", job)
     if not place.processes_here:
@@ -147,13 +152,13 @@ def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
             f"(or process it here: hermes-bulk run {job.job_id} --wait).")
 
 
-def status(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+def status(jobs: Jobs, place: Place, *, job: str | None = None, events: int = 0, failed: bool = False) -> Reply:
     """One job, or (no job given) the most recent ten."""
-    if args.job is None:
-        return jobs_list(jobs, place, 10)
-    st = jobs.status(args.job, events=args.events)
-    if args.failed:
-        return failed(st, jobs, place)
+    if job is None:
+        return jobs_list(jobs, place, limit=10)
+    st = jobs.status(job, events=events)
+    if failed:
+        return failed_items(st, jobs, place)
     if views.has_ended(st):
         place.unwatch(st.job.job_id)  # this reply is the news
     return Reply(views.status_text(st, tokens_source=place.tokens_source(st.job), cmd=place.cmd), st)
@@ -163,49 +168,48 @@ def status(args: Namespace, jobs: Jobs, place: Place) -> Reply:
 FAILED_LISTED = 20
 
 
-def failed(st, jobs: Jobs, place: Place) -> Reply:
+def failed_items(st: JobStatus, jobs: Jobs, place: Place) -> Reply:
     """status --failed: the job's failed items by name, with their recorded errors."""
     items = jobs.failed_items(st.job.job_id, FAILED_LISTED)
     return Reply(views.failed_text(st.job.job_id, items, st.job.failed, place.cmd), items)
 
 
-def show(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+def show(jobs: Jobs, place: Place, *, job: str, item: str) -> Reply:
     """One item: its state, what was sent, the answer and every recorded attempt."""
-    shown = jobs.item(args.job, args.item)
+    shown = jobs.item(job, item)
     return Reply(views.show_text(shown), shown)
 
 
-def jobs_list(jobs: Jobs, place: Place, limit: int) -> Reply:
+def jobs_list(jobs: Jobs, place: Place, *, limit: int = 20) -> Reply:
     statuses = jobs.list(limit)
     return Reply(views.jobs_text(statuses, cmd=place.cmd), statuses)
 
 
-def list_(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    return jobs_list(jobs, place, args.limit)
-
-
-def pause(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    job = jobs.pause(args.job)
+def pause(jobs: Jobs, place: Place, *, job: str) -> Reply:
+    job = jobs.pause(job)
     place.unwatch(job.job_id)
     return Reply(f"Job {job.job_id} paused: no new items start; items in progress may finish."
                  f"{place.next_step_sep}Continue with: {hints.process(job, 'resume', place.cmd)}", job)
 
 
-def resume(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    place.check_servable(args.job)
-    job = jobs.resume(args.job, max_tokens=args.max_tokens, concurrency=args.concurrency, rpm=args.rpm,
-                      tpm=args.tpm)
+def resume(jobs: Jobs, place: Place, *, job: str, max_tokens: int | None = None,
+           concurrency: int | None = None, rpm: int | None = None, tpm: int | None = None,
+           wait: bool = False) -> Reply:
+    named = jobs.get(job)
+    place.check_servable(named.job_id)
+    job = jobs.resume(named.job_id, max_tokens=max_tokens, concurrency=concurrency, rpm=rpm, tpm=tpm)
     resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
     if not place.processes_here:  # with --wait the workers are this process's: no one else to ask for
-        return Reply(resumed + "." + ("" if getattr(args, "wait", False) else f" {_who_picks_it_up(job, jobs)}"), job)
+        return Reply(resumed + "." + ("" if wait else f" {_who_picks_it_up(job, jobs)}"), job)
     place.start_workers()
     place.watch(job.job_id)
     return Reply(f"{resumed}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
 
 
-def retry(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    place.check_servable(args.job)
-    job, n = jobs.retry(args.job)
+def retry(jobs: Jobs, place: Place, *, job: str, wait: bool = False) -> Reply:
+    named = jobs.get(job)
+    place.check_servable(named.job_id)
+    job, n = jobs.retry(named.job_id)
     returned = f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue"
     if not place.processes_here:
         return Reply(returned + ".", job)
@@ -216,29 +220,30 @@ def retry(args: Namespace, jobs: Jobs, place: Place) -> Reply:
     return Reply(f"{returned}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
 
 
-def export(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+def export(jobs: Jobs, place: Place, *, job: str, format: str = "md", output: str | None = None,
+           with_input: bool = False, only: str | None = None) -> Reply:
     """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
-    if args.output == "-":
+    if output == "-":
         raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
-    path = jobs.export(args.job, fmt=args.format, output=place.output_path(args.output),
-                       with_input=args.with_input, only=args.only)
+    named = jobs.get(job)
+    path = jobs.export(named.job_id, fmt=format, output=place.output_path(output), with_input=with_input, only=only)
     if not place.export_summary:
         return Reply(str(path), path)
-    job = jobs.get(args.job)
+    job = jobs.get(named.job_id)
     unfinished = job.total - job.completed - job.failed
     return Reply(f"Exported job {job.job_id} to {path}\n"
                  f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, "
                  f"of {count(job.total, 'item')}.", path)
 
 
-def events(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    st = jobs.status(args.job, events=args.limit)
+def events(jobs: Jobs, place: Place, *, job: str, limit: int = 50) -> Reply:
+    st = jobs.status(job, events=limit)
     return Reply("\n".join(views.event_lines(st.events, st.event_names)) or f"Job {st.job.job_id} has no events yet.", st)
 
 
-def doctor(args: Namespace, jobs: Jobs, place: Place) -> Reply:
+def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
     """Can the model the jobs made here call be reached, with this key and model? One line a check."""
-    return doctor_reply(place.doctor(args, jobs.settings))
+    return doctor_reply(place.doctor(model, jobs.settings))
 
 
 def doctor_reply(report: Report) -> Reply:
@@ -248,14 +253,15 @@ def doctor_reply(report: Report) -> Reply:
     return Reply(f"{report.text()}\n{verdict}", report)
 
 
-def delete(args: Namespace, jobs: Jobs, place: Place) -> Reply:
-    job_id = jobs.delete(args.job, abandon_batches=getattr(args, "abandon_batches", False))
+def delete(jobs: Jobs, place: Place, *, job: str, abandon_batches: bool = False) -> Reply:
+    job_id = jobs.delete(job, abandon_batches=abandon_batches)
     return Reply(f"Deleted job {job_id}.", job_id)
 
 
-Handler = Callable[[Namespace, Jobs, Place], Reply]
+#: jobs, place, then the command's options as keyword parameters
+Handler = Callable[..., Reply]
 #: The commands both places have; the CLI adds worker, workers, wait, path and budget.
 HANDLERS: dict[str, Handler] = {
     "create": create, "run": run, "status": status, "pause": pause, "resume": resume, "retry": retry,
-    "export": export, "list": list_, "events": events, "delete": delete, "show": show, "doctor": doctor,
+    "export": export, "list": jobs_list, "events": events, "delete": delete, "show": show, "doctor": doctor,
 }

@@ -59,9 +59,9 @@ if TYPE_CHECKING:
 ADD_BATCH = 20_000
 ADD_BATCH_BYTES = 16 * 1024 * 1024
 SKIPPED_SHOWN = 20
-#: How long `delete` sits out a shared 429 pause before it cancels a batch job's batches at the
-#: provider; a longer pause (a Retry-After may ask for an hour) refuses, saying how long it is.
-DELETE_WAIT_S = 10.0
+#: Cancels a batch job's open batches at the provider before it is deleted; raises
+#: InvalidTransition, naming them, when the provider cannot be asked.
+BatchCanceller = Callable[["Jobs", JobRecord], None]
 
 # States `status` shows (the seed's table).
 STATES = ("not_started", "processing", "paused", "waiting_for_worker", "awaiting_recovery", "completed",
@@ -183,8 +183,12 @@ class Jobs:
 
     def __init__(self, settings: Settings, backend: Backend | None = None,
                  request_gate: RequestGate | None = None, *, cmd: str = "hermes-bulk",
-                 setting_name: Callable[[str], str] = env_name) -> None:
+                 setting_name: Callable[[str], str] = env_name,
+                 cancel_batches: BatchCanceller | None = None) -> None:
         self.settings = settings
+        #: How `delete` cancels a batch job's open batches at the provider. The jobs API speaks to
+        #: no provider: a front end that can reach one hands in runtime.batch_driver's.
+        self.cancel_batches = cancel_batches
         self.cmd, self.setting_name = cmd, setting_name
         # A SQLite file that is not there yet is made by the first command that writes (create);
         # until then reads answer from nothing, so a mistyped path or a fresh machine keeps no file.
@@ -529,57 +533,18 @@ class Jobs:
         if job.running and job.state == RUNNING and self.liveness.live_worker_ids():
             raise InvalidTransition(f"Job {job.job_id} has items in progress; pause it first.")
         if job.spec.mode == "batch" and not abandon_batches:
-            self._cancel_batches(job)
+            if self.cancel_batches is not None:
+                self.cancel_batches(self, job)
+            elif any(b.open for b in self.store.list_batches(job.job_id)):
+                raise InvalidTransition(
+                    f"Job {job.job_id} was not deleted: its batches may still run at the provider, and "
+                    f"{self.cmd} cannot cancel them here; delete it with hermes-bulk delete, or cancel them at "
+                    f"the provider and delete it with --abandon-batches.")
         self.store.delete_job(job.job_id)
         from . import export as export_mod
 
         export_mod.remove_tree(self.job_dir(job.job_id), self.settings.jobs_dir)
         return job.job_id
-
-    def _cancel_batches(self, job: JobRecord) -> None:
-        """Cancel at the provider every open batch of the job that may still run there: one with
-        the provider's id and no final status, and one left preparing with its file uploaded (a
-        worker may have created it before it was killed: looked for by its metadata). Raises,
-        naming the batches, when the provider cannot be asked (docs/decisions.md)."""
-        from ..errors import ModelError, PermanentModelError
-        from ..providers.batch_api import TERMINAL, BatchApi
-        from ..providers.pacing import LongWait
-
-        open_ = [b for b in self.store.list_batches(job.job_id)
-                 if b.open and (b.provider_id and b.status not in TERMINAL or not b.provider_id and b.input_file)]
-        if not open_:
-            return
-        ids = ", ".join(b.provider_id or b.batch_id for b in open_)
-        api = BatchApi(base_url=self.settings.base_url, provider_key=job.spec.provider_key, limits=self.backend.limits,
-                       api_key=self.settings.api_key.get_secret_value() if self.settings.api_key else None,
-                       timeout_s=min(self.settings.request_timeout_seconds, 30.0), max_wait_s=DELETE_WAIT_S)
-        try:
-            for batch in open_:
-                remote_id = batch.provider_id
-                if remote_id is None:
-                    found = api.find(batch.batch_id)
-                    if found is None or found.status in TERMINAL:
-                        continue  # never created, or ended: nothing runs
-                    remote_id = found.id
-                try:
-                    api.cancel(remote_id)
-                except PermanentModelError as exc:
-                    # Refused: unknown there (404), or it ended before the cancel arrived.
-                    if exc.http_status != 404 and api.get(remote_id).status not in TERMINAL:
-                        raise
-        except LongWait as wait:
-            raise InvalidTransition(
-                f"Job {job.job_id} was not deleted: the provider asked every worker on this key to wait "
-                f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} ({ids}) can be "
-                f"cancelled; delete it again then, or cancel them at the provider and delete it with "
-                f"--abandon-batches.") from None
-        except ModelError as exc:
-            raise InvalidTransition(
-                f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider ({ids}) could "
-                f"not be cancelled ({exc}); check {self.setting_name('base_url')} and delete it again, or cancel "
-                f"them at the provider and delete it with --abandon-batches.") from None
-        finally:
-            api.close()
 
     # Results -------------------------------------------------------------------------------
     def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None,

@@ -18,7 +18,6 @@ import contextvars
 import logging
 import threading
 import time
-from argparse import Namespace
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,16 @@ from ..config.settings import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..fleet.broker import open_backend
 from ..frontends import logs, replies, views
-from ..frontends.parser import UsageError, build_parser, split_slash_args
+from ..frontends.parser import (
+    UsageError,
+    build_parser,
+    commands_text,
+    options_for,
+    split_slash_args,
+)
 from ..frontends.terminal import CHAT_WIDTH, wrap
 from ..jobs.service import Jobs
+from ..runtime import cancel_batches
 from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
 from ..words import count
 from . import background, hermes, notices
@@ -46,24 +52,11 @@ ARGS_HINT = '"<instruction>" --over <path> | run|status|pause|resume|retry|expor
 HELP = f"""\
 Bulk: apply one instruction to many files, CSV rows or JSON records. Each item is its own
 model call, made in the background with Hermes' model; progress is kept outside the chat.
+A first word that is not a command means create: {CMD} "<instruction>" --over <path>.
+create makes no model calls; items answered before are reused (--fresh asks again); --batch
+uses the provider's Batch API (about half the price), run by a hermes-bulk worker.
 
-{CMD} "<instruction>" --over <path> [--concurrency N] [--retries N] [--max-tokens N]
-      [--rpm N] [--tpm N] [--schema FILE] [--fresh] [--batch [--batch-deadline DURATION]]
-                                        Creates a job. Makes no model calls. Items answered
-                                        before are reused; --fresh asks for every one again.
-                                        --batch: the provider's Batch API, run by a hermes-bulk
-                                        worker with its own endpoint (about half the price).
-{CMD} run <job_id>                     Processes all pending items in the background.
-{CMD} status [job_id] [--events N] [--failed]
-                                        Shows one job (its failed items by name), or the most recent jobs.
-{CMD} show <job_id> <item>             One item (name or number): state, content as sent, answer, attempts.
-{CMD} pause <job_id>                   Stops new items from starting. Items in progress may finish.
-{CMD} resume <job_id> [--max-tokens N] Continues a paused job, optionally with a new limit.
-{CMD} retry <job_id>                   Returns failed items to the queue and processes them.
-{CMD} export <job_id> [--format md|csv|jsonl] [--output PATH] [--only failed|completed]
-                                        Writes all results to one file. Makes no model calls.
-{CMD} list | events <job_id> | delete <job_id>
-{CMD} doctor                          Checks that Hermes' model answers (one 1-token request).
+{commands_text(build_parser(CMD, for_slash=True))}
 
 A job id may be shortened to any unique prefix. Details of one command: {CMD} <command> --help"""
 
@@ -183,7 +176,8 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
         session = _Session(on_progress=on_progress)
         if sessions is not None:
             sessions.append(session)
-        return HANDLERS[args.command](args, session.jobs, session).text
+        handler = HANDLERS[args.command]
+        return handler(session.jobs, session, **options_for(handler, args)).text
     except UsageError as exc:
         if not exc.usage:  # a value the parser took but the command cannot use: the line says it all
             return str(exc)
@@ -291,7 +285,7 @@ class _Session(replies.Place):
         self.settings = _settings()
         self.backend = open_backend(self.settings)
         self.gate = background.request_gate(self.settings)
-        self.jobs = Jobs(self.settings, self.backend, self.gate, cmd=CMD,
+        self.jobs = Jobs(self.settings, self.backend, self.gate, cmd=CMD, cancel_batches=cancel_batches,
                          setting_name=lambda field: f"plugins.entries.{hermes.PLUGIN_ID}.settings.{field}")
         self.jobs.max_concurrency_for = self.max_concurrency_for
         self.profile = str(hermes.profile_home())
@@ -304,9 +298,10 @@ class _Session(replies.Place):
     def output_path(self, text: str | None) -> str | None:
         return self.path(text) if text else None  # an empty --output: the job's folder
 
-    def create_options(self, args: Namespace) -> dict[str, Any]:
-        model = hermes.configured_model()  # each item goes to Hermes' own model
-        if getattr(args, "batch", False):  # a batch job: a hermes-bulk worker's endpoint (ctx.llm has no batch call)
+    def create_options(self, *, model: str | None, batch: bool) -> dict[str, Any]:
+        # each item goes to Hermes' own model (`--model` is not in /bulk's grammar)
+        model = hermes.configured_model()
+        if batch:  # a batch job: a hermes-bulk worker's endpoint (ctx.llm has no batch call)
             return {"model": model.model or None, "bind_endpoint": False}  # whichever worker's it is
         return {"client": hermes.CLIENT, "provider": model.provider_key, "model": model.model or None}
 
@@ -334,7 +329,7 @@ class _Session(replies.Place):
         clients = {hermes.CLIENT: factory}
         background.ensure_running(self.settings, self.backend, clients=clients, gate=self.gate)
 
-    def doctor(self, args: Namespace, settings: Settings):
+    def doctor(self, model: str | None, settings: Settings):
         """The model /bulk jobs call is Hermes' own (ctx.llm): one 1-token request through it, as an
         item's goes. Bulk has no endpoint or key of its own to check here."""
         from ..errors import ModelError

@@ -7,3 +7,20 @@ breaker.py       the endpoint's circuit breaker: when no item can succeed there,
 metrics.py       a worker's Prometheus page
 client_kinds.py  the model-client kinds a worker finds by entry point (e.g. Hermes' /bulk jobs)
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..jobs.service import Jobs
+    from ..store.protocol import JobRecord
+
+
+def cancel_batches(jobs: Jobs, job: JobRecord) -> None:
+    """What front ends hand to Jobs as its batch canceller (the jobs API speaks to no provider):
+    batch_driver.cancel_open_batches, loaded only when a batch job is deleted, so the read
+    commands start without the provider's client."""
+    from .batch_driver import cancel_open_batches
+
+    cancel_open_batches(jobs, job)

@@ -42,12 +42,14 @@ import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import sources
 from ..durations import parse_duration
 from ..errors import (
     EndpointUnreachable,
     HermesBulkError,
+    InvalidTransition,
     ModelError,
     PermanentModelError,
     RateLimited,
@@ -69,6 +71,7 @@ from ..providers.batch_api import (
     RemoteBatch,
 )
 from ..providers.client import HttpModelClient, classify_status, parse_completion
+from ..providers.pacing import LongWait
 from ..store.protocol import (
     BATCH_DONE,
     BATCH_PREPARING,
@@ -81,8 +84,12 @@ from ..store.protocol import (
     JobRecord,
     JobStore,
 )
+from ..words import count
 from .breaker import DEFAULT_FAILURES, pause_job, pause_reason, trips
 from .pipeline import output_path, structured
+
+if TYPE_CHECKING:
+    from ..jobs.service import Jobs
 
 log = logging.getLogger("hermes_bulk.runtime.batch_driver")
 
@@ -635,3 +642,50 @@ def _what(exc: ModelError) -> str:
         return str(exc)
     return f"the provider's Batch API answered HTTP {exc.http_status}"
 
+
+#: How long `delete` sits out a shared 429 pause before it cancels a batch job's batches at the
+#: provider; a longer pause refuses the delete, saying how long.
+DELETE_WAIT_S = 10.0
+
+
+def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
+    """Cancel at the provider every open batch of the job that may still run there: one with
+    the provider's id and no final status, and one left preparing with its file uploaded (a
+    worker may have created it before it was killed: looked for by its metadata). Raises,
+    naming the batches, when the provider cannot be asked (docs/decisions.md). The Jobs of every
+    front end that can reach a provider (`hermes-bulk`, `/bulk`, the dashboard) delete with this."""
+    open_ = [b for b in jobs.store.list_batches(job.job_id)
+             if b.open and (b.provider_id and b.status not in TERMINAL or not b.provider_id and b.input_file)]
+    if not open_:
+        return
+    ids = ", ".join(b.provider_id or b.batch_id for b in open_)
+    api = BatchApi(base_url=jobs.settings.base_url, provider_key=job.spec.provider_key, limits=jobs.backend.limits,
+                   api_key=jobs.settings.api_key.get_secret_value() if jobs.settings.api_key else None,
+                   timeout_s=min(jobs.settings.request_timeout_seconds, 30.0), max_wait_s=DELETE_WAIT_S)
+    try:
+        for batch in open_:
+            remote_id = batch.provider_id
+            if remote_id is None:
+                found = api.find(batch.batch_id)
+                if found is None or found.status in TERMINAL:
+                    continue  # never created, or ended: nothing runs
+                remote_id = found.id
+            try:
+                api.cancel(remote_id)
+            except PermanentModelError as exc:
+                # Refused: unknown there (404), or it ended before the cancel arrived.
+                if exc.http_status != 404 and api.get(remote_id).status not in TERMINAL:
+                    raise
+    except LongWait as wait:
+        raise InvalidTransition(
+            f"Job {job.job_id} was not deleted: the provider asked every worker on this key to wait "
+            f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} ({ids}) can be "
+            f"cancelled; delete it again then, or cancel them at the provider and delete it with "
+            f"--abandon-batches.") from None
+    except ModelError as exc:
+        raise InvalidTransition(
+            f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider ({ids}) could "
+            f"not be cancelled ({exc}); check {jobs.setting_name('base_url')} and delete it again, or cancel "
+            f"them at the provider and delete it with --abandon-batches.") from None
+    finally:
+        api.close()

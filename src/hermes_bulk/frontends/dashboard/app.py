@@ -15,7 +15,6 @@ import logging
 import queue
 import re
 import threading
-from argparse import Namespace
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,13 +163,12 @@ def _failure(exc: HermesBulkError) -> JSONResponse:
 
 
 def _pause(jobs: Jobs, job_id: str) -> str:
-    replies.pause(Namespace(job=job_id), jobs, replies.Place())
+    replies.pause(jobs, replies.Place(), job=job_id)
     return f"Job {job_id} paused: no new items start; items in progress may finish. Press Resume to continue."
 
 
 def _resume(jobs: Jobs, job_id: str) -> str:
-    args = Namespace(job=job_id, max_tokens=None, concurrency=None, rpm=None, tpm=None, wait=False)
-    job = replies.resume(args, jobs, replies.Place()).data
+    job = replies.resume(jobs, replies.Place(), job=job_id).data
     return f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending. {_who_takes_it(jobs)}"
 
 
