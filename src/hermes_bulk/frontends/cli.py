@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 import traceback
 from argparse import Namespace
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING
 from ..broken_pipe import is_broken_pipe, stdout_gone
 from ..config import quick as quick_settings
 from ..config.fields import register_settings_secrets
-from ..errors import BackendUnavailable, HermesBulkError, InputError, InvalidTransition
+from ..errors import BackendUnavailable, HermesBulkError, InvalidTransition
 from ..full_disk import disk_full_at
 from ..jobs import hints
 from ..jobs.service import Jobs, Plan, state_label
@@ -39,8 +38,6 @@ from .terminal import WrappedStdout, print_table, say, stderr_console, terminal_
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
-    from ..runtime.client_kinds import Served
-    from ..runtime.worker import WorkerRuntime
     from ..store.protocol import JobRecord
 
 # What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
@@ -208,27 +205,12 @@ def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
                                 f"anyway with --no-check.")
 
 
-def _worker_runtime(backend, settings: Settings, threads: int, **options) -> tuple[WorkerRuntime, Served]:
-    """A worker for every kind of job this machine can serve, and a line saying which.
-
-    Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; other kinds (jobs
-    created in Hermes with `/bulk`) come from the packages that declare them (runtime/client_kinds.py),
-    with the request gate their calls go through. Every bulk request is charged to the cron
-    budget when one is configured on this machine (its `models` globs decide which count).
-    """
-    from ..runtime import client_kinds
-    from ..runtime.worker import WorkerRuntime
-
-    served = client_kinds.served(settings)
-    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or request_gate(),
-                            **options)
-    runtime.clients.update(served.clients)
-    return runtime, served
-
-
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    runtime, served = _worker_runtime(jobs.backend, settings, threads, only_job=job_id)
+    from ..runtime.process import worker_runtime
+
+    runtime, served = worker_runtime(jobs.backend, settings, threads, request_gate=request_gate(),
+                                     only_job=job_id)
     job = jobs.get(job_id)
     if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
         raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
@@ -419,70 +401,14 @@ def cmd_budget(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_worker(args: Namespace, settings: Settings) -> int:
-    from ..fleet.broker import open_backend
-    from ..fleet.tasks import QueuesConsumer, consumer_options
-    from ..redact import public_url
-    from ..runtime import client_kinds, metrics
+    from ..runtime.process import run_worker
 
     _configure_logging(args)
-    threads = args.workers or settings.max_concurrency
-    backend = open_backend(settings)
-    resume = settings.resume_interrupted if args.resume_interrupted is None else args.resume_interrupted
-    runtime, served = _worker_runtime(backend, settings, threads, stops_gracefully=True,
-                                             resume_interrupted=resume)
-    consumer = QueuesConsumer(runtime.queues(), threads=runtime.queue_threads(), on_stopping=runtime.stopping,
-                              on_stopped=lambda graceful: runtime.stop(graceful=False), **consumer_options(
-        threads, initial_delay=args.delay, max_delay=args.max_delay, backoff=args.backoff,
-        shutdown_timeout=args.shutdown_timeout, graceful_signal=args.graceful_signal))
-    for warning in backend.warnings():  # once, in the worker's log (stderr unless -l FILE)
-        logging.getLogger("hermes_bulk").warning("%s", warning)
-    runtime.start()
-    if args.metrics_port:
-        try:
-            metrics.serve(args.metrics_host, args.metrics_port, runtime.metrics_page)
-        except OSError as exc:
-            runtime.stop(graceful=False)
-            raise InputError(f"--metrics-port {args.metrics_port}: cannot listen on {args.metrics_host} "
-                             f"({exc.strerror}); choose another port.") from None
-    if args.burst:
-        threading.Thread(target=_stop_when_idle, args=(_jobs(settings, backend), consumer, runtime),
-                         daemon=True).start()
-    logging.getLogger("hermes_bulk").info(
-        "worker %s: %s on %s; %s%s", runtime.worker_id, count(threads, "thread"), public_url(settings.backend_url),
-        client_kinds.start_line(served, _running_kinds(backend.store, runtime.clients)),
-        "; resumes jobs a graceful worker stop cut off (--resume-interrupted)" if resume else "")
-    try:
-        consumer.run()
-    finally:
-        runtime.stop(graceful=False)
+    run_worker(settings, request_gate=request_gate(), threads=args.workers, delay=args.delay,
+               max_delay=args.max_delay, backoff=args.backoff, shutdown_timeout=args.shutdown_timeout,
+               graceful_signal=args.graceful_signal, burst=args.burst, resume_interrupted=args.resume_interrupted,
+               metrics_port=args.metrics_port, metrics_host=args.metrics_host)
     return EXIT_OK
-
-
-def _running_kinds(store, served: dict) -> dict[str, list[str]]:
-    """Running jobs of the kinds this worker does not serve: kind -> job ids."""
-    kinds: dict[str, list[str]] = {}
-    for job_id in store.active_job_ids():
-        job = store.get_job(job_id)
-        if job is not None and job.spec.client not in served and not job.finished:
-            kinds.setdefault(job.spec.client, []).append(job_id)
-    return kinds
-
-
-def _stop_when_idle(jobs: Jobs, consumer, runtime: WorkerRuntime) -> None:
-    """--burst: stop once no running job this worker serves has pending or running items and its
-    queues are empty."""
-    idle_since = None
-    while True:
-        time.sleep(0.5)
-        busy = any(j.pending or j.running for j in (jobs.store.get_job(i) for i in jobs.store.active_job_ids())
-                   if j and runtime.serves(j))
-        if busy or jobs.backend.queue_length(runtime.routes()):
-            idle_since = None
-        elif idle_since is None:
-            idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > 1.0:
-            consumer.stop(graceful=True)
-            return
 
 
 def _configure_logging(args: Namespace) -> None:
