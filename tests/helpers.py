@@ -124,7 +124,7 @@ def _forget_request_gate(cli) -> None:
 
 
 def job_status(jobs: Jobs, job_id: str) -> dict:
-    """What `status JOB --json` prints, read in this process (tests/test_test_parts.py holds
+    """What `status JOB --json` prints, read in this process (tests/test_harness.py holds
     the two equal)."""
     return json.loads(json.dumps(jobs.status(job_id).as_dict()))
 

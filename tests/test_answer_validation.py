@@ -306,4 +306,4 @@ _BODY = _fields(choices=_maybe(st.lists(_maybe(_CHOICE), max_size=3)),
 def test_the_fast_check_of_a_body_agrees_with_its_json_schema(body):
     from jsonschema import Draft202012Validator
 
-    assert answers._plainly_valid(body) == Draft202012Validator(answers.CHAT_COMPLETION).is_valid(body)
+    assert answers.plainly_valid(body) == Draft202012Validator(answers.CHAT_COMPLETION).is_valid(body)

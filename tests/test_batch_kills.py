@@ -107,7 +107,7 @@ def test_workers_killed_mid_ingest_lose_and_duplicate_nothing(cli, backend_env, 
     job_id = cli.json("create", "Summarise", "--over", str(_source(tmp_path, n)), "--batch", "--fresh", "--json",
                       **env)["job_id"]
     cli("run", job_id, **env)
-    backend = broker._build(env["HERMES_BULK_BACKEND"])
+    backend = broker.build_backend(env["HERMES_BULK_BACKEND"])
     kills = 0
     try:
         last = 0

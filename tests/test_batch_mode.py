@@ -1,5 +1,5 @@
 """create --batch: a job run through the provider's Batch API, by real CLI and worker processes,
-on both backends, against the loopback provider's batch endpoints (issue 13)."""
+on both backends, against the loopback provider's batch endpoints."""
 
 from __future__ import annotations
 

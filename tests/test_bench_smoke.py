@@ -1,4 +1,4 @@
-"""The benchmark suite (bench/, issue 7) runs and produces numbers: each row at smoke sizes,
+"""The benchmark suite (bench/) runs and produces numbers: each row at smoke sizes,
 through the same code as `scripts/bench`. Whether the numbers meet their goals is for the
 full run on a quiet machine (docs/benchmarks.md), not for the test suite."""
 

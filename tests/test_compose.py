@@ -1,4 +1,4 @@
-"""The compose stack as a user runs it (issue 18, point 12), without a Docker engine: the files
+"""The compose stack as a user runs it, without a Docker engine: the files
 say what the stack needs, and docker/init.sh (what the `init` service runs as root) is run here
 with sh on real folders."""
 

@@ -1,4 +1,4 @@
-"""Issue 18, points 5 and 7: `export --with-input` gives the source back with its answers, and
+"""`export --with-input` gives the source back with its answers, and
 `run`/`resume --concurrency/--rpm/--tpm` change a job as it runs. Real processes, a real SQLite
 file, the loopback provider."""
 

@@ -34,7 +34,7 @@ from hermes_bulk.store.protocol import (
 
 @pytest.fixture
 def store(tmp_path):
-    backend = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    backend = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     yield backend.store
     backend.close()
 
@@ -237,7 +237,7 @@ def test_a_shared_export_keeps_the_mode_of_the_file_it_replaces(store, mixed, tm
     new = tmp_path / "new.md"
     export.export(store, store.get_job(mixed), "md", new, private=False)
     assert stat.S_IMODE(new.stat().st_mode) == 0o600
-    assert export._replaced_mode(tmp_path) == 0o600, "a directory's mode is not copied"
+    assert export.replaced_mode(tmp_path) == 0o600, "a directory's mode is not copied"
 
 
 def test_a_failing_writer_leaves_the_old_file_and_no_temporary_one(store, mixed, tmp_path):
@@ -248,7 +248,7 @@ def test_a_failing_writer_leaves_the_old_file_and_no_temporary_one(store, mixed,
     class Broken(Exception):
         pass
 
-    with pytest.raises(Broken), export._replace_atomically(target) as f:
+    with pytest.raises(Broken), export.replace_atomically(target) as f:
         f.write("partial")
         raise Broken
     assert target.read_text() == "old"
@@ -259,11 +259,11 @@ def test_a_full_disk_says_so_and_leaves_the_old_file(tmp_path):
     target = tmp_path / "out" / "keep.csv"
     target.parent.mkdir()
     target.write_text("old")
-    with pytest.raises(InputError, match="the disk is full there"), export._replace_atomically(target):
+    with pytest.raises(InputError, match="the disk is full there"), export.replace_atomically(target):
         raise OSError(errno.ENOSPC, "No space left on device")
     assert target.read_text() == "old"
     assert [p.name for p in target.parent.iterdir()] == ["keep.csv"]
-    with pytest.raises(PermissionError), export._replace_atomically(target):  # any other error as it is
+    with pytest.raises(PermissionError), export.replace_atomically(target):  # any other error as it is
         raise PermissionError(errno.EACCES, "denied")
     assert [p.name for p in target.parent.iterdir()] == ["keep.csv"]
 
@@ -271,7 +271,7 @@ def test_a_full_disk_says_so_and_leaves_the_old_file(tmp_path):
 def test_a_target_whose_folder_cannot_be_made_is_refused_in_our_words(tmp_path):
     (tmp_path / "a-file").write_text("x")
     with pytest.raises(InputError, match="choose another --output"), \
-            export._replace_atomically(tmp_path / "a-file" / "out.csv"):
+            export.replace_atomically(tmp_path / "a-file" / "out.csv"):
         pass
 
 
@@ -301,12 +301,12 @@ def test_records_are_written_by_their_state_whatever_store_they_come_from(store)
     job = store.get_job(_job(store, "records01", ["a"], schema=json.dumps({"properties": {"t": {}}})))
     items = [_record(COMPLETED, '{"t": "x"}', 0), _record(FAILED, None, 1, "timeout")]
     out = io.StringIO()
-    export._write_jsonl(out, job, iter(items))
+    export.write_jsonl(out, job, iter(items))
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [(x["result"], x["data"], x["error"]) for x in lines] == [
         ('{"t": "x"}', {"t": "x"}, None), (None, None, "timeout: m")]
     out = io.StringIO()
-    export._write_csv(out, job, iter(items))
+    export.write_csv(out, job, iter(items))
     rows = list(csv.reader(io.StringIO(out.getvalue())))
     assert rows[1] == ["n0", COMPLETED, '{"t": "x"}', "", "x"] and rows[2] == ["n1", FAILED, "", "timeout: m", ""]
 

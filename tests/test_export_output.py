@@ -1,4 +1,4 @@
-"""`export --output` writes only a regular file, or `-` for standard output (issue 11, defect 4).
+"""`export --output` writes only a regular file, or `-` for standard output.
 
 `--output /dev/null` once turned /dev/null into a regular 0600 file (as root); a FIFO and a
 symbolic link were replaced, and missing folders were made. Every refusal is one line, comes
@@ -116,7 +116,7 @@ def test_a_regular_file_is_replaced_and_dash_is_standard_output(cli, job_id, tmp
     assert cli("export", job_id, "--format", "jsonl", "--output", str(out)).stdout.strip() == str(out)
     from_file = out.read_text()
     assert [json.loads(line)["item"] for line in from_file.splitlines()] == ["line:1", "line:2"]
-    # A file the user named keeps the mode it had (new files: tests/test_small_truths.py).
+    # A file the user named keeps the mode it had (new files: tests/test_cli_messages.py).
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
     piped = cli("export", job_id, "--format", "jsonl", "--output", "-")
     assert piped.stdout == from_file, "the same export, on standard output, and nothing else"

@@ -1,4 +1,4 @@
-"""What may import what, checked on the source so the structure cannot erode quietly (issue 17).
+"""What may import what, checked on the source so the structure cannot erode quietly.
 
 - Layers: every module of hermes_bulk sits in one layer of LAYERS and imports only from its own
   layer or the ones below (imports under `if TYPE_CHECKING:` are annotations, not arrows).
@@ -293,3 +293,34 @@ def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
     unused = {"hermes_bulk.sources", "hermes_bulk.jobs.export", "hermes_bulk.runtime.pipeline"}
     assert modules & unused == set() and not any(m.startswith("hermes_bulk.budget") for m in modules), \
         sorted(m for m in modules if m in unused or m.startswith("hermes_bulk.budget"))
+
+
+def private_reaches(tree: ast.AST) -> list[str]:
+    """`module._name` and `from hermes_bulk.x import _name` in a test, of hermes_bulk's modules."""
+    modules_here: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("hermes_bulk"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"from {node.module} import {alias.name}")
+                modules_here.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            modules_here |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("hermes_bulk")}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules_here
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
+    return found
+
+
+def test_no_test_reaches_into_a_private_name_of_hermes_bulk():
+    tests = Path(__file__).resolve().parent
+    reached = {str(p.relative_to(tests)): hits for p in sorted(tests.rglob("*.py"))
+               if (hits := private_reaches(ast.parse(p.read_text())))}
+    assert reached == {}
+
+
+def test_a_planted_private_reach_is_caught():
+    planted = "from hermes_bulk.fleet import broker\nbroker._build('sqlite:///x')\n"
+    assert private_reaches(ast.parse(planted)) == ["broker._build (line 2)"]

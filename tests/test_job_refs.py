@@ -1,4 +1,4 @@
-"""An empty or blank job id is a usage error, never "the newest job" (issue 11, defect 5).
+"""An empty or blank job id is a usage error, never "the newest job".
 
 `delete ""` once deleted the newest job, twice in a row, and `run ""` would have spent tokens on
 it: an unset shell variable must not pick a job. Only `status` and `list` with no argument at

@@ -25,21 +25,21 @@ def test_the_stored_columns_follow_the_fields_in_order():
 
 
 def test_gcra_without_a_rate_or_a_cost_grants_and_keeps_the_arrival_time():
-    assert lm._gcra(5.0, 3.0, 0.0, 1) == (5.0, 0.0)  # no interval: not paced, even when "late"
-    assert lm._gcra(5.0, 3.0, -1.0, 1) == (5.0, 0.0)
-    assert lm._gcra(0.0, 3.0, 1.0, 0) == (0.0, 0.0)  # nothing to pay for
-    assert lm._gcra(0.0, 3.0, 1.0, -2) == (0.0, 0.0)
+    assert lm.gcra(5.0, 3.0, 0.0, 1) == (5.0, 0.0)  # no interval: not paced, even when "late"
+    assert lm.gcra(5.0, 3.0, -1.0, 1) == (5.0, 0.0)
+    assert lm.gcra(0.0, 3.0, 1.0, 0) == (0.0, 0.0)  # nothing to pay for
+    assert lm.gcra(0.0, 3.0, 1.0, -2) == (0.0, 0.0)
 
 
 def test_gcra_spaces_a_cost_by_the_interval_from_now_when_the_bucket_is_empty():
-    assert lm._gcra(0.0, 10.0, 2.0, 3) == (16.0, 0.0)
-    assert lm._gcra(10.0, 10.0, 0.5, 1) == (10.5, 0.0)  # arrival time exactly now: go
-    assert lm._gcra(9.0, 10.0, 0.25, 1) == (10.25, 0.0)
+    assert lm.gcra(0.0, 10.0, 2.0, 3) == (16.0, 0.0)
+    assert lm.gcra(10.0, 10.0, 0.5, 1) == (10.5, 0.0)  # arrival time exactly now: go
+    assert lm.gcra(9.0, 10.0, 0.25, 1) == (10.25, 0.0)
 
 
 def test_gcra_waits_until_the_arrival_time_and_keeps_it():
-    assert lm._gcra(12.5, 10.0, 2.0, 3) == (12.5, 2.5)
-    assert lm._gcra(10.25, 10.0, 1.0, 1) == (10.25, 0.25)
+    assert lm.gcra(12.5, 10.0, 2.0, 3) == (12.5, 2.5)
+    assert lm.gcra(10.25, 10.0, 1.0, 1) == (10.25, 0.25)
 
 
 # The observed rate -----------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Issue 18, point 6: an honest token estimate. The output allowance is learned from the job's
+"""An honest token estimate. The output allowance is learned from the job's
 completed items (in the store, so every worker and both backends agree), reservations shrink
 with it, and `status` shows the estimate improving. Real `hermes-bulk` processes, the loopback
 provider, SQLite or a real redis-server."""

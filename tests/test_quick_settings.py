@@ -1,4 +1,4 @@
-"""quick_settings reads what Settings reads, or says it cannot be sure (issue 17.9).
+"""quick_settings reads what Settings reads, or says it cannot be sure.
 
 The read commands take their settings from quick_settings when it answers, so it must never
 accept what Settings refuses, nor read a value otherwise. Hypothesis draws environments: every

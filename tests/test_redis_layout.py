@@ -128,7 +128,7 @@ def test_a_move_interrupted_anywhere_is_finished_by_the_next_store_that_opens(re
     from hermes_bulk.sources import content_hash
     from hermes_bulk.store.protocol import NOT_STARTED, RUNNING, JobSpec, NewItem, Usage
 
-    first = broker._build(redis_url)
+    first = broker.build_backend(redis_url)
     store = first.store
     job_id = "moved0000001"
     store.begin_job(JobSpec(job_id=job_id, instruction="x", source="/s", source_kind="directory", concurrency=9,
@@ -146,7 +146,7 @@ def test_a_move_interrupted_anywhere_is_finished_by_the_next_store_that_opens(re
         _to_layout_1(raw, store.keys, job_id)
         store.lua.migrate_layout(keys=store.keys.job(job_id), args=[0, 140])  # a move stopped part-way
         assert raw.hlen(store.keys.job_key(job_id, "items")) == 159 and raw.get(store.keys.layout) is None
-        second = broker._build(redis_url)
+        second = broker.build_backend(redis_url)
         try:
             assert list(second.store.iter_items(job_id, with_content=True)) == before
             assert raw.get(store.keys.layout) == b"2" and not raw.exists(store.keys.job_key(job_id, "items"))

@@ -78,7 +78,7 @@ def clock():
 
 @pytest.fixture
 def backend(tmp_path, clock):
-    b = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    b = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     b.store.db.clock = clock.time
     assert b.limits.db is b.store.db, "the limiter reads the same clock"
     yield b

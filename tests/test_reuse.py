@@ -1,4 +1,4 @@
-"""Never pay twice for the same answer (issue 14), through real CLI processes on SQLite and Redis:
+"""Never pay twice for the same answer, through real CLI processes on SQLite and Redis:
 a job reuses the answers of earlier jobs of its store and asks once for identical items; the
 loopback provider counts what was really sent."""
 

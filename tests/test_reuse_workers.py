@@ -1,4 +1,4 @@
-"""One answer index, several worker processes (issue 14): identical items of a job are asked once
+"""One answer index, several worker processes: identical items of a job are asked once
 however many workers race for them, and two jobs over the same data, made before either had an
 answer, ask once each. Real `hermes-bulk worker` processes on SQLite and on Redis; the loopback
 provider counts what was really sent."""

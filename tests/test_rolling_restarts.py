@@ -1,4 +1,4 @@
-"""Workers that say what they do, and rolling restarts (issue 18, points 10 and 11).
+"""Workers that say what they do, and rolling restarts.
 
 Real `hermes-bulk worker` processes on SQLite and on Redis, the loopback provider. SIGINT and
 SIGTERM are graceful stops (the worker hands back what it holds and records it on the job);
@@ -98,7 +98,10 @@ def _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, *flags):
     try:
         worker = Worker(cli, tmp_path / "first.stderr", *flags, **env)
         fake_provider.wait_held(2)  # the four answers are recorded: their chains claimed these two
-        log = worker.stop(sig, then=lambda: _release_once_stopping(worker, fake_provider))
+        # SIGINT lets the two in progress finish: their answers are let through once it stops. SIGTERM
+        # stops at once: they stay held until it has exited, so they cannot complete meanwhile.
+        graceful = sig == signal.SIGINT
+        log = worker.stop(sig, then=(lambda: _release_once_stopping(worker, fake_provider)) if graceful else None)
     finally:
         fake_provider.release()
     return job_id, log

@@ -1,5 +1,5 @@
 """Only regular files are read as sources, never more than max_item_bytes for one item
-(issue 11, defect 6; DESIGN.md invariant 11).
+(DESIGN.md invariant 11).
 
 A source replaced by a FIFO after `create` once hung its item forever; a symbolic link to
 /dev/zero grew a worker to 3 GB in 2 s; a global lock held while a file was parsed stalled the
@@ -98,7 +98,7 @@ def test_a_file_swapped_after_listing_is_left_out_not_waited_on(tmp_path, make, 
     """The window between listing a folder and opening a file: the open itself refuses."""
     path = tmp_path / "swapped"
     make(path)
-    skipped = _within(5, discovery._directory_file, path, "swapped", MAX)
+    skipped = _within(5, discovery.directory_file, path, "swapped", MAX)
     assert skipped == Skipped("swapped", reason)
 
 
@@ -168,8 +168,8 @@ def test_a_record_re_read_reads_at_most_max_item_bytes(tmp_path, monkeypatch):
     items = list(source.entries())
     path.write_text('{"v": 1}\n{"v": 2}\n' + "x" * (10 * MAX))  # grown: the offset check runs
     reads: list[int] = []
-    real_window = changes._window
-    monkeypatch.setattr(changes, "_window", lambda f, offset, size: (reads.append(size), real_window(f, offset, size))[1])
+    real_window = changes.bounded_window
+    monkeypatch.setattr(changes, "bounded_window", lambda f, offset, size: (reads.append(size), real_window(f, offset, size))[1])
     assert source_changed("jsonl", str(path), "", items[1].offset, 1, items[1].stat_sig,
                           content_hash(items[1].content), max_item_bytes=MAX) is False
     assert reads == [MAX]
@@ -187,15 +187,15 @@ def test_no_global_lock_is_held_while_a_file_is_parsed(tmp_path, monkeypatch):
     def reader(f, p, s):
         for n, item in enumerate(real_reader(f, p, s)):
             if n % 100 == 0:
-                got = changes._digest_lock.acquire(blocking=False)
+                got = changes.digest_lock.acquire(blocking=False)
                 free_during_parse.append(got)
                 if got:
-                    changes._digest_lock.release()
+                    changes.digest_lock.release()
             yield item
 
     monkeypatch.setitem(records.RECORD_READERS, "jsonl", reader)
-    digests = changes._record_digests("jsonl", path, sig)
-    assert len(digests) == 1000 * changes._DIGEST_SIZE
+    digests = changes.record_digests("jsonl", path, sig)
+    assert len(digests) == 1000 * changes.DIGEST_SIZE
     assert free_during_parse and all(free_during_parse), "the digest lock was held during the parse"
 
 

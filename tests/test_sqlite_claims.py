@@ -27,7 +27,7 @@ def clock():
 
 @pytest.fixture
 def store(tmp_path, clock):
-    b = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    b = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     b.store.db.clock = clock
     yield b.store
     b.close()

@@ -1,5 +1,5 @@
 """One open database per SQLite file per process, connections that end with their threads, and
-settings that stay with the thread that loaded them (issue 11, defects 1-3; DESIGN.md invariant 10).
+settings that stay with the thread that loaded them (DESIGN.md invariant 10).
 
 On POSIX, closing any descriptor of a file drops every lock the process holds on it, SQLite's
 included: another process closing its last connection then deletes the -wal/-shm under the

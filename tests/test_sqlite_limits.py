@@ -30,7 +30,7 @@ def clock():
 
 @pytest.fixture
 def backend(tmp_path, clock):
-    b = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    b = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     b.limits.db.clock = clock
     yield b
     b.close()
@@ -138,7 +138,7 @@ def test_a_success_after_a_clean_acquire_skips_the_read_but_a_429_elsewhere_is_c
                                                                                         clock, tmp_path):
     limits.acquire("k", rpm=None, tpm=None, tokens=1)
     # Another process's 429 (its own SqliteLimits on the same file) sets a step here.
-    other = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    other = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     try:
         other.limits.db.clock = clock
         other.limits.pause("k", seconds=None, base_s=5, cap_s=120, epoch=0)

@@ -45,7 +45,7 @@ def test_an_embedded_consumer_starts_off_the_main_thread_and_stops_cleanly(tmp_p
 
 
 def test_a_trigger_run_where_no_worker_runtime_serves_its_queue_is_logged_and_dropped(tmp_path, caplog):
-    backend = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    backend = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     huey = backend.queue("http")
     consumer = EmbeddedConsumer(huey, **consumer_options(1))
     consumer.start()

@@ -1,4 +1,4 @@
-"""Tables into a pipe are drawn without rich, exactly as rich draws them (issue 17.9), and a
+"""Tables into a pipe are drawn without rich, exactly as rich draws them, and a
 cell is always the text as it is: never rich markup or an emoji code (an instruction is the
 user's words, `[name]` included)."""
 

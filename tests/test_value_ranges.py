@@ -1,5 +1,4 @@
-"""Every number has a range, and every value outside it is one line, never an internal error
-(issue 11, defect 11).
+"""Every number has a range, and every value outside it is one line, never an internal error.
 
 `--max-tokens 10**30` once crashed create and resume, `worker -w 1000000000` grew memory and
 started nothing, `--rpm 10**30` was stored, and Redis URLs with a broken host, a bad

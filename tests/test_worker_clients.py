@@ -3,7 +3,7 @@
 A job created in Hermes must reach Hermes' model; one created by `hermes-bulk create` the
 endpoint in HERMES_BULK_*. Each kind has its own queue, so a worker without the client a job
 needs never takes its triggers: nothing is failed, nothing goes to the wrong endpoint, and the
-job waits for no one (issue 12, point 3).
+job waits for no one.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def test_a_trigger_on_the_wrong_queue_is_passed_on_to_the_right_one(settings, fa
 
 def test_each_kind_of_model_client_has_its_own_queue_on_both_backends(settings, redis_url, tmp_path):
     (tmp_path / "q").mkdir()
-    sqlite = broker._build(f"sqlite:///{tmp_path / 'q' / 'bulk.db'}")
-    redis = broker._build(redis_url)
+    sqlite = broker.build_backend(f"sqlite:///{tmp_path / 'q' / 'bulk.db'}")
+    redis = broker.build_backend(redis_url)
     try:
         for backend in (sqlite, redis):
             backend.trigger("j1", 0, 2, client="http")

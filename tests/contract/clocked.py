@@ -53,7 +53,7 @@ def clocked_backend(kind: str, tmp_path, redis_url: str | None = None) -> Clocke
     """A store and a limiter of this kind ("sqlite" or "redis") on a Clock the caller moves."""
     clock = Clock()
     if kind == "sqlite":
-        backend = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+        backend = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
         backend.store.db.clock = clock  # the limiter shares the database, and so the clock
         return ClockedBackend(backend.store, backend.limits, clock, backend.close)
     from hermes_bulk.store.redis.connection import connect_redis

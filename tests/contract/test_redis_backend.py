@@ -37,7 +37,7 @@ from .test_store_contract import claim, make_job
 
 @pytest.fixture
 def backend(redis_url):
-    b = broker._build(redis_url)
+    b = broker.build_backend(redis_url)
     yield b
     b.close()
 
@@ -65,7 +65,7 @@ def secured(tmp_path) -> RedisServer:
 
 
 def test_a_password_in_the_url_opens_a_protected_redis(secured):
-    b = broker._build(f"{secured.url}?prefix=auth")
+    b = broker.build_backend(f"{secured.url}?prefix=auth")
     try:
         assert b.store.list_jobs() == []
     finally:
@@ -76,7 +76,7 @@ def test_a_password_in_the_url_opens_a_protected_redis(secured):
 def test_wrong_or_missing_credentials_are_refused_without_echoing_them(secured, credentials):
     url = f"redis://{credentials}127.0.0.1:{secured.port}/0"
     with pytest.raises(BackendUnavailable) as info:
-        broker._build(url)
+        broker.build_backend(url)
     message = str(info.value)
     assert f"127.0.0.1:{secured.port}" in message and "password" in message
     assert "wrong-password" not in message and secured.password not in message
@@ -86,7 +86,7 @@ def test_wrong_or_missing_credentials_are_refused_without_echoing_them(secured, 
 def test_an_unreachable_redis_names_host_and_port_and_what_to_do():
     port = free_port()  # nothing listens there
     with pytest.raises(BackendUnavailable) as info:
-        broker._build(f"redis://:not-shown@127.0.0.1:{port}/0")
+        broker.build_backend(f"redis://:not-shown@127.0.0.1:{port}/0")
     message = str(info.value)
     assert f"127.0.0.1:{port}" in message
     assert "Start it, or use the sqlite:// backend for a single machine" in message
@@ -95,7 +95,7 @@ def test_an_unreachable_redis_names_host_and_port_and_what_to_do():
 
 def test_a_redis_lost_mid_run_raises_backend_unavailable(tmp_path):
     server = RedisServer(tmp_path).start()
-    b = broker._build(f"{server.url}?prefix=lost")
+    b = broker.build_backend(f"{server.url}?prefix=lost")
     try:
         job_id = make_job(b.store, 3)
         server.kill()
@@ -146,7 +146,7 @@ def test_a_limit_key_lives_a_day_past_its_last_use_and_a_success_on_no_key_makes
 
 
 def test_huey_queue_keys_are_namespaced_by_the_prefix(redis_server, raw):
-    a, b = (broker._build(f"{redis_server.url}?prefix=q{uuid.uuid4().hex[:8]}") for _ in range(2))
+    a, b = (broker.build_backend(f"{redis_server.url}?prefix=q{uuid.uuid4().hex[:8]}") for _ in range(2))
     try:
         a.trigger("job-a", 0, 3, client="http")
         prefix_a, prefix_b = prefix_of(a.url), prefix_of(b.url)

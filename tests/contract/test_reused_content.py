@@ -1,4 +1,4 @@
-"""Issue 15 for items completed at create by reuse (issue 14), on both backends: where the job
+"""Contents of items completed at create by reuse, on both backends: where the job
 drops a completed item's content, a reused item's content is never stored; an item that still
 needs those bytes (pending, waiting, failed) has them; CSV/JSON jobs and jobs that do not reuse
 keep every content; retry, show and export work on such a job."""

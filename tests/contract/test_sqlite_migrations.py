@@ -24,7 +24,7 @@ def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_si
                      " ('j1', 0, '{}', 'completed', 0)")
     old.close()
 
-    backend = broker._build(f"sqlite:///{path}")
+    backend = broker.build_backend(f"sqlite:///{path}")
     try:
         assert backend.store.db.schema_version() == [name for name, _ in MIGRATIONS]
         columns = {row[1] for row in backend.store.db.read("PRAGMA table_info(limits)")}
@@ -53,7 +53,7 @@ def test_batches_ended_before_their_final_status_was_kept_read_back_without_it(t
         conn.execute("INSERT INTO batches (id, job_id, status, items, created_at, provider_id) VALUES"
                      " ('b1', 'j1', 'done', 3, 1.0, 'batch_1')")
     old.close()
-    backend = broker._build(f"sqlite:///{path}")
+    backend = broker.build_backend(f"sqlite:///{path}")
     try:
         (batch,) = backend.store.list_batches("j1")
         assert (batch.status, batch.final_status, batch.provider_id, batch.items) == ("done", None, "batch_1", 3)

@@ -50,7 +50,7 @@ EXPIRED_S = -60.0  # a lease renewed to this has run out (as in test_store_state
 
 @pytest.fixture
 def redis_backend(redis_url):
-    b = broker._build(redis_url)
+    b = broker.build_backend(redis_url)
     yield b
     b.close()
 
@@ -276,7 +276,7 @@ def test_a_reaper_cut_off_before_its_prune_leaves_entries_the_next_pass_prunes(r
 
 def _killed_at_statement(url: str, n: int, operation: str, job_id: str) -> None:
     """In a child: run the store operation and SIGKILL this process at its n-th statement."""
-    b = broker._build(url)
+    b = broker.build_backend(url)
     original = SqliteDatabase.write
 
     class Killing:
@@ -317,7 +317,7 @@ def _kill_in_child(url: str, n: int, operation: str, job_id: str = "") -> int:
 
 @pytest.fixture
 def sqlite_backend(tmp_path):
-    b = broker._build(f"sqlite:///{tmp_path / 'bulk.db'}")
+    b = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     yield b
     b.close()
 
@@ -350,7 +350,7 @@ def test_sqlite_release_killed_between_its_statements_leaves_the_items_held(sqli
 
 def test_sqlite_settle_failed_attempt_killed_after_counting_counts_nothing(sqlite_backend):
     """Killed after the attempt's UPDATE, before the release: the transaction rolls back, so
-    the attempt is counted once when the failure is settled again (issue 13: a batch line)."""
+    the attempt is counted once when the failure is settled again (a batch line)."""
     store = sqlite_backend.store
     job_id = make_job(store, 1)
     claim(store, job_id)
@@ -380,7 +380,7 @@ def test_sqlite_delete_killed_between_its_statements_leaves_the_whole_job(sqlite
 def test_a_create_interrupted_after_begin_leaves_an_invisible_job_that_delete_removes(backend_name, tmp_path,
                                                                                      request):
     url = f"sqlite:///{tmp_path / 'bulk.db'}" if backend_name == "sqlite" else request.getfixturevalue("redis_url")
-    b = broker._build(url)
+    b = broker.build_backend(url)
     try:
         store = b.store
         store.begin_job(new_spec("half-made"))

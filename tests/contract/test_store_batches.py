@@ -27,7 +27,7 @@ from .test_store_contract import BACKENDS, claim, make_job
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
     url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
-    b = broker._build(url)
+    b = broker.build_backend(url)
     yield b.store
     b.close()
 
@@ -99,7 +99,7 @@ def test_a_batch_reserves_tokens_and_the_job_pauses_before_one_would_go_over(sto
 
 
 def test_a_batch_reads_its_items_contents_as_text_however_they_are_stored(store):
-    """Contents of 64 characters and more are stored compressed (issue 15); a batch's file is
+    """Contents of 64 characters and more are stored compressed; a batch's file is
     written from iter_batch_items, so it must give the text back, as a claim does."""
     long = "a long item, compressed in the store: " + "lorem ipsum " * 20
     job_id = make_job(store, 2, contents=["short", long])
@@ -118,7 +118,7 @@ def test_refusals_and_delete_takes_the_batches(store):
 
 
 def test_a_lease_held_by_a_worker_found_dead_is_taken_at_once_and_only_from_it(store):
-    """take_from (issue 13): a batch leased to a worker the caller found dead is taken without
+    """take_from: a batch leased to a worker the caller found dead is taken without
     waiting for the lease to run out; naming any other worker takes nothing."""
     job_id = make_job(store, 10)
     first = _open(store, job_id, "w1", "b1", n=3, lease_s=3600)

@@ -1,4 +1,4 @@
-"""Issue 15 on both backends: complete_and_claim (one step), contents and results stored
+"""The store at scale, on both backends: complete_and_claim (one step), contents and results stored
 compressed and read back from either form, a completed file item's content dropped."""
 
 from __future__ import annotations
@@ -312,7 +312,7 @@ def test_a_redis_job_begun_before_the_plain_allowance_fields_reserves_the_same(r
 
     from hermes_bulk.fleet import broker
 
-    b = broker._build(redis_url)
+    b = broker.build_backend(redis_url)
     raw = redis.Redis.from_url(redis_url.split("?")[0])
     try:
         jobs = [make_job(b.store, LEARN_AFTER + 2, estimate=600, max_output_tokens=150) for _ in range(2)]

@@ -56,7 +56,7 @@ def backend_url(request, tmp_path) -> str:
 
 @pytest.fixture
 def backend(backend_url):
-    b = broker._build(backend_url)
+    b = broker.build_backend(backend_url)
     yield b
     b.close()
 
@@ -261,7 +261,7 @@ def test_concurrent_claims_give_each_item_to_exactly_one_thread(store):
 
 
 def _claim_all_in_process(url: str, job_id: str, worker: str, queue) -> None:
-    backend = broker._build(url)
+    backend = broker.build_backend(url)
     got = []
     while True:
         c = backend.store.claim_item(job_id, 0, worker, lease_s=30, max_running=1000)

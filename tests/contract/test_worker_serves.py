@@ -16,7 +16,7 @@ BACKENDS = ["sqlite", "redis"]
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
     url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
-    backend = broker._build(url)
+    backend = broker.build_backend(url)
     yield backend.store
     backend.close()
 

@@ -64,7 +64,7 @@ def test_a_slow_command_answers_with_the_next_one(monkeypatch):
     assert first == ("Still working on it (1200 items found so far). It goes on in the background; the\n"
                      "  answer comes with your next /bulk command.")  # 80 columns
     release.set()
-    wait_for(lambda: any(bulk._late_answers.values()), timeout=10, message="the late answer to be kept")
+    wait_for(lambda: any(bulk.late_answers.values()), timeout=10, message="the late answer to be kept")
     assert asyncio.run(bulk.handle("status")) == ('Earlier /bulk "Summarize" --over big:\nCreated job abc with '
                                                   '5000 items.\n\nanswer to status')
     assert asyncio.run(bulk.handle("status")) == "answer to status", "delivered once"

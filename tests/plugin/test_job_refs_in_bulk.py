@@ -1,4 +1,4 @@
-"""`/bulk` refuses an empty or blank job id as the CLI does (issue 11, defect 5).
+"""`/bulk` refuses an empty or blank job id as the CLI does.
 
 The handler's text is checked directly (no gateway needed): the refusal comes before any job is
 looked at, and the jobs made here are in the same data directory the handler opens.

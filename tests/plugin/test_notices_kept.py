@@ -8,7 +8,7 @@ import stat
 
 from ..helpers import wait_for
 from .conftest import job_id_of
-from .test_gateway_truth import cli_env, status_json
+from .test_gateway_shows_what_runs import cli_env, status_json
 
 
 def test_a_job_that_ended_before_a_gateway_restart_is_told_once_after_it(gateway, hermes_home, hermes_provider,

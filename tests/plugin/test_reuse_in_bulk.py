@@ -1,4 +1,4 @@
-"""/bulk reuses earlier answers as the CLI does, and `/bulk … --fresh` asks again (issue 14), in
+"""/bulk reuses earlier answers as the CLI does, and `/bulk … --fresh` asks again, in
 real Hermes 0.19.0: the provider counts what was sent."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`/bulk run JOB --concurrency N` (issue 18, point 7): the shared handler records it on the job
+"""`/bulk run JOB --concurrency N`: the shared handler records it on the job
 and the gateway's workers apply it. Real hermes-agent 0.19.0, as in test_bulk_plugin.py."""
 
 from __future__ import annotations

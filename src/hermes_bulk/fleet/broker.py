@@ -129,7 +129,7 @@ def open_backend(settings: Settings) -> Backend:
         key = _backend_key(url)
         backend = _open.get(key)
         if backend is None:
-            backend = _open[key] = _build(url)
+            backend = _open[key] = build_backend(url)
         return backend
 
 
@@ -140,7 +140,7 @@ def _backend_key(url: str) -> object:
     try:
         return "sqlite", sqlite_file_identity(location.path)
     except OSError:
-        return url  # _build says what is wrong with the file
+        return url  # build_backend says what is wrong with the file
 
 
 def close_all() -> None:
@@ -165,7 +165,7 @@ def closing_new() -> Iterator[None]:
                 _open.pop(key).close()
 
 
-def _build(url: str) -> Backend:
+def build_backend(url: str) -> Backend:
     location = parse_backend_url(url)
     if isinstance(location, SqliteUrl):
         db = open_database(location.path)

@@ -48,7 +48,7 @@ EXIT_PAUSED = 4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (it
 EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
 
 #: Commands that read the settings without loading pydantic when the environment leaves no doubt
-#: (quick_settings): reads a user types often, which should answer at once (bench row 7).
+#: (quick_settings): reads a user types often, which should answer at once (docs/benchmarks.md, row 7).
 QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
 
 
@@ -139,7 +139,7 @@ def _jobs(settings: Settings, backend=None) -> Jobs:
 
 class _GateWhenAsked:
     """The request gate, looked up (budget settings, ledger) the first time a command asks it:
-    `list` and `status` of jobs that are not running never do (bench row 7)."""
+    `list` and `status` of jobs that are not running never do (docs/benchmarks.md, row 7)."""
 
     def admit(self, job) -> float:
         return request_gate().admit(job)

@@ -1,8 +1,8 @@
 """What the command line writes to a terminal: one-line messages, tables and live bars.
 
 rich is loaded only for a bar or a table drawn on a terminal: a command that prints a line
-(`path`, `status JOB`, an error) or a table into a pipe or file starts without it (issue 17: a
-command starts fast; bench row 7).
+(`path`, `status JOB`, an error) or a table into a pipe or file starts without it, so that it
+starts fast (docs/benchmarks.md, row 7).
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def _clock(at_s: float, now_s: float | None = None) -> str:
 
 def created_text(created: Created, run_command: str) -> str:
     job = created.job
-    if job.reused:  # issue 14's wording: "with 1,010 items: 1,000 answered before (reused), 10 to run."
+    if job.reused:  # "with 1,010 items: 1,000 answered before (reused), 10 to run."
         lines = [f"Created job {job.job_id} with {job.total:,} {plural(job.total, 'item')}: {job.reused:,} answered "
                  f"before (reused), {job.total - job.reused:,} to run."]
     else:

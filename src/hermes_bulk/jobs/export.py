@@ -56,7 +56,7 @@ def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_fold
     """
     writer = _writer(fmt, with_input)
     check_target(target, folder_must_exist=not make_folder)
-    with _replace_atomically(target, private=private) as f:
+    with replace_atomically(target, private=private) as f:
         writer(f, job, _items(store, job, only, with_input))
 
 
@@ -87,7 +87,7 @@ def _writer(fmt: str, with_input: bool = False):
         if fmt == "md":  # a report, not a table: the inputs have no place of their own in it
             raise UsageError("--with-input needs --format csv or --format jsonl.")
         return {"csv": _write_csv_with_input, "jsonl": _write_jsonl_with_input}[fmt]
-    return {"md": _write_md, "csv": _write_csv, "jsonl": _write_jsonl}[fmt]
+    return {"md": _write_md, "csv": write_csv, "jsonl": write_jsonl}[fmt]
 
 
 def check_target(target: Path, *, folder_must_exist: bool) -> None:
@@ -148,7 +148,7 @@ def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
             *(neutralise(_cell(data.get(name))) for name in fields)]
 
 
-def _write_csv(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+def write_csv(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
     fields = schema_fields(job)
     w = csv.writer(f)
     w.writerow(_answer_header(job))
@@ -193,7 +193,7 @@ def _write_csv_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]
         w.writerow([*(neutralise(v) for v in inputs), *_answer_cells(item, fields)])
 
 
-def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with_input: bool = False) -> None:
+def write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with_input: bool = False) -> None:
     structured = bool(job.spec.schema)
     key = INPUT_KEY.get(job.spec.source_kind, "input") or "input"
     for item in items:
@@ -206,7 +206,7 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with
             # public_url again: items completed before endpoints were stored masked still hold them.
             "provider": public_url(item.provider) if item.provider else None, "model": item.model,
         }
-        if item.reused_from is not None:  # answered by an earlier job of this store (issue 14)
+        if item.reused_from is not None:  # answered by an earlier job of this store (reuse)
             row["reused_from"] = {"job_id": item.reused_from[0], "item": item.reused_from[1] + 1}
         if structured:
             row["data"] = _fields_of(item) or None
@@ -215,12 +215,12 @@ def _write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with
 
 def _write_jsonl_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
     """Each line the seed's keys after "input" (the record, a CSV row as its object) or "path"."""
-    _write_jsonl(f, job, items, with_input=True)
+    write_jsonl(f, job, items, with_input=True)
 
 
 @contextmanager
-def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO]:
-    """A temp file beside target, renamed over it on success (owner-only; see _replaced_mode).
+def replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO]:
+    """A temp file beside target, renamed over it on success (owner-only; see replaced_mode).
 
     The target is checked again just before the rename: what appeared there while the export
     was written (a FIFO, a link) is refused, not replaced.
@@ -229,7 +229,7 @@ def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextI
         private_dir(target.parent)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".export-")
         if not private:
-            os.fchmod(fd, _replaced_mode(target))
+            os.fchmod(fd, replaced_mode(target))
     except OSError as exc:
         raise InputError(f"Cannot write {target} ({_reason(exc)}); choose another --output.") from None
     # utf-8-sig: Excel reads a BOM-less CSV as the local code page and garbles non-ASCII text.
@@ -250,7 +250,7 @@ def _replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextI
         raise
 
 
-def _replaced_mode(target: Path) -> int:
+def replaced_mode(target: Path) -> int:
     """The mode of the regular file being replaced (the user chose it), else owner-only: a new
     export holds answers and contents, so it is made as everything else hermes-bulk writes."""
     try:

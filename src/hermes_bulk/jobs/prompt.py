@@ -13,8 +13,8 @@ import json
 
 #: The framing's version: raise it whenever what the model is sent changes (SYSTEM,
 #: build_messages, the schema form in answers.response_format) or what is kept as an answer does,
-#: so answers asked or accepted under the old rules are never reused. 2: answers are checked
-#: (truncated and off-schema ones are no longer kept) and --schema goes in its strict form.
+#: so answers asked or accepted under other rules are never reused. At 2: answers are checked
+#: (truncated and off-schema ones are not kept) and --schema goes in its strict form.
 PROMPT_VERSION = 2
 
 SYSTEM = (

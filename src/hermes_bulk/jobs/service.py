@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from ..sources import Skipped, Source
 
 # sources (create) and export (export, delete) are imported where used: `list` and `status` start
-# without them (issue 17.9, bench row 7).
+# without them (docs/benchmarks.md, row 7).
 
 # Items per transaction while creating, and the content bytes one may hold: memory stays flat,
 # and commits stay few (a million-row CSV took 55 s in batches of 2,000, 31 s in 20,000: each

@@ -64,7 +64,7 @@ _ctx: Any = None  # the PluginContext Hermes registered us with: ctx.llm and, ne
 _late_lock = threading.Lock()
 # Answers that came after their reply, by profile home: they go out with the next /bulk of that
 # profile (whoever may run /bulk there sees its jobs anyway; another profile's do not).
-_late_answers: dict[str, list[str]] = {}
+late_answers: dict[str, list[str]] = {}
 # Jobs a /bulk command set running are kept per profile in notices.json (notices.py): when one
 # ends (finished, or paused at its token limit) the user hears it once, from a message posted
 # into the session that started it where this Hermes lets a plugin post there, else in the next
@@ -129,7 +129,7 @@ class _Command:
             self.answer = text
             if self.abandoned:
                 with _late_lock:
-                    _late_answers.setdefault(self.profile, []).append(f"Earlier {CMD} {self.raw_args}:\n{text}")
+                    late_answers.setdefault(self.profile, []).append(f"Earlier {CMD} {self.raw_args}:\n{text}")
         self.done.set()
 
     def _progress(self, found: int) -> None:
@@ -157,7 +157,7 @@ async def handle(raw_args: str) -> str:
         await asyncio.sleep(_POLL_S)
     text = command.answer if command.done.is_set() and command.answer is not None else command.give_up()
     with _late_lock:
-        late = _late_answers.pop(profile, [])
+        late = late_answers.pop(profile, [])
     return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask: 80 columns
 
 

@@ -186,12 +186,12 @@ def check_answer(data: Any, schema_text: str) -> None:
 
 def check_completion_body(data: Any) -> None:
     """Raise InvalidAnswer unless `data` is a chat-completions body we can read."""
-    if _plainly_valid(data):  # every well-formed answer: jsonschema's walk costs ~50 µs of GIL
+    if plainly_valid(data):  # every well-formed answer: jsonschema's walk costs ~50 µs of GIL
         return
     _check(_validator(_CHAT_COMPLETION_TEXT), data, "the provider's answer is malformed")
 
 
-def _plainly_valid(data: Any) -> bool:
+def plainly_valid(data: Any) -> bool:
     """CHAT_COMPLETION's rules in plain Python: True only for a body that schema accepts (a
     property test holds the two together); False sends the body to jsonschema for the verdict."""
     if not isinstance(data, dict):

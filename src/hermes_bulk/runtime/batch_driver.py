@@ -19,7 +19,7 @@ Each step runs under the batch's lease in the store, so two workers never submit
 or ingest the same output at once. A worker killed between creating a batch at the provider and
 recording its id leaves the batch `preparing` with its file recorded; the next worker to open a
 batch of the job takes it over and finds the provider's batch by its metadata before creating
-anything (docs/decisions.md "Provider batches (issue 13)"). Ingesting is idempotent: a line whose
+anything (docs/decisions.md, "Provider batches"). Ingesting is idempotent: a line whose
 item the batch no longer holds changes nothing.
 
 Nothing the provider answers is trusted (docs/decisions.md "Provider batches: what we trust"):

@@ -48,12 +48,12 @@ def source_changed(kind: str, source: str, origin: str, offset: int, number: int
         raise SourceUnusable(f"the source {path} is {exc.reason}; only regular files are read") from None
     except InputError:
         return False
-    digests = _record_digests(kind, path, sig)
-    return number >= len(digests) // _DIGEST_SIZE or \
-        digests[number * _DIGEST_SIZE:(number + 1) * _DIGEST_SIZE] != bytes.fromhex(expected_hash[3:])
+    digests = record_digests(kind, path, sig)
+    return number >= len(digests) // DIGEST_SIZE or \
+        digests[number * DIGEST_SIZE:(number + 1) * DIGEST_SIZE] != bytes.fromhex(expected_hash[3:])
 
 
-def _window(f: BinaryIO, offset: int, size: int) -> BinaryIO:
+def bounded_window(f: BinaryIO, offset: int, size: int) -> BinaryIO:
     """At most size bytes of f from offset, in memory: one record's re-read stays bounded."""
     f.seek(offset)
     return io.BytesIO(f.read(size))
@@ -63,13 +63,13 @@ def _record_at(kind: str, f: BinaryIO, path: Path, offset: int, max_item_bytes: 
     """The record that starts at a byte offset ("" when none parses in max_item_bytes there)."""
     try:
         if kind == "csv":
-            header_row = next(csv_rows(_window(f, 0, max_item_bytes), path), None)
-            row = next(csv_rows(_window(f, offset, max_item_bytes), path), None)
+            header_row = next(csv_rows(bounded_window(f, 0, max_item_bytes), path), None)
+            row = next(csv_rows(bounded_window(f, offset, max_item_bytes), path), None)
             if header_row is None or row is None:
                 return ""
             header = csv_header(header_row[1])
             return render_csv_row(header, row[1][: len(header)])
-        window = _window(f, offset, max_item_bytes)
+        window = bounded_window(f, offset, max_item_bytes)
         if kind == "jsonl":
             return window.readline().decode("utf-8").strip()
         return JsonArrayReader(window, path)._element(JSON_CHECK)[1]
@@ -77,19 +77,19 @@ def _record_at(kind: str, f: BinaryIO, path: Path, offset: int, max_item_bytes: 
         return ""
 
 
-_DIGEST_SIZE = 16
+DIGEST_SIZE = 16
 _digest_cache: dict[Path, tuple[str, bytes]] = {}
-_digest_lock = threading.Lock()  # guards the cache only; never held while a file is read
+digest_lock = threading.Lock()  # guards the cache only; never held while a file is read
 
 
-def _record_digests(kind: str, path: Path, sig: str) -> bytes:
+def record_digests(kind: str, path: Path, sig: str) -> bytes:
     """The content digests of every record of one version of a file, 16 bytes each, cached.
 
     A million records cost 16 MB; only the newest version of each file is kept. The file is
     parsed outside the lock, so one thread's long parse never stalls the worker's others (two
     threads may parse the same new version once each; the result is the same).
     """
-    with _digest_lock:
+    with digest_lock:
         cached = _digest_cache.get(path)
     if cached and cached[0] == sig:
         return cached[1]
@@ -99,9 +99,9 @@ def _record_digests(kind: str, path: Path, sig: str) -> bytes:
             if stat_sig(os.fstat(f.fileno())) != sig:
                 return b""  # changed again since it was looked at: its records are not known
             for item in RECORD_READERS[kind](f, path, sig):
-                out += hashlib.blake2b(item.content.encode("utf-8"), digest_size=_DIGEST_SIZE).digest()
+                out += hashlib.blake2b(item.content.encode("utf-8"), digest_size=DIGEST_SIZE).digest()
     except InputError:
         pass  # a file that no longer parses: the records past the damage count as changed
-    with _digest_lock:
+    with digest_lock:
         _digest_cache[path] = (sig, bytes(out))
     return bytes(out)

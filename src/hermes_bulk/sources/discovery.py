@@ -83,10 +83,10 @@ def _walk(root: Path, rel: str, max_item_bytes: int) -> Iterator[SourceItem | Sk
         elif not entry.is_file(follow_symlinks=False):
             yield Skipped(name, "not a regular file")
         else:
-            yield _directory_file(root / name, name, max_item_bytes)
+            yield directory_file(root / name, name, max_item_bytes)
 
 
-def _directory_file(path: Path, name: str, max_item_bytes: int) -> SourceItem | Skipped:
+def directory_file(path: Path, name: str, max_item_bytes: int) -> SourceItem | Skipped:
     try:
         with open_file(path, follow=False) as f:
             st = os.fstat(f.fileno())

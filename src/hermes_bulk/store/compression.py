@@ -1,6 +1,6 @@
 """How the stores keep item contents and results: zstandard frames, or the text itself.
 
-One format for both backends (docs/decisions.md, issue 15). A stored value is either
+One format for both backends (docs/decisions.md, "The store at scale"). A stored value is either
 
 - a zstandard frame of the UTF-8 text: it starts with the frame magic 28 B5 2F FD, which no
   UTF-8 text starts with (0xB5 is a continuation byte, never the second byte after "("), so

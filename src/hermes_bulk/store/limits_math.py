@@ -57,7 +57,7 @@ class LimitState:
                 self.auto_since_s, self.window_start_s, self.window_count, self.previous_count, self.decreases)
 
 
-def _gcra(tat_s: float, now_s: float, interval_s: float, cost: int) -> tuple[float, float]:
+def gcra(tat_s: float, now_s: float, interval_s: float, cost: int) -> tuple[float, float]:
     """(new theoretical arrival time, seconds to wait)."""
     if interval_s <= 0 or cost <= 0:
         return tat_s, 0.0
@@ -93,8 +93,8 @@ def acquire(state: LimitState, now_s: float, *, rpm: int | None, tpm: int | None
     if state.auto_interval_s and not learned_s:
         state.auto_interval_s = 0.0  # relaxed all the way: adaptive pacing is off again
     interval_s = max(60.0 / rpm if rpm else 0.0, learned_s)
-    request_tat_s, requests_wait_s = _gcra(state.request_tat_s, now_s, interval_s, 1)
-    token_tat_s, tokens_wait_s = _gcra(state.token_tat_s, now_s, 60.0 / tpm if tpm else 0.0, tokens)
+    request_tat_s, requests_wait_s = gcra(state.request_tat_s, now_s, interval_s, 1)
+    token_tat_s, tokens_wait_s = gcra(state.token_tat_s, now_s, 60.0 / tpm if tpm else 0.0, tokens)
     wait_s = max(requests_wait_s, tokens_wait_s)
     if wait_s > 0:
         return wait_s

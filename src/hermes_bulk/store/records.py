@@ -84,7 +84,7 @@ def spec_from_json(text: str) -> JobSpec:
     return JobSpec(**json.loads(text))
 
 
-#: Source kinds whose items' captured content is dropped once they complete (issue 15): the
+#: Source kinds whose items' captured content is dropped once they complete: the
 #: export gives a file's path, never its text, so nothing reads it again. A CSV row or a JSON
 #: record is kept: `export --with-input` writes it back.
 DROPS_CONTENT = frozenset({"directory", "file"})

@@ -118,7 +118,7 @@ class SqliteBatches:
                 " ON c.job_id = i.job_id AND c.hash = i.content_hash WHERE i.job_id = ? AND i.owner = ?"
                 " AND i.status = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, owner, CLAIMED, last, page))
             for r in rows:
-                yield BatchItem(r[0], r[1], unpack(r[2]), *r[3:])  # contents are stored packed (issue 15)
+                yield BatchItem(r[0], r[1], unpack(r[2]), *r[3:])  # contents are stored packed (store/compression.py)
             if len(rows) < page:
                 return
             last = rows[-1][0]

@@ -129,7 +129,7 @@ ALTER TABLE jobs ADD COLUMN interrupted TEXT;
 ALTER TABLE jobs ADD COLUMN interrupted_at REAL;
 """))
 
-# Reuse (issue 14): each item's answer key; a duplicate waits on the first item of its job with
+# Reuse: each item's answer key; a duplicate waits on the first item of its job with
 # that key (dup_of); an item completed from an earlier job's answer says which (reused_job,
 # reused_idx) and how many tokens that answer cost (tokens_saved). item_keys holds the first
 # item of each key of a job (in-job duplicates find it); answers is the store's answer index:
@@ -158,7 +158,7 @@ CREATE TABLE answers (
 CREATE INDEX answers_by_job ON answers (job_id);
 """))
 
-# Provider batches (issue 13): one row per batch of a job; its items are the running items owned
+# Provider batches: one row per batch of a job; its items are the running items owned
 # by "batch:<id>" (protocol.BATCH_OWNER_PREFIX). lease_owner/lease_until: the worker submitting,
 # polling or ingesting it now.
 migration(("m005_batches", """
@@ -184,7 +184,7 @@ CREATE INDEX batches_by_job ON batches (job_id, created_at);
 CREATE INDEX batches_open ON batches (job_id) WHERE status != 'done';
 """))
 
-# Issue 15: a job over files drops an item's captured content once the item completes (its hash
+# A job over files drops an item's captured content once the item completes (its hash
 # stays on the item: change checks, reuse); older jobs keep theirs (0). Contents and results are
 # stored compressed from now on (store/compression.py), which needs no migration: a value
 # written before reads back as it is.
@@ -192,13 +192,13 @@ migration(("m006_content_codec", """
 ALTER TABLE jobs ADD COLUMN drop_content INTEGER NOT NULL DEFAULT 0;
 """))
 
-# The dashboard (issue 16) and `status --failed` list a job's first failed items: without an
+# The dashboard and `status --failed` list a job's first failed items: without an
 # index that is a scan of every item of the job (a quarter of a second at a million items).
 migration(("m007_dashboard", """
 CREATE INDEX items_failed ON items (job_id, idx) WHERE status = 'failed';
 """))
 
-# Issue 13: a batch's own status becomes "done" once it is ingested; the provider's status at its
+# A batch's own status becomes "done" once it is ingested; the provider's status at its
 # end (completed, expired, cancelled, failed) is kept beside it for `status`. Batches that ended
 # before this have none (NULL), and show "done" as they did.
 migration(("m008_batch_final_status", """

@@ -121,7 +121,7 @@ local function learned_allowance(job, learn_after)
   local completed = tonumber(job.completed) - tonumber(job.reused or '0')
   local tokens_out = tonumber(job.tokens_out)
   if completed < learn_after or tokens_out <= 0 then return nil end
-  -- Plain META fields since issue 15 (begin_job); a job begun before has them in its spec only.
+  -- Plain META fields (begin_job); a job begun by an older version has them in its spec only.
   local fixed, cap = tonumber(job.output_tokens_estimate), tonumber(job.max_output_tokens)
   if not fixed then
     local spec = cjson.decode(job.spec)

@@ -1,7 +1,7 @@
 -- complete_and_claim: complete_item, then, when it completed, claim_item for the same worker,
 -- in one script (a worker thread's steady state: one round trip per item).
 -- KEYS: the job's keys (_job.lua). scripts.py puts complete_item.lua and claim_item.lua
--- before this as the functions complete_item(ARGV) and claim_item(ARGV), each given its own
+-- ahead of this as the functions complete_item(ARGV) and claim_item(ARGV), each given its own
 -- ARGV: ARGV[1..8] complete_item's, ARGV[9..13] claim_item's.
 -- Returns {0} when the completion was refused (nothing changed), else {1, claim_item's reply}.
 if complete_item({unpack(ARGV, 1, 8)}) == 0 then return {0} end

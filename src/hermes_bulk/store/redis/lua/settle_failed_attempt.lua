@@ -2,7 +2,7 @@
 -- the count is over the job's retries, else release_item, in one script: a worker killed
 -- between them cannot leave the attempt counted with the item still held (counted twice later).
 -- KEYS: the job's keys (_job.lua). scripts.py puts record_attempt.lua, fail_item.lua and
--- release_item.lua before this as functions of their own ARGV.
+-- release_item.lua ahead of this as functions of their own ARGV.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] error_type   ARGV[4] http_status ('' = none)
 -- ARGV[5] message (our own text)   ARGV[6] retries
 -- Returns the new attempt count, or -1 when worker_id does not hold the item (nothing changed).

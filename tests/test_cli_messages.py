@@ -1,4 +1,4 @@
-"""Small truths at the terminal (issue 18, point 9), each through a real `hermes-bulk` process:
+"""Small truths at the terminal, each through a real `hermes-bulk` process:
 counts of one, the JSONL and CSV error texts, binary files, reads that make no database, and the
 owner-only mode of an export the user asked for."""
 

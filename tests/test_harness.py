@@ -1,7 +1,7 @@
 """The test suite's own real parts stop cleanly: a teardown that raises fails a green test.
 
-CI of stop 20 failed on a teardown alone: the loopback provider's stop() raced the end of its event
-loop while a connection was still open. Every stop here happens with answers in flight.
+A teardown can fail alone: the loopback provider's stop() once raced the end of its event loop
+while a connection was still open. Every stop here happens with answers in flight.
 """
 from __future__ import annotations
 

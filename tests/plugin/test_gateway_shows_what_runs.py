@@ -1,4 +1,4 @@
-"""What a user of a long-lived Hermes gateway sees matches what runs (issue 12, points 1-4).
+"""What a user of a long-lived Hermes gateway sees matches what runs.
 
 Real hermes-agent 0.19.0 through its TUI gateway, as in test_bulk_plugin.py; jobs made by
 `hermes-bulk create` share the gateway's data directory (HERMES_HOME is set, so the CLI uses

@@ -1,4 +1,4 @@
-"""Guidance that is true at the terminal (issue 18, points 1, 2 and part of 9), each through real
+"""Guidance that is true at the terminal, each through real
 `hermes-bulk` processes on a real SQLite file and the loopback provider: advice that says what is
 missing instead of going in a circle, progress into a log, `delete` that asks a person, and a
 /metrics page that shows what docs/operations.md says it shows."""
