@@ -9,7 +9,11 @@ import sys
 from ..helpers import local_jobs, wait_for, worker_passes
 from .conftest import clean_env, job_id_of
 from .test_bulk_plugin import rows_jsonl
-from .test_gateway_shows_what_runs import bulk_cli, gateway_killed_with_two_items_in_flight, status_json
+from .test_gateway_shows_what_runs import (
+    bulk_cli,
+    gateway_killed_with_two_items_in_flight,
+    status_json,
+)
 
 
 def test_a_flagged_worker_leaves_a_job_the_crashed_gateway_was_running_for_run(gateway, hermes_home,
