@@ -85,7 +85,34 @@ class Context:
 
 # Inputs -----------------------------------------------------------------------------------------
 
-_WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu"]
+_WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+]
 _CITIES = ("Lisbon", "Osaka", "Nairobi", "Quito", "Tromsø", "Adelaide", "Montréal", "Kraków")
 
 
@@ -98,7 +125,9 @@ def write_jsonl(path: Path, n: int, seed: int = 1) -> Path:
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as f:
         for i in range(n):
-            f.write(json.dumps({"id": i, "title": _sentence(rng, 3), "text": _sentence(rng, 12)}) + "\n")
+            f.write(
+                json.dumps({"id": i, "title": _sentence(rng, 3), "text": _sentence(rng, 12)}) + "\n"
+            )
     return path
 
 
@@ -109,7 +138,9 @@ def write_csv(path: Path, n: int, seed: int = 1) -> Path:
         f.write("id,name,email,city,note\n")
         for i in range(n):
             name = f"{rng.choice(_WORDS).title()} {rng.choice(_WORDS).title()}"
-            f.write(f'{i},{name},user{i}@example.com,{rng.choice(_CITIES)},"{_sentence(rng, 6)}, {_sentence(rng, 3)}"\n')
+            f.write(
+                f'{i},{name},user{i}@example.com,{rng.choice(_CITIES)},"{_sentence(rng, 6)}, {_sentence(rng, 3)}"\n'
+            )
     return path
 
 

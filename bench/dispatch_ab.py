@@ -36,13 +36,21 @@ def _source(n: int) -> str:
 
 
 def _env(src_dir: Path, base_url: str, threads: int) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{src_dir}{os.pathsep}{ROOT}", "HERMES_BULK_HOME": tempfile.mkdtemp(),
-            "HERMES_BULK_BASE_URL": base_url, "HERMES_BULK_API_KEY": "sk-bench-not-a-secret",
-            "HERMES_BULK_MODEL": "fake-model", "HERMES_BULK_MAX_CONCURRENCY": str(max(threads, 16))}
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{src_dir}{os.pathsep}{ROOT}",
+        "HERMES_BULK_HOME": tempfile.mkdtemp(),
+        "HERMES_BULK_BASE_URL": base_url,
+        "HERMES_BULK_API_KEY": "sk-bench-not-a-secret",
+        "HERMES_BULK_MODEL": "fake-model",
+        "HERMES_BULK_MAX_CONCURRENCY": str(max(threads, 16)),
+    }
 
 
 def _last_json(args: list[str], env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, check=True, cwd=ROOT
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -50,8 +58,20 @@ def run_job(src_dir: Path, source: str, n: int, threads: int, base_url: str) -> 
     """(items/s, CPU ms an item) of one job of n items run with `threads` threads."""
     env = _env(src_dir, base_url, threads)
     try:
-        job = _last_json(["-m", "hermes_bulk", "create", "Do", "--over", source, "--concurrency", str(threads),
-                          "--json"], env)["job_id"]
+        job = _last_json(
+            [
+                "-m",
+                "hermes_bulk",
+                "create",
+                "Do",
+                "--over",
+                source,
+                "--concurrency",
+                str(threads),
+                "--json",
+            ],
+            env,
+        )["job_id"]
         out = _last_json(["-m", "bench.drive", "run", job, "--threads", str(threads)], env)
     finally:
         shutil.rmtree(env["HERMES_BULK_HOME"], ignore_errors=True)
@@ -61,8 +81,20 @@ def run_job(src_dir: Path, source: str, n: int, threads: int, base_url: str) -> 
 def bare_pool(source: str, n: int, threads: int, base_url: str) -> tuple[float, float]:
     env = _env(ROOT / "src", base_url, threads)
     try:
-        out = _last_json(["-m", "bench.drive", "pool", "--base-url", base_url, "--source", source,
-                          "--threads", str(threads)], env)
+        out = _last_json(
+            [
+                "-m",
+                "bench.drive",
+                "pool",
+                "--base-url",
+                base_url,
+                "--source",
+                source,
+                "--threads",
+                str(threads),
+            ],
+            env,
+        )
     finally:
         shutil.rmtree(env["HERMES_BULK_HOME"], ignore_errors=True)
     return n / out["elapsed_s"], 1000 * out["cpu_s"] / n
@@ -91,21 +123,33 @@ def main() -> None:
             for r in range(args.rounds):
                 order = list(sides) if r % 2 == 0 else list(sides)[::-1]
                 for side in order:
-                    got[side].append(run_job(sides[side], source, args.items, args.threads, provider.base_url))
+                    got[side].append(
+                        run_job(sides[side], source, args.items, args.threads, provider.base_url)
+                    )
                     rate, cpu = got[side][-1]
-                    print(f"round {r + 1} {side}: {rate:,.0f} items/s, {cpu:.2f} ms CPU an item, "
-                          f"load {os.getloadavg()[0]:.1f}", flush=True)
+                    print(
+                        f"round {r + 1} {side}: {rate:,.0f} items/s, {cpu:.2f} ms CPU an item, "
+                        f"load {os.getloadavg()[0]:.1f}",
+                        flush=True,
+                    )
             for side, runs in got.items():
-                print(f"{side}: median {statistics.median(x[0] for x in runs):,.0f} items/s, "
-                      f"{statistics.median(x[1] for x in runs):.2f} ms CPU an item")
+                print(
+                    f"{side}: median {statistics.median(x[0] for x in runs):,.0f} items/s, "
+                    f"{statistics.median(x[1] for x in runs):.2f} ms CPU an item"
+                )
         else:
-            print("| threads | hermes-bulk items/s | its CPU ms/item | bare pool items/s | its CPU ms/item | ratio |")
+            print(
+                "| threads | hermes-bulk items/s | its CPU ms/item | bare pool items/s | its CPU ms/item | ratio |"
+            )
             print("|---|---|---|---|---|---|")
             for threads in (int(t) for t in args.threads.split(",")):
                 ours = run_job(ROOT / "src", source, args.items, threads, provider.base_url)
                 pool = bare_pool(source, args.items, threads, provider.base_url)
-                print(f"| {threads} | {ours[0]:,.0f} | {ours[1]:.2f} | {pool[0]:,.0f} | {pool[1]:.2f} | "
-                      f"{ours[0] / pool[0]:.2f} |  (load {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"| {threads} | {ours[0]:,.0f} | {ours[1]:.2f} | {pool[0]:,.0f} | {pool[1]:.2f} | "
+                    f"{ours[0] / pool[0]:.2f} |  (load {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
     finally:
         provider.stop()
         os.unlink(source)

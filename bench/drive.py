@@ -44,25 +44,39 @@ def pool(args: argparse.Namespace) -> dict:
     items = [(e.name, e.content) for e in Source(args.source, max_item_bytes=1 << 22).entries()]
     url = args.base_url.rstrip("/")
     if args.client == "hermes":
-        client = HttpModelClient(base_url=url, api_key="sk-bench-not-a-secret", model="fake-model",
-                                 timeout_s=120.0, max_connections=max(4, args.threads))
+        client = HttpModelClient(
+            base_url=url,
+            api_key="sk-bench-not-a-secret",
+            model="fake-model",
+            timeout_s=120.0,
+            max_connections=max(4, args.threads),
+        )
 
         def call(item: tuple[str, str]) -> bool:
             name, content = item
             messages = prompt.build_messages(INSTRUCTION, name, content, content_hash(content))
             return bool(client.complete(messages, max_tokens=None).text)
     else:
-        client = httpx.Client(headers={"Authorization": "Bearer sk-bench-not-a-secret"},
-                              timeout=httpx.Timeout(120.0, connect=10.0),
-                              limits=httpx.Limits(max_connections=max(4, args.threads),
-                                                  max_keepalive_connections=max(4, args.threads)))
+        client = httpx.Client(
+            headers={"Authorization": "Bearer sk-bench-not-a-secret"},
+            timeout=httpx.Timeout(120.0, connect=10.0),
+            limits=httpx.Limits(
+                max_connections=max(4, args.threads), max_keepalive_connections=max(4, args.threads)
+            ),
+        )
 
         def call(item: tuple[str, str]) -> bool:
             name, content = item
-            body = {"model": "fake-model",
-                    "messages": prompt.build_messages(INSTRUCTION, name, content, content_hash(content))}
+            body = {
+                "model": "fake-model",
+                "messages": prompt.build_messages(
+                    INSTRUCTION, name, content, content_hash(content)
+                ),
+            }
             response = client.post(url + "/chat/completions", json=body)
-            return response.status_code == 200 and bool(response.json()["choices"][0]["message"]["content"])
+            return response.status_code == 200 and bool(
+                response.json()["choices"][0]["message"]["content"]
+            )
 
     cpu0, t0 = _cpu_s(), time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.threads) as executor:
@@ -114,8 +128,14 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         if runtime is not None:
             runtime.stop(graceful=True)
-    return {"elapsed_s": elapsed, "first_done_s": first_done, "items": job.total, "completed": job.completed,
-            "failed": job.failed, "cpu_s": cpu}
+    return {
+        "elapsed_s": elapsed,
+        "first_done_s": first_done,
+        "items": job.total,
+        "completed": job.completed,
+        "failed": job.failed,
+        "cpu_s": cpu,
+    }
 
 
 def fill(args: argparse.Namespace) -> dict:
@@ -132,10 +152,21 @@ def fill(args: argparse.Namespace) -> dict:
     worker, usage = "bench-filler", Usage(40, 20)
     t0, n = time.perf_counter(), 0
     claim = store.claim_item(args.job, 0, worker, lease_s=3600, max_running=1 << 30)
-    while not isinstance(claim, ClaimRefused):  # each completion claims the next, as a worker's chain does
-        _, claim = store.complete_and_claim(args.job, claim.index, worker, expected_answer(claim.content), usage,
-                                            provider="bench", model="fake-model", index_hint=claim.index + 1,
-                                            lease_s=3600, max_running=1 << 30)
+    while not isinstance(
+        claim, ClaimRefused
+    ):  # each completion claims the next, as a worker's chain does
+        _, claim = store.complete_and_claim(
+            args.job,
+            claim.index,
+            worker,
+            expected_answer(claim.content),
+            usage,
+            provider="bench",
+            model="fake-model",
+            index_hint=claim.index + 1,
+            lease_s=3600,
+            max_running=1 << 30,
+        )
         n += 1
     return {"elapsed_s": time.perf_counter() - t0, "items": n}
 
@@ -151,14 +182,25 @@ def answer_all(args: argparse.Namespace) -> dict:
     store = open_backend(load_settings()).store
     t0 = time.perf_counter()
     with store.db.write() as conn:
-        n = conn.execute("UPDATE items SET status = 'completed', tokens_in = 40, tokens_out = 20"
-                         " WHERE job_id = ? AND status IN ('pending', 'waiting')", (args.job,)).rowcount
-        conn.execute("INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM items"
-                     " WHERE job_id = ?", (args.job,))
-        conn.execute("INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, 60"
-                     " FROM items WHERE job_id = ? AND answer_key != '' AND dup_of IS NULL", (args.job,))
-        conn.execute("UPDATE jobs SET completed = total, pending = 0, tokens_charged = 60 * total WHERE id = ?",
-                     (args.job,))
+        n = conn.execute(
+            "UPDATE items SET status = 'completed', tokens_in = 40, tokens_out = 20"
+            " WHERE job_id = ? AND status IN ('pending', 'waiting')",
+            (args.job,),
+        ).rowcount
+        conn.execute(
+            "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM items"
+            " WHERE job_id = ?",
+            (args.job,),
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, 60"
+            " FROM items WHERE job_id = ? AND answer_key != '' AND dup_of IS NULL",
+            (args.job,),
+        )
+        conn.execute(
+            "UPDATE jobs SET completed = total, pending = 0, tokens_charged = 60 * total WHERE id = ?",
+            (args.job,),
+        )
     return {"elapsed_s": time.perf_counter() - t0, "items": n}
 
 
@@ -177,20 +219,34 @@ def partial(args: argparse.Namespace) -> dict:
     upto = int(job.total * args.share)
     every = args.fail_every
     with store.db.write() as conn:
-        conn.execute("UPDATE items SET status = 'completed', tokens_in = 40, tokens_out = 20"
-                     " WHERE job_id = ? AND idx < ? AND idx % ? != 0", (args.job, upto, every))
-        conn.execute("UPDATE items SET status = 'failed', error_type = 'PermanentError', http_status = 400,"
-                     " error_message = 'the provider rejected the request (HTTP 400)'"
-                     " WHERE job_id = ? AND idx < ? AND idx % ? = 0", (args.job, upto, every))
-        conn.execute("INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM items"
-                     " WHERE job_id = ? AND status = 'completed'", (args.job,))
-        conn.execute("INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status)"
-                     " SELECT job_id, ?, 'item_failed', idx, 'the provider rejected the request (HTTP 400)',"
-                     " 'PermanentError', 400 FROM items WHERE job_id = ? AND status = 'failed'", (time.time(), args.job))
+        conn.execute(
+            "UPDATE items SET status = 'completed', tokens_in = 40, tokens_out = 20"
+            " WHERE job_id = ? AND idx < ? AND idx % ? != 0",
+            (args.job, upto, every),
+        )
+        conn.execute(
+            "UPDATE items SET status = 'failed', error_type = 'PermanentError', http_status = 400,"
+            " error_message = 'the provider rejected the request (HTTP 400)'"
+            " WHERE job_id = ? AND idx < ? AND idx % ? = 0",
+            (args.job, upto, every),
+        )
+        conn.execute(
+            "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM items"
+            " WHERE job_id = ? AND status = 'completed'",
+            (args.job,),
+        )
+        conn.execute(
+            "INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status)"
+            " SELECT job_id, ?, 'item_failed', idx, 'the provider rejected the request (HTTP 400)',"
+            " 'PermanentError', 400 FROM items WHERE job_id = ? AND status = 'failed'",
+            (time.time(), args.job),
+        )
         failed = -(-upto // every)
-        conn.execute("UPDATE jobs SET completed = ?, failed = ?, pending = total - ?, tokens_in = 40 * ?,"
-                     " tokens_out = 20 * ?, tokens_charged = 60 * ? WHERE id = ?",
-                     (upto - failed, failed, upto, upto - failed, upto - failed, upto - failed, args.job))
+        conn.execute(
+            "UPDATE jobs SET completed = ?, failed = ?, pending = total - ?, tokens_in = 40 * ?,"
+            " tokens_out = 20 * ?, tokens_charged = 60 * ? WHERE id = ?",
+            (upto - failed, failed, upto, upto - failed, upto - failed, upto - failed, args.job),
+        )
     store.set_state(args.job, RUNNING, from_states=[NOT_STARTED])
     return {"elapsed_s": time.perf_counter() - t0, "completed": upto - failed, "failed": failed}
 
@@ -211,8 +267,12 @@ def admit(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter_ns()
         admitted += bool(call())
         latencies.append((time.perf_counter_ns() - t0) / 1e6)
-    return {"latencies_ms": latencies, "admitted": admitted, "cpu_s": _cpu_s() - cpu0,
-            "wall_s": time.perf_counter() - wall0}
+    return {
+        "latencies_ms": latencies,
+        "admitted": admitted,
+        "cpu_s": _cpu_s() - cpu0,
+        "wall_s": time.perf_counter() - wall0,
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -243,10 +303,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cap", type=int, required=True)
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--start-at", type=float, default=0.0)
-    p.add_argument("--rate", type=float, default=0.0, help="admissions a second per process (0: back to back)")
+    p.add_argument(
+        "--rate", type=float, default=0.0, help="admissions a second per process (0: back to back)"
+    )
     args = parser.parse_args(argv)
-    result = {"pool": pool, "run": run, "fill": fill, "answer-all": answer_all, "partial": partial,
-              "admit": admit}[args.what](args)
+    result = {
+        "pool": pool,
+        "run": run,
+        "fill": fill,
+        "answer-all": answer_all,
+        "partial": partial,
+        "admit": admit,
+    }[args.what](args)
     sys.stdout.write(json.dumps(result) + "\n")
 
 

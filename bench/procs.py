@@ -43,8 +43,11 @@ def wait_port(port: int, timeout: float = 15.0, host: str = "127.0.0.1") -> None
 
 def base_env() -> dict[str, str]:
     """This environment without any hermes-bulk or OpenAI settings (each run sets its own)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HERMES_BULK_", "OPENAI_")) and k != "HERMES_HOME"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HERMES_BULK_", "OPENAI_")) and k != "HERMES_HOME"
+    }
     # bench/ is not installed: child processes find it from the repository root.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
@@ -53,13 +56,26 @@ def base_env() -> dict[str, str]:
 class FakeProviderProc:
     """hermes_bulk.testing.fake_provider in its own process; control and stats over HTTP."""
 
-    def __init__(self, *, latency_s: float = 0.0, rate_per_s: float | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, *, latency_s: float = 0.0, rate_per_s: float | None = None, host: str = "127.0.0.1"
+    ) -> None:
         self.port, self.host = free_port(), host
-        args = [PY, "-m", "hermes_bulk.testing.fake_provider", "--port", str(self.port),
-                "--latency", str(latency_s), "--host", host]
+        args = [
+            PY,
+            "-m",
+            "hermes_bulk.testing.fake_provider",
+            "--port",
+            str(self.port),
+            "--latency",
+            str(latency_s),
+            "--host",
+            host,
+        ]
         if rate_per_s:
             args += ["--rate", str(rate_per_s)]
-        self.proc = subprocess.Popen(args, env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            args, env=base_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         wait_port(self.port, host=host)
 
     @property
@@ -68,8 +84,12 @@ class FakeProviderProc:
 
     def _call(self, method: str, path: str, payload: dict | None = None):
         data = json.dumps(payload).encode() if payload is not None else None
-        req = urllib.request.Request(f"http://{self.host}:{self.port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://{self.host}:{self.port}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read())
 
@@ -96,11 +116,30 @@ class RedisProc:
             raise RuntimeError("redis-server is not installed")
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(workdir), "--save", "",
-             "--appendonly", "no", "--daemonize", "no", "--logfile", str(workdir / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                exe,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(workdir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--logfile",
+                str(workdir / "redis.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_port(self.port)
-        self.version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.split()[2]
+        self.version = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True
+        ).stdout.split()[2]
 
     def url(self, prefix: str) -> str:
         return f"redis://127.0.0.1:{self.port}/0?prefix={prefix}"
@@ -158,21 +197,38 @@ def run_measured(args: list[str], env: dict[str, str], timeout: float = 3600) ->
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Measured(proc.returncode, out.read(), err.read(), wall, rusage.ru_maxrss / 1024,
-                        rusage.ru_utime + rusage.ru_stime)
+        return Measured(
+            proc.returncode,
+            out.read(),
+            err.read(),
+            wall,
+            rusage.ru_maxrss / 1024,
+            rusage.ru_utime + rusage.ru_stime,
+        )
 
 
-_FIXED = {"HERMES_BULK_HOME", "HERMES_BULK_BASE_URL", "HERMES_BULK_MODEL", "HERMES_BULK_API_KEY",
-          "HERMES_BULK_BACKEND"}
+_FIXED = {
+    "HERMES_BULK_HOME",
+    "HERMES_BULK_BASE_URL",
+    "HERMES_BULK_MODEL",
+    "HERMES_BULK_API_KEY",
+    "HERMES_BULK_BACKEND",
+}
 
 
 class HermesEnv:
     """The environment of one hermes-bulk deployment: a data dir, a backend, a provider."""
 
-    def __init__(self, home: Path, *, backend: str | None, base_url: str, **settings: str | int | float) -> None:
+    def __init__(
+        self, home: Path, *, backend: str | None, base_url: str, **settings: str | int | float
+    ) -> None:
         self.home, self.backend, self.base_url = home, backend, base_url
-        self.vars = {"HERMES_BULK_HOME": str(home), "HERMES_BULK_BASE_URL": base_url,
-                     "HERMES_BULK_MODEL": "fake-model", "HERMES_BULK_API_KEY": "sk-bench-not-a-secret"}
+        self.vars = {
+            "HERMES_BULK_HOME": str(home),
+            "HERMES_BULK_BASE_URL": base_url,
+            "HERMES_BULK_MODEL": "fake-model",
+            "HERMES_BULK_API_KEY": "sk-bench-not-a-secret",
+        }
         if backend:
             self.vars["HERMES_BULK_BACKEND"] = backend
         for key, value in settings.items():
@@ -182,9 +238,15 @@ class HermesEnv:
         """The same settings in this process (to watch the store; bench rows do no work here)."""
         from hermes_bulk.config.settings import load_settings
 
-        return load_settings(home=self.home, backend=self.backend or "", base_url=self.base_url,
-                             model="fake-model", **{k[len("HERMES_BULK_"):].lower(): v for k, v in self.vars.items()
-                                                    if k not in _FIXED})
+        return load_settings(
+            home=self.home,
+            backend=self.backend or "",
+            base_url=self.base_url,
+            model="fake-model",
+            **{
+                k[len("HERMES_BULK_") :].lower(): v for k, v in self.vars.items() if k not in _FIXED
+            },
+        )
 
     def env(self, **extra: str) -> dict[str, str]:
         return {**base_env(), **self.vars, **extra}
@@ -193,20 +255,30 @@ class HermesEnv:
         """`hermes-bulk ARGS` in a child process; raises when it fails."""
         m = run_measured([PY, "-m", "hermes_bulk", *args], self.env(**extra), timeout=timeout)
         if m.returncode != 0:
-            raise RuntimeError(f"hermes-bulk {' '.join(args)} exited {m.returncode}: {m.stderr.strip()[-2000:]}")
+            raise RuntimeError(
+                f"hermes-bulk {' '.join(args)} exited {m.returncode}: {m.stderr.strip()[-2000:]}"
+            )
         return m
 
     def create(self, over: Path, *flags: str) -> str:
-        m = self.cli("create", "Summarize this item in one line", "--over", str(over), *flags, "--json")
+        m = self.cli(
+            "create", "Summarize this item in one line", "--over", str(over), *flags, "--json"
+        )
         return json.loads(m.stdout)["job_id"]
 
     def spawn_worker(self, threads: int, logfile: Path, **extra: str) -> subprocess.Popen:
-        return subprocess.Popen([PY, "-m", "hermes_bulk", "worker", "-w", str(threads), "-q", "-l", str(logfile)],
-                                env=self.env(**extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [PY, "-m", "hermes_bulk", "worker", "-w", str(threads), "-q", "-l", str(logfile)],
+            env=self.env(**extra),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def drive(self, *args: str, timeout: float = 3600) -> dict:
         """`python -m bench.drive ARGS` in this environment; its JSON answer."""
         m = run_measured([PY, "-m", "bench.drive", *args], self.env(), timeout=timeout)
         if m.returncode != 0:
-            raise RuntimeError(f"bench.drive {' '.join(args)} exited {m.returncode}: {m.stderr.strip()[-3000:]}")
+            raise RuntimeError(
+                f"bench.drive {' '.join(args)} exited {m.returncode}: {m.stderr.strip()[-3000:]}"
+            )
         return json.loads(m.stdout.strip().splitlines()[-1])

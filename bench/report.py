@@ -26,8 +26,17 @@ def summary_rows(results: list[RowResult]) -> list[list[str]]:
         for line in r.lines:
             if line.met is None and not line.goal:
                 continue
-            rows.append([str(r.row), line.case, line.measured, line.reference, fmt_ratio(line.ratio),
-                         line.goal or "-", fmt_met(line.met)])
+            rows.append(
+                [
+                    str(r.row),
+                    line.case,
+                    line.measured,
+                    line.reference,
+                    fmt_ratio(line.ratio),
+                    line.goal or "-",
+                    fmt_met(line.met),
+                ]
+            )
     return rows
 
 
@@ -36,25 +45,59 @@ LINE_HEADER = ["case", "measured", "compared with", "ratio", "goal", "result"]
 
 
 def row_markdown(r: RowResult) -> str:
-    parts = [f"## Row {r.row}: {r.title}", "",
-             f"Compared with: {r.compared_with}. Goal: {r.goal}.", "",
-             f"Measured {r.measured_at} in {r.elapsed_s:.0f} s{' (quick sizes)' if r.quick else ''}, load average "
-             f"{r.load[0]:.2f} at the start and {r.load[1]:.2f} at the end. {r.setup}", "",
-             table(LINE_HEADER, [[ln.case, ln.measured, ln.reference, fmt_ratio(ln.ratio), ln.goal or "-",
-                                  fmt_met(ln.met)] for ln in r.lines])]
+    parts = [
+        f"## Row {r.row}: {r.title}",
+        "",
+        f"Compared with: {r.compared_with}. Goal: {r.goal}.",
+        "",
+        f"Measured {r.measured_at} in {r.elapsed_s:.0f} s{' (quick sizes)' if r.quick else ''}, load average "
+        f"{r.load[0]:.2f} at the start and {r.load[1]:.2f} at the end. {r.setup}",
+        "",
+        table(
+            LINE_HEADER,
+            [
+                [
+                    ln.case,
+                    ln.measured,
+                    ln.reference,
+                    fmt_ratio(ln.ratio),
+                    ln.goal or "-",
+                    fmt_met(ln.met),
+                ]
+                for ln in r.lines
+            ],
+        ),
+    ]
     for d in r.details:
         parts += ["", d]
     return "\n".join(parts)
 
 
 def terminal_text(r: RowResult) -> str:
-    return f"row {r.row}: {r.title} ({r.elapsed_s:.0f} s)\n" + table(LINE_HEADER, [
-        [ln.case, ln.measured, ln.reference, fmt_ratio(ln.ratio), ln.goal or "-", fmt_met(ln.met).strip("*")]
-        for ln in r.lines])
+    return f"row {r.row}: {r.title} ({r.elapsed_s:.0f} s)\n" + table(
+        LINE_HEADER,
+        [
+            [
+                ln.case,
+                ln.measured,
+                ln.reference,
+                fmt_ratio(ln.ratio),
+                ln.goal or "-",
+                fmt_met(ln.met).strip("*"),
+            ]
+            for ln in r.lines
+        ],
+    )
 
 
-def render(results: list[RowResult], unavailable: dict[int, str], *, command: str, machine: dict,
-           analysis: str) -> str:
+def render(
+    results: list[RowResult],
+    unavailable: dict[int, str],
+    *,
+    command: str,
+    machine: dict,
+    analysis: str,
+) -> str:
     results = sorted(results, key=lambda r: r.row)
     dates = sorted({r.measured_at for r in results})
     head = [
@@ -70,7 +113,8 @@ def render(results: list[RowResult], unavailable: dict[int, str], *, command: st
         f"- Measured: {', '.join(dates) if dates else '-'}",
         f"- Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, "
         f"{machine.get('memory_gib', '?')} GiB, {machine.get('os', '?')}",
-        f"- Python {machine.get('python', '?')}; " + ", ".join(f"{k} {v}" for k, v in machine.get('packages', {}).items()),
+        f"- Python {machine.get('python', '?')}; "
+        + ", ".join(f"{k} {v}" for k, v in machine.get("packages", {}).items()),
         "",
         "## Summary",
         "",

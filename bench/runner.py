@@ -76,13 +76,23 @@ def machine_info(redis_version: str | None = None) -> dict:
         out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.split()
         redis_version = out[2].removeprefix("v=") if len(out) > 2 else "?"
     packages["redis-server"] = redis_version or "-"
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"], capture_output=True,
-                           text=True).stdout.strip()
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_kib / 1024 / 1024, 1),
-            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-            "packages": packages, "commit": commit + (" (modified)" if dirty else "")}
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "src"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 1024 / 1024, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "packages": packages,
+        "commit": commit + (" (modified)" if dirty else ""),
+    }
 
 
 def parse_rows(text: str | None) -> list[int] | None:
@@ -91,8 +101,9 @@ def parse_rows(text: str | None) -> list[int] | None:
     return sorted({int(part) for part in text.replace(" ", "").split(",") if part})
 
 
-def run_rows(wanted: list[int] | None, *, quick: bool, rounds: int | None = None,
-             log=print) -> tuple[list[RowResult], dict[int, str]]:
+def run_rows(
+    wanted: list[int] | None, *, quick: bool, rounds: int | None = None, log=print
+) -> tuple[list[RowResult], dict[int, str]]:
     """Run the wanted rows (all when None); (results, {row: why it is not available})."""
     found = discover()
     results: list[RowResult] = []
@@ -128,18 +139,31 @@ def run_rows(wanted: list[int] | None, *, quick: bool, rounds: int | None = None
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smoke sizes (seconds, not minutes); "
-                        "writes bench/results/quick.md, never docs/")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke sizes (seconds, not minutes); writes bench/results/quick.md, never docs/",
+    )
     parser.add_argument("--rows", metavar="N,M", help="only these rows (default: all)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds where a row repeats (default 3, quick 1)")
+    parser.add_argument(
+        "--rounds", type=int, help="interleaved rounds where a row repeats (default 3, quick 1)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; write no files")
     args = parser.parse_args(argv)
 
-    command = "scripts/bench" + (" --quick" if args.quick else "") + (f" --rows {args.rows}" if args.rows else "")
+    command = (
+        "scripts/bench"
+        + (" --quick" if args.quick else "")
+        + (f" --rows {args.rows}" if args.rows else "")
+    )
     log = lambda text: print(text, flush=True)  # noqa: E731
-    log(f"{command}: {sys.executable}, results in {DOC if not args.quick else RESULTS / 'quick.md'}")
+    log(
+        f"{command}: {sys.executable}, results in {DOC if not args.quick else RESULTS / 'quick.md'}"
+    )
     try:
-        results, unavailable = run_rows(parse_rows(args.rows), quick=args.quick, rounds=args.rounds, log=log)
+        results, unavailable = run_rows(
+            parse_rows(args.rows), quick=args.quick, rounds=args.rounds, log=log
+        )
     except Exception:
         traceback.print_exc()
         return 1
@@ -165,8 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     report.save_store(STORE, store)
     all_results = [RowResult.from_dict(d) for d in store["rows"].values()]
     DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(report.render(all_results, {int(k): v for k, v in store["unavailable"].items()},
-                                 command="scripts/bench", machine=machine,
-                                 analysis=report.existing_analysis(DOC)), encoding="utf-8")
+    DOC.write_text(
+        report.render(
+            all_results,
+            {int(k): v for k, v in store["unavailable"].items()},
+            command="scripts/bench",
+            machine=machine,
+            analysis=report.existing_analysis(DOC),
+        ),
+        encoding="utf-8",
+    )
     log(f"wrote {DOC.relative_to(ROOT)} and {STORE.relative_to(ROOT)}")
     return 0

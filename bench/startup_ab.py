@@ -31,14 +31,32 @@ def main() -> None:
         compileall.compile_dir(str(src / "hermes_bulk"), quiet=1)
     root = Path(tempfile.mkdtemp())
     (root / "a.txt").write_text("hello")
-    env = {**os.environ, "HERMES_BULK_MODEL": "fake-model", "HERMES_BULK_BASE_URL": "http://127.0.0.1:9/v1",
-           "HERMES_BULK_API_KEY": "sk-bench-not-a-secret"}
+    env = {
+        **os.environ,
+        "HERMES_BULK_MODEL": "fake-model",
+        "HERMES_BULK_BASE_URL": "http://127.0.0.1:9/v1",
+        "HERMES_BULK_API_KEY": "sk-bench-not-a-secret",
+    }
     cases = {("interpreter", "python -c pass"): ([sys.executable, "-c", "pass"], env)}
     for side, src in (("before", old_src), ("after", NEW_SRC)):
         side_env = {**env, "PYTHONPATH": str(src), "HERMES_BULK_HOME": str(root / side)}
         for _ in range(3):
-            made = subprocess.run([sys.executable, "-m", "hermes_bulk", "create", "Summarize", "--over",
-                                   str(root / "a.txt"), "--json"], env=side_env, check=True, capture_output=True, text=True)
+            made = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "hermes_bulk",
+                    "create",
+                    "Summarize",
+                    "--over",
+                    str(root / "a.txt"),
+                    "--json",
+                ],
+                env=side_env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
         job = json.loads(made.stdout)["job_id"]
         for argv in (["path"], ["list"], ["status", job]):
             cases[(side, argv[0])] = ([sys.executable, "-m", "hermes_bulk", *argv], side_env)
@@ -46,12 +64,16 @@ def main() -> None:
     for _ in range(rounds):
         for case, (argv, case_env) in cases.items():
             started = time.perf_counter()
-            subprocess.run(argv, env=case_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            subprocess.run(
+                argv, env=case_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+            )
             times[case].append(time.perf_counter() - started)
     print(f"{rounds} interleaved rounds, load average {os.getloadavg()[0]:.2f} at the end")
     for (side, name), values in times.items():
-        print(f"{side:12} {name:15} median {statistics.median(values) * 1000:5.0f} ms   "
-              f"fastest {min(values) * 1000:5.0f} ms")
+        print(
+            f"{side:12} {name:15} median {statistics.median(values) * 1000:5.0f} ms   "
+            f"fastest {min(values) * 1000:5.0f} ms"
+        )
 
 
 if __name__ == "__main__":

@@ -38,16 +38,22 @@ def copy_tree(into: Path) -> None:
     for name in COPIED:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            shutil.copytree(
+                src, into / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
         else:
             shutil.copy2(src, into / name)
 
 
 def test_env(work: Path) -> dict[str, str]:
     """The environment a mutant's tests run in: every process on the copy's src/."""
-    return {**os.environ, "PYTHONPATH": str(work / "src"), "PYTHONDONTWRITEBYTECODE": "1",
-            # A mutant needs the stateful test's verdict, not its smallest failing example.
-            "HERMES_BULK_STATEFUL_SHRINK": "0"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(work / "src"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # A mutant needs the stateful test's verdict, not its smallest failing example.
+        "HERMES_BULK_STATEFUL_SHRINK": "0",
+    }
 
 
 def modules_of(target: dict) -> list[str]:
@@ -58,13 +64,17 @@ def modules_of(target: dict) -> list[str]:
 def config(target: dict, timeout_s: float) -> str:
     tests = " ".join(target["tests"])
     select = f" -k '{target['select']}'" if target.get("select") else ""
-    if target.get("args"):  # e.g. --noconftest for tests that need no fixture: a second less a mutant
+    if target.get(
+        "args"
+    ):  # e.g. --noconftest for tests that need no fixture: a second less a mutant
         select += " " + target["args"]
     paths = ", ".join(f'"{m}"' for m in modules_of(target))
-    return (f'[cosmic-ray]\nmodule-path = [{paths}]\ntimeout = {timeout_s}\n'
-            f'excluded-modules = []\n'
-            f'test-command = "{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly '
-            f'{tests}{select}"\n\n[cosmic-ray.distributor]\nname = "local"\n')
+    return (
+        f"[cosmic-ray]\nmodule-path = [{paths}]\ntimeout = {timeout_s}\n"
+        f"excluded-modules = []\n"
+        f'test-command = "{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly '
+        f'{tests}{select}"\n\n[cosmic-ray.distributor]\nname = "local"\n'
+    )
 
 
 def line_ranges(source: str, names: list[str]) -> dict[str, tuple[int, int]]:
@@ -95,8 +105,12 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
     """Where the annotations are ((line, column) from, to), in a module that never evaluates them
     (`from __future__ import annotations`; nothing here reads type hints at run time)."""
     tree = ast.parse(source)
-    if not any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
-               and any(a.name == "annotations" for a in node.names) for node in tree.body):
+    if not any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "__future__"
+        and any(a.name == "annotations" for a in node.names)
+        for node in tree.body
+    ):
         return []
     spans = []
     for node in ast.walk(tree):
@@ -130,12 +144,15 @@ def prefilter(session: Path, work: Path, target: dict) -> tuple[int, int]:
     if missing:
         raise SystemExit(f"mutate: `only` names what no module defines: {', '.join(missing)}")
     outside = in_annotations = 0
-    skip = WorkResult(output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED)
+    skip = WorkResult(
+        output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED
+    )
     with use_db(str(session)) as db:
         for item in db.work_items:
             spots = [(str(m.module_path), tuple(m.start_pos)) for m in item.mutations]
-            if names and not all(any(a <= at[0] <= b for a, b in ranges.get(path, []))
-                                 for path, at in spots):
+            if names and not all(
+                any(a <= at[0] <= b for a, b in ranges.get(path, [])) for path, at in spots
+            ):
                 db.set_result(item.job_id, skip)
                 outside += 1
             elif all(any(a <= at < b for a, b in annotations.get(path, [])) for path, at in spots):
@@ -146,7 +163,9 @@ def prefilter(session: Path, work: Path, target: dict) -> tuple[int, int]:
 
 def outcomes(session: Path) -> dict[str, int]:
     with sqlite3.connect(session) as db:
-        rows = db.execute("SELECT test_outcome, COUNT(*) FROM work_results GROUP BY test_outcome").fetchall()
+        rows = db.execute(
+            "SELECT test_outcome, COUNT(*) FROM work_results GROUP BY test_outcome"
+        ).fetchall()
     return {str(outcome).rsplit(".", 1)[-1].lower(): n for outcome, n in rows}
 
 
@@ -157,8 +176,12 @@ def _in_annotation(block: str) -> bool:
     """A mutant of a signature or an annotated field: with `from __future__ import annotations`
     annotations are never evaluated, so `str | None` -> `str + None` cannot change behaviour.
     (Its default value can: a mutant of the part after `=` is counted as any other.)"""
-    removed = [line for line in block.splitlines() if line.startswith("-") and not line.startswith("---")]
-    added = [line for line in block.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    removed = [
+        line for line in block.splitlines() if line.startswith("-") and not line.startswith("---")
+    ]
+    added = [
+        line for line in block.splitlines() if line.startswith("+") and not line.startswith("+++")
+    ]
     if len(removed) != 1 or len(added) != 1 or not _SIGNATURE.match(removed[0]):
         return False
     if removed[0].lstrip("- ").startswith(("def ", "async def ")):  # only `X | None` in a signature
@@ -172,8 +195,9 @@ def _in_annotation(block: str) -> bool:
 def _mutant_of(block: str) -> tuple[str, str, int]:
     """(module path, operator, occurrence) of one cr-report block: what names a mutant across
     sessions of an unchanged module."""
-    path, operator, occurrence = next(line for line in block.splitlines()
-                                      if line.startswith("src/")).split()
+    path, operator, occurrence = next(
+        line for line in block.splitlines() if line.startswith("src/")
+    ).split()
     return path, operator, int(occurrence)
 
 
@@ -181,8 +205,11 @@ def last_survivors(name: str) -> tuple[set[tuple[str, str, int]], int]:
     """The survivors of the target's last full run (mutation-reports/NAME.txt), and its kills."""
     report = (ROOT / "mutation-reports" / f"{name}.txt").read_text()
     blocks = report.split("\n[job-id]")
-    survivors = {_mutant_of(b) for b in blocks
-                 if "test outcome: TestOutcome.SURVIVED" in b and not _in_annotation(b)}
+    survivors = {
+        _mutant_of(b)
+        for b in blocks
+        if "test outcome: TestOutcome.SURVIVED" in b and not _in_annotation(b)
+    }
     return survivors, sum("test outcome: TestOutcome.KILLED" in b for b in blocks)
 
 
@@ -191,12 +218,17 @@ def keep_only(session: Path, mutants: set[tuple[str, str, int]]) -> None:
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
-    skip = WorkResult(output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED)
+    skip = WorkResult(
+        output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED
+    )
     with use_db(str(session)) as db:
         done = {job_id for job_id, _ in db.results}
         for item in db.work_items:
             m = item.mutations[0]
-            if item.job_id not in done and (str(m.module_path), m.operator_name, m.occurrence) not in mutants:
+            if (
+                item.job_id not in done
+                and (str(m.module_path), m.operator_name, m.occurrence) not in mutants
+            ):
                 db.set_result(item.job_id, skip)
 
 
@@ -210,10 +242,24 @@ def _work_items(session: Path):
 # Lua: the changes cosmic-ray makes to Python, made to the code of a script (never inside a
 # comment or a string): a comparison turned (`<` to `<=`, `==` to `~=`, ...), `and`/`or` swapped,
 # `+`/`-` swapped, a `not` dropped, `math.min`/`math.max` swapped, an integer moved by one.
-_LUA_SWAPS = {"<=": "<", "<": "<=", ">=": ">", ">": ">=", "==": "~=", "~=": "==", " and ": " or ",
-              " or ": " and ", " + ": " - ", " - ": " + ", "not ": "", "math.min": "math.max",
-              "math.max": "math.min"}
-_LUA_TOKEN = re.compile(r"<=|>=|==|~=|<|>| and | or | \+ | - |\bnot |math\.min|math\.max|(?<![\w.\[])\d+(?![\w.])")
+_LUA_SWAPS = {
+    "<=": "<",
+    "<": "<=",
+    ">=": ">",
+    ">": ">=",
+    "==": "~=",
+    "~=": "==",
+    " and ": " or ",
+    " or ": " and ",
+    " + ": " - ",
+    " - ": " + ",
+    "not ": "",
+    "math.min": "math.max",
+    "math.max": "math.min",
+}
+_LUA_TOKEN = re.compile(
+    r"<=|>=|==|~=|<|>| and | or | \+ | - |\bnot |math\.min|math\.max|(?<![\w.\[])\d+(?![\w.])"
+)
 
 
 def _lua_code_spans(line: str) -> list[tuple[int, int]]:
@@ -255,10 +301,21 @@ def lua_mutants(text: str) -> list[tuple[int, int, str, str]]:
     return found
 
 
-def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only_mutants=None,
-            killed_before: int = 0) -> dict[str, int]:
+def run_lua(
+    name: str,
+    target: dict,
+    *,
+    timeout_s: float,
+    count_only: bool,
+    only_mutants=None,
+    killed_before: int = 0,
+) -> dict[str, int]:
     """Mutate each Lua module of the target one change at a time and run its tests on each."""
-    mutants = [(module, *m) for module in modules_of(target) for m in lua_mutants((ROOT / module).read_text())]
+    mutants = [
+        (module, *m)
+        for module in modules_of(target)
+        for m in lua_mutants((ROOT / module).read_text())
+    ]
     if only_mutants is not None:
         mutants = [m for m in mutants if m in only_mutants]
     if count_only:
@@ -268,13 +325,28 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
     try:
         copy_tree(work)
         env = test_env(work)
-        command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                   "-p", "no:xdist", *target["tests"], *(["-k", target["select"]] if target.get("select") else []),
-                   *target.get("args", "").split()]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:xdist",
+            *target["tests"],
+            *(["-k", target["select"]] if target.get("select") else []),
+            *target.get("args", "").split(),
+        ]
 
         def tests_pass() -> bool | None:
             try:
-                done = subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=timeout_s)
+                done = subprocess.run(
+                    command, cwd=work, env=env, capture_output=True, timeout=timeout_s
+                )
             except subprocess.TimeoutExpired:
                 return False  # a mutant that hangs the tests is caught, as cosmic-ray counts it
             return None if done.returncode in (2, 3, 4, 5) else done.returncode == 0
@@ -288,18 +360,23 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
             original = path.read_text()
             lines = original.splitlines(keepends=True)
             line = lines[number - 1]
-            lines[number - 1] = line[:column] + after + line[column + len(before):]
+            lines[number - 1] = line[:column] + after + line[column + len(before) :]
             path.write_text("".join(lines))
             try:
                 passed = tests_pass()
             finally:
                 path.write_text(original)
             outcome = "broke the test run" if passed is None else "SURVIVED" if passed else "KILLED"
-            block = (f"{module} {number}:{column} {before.strip() or before!r} -> {after.strip() or after!r}\n"
-                     f"test outcome: {outcome}\n-{line.rstrip()}\n+{lines[number - 1].rstrip()}\n")
+            block = (
+                f"{module} {number}:{column} {before.strip() or before!r} -> {after.strip() or after!r}\n"
+                f"test outcome: {outcome}\n-{line.rstrip()}\n+{lines[number - 1].rstrip()}\n"
+            )
             report.append(block)
-            print(f"[{done}/{len(mutants)}] {outcome.lower()}: {module.rsplit('/', 1)[-1]} line {number}: "
-                  f"{before.strip() or before!r} -> {after.strip() or after!r}", flush=True)
+            print(
+                f"[{done}/{len(mutants)}] {outcome.lower()}: {module.rsplit('/', 1)[-1]} line {number}: "
+                f"{before.strip() or before!r} -> {after.strip() or after!r}",
+                flush=True,
+            )
             if passed is None:
                 broken += 1
             elif passed:
@@ -313,10 +390,16 @@ def run_lua(name: str, target: dict, *, timeout_s: float, count_only: bool, only
         (out / f"{name}.survivors.txt").write_text("\n".join(survivors))
         score = (killed_before + killed) / max(1, killed_before + killed + len(survivors))
         broke = f", {broken} broke the test run (counted as neither)" if broken else ""
-        before = f" (with the {killed_before} killed in the last full run)" if only_mutants is not None else ""
-        print(f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants: {killed} killed, "
-              f"{len(survivors)} survived{broke}: score {score:.0%}{before} ({time.monotonic() - started:.0f} s); "
-              f"mutation-reports/{name}{suffix}.txt")
+        before = (
+            f" (with the {killed_before} killed in the last full run)"
+            if only_mutants is not None
+            else ""
+        )
+        print(
+            f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants: {killed} killed, "
+            f"{len(survivors)} survived{broke}: score {score:.0%}{before} ({time.monotonic() - started:.0f} s); "
+            f"mutation-reports/{name}{suffix}.txt"
+        )
         for block in survivors[:3]:
             print("  survivor: " + block.strip().replace("\n", "\n  "))
         return {"killed": killed, "survived": len(survivors)}
@@ -335,22 +418,45 @@ def last_lua_survivors(name: str) -> tuple[set[tuple], int]:
             number, column = (int(x) for x in at.split(":"))
             before = after = None
             for candidate in lua_mutants(minus):  # the one change at that column that gives plus
-                if candidate[1] == column and minus[:column] + candidate[3] + minus[column + len(candidate[2]):] == plus:
+                if (
+                    candidate[1] == column
+                    and minus[:column] + candidate[3] + minus[column + len(candidate[2]) :] == plus
+                ):
                     before, after = candidate[2], candidate[3]
             found.add((module, number, column, before, after))
     report = (ROOT / "mutation-reports" / f"{name}.txt").read_text()
     return found, report.count("test outcome: KILLED")
 
 
-def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bool = False,
-        survivors_only: bool = False) -> dict[str, int]:
+def run(
+    name: str,
+    target: dict,
+    *,
+    timeout_s: float,
+    keep: bool,
+    count_only: bool = False,
+    survivors_only: bool = False,
+) -> dict[str, int]:
     if all(module.endswith(".lua") for module in modules_of(target)):
         if survivors_only:
             again, killed_before = last_lua_survivors(name)
-            chosen = {m for m in [(module, *x) for module in modules_of(target)
-                                  for x in lua_mutants((ROOT / module).read_text())] if m in again}
-            return run_lua(name, target, timeout_s=timeout_s, count_only=count_only, only_mutants=chosen,
-                           killed_before=killed_before)
+            chosen = {
+                m
+                for m in [
+                    (module, *x)
+                    for module in modules_of(target)
+                    for x in lua_mutants((ROOT / module).read_text())
+                ]
+                if m in again
+            }
+            return run_lua(
+                name,
+                target,
+                timeout_s=timeout_s,
+                count_only=count_only,
+                only_mutants=chosen,
+                killed_before=killed_before,
+            )
         return run_lua(name, target, timeout_s=timeout_s, count_only=count_only)
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
@@ -358,12 +464,16 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bo
         (work / "cosmic-ray.toml").write_text(config(target, timeout_s))
         env = test_env(work)
         cr = [sys.executable, "-m", "cosmic_ray.cli"]
-        subprocess.run([*cr, "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
+        subprocess.run(
+            [*cr, "init", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True
+        )
         outside, annotated = prefilter(work / "session.sqlite", work, target)
         if count_only:
             total = len(_work_items(work / "session.sqlite"))
-            print(f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants to run"
-                  f" ({annotated} in annotations, {outside} outside `only`: not run)")
+            print(
+                f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants to run"
+                f" ({annotated} in annotations, {outside} outside `only`: not run)"
+            )
             return {}
         if survivors_only:
             again, killed_before = last_survivors(name)
@@ -372,12 +482,27 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bo
         if baseline.returncode:
             raise SystemExit(f"mutate: the tests of {name} fail without a mutant; fix them first")
         started = time.monotonic()
-        subprocess.run([*cr, "exec", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True)
+        subprocess.run(
+            [*cr, "exec", "cosmic-ray.toml", "session.sqlite"], cwd=work, env=env, check=True
+        )
         counts = outcomes(work / "session.sqlite")
-        report = subprocess.run([str(Path(sys.executable).parent / "cr-report"), "session.sqlite", "--show-diff",
-                                 "--show-output"], cwd=work, env=env,
-                                capture_output=True, text=True).stdout
-        survivors = [block for block in report.split("\n[job-id]") if "test outcome: TestOutcome.SURVIVED" in block]
+        report = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "cr-report"),
+                "session.sqlite",
+                "--show-diff",
+                "--show-output",
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+        ).stdout
+        survivors = [
+            block
+            for block in report.split("\n[job-id]")
+            if "test outcome: TestOutcome.SURVIVED" in block
+        ]
         in_annotations = [block for block in survivors if _in_annotation(block)]  # a fallback
         survivors = [block for block in survivors if block not in in_annotations]
         out = ROOT / "mutation-reports"
@@ -390,17 +515,21 @@ def run(name: str, target: dict, *, timeout_s: float, keep: bool, count_only: bo
             (out / f"{name}.rerun.txt").write_text(report)
             (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
             score = (killed_before + killed) / max(1, killed_before + killed + survived)
-            print(f"{name}: the {len(again)} survivors of mutation-reports/{name}.txt again: {killed} "
-                  f"killed now, {survived} survive{broke}: score {score:.0%} with the "
-                  f"{killed_before} killed before {took}; mutation-reports/{name}.rerun.txt")
+            print(
+                f"{name}: the {len(again)} survivors of mutation-reports/{name}.txt again: {killed} "
+                f"killed now, {survived} survive{broke}: score {score:.0%} with the "
+                f"{killed_before} killed before {took}; mutation-reports/{name}.rerun.txt"
+            )
         else:
             (out / f"{name}.txt").write_text(report)
             (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
             score = killed / max(1, killed + survived)
-            print(f"{name}: {', '.join(modules_of(target))}: {sum(counts.values())} mutants: "
-                  f"{annotated + len(in_annotations)} only in annotations, {outside} outside `only`; "
-                  f"{killed} killed, {survived} survived{broke}: score {score:.0%} {took}; "
-                  f"mutation-reports/{name}.txt")
+            print(
+                f"{name}: {', '.join(modules_of(target))}: {sum(counts.values())} mutants: "
+                f"{annotated + len(in_annotations)} only in annotations, {outside} outside `only`; "
+                f"{killed} killed, {survived} survived{broke}: score {score:.0%} {took}; "
+                f"mutation-reports/{name}.txt"
+            )
         if survivors:
             print("  first survivor:\n  " + survivors[0].strip().replace("\n", "\n  ")[:1500])
         return counts
@@ -416,11 +545,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="scripts/mutate", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", metavar="TARGET", help=f"any of: {', '.join(targets)}")
     parser.add_argument("--list", action="store_true", help="list the targets and exit")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds a mutant's tests may take")
-    parser.add_argument("--keep", action="store_true", help="keep the working copy (to read the session)")
-    parser.add_argument("--count", action="store_true", help="only count the mutants each target would run")
-    parser.add_argument("--survivors", action="store_true",
-                        help="run only the survivors of the last full run (after adding tests)")
+    parser.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds a mutant's tests may take"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the working copy (to read the session)"
+    )
+    parser.add_argument(
+        "--count", action="store_true", help="only count the mutants each target would run"
+    )
+    parser.add_argument(
+        "--survivors",
+        action="store_true",
+        help="run only the survivors of the last full run (after adding tests)",
+    )
     args = parser.parse_args()
     if args.list:
         for name, target in targets.items():
@@ -431,8 +569,14 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown target {', '.join(unknown)}; see --list")
     for name in args.names or list(targets):
-        run(name, targets[name], timeout_s=args.timeout, keep=args.keep, count_only=args.count,
-            survivors_only=args.survivors)
+        run(
+            name,
+            targets[name],
+            timeout_s=args.timeout,
+            keep=args.keep,
+            count_only=args.count,
+            survivors_only=args.survivors,
+        )
     return 0
 
 

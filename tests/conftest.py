@@ -41,7 +41,11 @@ def _ci_refusal(report) -> str | None:
     if not IN_CI:
         return None
     if hasattr(report, "wasxfail"):
-        return None if getattr(report, "_strict_xfail", False) else f"non-strict xfail under CI=1: {report.wasxfail}"
+        return (
+            None
+            if getattr(report, "_strict_xfail", False)
+            else f"non-strict xfail under CI=1: {report.wasxfail}"
+        )
     if report.skipped:
         longrepr = report.longrepr
         reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
@@ -54,7 +58,9 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     marker = item.get_closest_marker("xfail")
-    report._strict_xfail = bool(marker and marker.kwargs.get("strict", item.config.getini("xfail_strict")))
+    report._strict_xfail = bool(
+        marker and marker.kwargs.get("strict", item.config.getini("xfail_strict"))
+    )
     refusal = _ci_refusal(report)
     if refusal:
         report.outcome, report.longrepr = "failed", refusal
@@ -103,9 +109,25 @@ class RedisServer:
             if IN_CI:
                 raise RuntimeError("redis-server is not installed; .ci/run installs it")
             pytest.skip("redis-server is not installed")
-        args = [exe, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-                "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
-                "--logfile", str(self.workdir / "redis.log")]
+        args = [
+            exe,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.workdir / "redis.log"),
+        ]
         if self.password:
             args += ["--requirepass", self.password]
         args += self.extra_args
@@ -196,28 +218,50 @@ class Cli:
         self.spawned: list[subprocess.Popen] = []
 
     def full_env(self, **extra: str) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items()
-                if not k.startswith(("HERMES_BULK_", "OPENAI_")) and k != "HERMES_HOME"}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("HERMES_BULK_", "OPENAI_")) and k != "HERMES_HOME"
+        }
         return {**base, **self.env, **extra}
 
     #: Commands a test uses as set-up, run in this process (tests/helpers.run_in_process): the
     #: same cli.main, without a process start each (about 800 of them in the suite).
     IN_PROCESS = frozenset({"create", "run"})
 
-    def __call__(self, *args: str, check: bool = True, timeout: float | None = None, process: bool = False,
-                 **extra_env: str):
+    def __call__(
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float | None = None,
+        process: bool = False,
+        **extra_env: str,
+    ):
         """`hermes-bulk ARGS`; `create` and `run` (not `--wait`, which serves the job) in this
         process unless `process` is true or a `timeout` is given: a test about the process itself
         (its exit on a signal, a hang) asks for one."""
-        if args and args[0] in self.IN_PROCESS and "--wait" not in args and not process and timeout is None:
+        if (
+            args
+            and args[0] in self.IN_PROCESS
+            and "--wait" not in args
+            and not process
+            and timeout is None
+        ):
             proc = run_in_process(list(args), self.full_env(**extra_env))
         else:
             # No terminal on stdin, as in CI: run from one, `delete` would wait for an answer.
-            proc = subprocess.run([sys.executable, "-m", "hermes_bulk", *args], capture_output=True, text=True,
-                                  env=self.full_env(**extra_env), timeout=timeout or 120,
-                                  stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                [sys.executable, "-m", "hermes_bulk", *args],
+                capture_output=True,
+                text=True,
+                env=self.full_env(**extra_env),
+                timeout=timeout or 120,
+                stdin=subprocess.DEVNULL,
+            )
         if check and proc.returncode != 0:
-            raise AssertionError(f"hermes-bulk {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"hermes-bulk {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def json(self, *args: str, **extra_env: str):
@@ -236,9 +280,12 @@ class Cli:
         """A `hermes-bulk worker` subprocess; its log is in logs_dir (worker-N.log)."""
         self._workers += 1
         log = self.logs_dir / f"worker-{self._workers}.log"
-        worker = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-l", str(log), *flags],
-                                  env=self.full_env(**extra_env), stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "hermes_bulk", "worker", "-l", str(log), *flags],
+            env=self.full_env(**extra_env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.spawned.append(worker)
         return worker
 

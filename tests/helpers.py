@@ -103,8 +103,13 @@ def run_in_process(args: list[str], env: dict[str, str]) -> subprocess.Completed
     sys.argv = ["hermes-bulk", *args]
     _forget_request_gate(cli)
     try:
-        with (environment(env), _logging_restored(), broker.closing_new(),
-              contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
+        with (
+            environment(env),
+            _logging_restored(),
+            broker.closing_new(),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             try:
                 code = cli.main(list(args))
             except SystemExit as exc:  # as the interpreter would end it
@@ -136,8 +141,12 @@ def worker_passes(jobs: Jobs, job_id: str, passes: int = 2, timeout: float = 60.
     backend = jobs.backend
     route = backend.client_of(job_id)
     assert route is not None, f"no job {job_id}"
-    wait_for(lambda: backend.queue_length([route]) == 0, timeout=timeout, interval=0.02,
-             message=f"the triggers of job {job_id} to be taken off its queue")
+    wait_for(
+        lambda: backend.queue_length([route]) == 0,
+        timeout=timeout,
+        interval=0.02,
+        message=f"the triggers of job {job_id} to be taken off its queue",
+    )
     since = backend.store.now()
     beats: dict[str, set[float]] = {w.worker_id: set() for w in jobs.liveness.live_workers()}
     assert beats, "no live worker: nothing to wait for"
@@ -145,14 +154,20 @@ def worker_passes(jobs: Jobs, job_id: str, passes: int = 2, timeout: float = 60.
     def passed() -> bool:
         live = {w.worker_id: w for w in backend.store.live_workers(holding=False)}
         for worker_id in list(beats):
-            if worker_id not in live:  # gone (a killed worker's entry ran out): no chance left to act
+            if (
+                worker_id not in live
+            ):  # gone (a killed worker's entry ran out): no chance left to act
                 del beats[worker_id]
             elif live[worker_id].heartbeat_at >= since:
                 beats[worker_id].add(live[worker_id].heartbeat_at)
         return all(len(seen) >= passes for seen in beats.values())
 
-    wait_for(passed, timeout=timeout, interval=0.02,
-             message=f"{passes} maintenance passes of every live worker (heartbeats since {since}: {beats})")
+    wait_for(
+        passed,
+        timeout=timeout,
+        interval=0.02,
+        message=f"{passes} maintenance passes of every live worker (heartbeats since {since}: {beats})",
+    )
 
 
 def kill_worker_holding_an_item(cli, fake_provider, **extra_env: str) -> None:

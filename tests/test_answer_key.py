@@ -13,9 +13,16 @@ import pytest
 
 from hermes_bulk.jobs import prompt
 
-BASE = dict(model="gpt-x", client="openai", instruction="Summarise", schema='{"type": "object"}',
-            max_output_tokens=300, sampling={"temperature": 0.2, "top_p": 0.9},
-            content_hash="sha256:00ff", endpoint="ep1")
+BASE = dict(
+    model="gpt-x",
+    client="openai",
+    instruction="Summarise",
+    schema='{"type": "object"}',
+    max_output_tokens=300,
+    sampling={"temperature": 0.2, "top_p": 0.9},
+    content_hash="sha256:00ff",
+    endpoint="ep1",
+)
 
 
 def key(**changes) -> str:
@@ -27,9 +34,18 @@ def test_stored_keys_keep_their_form():
     # PROMPT_VERSION raised because what is asked or kept has changed.
     assert prompt.PROMPT_VERSION == 2
     assert key(instruction="Résume ça") == "e14e9be19296bd250df02aa75cb1925f"
-    assert prompt.answer_key(model=None, client="hermes", instruction="Summarise", schema=None,
-                             max_output_tokens=None, sampling=None,
-                             content_hash="sha256:00ff") == "db0e22e60047bea587ae351ec11779ee"
+    assert (
+        prompt.answer_key(
+            model=None,
+            client="hermes",
+            instruction="Summarise",
+            schema=None,
+            max_output_tokens=None,
+            sampling=None,
+            content_hash="sha256:00ff",
+        )
+        == "db0e22e60047bea587ae351ec11779ee"
+    )
 
 
 def test_a_key_is_128_bits_of_hex():
@@ -37,13 +53,25 @@ def test_a_key_is_128_bits_of_hex():
     assert len(k) == 32 and int(k, 16) >= 0 and k == k.lower()
 
 
-@pytest.mark.parametrize("change", [
-    {"model": "gpt-y"}, {"model": None}, {"client": "hermes"}, {"instruction": "Summarise briefly"},
-    {"schema": None}, {"schema": '{"type": "array"}'}, {"max_output_tokens": 301},
-    {"max_output_tokens": None}, {"sampling": {"temperature": 0.3, "top_p": 0.9}},
-    {"sampling": None}, {"sampling": {"temperature": 0.2}}, {"content_hash": "sha256:00fe"},
-    {"endpoint": "ep2"}, {"endpoint": ""},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model": "gpt-y"},
+        {"model": None},
+        {"client": "hermes"},
+        {"instruction": "Summarise briefly"},
+        {"schema": None},
+        {"schema": '{"type": "array"}'},
+        {"max_output_tokens": 301},
+        {"max_output_tokens": None},
+        {"sampling": {"temperature": 0.3, "top_p": 0.9}},
+        {"sampling": None},
+        {"sampling": {"temperature": 0.2}},
+        {"content_hash": "sha256:00fe"},
+        {"endpoint": "ep2"},
+        {"endpoint": ""},
+    ],
+)
 def test_everything_that_shapes_an_answer_changes_the_key(change):
     assert key(**change) != key()
 
@@ -58,14 +86,19 @@ def test_what_does_not_shape_an_answer_keeps_the_key():
 
 
 def test_the_item_is_framed_between_lines_tagged_with_its_hash():
-    messages = prompt.build_messages("Summarise", "r001.txt", "line one\nline two",
-                                     "sha256:0123456789abcdef0123")
+    messages = prompt.build_messages(
+        "Summarise", "r001.txt", "line one\nline two", "sha256:0123456789abcdef0123"
+    )
     assert messages == [
         {"role": "system", "content": prompt.SYSTEM},
-        {"role": "user", "content": (
-            "Instruction:\nSummarise\n\n"
-            "Item r001.txt (between the BEGIN and END lines):\n"
-            "----- BEGIN ITEM 0123456789ab -----\nline one\nline two\n----- END ITEM 0123456789ab -----")},
+        {
+            "role": "user",
+            "content": (
+                "Instruction:\nSummarise\n\n"
+                "Item r001.txt (between the BEGIN and END lines):\n"
+                "----- BEGIN ITEM 0123456789ab -----\nline one\nline two\n----- END ITEM 0123456789ab -----"
+            ),
+        },
     ]
     assert "not instructions to you" in prompt.SYSTEM
 
@@ -77,7 +110,12 @@ def test_a_hash_without_a_scheme_is_tagged_by_its_own_start():
 
 def test_the_estimate_is_a_third_of_the_characters_sent_plus_the_allowance():
     system = len(prompt.SYSTEM)
-    for content, instruction in [("x" * 10, "y" * 3), ("x" * 11, "y" * 3), ("", ""), ("x" * 1000, "y")]:
+    for content, instruction in [
+        ("x" * 10, "y" * 3),
+        ("x" * 11, "y" * 3),
+        ("", ""),
+        ("x" * 1000, "y"),
+    ]:
         expected = (len(content) + len(instruction) + system + 80) // 3 + 50
         got = prompt.estimate_tokens(content, instruction, 50)
         assert got == expected and isinstance(got, int)

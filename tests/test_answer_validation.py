@@ -25,8 +25,11 @@ from hermes_bulk.testing.fake_provider import HOSTILE
 
 from .helpers import wait_for
 
-LABEL = {"type": "object", "properties": {"label": {"enum": ["good", "bad"]}, "score": {"type": "integer"}},
-         "required": ["label"]}
+LABEL = {
+    "type": "object",
+    "properties": {"label": {"enum": ["good", "bad"]}, "score": {"type": "integer"}},
+    "required": ["label"],
+}
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -51,54 +54,111 @@ def _items(tmp_path, names: list[str]):
 
 
 def test_the_strict_form_closes_every_object_and_asks_for_every_property():
-    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {
-        "label": {"enum": ["a", "b"], "description": "kept"},
-        "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
-        "where": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/place"}]}},
-        "$defs": {"place": {"type": "object", "properties": {"city": {"type": "string", "default": "x"}}}}}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "label": {"enum": ["a", "b"], "description": "kept"},
+            "tags": {
+                "type": "array",
+                "items": {"type": "object", "properties": {"k": {"type": "string"}}},
+            },
+            "where": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/place"}]},
+        },
+        "$defs": {
+            "place": {"type": "object", "properties": {"city": {"type": "string", "default": "x"}}}
+        },
+    }
     strict = answers.strict_form(schema)
-    assert strict == {"type": "object", "additionalProperties": False, "required": ["label", "tags", "where"],
-                      "properties": {
-                          "label": {"enum": ["a", "b"], "description": "kept"},
-                          "tags": {"type": "array", "items": {"type": "object", "properties": {
-                              "k": {"type": "string"}}, "additionalProperties": False, "required": ["k"]}},
-                          "where": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/place"}]}},
-                      "$defs": {"place": {"type": "object", "properties": {"city": {"type": "string"}},
-                                          "additionalProperties": False, "required": ["city"]}}}
-    assert "$schema" in schema and "additionalProperties" not in schema, "the user's schema is not changed"
-    body = HttpModelClient(base_url="http://127.0.0.1:9/v1", api_key=None, model="m", timeout_s=1).request_body(
-        [], max_tokens=None, json_schema=schema)
-    assert body["response_format"] == {"type": "json_schema", "json_schema": {
-        "name": "item_result", "schema": strict, "strict": True}}
+    assert strict == {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["label", "tags", "where"],
+        "properties": {
+            "label": {"enum": ["a", "b"], "description": "kept"},
+            "tags": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"k": {"type": "string"}},
+                    "additionalProperties": False,
+                    "required": ["k"],
+                },
+            },
+            "where": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/place"}]},
+        },
+        "$defs": {
+            "place": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "additionalProperties": False,
+                "required": ["city"],
+            }
+        },
+    }
+    assert "$schema" in schema and "additionalProperties" not in schema, (
+        "the user's schema is not changed"
+    )
+    body = HttpModelClient(
+        base_url="http://127.0.0.1:9/v1", api_key=None, model="m", timeout_s=1
+    ).request_body([], max_tokens=None, json_schema=schema)
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "item_result", "schema": strict, "strict": True},
+    }
 
 
-@pytest.mark.parametrize("change", [
-    {"additionalProperties": True},
-    {"additionalProperties": {"type": "string"}},
-    {"patternProperties": {"^x": {"type": "string"}}},
-    {"required": ["label", "not_listed"]},
-    {"properties": {"label": {"type": "string", "minLength": 3}}},
-    {"properties": {"label": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}},
-    {"properties": {"label": {"type": "object"}}},
-    {"allOf": [{"required": ["label"]}]},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"additionalProperties": True},
+        {"additionalProperties": {"type": "string"}},
+        {"patternProperties": {"^x": {"type": "string"}}},
+        {"required": ["label", "not_listed"]},
+        {"properties": {"label": {"type": "string", "minLength": 3}}},
+        {"properties": {"label": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}},
+        {"properties": {"label": {"type": "object"}}},
+        {"allOf": [{"required": ["label"]}]},
+    ],
+)
 def test_strict_is_dropped_where_it_would_change_what_is_valid(change):
     schema = {"type": "object", "properties": {"label": {"type": "string"}}, **change}
     assert answers.strict_form(schema) is None
-    assert answers.response_format(schema) == {"type": "json_schema", "json_schema": {
-        "name": "item_result", "schema": schema, "strict": False}}
+    assert answers.response_format(schema) == {
+        "type": "json_schema",
+        "json_schema": {"name": "item_result", "schema": schema, "strict": False},
+    }
 
 
-@pytest.mark.parametrize(("schema", "needle"), [
-    ({"type": "object", "properties": {"a": {"type": "strin"}}}, "not a valid JSON schema at $.properties.a.type"),
-    ({"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}}, "points outside the file"),
-    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "points at nothing in the file"),
-    ({"type": "object", "properties": {"a": {"type": "string"}}, "required": "a"}, "not a valid JSON schema"),
-])
-def test_create_refuses_a_schema_that_cannot_check_answers_in_one_line(cli, tmp_path, schema, needle):
+@pytest.mark.parametrize(
+    ("schema", "needle"),
+    [
+        (
+            {"type": "object", "properties": {"a": {"type": "strin"}}},
+            "not a valid JSON schema at $.properties.a.type",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "https://example.com/s.json"}}},
+            "points outside the file",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}},
+            "points at nothing in the file",
+        ),
+        (
+            {"type": "object", "properties": {"a": {"type": "string"}}, "required": "a"},
+            "not a valid JSON schema",
+        ),
+    ],
+)
+def test_create_refuses_a_schema_that_cannot_check_answers_in_one_line(
+    cli, tmp_path, schema, needle
+):
     path = tmp_path / "schema.json"
     path.write_text(json.dumps(schema))
-    proc = cli("create", "Do", "--over", str(_items(tmp_path, ["a"])), "--schema", str(path), check=False)
+    proc = cli(
+        "create", "Do", "--over", str(_items(tmp_path, ["a"])), "--schema", str(path), check=False
+    )
     assert proc.returncode == 1, proc.stderr
     assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -108,7 +168,9 @@ def test_create_refuses_a_schema_that_cannot_check_answers_in_one_line(cli, tmp_
 def test_create_refuses_a_schema_nested_past_the_parser_in_one_line(cli, tmp_path):
     path = tmp_path / "schema.json"
     path.write_text("[" * 200_000 + "]" * 200_000)
-    proc = cli("create", "Do", "--over", str(_items(tmp_path, ["a"])), "--schema", str(path), check=False)
+    proc = cli(
+        "create", "Do", "--over", str(_items(tmp_path, ["a"])), "--schema", str(path), check=False
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip() == f"hermes-bulk: --schema {path}: nested too deeply to be a schema."
 
@@ -122,15 +184,20 @@ def test_an_answer_is_checked_against_the_users_schema_not_the_strict_form():
     text = json.dumps(LABEL)
     kept = structured(Completion('```json\n{"label": "good"}\n```', Usage(1, 1)), text)
     assert json.loads(kept.text) == {"label": "good"}
-    for answer, needle in [('{"label": "maybe", "score": 3}', "$.label is not one of the values"),
-                           ('{"label": "good", "score": "high"}', "$.score is not an integer"),
-                           ('{"score": 3}', "$ lacks label"),
-                           ('["good"]', "not a JSON object"), ("[" * 100_000, "is not JSON"),
-                           ('{"label": "good", "label": "maybe"}', "gives a key twice")]:
+    for answer, needle in [
+        ('{"label": "maybe", "score": 3}', "$.label is not one of the values"),
+        ('{"label": "good", "score": "high"}', "$.score is not an integer"),
+        ('{"score": 3}', "$ lacks label"),
+        ('["good"]', "not a JSON object"),
+        ("[" * 100_000, "is not JSON"),
+        ('{"label": "good", "label": "maybe"}', "gives a key twice"),
+    ]:
         with pytest.raises(InvalidAnswer, match="--schema") as caught:
             structured(Completion(answer, Usage(1, 1)), text)
         assert needle in str(caught.value)
-        assert "maybe" not in str(caught.value) and "high" not in str(caught.value), "our words, not the answer"
+        assert "maybe" not in str(caught.value) and "high" not in str(caught.value), (
+            "our words, not the answer"
+        )
 
 
 # Every shape of a live answer, through the real HTTP client -------------------------------------
@@ -142,13 +209,20 @@ def test_every_hostile_answer_is_a_classified_error_never_a_completion(fault, fa
     fake_provider.configure(script=[fault])
     try:
         with pytest.raises(ModelError) as caught:
-            completion = client.complete([{"role": "user", "content": "an item"}], max_tokens=50,
-                                         json_schema=LABEL if fault in ("off_schema", "prose") else None)
+            completion = client.complete(
+                [{"role": "user", "content": "an item"}],
+                max_tokens=50,
+                json_schema=LABEL if fault in ("off_schema", "prose") else None,
+            )
             structured(completion, json.dumps(LABEL))  # reached only for the --schema faults
     finally:
         client.close()
     exc = caught.value
-    expected = {"length": TruncatedAnswer, "length_silent": TruncatedAnswer, "refusal": PermanentModelError}
+    expected = {
+        "length": TruncatedAnswer,
+        "length_silent": TruncatedAnswer,
+        "refusal": PermanentModelError,
+    }
     assert isinstance(exc, expected.get(fault, InvalidAnswer)), (fault, type(exc), exc)
     assert exc.http_status == 200 and "sk-LEAKED" not in str(exc) and len(str(exc)) < 300
 
@@ -156,17 +230,23 @@ def test_every_hostile_answer_is_a_classified_error_never_a_completion(fault, fa
 # Through the CLI and workers, on both backends ---------------------------------------------------
 
 
-def test_a_truncated_answer_fails_its_item_and_is_never_reused(backend_cli, tmp_path, fake_provider):
+def test_a_truncated_answer_fails_its_item_and_is_never_reused(
+    backend_cli, tmp_path, fake_provider
+):
     cli = backend_cli
     cli.env["HERMES_BULK_MAX_OUTPUT_TOKENS"] = "64"
     src = _items(tmp_path, ["alpha", "beta-CUT", "gamma"])
     fake_provider.configure(item_faults={"beta-CUT": "length"})
     first = cli.create("Summarise", src)
-    assert cli("run", first, "--wait", timeout=60, check=False).returncode == 1, "it ends with a failed item"
+    assert cli("run", first, "--wait", timeout=60, check=False).returncode == 1, (
+        "it ends with a failed item"
+    )
     rows = {r["item"]: r for r in _export(cli, first)}
     cut = rows["line:2"]
     assert cut["status"] == "failed" and cut["result"] is None
-    assert cut["error"].startswith("Truncated (HTTP 200): truncated: the answer stopped at the output limit of 64")
+    assert cut["error"].startswith(
+        "Truncated (HTTP 200): truncated: the answer stopped at the output limit of 64"
+    )
     assert [rows[n]["status"] for n in ("line:1", "line:3")] == ["completed", "completed"]
     assert len(fake_provider.requests) == 3, "a truncated answer is not asked again in the same job"
 
@@ -176,28 +256,41 @@ def test_a_truncated_answer_fails_its_item_and_is_never_reused(backend_cli, tmp_
     assert "2 answered before (reused), 1 to run" in made.stdout, made.stdout
     second = made.stdout.split()[2]
     cli("run", second, "--wait", timeout=60)
-    assert len(fake_provider.requests) == 1, "the truncated item is asked again; the others are reused"
+    assert len(fake_provider.requests) == 1, (
+        "the truncated item is asked again; the others are reused"
+    )
     assert [r["status"] for r in _export(cli, second)] == ["completed"] * 3
 
 
-def test_an_answer_off_the_schema_is_a_failed_attempt_with_the_path(backend_cli, tmp_path, fake_provider):
+def test_an_answer_off_the_schema_is_a_failed_attempt_with_the_path(
+    backend_cli, tmp_path, fake_provider
+):
     cli = backend_cli
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(LABEL))
     src = _items(tmp_path, ["once-OFF", "always-OFF", "fine"])
-    fake_provider.configure(fail_once={"once-OFF": "off_schema"}, item_faults={"always-OFF": "off_schema"})
+    fake_provider.configure(
+        fail_once={"once-OFF": "off_schema"}, item_faults={"always-OFF": "off_schema"}
+    )
     job = cli.create("Label it", src, "--schema", str(schema), "--retries", "1")
-    assert cli("run", job, "--wait", timeout=60, check=False).returncode == 1, "it ends with a failed item"
+    assert cli("run", job, "--wait", timeout=60, check=False).returncode == 1, (
+        "it ends with a failed item"
+    )
     rows = {r["item"]: r for r in _export(cli, job)}
-    assert rows["line:1"]["status"] == "completed" and rows["line:1"]["data"]["label"] == "good", \
+    assert rows["line:1"]["status"] == "completed" and rows["line:1"]["data"]["label"] == "good", (
         "the second attempt's valid answer is kept"
+    )
     failed = rows["line:2"]
     assert failed["status"] == "failed" and failed["result"] is None
-    assert failed["error"] == ("InvalidAnswer (HTTP 200): the answer does not match --schema: "
-                               "$.label is not one of the values the schema allows")
+    assert failed["error"] == (
+        "InvalidAnswer (HTTP 200): the answer does not match --schema: "
+        "$.label is not one of the values the schema allows"
+    )
     assert rows["line:3"]["status"] == "completed"
     asked = [r.fault for r in fake_provider.requests]
-    assert asked.count("off_schema") == 3 and len(asked) == 5, "each off-schema answer was one attempt"
+    assert asked.count("off_schema") == 3 and len(asked) == 5, (
+        "each off-schema answer was one attempt"
+    )
     events = cli("events", job).stdout
     assert "not-in-the-enum" not in events and "not-in-the-enum" not in json.dumps(rows)
 
@@ -207,13 +300,28 @@ def test_an_answer_off_the_schema_is_a_failed_attempt_with_the_path(backend_cli,
     assert again["reused"] == 2, "the item whose answers were all off the schema is not reused"
 
 
-MALFORMED = ["no_choices", "choices_not_list", "choice_not_object", "message_not_object", "content_list",
-             "content_number", "usage_string", "finish_reason_number", "model_list", "html", "deep", "huge",
-             "duplicate_key",
-             "refusal", "length_silent"]
+MALFORMED = [
+    "no_choices",
+    "choices_not_list",
+    "choice_not_object",
+    "message_not_object",
+    "content_list",
+    "content_number",
+    "usage_string",
+    "finish_reason_number",
+    "model_list",
+    "html",
+    "deep",
+    "huge",
+    "duplicate_key",
+    "refusal",
+    "length_silent",
+]
 
 
-def test_a_worker_fails_each_malformed_answer_with_a_reason_and_goes_on(backend_cli, tmp_path, fake_provider):
+def test_a_worker_fails_each_malformed_answer_with_a_reason_and_goes_on(
+    backend_cli, tmp_path, fake_provider
+):
     cli = backend_cli
     cli.env["HERMES_BULK_MAX_OUTPUT_TOKENS"] = "64"
     names = [f"item-{fault}" for fault in MALFORMED] + ["healthy"]
@@ -223,8 +331,14 @@ def test_a_worker_fails_each_malformed_answer_with_a_reason_and_goes_on(backend_
     worker = cli.spawn_worker()
     try:
         cli("run", job)
-        done = wait_for(lambda: (st := cli.status(job))["state"] in ("completed", "completed_with_errors", "failed")
-                        and st, timeout=90, message="the job to end")
+        done = wait_for(
+            lambda: (
+                (st := cli.status(job))["state"] in ("completed", "completed_with_errors", "failed")
+                and st
+            ),
+            timeout=90,
+            message="the job to end",
+        )
     finally:
         worker.send_signal(signal.SIGINT)
         worker.wait(60)
@@ -234,11 +348,24 @@ def test_a_worker_fails_each_malformed_answer_with_a_reason_and_goes_on(backend_
     assert rows[-1]["status"] == "completed"
     for fault, row in by_fault.items():
         assert row["status"] == "failed" and row["result"] is None, fault
-        assert "InternalError" not in row["error"] and "sk-LEAKED" not in row["error"], (fault, row["error"])
-    assert by_fault["html"]["error"] == "InvalidAnswer (HTTP 200): the provider's answer is not JSON"
-    assert by_fault["duplicate_key"]["error"] == "InvalidAnswer (HTTP 200): the provider's answer gives a key twice"
-    assert by_fault["huge"]["error"] == "InvalidAnswer (HTTP 200): the provider's answer is larger than 16 MiB"
-    assert by_fault["content_number"]["error"].endswith("$.choices[0].message.content is not a string or null")
+        assert "InternalError" not in row["error"] and "sk-LEAKED" not in row["error"], (
+            fault,
+            row["error"],
+        )
+    assert (
+        by_fault["html"]["error"] == "InvalidAnswer (HTTP 200): the provider's answer is not JSON"
+    )
+    assert (
+        by_fault["duplicate_key"]["error"]
+        == "InvalidAnswer (HTTP 200): the provider's answer gives a key twice"
+    )
+    assert (
+        by_fault["huge"]["error"]
+        == "InvalidAnswer (HTTP 200): the provider's answer is larger than 16 MiB"
+    )
+    assert by_fault["content_number"]["error"].endswith(
+        "$.choices[0].message.content is not a string or null"
+    )
     assert by_fault["usage_string"]["error"].endswith("$.usage is not an object or null")
     assert by_fault["refusal"]["error"].startswith("PermanentError (HTTP 200): the model refused")
     assert by_fault["length_silent"]["error"].startswith("Truncated (HTTP 200): truncated")
@@ -255,13 +382,26 @@ def test_a_batch_line_cut_short_or_off_the_schema_is_not_kept(backend_cli, tmp_p
     schema.write_text(json.dumps(LABEL))
     src = _items(tmp_path, ["cut-CUT", "off-OFF", "fine"])
     fake_provider.configure(item_faults={"cut-CUT": "length", "off-OFF": "off_schema"})
-    job = cli.json("create", "Label it", "--over", str(src), "--schema", str(schema), "--batch", "--retries", "0",
-                   "--json")["job_id"]
+    job = cli.json(
+        "create",
+        "Label it",
+        "--over",
+        str(src),
+        "--schema",
+        str(schema),
+        "--batch",
+        "--retries",
+        "0",
+        "--json",
+    )["job_id"]
     worker = cli.spawn_worker()
     try:
         cli("run", job)
-        wait_for(lambda: cli.status(job)["state"] in ("completed", "completed_with_errors",
-                                                                          "failed"), timeout=90, message="the end")
+        wait_for(
+            lambda: cli.status(job)["state"] in ("completed", "completed_with_errors", "failed"),
+            timeout=90,
+            message="the end",
+        )
     finally:
         worker.send_signal(signal.SIGINT)
         worker.wait(60)
@@ -274,9 +414,13 @@ def test_a_batch_line_cut_short_or_off_the_schema_is_not_kept(backend_cli, tmp_p
 
 # The plain-Python fast path never accepts what the shape's JSON schema refuses ------------------
 
-_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=80),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-                     max_leaves=8)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=80),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 def _maybe(strategy):
@@ -289,16 +433,26 @@ _ABSENT = object()
 
 def _fields(**parts):
     return st.fixed_dictionaries({}, optional={k: v for k, v in parts.items()}).map(
-        lambda d: {k: v for k, v in d.items() if v is not _ABSENT})
+        lambda d: {k: v for k, v in d.items() if v is not _ABSENT}
+    )
 
 
-_MESSAGE = _fields(content=_maybe(st.none() | st.text(max_size=20)), refusal=_maybe(st.none() | st.text(max_size=5)),
-                   role=_maybe(st.just("assistant")))
-_CHOICE = _fields(message=_maybe(_MESSAGE), finish_reason=_maybe(st.none() | st.text(min_size=60, max_size=70)
-                                                                   | st.sampled_from(["stop", "length"])))
-_BODY = _fields(choices=_maybe(st.lists(_maybe(_CHOICE), max_size=3)),
-                usage=_maybe(st.none() | st.dictionaries(st.text(max_size=5), _JSON, max_size=2)),
-                model=_maybe(st.none() | st.text(min_size=195, max_size=205) | st.just("m")))
+_MESSAGE = _fields(
+    content=_maybe(st.none() | st.text(max_size=20)),
+    refusal=_maybe(st.none() | st.text(max_size=5)),
+    role=_maybe(st.just("assistant")),
+)
+_CHOICE = _fields(
+    message=_maybe(_MESSAGE),
+    finish_reason=_maybe(
+        st.none() | st.text(min_size=60, max_size=70) | st.sampled_from(["stop", "length"])
+    ),
+)
+_BODY = _fields(
+    choices=_maybe(st.lists(_maybe(_CHOICE), max_size=3)),
+    usage=_maybe(st.none() | st.dictionaries(st.text(max_size=5), _JSON, max_size=2)),
+    model=_maybe(st.none() | st.text(min_size=195, max_size=205) | st.just("m")),
+)
 
 
 @settings(max_examples=600, deadline=None)
@@ -306,4 +460,6 @@ _BODY = _fields(choices=_maybe(st.lists(_maybe(_CHOICE), max_size=3)),
 def test_the_fast_check_of_a_body_agrees_with_its_json_schema(body):
     from jsonschema import Draft202012Validator
 
-    assert answers.plainly_valid(body) == Draft202012Validator(answers.CHAT_COMPLETION).is_valid(body)
+    assert answers.plainly_valid(body) == Draft202012Validator(answers.CHAT_COMPLETION).is_valid(
+        body
+    )

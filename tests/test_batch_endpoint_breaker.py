@@ -19,13 +19,25 @@ FAST = {"HERMES_BULK_BATCH_POLL_SECONDS": "0.1", "HERMES_BULK_BREAKER_FAILURES":
 
 @pytest.fixture(params=["sqlite", "redis"])
 def backend_env(request, tmp_path) -> dict[str, str]:
-    url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
+    url = (
+        f"sqlite:///{tmp_path / 'bulk.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("redis_url")
+    )
     return {"HERMES_BULK_BACKEND": url, **FAST}
 
 
 def _run_until_paused(cli, tmp_path, env: dict[str, str]) -> dict:
-    job_id = cli.json("create", "Summarise", "--over", str(_source(tmp_path, 6)), "--batch", "--fresh", "--json",
-                      **env)["job_id"]
+    job_id = cli.json(
+        "create",
+        "Summarise",
+        "--over",
+        str(_source(tmp_path, 6)),
+        "--batch",
+        "--fresh",
+        "--json",
+        **env,
+    )["job_id"]
     proc = cli("run", job_id, "--wait", "--no-check", check=False, timeout=90, **env)
     assert proc.returncode == 4, proc.stdout + proc.stderr  # ended paused
     status = cli.json("status", job_id, "--json", **env)
@@ -35,7 +47,9 @@ def _run_until_paused(cli, tmp_path, env: dict[str, str]) -> dict:
     return status
 
 
-def test_a_refused_key_pauses_a_batch_job_naming_the_endpoint(cli, tmp_path, fake_provider, backend_env):
+def test_a_refused_key_pauses_a_batch_job_naming_the_endpoint(
+    cli, tmp_path, fake_provider, backend_env
+):
     fake_provider.configure(require_key="the-only-right-key")
     try:
         status = _run_until_paused(cli, tmp_path, backend_env)
@@ -48,4 +62,6 @@ def test_a_refused_key_pauses_a_batch_job_naming_the_endpoint(cli, tmp_path, fak
 def test_a_batch_endpoint_that_never_answers_pauses_the_job_naming_it(cli, tmp_path, backend_env):
     down = f"http://127.0.0.1:{free_port()}/v1"
     status = _run_until_paused(cli, tmp_path, {**backend_env, "HERMES_BULK_BASE_URL": down})
-    assert down in status["pause_reason"] and "in a row failed" in status["pause_reason"], status["pause_reason"]
+    assert down in status["pause_reason"] and "in a row failed" in status["pause_reason"], status[
+        "pause_reason"
+    ]

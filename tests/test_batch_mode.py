@@ -32,7 +32,9 @@ def backend_env(request, tmp_path) -> dict[str, str]:
     return {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url"), **FAST}
 
 
-def _source(tmp_path: Path, n: int, name: str = "items.jsonl", marks: dict[int, str] | None = None) -> Path:
+def _source(
+    tmp_path: Path, n: int, name: str = "items.jsonl", marks: dict[int, str] | None = None
+) -> Path:
     src = tmp_path / name
     marks = marks or {}
     src.write_text("".join(json.dumps({"n": i, "mark": marks.get(i, "")}) + "\n" for i in range(n)))
@@ -44,72 +46,109 @@ def _rows(cli, job_id: str, env: dict[str, str]) -> list[dict]:
     return [json.loads(line) for line in out.read_text().splitlines()]
 
 
-def _finish(cli, job_id: str, env: dict[str, str], *, timeout: float = 120, workers: int = 1) -> dict:
+def _finish(
+    cli, job_id: str, env: dict[str, str], *, timeout: float = 120, workers: int = 1
+) -> dict:
     procs = [cli.spawn_worker("-w", "2", **env) for _ in range(workers)]
     try:
-        return wait_for(lambda: (st := cli.status(job_id, **env))["state"]
-                        in ("completed", "completed_with_errors", "failed") and st, timeout=timeout,
-                        interval=0.3, message="the job to end")
+        return wait_for(
+            lambda: (
+                (st := cli.status(job_id, **env))["state"]
+                in ("completed", "completed_with_errors", "failed")
+                and st
+            ),
+            timeout=timeout,
+            interval=0.3,
+            message="the job to end",
+        )
     finally:
         for p in procs:
             p.send_signal(signal.SIGINT)
             p.wait(60)
 
 
-def test_a_batch_job_answers_every_item_as_the_same_job_run_live_does(cli, backend_env, fake_provider, tmp_path):
+def test_a_batch_job_answers_every_item_as_the_same_job_run_live_does(
+    cli, backend_env, fake_provider, tmp_path
+):
     env = {**backend_env, "HERMES_BULK_BATCH_MAX_ITEMS": "700"}
     src = _source(tmp_path, 2000)
-    batch_job = cli.json("create", "Summarise", "--over", str(src), "--batch", "--fresh", "--json", **env)["job_id"]
+    batch_job = cli.json(
+        "create", "Summarise", "--over", str(src), "--batch", "--fresh", "--json", **env
+    )["job_id"]
     cli("run", batch_job, **env)
     status = _finish(cli, batch_job, env)
     assert status["state"] == "completed" and status["mode"] == "batch"
     assert fake_provider.requests == [], "no live chat-completions call was made"
     bodies = fake_provider.batches.bodies()
-    assert len(bodies) == 2000 and len(fake_provider.batches.created) == 3, "2,000 items split at 700 a batch"
+    assert len(bodies) == 2000 and len(fake_provider.batches.created) == 3, (
+        "2,000 items split at 700 a batch"
+    )
     assert sorted(b["id"] for b in status["batches"]) == sorted(fake_provider.batches.created)
-    assert all(b["status"] == "completed" for b in status["batches"]), "the provider's final status, not ours"
+    assert all(b["status"] == "completed" for b in status["batches"]), (
+        "the provider's final status, not ours"
+    )
     assert sum(b["items"] for b in status["batches"]) == 2000
     batch_rows = _rows(cli, batch_job, env)
 
-    live_job = cli.json("create", "Summarise", "--over", str(src), "--fresh", "--concurrency", "16", "--json",
-                        **env)["job_id"]
+    live_job = cli.json(
+        "create", "Summarise", "--over", str(src), "--fresh", "--concurrency", "16", "--json", **env
+    )["job_id"]
     cli("run", live_job, **env)
     live = _finish(cli, live_job, env)
     assert live["mode"] == "live" and live["batches"] == []
     assert len(fake_provider.requests) == 2000
     live_rows = _rows(cli, live_job, env)
     assert batch_rows == live_rows, "item for item: name, status, result, tokens, provider, model"
-    assert [r["result"] for r in batch_rows] == [expected_answer(json.dumps({"n": i, "mark": ""})) for i in range(2000)]
+    assert [r["result"] for r in batch_rows] == [
+        expected_answer(json.dumps({"n": i, "mark": ""})) for i in range(2000)
+    ]
     # One chat-completions body per item, each the body a live call sent.
-    assert sorted(digest(json.dumps({"n": i, "mark": ""})) for i in range(2000)) == \
-        sorted(r.item for r in fake_provider.batches.lines)
+    assert sorted(digest(json.dumps({"n": i, "mark": ""})) for i in range(2000)) == sorted(
+        r.item for r in fake_provider.batches.lines
+    )
 
 
 def _create(cli, src: Path, env: dict[str, str], *flags: str) -> str:
-    job_id = cli.json("create", "Summarise", "--over", str(src), "--batch", "--fresh", *flags, "--json", **env)["job_id"]
+    job_id = cli.json(
+        "create", "Summarise", "--over", str(src), "--batch", "--fresh", *flags, "--json", **env
+    )["job_id"]
     cli("run", job_id, **env)
     return job_id
 
 
-def test_a_transient_line_is_retried_in_a_later_batch_and_a_permanent_one_fails(cli, backend_env, fake_provider,
-                                                                                  tmp_path):
+def test_a_transient_line_is_retried_in_a_later_batch_and_a_permanent_one_fails(
+    cli, backend_env, fake_provider, tmp_path
+):
     src = _source(tmp_path, 60, marks={3: "T-3", 7: "T-7", 5: "PERMANENT-400"})
-    fake_provider.configure(fail_once={"T-3": "500", "T-7": "503"}, item_faults={"PERMANENT-400": "400"})
+    fake_provider.configure(
+        fail_once={"T-3": "500", "T-7": "503"}, item_faults={"PERMANENT-400": "400"}
+    )
     job_id = _create(cli, src, backend_env)
     status = _finish(cli, job_id, backend_env)
-    assert (status["state"], status["completed"], status["failed"]) == ("completed_with_errors", 59, 1)
+    assert (status["state"], status["completed"], status["failed"]) == (
+        "completed_with_errors",
+        59,
+        1,
+    )
     assert len(fake_provider.batches.created) == 2, "the two transient lines went in a second batch"
-    assert "Mode: batch (the provider's Batch API): 2 batches, 0 open" in cli("status", job_id, **backend_env).stdout
+    assert (
+        "Mode: batch (the provider's Batch API): 2 batches, 0 open"
+        in cli("status", job_id, **backend_env).stdout
+    )
     second = fake_provider.batches.batches[fake_provider.batches.created[1]]
     assert second["request_counts"]["total"] == 2
     rows = _rows(cli, job_id, backend_env)
     failed = [r for r in rows if r["status"] == "failed"]
     assert [r["item"] for r in failed] == ["line:6"]
-    assert "400" in failed[0]["error"] and "LEAKED" not in json.dumps(rows), "no provider text in the records"
+    assert "400" in failed[0]["error"] and "LEAKED" not in json.dumps(rows), (
+        "no provider text in the records"
+    )
     assert fake_provider.requests == []
 
 
-def test_a_permanently_transient_line_fails_after_its_retries(cli, backend_env, fake_provider, tmp_path):
+def test_a_permanently_transient_line_fails_after_its_retries(
+    cli, backend_env, fake_provider, tmp_path
+):
     src = _source(tmp_path, 5, marks={2: "ALWAYS-503"})
     fake_provider.configure(item_faults={"ALWAYS-503": "503"})
     job_id = _create(cli, src, backend_env, "--retries", "1")
@@ -118,7 +157,9 @@ def test_a_permanently_transient_line_fails_after_its_retries(cli, backend_env, 
     assert len(fake_provider.batches.created) == 2, "one retry: the item was in two batches"
 
 
-def test_an_expired_batch_returns_its_unfinished_items_and_they_run_again(cli, backend_env, fake_provider, tmp_path):
+def test_an_expired_batch_returns_its_unfinished_items_and_they_run_again(
+    cli, backend_env, fake_provider, tmp_path
+):
     src = _source(tmp_path, 50)
     fake_provider.configure(batch_expire_after=30)
     job_id = _create(cli, src, backend_env)
@@ -128,29 +169,46 @@ def test_an_expired_batch_returns_its_unfinished_items_and_they_run_again(cli, b
     assert first["status"] == "expired" and first["request_counts"]["completed"] == 30
     assert second["status"] == "completed" and second["request_counts"]["total"] == 20
     assert [b["status"] for b in status["batches"]] == ["expired", "completed"]
-    assert len([r for r in fake_provider.batches.lines if r.status == 200]) == 50, "each item answered once"
+    assert len([r for r in fake_provider.batches.lines if r.status == 200]) == 50, (
+        "each item answered once"
+    )
 
 
-def test_pause_cancels_the_batch_keeping_finished_lines_and_resume_finishes(cli, backend_env, fake_provider, tmp_path):
+def test_pause_cancels_the_batch_keeping_finished_lines_and_resume_finishes(
+    cli, backend_env, fake_provider, tmp_path
+):
     src = _source(tmp_path, 100)
     fake_provider.configure(batch_line_s=0.05)
     job_id = _create(cli, src, backend_env)
     worker = cli.spawn_worker(**backend_env)
     try:
-        wait_for(lambda: len(fake_provider.batches.lines) >= 10, timeout=60, message="the batch to be under way")
+        wait_for(
+            lambda: len(fake_provider.batches.lines) >= 10,
+            timeout=60,
+            message="the batch to be under way",
+        )
         cli("pause", job_id, **backend_env)
-        paused = wait_for(lambda: (st := cli.status(job_id, **backend_env))["batches"]
-                          and all(b["status"] == "cancelled" for b in st["batches"]) and st["running"] == 0
-                          and st, timeout=60,
-                          message="the batch to be cancelled and ingested")
+        paused = wait_for(
+            lambda: (
+                (st := cli.status(job_id, **backend_env))["batches"]
+                and all(b["status"] == "cancelled" for b in st["batches"])
+                and st["running"] == 0
+                and st
+            ),
+            timeout=60,
+            message="the batch to be cancelled and ingested",
+        )
         (batch,) = fake_provider.batches.batches.values()
         assert batch["status"] == "cancelled"
         assert paused["state"] == "paused" and 10 <= paused["completed"] < 100
         assert paused["completed"] + paused["pending"] == 100 and paused["running"] == 0
         fake_provider.configure(batch_line_s=0)
         cli("resume", job_id, **backend_env)
-        done = wait_for(lambda: (st := cli.status(job_id, **backend_env))["state"] == "completed"
-                        and st, timeout=60, message="the resumed job to finish")
+        done = wait_for(
+            lambda: (st := cli.status(job_id, **backend_env))["state"] == "completed" and st,
+            timeout=60,
+            message="the resumed job to finish",
+        )
     finally:
         worker.send_signal(signal.SIGINT)
         worker.wait(60)
@@ -174,8 +232,10 @@ def test_items_still_in_a_batch_at_the_deadline_run_live(cli, backend_env, fake_
 
 def test_bad_batch_flags_are_one_line_and_exit_2(cli, tmp_path):
     src = _source(tmp_path, 3)
-    for flags, words in ((["--batch", "--batch-deadline", "soon"], "is not a duration"),
-                         (["--batch-deadline", "1h"], "--batch-deadline is for batch jobs; add --batch.")):
+    for flags, words in (
+        (["--batch", "--batch-deadline", "soon"], "is not a duration"),
+        (["--batch-deadline", "1h"], "--batch-deadline is for batch jobs; add --batch."),
+    ):
         proc = cli("create", "x", "--over", str(src), *flags, check=False)
         assert proc.returncode == 2, proc.stderr
         (line,) = proc.stderr.strip().splitlines()[-1:]
@@ -191,13 +251,18 @@ def _closed_port_url() -> str:
 
 def _wait_for_a_recorded_batch(cli, job_id: str, backend_env: dict) -> None:
     """Until the job has a batch with the provider's id recorded (submitted, not only prepared)."""
-    wait_for(lambda: any(b["id"].startswith("batch_") for b in cli.status(job_id,
-                                                                       **backend_env)["batches"]),
-             timeout=60, message="the batch submitted and recorded")
+    wait_for(
+        lambda: any(
+            b["id"].startswith("batch_") for b in cli.status(job_id, **backend_env)["batches"]
+        ),
+        timeout=60,
+        message="the batch submitted and recorded",
+    )
 
 
-def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli, backend_env, fake_provider,
-                                                                            tmp_path):
+def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(
+    cli, backend_env, fake_provider, tmp_path
+):
     """A batch job whose worker was killed (awaiting recovery): its submitted batch, and one a
     worker created but never recorded (found by its metadata), are paid for while they run.
     delete cancels both there; with the provider out of reach it deletes nothing, in one line."""
@@ -208,7 +273,11 @@ def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli,
         _wait_for_a_recorded_batch(cli, submitted, backend_env)
         fake_provider.configure(batch_create_delay_s=60)
         unrecorded = _create(cli, _source(tmp_path, 10, name="more.jsonl"), backend_env)
-        wait_for(lambda: len(fake_provider.batches.created) == 2, timeout=60, message="a second batch created")
+        wait_for(
+            lambda: len(fake_provider.batches.created) == 2,
+            timeout=60,
+            message="a second batch created",
+        )
     finally:
         os.kill(worker.pid, signal.SIGKILL)  # while the provider still answers the second create
         worker.wait()
@@ -216,7 +285,9 @@ def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli,
     assert cli.status(unrecorded, **backend_env)["batches"][0]["status"] == "preparing"
 
     for job_id in (submitted, unrecorded):
-        proc = cli("delete", job_id, check=False, HERMES_BULK_BASE_URL=_closed_port_url(), **backend_env)
+        proc = cli(
+            "delete", job_id, check=False, HERMES_BULK_BASE_URL=_closed_port_url(), **backend_env
+        )
         assert proc.returncode != 0 and "Traceback" not in proc.stderr
         (line,) = proc.stderr.strip().splitlines()
         assert f"Job {job_id} was not deleted" in line and "--abandon-batches" in line, line
@@ -225,13 +296,19 @@ def test_delete_cancels_the_batches_open_at_the_provider_or_deletes_nothing(cli,
 
     for job_id in (submitted, unrecorded):
         assert f"Deleted job {job_id}." in cli("delete", job_id, **backend_env).stdout
-    wait_for(lambda: {fake_provider.batches.batches[b]["status"] for b in (first, second)} == {"cancelled"},
-             timeout=30, message="both batches cancelled at the provider")
+    wait_for(
+        lambda: (
+            {fake_provider.batches.batches[b]["status"] for b in (first, second)} == {"cancelled"}
+        ),
+        timeout=30,
+        message="both batches cancelled at the provider",
+    )
     assert fake_provider.requests == []
 
 
-def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(cli, backend_env, fake_provider,
-                                                                             tmp_path, monkeypatch):
+def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(
+    cli, backend_env, fake_provider, tmp_path, monkeypatch
+):
     """Cancelling at the provider goes through the key's shared 429 wait, which a Retry-After
     may make an hour long: delete waits out a few seconds of it, and refuses a longer one in
     one line that says how long, deleting nothing."""
@@ -253,17 +330,26 @@ def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(cli
         assert jobs.get(job_id).total == 5
         key = jobs.get(job_id).spec.provider_key
         pause_s = DELETE_WAIT_S + 6
-        ends = jobs.backend.limits.pause(key, seconds=pause_s, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S,
-                                         epoch=0)
+        ends = jobs.backend.limits.pause(
+            key, seconds=pause_s, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S, epoch=0
+        )
         proc = cli("delete", job_id, check=False, **backend_env)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr
         (line,) = proc.stderr.strip().splitlines()
-        assert f"Job {job_id} was not deleted" in line and "HTTP 429" in line and "--abandon-batches" in line, line
+        assert (
+            f"Job {job_id} was not deleted" in line
+            and "HTTP 429" in line
+            and "--abandon-batches" in line
+        ), line
         assert jobs.store.now() < ends - DELETE_WAIT_S + 3, "refused without sitting out the pause"
         assert cli.status(job_id, **backend_env)["total"] == 5, "nothing deleted"
         (batch,) = fake_provider.batches.batches.values()
         assert batch["status"] == "in_progress"
-        wait_for(lambda: jobs.store.now() > ends - DELETE_WAIT_S + 2, timeout=30, message="the pause nearly over")
+        wait_for(
+            lambda: jobs.store.now() > ends - DELETE_WAIT_S + 2,
+            timeout=30,
+            message="the pause nearly over",
+        )
         assert f"Deleted job {job_id}." in cli("delete", job_id, **backend_env).stdout
         assert jobs.store.now() >= ends - 0.5, "the cancel was sent after the pause, not during it"
         assert batch["status"] in ("cancelling", "cancelled")
@@ -271,31 +357,53 @@ def test_delete_in_a_long_429_pause_refuses_at_once_and_sits_out_a_short_one(cli
         broker.close_all()
 
 
-def test_delete_abandon_batches_deletes_without_the_provider(cli, backend_env, fake_provider, tmp_path):
+def test_delete_abandon_batches_deletes_without_the_provider(
+    cli, backend_env, fake_provider, tmp_path
+):
     fake_provider.configure(batch_hold=True)
     job_id = _create(cli, _source(tmp_path, 5), backend_env)
     worker = cli.spawn_worker(**backend_env)
     try:
         _wait_for_a_recorded_batch(cli, job_id, backend_env)
         cli("pause", job_id, **backend_env)  # the worker cancels it: nothing open is left to cancel
-        wait_for(lambda: cli.status(job_id, **backend_env)["running"] == 0, timeout=60,
-                 message="the batch cancelled and ingested")
+        wait_for(
+            lambda: cli.status(job_id, **backend_env)["running"] == 0,
+            timeout=60,
+            message="the batch cancelled and ingested",
+        )
     finally:
         worker.send_signal(signal.SIGINT)
         worker.wait(60)
     (batch,) = fake_provider.batches.batches.values()
     assert batch["status"] == "cancelled"
-    assert "Deleted job" in cli("delete", job_id, HERMES_BULK_BASE_URL=_closed_port_url(), **backend_env).stdout, \
-        "no batch open: the provider is not asked"
+    assert (
+        "Deleted job"
+        in cli("delete", job_id, HERMES_BULK_BASE_URL=_closed_port_url(), **backend_env).stdout
+    ), "no batch open: the provider is not asked"
     other = _create(cli, _source(tmp_path, 5, name="b.jsonl"), backend_env)
     worker = cli.spawn_worker(**backend_env)
     try:
-        wait_for(lambda: len(fake_provider.batches.created) == 2 and cli.status(other, **backend_env)["batches"][0]["id"].startswith("batch_"), timeout=60,
-            message="the second batch submitted")
+        wait_for(
+            lambda: (
+                len(fake_provider.batches.created) == 2
+                and cli.status(other, **backend_env)["batches"][0]["id"].startswith("batch_")
+            ),
+            timeout=60,
+            message="the second batch submitted",
+        )
     finally:
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
-    assert "Deleted job" in cli("delete", other, "--abandon-batches", HERMES_BULK_BASE_URL=_closed_port_url(),
-                                **backend_env).stdout
-    assert fake_provider.batches.batches[fake_provider.batches.created[1]]["status"] == "in_progress", \
-        "abandoned: left running, as asked"
+    assert (
+        "Deleted job"
+        in cli(
+            "delete",
+            other,
+            "--abandon-batches",
+            HERMES_BULK_BASE_URL=_closed_port_url(),
+            **backend_env,
+        ).stdout
+    )
+    assert (
+        fake_provider.batches.batches[fake_provider.batches.created[1]]["status"] == "in_progress"
+    ), "abandoned: left running, as asked"

@@ -38,9 +38,17 @@ def test_the_report_keeps_the_hand_written_analysis(tmp_path):
     from bench.core import Line
 
     doc = tmp_path / "benchmarks.md"
-    r = RowResult(row=1, title="t", compared_with="c", goal="g", setup="s",
-                  lines=[Line("SQLite", "1 items/s", "pool 2 items/s", 0.5, ">= 0.60", False)])
+    r = RowResult(
+        row=1,
+        title="t",
+        compared_with="c",
+        goal="g",
+        setup="s",
+        lines=[Line("SQLite", "1 items/s", "pool 2 items/s", 0.5, ">= 0.60", False)],
+    )
     doc.write_text(report.render([r], {}, command="x", machine={}, analysis="") + "My analysis.\n")
-    again = report.render([r], {5: "why"}, command="x", machine={}, analysis=report.existing_analysis(doc))
+    again = report.render(
+        [r], {5: "why"}, command="x", machine={}, analysis=report.existing_analysis(doc)
+    )
     assert again.endswith(report.ANALYSIS_MARKER + "\nMy analysis.\n")
     assert "**missed**" in again and "Row 5: not available (why)." in again

@@ -49,7 +49,8 @@ def _started(jobs: Jobs, threads: int) -> WorkerRuntime:
 
 
 def test_a_job_run_while_another_holds_the_only_thread_gets_its_turn_within_a_slice(
-        settings_on, fake_provider, tmp_path, monkeypatch):
+    settings_on, fake_provider, tmp_path, monkeypatch
+):
     monkeypatch.setattr(worker, "CHAIN_SLICE_S", 0.2)
     fake_provider.configure(latency_s=0.02)
     jobs = Jobs(settings_on)
@@ -57,17 +58,29 @@ def test_a_job_run_while_another_holds_the_only_thread_gets_its_turn_within_a_sl
     jobs.run(first)
     runtime = _started(jobs, threads=1)
     try:
-        wait_for(lambda: jobs.status(first).job.completed >= 5, timeout=30, message="the first job under way")
+        wait_for(
+            lambda: jobs.status(first).job.completed >= 5,
+            timeout=30,
+            message="the first job under way",
+        )
         jobs.run(second)
-        wait_for(lambda: jobs.status(second).state == "completed", timeout=30, message="the second job")
+        wait_for(
+            lambda: jobs.status(second).state == "completed", timeout=30, message="the second job"
+        )
         left = jobs.status(first).job
-        assert left.pending > 0, "the second job waited until the first had finished: no turns were taken"
-        wait_for(lambda: jobs.status(first).state == "completed", timeout=60, message="the first job")
+        assert left.pending > 0, (
+            "the second job waited until the first had finished: no turns were taken"
+        )
+        wait_for(
+            lambda: jobs.status(first).state == "completed", timeout=60, message="the first job"
+        )
     finally:
         runtime.stop()
 
 
-def test_a_worker_that_joins_a_running_job_gets_a_share_of_it(settings_on, fake_provider, tmp_path, monkeypatch):
+def test_a_worker_that_joins_a_running_job_gets_a_share_of_it(
+    settings_on, fake_provider, tmp_path, monkeypatch
+):
     """The first worker has threads for the job's whole concurrency; a second one started
     later must not sit idle until the job ends (a fleet scales out by adding workers)."""
     monkeypatch.setattr(worker, "CHAIN_SLICE_S", 0.2)
@@ -80,10 +93,17 @@ def test_a_worker_that_joins_a_running_job_gets_a_share_of_it(settings_on, fake_
     first = _started(jobs, threads=2)
     second = None
     try:
-        wait_for(lambda: jobs.status(job_id).job.completed >= 5, timeout=30, message="the first worker under way")
+        wait_for(
+            lambda: jobs.status(job_id).job.completed >= 5,
+            timeout=30,
+            message="the first worker under way",
+        )
         second = _started(jobs, threads=2)
-        wait_for(lambda: second.processor.counters.snapshot()["items_completed"] >= 3, timeout=30,
-                 message="the second worker's share")
+        wait_for(
+            lambda: second.processor.counters.snapshot()["items_completed"] >= 3,
+            timeout=30,
+            message="the second worker's share",
+        )
         assert jobs.status(job_id).job.pending > 0, "it got its share while the job ran"
     finally:
         for runtime in (second, first):
@@ -92,7 +112,8 @@ def test_a_worker_that_joins_a_running_job_gets_a_share_of_it(settings_on, fake_
 
 
 def test_with_nothing_else_waiting_a_chain_claims_every_next_item_with_the_completion(
-        settings_on, fake_provider, tmp_path, monkeypatch):
+    settings_on, fake_provider, tmp_path, monkeypatch
+):
     monkeypatch.setattr(worker, "CHAIN_SLICE_S", 0.05)  # many slices pass in this job
     fake_provider.configure(latency_s=0.01)
     jobs = Jobs(settings_on)
@@ -107,10 +128,13 @@ def test_with_nothing_else_waiting_a_chain_claims_every_next_item_with_the_compl
             took = out[1] if _name == "complete_and_claim" else out
             calls[_name] += _name != "claim_item" or isinstance(took, Claim)
             return out
+
         monkeypatch.setattr(store, name, counted)
     enqueued = []
     real_trigger = jobs.backend.trigger
-    monkeypatch.setattr(jobs.backend, "trigger", lambda *a, **k: (enqueued.append(a), real_trigger(*a, **k))[1])
+    monkeypatch.setattr(
+        jobs.backend, "trigger", lambda *a, **k: (enqueued.append(a), real_trigger(*a, **k))[1]
+    )
     jobs.run(job_id)
     runtime = _started(jobs, threads=1)
     try:
@@ -127,7 +151,8 @@ def test_with_nothing_else_waiting_a_chain_claims_every_next_item_with_the_compl
 
 @pytest.mark.parametrize("items", [1, 2])
 def test_a_worker_stopping_as_a_chain_completes_leaves_the_chain_queued_only_if_it_has_more(
-        settings_on, fake_provider, tmp_path, monkeypatch, items):
+    settings_on, fake_provider, tmp_path, monkeypatch, items
+):
     """The stop arrives just as the chain's completion returns (its next claim made or refused):
     with an item claimed next, the chain goes back on the queue at that item; with nothing left
     to claim, the chain has ended and nothing is queued for it."""
@@ -141,6 +166,7 @@ def test_a_worker_stopping_as_a_chain_completes_leaves_the_chain_queued_only_if_
         outcome = real_handle(*args, **kwargs)
         runtime.stop()
         return outcome
+
     monkeypatch.setattr(runtime.processor, "handle", handle_then_stop)
     sent = []
     monkeypatch.setattr(jobs.backend, "trigger", lambda *args, **kwargs: sent.append(args))

@@ -8,7 +8,7 @@ import sys
 
 from .conftest import ROOT
 
-PROBE = '''
+PROBE = """
 import pytest
 
 def test_skips():
@@ -28,7 +28,7 @@ def test_strict_xfail():
 
 def test_passes():
     pass
-'''
+"""
 
 
 def run_probe(tmp_path, ci: str) -> str:
@@ -37,9 +37,27 @@ def run_probe(tmp_path, ci: str) -> str:
     if ci:
         env["CI"] = ci
     # The suite's conftest as a plugin, over a probe file outside the suite.
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-q", "-rsx",
-                           "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-q",
+            "-rsx",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_probe.py"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return proc.stdout.strip().splitlines()[-1]
 
 

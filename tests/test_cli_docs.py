@@ -31,8 +31,11 @@ def render() -> str:
         subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         for name, sub in subparsers.choices.items():
             parts += [f"## hermes-bulk {name}\n", "```\n" + sub.format_help().rstrip() + "\n```\n"]
-        parts += ["## /bulk (in Hermes)\n", "`/bulk help`; `/bulk <command> --help` gives one command's.\n",
-                  "```\n" + slash_help() + "\n```\n"]
+        parts += [
+            "## /bulk (in Hermes)\n",
+            "`/bulk help`; `/bulk <command> --help` gives one command's.\n",
+            "```\n" + slash_help() + "\n```\n",
+        ]
         return "\n".join(parts)
     finally:
         if old is None:
@@ -52,14 +55,18 @@ def test_the_bulk_help_names_every_command_and_flag_of_the_slash_grammar_and_no_
     flags: set[str] = set()
     for name, sub in parser.subcommands.items():
         assert f"/bulk {name} " in help_text or f"/bulk {name}\n" in help_text, name
-        flags |= {opt for action in sub._actions for opt in action.option_strings if opt.startswith("--")}
+        flags |= {
+            opt for action in sub._actions for opt in action.option_strings if opt.startswith("--")
+        }
     flags.discard("--help")
     named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", help_text)) - {"--help"}
     assert (sorted(flags - named), sorted(named - flags)) == ([], [])
 
 
 def test_the_cli_reference_matches_the_parser():
-    assert DOC.read_text() == render(), "docs/cli.md is stale: run .venv/bin/python -m tests.test_cli_docs"
+    assert DOC.read_text() == render(), (
+        "docs/cli.md is stale: run .venv/bin/python -m tests.test_cli_docs"
+    )
 
 
 if __name__ == "__main__":

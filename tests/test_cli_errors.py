@@ -38,7 +38,9 @@ def assert_nothing_created(cli, home, existing_job) -> None:
     assert [j["job_id"] for j in listed] == [job_id]
     assert cli.json("status", job_id, "--json") == {**before, "live_workers": 0}
     with sqlite3.connect(home / "bulk.db") as db:
-        assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1, "no half-created job is left"
+        assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == 1, (
+            "no half-created job is left"
+        )
         assert db.execute("SELECT count(DISTINCT job_id) FROM items").fetchone()[0] == 1
 
 
@@ -47,20 +49,35 @@ def write(path: Path, data: str | bytes) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name, make, needles", [
-    ("malformed.csv", lambda p: write(p, 'a,b\n1,2\n3,"open\n'), ["malformed CSV at line 3"]),
-    ("ragged.csv", lambda p: write(p, "a,b\n1,2\n1,2,3\n"), ["line 3", "3 fields", "header has 2"]),
-    ("latin1.csv", lambda p: write(p, b"a\ncaf\xe9\n"), ["line 2 is not UTF-8"]),
-    ("bad.json", lambda p: write(p, '[{"a": 1},\n {"a": ]'), ["malformed JSON at line 2"]),
-    ("object.json", lambda p: write(p, '{"a": 1}'), ["not an array"]),
-    ("bad.jsonl", lambda p: write(p, '{"a": 1}\n{oops}\n'), ["line 2 is not valid JSON"]),
-    ("binary.txt", lambda p: write(p, b"\x89PNG\r\n\x1a\n\x00\x00"), ["not UTF-8 text"]),
-    ("huge.txt", lambda p: write(p, "x" * 5000), ["more than max_item_bytes", "HERMES_BULK_MAX_ITEM_BYTES"]),
-    ("empty.txt", lambda p: write(p, ""), ["empty"]),
-    ("missing.txt", lambda p: p, ["no such file or directory"]),
-    ("loop", lambda p: (p.symlink_to(p), p)[1], ["symbolic link loop"]),
-    ("hollow", lambda p: (p.mkdir(), (p / ".only-hidden").write_text("x"), p)[2], ["no items to process", "hidden entry"]),
-])
+@pytest.mark.parametrize(
+    "name, make, needles",
+    [
+        ("malformed.csv", lambda p: write(p, 'a,b\n1,2\n3,"open\n'), ["malformed CSV at line 3"]),
+        (
+            "ragged.csv",
+            lambda p: write(p, "a,b\n1,2\n1,2,3\n"),
+            ["line 3", "3 fields", "header has 2"],
+        ),
+        ("latin1.csv", lambda p: write(p, b"a\ncaf\xe9\n"), ["line 2 is not UTF-8"]),
+        ("bad.json", lambda p: write(p, '[{"a": 1},\n {"a": ]'), ["malformed JSON at line 2"]),
+        ("object.json", lambda p: write(p, '{"a": 1}'), ["not an array"]),
+        ("bad.jsonl", lambda p: write(p, '{"a": 1}\n{oops}\n'), ["line 2 is not valid JSON"]),
+        ("binary.txt", lambda p: write(p, b"\x89PNG\r\n\x1a\n\x00\x00"), ["not UTF-8 text"]),
+        (
+            "huge.txt",
+            lambda p: write(p, "x" * 5000),
+            ["more than max_item_bytes", "HERMES_BULK_MAX_ITEM_BYTES"],
+        ),
+        ("empty.txt", lambda p: write(p, ""), ["empty"]),
+        ("missing.txt", lambda p: p, ["no such file or directory"]),
+        ("loop", lambda p: (p.symlink_to(p), p)[1], ["symbolic link loop"]),
+        (
+            "hollow",
+            lambda p: (p.mkdir(), (p / ".only-hidden").write_text("x"), p)[2],
+            ["no items to process", "hidden entry"],
+        ),
+    ],
+)
 def test_bad_sources(cli, home, tmp_path, existing_job, name, make, needles):
     path = make(tmp_path / name)
     proc = cli("create", "Do", "--over", str(path), check=False, HERMES_BULK_MAX_ITEM_BYTES="1000")
@@ -68,32 +85,50 @@ def test_bad_sources(cli, home, tmp_path, existing_job, name, make, needles):
     assert_nothing_created(cli, home, existing_job)
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["create", "Do", "--over", "x", "--concurrency", "0"], ["--concurrency", "0 is out of range; use 1 to 1,024"]),
-    (["create", "Do", "--over", "x", "--retries", "many"], ["--retries", "'many' is not a whole number"]),
-    (["create", "Do"], ["--over"]),
-    (["create", "Do", "--over", "x", "--frobnicate"], ["Unrecognized arguments: --frobnicate"]),
-    (["export", "abc", "--format", "xls"], ["--format", "invalid choice"]),
-    (["status", "--events", "-3"], ["--events"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (
+            ["create", "Do", "--over", "x", "--concurrency", "0"],
+            ["--concurrency", "0 is out of range; use 1 to 1,024"],
+        ),
+        (
+            ["create", "Do", "--over", "x", "--retries", "many"],
+            ["--retries", "'many' is not a whole number"],
+        ),
+        (["create", "Do"], ["--over"]),
+        (["create", "Do", "--over", "x", "--frobnicate"], ["Unrecognized arguments: --frobnicate"]),
+        (["export", "abc", "--format", "xls"], ["--format", "invalid choice"]),
+        (["status", "--events", "-3"], ["--events"]),
+    ],
+)
 def test_bad_flags(cli, home, existing_job, args, needles):
     assert_one_line_error(cli(*args, check=False), 2, *needles)
     assert_nothing_created(cli, home, existing_job)
 
 
 def test_concurrency_above_max_concurrency(cli, home, tmp_path, existing_job):
-    proc = cli("create", "Do", "--over", str(tmp_path / "ok.txt"), "--concurrency", "17", check=False)
+    proc = cli(
+        "create", "Do", "--over", str(tmp_path / "ok.txt"), "--concurrency", "17", check=False
+    )
     assert_one_line_error(proc, 2, "--concurrency 17 is more than max_concurrency (16)")
     assert_nothing_created(cli, home, existing_job)
 
 
-@pytest.mark.parametrize("variable, value, needles", [
-    ("HERMES_BULK_MAX_CONCURRENCY", "lots", ["HERMES_BULK_MAX_CONCURRENCY", "valid integer"]),
-    ("HERMES_BULK_MAX_RETRIES", "-1", ["HERMES_BULK_MAX_RETRIES", "greater than or equal to 0"]),
-    ("HERMES_BULK_BACKEND", "ftp://x", ["HERMES_BULK_BACKEND", "sqlite://"]),
-    ("HERMES_BULK_BASE_URL", "localhost:8000", ["HERMES_BULK_BASE_URL", "http://"]),
-    ("HERMES_BULK_LEASE_SECONDS", "0", ["HERMES_BULK_LEASE_SECONDS"]),
-])
+@pytest.mark.parametrize(
+    "variable, value, needles",
+    [
+        ("HERMES_BULK_MAX_CONCURRENCY", "lots", ["HERMES_BULK_MAX_CONCURRENCY", "valid integer"]),
+        (
+            "HERMES_BULK_MAX_RETRIES",
+            "-1",
+            ["HERMES_BULK_MAX_RETRIES", "greater than or equal to 0"],
+        ),
+        ("HERMES_BULK_BACKEND", "ftp://x", ["HERMES_BULK_BACKEND", "sqlite://"]),
+        ("HERMES_BULK_BASE_URL", "localhost:8000", ["HERMES_BULK_BASE_URL", "http://"]),
+        ("HERMES_BULK_LEASE_SECONDS", "0", ["HERMES_BULK_LEASE_SECONDS"]),
+    ],
+)
 def test_bad_settings_name_the_setting(cli, home, existing_job, variable, value, needles):
     proc = cli("list", check=False, **{variable: value})
     assert_one_line_error(proc, 1, *needles)
@@ -101,7 +136,12 @@ def test_bad_settings_name_the_setting(cli, home, existing_job, variable, value,
 
 
 def test_a_bad_api_key_is_never_printed(cli, tmp_path):
-    proc = cli("list", check=False, HERMES_BULK_API_KEY="sk-supersecret-value", HERMES_BULK_MAX_CONCURRENCY="x")
+    proc = cli(
+        "list",
+        check=False,
+        HERMES_BULK_API_KEY="sk-supersecret-value",
+        HERMES_BULK_MAX_CONCURRENCY="x",
+    )
     assert "sk-supersecret" not in proc.stderr + proc.stdout
 
 
@@ -120,19 +160,27 @@ def test_a_model_must_be_configured(cli, tmp_path):
     src.write_text("x")
     env = cli.full_env()
     env.pop("HERMES_BULK_MODEL")
-    proc = subprocess.run([sys.executable, "-m", "hermes_bulk", "create", "Do", "--over", str(src)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hermes_bulk", "create", "Do", "--over", str(src)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert_one_line_error(proc, 1, "No model configured", "HERMES_BULK_MODEL")
 
 
 def test_the_export_target_must_be_writable(cli, existing_job, tmp_path):
     job_id, _ = existing_job
     (tmp_path / "adir").mkdir()
-    assert_one_line_error(cli("export", job_id, "--output", str(tmp_path / "adir"), check=False), 1, "is a directory")
+    assert_one_line_error(
+        cli("export", job_id, "--output", str(tmp_path / "adir"), check=False), 1, "is a directory"
+    )
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                    reason="needs root to drop to an unprivileged user (root reads every file)")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root to drop to an unprivileged user (root reads every file)",
+)
 def test_an_unreadable_path_as_an_unprivileged_user(cli):
     """Root can read anything, so the CLI runs as nobody against a file nobody may read."""
     base = Path(tempfile.mkdtemp(prefix="hb-unreadable-"))
@@ -151,10 +199,25 @@ def test_an_unreadable_path_as_an_unprivileged_user(cli):
         home.mkdir()
         os.chown(home, 65534, 65534)
         env = cli.full_env(HERMES_BULK_HOME=str(home))
-        run = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "hermes_bulk"]
-        proc = subprocess.run([*run, "create", "Do", "--over", str(secret)], capture_output=True, text=True, env=env)
+        run = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            sys.executable,
+            "-m",
+            "hermes_bulk",
+        ]
+        proc = subprocess.run(
+            [*run, "create", "Do", "--over", str(secret)], capture_output=True, text=True, env=env
+        )
         assert_one_line_error(proc, 1, "permission denied")
-        proc = subprocess.run([*run, "create", "Do", "--over", str(inner), "--json"], capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [*run, "create", "Do", "--over", str(inner), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["items"] == 1 and json.loads(proc.stdout)["skipped"] == 1
     finally:

@@ -47,7 +47,9 @@ def test_the_cli_keeps_its_data_directory_in_a_named_volume():
     cli = stack["services"]["cli"]
     assert cli["environment"]["HERMES_BULK_HOME"] == "/data/bulk"
     mounts = {m.split(":")[1]: m.split(":")[0] for m in cli["volumes"]}
-    assert mounts["/data/bulk"] in stack["volumes"], "a named volume, not the container's own disk (gone with --rm)"
+    assert mounts["/data/bulk"] in stack["volumes"], (
+        "a named volume, not the container's own disk (gone with --rm)"
+    )
     assert mounts["/data/out"] == "./out"
 
 
@@ -57,11 +59,18 @@ def test_an_init_service_runs_first_as_root_and_everything_waits_for_it():
     assert init["user"] == "root" and init["image"] == services["cli"]["image"]
     assert init["entrypoint"] == ["sh", "/usr/local/bin/hermes-bulk-init"]
     assert init["restart"] == "no"
-    assert set(init["volumes"]) >= {"./out:/data/out", next(v for v in services["cli"]["volumes"] if ":/data/bulk" in v)}
+    assert set(init["volumes"]) >= {
+        "./out:/data/out",
+        next(v for v in services["cli"]["volumes"] if ":/data/bulk" in v),
+    }
     assert "${REDIS_PASSWORD:?" in init["environment"]["REDIS_PASSWORD"]
     for name in ("redis", "worker", "cli", "dashboard"):
-        assert services[name]["depends_on"]["init"] == {"condition": "service_completed_successfully"}, name
-    assert "user" not in services["worker"] and "user" not in services["cli"], "they run as the image's uid"
+        assert services[name]["depends_on"]["init"] == {
+            "condition": "service_completed_successfully"
+        }, name
+    assert "user" not in services["worker"] and "user" not in services["cli"], (
+        "they run as the image's uid"
+    )
 
 
 def test_the_readme_fleet_section_says_compose_v2_and_the_env_copy_step():
@@ -81,14 +90,26 @@ def test_the_dashboard_is_a_service_that_needs_its_token_and_publishes_on_loopba
     dashboard = services["dashboard"]
     assert dashboard["image"] == services["worker"]["image"] and "user" not in dashboard
     args = build_parser().parse_args(dashboard["command"][1:])
-    assert dashboard["command"][0] == "hermes-bulk" and (args.command, args.host) == ("dashboard", "0.0.0.0")
-    assert dashboard["ports"] == [f"127.0.0.1:{args.port}:{args.port}"], "never on every address of the machine"
-    assert "${HERMES_BULK_DASHBOARD_TOKEN:?" in dashboard["environment"]["HERMES_BULK_DASHBOARD_TOKEN"]
-    assert dashboard["environment"]["HERMES_BULK_BACKEND"] == services["worker"]["environment"]["HERMES_BULK_BACKEND"]
+    assert dashboard["command"][0] == "hermes-bulk" and (args.command, args.host) == (
+        "dashboard",
+        "0.0.0.0",
+    )
+    assert dashboard["ports"] == [f"127.0.0.1:{args.port}:{args.port}"], (
+        "never on every address of the machine"
+    )
+    assert (
+        "${HERMES_BULK_DASHBOARD_TOKEN:?" in dashboard["environment"]["HERMES_BULK_DASHBOARD_TOKEN"]
+    )
+    assert (
+        dashboard["environment"]["HERMES_BULK_BACKEND"]
+        == services["worker"]["environment"]["HERMES_BULK_BACKEND"]
+    )
     assert dashboard["depends_on"]["redis"] == {"condition": "service_healthy"}
     assert dashboard["depends_on"]["init"] == {"condition": "service_completed_successfully"}
-    assert "HERMES_BULK_DASHBOARD_TOKEN" in example_env() and example_env()["HERMES_BULK_DASHBOARD_TOKEN"] == "", \
-        "no example token anyone could copy"
+    assert (
+        "HERMES_BULK_DASHBOARD_TOKEN" in example_env()
+        and example_env()["HERMES_BULK_DASHBOARD_TOKEN"] == ""
+    ), "no example token anyone could copy"
 
 
 def test_init_refuses_the_example_password_as_the_env_example_spells_it():
@@ -99,8 +120,10 @@ def test_init_refuses_the_example_password_as_the_env_example_spells_it():
 
 # docker/init.sh, run ------------------------------------------------------------------------
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
-                                reason="init.sh chowns (root) and checks access with setpriv")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"),
+    reason="init.sh chowns (root) and checks access with setpriv",
+)
 
 
 @pytest.fixture
@@ -112,11 +135,19 @@ def open_dir() -> Iterator[Path]:
     shutil.rmtree(path)
 
 
-def run_init(tmp_path: Path, password: str | None, *, out: Path | None = None) -> subprocess.CompletedProcess:
-    env = {"PATH": os.environ["PATH"], "OUT_DIR": str(out or tmp_path / "out"), "BULK_DIR": str(tmp_path / "bulk")}
+def run_init(
+    tmp_path: Path, password: str | None, *, out: Path | None = None
+) -> subprocess.CompletedProcess:
+    env = {
+        "PATH": os.environ["PATH"],
+        "OUT_DIR": str(out or tmp_path / "out"),
+        "BULK_DIR": str(tmp_path / "bulk"),
+    }
     if password is not None:
         env["REDIS_PASSWORD"] = password
-    return subprocess.run(["sh", str(DOCKER / "init.sh")], env=env, capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        ["sh", str(DOCKER / "init.sh")], env=env, capture_output=True, text=True, timeout=30
+    )
 
 
 @pytest.mark.parametrize("password", [None, "", example_env()["REDIS_PASSWORD"]])
@@ -124,8 +155,12 @@ def test_init_stops_the_stack_on_the_example_or_an_empty_password(tmp_path, pass
     proc = run_init(tmp_path, password)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("hermes-bulk init: REDIS_PASSWORD in docker/.env is empty or still the example's;")
-    assert not (tmp_path / "out").exists() and not (tmp_path / "bulk").exists(), "nothing done before the check"
+    assert proc.stderr.startswith(
+        "hermes-bulk init: REDIS_PASSWORD in docker/.env is empty or still the example's;"
+    )
+    assert not (tmp_path / "out").exists() and not (tmp_path / "bulk").exists(), (
+        "nothing done before the check"
+    )
 
 
 @needs_root
@@ -136,8 +171,18 @@ def test_init_gives_a_root_owned_out_folder_to_uid_10001(open_dir):
     proc = run_init(tmp_path, "a-long-random-password-1f3a")
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_uid == IMAGE_UID
-    writable = subprocess.run(["setpriv", f"--reuid={IMAGE_UID}", f"--regid={IMAGE_UID}", "--clear-groups",
-                               "touch", str(out / "results.csv")], capture_output=True, text=True)
+    writable = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={IMAGE_UID}",
+            f"--regid={IMAGE_UID}",
+            "--clear-groups",
+            "touch",
+            str(out / "results.csv"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert writable.returncode == 0, writable.stderr
     bulk = (tmp_path / "bulk").stat()
     assert bulk.st_uid == IMAGE_UID and stat.S_IMODE(bulk.st_mode) == 0o700
@@ -151,8 +196,10 @@ def test_init_leaves_a_folder_the_user_made_and_refuses_it_when_10001_cannot_wri
     os.chown(mine, 1000, 1000)
     proc = run_init(tmp_path, "a-long-random-password-1f3a", out=mine)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"hermes-bulk init: docker/out (mounted at {mine}) is owned by uid 1000 and uid "
-                                   f"{IMAGE_UID} cannot write to it; run: sudo chown {IMAGE_UID} docker/out")
+    assert proc.stderr.strip() == (
+        f"hermes-bulk init: docker/out (mounted at {mine}) is owned by uid 1000 and uid "
+        f"{IMAGE_UID} cannot write to it; run: sudo chown {IMAGE_UID} docker/out"
+    )
     assert mine.stat().st_uid == 1000, "not taken from its owner"
     mine.chmod(0o777)
     assert run_init(tmp_path, "a-long-random-password-1f3a", out=mine).returncode == 0

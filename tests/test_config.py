@@ -15,9 +15,18 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
-    for key in ("HERMES_BULK_HOME", "HERMES_HOME", "HERMES_BULK_BASE_URL", "OPENAI_BASE_URL",
-                "HERMES_BULK_API_KEY", "OPENAI_API_KEY", "HERMES_BULK_MODEL", "HERMES_BULK_BACKEND",
-                "HERMES_BULK_MAX_CONCURRENCY", "HERMES_BULK_MAX_RETRIES"):
+    for key in (
+        "HERMES_BULK_HOME",
+        "HERMES_HOME",
+        "HERMES_BULK_BASE_URL",
+        "OPENAI_BASE_URL",
+        "HERMES_BULK_API_KEY",
+        "OPENAI_API_KEY",
+        "HERMES_BULK_MODEL",
+        "HERMES_BULK_BACKEND",
+        "HERMES_BULK_MAX_CONCURRENCY",
+        "HERMES_BULK_MAX_RETRIES",
+    ):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     return monkeypatch
@@ -60,18 +69,23 @@ def test_precedence_flags_over_env_over_plugin_settings(clean_env):
     assert load_settings().max_retries == 2, "plugin settings do not leak into later loads"
 
 
-@pytest.mark.parametrize("source, value, name", [
-    ("env", "abc", "HERMES_BULK_MAX_CONCURRENCY"),
-    ("env", "0", "HERMES_BULK_MAX_CONCURRENCY"),
-    ("plugin", "many", "plugins.entries.bulk.settings.max_concurrency"),
-])
+@pytest.mark.parametrize(
+    "source, value, name",
+    [
+        ("env", "abc", "HERMES_BULK_MAX_CONCURRENCY"),
+        ("env", "0", "HERMES_BULK_MAX_CONCURRENCY"),
+        ("plugin", "many", "plugins.entries.bulk.settings.max_concurrency"),
+    ],
+)
 def test_a_bad_value_is_one_line_naming_the_setting(clean_env, source, value, name):
     if source == "env":
         clean_env.setenv(name, value)
         call = load_settings
     else:
+
         def call():
             return load_settings(plugin_settings={"max_concurrency": value})
+
     with pytest.raises(ConfigError) as info:
         call()
     message = str(info.value)

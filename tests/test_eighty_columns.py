@@ -29,8 +29,14 @@ def on_terminal(cli, *args: str, timeout: float = 60) -> tuple[int, list[str]]:
     env = cli.full_env(TERM="xterm-256color")
     env.pop("COLUMNS", None)
     env.pop("LINES", None)
-    proc = subprocess.Popen([sys.executable, "-m", "hermes_bulk", *args], stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=slave, env=env, close_fds=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hermes_bulk", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
     os.close(slave)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
@@ -77,20 +83,39 @@ def test_every_command_fits_80_columns_and_keeps_its_numbers(cli, tmp_path, fake
     rc, lines = on_terminal(cli, "run", job, "--wait", timeout=120)
     fits(lines, "run --wait")
     shown = "\n".join(lines)
-    assert re.search(r"\b12/12\b", shown) and " left " in shown, shown  # the total and the time left
+    assert re.search(r"\b12/12\b", shown) and " left " in shown, (
+        shown
+    )  # the total and the time left
     assert re.search(r"completed with errors: 1 failed, 0 running, [\d,]+ tokens", shown), shown
 
-    for args in (["status", job], ["status", job, "--failed"], ["status", job, "--events", "20"], ["list"],
-                 ["events", job], ["show", job, "report-000.txt"], ["workers"], ["path"], ["retry", job],
-                 ["pause", job], ["resume", job], ["export", job, "--output", str(tmp_path / "out.md")],
-                 ["wait", job, "--timeout", "1"], ["worker", "--burst"], ["budget", "status"], ["stauts", job], ["--help"],
-                 *[[c, "--help"] for c in ("create", "run", "status", "export", "worker", "budget")]):
+    for args in (
+        ["status", job],
+        ["status", job, "--failed"],
+        ["status", job, "--events", "20"],
+        ["list"],
+        ["events", job],
+        ["show", job, "report-000.txt"],
+        ["workers"],
+        ["path"],
+        ["retry", job],
+        ["pause", job],
+        ["resume", job],
+        ["export", job, "--output", str(tmp_path / "out.md")],
+        ["wait", job, "--timeout", "1"],
+        ["worker", "--burst"],
+        ["budget", "status"],
+        ["stauts", job],
+        ["--help"],
+        *[[c, "--help"] for c in ("create", "run", "status", "export", "worker", "budget")],
+    ):
         rc, lines = on_terminal(cli, *args)
         fits(lines, " ".join(args))
 
     rc, lines = on_terminal(cli, "list")
     listed = "\n".join(lines)
-    assert "…" not in listed and re.search(r"completed with\s.*\n.*errors", listed), listed  # whole, on two lines
+    assert "…" not in listed and re.search(r"completed with\s.*\n.*errors", listed), (
+        listed
+    )  # whole, on two lines
     assert re.search(rf"{job} .* 11 .* 1 .* 12 ", listed), listed  # done, failed, total
 
     rc, lines = on_terminal(cli, "status", job)

@@ -58,7 +58,11 @@ def attempts(job_id: str) -> list[int]:
 def assert_paused_with_nothing_lost(cli, job_id: str, **env: str) -> dict:
     status = cli.status(job_id, **env)
     assert (status["state"], status["failed"], status["completed"], status["pending"]) == (
-        "paused", 0, 0, ITEMS), status
+        "paused",
+        0,
+        0,
+        ITEMS,
+    ), status
     assert attempts(job_id) == [0] * ITEMS, "no attempt is charged for the endpoint's failure"
     return status
 
@@ -72,7 +76,9 @@ def assert_every_item_answered(cli, job_id: str, src: Path, **env: str) -> None:
     assert [r["result"] for r in rows] == [expected_answer(c) for c in contents]
 
 
-def test_nothing_listening_pauses_the_job_naming_the_url_and_resume_finishes_it(backend, cli, tmp_path):
+def test_nothing_listening_pauses_the_job_naming_the_url_and_resume_finishes_it(
+    backend, cli, tmp_path
+):
     port = closed_port()
     url = f"http://127.0.0.1:{port}/v1"
     env = {"HERMES_BULK_BASE_URL": url, **FAST}
@@ -83,7 +89,9 @@ def test_nothing_listening_pauses_the_job_naming_the_url_and_resume_finishes_it(
     took = time.monotonic() - started
     assert run.returncode == 4, run.stdout + run.stderr
     status = assert_paused_with_nothing_lost(cli, job_id, **env)
-    assert url in status["pause_reason"] and "resume" in status["pause_reason"], status["pause_reason"]
+    assert url in status["pause_reason"] and "resume" in status["pause_reason"], status[
+        "pause_reason"
+    ]
     assert url in run.stdout and "Continue with: hermes-bulk resume" in run.stdout, run.stdout
     assert took < 30, f"paused after {took:.1f} s"
 
@@ -97,7 +105,9 @@ def test_nothing_listening_pauses_the_job_naming_the_url_and_resume_finishes_it(
         provider.stop()
 
 
-def test_a_refused_key_pauses_the_job_at_once_in_a_worker_process(backend, cli, tmp_path, fake_provider):
+def test_a_refused_key_pauses_the_job_at_once_in_a_worker_process(
+    backend, cli, tmp_path, fake_provider
+):
     fake_provider.configure(require_key="sk-the-right-one")
     src = items(tmp_path)
     job_id = cli.create("Do", src)
@@ -105,20 +115,29 @@ def test_a_refused_key_pauses_the_job_at_once_in_a_worker_process(backend, cli, 
     cli("run", job_id, "--no-check")
     # Paused at the first 401; the other threads' requests, already sent, come back refused too
     # and give their items back.
-    wait_for(lambda: (st := cli.status(job_id))["state"] == "paused" and st["running"] == 0, timeout=60,
-             message="the job paused with nothing in flight")
+    wait_for(
+        lambda: (st := cli.status(job_id))["state"] == "paused" and st["running"] == 0,
+        timeout=60,
+        message="the job paused with nothing in flight",
+    )
     status = assert_paused_with_nothing_lost(cli, job_id)
     reason = status["pause_reason"]
-    assert "refused the API key this job was created with (HTTP 401)" in reason and fake_provider.base_url in reason, reason
+    assert (
+        "refused the API key this job was created with (HTTP 401)" in reason
+        and fake_provider.base_url in reason
+    ), reason
     assert "HERMES_BULK_API_KEY" in reason
     shown = cli("status", job_id).stdout + json.dumps(status)
     assert "sk-test-not-a-secret" not in shown and "sk-LEAKED" not in shown
-    assert len(fake_provider.requests) <= 4, "one request per thread at most, not one per item and retry"
+    assert len(fake_provider.requests) <= 4, (
+        "one request per thread at most, not one per item and retry"
+    )
 
     fake_provider.configure(require_key=None)  # the user corrects the key
     cli("resume", job_id)
-    wait_for(lambda: cli.status(job_id)["state"] == "completed", timeout=60,
-             message="the job completed")
+    wait_for(
+        lambda: cli.status(job_id)["state"] == "completed", timeout=60, message="the job completed"
+    )
     worker.terminate()
     worker.wait(30)
     assert_every_item_answered(cli, job_id, src)
@@ -132,7 +151,10 @@ def test_an_unknown_model_pauses_the_job_naming_the_model(backend, cli, tmp_path
     assert run.returncode == 4, run.stdout + run.stderr
     status = assert_paused_with_nothing_lost(cli, job_id)
     reason = status["pause_reason"]
-    assert "does not know the model 'fake-model' (HTTP 404)" in reason and fake_provider.base_url in reason, reason
+    assert (
+        "does not know the model 'fake-model' (HTTP 404)" in reason
+        and fake_provider.base_url in reason
+    ), reason
     assert "sk-LEAKED" not in reason
     fake_provider.configure(models=["another-model", "fake-model"])  # the endpoint loads the model
     cli("resume", job_id, "--wait")
@@ -141,8 +163,11 @@ def test_an_unknown_model_pauses_the_job_naming_the_model(backend, cli, tmp_path
 
 def test_run_checks_the_endpoint_before_it_enqueues_anything(cli, tmp_path, fake_provider):
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    job_id = json.loads(cli("create", "Do", "--over", str(items(tmp_path)), "--json",
-                            HERMES_BULK_BASE_URL=url).stdout)["job_id"]
+    job_id = json.loads(
+        cli(
+            "create", "Do", "--over", str(items(tmp_path)), "--json", HERMES_BULK_BASE_URL=url
+        ).stdout
+    )["job_id"]
     refused = cli("run", job_id, check=False, HERMES_BULK_BASE_URL=url)
     assert refused.returncode == 1
     assert f"FAIL endpoint {url} cannot be reached (ConnectError)" in refused.stderr, refused.stderr
@@ -171,7 +196,9 @@ def test_run_checks_the_endpoint_before_it_enqueues_anything(cli, tmp_path, fake
 def test_parallel_failures_in_one_moment_count_once():
     now = [0.0]
     breaker = EndpointBreaker(3, clock=lambda: now[0])
-    verdicts = [breaker.unreachable(breaker.attempt("k")) for _ in range(16)]  # 16 threads, one blip
+    verdicts = [
+        breaker.unreachable(breaker.attempt("k")) for _ in range(16)
+    ]  # 16 threads, one blip
     assert [v.streak for v in verdicts] == [1] * 16 and not any(v.tripped for v in verdicts)
     now[0] = 1.0
     assert breaker.unreachable(breaker.attempt("k")).streak == 2
@@ -193,20 +220,29 @@ def test_doctor_says_what_it_found_one_line_per_check(cli, fake_provider):
         f"ok   endpoint {fake_provider.base_url} answers (GET /models: HTTP 200)",
         "ok   key      accepted",
         "ok   model    'fake-model' is listed by the endpoint",
-        "Usable."]
-    assert [r.status for r in fake_provider.requests] == [], "GET /models only: no chat request was paid for"
+        "Usable.",
+    ]
+    assert [r.status for r in fake_provider.requests] == [], (
+        "GET /models only: no chat request was paid for"
+    )
 
     url = f"http://127.0.0.1:{closed_port()}/v1"
     down = cli("doctor", check=False, HERMES_BULK_BASE_URL=url)
     assert down.returncode == 1
     assert down.stdout.splitlines()[:3] == [
         f"FAIL endpoint {url} cannot be reached (ConnectError): start it, or correct HERMES_BULK_BASE_URL "
-        "(or OPENAI_BASE_URL)", "--   key      not checked (no answer)", "--   model    not checked (no answer)"]
+        "(or OPENAI_BASE_URL)",
+        "--   key      not checked (no answer)",
+        "--   model    not checked (no answer)",
+    ]
 
     fake_provider.configure(require_key="sk-the-right-one")
     refused = cli("doctor", check=False)
     assert refused.returncode == 1
-    assert "FAIL key      refused (HTTP 401): correct HERMES_BULK_API_KEY (or OPENAI_API_KEY)" in refused.stdout
+    assert (
+        "FAIL key      refused (HTTP 401): correct HERMES_BULK_API_KEY (or OPENAI_API_KEY)"
+        in refused.stdout
+    )
     fake_provider.configure(require_key=None, models=["another-model"])
     unknown = cli("doctor", check=False)
     assert unknown.returncode == 1

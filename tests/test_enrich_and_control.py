@@ -17,7 +17,9 @@ from .helpers import job_status, local_jobs, wait_for, worker_passes
 
 def _csv_source(tmp_path):
     src = tmp_path / "people.csv"
-    src.write_text('name,city,name,note\n"Smith, Jo","Paris, FR",dup1,=1+1\nAda,London,dup2,plain\n')
+    src.write_text(
+        'name,city,name,note\n"Smith, Jo","Paris, FR",dup1,=1+1\nAda,London,dup2,plain\n'
+    )
     return src
 
 
@@ -29,23 +31,53 @@ def test_a_csv_comes_back_as_itself_plus_answers(cli, tmp_path):
     job_id = cli.create("Describe", _csv_source(tmp_path))
     cli("run", job_id, "--wait")
     out = tmp_path / "enriched.csv"
-    assert cli("export", job_id, "--format", "csv", "--with-input", "--output", str(out)).stdout.strip() == str(out)
+    assert cli(
+        "export", job_id, "--format", "csv", "--with-input", "--output", str(out)
+    ).stdout.strip() == str(out)
     rows = _rows(out.read_text(encoding="utf-8-sig"))
     assert rows[0] == ["name", "city", "name_2", "note", "item", "status", "result", "error"]
-    assert rows[1][:4] == ["Smith, Jo", "Paris, FR", "dup1", "'=1+1"], "a formula cell is neutralised, inputs too"
+    assert rows[1][:4] == ["Smith, Jo", "Paris, FR", "dup1", "'=1+1"], (
+        "a formula cell is neutralised, inputs too"
+    )
     assert rows[2][:4] == ["Ada", "London", "dup2", "plain"]
     assert [r[4:7] for r in rows[1:]] == [
-        ["row:1", "completed", expected_answer(json.dumps(
-            {"name": "Smith, Jo", "city": "Paris, FR", "name_2": "dup1", "note": "=1+1"}))],
-        ["row:2", "completed", expected_answer(json.dumps(
-            {"name": "Ada", "city": "London", "name_2": "dup2", "note": "plain"}))]]
+        [
+            "row:1",
+            "completed",
+            expected_answer(
+                json.dumps(
+                    {"name": "Smith, Jo", "city": "Paris, FR", "name_2": "dup1", "note": "=1+1"}
+                )
+            ),
+        ],
+        [
+            "row:2",
+            "completed",
+            expected_answer(
+                json.dumps({"name": "Ada", "city": "London", "name_2": "dup2", "note": "plain"})
+            ),
+        ],
+    ]
     plain = _rows(cli("export", job_id, "--format", "csv", "--output", "-").stdout)
-    assert plain[0] == ["item", "status", "result", "error"], "without the flag the seed's columns stay"
-    streamed = _rows(cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout)
+    assert plain[0] == ["item", "status", "result", "error"], (
+        "without the flag the seed's columns stay"
+    )
+    streamed = _rows(
+        cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout
+    )
     assert streamed == rows
-    lines = [json.loads(x) for x in cli("export", job_id, "--format", "jsonl", "--with-input",
-                                        "--output", "-").stdout.splitlines()]
-    assert lines[0]["input"] == {"name": "Smith, Jo", "city": "Paris, FR", "name_2": "dup1", "note": "=1+1"}
+    lines = [
+        json.loads(x)
+        for x in cli(
+            "export", job_id, "--format", "jsonl", "--with-input", "--output", "-"
+        ).stdout.splitlines()
+    ]
+    assert lines[0]["input"] == {
+        "name": "Smith, Jo",
+        "city": "Paris, FR",
+        "name_2": "dup1",
+        "note": "=1+1",
+    }
     assert list(lines[0])[:4] == ["input", "item", "index", "status"]
 
 
@@ -54,8 +86,12 @@ def test_a_jsonl_source_and_a_folder_come_back_with_their_records_and_paths(cli,
     src.write_text('{"id": 1, "text": "a, b"}\n"just text"\n')
     job_id = cli.create("Do", src)
     cli("run", job_id, "--wait")
-    lines = [json.loads(x) for x in cli("export", job_id, "--format", "jsonl", "--with-input",
-                                        "--output", "-").stdout.splitlines()]
+    lines = [
+        json.loads(x)
+        for x in cli(
+            "export", job_id, "--format", "jsonl", "--with-input", "--output", "-"
+        ).stdout.splitlines()
+    ]
     assert [line["input"] for line in lines] == [{"id": 1, "text": "a, b"}, "just text"]
     assert [line["status"] for line in lines] == ["completed", "completed"]
     rows = _rows(cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout)
@@ -68,10 +104,17 @@ def test_a_jsonl_source_and_a_folder_come_back_with_their_records_and_paths(cli,
     job_id = cli.create("Do", folder)
     cli("run", job_id, "--wait")
     rows = _rows(cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout)
-    assert [r[:3] for r in rows] == [["path", "item", "status"], ["a.txt", "a.txt", "completed"],
-                                    ["sub/b.txt", "sub/b.txt", "completed"]]
-    lines = [json.loads(x) for x in cli("export", job_id, "--format", "jsonl", "--with-input",
-                                        "--output", "-").stdout.splitlines()]
+    assert [r[:3] for r in rows] == [
+        ["path", "item", "status"],
+        ["a.txt", "a.txt", "completed"],
+        ["sub/b.txt", "sub/b.txt", "completed"],
+    ]
+    lines = [
+        json.loads(x)
+        for x in cli(
+            "export", job_id, "--format", "jsonl", "--with-input", "--output", "-"
+        ).stdout.splitlines()
+    ]
     assert [line["path"] for line in lines] == ["a.txt", "sub/b.txt"] and "input" not in lines[0]
 
 
@@ -99,21 +142,33 @@ def test_run_wait_with_concurrency_runs_that_many_and_records_it(cli, tmp_path, 
     assert "concurrency 4 (was 1)" in cli("events", job_id).stdout
 
 
-def test_raising_concurrency_on_a_running_job_uses_the_new_slots_at_once(cli, tmp_path, fake_provider):
+def test_raising_concurrency_on_a_running_job_uses_the_new_slots_at_once(
+    cli, tmp_path, fake_provider
+):
     job_id = cli.create("Do", _make_items(tmp_path, 16), "--concurrency", "1")
     fake_provider.hold()  # every item stays in flight until released
-    worker = cli.spawn_worker("-w", "8", HERMES_BULK_LEASE_SECONDS="3")  # a maintenance pass a second
+    worker = cli.spawn_worker(
+        "-w", "8", HERMES_BULK_LEASE_SECONDS="3"
+    )  # a maintenance pass a second
     try:
         cli("run", job_id)
         fake_provider.wait_held(1)
         with local_jobs() as jobs:
-            worker_passes(jobs, job_id)  # every trigger taken, two passes since: a second item had its chance
-        assert (fake_provider.held, len(fake_provider.requests)) == (1, 1), "concurrency 1: one item at a time"
+            worker_passes(
+                jobs, job_id
+            )  # every trigger taken, two passes since: a second item had its chance
+        assert (fake_provider.held, len(fake_provider.requests)) == (1, 1), (
+            "concurrency 1: one item at a time"
+        )
         cli("run", job_id, "--concurrency", "4")
         fake_provider.wait_held(4)  # three more start while the first is still in flight
         fake_provider.release()
         with local_jobs() as jobs:
-            wait_for(lambda: job_status(jobs, job_id)["state"] == "completed", timeout=60, message="completion")
+            wait_for(
+                lambda: job_status(jobs, job_id)["state"] == "completed",
+                timeout=60,
+                message="completion",
+            )
         assert fake_provider.max_in_flight == 4
     finally:
         fake_provider.release()
@@ -122,14 +177,18 @@ def test_raising_concurrency_on_a_running_job_uses_the_new_slots_at_once(cli, tm
 
 
 @pytest.mark.parametrize("command", ["run", "resume"])
-def test_concurrency_above_max_concurrency_is_a_usage_error_and_changes_nothing(cli, tmp_path, command):
+def test_concurrency_above_max_concurrency_is_a_usage_error_and_changes_nothing(
+    cli, tmp_path, command
+):
     job_id = cli.create("Do", _make_items(tmp_path, 2), "--concurrency", "2")
     if command == "resume":
         cli("pause", job_id)
     proc = cli(command, job_id, "--concurrency", "17", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("hermes-bulk: --concurrency 17 is more than max_concurrency (16); "
-                                   "lower it, or raise HERMES_BULK_MAX_CONCURRENCY.")
+    assert proc.stderr.strip() == (
+        "hermes-bulk: --concurrency 17 is more than max_concurrency (16); "
+        "lower it, or raise HERMES_BULK_MAX_CONCURRENCY."
+    )
     assert cli.json("status", job_id, "--json")["concurrency"] == 2
     assert cli("run", job_id, "--concurrency", "0", check=False).returncode == 2
 

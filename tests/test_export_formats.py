@@ -39,14 +39,38 @@ def store(tmp_path):
     backend.close()
 
 
-def _job(store, job_id: str, contents: list[str], *, names=None, kind="directory", keys=None,
-         **spec_kw) -> str:
-    store.begin_job(JobSpec(job_id=job_id, instruction="Summarise", source="/in", source_kind=kind,
-                            concurrency=10, retries=0, provider_key="p:test", **spec_kw))
-    store.add_items(job_id, [
-        NewItem(i, (names or [f"f{i}.txt" for i in range(len(contents))])[i], c, f"b2:{job_id}:{i}",
-                f"f{i}.txt", -1, "1:1", 10, answer_key=(keys or [""] * len(contents))[i])
-        for i, c in enumerate(contents)])
+def _job(
+    store, job_id: str, contents: list[str], *, names=None, kind="directory", keys=None, **spec_kw
+) -> str:
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="Summarise",
+            source="/in",
+            source_kind=kind,
+            concurrency=10,
+            retries=0,
+            provider_key="p:test",
+            **spec_kw,
+        )
+    )
+    store.add_items(
+        job_id,
+        [
+            NewItem(
+                i,
+                (names or [f"f{i}.txt" for i in range(len(contents))])[i],
+                c,
+                f"b2:{job_id}:{i}",
+                f"f{i}.txt",
+                -1,
+                "1:1",
+                10,
+                answer_key=(keys or [""] * len(contents))[i],
+            )
+            for i, c in enumerate(contents)
+        ],
+    )
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
     return job_id
@@ -68,9 +92,17 @@ def _fail(store, job_id, index, error):
 def mixed(store):
     """Four items: a completed one whose name and answer start a formula, one failed with an
     HTTP status, one failed without, one never run."""
-    job_id = _job(store, "mixed0001", ["a", "b", "c", "d"], names=["=a.txt", "b.txt", "c.txt", "d.txt"])
-    _complete(store, job_id, 0, "-1 point\n\n", provider="http://user:hunter2pass@llm.example/v1",
-              model="m1")
+    job_id = _job(
+        store, "mixed0001", ["a", "b", "c", "d"], names=["=a.txt", "b.txt", "c.txt", "d.txt"]
+    )
+    _complete(
+        store,
+        job_id,
+        0,
+        "-1 point\n\n",
+        provider="http://user:hunter2pass@llm.example/v1",
+        model="m1",
+    )
     _fail(store, job_id, 1, ItemError("http_error", "bad request", 400))
     _fail(store, job_id, 3, ItemError("timeout", "", None))
     return job_id
@@ -90,7 +122,8 @@ def test_markdown_holds_the_job_and_every_item_in_order(store, mixed):
         "## =a.txt\n\n-1 point\n\n"
         "## b.txt\n\n_Failed: http_error (HTTP 400): bad request_\n\n"
         "## c.txt\n\n_Not processed yet (pending)._\n\n"
-        "## d.txt\n\n_Failed: timeout_\n\n")
+        "## d.txt\n\n_Failed: timeout_\n\n"
+    )
 
 
 def test_the_unfinished_count_is_what_is_neither_completed_nor_failed(store):
@@ -114,19 +147,39 @@ def test_csv_neutralises_every_cell_and_describes_each_state(store, mixed):
 
 def test_jsonl_holds_each_item_with_who_answered_and_masked_credentials(store, mixed):
     rows = [json.loads(line) for line in _stream(store, mixed, "jsonl").splitlines()]
-    assert rows[0] == {"item": "=a.txt", "index": 0, "status": COMPLETED, "result": "-1 point\n\n",
-                       "error": None, "tokens_in": 10, "tokens_out": 5,
-                       "provider": "http://user:***@llm.example/v1", "model": "m1"}
-    assert rows[1] == {"item": "b.txt", "index": 1, "status": FAILED, "result": None,
-                       "error": "http_error (HTTP 400): bad request", "tokens_in": 0, "tokens_out": 0,
-                       "provider": None, "model": None}
+    assert rows[0] == {
+        "item": "=a.txt",
+        "index": 0,
+        "status": COMPLETED,
+        "result": "-1 point\n\n",
+        "error": None,
+        "tokens_in": 10,
+        "tokens_out": 5,
+        "provider": "http://user:***@llm.example/v1",
+        "model": "m1",
+    }
+    assert rows[1] == {
+        "item": "b.txt",
+        "index": 1,
+        "status": FAILED,
+        "result": None,
+        "error": "http_error (HTTP 400): bad request",
+        "tokens_in": 0,
+        "tokens_out": 0,
+        "provider": None,
+        "model": None,
+    }
     assert [r["status"] for r in rows] == [COMPLETED, FAILED, "pending", FAILED]
     assert rows[3]["error"] == "timeout" and rows[2]["error"] is None
 
 
 def test_only_limits_the_items_and_refuses_other_states(store, mixed):
-    completed = [json.loads(x)["item"] for x in _stream(store, mixed, "jsonl", only=COMPLETED).splitlines()]
-    failed = [json.loads(x)["item"] for x in _stream(store, mixed, "jsonl", only=FAILED).splitlines()]
+    completed = [
+        json.loads(x)["item"] for x in _stream(store, mixed, "jsonl", only=COMPLETED).splitlines()
+    ]
+    failed = [
+        json.loads(x)["item"] for x in _stream(store, mixed, "jsonl", only=FAILED).splitlines()
+    ]
     assert (completed, failed) == (["=a.txt"], ["b.txt", "d.txt"])
     with pytest.raises(InputError, match="--only pending: use one of completed, failed"):
         _stream(store, mixed, "jsonl", only="pending")
@@ -149,7 +202,9 @@ def test_a_schema_job_gets_a_column_per_field_and_its_data(store):
     rows = list(csv.reader(io.StringIO(_stream(store, job_id, "csv"))))
     assert rows[0] == ["item", "status", "result", "error", "title", "n", "tags"]
     assert rows[1][4:] == ["'=x", "3", '["é"]']
-    assert rows[2][4:] == ["", "", ""] and rows[3][4:] == ["", "", ""] and rows[4][4:] == ["", "", ""]
+    assert (
+        rows[2][4:] == ["", "", ""] and rows[3][4:] == ["", "", ""] and rows[4][4:] == ["", "", ""]
+    )
     lines = [json.loads(x) for x in _stream(store, job_id, "jsonl").splitlines()]
     assert lines[0]["data"] == {"title": "=x", "n": 3, "tags": ["é"], "extra": 1}
     assert [line["data"] for line in lines[1:]] == [None, None, None]
@@ -164,13 +219,16 @@ def test_a_schema_without_properties_adds_no_column(store):
 
 def test_a_csv_source_is_written_back_with_its_own_columns_first(store):
     rows = [{"=name": "=ann", "age": 30, "note": None}, {"=name": "bob", "age": 41, "note": "x"}]
-    job_id = _job(store, "csvin0001", [json.dumps(r) for r in rows], kind="csv",
-                  names=["row:1", "row:2"])
+    job_id = _job(
+        store, "csvin0001", [json.dumps(r) for r in rows], kind="csv", names=["row:1", "row:2"]
+    )
     _complete(store, job_id, 0, "ok")
     table = list(csv.reader(io.StringIO(_stream(store, job_id, "csv", with_input=True))))
-    assert table == [["'=name", "age", "note", "item", "status", "result", "error"],
-                     ["'=ann", "30", "", "row:1", COMPLETED, "ok", ""],
-                     ["bob", "41", "x", "row:2", "pending", "", ""]]
+    assert table == [
+        ["'=name", "age", "note", "item", "status", "result", "error"],
+        ["'=ann", "30", "", "row:1", COMPLETED, "ok", ""],
+        ["bob", "41", "x", "row:2", "pending", "", ""],
+    ]
     lines = [json.loads(x) for x in _stream(store, job_id, "jsonl", with_input=True).splitlines()]
     assert lines[0]["input"] == rows[0] and list(lines[0])[:2] == ["input", "item"]
 
@@ -185,8 +243,10 @@ def test_json_records_go_back_as_their_values_and_files_as_their_paths(store):
     assert lines[2]["input"] == "1" * 5000, "past int()'s digit limit: the record as stored"
     files = _job(store, "filein001", ["text"], names=["=dir/a.txt"])
     table = list(csv.reader(io.StringIO(_stream(store, files, "csv", with_input=True))))
-    assert table == [["path", "item", "status", "result", "error"],
-                     ["'=dir/a.txt", "'=dir/a.txt", "pending", "", ""]]
+    assert table == [
+        ["path", "item", "status", "result", "error"],
+        ["'=dir/a.txt", "'=dir/a.txt", "pending", "", ""],
+    ]
     line = json.loads(_stream(store, files, "jsonl", with_input=True))
     assert line["path"] == "=dir/a.txt" and "input" not in line
 
@@ -198,7 +258,9 @@ def test_a_reused_answer_says_where_it_came_from(store):
     second = _job(store, "reuse0002", ["new", "same"], keys=["k-new", "k-same"])
     lines = [json.loads(x) for x in _stream(store, second, "jsonl").splitlines()]
     assert "reused_from" not in lines[0]
-    assert lines[1]["reused_from"] == {"job_id": first, "item": 2}, "numbered from 1, as users count"
+    assert lines[1]["reused_from"] == {"job_id": first, "item": 2}, (
+        "numbered from 1, as users count"
+    )
     assert lines[1]["result"] == "the answer"
 
 
@@ -215,7 +277,9 @@ def test_an_export_file_replaces_the_target_whole_and_is_owner_only(store, mixed
     target.chmod(0o644)
     export.export(store, store.get_job(mixed), "md", target)
     assert target.read_text() == _stream(store, mixed, "md")
-    assert stat.S_IMODE(target.stat().st_mode) == 0o600, "inside the data directory: owner-only again"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600, (
+        "inside the data directory: owner-only again"
+    )
     assert [p.name for p in target.parent.iterdir()] == ["report.md"], "no temporary file is left"
 
 
@@ -224,7 +288,9 @@ def test_a_csv_file_starts_with_a_bom_and_other_files_do_not(store, mixed, tmp_p
     assert (tmp_path / "r.CSV").read_bytes().startswith(b"\xef\xbb\xbfitem,status")
     export.export(store, store.get_job(mixed), "jsonl", tmp_path / "r.jsonl")
     assert (tmp_path / "r.jsonl").read_bytes().startswith(b'{"item"')
-    export.export(store, store.get_job(mixed), "csv", tmp_path / "report")  # no suffix: not for Excel
+    export.export(
+        store, store.get_job(mixed), "csv", tmp_path / "report"
+    )  # no suffix: not for Excel
     assert (tmp_path / "report").read_bytes().startswith(b"item,status")
 
 
@@ -259,19 +325,27 @@ def test_a_full_disk_says_so_and_leaves_the_old_file(tmp_path):
     target = tmp_path / "out" / "keep.csv"
     target.parent.mkdir()
     target.write_text("old")
-    with pytest.raises(InputError, match="the disk is full there"), export.replace_atomically(target):
+    with (
+        pytest.raises(InputError, match="the disk is full there"),
+        export.replace_atomically(target),
+    ):
         raise OSError(errno.ENOSPC, "No space left on device")
     assert target.read_text() == "old"
     assert [p.name for p in target.parent.iterdir()] == ["keep.csv"]
-    with pytest.raises(PermissionError), export.replace_atomically(target):  # any other error as it is
+    with (
+        pytest.raises(PermissionError),
+        export.replace_atomically(target),
+    ):  # any other error as it is
         raise PermissionError(errno.EACCES, "denied")
     assert [p.name for p in target.parent.iterdir()] == ["keep.csv"]
 
 
 def test_a_target_whose_folder_cannot_be_made_is_refused_in_our_words(tmp_path):
     (tmp_path / "a-file").write_text("x")
-    with pytest.raises(InputError, match="choose another --output"), \
-            export.replace_atomically(tmp_path / "a-file" / "out.csv"):
+    with (
+        pytest.raises(InputError, match="choose another --output"),
+        export.replace_atomically(tmp_path / "a-file" / "out.csv"),
+    ):
         pass
 
 
@@ -292,28 +366,52 @@ def test_remove_tree_deletes_only_under_the_data_directory(tmp_path):
 
 
 def _record(status, result, index=0, error_type=None):
-    return ItemRecord(index, f"n{index}", status, result, error_type, None, "m" if error_type else None,
-                      1, 2, 0, None, None)
+    return ItemRecord(
+        index,
+        f"n{index}",
+        status,
+        result,
+        error_type,
+        None,
+        "m" if error_type else None,
+        1,
+        2,
+        0,
+        None,
+        None,
+    )
 
 
 def test_records_are_written_by_their_state_whatever_store_they_come_from(store):
     """Records built from the status constants themselves, as any store may return them."""
-    job = store.get_job(_job(store, "records01", ["a"], schema=json.dumps({"properties": {"t": {}}})))
+    job = store.get_job(
+        _job(store, "records01", ["a"], schema=json.dumps({"properties": {"t": {}}}))
+    )
     items = [_record(COMPLETED, '{"t": "x"}', 0), _record(FAILED, None, 1, "timeout")]
     out = io.StringIO()
     export.write_jsonl(out, job, iter(items))
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
     assert [(x["result"], x["data"], x["error"]) for x in lines] == [
-        ('{"t": "x"}', {"t": "x"}, None), (None, None, "timeout: m")]
+        ('{"t": "x"}', {"t": "x"}, None),
+        (None, None, "timeout: m"),
+    ]
     out = io.StringIO()
     export.write_csv(out, job, iter(items))
     rows = list(csv.reader(io.StringIO(out.getvalue())))
-    assert rows[1] == ["n0", COMPLETED, '{"t": "x"}', "", "x"] and rows[2] == ["n1", FAILED, "", "timeout: m", ""]
+    assert rows[1] == ["n0", COMPLETED, '{"t": "x"}', "", "x"] and rows[2] == [
+        "n1",
+        FAILED,
+        "",
+        "timeout: m",
+        "",
+    ]
 
 
 def test_describe_error_is_empty_for_a_completed_item_or_one_without_an_error():
     def item(status, error_type, http_status=None, message=None):
-        return ItemRecord(0, "n", status, None, error_type, http_status, message, 0, 0, 0, None, None)
+        return ItemRecord(
+            0, "n", status, None, error_type, http_status, message, 0, 0, 0, None, None
+        )
 
     assert export.describe_error(item(COMPLETED, "x", 500, "m")) == ""
     assert export.describe_error(item(FAILED, None)) == ""

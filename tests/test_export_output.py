@@ -77,21 +77,38 @@ def _snapshot(path: Path):
     except (FileNotFoundError, NotADirectoryError):
         return None
     target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
-    content = path.read_text() if stat.S_ISREG(st.st_mode) or (target and Path(path).is_file()) else None
+    content = (
+        path.read_text() if stat.S_ISREG(st.st_mode) or (target and Path(path).is_file()) else None
+    )
     return stat.S_IFMT(st.st_mode), st.st_ino, st.st_rdev, target, content
 
 
-@pytest.mark.parametrize("make, needles", [
-    (_fifo, ["is a FIFO", "not a regular file"]),
-    (_directory, ["is a directory"]),
-    (lambda p: _char_device(p.parent), ["is a character device"]),
-    (_link_to_file, ["symbolic link to", "real.md"]),
-    (_link_to_device, ["symbolic link to", "null-device" if os.geteuid() == 0 else "/dev/null"]),
-    (_dangling_link, ["symbolic link to", "nowhere"]),
-    (_missing_folder, ["no-such-folder does not exist"]),
-    (_folder_is_a_file, ["plain is not a folder"]),
-], ids=["fifo", "directory", "char-device", "link-to-file", "link-to-device", "dangling-link",
-        "missing-folder", "folder-is-a-file"])
+@pytest.mark.parametrize(
+    "make, needles",
+    [
+        (_fifo, ["is a FIFO", "not a regular file"]),
+        (_directory, ["is a directory"]),
+        (lambda p: _char_device(p.parent), ["is a character device"]),
+        (_link_to_file, ["symbolic link to", "real.md"]),
+        (
+            _link_to_device,
+            ["symbolic link to", "null-device" if os.geteuid() == 0 else "/dev/null"],
+        ),
+        (_dangling_link, ["symbolic link to", "nowhere"]),
+        (_missing_folder, ["no-such-folder does not exist"]),
+        (_folder_is_a_file, ["plain is not a folder"]),
+    ],
+    ids=[
+        "fifo",
+        "directory",
+        "char-device",
+        "link-to-file",
+        "link-to-device",
+        "dangling-link",
+        "missing-folder",
+        "folder-is-a-file",
+    ],
+)
 def test_export_refuses_what_is_not_a_regular_file(cli, job_id, tmp_path, make, needles):
     out = make(tmp_path / "out.md")
     before = _snapshot(out)
@@ -106,14 +123,18 @@ def test_export_refuses_what_is_not_a_regular_file(cli, job_id, tmp_path, make, 
 
 
 def test_an_empty_output_is_a_usage_error(cli, job_id):
-    assert_one_line_error(cli("export", job_id, "--output", "", check=False), 2, "--output is empty")
+    assert_one_line_error(
+        cli("export", job_id, "--output", "", check=False), 2, "--output is empty"
+    )
 
 
 def test_a_regular_file_is_replaced_and_dash_is_standard_output(cli, job_id, tmp_path):
     out = tmp_path / "out.jsonl"
     out.write_text("old")
     out.chmod(0o640)
-    assert cli("export", job_id, "--format", "jsonl", "--output", str(out)).stdout.strip() == str(out)
+    assert cli("export", job_id, "--format", "jsonl", "--output", str(out)).stdout.strip() == str(
+        out
+    )
     from_file = out.read_text()
     assert [json.loads(line)["item"] for line in from_file.splitlines()] == ["line:1", "line:2"]
     # A file the user named keeps the mode it had (new files: tests/test_cli_messages.py).
@@ -123,9 +144,16 @@ def test_a_regular_file_is_replaced_and_dash_is_standard_output(cli, job_id, tmp
     assert not (tmp_path / "-").exists() and not Path("-").exists()
 
 
-@pytest.mark.parametrize("plant", [
-    lambda p: os.mkfifo(p), lambda p: p.symlink_to("/dev/null"), lambda p: p.mkdir(), lambda p: p.write_text("old"),
-], ids=["fifo", "link", "directory", "stale-file"])
+@pytest.mark.parametrize(
+    "plant",
+    [
+        lambda p: os.mkfifo(p),
+        lambda p: p.symlink_to("/dev/null"),
+        lambda p: p.mkdir(),
+        lambda p: p.write_text("old"),
+    ],
+    ids=["fifo", "link", "directory", "stale-file"],
+)
 def test_an_output_file_never_opens_what_holds_its_temporary_name(tmp_path, plant):
     """write_private (every outputs/NNNNNN.md) creates its temporary file afresh: a FIFO left at
     that name once would have blocked the worker's write forever."""
@@ -134,8 +162,10 @@ def test_an_output_file_never_opens_what_holds_its_temporary_name(tmp_path, plan
     from hermes_bulk.files import write_private
 
     go, done = threading.Event(), threading.Event()
-    worker = threading.Thread(target=lambda: (go.wait(), write_private(tmp_path / "000000.md", "answer\n"),
-                                              done.set()), daemon=True)
+    worker = threading.Thread(
+        target=lambda: (go.wait(), write_private(tmp_path / "000000.md", "answer\n"), done.set()),
+        daemon=True,
+    )
     worker.start()
     planted = tmp_path / f".tmp-{os.getpid()}-{worker.ident}"  # the name that thread will use
     plant(planted)

@@ -14,9 +14,12 @@ from hermes_bulk.testing.fake_provider import FakeProvider, expected_answer
 def _ask(port: int, text: str, answers: list[str]) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        conn.request("POST", "/v1/chat/completions",
-                     body=json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]}),
+            headers={"Content-Type": "application/json"},
+        )
         body = json.loads(conn.getresponse().read())
         answers.append(body["choices"][0]["message"]["content"])
     except (OSError, http.client.HTTPException):
@@ -26,7 +29,10 @@ def _ask(port: int, text: str, answers: list[str]) -> None:
 
 
 def _start(provider: FakeProvider, texts: list[str], answers: list[str]) -> list[threading.Thread]:
-    askers = [threading.Thread(target=_ask, args=(provider.port, text, answers), daemon=True) for text in texts]
+    askers = [
+        threading.Thread(target=_ask, args=(provider.port, text, answers), daemon=True)
+        for text in texts
+    ]
     for asker in askers:
         asker.start()
     return askers
@@ -90,7 +96,12 @@ def test_a_provider_stops_with_requests_held_at_its_gate():
 def _control(port: int, payload: dict) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
-        conn.request("POST", "/_control", body=json.dumps(payload), headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/_control",
+            body=json.dumps(payload),
+            headers={"Content-Type": "application/json"},
+        )
         assert conn.getresponse().status == 200
     finally:
         conn.close()

@@ -32,8 +32,11 @@ def small_disk(tmp_path) -> Iterator[Callable[[str], Path]]:
             pytest.skip("mounting a tmpfs needs root")
         point = tmp_path / f"disk-{len(mounted)}"
         point.mkdir()
-        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(point)],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode:
             pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
         mounted.append(point)
@@ -66,7 +69,9 @@ def assert_disk_full_line(proc, where: Path, codes: tuple[int, ...] = (1,)) -> N
     """One final line naming the full disk; 3 where the store itself cannot be opened."""
     out = proc.stdout + proc.stderr
     assert proc.returncode in codes, out
-    assert "Traceback" not in out and "internal error" not in out and "Logging error" not in out, out
+    assert "Traceback" not in out and "internal error" not in out and "Logging error" not in out, (
+        out
+    )
     last = proc.stderr.strip().splitlines()[-1]
     assert "disk is full" in last and str(where) in last, last
 
@@ -80,14 +85,20 @@ def test_create_on_a_full_disk_says_so_and_makes_no_half_job(cli, tmp_path, smal
         (src / f"f{i:03}.txt").write_text(os.urandom(6000).hex())
     proc = cli("create", "Summarise", "--over", str(src), check=False, HERMES_BULK_HOME=str(home))
     assert_disk_full_line(proc, home)
-    assert not (home / "logs" / "errors.log").exists() or (home / "logs" / "errors.log").stat().st_size == 0
+    assert (
+        not (home / "logs" / "errors.log").exists()
+        or (home / "logs" / "errors.log").stat().st_size == 0
+    )
     listed = cli("list", "--json", check=False, HERMES_BULK_HOME=str(home))
-    assert listed.returncode == 0 and json.loads(listed.stdout or "[]") == [], listed.stdout + listed.stderr
+    assert listed.returncode == 0 and json.loads(listed.stdout or "[]") == [], (
+        listed.stdout + listed.stderr
+    )
 
 
 @pytest.mark.parametrize("leave", [0, 160 * 1024], ids=["full", "fills-while-running"])
-def test_run_on_a_disk_that_fills_says_so_and_finishes_once_space_is_freed(cli, tmp_path, small_disk,
-                                                                            fake_provider, leave):
+def test_run_on_a_disk_that_fills_says_so_and_finishes_once_space_is_freed(
+    cli, tmp_path, small_disk, fake_provider, leave
+):
     disk = small_disk("4m")
     env = {"HERMES_BULK_HOME": str(disk / "bulk"), "HERMES_BULK_LEASE_SECONDS": "2"}
     src = tmp_path / "items.jsonl"
@@ -101,8 +112,12 @@ def test_run_on_a_disk_that_fills_says_so_and_finishes_once_space_is_freed(cli, 
     cli("run", job_id, "--wait", timeout=120, **env)
     st = json.loads(cli("status", job_id, "--json", **env).stdout)
     assert (st["state"], st["completed"], st["failed"]) == ("completed", 40, 0), st
-    rows = [json.loads(line) for line in
-            cli("export", job_id, "--format", "jsonl", "--output", "-", **env).stdout.splitlines()]
+    rows = [
+        json.loads(line)
+        for line in cli(
+            "export", job_id, "--format", "jsonl", "--output", "-", **env
+        ).stdout.splitlines()
+    ]
     assert [r["result"] for r in rows] == [expected_answer(item) for item in items]
 
 
@@ -118,4 +133,6 @@ def test_export_onto_a_full_disk_says_so_and_leaves_the_old_file(cli, tmp_path, 
     proc = cli("export", job_id, "--format", "csv", "--output", str(out), check=False)
     assert_disk_full_line(proc, out)
     assert out.read_text() == "the old export\n"
-    assert sorted(p.name for p in disk.iterdir()) == ["filler", "results.csv"], "no temporary file left"
+    assert sorted(p.name for p in disk.iterdir()) == ["filler", "results.csv"], (
+        "no temporary file left"
+    )

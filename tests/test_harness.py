@@ -3,6 +3,7 @@
 A teardown can fail alone: the loopback provider's stop() once raced the end of its event loop
 while a connection was still open. Every stop here happens with answers in flight.
 """
+
 from __future__ import annotations
 
 import gc
@@ -21,9 +22,12 @@ from hermes_bulk.testing.fake_provider import FakeProvider
 def _ask(port: int) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:
-        conn.request("POST", "/v1/chat/completions",
-                     body=json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
-                     headers={"Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}]}),
+            headers={"Content-Type": "application/json"},
+        )
         conn.getresponse().read()
     except (OSError, http.client.HTTPException):
         pass  # the server is stopping under this request: that is the point
@@ -39,7 +43,9 @@ def test_the_loopback_provider_stops_cleanly_with_answers_in_flight(caplog):
     caplog.set_level(logging.ERROR, logger="asyncio")
     for round_ in range(40):
         provider = FakeProvider(latency_s=0.5).start()
-        askers = [threading.Thread(target=_ask, args=(provider.port,), daemon=True) for _ in range(4)]
+        askers = [
+            threading.Thread(target=_ask, args=(provider.port,), daemon=True) for _ in range(4)
+        ]
         for asker in askers:
             asker.start()
         time.sleep(0.02 * (round_ % 4))  # stop before, during and after the requests arrive
@@ -54,7 +60,9 @@ def test_the_loopback_provider_stops_cleanly_with_answers_in_flight(caplog):
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_the_in_process_status_reads_what_the_status_command_prints(cli, tmp_path, redis_url, backend):
+def test_the_in_process_status_reads_what_the_status_command_prints(
+    cli, tmp_path, redis_url, backend
+):
     """Cli.status stands in for `hermes-bulk status JOB --json` in polls: it must print the same."""
     extra = {"HERMES_BULK_BACKEND": redis_url} if backend == "redis" else {}
     src = tmp_path / "rows.jsonl"
@@ -68,7 +76,8 @@ def test_the_in_process_status_reads_what_the_status_command_prints(cli, tmp_pat
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_create_and_run_in_process_answer_as_their_processes_do_and_leave_nothing_behind(
-        cli, tmp_path, redis_url, backend):
+    cli, tmp_path, redis_url, backend
+):
     """Cli runs `create` and `run` in the test's process (tests/helpers.run_in_process): the same
     output and exit status as the command's own process, for a job and for each kind of error,
     and this process as it was (its environment, its loggers, no backend left open)."""
@@ -78,14 +87,26 @@ def test_create_and_run_in_process_answer_as_their_processes_do_and_leave_nothin
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(3)))
     environ = dict(os.environ)
-    loggers = {name: (list(lg.handlers), lg.level, lg.propagate)
-               for name in ("hermes_bulk", "huey") for lg in [logging.getLogger(name)]}
-    for args in (["create", "Do", "--over", str(tmp_path / "missing.jsonl")],  # a bad input
-                 ["create", "Do", "--over", str(src), "--concurrency", "0"],  # a bad value
-                 ["create", "Do", "--over", str(src), "--no-such-flag"],  # a bad flag
-                 ["run", "nosuchjob"]):
-        here, there = cli(*args, check=False, **extra), cli(*args, check=False, process=True, **extra)
-        assert (here.returncode, here.stdout, here.stderr) == (there.returncode, there.stdout, there.stderr), args
+    loggers = {
+        name: (list(lg.handlers), lg.level, lg.propagate)
+        for name in ("hermes_bulk", "huey")
+        for lg in [logging.getLogger(name)]
+    }
+    for args in (
+        ["create", "Do", "--over", str(tmp_path / "missing.jsonl")],  # a bad input
+        ["create", "Do", "--over", str(src), "--concurrency", "0"],  # a bad value
+        ["create", "Do", "--over", str(src), "--no-such-flag"],  # a bad flag
+        ["run", "nosuchjob"],
+    ):
+        here, there = (
+            cli(*args, check=False, **extra),
+            cli(*args, check=False, process=True, **extra),
+        )
+        assert (here.returncode, here.stdout, here.stderr) == (
+            there.returncode,
+            there.stdout,
+            there.stderr,
+        ), args
         assert here.returncode != 0 and here.stderr.startswith("hermes-bulk: "), args
     made = {}
     for how in ("here", "there"):
@@ -95,8 +116,15 @@ def test_create_and_run_in_process_answer_as_their_processes_do_and_leave_nothin
     assert "Created job ID with 3 items." in made["here"].stdout.replace(ids[0], "ID")
     ran_here, ran_there = cli("run", ids[0], **extra), cli("run", ids[1], process=True, **extra)
     assert ran_here.stdout.replace(ids[0], "ID") == ran_there.stdout.replace(ids[1], "ID")
-    assert cli.status(ids[0], **extra)["state"] == cli.status(ids[1], **extra)["state"] == "waiting_for_worker"
+    assert (
+        cli.status(ids[0], **extra)["state"]
+        == cli.status(ids[1], **extra)["state"]
+        == "waiting_for_worker"
+    )
     assert dict(os.environ) == environ
-    assert {name: (list(lg.handlers), lg.level, lg.propagate)
-            for name in ("hermes_bulk", "huey") for lg in [logging.getLogger(name)]} == loggers
+    assert {
+        name: (list(lg.handlers), lg.level, lg.propagate)
+        for name in ("hermes_bulk", "huey")
+        for lg in [logging.getLogger(name)]
+    } == loggers
     broker.close_all()  # what cli.status opened

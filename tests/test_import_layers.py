@@ -15,15 +15,31 @@ import pytest
 
 def loaded_by(module: str) -> set[str]:
     code = f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     return {m for m in json.loads(out) if m.startswith("hermes_bulk")}
 
 
-@pytest.mark.parametrize("module, above", [
-    ("hermes_bulk.jobs.service", {"hermes_bulk.runtime.worker", "hermes_bulk.frontends.cli", "hermes_bulk.plugin"}),
-    ("hermes_bulk.fleet.liveness", {"hermes_bulk.runtime.worker", "hermes_bulk.jobs.service", "hermes_bulk.fleet.broker", "hermes_bulk.runtime.pipeline",
-                              "hermes_bulk.fleet.tasks"}),
-])
+@pytest.mark.parametrize(
+    "module, above",
+    [
+        (
+            "hermes_bulk.jobs.service",
+            {"hermes_bulk.runtime.worker", "hermes_bulk.frontends.cli", "hermes_bulk.plugin"},
+        ),
+        (
+            "hermes_bulk.fleet.liveness",
+            {
+                "hermes_bulk.runtime.worker",
+                "hermes_bulk.jobs.service",
+                "hermes_bulk.fleet.broker",
+                "hermes_bulk.runtime.pipeline",
+                "hermes_bulk.fleet.tasks",
+            },
+        ),
+    ],
+)
 def test_a_module_loads_nothing_above_it(module, above):
     loaded = loaded_by(module)
     assert {m for m in loaded if m in above or m.rsplit(".", 1)[0] in above} == set()

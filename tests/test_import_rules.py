@@ -30,36 +30,121 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "hermes_bulk"
 #: Lowest first. A module may import its own layer and the layers below it, never one above.
 #: Finer than the README's layout table (folders): within the folders, the order of modules.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("leaves: the standard library only", (
-        "errors", "words", "durations", "redact", "files", "full_disk", "broken_pipe", "usage",
-        "jobs.prompt", "runtime.metrics", "frontends.terminal",
-        "store", "store.protocol", "store.records", "store.limits_math", "store.sqlite", "store.redis",
-        "budget", "budget.policy", "budget.turns", "budget.windows", "testing", "testing.*", "plugin",
-        "config", "fleet", "providers", "jobs", "frontends", "frontends.dashboard")),
-    ("configuration and where things are", (
-        "", "config.*", "frontends.logs", "budget.settings", "budget.grammar", "budget.failopen")),
-    ("one backend each: stores, queues, ledgers", (
-        "store.compression", "store.sqlite.*", "store.redis.*", "budget.ledger", "budget.sqlite_ledger",
-        "budget.redis_ledger", "budget.ledger_location")),
-    ("what an item goes through", (
-        "providers.*", "runtime.breaker", "sources", "sources.*", "frontends.flag_files", "jobs.export",
-        "jobs.hints", "fleet.liveness", "fleet.endpoints", "fleet.tasks", "budget.service",
-        "frontends.dashboard.access", "budget.gate", "budget.report")),
-    ("the backend from a URL, one item's life", ("fleet.broker", "runtime.pipeline", "runtime.batch_driver")),
+    (
+        "leaves: the standard library only",
+        (
+            "errors",
+            "words",
+            "durations",
+            "redact",
+            "files",
+            "full_disk",
+            "broken_pipe",
+            "usage",
+            "jobs.prompt",
+            "runtime.metrics",
+            "frontends.terminal",
+            "store",
+            "store.protocol",
+            "store.records",
+            "store.limits_math",
+            "store.sqlite",
+            "store.redis",
+            "budget",
+            "budget.policy",
+            "budget.turns",
+            "budget.windows",
+            "testing",
+            "testing.*",
+            "plugin",
+            "config",
+            "fleet",
+            "providers",
+            "jobs",
+            "frontends",
+            "frontends.dashboard",
+        ),
+    ),
+    (
+        "configuration and where things are",
+        ("", "config.*", "frontends.logs", "budget.settings", "budget.grammar", "budget.failopen"),
+    ),
+    (
+        "one backend each: stores, queues, ledgers",
+        (
+            "store.compression",
+            "store.sqlite.*",
+            "store.redis.*",
+            "budget.ledger",
+            "budget.sqlite_ledger",
+            "budget.redis_ledger",
+            "budget.ledger_location",
+        ),
+    ),
+    (
+        "what an item goes through",
+        (
+            "providers.*",
+            "runtime.breaker",
+            "sources",
+            "sources.*",
+            "frontends.flag_files",
+            "jobs.export",
+            "jobs.hints",
+            "fleet.liveness",
+            "fleet.endpoints",
+            "fleet.tasks",
+            "budget.service",
+            "frontends.dashboard.access",
+            "budget.gate",
+            "budget.report",
+        ),
+    ),
+    (
+        "the backend from a URL, one item's life",
+        ("fleet.broker", "runtime.pipeline", "runtime.batch_driver"),
+    ),
     ("the service API and the grammar", ("jobs.service", "frontends.parser", "budget.commands")),
-    ("what runs and shows jobs", (
-        "runtime", "runtime.worker", "runtime.process", "frontends.views", "runtime.client_kinds",
-        "frontends.dashboard.figures")),
+    (
+        "what runs and shows jobs",
+        (
+            "runtime",
+            "runtime.worker",
+            "runtime.process",
+            "frontends.views",
+            "runtime.client_kinds",
+            "frontends.dashboard.figures",
+        ),
+    ),
     ("the answers both front ends give", ("frontends.replies",)),
-    ("front ends", ("frontends.cli", "__main__", "plugin.*", "frontends.dashboard.app", "frontends.dashboard.serve")),
+    (
+        "front ends",
+        (
+            "frontends.cli",
+            "__main__",
+            "plugin.*",
+            "frontends.dashboard.app",
+            "frontends.dashboard.serve",
+        ),
+    ),
 ]
 
 #: The only modules that may import each library (relative to src/hermes_bulk).
 THIRD_PARTY: dict[str, set[str]] = {
     "huey": {"fleet/tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
-    "redis": {"store/redis/connection.py", "store/redis/jobs.py", "store/redis/queue.py",
-              "store/redis/scripts.py", "budget/redis_ledger.py"},
-    "httpx": {"providers/client.py", "providers/batch_api.py", "providers/doctor.py", "plugin/hermes.py"},
+    "redis": {
+        "store/redis/connection.py",
+        "store/redis/jobs.py",
+        "store/redis/queue.py",
+        "store/redis/scripts.py",
+        "budget/redis_ledger.py",
+    },
+    "httpx": {
+        "providers/client.py",
+        "providers/batch_api.py",
+        "providers/doctor.py",
+        "plugin/hermes.py",
+    },
     "zstandard": {"store/compression.py"},
     "jsonschema": {"providers/answers.py"},
     "referencing": {"providers/answers.py"},
@@ -116,7 +201,7 @@ def arrows() -> dict[str, set[str]]:
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".") if package else []
-                    base = base[:len(base) - (node.level - 1)]
+                    base = base[: len(base) - (node.level - 1)]
                     source = ".".join([*base, *([node.module] if node.module else [])])
                 elif node.module and node.module.split(".")[0] == "hermes_bulk":
                     source = node.module.partition(".")[2]
@@ -140,7 +225,7 @@ README = SRC.parents[1] / "README.md"
 def layout_table() -> list[tuple[str, set[str], set[str]]]:
     """README's layout table: (row, the folders and files it names, the rows it may import)."""
     text = README.read_text()
-    section = text[text.index("### Layout"):]
+    section = text[text.index("### Layout") :]
     rows: list[tuple[str, set[str], set[str]]] = []
     for line in section.splitlines()[1:]:
         if line.startswith("#"):
@@ -164,7 +249,9 @@ def row_of(module: str) -> str:
     top = module.split(".")[0] if module else "__init__"
     entry = f"{top}/" if (SRC / top).is_dir() else f"{top}.py"
     found = [key for key, names, _ in layout_table() if entry in names]
-    assert len(found) == 1, f"{entry} is in {len(found)} rows of README's layout table; give it exactly one"
+    assert len(found) == 1, (
+        f"{entry} is in {len(found)} rows of README's layout table; give it exactly one"
+    )
     return found[0]
 
 
@@ -177,9 +264,12 @@ def test_the_layout_table_names_the_tree():
 
 def test_imports_follow_the_layout_table():
     allowed = {key: may | {key} for key, _, may in layout_table()}
-    wrong = sorted(f"{name or '__init__'} ({row_of(name)}) imports {target} ({row_of(target)})"
-                   for name, targets in arrows().items() for target in targets
-                   if row_of(target) not in allowed[row_of(name)])
+    wrong = sorted(
+        f"{name or '__init__'} ({row_of(name)}) imports {target} ({row_of(target)})"
+        for name, targets in arrows().items()
+        for target in targets
+        if row_of(target) not in allowed[row_of(name)]
+    )
     assert wrong == []
 
 
@@ -201,21 +291,30 @@ def reaches(name: str) -> set[str]:
 
 def test_the_jobs_api_speaks_to_no_provider():
     # Front ends hand Jobs the batch canceller (runtime.cancel_batches) that delete needs.
-    assert {name: sorted(reaches(name) & SPEAKERS) for name in modules() if name.startswith("jobs")} == \
-        {name: [] for name in modules() if name.startswith("jobs")}
+    assert {
+        name: sorted(reaches(name) & SPEAKERS) for name in modules() if name.startswith("jobs")
+    } == {name: [] for name in modules() if name.startswith("jobs")}
 
 
 def test_a_planted_import_against_the_table_is_caught(monkeypatch):
     real = arrows()
     planted = {**real, "providers.client": real["providers.client"] | {"jobs.service"}}
     monkeypatch.setattr(sys.modules[__name__], "arrows", lambda: planted)
-    with pytest.raises(AssertionError, match=r"providers.client \(`providers/`\) imports jobs.service"):
+    with pytest.raises(
+        AssertionError, match=r"providers.client \(`providers/`\) imports jobs.service"
+    ):
         test_imports_follow_the_layout_table()
 
 
 def layer_of(name: str) -> int:
-    found = [i for i, (_, patterns) in enumerate(LAYERS) if any(fnmatch.fnmatchcase(name, p) for p in patterns)]
-    assert len(found) == 1, f"hermes_bulk.{name} is in {len(found)} layers of LAYERS; give it exactly one"
+    found = [
+        i
+        for i, (_, patterns) in enumerate(LAYERS)
+        if any(fnmatch.fnmatchcase(name, p) for p in patterns)
+    ]
+    assert len(found) == 1, (
+        f"hermes_bulk.{name} is in {len(found)} layers of LAYERS; give it exactly one"
+    )
     return found[0]
 
 
@@ -225,9 +324,13 @@ def test_every_module_has_one_layer():
 
 
 def test_imports_point_down_the_layers():
-    upward = [f"{name or 'hermes_bulk'} ({LAYERS[layer_of(name)][0]}) imports {target} "
-              f"({LAYERS[layer_of(target)][0]})"
-              for name, targets in arrows().items() for target in targets if layer_of(target) > layer_of(name)]
+    upward = [
+        f"{name or 'hermes_bulk'} ({LAYERS[layer_of(name)][0]}) imports {target} "
+        f"({LAYERS[layer_of(target)][0]})"
+        for name, targets in arrows().items()
+        for target in targets
+        if layer_of(target) > layer_of(name)
+    ]
     assert upward == []
 
 
@@ -255,8 +358,13 @@ def test_each_library_is_imported_only_by_its_owners():
         for node in ast.walk(tree):
             if id(node) in hidden:
                 continue
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                else []
+            )
             for name in names:
                 owners = THIRD_PARTY.get(name.split(".")[0])
                 if owners is not None and rel not in owners:
@@ -277,22 +385,48 @@ def test_a_planted_upward_import_and_cycle_are_caught(monkeypatch):
 
 @pytest.mark.parametrize("command", ["path", "list", "status"])
 def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
-    code = ("import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = cli.main([sys.argv[1]])\n"
-            "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n")
+    code = (
+        "import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = cli.main([sys.argv[1]])\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    )
     # A user's environment as the README sets it up: the endpoint, the key, a model, a limit.
-    env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
-           "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "OPENAI_API_KEY": "sk-not-a-key",
-           "HERMES_BULK_MODEL": "gpt-4o-mini", "HERMES_BULK_MAX_CONCURRENCY": "32", "HERMES_BULK_REUSE": "false"}
-    proc = subprocess.run([sys.executable, "-c", code, command], capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        "HERMES_BULK_HOME": str(tmp_path / "home"),
+        "HOME": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+        "OPENAI_API_KEY": "sk-not-a-key",
+        "HERMES_BULK_MODEL": "gpt-4o-mini",
+        "HERMES_BULK_MAX_CONCURRENCY": "32",
+        "HERMES_BULK_REUSE": "false",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", code, command], capture_output=True, text=True, env=env, timeout=60
+    )
     modules = set(json.loads(proc.stderr.strip().splitlines()[-1]))
-    heavy = {"huey", "redis", "httpx", "tenacity", "rich", "starlette", "uvicorn", "anyio", "zstandard", "pydantic",
-             "pydantic_settings", "pydantic_core", "jsonschema", "referencing"}
+    heavy = {
+        "huey",
+        "redis",
+        "httpx",
+        "tenacity",
+        "rich",
+        "starlette",
+        "uvicorn",
+        "anyio",
+        "zstandard",
+        "pydantic",
+        "pydantic_settings",
+        "pydantic_core",
+        "jsonschema",
+        "referencing",
+    }
     assert {m.split(".")[0] for m in modules} & heavy == set(), proc.stdout
     # Nor the parts of hermes-bulk only other commands use: discovery (create), the export
     # writer, the cron budget (its gate is looked up when a running job's status asks it).
     unused = {"hermes_bulk.sources", "hermes_bulk.jobs.export", "hermes_bulk.runtime.pipeline"}
-    assert modules & unused == set() and not any(m.startswith("hermes_bulk.budget") for m in modules), \
-        sorted(m for m in modules if m in unused or m.startswith("hermes_bulk.budget"))
+    assert modules & unused == set() and not any(
+        m.startswith("hermes_bulk.budget") for m in modules
+    ), sorted(m for m in modules if m in unused or m.startswith("hermes_bulk.budget"))
 
 
 def private_reaches(tree: ast.AST) -> list[str]:
@@ -306,18 +440,30 @@ def private_reaches(tree: ast.AST) -> list[str]:
                     found.append(f"from {node.module} import {alias.name}")
                 modules_here.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
-            modules_here |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("hermes_bulk")}
+            modules_here |= {
+                (a.asname or a.name).split(".")[0]
+                for a in node.names
+                if a.name.startswith("hermes_bulk")
+            }
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules_here
-                and node.attr.startswith("_") and not node.attr.startswith("__")):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules_here
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
             found.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
     return found
 
 
 def test_no_test_reaches_into_a_private_name_of_hermes_bulk():
     tests = Path(__file__).resolve().parent
-    reached = {str(p.relative_to(tests)): hits for p in sorted(tests.rglob("*.py"))
-               if (hits := private_reaches(ast.parse(p.read_text())))}
+    reached = {
+        str(p.relative_to(tests)): hits
+        for p in sorted(tests.rglob("*.py"))
+        if (hits := private_reaches(ast.parse(p.read_text())))
+    }
     assert reached == {}
 
 

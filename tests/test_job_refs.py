@@ -13,8 +13,18 @@ from .test_cli_errors import assert_one_line_error
 
 #: Every command that takes a job reference, with the flags it needs to get that far.
 JOB_COMMANDS = [
-    ["run"], ["run", "--wait"], ["status"], ["status", "--json"], ["status", "--watch"], ["pause"],
-    ["resume"], ["resume", "--max-tokens", "100"], ["retry"], ["export"], ["events"], ["delete"],
+    ["run"],
+    ["run", "--wait"],
+    ["status"],
+    ["status", "--json"],
+    ["status", "--watch"],
+    ["pause"],
+    ["resume"],
+    ["resume", "--max-tokens", "100"],
+    ["retry"],
+    ["export"],
+    ["events"],
+    ["delete"],
 ]
 
 
@@ -31,7 +41,9 @@ def two_jobs(cli, tmp_path):
 
 @pytest.mark.parametrize("blank", ["", " \t "], ids=["empty", "blank"])
 @pytest.mark.parametrize("command", JOB_COMMANDS, ids=lambda c: " ".join(c))
-def test_a_blank_job_id_is_a_usage_error_for_every_command(cli, two_jobs, fake_provider, command, blank):
+def test_a_blank_job_id_is_a_usage_error_for_every_command(
+    cli, two_jobs, fake_provider, command, blank
+):
     before = cli.json("list", "--json")
     proc = cli(command[0], blank, *command[1:], check=False, timeout=60)
     assert_one_line_error(proc, 2, "job id is empty")

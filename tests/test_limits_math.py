@@ -97,14 +97,16 @@ def test_the_learned_interval_holds_during_the_wait_and_halves_every_doubling_pe
     assert lm.auto_interval_s(state, 100.0) == pytest.approx(0.8)
     assert lm.auto_interval_s(state, 105.0) == pytest.approx(0.4)
     assert lm.auto_interval_s(state, 110.0) == pytest.approx(0.2)
-    assert lm.auto_interval_s(state, 102.5) == pytest.approx(0.8 / 2 ** 0.5)
+    assert lm.auto_interval_s(state, 102.5) == pytest.approx(0.8 / 2**0.5)
 
 
 def test_the_learned_interval_switches_off_below_a_millisecond():
     state = LimitState(auto_interval_s=0.004, auto_since_s=0.0)
     assert lm.auto_interval_s(state, 10.0) == pytest.approx(0.001)  # exactly the floor: still on
     assert lm.auto_interval_s(state, 10.01) == 0.0
-    assert lm.auto_interval_s(LimitState(auto_interval_s=0.0011, auto_since_s=0.0), 0.0) == pytest.approx(0.0011)
+    assert lm.auto_interval_s(
+        LimitState(auto_interval_s=0.0011, auto_since_s=0.0), 0.0
+    ) == pytest.approx(0.0011)
     assert lm.auto_interval_s(LimitState(auto_interval_s=0.0009, auto_since_s=0.0), 0.0) == 0.0
 
 
@@ -178,7 +180,9 @@ def test_unpaced_only_without_rpm_tpm_learned_rate_or_wait():
     assert lm.unpaced(LimitState(pause_until_s=10.0), 10.0, rpm=0, tpm=0)  # the wait ends now
     assert not lm.unpaced(LimitState(), 10.0, rpm=60, tpm=None)
     assert not lm.unpaced(LimitState(), 10.0, rpm=None, tpm=600)
-    assert not lm.unpaced(LimitState(auto_interval_s=1.0, auto_since_s=10.0), 10.0, rpm=None, tpm=None)
+    assert not lm.unpaced(
+        LimitState(auto_interval_s=1.0, auto_since_s=10.0), 10.0, rpm=None, tpm=None
+    )
     assert not lm.unpaced(LimitState(pause_until_s=10.5), 10.0, rpm=None, tpm=None)
 
 
@@ -194,14 +198,18 @@ def test_clean_is_no_backoff_step_and_a_success_clears_it():
 
 
 def test_backoff_wait_doubles_from_the_base_up_to_the_cap():
-    waits = [lm.backoff_wait_s(LimitState(backoff_step=step), base_s=5.0, cap_s=120.0, doubling=True)
-             for step in range(7)]
+    waits = [
+        lm.backoff_wait_s(LimitState(backoff_step=step), base_s=5.0, cap_s=120.0, doubling=True)
+        for step in range(7)
+    ]
     assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 120.0, 120.0]
 
 
 def test_a_stale_429_gets_the_wait_already_chosen():
     def wait(step: int) -> float:
-        return lm.backoff_wait_s(LimitState(backoff_step=step), base_s=5.0, cap_s=120.0, doubling=False)
+        return lm.backoff_wait_s(
+            LimitState(backoff_step=step), base_s=5.0, cap_s=120.0, doubling=False
+        )
 
     assert [wait(0), wait(1), wait(2), wait(3)] == [5.0, 5.0, 10.0, 20.0]
 
@@ -219,13 +227,17 @@ def test_the_first_429_of_a_generation_halves_the_observed_rate_and_waits_the_ba
 def test_a_429_with_retry_after_waits_that_long_and_keeps_the_backoff_step():
     state = LimitState(window_start_s=100.0, window_count=8, backoff_step=2)
     lm.rate_limited(state, 100.0, retry_after_s=3.0, base_s=5.0, cap_s=120.0, epoch=0)
-    assert state.pause_until_s == pytest.approx(103.0) and state.auto_since_s == pytest.approx(103.0)
+    assert state.pause_until_s == pytest.approx(103.0) and state.auto_since_s == pytest.approx(
+        103.0
+    )
     assert state.backoff_step == 2 and state.decreases == 1
     assert state.auto_interval_s == pytest.approx(1 / 4)
 
 
 def test_a_429_halves_the_learned_rate_when_there_is_one():
-    state = LimitState(auto_interval_s=0.5, auto_since_s=100.0, window_start_s=100.0, window_count=50)
+    state = LimitState(
+        auto_interval_s=0.5, auto_since_s=100.0, window_start_s=100.0, window_count=50
+    )
     lm.rate_limited(state, 100.0, retry_after_s=1.0, base_s=5.0, cap_s=120.0, epoch=0)
     assert state.auto_interval_s == pytest.approx(1.0)  # 2/s learned, not the 50/s observed
     state = LimitState(auto_interval_s=0.4, auto_since_s=100.0, decreases=1)
@@ -253,8 +265,9 @@ def test_the_first_429_of_a_generation_is_told_apart_after_hundreds_of_decreases
 
 
 def test_a_stale_429_extends_the_wait_but_neither_slows_nor_doubles():
-    state = LimitState(auto_interval_s=0.4, auto_since_s=105.0, pause_until_s=105.0,
-                       backoff_step=1, decreases=3)
+    state = LimitState(
+        auto_interval_s=0.4, auto_since_s=105.0, pause_until_s=105.0, backoff_step=1, decreases=3
+    )
     lm.rate_limited(state, 104.0, retry_after_s=None, base_s=5.0, cap_s=120.0, epoch=2)
     assert state.pause_until_s == pytest.approx(109.0)  # now + base (step 1 - 1)
     assert (state.auto_interval_s, state.auto_since_s) == (0.4, 105.0)

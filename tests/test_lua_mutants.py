@@ -22,23 +22,25 @@ mutate = _mutate_module()
 
 def _applied(line: str, mutant) -> str:
     _number, column, before, after = mutant
-    assert line[column:column + len(before)] == before
-    return line[:column] + after + line[column + len(before):]
+    assert line[column : column + len(before)] == before
+    return line[:column] + after + line[column + len(before) :]
 
 
 def test_every_operator_of_the_code_is_changed_once_and_comments_and_strings_never():
     line = "if a <= b and not c or x == 'a < b -- no' then n = n + 1 end -- not this < one"
     found = mutate.lua_mutants(line)
-    assert sorted(_applied(line, m) for m in found) == sorted([
-        "if a < b and not c or x == 'a < b -- no' then n = n + 1 end -- not this < one",
-        "if a <= b or not c or x == 'a < b -- no' then n = n + 1 end -- not this < one",
-        "if a <= b and c or x == 'a < b -- no' then n = n + 1 end -- not this < one",
-        "if a <= b and not c and x == 'a < b -- no' then n = n + 1 end -- not this < one",
-        "if a <= b and not c or x ~= 'a < b -- no' then n = n + 1 end -- not this < one",
-        "if a <= b and not c or x == 'a < b -- no' then n = n - 1 end -- not this < one",
-        "if a <= b and not c or x == 'a < b -- no' then n = n + 2 end -- not this < one",
-        "if a <= b and not c or x == 'a < b -- no' then n = n + 0 end -- not this < one",
-    ])
+    assert sorted(_applied(line, m) for m in found) == sorted(
+        [
+            "if a < b and not c or x == 'a < b -- no' then n = n + 1 end -- not this < one",
+            "if a <= b or not c or x == 'a < b -- no' then n = n + 1 end -- not this < one",
+            "if a <= b and c or x == 'a < b -- no' then n = n + 1 end -- not this < one",
+            "if a <= b and not c and x == 'a < b -- no' then n = n + 1 end -- not this < one",
+            "if a <= b and not c or x ~= 'a < b -- no' then n = n + 1 end -- not this < one",
+            "if a <= b and not c or x == 'a < b -- no' then n = n - 1 end -- not this < one",
+            "if a <= b and not c or x == 'a < b -- no' then n = n + 2 end -- not this < one",
+            "if a <= b and not c or x == 'a < b -- no' then n = n + 0 end -- not this < one",
+        ]
+    )
 
 
 def test_an_index_into_keys_or_argv_and_a_name_with_a_digit_are_left_alone():
@@ -49,7 +51,11 @@ def test_an_index_into_keys_or_argv_and_a_name_with_a_digit_are_left_alone():
 
 def test_a_string_with_an_escaped_quote_ends_where_lua_ends_it():
     line = r"local s = 'it\'s < 2' if n > 2 then"
-    assert [(b, a) for _n, _c, b, a in mutate.lua_mutants(line)] == [(">", ">="), ("2", "3"), ("2", "1")]
+    assert [(b, a) for _n, _c, b, a in mutate.lua_mutants(line)] == [
+        (">", ">="),
+        ("2", "3"),
+        ("2", "1"),
+    ]
 
 
 def test_no_script_has_a_long_string_or_comment_the_mutator_would_read_as_code():

@@ -33,7 +33,9 @@ def test_the_estimate_learns_from_completed_items(backend_cli, tmp_path):
     used = job["tokens_in"] + job["tokens_out"]
     assert job["completed"] == ROWS
     assert before > 4 * used, "the fixed 512-token allowance dominates the estimate made at create"
-    assert used <= job["estimated_tokens"] <= 1.2 * used, "once items are done the estimate is what they cost"
+    assert used <= job["estimated_tokens"] <= 1.2 * used, (
+        "once items are done the estimate is what they cost"
+    )
     assert "learned from 40 completed items" in cli("status", created["job_id"]).stdout
 
 
@@ -60,10 +62,15 @@ def test_create_warns_when_the_limit_is_below_the_estimate(cli, tmp_path):
     proc = cli("create", "Say A", "--over", str(src), "--max-tokens", "1000")
     warnings = [line for line in proc.stdout.splitlines() if line.startswith("Warning:")]
     assert len(warnings) == 1, proc.stdout
-    assert "--max-tokens 1000 is below the estimate of" in warnings[0] and "will pause at the limit" in warnings[0]
+    assert (
+        "--max-tokens 1000 is below the estimate of" in warnings[0]
+        and "will pause at the limit" in warnings[0]
+    )
     assert "larger --max-tokens" in warnings[0]
     job_id = proc.stdout.split()[2]
-    assert cli.json("status", job_id, "--json")["state"] == "not_started", "the job is still created"
+    assert cli.json("status", job_id, "--json")["state"] == "not_started", (
+        "the job is still created"
+    )
     roomy = cli("create", "Say A", "--over", str(src), "--max-tokens", "10000000").stdout
     assert "Warning" not in roomy
 
@@ -72,35 +79,61 @@ def test_instruction_file_gives_a_long_instruction(cli, tmp_path):
     src = _short_rows(tmp_path)
     text = "Translate the word to French.\n" + "Keep the answer to one word. " * 50
     (tmp_path / "instruction.txt").write_text(text, encoding="utf-8")
-    job_id = cli.json("create", "--instruction-file", str(tmp_path / "instruction.txt"), "--over", str(src),
-                      "--json")["job_id"]
+    job_id = cli.json(
+        "create",
+        "--instruction-file",
+        str(tmp_path / "instruction.txt"),
+        "--over",
+        str(src),
+        "--json",
+    )["job_id"]
     item = cli("show", job_id, "row:1").stdout
     assert "Keep the answer to one word. Keep" in item, "the request carries the file's instruction"
 
 
-@pytest.mark.parametrize("make, says", [
-    (lambda d: d / "missing.txt", "cannot read it"),
-    (lambda d: d, "directory"),
-    (lambda d: (d / "fifo", __import__("os").mkfifo(d / "fifo"))[0], "FIFO"),
-    (lambda d: (d / "latin1.txt", (d / "latin1.txt").write_bytes("caf\xe9".encode("latin-1")))[0], "not UTF-8"),
-    (lambda d: (d / "empty.txt", (d / "empty.txt").write_text("  \n"))[0], "empty"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        (lambda d: d / "missing.txt", "cannot read it"),
+        (lambda d: d, "directory"),
+        (lambda d: (d / "fifo", __import__("os").mkfifo(d / "fifo"))[0], "FIFO"),
+        (
+            lambda d: (
+                d / "latin1.txt",
+                (d / "latin1.txt").write_bytes("caf\xe9".encode("latin-1")),
+            )[0],
+            "not UTF-8",
+        ),
+        (lambda d: (d / "empty.txt", (d / "empty.txt").write_text("  \n"))[0], "empty"),
+    ],
+)
 def test_a_bad_instruction_file_is_one_line_and_exit_2(cli, tmp_path, make, says):
     folder = tmp_path / "f"
     folder.mkdir()
     path = make(folder)
-    proc = cli("create", "--instruction-file", str(path), "--over", str(_short_rows(tmp_path)), check=False,
-               timeout=20)
+    proc = cli(
+        "create",
+        "--instruction-file",
+        str(path),
+        "--over",
+        str(_short_rows(tmp_path)),
+        check=False,
+        timeout=20,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--instruction-file" in lines[0] and says.lower() in lines[0].lower(), lines
+    assert (
+        len(lines) == 1 and "--instruction-file" in lines[0] and says.lower() in lines[0].lower()
+    ), lines
     assert "Traceback" not in proc.stderr
 
 
 def test_instruction_and_instruction_file_are_exclusive_and_one_is_needed(cli, tmp_path):
     (tmp_path / "i.txt").write_text("Do it")
     src = str(_short_rows(tmp_path))
-    both = cli("create", "Do", "--instruction-file", str(tmp_path / "i.txt"), "--over", src, check=False)
+    both = cli(
+        "create", "Do", "--instruction-file", str(tmp_path / "i.txt"), "--over", src, check=False
+    )
     assert both.returncode == 2 and "not both" in both.stderr
     neither = cli("create", "--over", src, check=False)
     assert neither.returncode == 2 and "--instruction-file" in neither.stderr
@@ -113,13 +146,24 @@ def test_dry_run_shows_the_first_request_and_the_estimate_and_writes_nothing(cli
     assert not home.exists()
     text = cli("create", "Say A", "--over", str(src), "--dry-run", "--max-tokens", "100").stdout
     assert text.startswith(f"Dry run: no job created. {ROWS} items.")
-    assert "Estimated tokens for the whole job: " in text and "Warning: --max-tokens 100 is below" in text
-    assert "----- BEGIN ITEM" in text and '{\\"word\\": \\"w0\\"}' in text and '"model": "fake-model"' in text
-    plan = cli.json("create", "Say A", "--over", str(src), "--dry-run", "--json", "--schema", str(schema))
+    assert (
+        "Estimated tokens for the whole job: " in text
+        and "Warning: --max-tokens 100 is below" in text
+    )
+    assert (
+        "----- BEGIN ITEM" in text
+        and '{\\"word\\": \\"w0\\"}' in text
+        and '"model": "fake-model"' in text
+    )
+    plan = cli.json(
+        "create", "Say A", "--over", str(src), "--dry-run", "--json", "--schema", str(schema)
+    )
     assert (plan["dry_run"], plan["items"], plan["first_item"]) == (True, ROWS, "row:1")
     assert [m["role"] for m in plan["request"]["messages"]] == ["system", "user"]
     assert "Say A" in plan["request"]["messages"][1]["content"]
-    assert plan["request"]["response_format"]["json_schema"]["schema"]["properties"] == {"fr": {"type": "string"}}
+    assert plan["request"]["response_format"]["json_schema"]["schema"]["properties"] == {
+        "fr": {"type": "string"}
+    }
     created = cli.create("Say A", src)
     assert plan["estimated_tokens"] == cli.json("status", created, "--json")["estimated_tokens"]
 

@@ -21,13 +21,65 @@ from hermes_bulk.config.fields import BY_NAME, SETTINGS
 from hermes_bulk.config.settings import Settings, load_settings
 from hermes_bulk.errors import ConfigError
 
-SHAPES = ["", " ", "0", "1", "-1", "+5", "007", "1_000", "1e3", "nan", "inf", "-inf", "0.5", ".5", "5.", " 7",
-          "7 ", "0x10", "١٢", "true", "True", "TRUE", "false", "yes", "no", "on", "off", "t", "f", "y", "n",
-          "none", "null", "sqlite:///tmp/x/bulk.db", "SQLITE:///tmp/y.db", "redis://h:1/0", "rediss://u:p@h/0",
-          "ftp://x", "http://a.example/v1/", "https://b.example", "localhost:8000", "24h", " 2d ", "90", "0s",
-          "1.5h", "abc", "sk-x", "~/x", "/tmp/h", "relative/dir", "\t1", "1\n"]
+SHAPES = [
+    "",
+    " ",
+    "0",
+    "1",
+    "-1",
+    "+5",
+    "007",
+    "1_000",
+    "1e3",
+    "nan",
+    "inf",
+    "-inf",
+    "0.5",
+    ".5",
+    "5.",
+    " 7",
+    "7 ",
+    "0x10",
+    "١٢",
+    "true",
+    "True",
+    "TRUE",
+    "false",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "t",
+    "f",
+    "y",
+    "n",
+    "none",
+    "null",
+    "sqlite:///tmp/x/bulk.db",
+    "SQLITE:///tmp/y.db",
+    "redis://h:1/0",
+    "rediss://u:p@h/0",
+    "ftp://x",
+    "http://a.example/v1/",
+    "https://b.example",
+    "localhost:8000",
+    "24h",
+    " 2d ",
+    "90",
+    "0s",
+    "1.5h",
+    "abc",
+    "sk-x",
+    "~/x",
+    "/tmp/h",
+    "relative/dir",
+    "\t1",
+    "1\n",
+]
 #: What an environment value can hold: any text but NUL (the kernel's terminator) and lone surrogates.
-ENV_TEXT = st.text(st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=8)
+ENV_TEXT = st.text(
+    st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=8
+)
 
 
 def _near_bounds(name: str) -> list[str]:
@@ -51,12 +103,19 @@ def environments(draw):
     if draw(st.booleans()):
         env["HERMES_HOME"] = draw(st.sampled_from(["/srv/hermes", "~/profile", ""]))
     for setting in draw(st.lists(st.sampled_from(SETTINGS), max_size=6, unique=True)):
-        names = draw(st.lists(st.sampled_from(setting.env_names), min_size=1, max_size=2, unique=True))
+        names = draw(
+            st.lists(st.sampled_from(setting.env_names), min_size=1, max_size=2, unique=True)
+        )
         for name in names:
-            value = draw(st.one_of(st.sampled_from(SHAPES), st.sampled_from(_near_bounds(setting.name) or ["1"]),
-                                   st.integers(-5, 2 * 10**9).map(str),
-                                   st.floats(allow_nan=True, allow_infinity=True).map(str),
-                                   ENV_TEXT))
+            value = draw(
+                st.one_of(
+                    st.sampled_from(SHAPES),
+                    st.sampled_from(_near_bounds(setting.name) or ["1"]),
+                    st.integers(-5, 2 * 10**9).map(str),
+                    st.floats(allow_nan=True, allow_infinity=True).map(str),
+                    ENV_TEXT,
+                )
+            )
             env[draw(_case(name))] = value
     return env
 
@@ -86,7 +145,9 @@ def _assert_equal(full: Settings, quick: quick_settings.QuickSettings) -> None:
 @given(environments())
 @example({"HOME": "/h", "hermes_bulk_rpm": "5", "HERMES_BULK_RPM": "6"})  # one name in two cases
 @example({"HOME": "/h", "OPENAI_API_KEY": "sk-a", "api_key": "sk-b"})  # the fallback order
-@example({"HOME": "/h", "HERMES_BULK_LEASE_SECONDS": "0.5", "HERMES_BULK_REQUEST_TIMEOUT_SECONDS": "0"})
+@example(
+    {"HOME": "/h", "HERMES_BULK_LEASE_SECONDS": "0.5", "HERMES_BULK_REQUEST_TIMEOUT_SECONDS": "0"}
+)
 def test_quick_settings_never_disagree_with_settings(env):
     full, quick = _settings(env)
     if quick is not None:
@@ -108,14 +169,26 @@ def plain_environments(draw):
         elif setting.kind == "path":
             value = draw(st.sampled_from(["/srv/bulk", "data/bulk", "~/bulk"]))
         elif setting.name == "backend":
-            value = draw(st.sampled_from(["", "sqlite:////srv/bulk.db", "redis://:pw@127.0.0.1:6379/0",
-                                          "rediss://cache.example:6380/2?prefix=team"]))
+            value = draw(
+                st.sampled_from(
+                    [
+                        "",
+                        "sqlite:////srv/bulk.db",
+                        "redis://:pw@127.0.0.1:6379/0",
+                        "rediss://cache.example:6380/2?prefix=team",
+                    ]
+                )
+            )
         elif setting.name == "base_url":
-            value = draw(st.sampled_from(["http://127.0.0.1:8000/v1", "https://api.example.com/v1/"]))
+            value = draw(
+                st.sampled_from(["http://127.0.0.1:8000/v1", "https://api.example.com/v1/"])
+            )
         elif setting.name == "batch_window":
             value = draw(st.sampled_from(["24h", "2d", "3600"]))
         else:
-            value = draw(st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20))
+            value = draw(
+                st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20)
+            )
         env[setting.env_names[0]] = value
     return env
 
@@ -133,7 +206,9 @@ def test_the_table_is_every_setting_and_nothing_else():
 
 
 def test_a_key_read_quickly_is_never_shown(tmp_path):
-    with mock.patch.dict(os.environ, {"HOME": str(tmp_path), "OPENAI_API_KEY": "sk-quick-secret-123"}, clear=True):
+    with mock.patch.dict(
+        os.environ, {"HOME": str(tmp_path), "OPENAI_API_KEY": "sk-quick-secret-123"}, clear=True
+    ):
         quick = quick_settings.read(os.environ)
     assert quick is not None and quick.api_key.get_secret_value() == "sk-quick-secret-123"
     assert "sk-quick" not in repr(quick.api_key)

@@ -44,8 +44,13 @@ def _files(root: Path) -> Snapshot:
             st = os.lstat(path)
             key = str(path.relative_to(root))
             if stat.S_ISREG(st.st_mode):
-                found[key] = ("file", oct(st.st_mode), st.st_size, st.st_mtime_ns,
-                              hashlib.sha256(path.read_bytes()).hexdigest())
+                found[key] = (
+                    "file",
+                    oct(st.st_mode),
+                    st.st_size,
+                    st.st_mtime_ns,
+                    hashlib.sha256(path.read_bytes()).hexdigest(),
+                )
             elif stat.S_ISLNK(st.st_mode):
                 found[key] = ("link", os.readlink(path))
             else:
@@ -61,7 +66,12 @@ def _sqlite_tables(path: Path) -> dict[str, list]:
     """
     conn = sqlite3.connect(f"file:{path}?immutable=1", uri=True)
     try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            )
+        ]
         return {t: sorted(map(repr, conn.execute(f'SELECT * FROM "{t}"'))) for t in tables}
     finally:
         conn.close()
@@ -74,8 +84,10 @@ def _redis_keys(client: redis.Redis, prefix: str) -> dict[bytes, object]:
     for key in sorted(client.scan_iter(match=f"*{prefix}*", count=1000)):
         kind = client.type(key).decode()
         value = {
-            "string": lambda k: client.get(k), "hash": lambda k: sorted(client.hgetall(k).items()),
-            "list": lambda k: client.lrange(k, 0, -1), "set": lambda k: sorted(client.smembers(k)),
+            "string": lambda k: client.get(k),
+            "hash": lambda k: sorted(client.hgetall(k).items()),
+            "list": lambda k: client.lrange(k, 0, -1),
+            "set": lambda k: sorted(client.smembers(k)),
             "zset": lambda k: client.zrange(k, 0, -1, withscores=True),
         }[kind](key)
         dump[key] = (kind, value, client.ttl(key) >= 0)
@@ -85,7 +97,9 @@ def _redis_keys(client: redis.Redis, prefix: str) -> dict[bytes, object]:
 class World:
     """The data directory and the store that a read must leave as they were."""
 
-    def __init__(self, home: Path, backend: str, redis_client: redis.Redis | None, prefix: str | None) -> None:
+    def __init__(
+        self, home: Path, backend: str, redis_client: redis.Redis | None, prefix: str | None
+    ) -> None:
         self.home, self.backend, self.redis, self.prefix = home, backend, redis_client, prefix
 
     def snapshot(self, store_home: Path) -> tuple[Snapshot, dict]:
@@ -119,7 +133,9 @@ def setup(request, cli, tmp_path, home, fake_provider):
     if backend == "redis":
         url = request.getfixturevalue("redis_url")
         cli.env["HERMES_BULK_BACKEND"] = url
-        raw = redis.Redis(port=request.getfixturevalue("redis_server").port)  # bytes: Huey stores pickles
+        raw = redis.Redis(
+            port=request.getfixturevalue("redis_server").port
+        )  # bytes: Huey stores pickles
         request.addfinalizer(raw.close)
         prefix = prefix_of(url)
     src = tmp_path / "items.jsonl"
@@ -133,7 +149,9 @@ def setup(request, cli, tmp_path, home, fake_provider):
         (outputs / f"{index:06d}.md").unlink()
     waiting = cli.create("Do", src)
     cli("run", waiting)  # no worker: its triggers wait in the queue
-    assert cli.json("status", waiting, "--json")["state"] == "waiting_for_worker"  # run, never picked up
+    assert (
+        cli.json("status", waiting, "--json")["state"] == "waiting_for_worker"
+    )  # run, never picked up
     read_home, extra = home, {}
     if request.param.endswith("another machine"):
         read_home = tmp_path / "other-machine" / "data"
@@ -142,11 +160,21 @@ def setup(request, cli, tmp_path, home, fake_provider):
 
 
 READS = [
-    ("status", "{job}"), ("status",), ("status", "{job}", "--json"), ("status", "{job}", "--events", "5"),
-    ("list",), ("list", "--json"), ("events", "{job}"),
-    ("show", "{job}", "1"), ("show", "{job}", "line:7", "--json"), ("status", "{job}", "--failed"),
-    ("export", "{job}"), ("export", "{job}", "--format", "csv"), ("export", "{job}", "--format", "jsonl"),
-    ("export", "{job}", "--format", "csv", "--output", "{out}"), ("export", "{job}", "--output", "-"),
+    ("status", "{job}"),
+    ("status",),
+    ("status", "{job}", "--json"),
+    ("status", "{job}", "--events", "5"),
+    ("list",),
+    ("list", "--json"),
+    ("events", "{job}"),
+    ("show", "{job}", "1"),
+    ("show", "{job}", "line:7", "--json"),
+    ("status", "{job}", "--failed"),
+    ("export", "{job}"),
+    ("export", "{job}", "--format", "csv"),
+    ("export", "{job}", "--format", "jsonl"),
+    ("export", "{job}", "--format", "csv", "--output", "{out}"),
+    ("export", "{job}", "--output", "-"),
 ]
 
 
@@ -163,13 +191,21 @@ def test_reads_change_nothing_but_the_export_asked_for(setup, cli, tmp_path):
         assert store_after == store_before, f"{command} changed the store"
         if read[0] == "export" and "--output" not in read:
             target = Path(proc.stdout.strip())
-            assert target == world.home / "jobs" / job_id / f"results.{args[-1] if '--format' in args else 'md'}"
+            assert (
+                target
+                == world.home
+                / "jobs"
+                / job_id
+                / f"results.{args[-1] if '--format' in args else 'md'}"
+            )
         elif "--output" in read and args[-1] != "-":
             target = out
         else:
             target = None
         changed = _changed(files_before, files_after)
-        assert changed <= _allowed(target, world.home), f"{command} changed {sorted(changed)} under the data directory"
+        assert changed <= _allowed(target, world.home), (
+            f"{command} changed {sorted(changed)} under the data directory"
+        )
         if target is not None:
             assert target.is_file() and target.stat().st_size > 0
 
@@ -181,12 +217,23 @@ def test_the_dashboard_changes_nothing(setup, cli):
 
     world, store_home, job_id, extra = setup
     files_before, store_before = world.snapshot(store_home)
-    d = start_dashboard(cli, HERMES_BULK_DASHBOARD_TOKEN="a-dashboard-token-for-tests-0123456789", **extra)
+    d = start_dashboard(
+        cli, HERMES_BULK_DASHBOARD_TOKEN="a-dashboard-token-for-tests-0123456789", **extra
+    )
     try:
         with d.client() as c:
-            reads = ["/", "/workers", f"/jobs/{job_id}", "/static/dashboard.js", "/api/jobs", "/api/workers",
-                     f"/api/jobs/{job_id}", f"/api/jobs/{job_id}/export?format=md",
-                     f"/api/jobs/{job_id}/export?format=csv", f"/api/jobs/{job_id}/export?format=jsonl"]
+            reads = [
+                "/",
+                "/workers",
+                f"/jobs/{job_id}",
+                "/static/dashboard.js",
+                "/api/jobs",
+                "/api/workers",
+                f"/api/jobs/{job_id}",
+                f"/api/jobs/{job_id}/export?format=md",
+                f"/api/jobs/{job_id}/export?format=csv",
+                f"/api/jobs/{job_id}/export?format=jsonl",
+            ]
             for path in reads * 2:  # twice: the second time the samples are there
                 assert c.get(path).status_code == 200, path
             assert c.get(f"/api/jobs/{job_id}").json()["job"]["failed"] == 1

@@ -47,9 +47,16 @@ MAKERS = {"csv": (_csv, 4), "jsonl": (_jsonl, 4), "json": (_json, 5)}
 def test_a_record_over_max_item_bytes_is_one_line_naming_it_and_no_job(cli, tmp_path, kind):
     make, line = MAKERS[kind]
     src = make(tmp_path / f"big.{kind}", LIMIT + 10)
-    proc = cli("create", "Do", "--over", str(src), check=False, HERMES_BULK_MAX_ITEM_BYTES=str(LIMIT))
-    assert_one_line_error(proc, 1, f"line {line}", f"larger than max_item_bytes ({LIMIT} bytes)",
-                          "HERMES_BULK_MAX_ITEM_BYTES")
+    proc = cli(
+        "create", "Do", "--over", str(src), check=False, HERMES_BULK_MAX_ITEM_BYTES=str(LIMIT)
+    )
+    assert_one_line_error(
+        proc,
+        1,
+        f"line {line}",
+        f"larger than max_item_bytes ({LIMIT} bytes)",
+        "HERMES_BULK_MAX_ITEM_BYTES",
+    )
     assert cli("list", "--json").stdout.strip() in ("", "[]")
 
 
@@ -57,17 +64,28 @@ def test_a_record_over_max_item_bytes_is_one_line_naming_it_and_no_job(cli, tmp_
 def test_a_record_at_max_item_bytes_is_an_item(cli, tmp_path, kind):
     make, _ = MAKERS[kind]
     src = make(tmp_path / f"fits.{kind}", LIMIT // 2)
-    assert cli.json("create", "Do", "--over", str(src), "--json",
-                    HERMES_BULK_MAX_ITEM_BYTES=str(LIMIT))["items"] == 4
+    assert (
+        cli.json(
+            "create", "Do", "--over", str(src), "--json", HERMES_BULK_MAX_ITEM_BYTES=str(LIMIT)
+        )["items"]
+        == 4
+    )
 
 
 def _peak_rss_kib(cli, src: Path) -> int:
     # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so it would report the forking
     # test process's own peak.
-    code = ("import re, sys; from hermes_bulk.frontends.cli import main; main(sys.argv[1:]); "
-            "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1], file=sys.stderr)")
-    proc = subprocess.run([sys.executable, "-c", code, "create", "Do", "--over", str(src), "--dry-run"],
-                          capture_output=True, text=True, env=cli.full_env(), timeout=120)
+    code = (
+        "import re, sys; from hermes_bulk.frontends.cli import main; main(sys.argv[1:]); "
+        "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1], file=sys.stderr)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "create", "Do", "--over", str(src), "--dry-run"],
+        capture_output=True,
+        text=True,
+        env=cli.full_env(),
+        timeout=120,
+    )
     return int(proc.stderr.strip().splitlines()[-1])
 
 

@@ -57,14 +57,29 @@ def test_a_url_that_cannot_be_parsed_registers_nothing_and_does_not_raise():
     assert redact.url_secrets("http://[::1") == []
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("redis://:pw@h:63x79/0", "redis://…"),  # a port that is no number: where the password ends is unknown
-    ("redis://:!early-sorting-pw@cache:6379/0", "redis://:***@cache:6379/0"),  # '!' sorts before '*'
-    ("https://u:p@ss@host.example/v1", "https://u:***@host.example/v1"),  # an @ inside the password
-    ("redis:///0?password=hunter22", "redis:///0?password=***"),  # no host: the // is kept
-    ("https://host.example/v1?", "https://host.example/v1?"),  # nothing to hide: the URL as given
-    ("sqlite:////srv/bulk.db", "sqlite:////srv/bulk.db"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        (
+            "redis://:pw@h:63x79/0",
+            "redis://…",
+        ),  # a port that is no number: where the password ends is unknown
+        (
+            "redis://:!early-sorting-pw@cache:6379/0",
+            "redis://:***@cache:6379/0",
+        ),  # '!' sorts before '*'
+        (
+            "https://u:p@ss@host.example/v1",
+            "https://u:***@host.example/v1",
+        ),  # an @ inside the password
+        ("redis:///0?password=hunter22", "redis:///0?password=***"),  # no host: the // is kept
+        (
+            "https://host.example/v1?",
+            "https://host.example/v1?",
+        ),  # nothing to hide: the URL as given
+        ("sqlite:////srv/bulk.db", "sqlite:////srv/bulk.db"),
+    ],
+)
 def test_public_url_in_the_corners(url, shown):
     assert redact.public_url(url) == shown
 

@@ -35,7 +35,10 @@ def _folder(path, n: int, word: str):
 
 
 def _export(cli, job_id: str) -> list[dict]:
-    return [json.loads(line) for line in cli("export", job_id, "--format", "jsonl", "--output", "-").stdout.splitlines()]
+    return [
+        json.loads(line)
+        for line in cli("export", job_id, "--format", "jsonl", "--output", "-").stdout.splitlines()
+    ]
 
 
 def _hex(field: bytes) -> bytes:
@@ -48,15 +51,26 @@ def _hex(field: bytes) -> bytes:
 def _to_layout_1(raw: redis.Redis, keys: RedisKeys, job_id: str) -> None:
     """Rewrite a job into layout 1 and forget that the Redis was moved (P:layout)."""
     meta = keys.job_key(job_id, "meta")
-    names = {k[2:].decode(): v.decode() for k, v in raw.hgetall(meta).items() if k.startswith(b"n:")}
+    names = {
+        k[2:].decode(): v.decode() for k, v in raw.hgetall(meta).items() if k.startswith(b"n:")
+    }
     top = int(raw.hget(meta, "max_index"))
     for i in range(top + 1):
         rec = {f: raw.hget(keys.bucket(job_id, f, i), i) for f in ITEM_FAMILIES}
         estimate, field = rec["items"].split(b"\t", 1)
         name = rec["names"].decode()
-        origin, offset, stat_sig = json.loads(rec["sources"]) if rec["sources"] else (name, -1, "0:0")
-        raw.hset(keys.job_key(job_id, "items"), i, estimate + b"\t" + _hex(field) + b"\t"
-                 + json.dumps([name, origin, offset, stat_sig]).encode())
+        origin, offset, stat_sig = (
+            json.loads(rec["sources"]) if rec["sources"] else (name, -1, "0:0")
+        )
+        raw.hset(
+            keys.job_key(job_id, "items"),
+            i,
+            estimate
+            + b"\t"
+            + _hex(field)
+            + b"\t"
+            + json.dumps([name, origin, offset, stat_sig]).encode(),
+        )
         content = raw.hget(keys.job_key(job_id, "contents"), field)
         if content is not None:
             raw.hset(keys.job_key(job_id, "contents"), _hex(field), content)
@@ -86,8 +100,9 @@ def _to_layout_1(raw: redis.Redis, keys: RedisKeys, job_id: str) -> None:
     raw.delete(keys.layout)
 
 
-def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(redis_cli, redis_url, tmp_path,
-                                                                       fake_provider):
+def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(
+    redis_cli, redis_url, tmp_path, fake_provider
+):
     cli = redis_cli
     done = cli.create("Summarise", _folder(tmp_path / "done", 4, "done"))
     cli("run", done, "--wait", timeout=120)
@@ -103,7 +118,11 @@ def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(redis_cli
 
         assert _export(cli, done) == before, "a completed job reads back as it was written"
         assert raw.get(keys.layout) == b"2", "the first store that opened moved the jobs"
-        assert not any(raw.exists(keys.job_key(j, f)) for j in (done, waiting) for f in ("items", "states", "results"))
+        assert not any(
+            raw.exists(keys.job_key(j, f))
+            for j in (done, waiting)
+            for f in ("items", "states", "results")
+        )
         assert not any(k.startswith(b"i:") for k in raw.hkeys(keys.job_key(done, "keys")))
         assert all(len(k) == 16 for k in raw.hkeys(keys.answers)), "answer keys as their bytes"
 
@@ -117,7 +136,9 @@ def test_jobs_of_the_layout_before_buckets_run_export_reuse_and_delete(redis_cli
         assert "4 answered before (reused), 0 to run" in made, "answers of a moved job are reused"
 
         cli("delete", "-y", done)
-        assert not [v for v in raw.hvals(keys.answers) if v.startswith(done.encode())], "its answers go with it"
+        assert not [v for v in raw.hvals(keys.answers) if v.startswith(done.encode())], (
+            "its answers go with it"
+        )
         assert not list(raw.scan_iter(match=f"*{done}*"))
     finally:
         raw.close()
@@ -131,25 +152,58 @@ def test_a_move_interrupted_anywhere_is_finished_by_the_next_store_that_opens(re
     first = broker.build_backend(redis_url)
     store = first.store
     job_id = "moved0000001"
-    store.begin_job(JobSpec(job_id=job_id, instruction="x", source="/s", source_kind="directory", concurrency=9,
-                            retries=1, provider_key="p:test"))
-    store.add_items(job_id, [NewItem(i, f"n{i}", f"c{i % 150}", content_hash(f"c{i % 150}"), f"n{i}", -1, "1:1", 5,
-                                     answer_key=f"{i % 150:032x}") for i in range(300)])
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="x",
+            source="/s",
+            source_kind="directory",
+            concurrency=9,
+            retries=1,
+            provider_key="p:test",
+        )
+    )
+    store.add_items(
+        job_id,
+        [
+            NewItem(
+                i,
+                f"n{i}",
+                f"c{i % 150}",
+                content_hash(f"c{i % 150}"),
+                f"n{i}",
+                -1,
+                "1:1",
+                5,
+                answer_key=f"{i % 150:032x}",
+            )
+            for i in range(300)
+        ],
+    )
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
     for _ in range(100):
         c = store.claim_item(job_id, 0, "w1", lease_s=30, max_running=99)
-        store.complete_item(job_id, c.index, "w1", f"r{c.index}", Usage(1, 1), provider="pv", model="md")
+        store.complete_item(
+            job_id, c.index, "w1", f"r{c.index}", Usage(1, 1), provider="pv", model="md"
+        )
     before = list(store.iter_items(job_id, with_content=True))
     raw = redis.Redis.from_url(redis_url.split("?")[0])
     try:
         _to_layout_1(raw, store.keys, job_id)
-        store.lua.migrate_layout(keys=store.keys.job(job_id), args=[0, 140])  # a move stopped part-way
-        assert raw.hlen(store.keys.job_key(job_id, "items")) == 159 and raw.get(store.keys.layout) is None
+        store.lua.migrate_layout(
+            keys=store.keys.job(job_id), args=[0, 140]
+        )  # a move stopped part-way
+        assert (
+            raw.hlen(store.keys.job_key(job_id, "items")) == 159
+            and raw.get(store.keys.layout) is None
+        )
         second = broker.build_backend(redis_url)
         try:
             assert list(second.store.iter_items(job_id, with_content=True)) == before
-            assert raw.get(store.keys.layout) == b"2" and not raw.exists(store.keys.job_key(job_id, "items"))
+            assert raw.get(store.keys.layout) == b"2" and not raw.exists(
+                store.keys.job_key(job_id, "items")
+            )
             c = second.store.claim_item(job_id, 0, "w1", lease_s=30, max_running=99)
             assert (c.index, c.content, c.origin) == (100, "c100", "n100")
         finally:

@@ -46,13 +46,29 @@ def _fill_and_restart_slowly(server: RedisServer) -> None:
     client = redis.Redis(port=server.port)
     client.eval(f"for i = 1, {FILLER_KEYS} do redis.call('SET', 'filler:' .. i, 'x') end", 0)
     client.bgrewriteaof()  # the data goes into the RDB base, whose loading key-load-delay slows
-    wait_for(lambda: client.info("persistence")["aof_rewrite_in_progress"] == 0
-             and client.info("persistence")["aof_rewrite_scheduled"] == 0, timeout=30, message="the AOF rewrite")
+    wait_for(
+        lambda: (
+            client.info("persistence")["aof_rewrite_in_progress"] == 0
+            and client.info("persistence")["aof_rewrite_scheduled"] == 0
+        ),
+        timeout=30,
+        message="the AOF rewrite",
+    )
     client.close()
     # Answering LOADING every kilobyte read (not every 2 MB): clients hear it while it lasts.
-    server.extra_args = ["--key-load-delay", "1000", "--loading-process-events-interval-bytes", "1024"]
+    server.extra_args = [
+        "--key-load-delay",
+        "1000",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]
     server.restart(graceful=True)
-    wait_for(lambda: _answers_loading(server.port), timeout=10, interval=0.01, message="Redis loading its data")
+    wait_for(
+        lambda: _answers_loading(server.port),
+        timeout=10,
+        interval=0.01,
+        message="Redis loading its data",
+    )
 
 
 def test_a_command_during_loading_waits_for_the_data_and_answers(cli, loading_redis, tmp_path):
@@ -76,5 +92,7 @@ def test_loading_longer_than_a_command_waits_is_said_in_one_line(loading_redis, 
     with pytest.raises(BackendUnavailable) as caught:
         connection.connect_redis(parse_backend_url(loading_redis.url))
     message = str(caught.value)
-    assert message == (f"Redis at 127.0.0.1:{loading_redis.port} is loading its data (it has just restarted); "
-                       "try again in a moment."), message
+    assert message == (
+        f"Redis at 127.0.0.1:{loading_redis.port} is loading its data (it has just restarted); "
+        "try again in a moment."
+    ), message

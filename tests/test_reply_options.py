@@ -12,17 +12,28 @@ from hermes_bulk.frontends import replies
 from hermes_bulk.frontends.parser import build_parser, options_for
 
 #: The least each command parses with: its required positionals and flags.
-MINIMAL = {"create": ["create", "Summarize", "--over", "items"], "show": ["show", "J", "I"], "status": ["status"],
-           "list": ["list"], "doctor": ["doctor"]}
+MINIMAL = {
+    "create": ["create", "Summarize", "--over", "items"],
+    "show": ["show", "J", "I"],
+    "status": ["status"],
+    "list": ["list"],
+    "doctor": ["doctor"],
+}
 
 
 def parsed(command: str, *, for_slash: bool) -> dict:
     argv = MINIMAL.get(command, [command, "J"])
-    return vars(build_parser("/bulk" if for_slash else "hermes-bulk", for_slash=for_slash).parse_args(argv))
+    return vars(
+        build_parser("/bulk" if for_slash else "hermes-bulk", for_slash=for_slash).parse_args(argv)
+    )
 
 
 def options(handler) -> dict[str, inspect.Parameter]:
-    return {name: p for name, p in inspect.signature(handler).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    return {
+        name: p
+        for name, p in inspect.signature(handler).parameters.items()
+        if p.kind is p.KEYWORD_ONLY
+    }
 
 
 @pytest.mark.parametrize("command", sorted(replies.HANDLERS))
@@ -32,11 +43,19 @@ def test_every_option_a_handler_takes_is_a_flag_and_every_slash_flag_reaches_it(
     for name, param in options(handler).items():
         assert name in slash or name in cli, f"{command}: no grammar has {name}"
         if param.default is param.empty:
-            assert name in slash and name in cli, f"{command}: {name} is required but not always parsed"
+            assert name in slash and name in cli, (
+                f"{command}: {name} is required but not always parsed"
+            )
     # Everything /bulk parses for the command reaches the handler, so no typed flag is ignored.
     assert sorted(set(slash) - {"command"} - set(options(handler))) == []
 
 
 def test_options_for_passes_what_the_handler_takes_and_nothing_else():
     args = build_parser().parse_args(["run", "abc", "--rpm", "60", "--wait", "--no-check"])
-    assert options_for(replies.run, args) == {"job": "abc", "concurrency": None, "rpm": 60, "tpm": None, "wait": True}
+    assert options_for(replies.run, args) == {
+        "job": "abc",
+        "concurrency": None,
+        "rpm": 60,
+        "tpm": None,
+        "wait": True,
+    }

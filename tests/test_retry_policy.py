@@ -89,7 +89,9 @@ def backend(tmp_path, clock):
 def client(provider):
     provider.reset_records()
     provider.configure(script=[], item_faults={})
-    c = HttpModelClient(base_url=provider.base_url, api_key="k-test", model="fake-model", timeout_s=10)
+    c = HttpModelClient(
+        base_url=provider.base_url, api_key="k-test", model="fake-model", timeout_s=10
+    )
     yield c
     c.close()
 
@@ -97,21 +99,55 @@ def client(provider):
 _ids = iter(range(10**6))
 
 
-def make_job(store, n: int = 1, *, retries: int = 2, schema: str | None = None, contents=None) -> str:
+def make_job(
+    store, n: int = 1, *, retries: int = 2, schema: str | None = None, contents=None
+) -> str:
     job_id = f"retry{next(_ids):06d}"
-    store.begin_job(JobSpec(job_id=job_id, instruction="Echo", source="/in", source_kind="jsonl",
-                            concurrency=10, retries=retries, provider_key="p:x", schema=schema))
-    store.add_items(job_id, [NewItem(i, f"item-{i}", (contents or [f"item {i}"] * n)[i], f"b2:{job_id}{i}",
-                                     "", -1, "", 10) for i in range(n)])
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="Echo",
+            source="/in",
+            source_kind="jsonl",
+            concurrency=10,
+            retries=retries,
+            provider_key="p:x",
+            schema=schema,
+        )
+    )
+    store.add_items(
+        job_id,
+        [
+            NewItem(
+                i,
+                f"item-{i}",
+                (contents or [f"item {i}"] * n)[i],
+                f"b2:{job_id}{i}",
+                "",
+                -1,
+                "",
+                10,
+            )
+            for i in range(n)
+        ],
+    )
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
     return job_id
 
 
 def processor(backend, client, clock, tmp_path, **kw) -> ItemProcessor:
-    return ItemProcessor(store=backend.store, limits=backend.limits, worker_id="w1",
-                         client_for=kw.pop("client_for", lambda job: client), jobs_dir=tmp_path / "jobs",
-                         lease_s=60, concurrency_cap=10, sleep=clock.sleep, **kw)
+    return ItemProcessor(
+        store=backend.store,
+        limits=backend.limits,
+        worker_id="w1",
+        client_for=kw.pop("client_for", lambda job: client),
+        jobs_dir=tmp_path / "jobs",
+        lease_s=60,
+        concurrency_cap=10,
+        sleep=clock.sleep,
+        **kw,
+    )
 
 
 def statuses(provider) -> list[int]:
@@ -125,13 +161,19 @@ def item(store, job_id, index=0):
 # Transient errors: retried with backoff, at most the job's retries ------------------------------
 
 
-def test_transient_errors_are_retried_with_growing_waits_and_then_answered(backend, client, clock, tmp_path,
-                                                                            provider):
+def test_transient_errors_are_retried_with_growing_waits_and_then_answered(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=3)
     provider.configure(script=["500", "503", "ok"])
     p = processor(backend, client, clock, tmp_path)
     outcome = p.handle(job, 0)
-    assert (outcome.claimed, outcome.index, outcome.reschedule_in, outcome.refused) == (True, 0, None, None)
+    assert (outcome.claimed, outcome.index, outcome.reschedule_in, outcome.refused) == (
+        True,
+        0,
+        None,
+        None,
+    )
     assert statuses(provider) == [500, 503, 200]
     assert clock.sleeps == [2.0, 4.0]
     done = item(backend.store, job)
@@ -140,11 +182,14 @@ def test_transient_errors_are_retried_with_growing_waits_and_then_answered(backe
     assert output_path(tmp_path / "jobs", job, 0).read_text() == done.result + "\n"
     counted = p.counters.snapshot()
     assert (counted["requests"], counted["items_completed"], counted["items_failed"]) == (3, 1, 0)
-    assert (counted["tokens_in"], counted["tokens_out"]) == (done.tokens_in, done.tokens_out) != (0, 0)
+    assert (
+        (counted["tokens_in"], counted["tokens_out"]) == (done.tokens_in, done.tokens_out) != (0, 0)
+    )
 
 
-def test_an_item_fails_after_its_retries_with_the_last_error_in_our_words(backend, client, clock, tmp_path,
-                                                                          provider):
+def test_an_item_fails_after_its_retries_with_the_last_error_in_our_words(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=2)
     provider.configure(script=["500", "500", "502", "ok"])
     processor(backend, client, clock, tmp_path).handle(job, 0)
@@ -156,7 +201,9 @@ def test_an_item_fails_after_its_retries_with_the_last_error_in_our_words(backen
     assert failed.attempts == 3
 
 
-def test_the_backoff_between_retries_stops_growing_at_30_seconds(backend, client, clock, tmp_path, provider):
+def test_the_backoff_between_retries_stops_growing_at_30_seconds(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=6)
     provider.configure(script=["500"] * 6 + ["ok"])
     processor(backend, client, clock, tmp_path).handle(job, 0)
@@ -175,28 +222,41 @@ def _taken_by_another_worker(store, clock, job_id):
     return take
 
 
-@pytest.mark.parametrize("script", [["500", "500", "ok"], ["429:1", "429:1", "ok"]],
-                         ids=["transient", "429"])
+@pytest.mark.parametrize(
+    "script", [["500", "500", "ok"], ["429:1", "429:1", "ok"]], ids=["transient", "429"]
+)
 def test_a_worker_whose_lease_was_lost_while_waiting_stops_and_leaves_the_item_alone(
-        script, backend, client, clock, tmp_path, provider):
+    script, backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=3)
     provider.configure(script=script)
     clock.on_first_sleep = _taken_by_another_worker(backend.store, clock, job)
     p = processor(backend, client, clock, tmp_path)
     assert p.handle(job, 0).claimed
-    assert len(provider.requests) == 2, "the attempt after the loss is the last: nothing more is sent"
+    assert len(provider.requests) == 2, (
+        "the attempt after the loss is the last: nothing more is sent"
+    )
     now = item(backend.store, job)
     assert now.status == RUNNING and now.result is None, "the other worker's item, untouched"
     assert p.counters.snapshot()["items_failed"] == 0 and p.held_items() == []
 
 
 def test_an_answer_that_cannot_be_written_gives_back_the_item_its_completion_claimed(
-        backend, client, clock, tmp_path):
+    backend, client, clock, tmp_path
+):
     job = make_job(backend.store, n=2)
     jobs_dir = tmp_path / "not-a-folder"
     jobs_dir.write_text("a file where the outputs folder would be")
-    p = ItemProcessor(store=backend.store, limits=backend.limits, worker_id="w1", client_for=lambda j: client,
-                      jobs_dir=jobs_dir, lease_s=60, concurrency_cap=10, sleep=clock.sleep)
+    p = ItemProcessor(
+        store=backend.store,
+        limits=backend.limits,
+        worker_id="w1",
+        client_for=lambda j: client,
+        jobs_dir=jobs_dir,
+        lease_s=60,
+        concurrency_cap=10,
+        sleep=clock.sleep,
+    )
     outcome = p.handle(job, 0, chain=lambda: True)
     assert outcome.next is None
     assert item(backend.store, job, 0).status == COMPLETED, "the answer is kept in the store"
@@ -204,13 +264,19 @@ def test_an_answer_that_cannot_be_written_gives_back_the_item_its_completion_cla
     assert p.held_items() == []
 
 
-def test_attempts_of_an_earlier_claim_count_against_the_retries(backend, client, clock, tmp_path, provider):
+def test_attempts_of_an_earlier_claim_count_against_the_retries(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=3)
     store = backend.store
     for _ in range(2):  # two failed attempts under another worker, whose lease then ran out
         assert store.claim_item(job, 0, "w0", lease_s=60, max_running=10).index == 0
-        assert store.record_attempt(job, 0, "w0", ItemError("TransientError", "HTTP 500", 500),
-                                    rate_limited=False) > 0
+        assert (
+            store.record_attempt(
+                job, 0, "w0", ItemError("TransientError", "HTTP 500", 500), rate_limited=False
+            )
+            > 0
+        )
         assert store.release_item(job, 0, "w0")
     provider.configure(script=["500", "500", "ok"])
     processor(backend, client, clock, tmp_path).handle(job, 0)
@@ -241,8 +307,9 @@ def test_a_permanent_error_fails_at_once(backend, client, clock, tmp_path, provi
 # 429: a shared wait, not a retry ----------------------------------------------------------------
 
 
-def test_a_429_waits_its_retry_after_for_every_worker_and_uses_no_retry(backend, client, clock, tmp_path,
-                                                                         provider):
+def test_a_429_waits_its_retry_after_for_every_worker_and_uses_no_retry(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=1)
     provider.configure(script=["429:3", "429:4", "500", "ok"])
     start = clock.now
@@ -254,13 +321,17 @@ def test_a_429_waits_its_retry_after_for_every_worker_and_uses_no_retry(backend,
     done = item(backend.store, job)
     assert done.status == COMPLETED and done.attempts == 1, "the 429s used none of the one retry"
     events = [e for e in backend.store.item_events(job, 0) if "429" in e.message]
-    assert len(events) == 2 and {(e.error_type, e.http_status) for e in events} == {("RateLimitError", 429)}
+    assert len(events) == 2 and {(e.error_type, e.http_status) for e in events} == {
+        ("RateLimitError", 429)
+    }
     until = datetime.datetime.fromtimestamp(start + 3).strftime("%H:%M:%S")
     assert f"all workers wait until {until}" in events[0].message
     assert backend.limits.pause_state(client.provider_key) is None, "the wait is over"
 
 
-def test_a_429_without_retry_after_waits_the_base_then_doubles(backend, client, clock, tmp_path, provider):
+def test_a_429_without_retry_after_waits_the_base_then_doubles(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=1)
     provider.configure(script=["429", "429", "ok"])
     processor(backend, client, clock, tmp_path).handle(job, 0)
@@ -268,7 +339,9 @@ def test_a_429_without_retry_after_waits_the_base_then_doubles(backend, client, 
     assert item(backend.store, job).status == COMPLETED
 
 
-def test_a_success_after_429s_starts_the_next_wait_from_the_base(backend, client, clock, tmp_path, provider):
+def test_a_success_after_429s_starts_the_next_wait_from_the_base(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, n=2, retries=1)
     provider.configure(script=["429", "ok", "429", "ok"])
     p = processor(backend, client, clock, tmp_path)
@@ -277,7 +350,9 @@ def test_a_success_after_429s_starts_the_next_wait_from_the_base(backend, client
     assert clock.sleeps[0] == 5.0 and 5.0 in clock.sleeps[1:], clock.sleeps
 
 
-def test_a_long_retry_after_gives_the_item_back_for_later(backend, client, clock, tmp_path, provider):
+def test_a_long_retry_after_gives_the_item_back_for_later(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=2)
     provider.configure(script=["429:40", "ok"])
     outcome = processor(backend, client, clock, tmp_path).handle(job, 0)
@@ -289,21 +364,26 @@ def test_a_long_retry_after_gives_the_item_back_for_later(backend, client, clock
     assert clock.sleeps == []
 
 
-def test_a_provider_retry_after_is_honoured_up_to_an_hour(backend, client, clock, tmp_path, provider):
+def test_a_provider_retry_after_is_honoured_up_to_an_hour(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=2)
     provider.configure(script=["429:90000"])
     outcome = processor(backend, client, clock, tmp_path).handle(job, 0)
     assert outcome.reschedule_in == pytest.approx(3600, abs=0.01)
 
 
-def test_a_job_without_retries_fails_its_item_at_the_first_429(backend, client, clock, tmp_path, provider):
+def test_a_job_without_retries_fails_its_item_at_the_first_429(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=0)
     provider.configure(script=["429:1", "ok"])
     processor(backend, client, clock, tmp_path).handle(job, 0)
     failed = item(backend.store, job)
     assert (failed.status, failed.error_type, failed.http_status) == (FAILED, "RateLimitError", 429)
-    assert failed.error_message == ("rate limited (HTTP 429) 1 time in a row; run retry later or lower "
-                                    "--concurrency")
+    assert failed.error_message == (
+        "rate limited (HTTP 429) 1 time in a row; run retry later or lower --concurrency"
+    )
 
 
 def test_an_item_fails_after_too_many_429s_in_a_row(backend, client, clock, tmp_path, provider):
@@ -318,7 +398,9 @@ def test_an_item_fails_after_too_many_429s_in_a_row(backend, client, clock, tmp_
     assert f"{MAX_RATE_LIMIT_WAITS} times in a row" in failed.error_message
 
 
-def test_an_answer_without_reported_usage_counts_no_tokens(backend, client, clock, tmp_path, provider):
+def test_an_answer_without_reported_usage_counts_no_tokens(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, n=2)
     p = processor(backend, client, clock, tmp_path)
     try:
@@ -334,8 +416,9 @@ def test_an_answer_without_reported_usage_counts_no_tokens(backend, client, cloc
 
 
 @pytest.mark.parametrize("held_s", [30.0, 0.5])
-def test_a_request_the_budget_holds_gives_the_item_back_until_it_may_be_sent(held_s, backend, client, clock,
-                                                                            tmp_path, provider):
+def test_a_request_the_budget_holds_gives_the_item_back_until_it_may_be_sent(
+    held_s, backend, client, clock, tmp_path, provider
+):
     class Held:
         """The budget's gate (limits.RequestGate) while the window is spent."""
 
@@ -354,7 +437,9 @@ def test_a_request_the_budget_holds_gives_the_item_back_until_it_may_be_sent(hel
 # What a trigger that cannot be served does --------------------------------------------------------
 
 
-def test_a_claim_refused_for_tokens_in_flight_comes_back_in_a_second(backend, client, clock, tmp_path):
+def test_a_claim_refused_for_tokens_in_flight_comes_back_in_a_second(
+    backend, client, clock, tmp_path
+):
     store = backend.store
     job = make_job(store, n=2)
     store.set_state(job, PAUSED, from_states=[RUNNING])
@@ -369,8 +454,9 @@ def test_a_claim_refused_for_tokens_in_flight_comes_back_in_a_second(backend, cl
     assert (outcome.claimed, outcome.refused, outcome.reschedule_in) == (False, "not_running", None)
 
 
-def test_a_worker_that_cannot_serve_a_job_gives_the_item_back_and_says_so_once(backend, clock, tmp_path,
-                                                                                provider):
+def test_a_worker_that_cannot_serve_a_job_gives_the_item_back_and_says_so_once(
+    backend, clock, tmp_path, provider
+):
     provider.reset_records()
     job = make_job(backend.store, n=2)
 
@@ -406,8 +492,9 @@ def test_an_unexpected_error_fails_the_item_in_our_words(backend, clock, tmp_pat
     assert p.held_items() == []
 
 
-def test_a_refused_key_pauses_the_job_and_gives_the_item_back_uncharged(backend, client, clock, tmp_path,
-                                                                          provider):
+def test_a_refused_key_pauses_the_job_and_gives_the_item_back_uncharged(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, n=2, retries=3)
     provider.configure(script=["401", "ok"])
     p = processor(backend, client, clock, tmp_path)
@@ -419,24 +506,30 @@ def test_a_refused_key_pauses_the_job_and_gives_the_item_back_uncharged(backend,
     assert (back.status, back.attempts) == (PENDING, 0)
 
 
-def test_a_transient_status_resets_the_breaker_and_counts_as_an_attempt(backend, client, clock, tmp_path,
-                                                                         provider):
+def test_a_transient_status_resets_the_breaker_and_counts_as_an_attempt(
+    backend, client, clock, tmp_path, provider
+):
     job = make_job(backend.store, retries=1)
     provider.configure(script=["503", "ok"])
     breaker = EndpointBreaker(failures=1)
     p = processor(backend, client, clock, tmp_path, breaker=breaker)
     p.handle(job, 0)
     assert item(backend.store, job).status == COMPLETED
-    assert breaker.attempt(client.provider_key).answers == 2, "both HTTP answers were told to the breaker"
+    assert breaker.attempt(client.provider_key).answers == 2, (
+        "both HTTP answers were told to the breaker"
+    )
 
 
 def test_an_endpoint_nobody_reaches_retries_without_using_retries_until_the_breaker_pauses(
-        backend, clock, tmp_path):
+    backend, clock, tmp_path
+):
     job = make_job(backend.store, retries=1)
     with socket.socket() as s:  # a port nothing listens on: every connection is refused
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    down = HttpModelClient(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="m", timeout_s=2)
+    down = HttpModelClient(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key="k", model="m", timeout_s=2
+    )
     ticks = iter(range(100))
     breaker = EndpointBreaker(failures=3, clock=lambda: float(next(ticks)))
     try:
@@ -449,7 +542,9 @@ def test_an_endpoint_nobody_reaches_retries_without_using_retries_until_the_brea
     assert record.state == PAUSED
     back = item(backend.store, job)
     assert (back.status, back.attempts) == (PENDING, 0)
-    kept = [e for e in backend.store.item_events(job, 0) if "not counted against retries" in e.message]
+    kept = [
+        e for e in backend.store.item_events(job, 0) if "not counted against retries" in e.message
+    ]
     assert len(kept) == 2
 
 
@@ -474,17 +569,32 @@ def test_a_chain_goes_on_from_the_item_after_the_one_it_completed(backend, clien
 
 
 def test_an_item_whose_source_is_no_longer_a_regular_file_or_has_changed_fails_with_that_reason(
-        backend, client, clock, tmp_path, provider):
+    backend, client, clock, tmp_path, provider
+):
     folder = tmp_path / "in"
     folder.mkdir()
     os.mkfifo(folder / "a.txt")
     (folder / "b.txt").write_text("edited since create")
     store = backend.store
     job_id = f"src{next(_ids):06d}"
-    store.begin_job(JobSpec(job_id=job_id, instruction="Echo", source=str(folder), source_kind="directory",
-                            concurrency=10, retries=2, provider_key="p:x"))
-    store.add_items(job_id, [NewItem(i, name, "as created", "b2:as-created", name, -1, "1:1", 10)
-                             for i, name in enumerate(["a.txt", "b.txt"])])
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="Echo",
+            source=str(folder),
+            source_kind="directory",
+            concurrency=10,
+            retries=2,
+            provider_key="p:x",
+        )
+    )
+    store.add_items(
+        job_id,
+        [
+            NewItem(i, name, "as created", "b2:as-created", name, -1, "1:1", 10)
+            for i, name in enumerate(["a.txt", "b.txt"])
+        ],
+    )
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
     p = processor(backend, client, clock, tmp_path)
@@ -499,8 +609,9 @@ def test_an_item_whose_source_is_no_longer_a_regular_file_or_has_changed_fails_w
 
 
 def test_a_schema_answer_is_kept_as_canonical_json(backend, client, clock, tmp_path):
-    schema = json.dumps({"type": "object", "properties": {"title": {"type": "string"}},
-                         "required": ["title"]})
+    schema = json.dumps(
+        {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+    )
     job = make_job(backend.store, schema=schema)
     processor(backend, client, clock, tmp_path).handle(job, 0)
     done = item(backend.store, job)

@@ -39,7 +39,9 @@ def _answered(cli, tmp_path, n: int):
     return folder, job
 
 
-def test_a_rerun_over_a_grown_folder_asks_only_for_the_new_files(backend_cli, tmp_path, fake_provider):
+def test_a_rerun_over_a_grown_folder_asks_only_for_the_new_files(
+    backend_cli, tmp_path, fake_provider
+):
     cli = backend_cli
     folder, a = _answered(cli, tmp_path, 20)
     first = {r["item"]: r["result"] for r in _export(cli, a)}
@@ -64,7 +66,9 @@ def test_a_rerun_over_a_grown_folder_asks_only_for_the_new_files(backend_cli, tm
     st = cli.json("status", b, "--json")
     assert (st["reused"], st["state"]) == (20, "completed")
     assert st["tokens_saved"] > 0
-    assert st["tokens_charged"] < cli.json("status", a, "--json")["tokens_charged"], "reused items are not charged"
+    assert st["tokens_charged"] < cli.json("status", a, "--json")["tokens_charged"], (
+        "reused items are not charged"
+    )
     # The output allowance is learned from the items answered here, not diluted by the reused
     # ones (which cost this job nothing): the same answers per item as job A's, so about its figure.
     learned = re.compile(r"learned from (\d+) completed items: (\d+) output tokens")
@@ -86,8 +90,11 @@ def test_a_changed_question_reuses_nothing(change, backend_cli, tmp_path, fake_p
     folder, _ = _answered(cli, tmp_path, 4)
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps({"type": "object", "properties": {"title": {"type": "string"}}}))
-    flags = {"instruction": ("Summarise briefly",), "model": ("Summarise", "--model", "other-model"),
-             "schema": ("Summarise", "--schema", str(schema))}[change]
+    flags = {
+        "instruction": ("Summarise briefly",),
+        "model": ("Summarise", "--model", "other-model"),
+        "schema": ("Summarise", "--schema", str(schema)),
+    }[change]
     made = cli.json("create", flags[0], "--over", str(folder), *flags[1:], "--json")
     assert made["reused"] == 0
     # The same question again is still reused: the key is only what shapes the answer.
@@ -97,13 +104,20 @@ def test_a_changed_question_reuses_nothing(change, backend_cli, tmp_path, fake_p
 def test_reuse_off_by_setting_and_deleted_jobs_answer_nothing(backend_cli, tmp_path, fake_provider):
     cli = backend_cli
     folder, a = _answered(cli, tmp_path, 3)
-    assert cli.json("create", "Summarise", "--over", str(folder), "--json", HERMES_BULK_REUSE="false")["reused"] == 0
+    assert (
+        cli.json("create", "Summarise", "--over", str(folder), "--json", HERMES_BULK_REUSE="false")[
+            "reused"
+        ]
+        == 0
+    )
     assert cli.json("create", "Summarise", "--over", str(folder), "--json")["reused"] == 3
     cli("delete", a)
     assert cli.json("create", "Summarise", "--over", str(folder), "--json")["reused"] == 0
 
 
-def test_a_job_answered_before_in_full_is_completed_at_create_and_says_so(backend_cli, tmp_path, fake_provider):
+def test_a_job_answered_before_in_full_is_completed_at_create_and_says_so(
+    backend_cli, tmp_path, fake_provider
+):
     cli = backend_cli
     folder, _ = _answered(cli, tmp_path, 3)
     fake_provider.reset_records()
@@ -141,7 +155,9 @@ def test_identical_rows_are_asked_once(backend_cli, tmp_path, fake_provider):
     assert (st["completed"], st["pending"], st["reused"]) == (100, 0, 0)
 
 
-def test_a_failed_answer_fails_its_duplicates_and_retry_asks_once(backend_cli, tmp_path, fake_provider):
+def test_a_failed_answer_fails_its_duplicates_and_retry_asks_once(
+    backend_cli, tmp_path, fake_provider
+):
     cli = backend_cli
     fake_provider.configure(item_faults={"row text 7": "400"})
     job = cli.create("Classify", _csv_with_duplicates(tmp_path), "--retries", "0")

@@ -40,12 +40,18 @@ def _export(cli, job_id: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines()]
 
 
-def test_workers_racing_over_repeats_ask_once_per_text_per_job(backend_cli, tmp_path, fake_provider):
+def test_workers_racing_over_repeats_ask_once_per_text_per_job(
+    backend_cli, tmp_path, fake_provider
+):
     cli = backend_cli
-    fake_provider.configure(latency_s=0.05)  # long enough that repeats are claimed while the first is asked
+    fake_provider.configure(
+        latency_s=0.05
+    )  # long enough that repeats are claimed while the first is asked
     path = _rows_with_repeats(tmp_path)
     a = cli.create("Classify", path, "--concurrency", "8")
-    b = cli.create("Classify", path, "--concurrency", "8")  # made before A answered anything: reuses nothing
+    b = cli.create(
+        "Classify", path, "--concurrency", "8"
+    )  # made before A answered anything: reuses nothing
     assert cli.json("status", b, "--json")["reused"] == 0
     workers = [cli.spawn_worker("-w", "4") for _ in range(3)]
     try:
@@ -64,13 +70,17 @@ def test_workers_racing_over_repeats_ask_once_per_text_per_job(backend_cli, tmp_
                 proc.wait()
 
     asked = collections.Counter(r.item for r in fake_provider.requests)
-    assert sum(asked.values()) == 2 * DISTINCT, f"{sum(asked.values())} requests for {DISTINCT} texts in 2 jobs"
+    assert sum(asked.values()) == 2 * DISTINCT, (
+        f"{sum(asked.values())} requests for {DISTINCT} texts in 2 jobs"
+    )
     assert len(asked) == DISTINCT and set(asked.values()) == {2}, "each text asked once per job"
 
     for job in (a, b):
         rows = _export(cli, job)
         assert [r["status"] for r in rows] == ["completed"] * ROWS
-        assert len({r["result"] for r in rows}) == DISTINCT, "repeats carry their first item's answer"
+        assert len({r["result"] for r in rows}) == DISTINCT, (
+            "repeats carry their first item's answer"
+        )
 
     # A third job over the same rows finds every answer in the index and asks nothing.
     fake_provider.reset_records()

@@ -35,9 +35,13 @@ class Worker:
     def __init__(self, cli, path: Path, *flags: str, **env: str) -> None:
         self.path = path
         self._err = open(path, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-w", "2", *flags],
-                                     env=cli.full_env(**env), stdout=subprocess.DEVNULL, stderr=self._err,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hermes_bulk", "worker", "-w", "2", *flags],
+            env=cli.full_env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=self._err,
+            stdin=subprocess.DEVNULL,
+        )
 
     @property
     def log(self) -> str:
@@ -101,7 +105,9 @@ def _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, *flags):
         # SIGINT lets the two in progress finish: their answers are let through once it stops. SIGTERM
         # stops at once: they stay held until it has exited, so they cannot complete meanwhile.
         graceful = sig == signal.SIGINT
-        log = worker.stop(sig, then=(lambda: _release_once_stopping(worker, fake_provider)) if graceful else None)
+        log = worker.stop(
+            sig, then=(lambda: _release_once_stopping(worker, fake_provider)) if graceful else None
+        )
     finally:
         fake_provider.release()
     return job_id, log
@@ -110,7 +116,11 @@ def _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, *flags):
 def _release_once_stopping(worker: Worker, fake_provider) -> None:
     """Once the worker says it is stopping (its chains claim nothing more), let the requests it
     holds at the provider be answered."""
-    wait_for(lambda: "stopping: no new items start" in worker.log, timeout=30, message="the worker's stopping line")
+    wait_for(
+        lambda: "stopping: no new items start" in worker.log,
+        timeout=30,
+        message="the worker's stopping line",
+    )
     fake_provider.release()
 
 
@@ -121,28 +131,47 @@ def _one(pattern: str, log: str) -> re.Match:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
-def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(cli, fake_provider, tmp_path, backend_env,
-                                                                        sig):
+def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(
+    cli, fake_provider, tmp_path, backend_env, sig
+):
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
-    job_id, log = _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, "--resume-interrupted")
-    _one(r"INFO hermes_bulk: worker \S+: 2 threads on \S+; serves jobs created by hermes-bulk create; "
-         r"resumes jobs a graceful worker stop cut off \(--resume-interrupted\)$", log)
+    job_id, log = _start_and_stop_mid_job(
+        cli, fake_provider, tmp_path, env, sig, "--resume-interrupted"
+    )
+    _one(
+        r"INFO hermes_bulk: worker \S+: 2 threads on \S+; serves jobs created by hermes-bulk create; "
+        r"resumes jobs a graceful worker stop cut off \(--resume-interrupted\)$",
+        log,
+    )
     _one(rf"job {job_id} taken up: \d+ items left of 24, up to 2 at once$", log)
-    stopped = _one(rf"worker \S+ stopped: (no items|(\d+) items?) went back to the queue; unfinished: {job_id}$", log)
+    stopped = _one(
+        rf"worker \S+ stopped: (no items|(\d+) items?) went back to the queue; unfinished: {job_id}$",
+        log,
+    )
     went_back = int(stopped.group(2) or 0)
     if sig == signal.SIGTERM:
         assert went_back >= 1, "SIGTERM stops at once: the items in progress go back"
     else:
         assert went_back == 0, "SIGINT lets the items in progress finish"
-    assert "Hermes" not in log, "a worker that never meets a job made in Hermes says nothing about Hermes"
+    assert "Hermes" not in log, (
+        "a worker that never meets a job made in Hermes says nothing about Hermes"
+    )
     st = _status(cli, job_id, env)
-    assert (st["state"], st["interrupted"], st["running"]) == ("awaiting_recovery", "worker_stop", 0)
+    assert (st["state"], st["interrupted"], st["running"]) == (
+        "awaiting_recovery",
+        "worker_stop",
+        0,
+    )
     assert "--resume-interrupted continues it" in cli("status", job_id, **env).stdout
 
     sent = len(fake_provider.requests)
     again = Worker(cli, tmp_path / "second.stderr", "--resume-interrupted", **env)
     try:
-        wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="the job continues")
+        wait_for(
+            lambda: _status(cli, job_id, env)["state"] == "completed",
+            timeout=60,
+            message="the job continues",
+        )
         wait_for(lambda: "finished" in again.log, timeout=15, message="the finish line")
     finally:
         log2 = again.stop(signal.SIGINT)
@@ -157,7 +186,9 @@ def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(cli, fake
     assert (st["completed"], st["failed"], st["interrupted"]) == (24, 0, None)
 
 
-def test_a_sighup_restart_of_a_flagged_worker_continues_its_jobs(cli, fake_provider, tmp_path, backend_env):
+def test_a_sighup_restart_of_a_flagged_worker_continues_its_jobs(
+    cli, fake_provider, tmp_path, backend_env
+):
     """huey's own restart (SIGHUP: a graceful stop, then it execs itself with the same flags)."""
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
     job_id = _create(cli, _items(tmp_path, 16), env, "--concurrency", "2")
@@ -167,9 +198,19 @@ def test_a_sighup_restart_of_a_flagged_worker_continues_its_jobs(cli, fake_provi
     try:
         fake_provider.wait_held(2)
         worker.proc.send_signal(signal.SIGHUP)
-        _release_once_stopping(worker, fake_provider)  # the graceful stop lets the two in progress finish
-        wait_for(lambda: "continues" in worker.log, timeout=60, message="the restarted worker continues the job")
-        wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="completion")
+        _release_once_stopping(
+            worker, fake_provider
+        )  # the graceful stop lets the two in progress finish
+        wait_for(
+            lambda: "continues" in worker.log,
+            timeout=60,
+            message="the restarted worker continues the job",
+        )
+        wait_for(
+            lambda: _status(cli, job_id, env)["state"] == "completed",
+            timeout=60,
+            message="completion",
+        )
     finally:
         log = worker.stop()
     assert len(re.findall(r"INFO hermes_bulk: worker \S+: 2 threads", log)) == 2, log
@@ -178,26 +219,35 @@ def test_a_sighup_restart_of_a_flagged_worker_continues_its_jobs(cli, fake_provi
     assert _status(cli, job_id, env)["failed"] == 0
 
 
-def test_by_default_a_restarted_worker_leaves_a_gracefully_stopped_job_for_run(cli, fake_provider, tmp_path,
-                                                                               backend_env):
+def test_by_default_a_restarted_worker_leaves_a_gracefully_stopped_job_for_run(
+    cli, fake_provider, tmp_path, backend_env
+):
     env = {**backend_env, "HERMES_BULK_LEASE_SECONDS": "60"}
     job_id, _ = _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, signal.SIGTERM)
     sent = len(fake_provider.requests)
     again = Worker(cli, tmp_path / "second.stderr", **{**env, **FAST_PASSES})
     try:
-        wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
+        wait_for(
+            lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line"
+        )
         st = _quiet(job_id, env)
         assert (st["state"], st["interrupted"]) == ("awaiting_recovery", "worker_stop")
         assert len(fake_provider.requests) == sent, "nothing is sent until someone runs the job"
         cli("run", job_id, **env)
-        wait_for(lambda: _status(cli, job_id, env)["state"] == "completed", timeout=60, message="run continues it")
+        wait_for(
+            lambda: _status(cli, job_id, env)["state"] == "completed",
+            timeout=60,
+            message="run continues it",
+        )
     finally:
         log = again.stop(signal.SIGINT)
     _one(rf"job {job_id} awaits recovery: its workers stopped gracefully before it finished", log)
     assert _status(cli, job_id, env)["interrupted"] is None
 
 
-def test_a_flagged_worker_never_continues_a_job_cut_off_by_a_crash(cli, fake_provider, tmp_path, backend_env):
+def test_a_flagged_worker_never_continues_a_job_cut_off_by_a_crash(
+    cli, fake_provider, tmp_path, backend_env
+):
     flagged = {**backend_env, "HERMES_BULK_RESUME_INTERRUPTED": "1"}  # the setting, not the flag
     job_id = _create(cli, _items(tmp_path, 6), backend_env)
     cli("run", job_id, **backend_env)
@@ -205,12 +255,16 @@ def test_a_flagged_worker_never_continues_a_job_cut_off_by_a_crash(cli, fake_pro
     sent = len(fake_provider.requests)
     again = Worker(cli, tmp_path / "after-crash.stderr", **flagged, **FAST_PASSES)
     try:
-        wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
+        wait_for(
+            lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line"
+        )
         st = _quiet(job_id, backend_env)
     finally:
         log = again.stop(signal.SIGINT)
     assert (st["state"], st["interrupted"], st["running"]) == ("awaiting_recovery", "orphaned", 0)
-    assert len(fake_provider.requests) == sent, "a crash's job waits for run, even for a flagged worker"
+    assert len(fake_provider.requests) == sent, (
+        "a crash's job waits for run, even for a flagged worker"
+    )
     assert "resumes jobs a graceful worker stop cut off" in log, "the setting turned it on"
     _one(rf"job {job_id} awaits recovery: its workers stopped without a graceful worker stop", log)
     assert "--resume-interrupted continues it" not in cli("status", job_id, **backend_env).stdout
@@ -223,11 +277,15 @@ def test_a_crash_after_a_resume_is_a_crash(cli, fake_provider, tmp_path, backend
     job_id, _ = _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, signal.SIGTERM)
     assert _status(cli, job_id, env)["interrupted"] == "worker_stop"
     fake_provider.reset_records()  # so the helper waits for the resumed worker's own request
-    kill_worker_holding_an_item(cli, fake_provider, HERMES_BULK_RESUME_INTERRUPTED="1", **backend_env)
+    kill_worker_holding_an_item(
+        cli, fake_provider, HERMES_BULK_RESUME_INTERRUPTED="1", **backend_env
+    )
     sent = len(fake_provider.requests)
     again = Worker(cli, tmp_path / "after.stderr", "--resume-interrupted", **{**env, **FAST_PASSES})
     try:
-        wait_for(lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line")
+        wait_for(
+            lambda: "awaits recovery" in again.log, timeout=30, message="the worker's recovery line"
+        )
         st = _quiet(job_id, env)
     finally:
         again.stop()
@@ -248,8 +306,13 @@ def test_the_aof_warning_is_said_once(cli, tmp_path):
         r = redis_py.Redis.from_url(volatile.url)
         r.config_set("appendonly", "no")
         r.close()
-        proc = subprocess.run([sys.executable, "-m", "hermes_bulk", "worker", "--burst"], capture_output=True,
-                              text=True, timeout=60, env=cli.full_env(HERMES_BULK_BACKEND=volatile.url))
+        proc = subprocess.run(
+            [sys.executable, "-m", "hermes_bulk", "worker", "--burst"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=cli.full_env(HERMES_BULK_BACKEND=volatile.url),
+        )
     finally:
         volatile.kill()
     assert proc.returncode == 0, proc.stderr

@@ -55,8 +55,14 @@ def _redis_everything(url: str) -> str:
     import redis
 
     r = redis.Redis.from_url(url.split("?", 1)[0])
-    read = {"string": r.get, "hash": r.hgetall, "list": lambda k: r.lrange(k, 0, -1), "set": r.smembers,
-            "zset": lambda k: r.zrange(k, 0, -1, withscores=True), "stream": r.xrange}
+    read = {
+        "string": r.get,
+        "hash": r.hgetall,
+        "list": lambda k: r.lrange(k, 0, -1),
+        "set": r.smembers,
+        "zset": lambda k: r.zrange(k, 0, -1, withscores=True),
+        "stream": r.xrange,
+    }
     out = []
     for key in r.scan_iter(count=1000):
         kind = r.type(key).decode()
@@ -66,28 +72,47 @@ def _redis_everything(url: str) -> str:
 
 
 def _worker_burst(cli, log: Path, **env: str) -> str:
-    worker = subprocess.run([sys.executable, "-m", "hermes_bulk", "worker", "-l", str(log), "--burst", "-w", "2"],
-                            env=cli.full_env(**env), capture_output=True, text=True, timeout=120)
+    worker = subprocess.run(
+        [sys.executable, "-m", "hermes_bulk", "worker", "-l", str(log), "--burst", "-w", "2"],
+        env=cli.full_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert worker.returncode == 0, worker.stderr
     return worker.stdout + worker.stderr
 
 
-ALL_READS = (("status",), ("list",), ("events", "--limit", "1000"), ("export", "--format", "csv"),
-             ("export", "--format", "md"))
+ALL_READS = (
+    ("status",),
+    ("list",),
+    ("events", "--limit", "1000"),
+    ("export", "--format", "csv"),
+    ("export", "--format", "md"),
+)
 
 
-def _run_a_leaky_job(cli, tmp_path, fake_provider, key: str, *, runner: str, reads=(), **extra_env: str):
+def _run_a_leaky_job(
+    cli, tmp_path, fake_provider, key: str, *, runner: str, reads=(), **extra_env: str
+):
     """A job whose failing items' error bodies quote the key; returns (job id, what the terminal got)."""
     # 422, not 401: a refused key pauses the whole job (runtime/breaker.py); here items fail one by one.
-    fake_provider.configure(item_faults={"LEAK-401": "422", "LEAK-400": "400"}, echo_credentials=True,
-                            error_echo=f"your key {key} is not valid")
+    fake_provider.configure(
+        item_faults={"LEAK-401": "422", "LEAK-400": "400"},
+        echo_credentials=True,
+        error_echo=f"your key {key} is not valid",
+    )
     env = {"HERMES_BULK_API_KEY": key, **extra_env}
-    job_id = json.loads(cli("create", "Do", "--over", str(_items(tmp_path)), "--json", **env).stdout)["job_id"]
+    job_id = json.loads(
+        cli("create", "Do", "--over", str(_items(tmp_path)), "--json", **env).stdout
+    )["job_id"]
     if runner == "run --wait":
         proc = cli("run", job_id, "--wait", check=False, **env)
         terminal = proc.stdout + proc.stderr
     else:
-        terminal = cli("run", job_id, **env).stdout + _worker_burst(cli, tmp_path / "worker.log", **env)
+        terminal = cli("run", job_id, **env).stdout + _worker_burst(
+            cli, tmp_path / "worker.log", **env
+        )
     for command, *flags in (*reads, ("export", "--format", "jsonl")):
         terminal += cli(command, *([] if command == "list" else [job_id]), *flags, **env).stdout
     status = cli("status", job_id, "--json", **env).stdout
@@ -95,26 +120,37 @@ def _run_a_leaky_job(cli, tmp_path, fake_provider, key: str, *, runner: str, rea
     return job_id, terminal + status
 
 
-RUNS = [(shape, ("worker -l FILE", "run --wait")[i % 2]) for i, shape in enumerate(KEYS)] + [("words", "run --wait")]
+RUNS = [(shape, ("worker -l FILE", "run --wait")[i % 2]) for i, shape in enumerate(KEYS)] + [
+    ("words", "run --wait")
+]
 
 
 @pytest.mark.parametrize("shape, runner", RUNS)
-def test_a_key_the_provider_echoes_is_nowhere_hermes_bulk_writes(cli, tmp_path, home, fake_provider, shape, runner):
+def test_a_key_the_provider_echoes_is_nowhere_hermes_bulk_writes(
+    cli, tmp_path, home, fake_provider, shape, runner
+):
     """Each shape once (one runner or the other); the arbitrary one with both, and every read command."""
     key = KEYS[shape]
     reads = ALL_READS if shape == "words" else ()
     _, terminal = _run_a_leaky_job(cli, tmp_path, fake_provider, key, runner=runner, reads=reads)
-    log_file = tmp_path / "worker.log" if runner == "worker -l FILE" else home / "logs" / "hermes-bulk.log"
+    log_file = (
+        tmp_path / "worker.log" if runner == "worker -l FILE" else home / "logs" / "hermes-bulk.log"
+    )
     logged = log_file.read_text()
-    assert "HTTP 422" in logged and "is not valid" in logged, "the provider's text is logged (masked)"
+    assert "HTTP 422" in logged and "is not valid" in logged, (
+        "the provider's text is logged (masked)"
+    )
     assert "your key *** is not valid" in logged, "masked by value, not only by shape"
     everything = terminal + logged + _everything_under(home)
     assert key not in everything
-    assert (home / "jobs").is_dir() and list((home / "jobs").rglob("results.jsonl")), "the exports were searched"
+    assert (home / "jobs").is_dir() and list((home / "jobs").rglob("results.jsonl")), (
+        "the exports were searched"
+    )
 
 
-def test_on_redis_the_key_and_the_redis_password_are_in_no_key_value_or_log(cli, tmp_path, home, fake_provider,
-                                                                            redis_server):
+def test_on_redis_the_key_and_the_redis_password_are_in_no_key_value_or_log(
+    cli, tmp_path, home, fake_provider, redis_server
+):
     from .conftest import RedisServer
 
     (tmp_path / "redis-guarded").mkdir()
@@ -122,8 +158,15 @@ def test_on_redis_the_key_and_the_redis_password_are_in_no_key_value_or_log(cli,
     try:
         url = guarded.url + "?prefix=secrets"
         key = KEYS["words"]
-        _, terminal = _run_a_leaky_job(cli, tmp_path, fake_provider, key, runner="worker -l FILE", reads=ALL_READS,
-                                       HERMES_BULK_BACKEND=url)
+        _, terminal = _run_a_leaky_job(
+            cli,
+            tmp_path,
+            fake_provider,
+            key,
+            runner="worker -l FILE",
+            reads=ALL_READS,
+            HERMES_BULK_BACKEND=url,
+        )
         logged = (tmp_path / "worker.log").read_text()
         assert "redis://:***@" in logged, "the worker names its backend, masked"
         stored = _redis_everything(url)
@@ -135,7 +178,9 @@ def test_on_redis_the_key_and_the_redis_password_are_in_no_key_value_or_log(cli,
 
 
 @pytest.mark.parametrize("precreated", [False, True])
-def test_log_files_are_owner_only_even_when_they_existed(cli, tmp_path, home, fake_provider, precreated):
+def test_log_files_are_owner_only_even_when_they_existed(
+    cli, tmp_path, home, fake_provider, precreated
+):
     worker_log, command_log = tmp_path / "worker.log", home / "logs" / "hermes-bulk.log"
     if precreated:
         command_log.parent.mkdir(parents=True)
@@ -150,7 +195,9 @@ def test_log_files_are_owner_only_even_when_they_existed(cli, tmp_path, home, fa
     _worker_burst(cli, worker_log)
     for path in (worker_log, command_log):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-        assert ("earlier lines" in path.read_text()) == precreated, "a log is appended to, not replaced"
+        assert ("earlier lines" in path.read_text()) == precreated, (
+            "a log is appended to, not replaced"
+        )
 
 
 def test_worker_logging_to_a_device_leaves_the_device_alone(tmp_path):
@@ -159,7 +206,9 @@ def test_worker_logging_to_a_device_leaves_the_device_alone(tmp_path):
     assert stat.S_IMODE(os.stat("/dev/null").st_mode) == before
 
 
-def test_credentials_in_the_endpoint_url_are_not_stored_or_shown(cli, tmp_path, home, fake_provider):
+def test_credentials_in_the_endpoint_url_are_not_stored_or_shown(
+    cli, tmp_path, home, fake_provider
+):
     host = fake_provider.base_url.split("://", 1)[1]
     base_url = f"http://bulkuser:url-pw-71d3e9@{host}?api-key=QKEY-5a0f2c9e&api-version=2024-06-01"
     src = tmp_path / "items.jsonl"
@@ -172,9 +221,13 @@ def test_credentials_in_the_endpoint_url_are_not_stored_or_shown(cli, tmp_path, 
     terminal = proc.stdout + proc.stderr + json.dumps(status)
     for command, *flags in (*ALL_READS, ("export", "--format", "jsonl")):
         terminal += cli(command, *([] if command == "list" else [job_id]), *flags, **env).stdout
-    rows = [json.loads(line) for line in (home / "jobs").rglob("results.jsonl").__next__().read_text().splitlines()]
-    assert {r["provider"] for r in rows} == {f"http://bulkuser:***@{host}?api-key=***&api-version=2024-06-01"}, \
-        "the endpoint is kept, its credentials are not"
+    rows = [
+        json.loads(line)
+        for line in (home / "jobs").rglob("results.jsonl").__next__().read_text().splitlines()
+    ]
+    assert {r["provider"] for r in rows} == {
+        f"http://bulkuser:***@{host}?api-key=***&api-version=2024-06-01"
+    }, "the endpoint is kept, its credentials are not"
     everything = terminal + _everything_under(home)
     assert "url-pw-71d3e9" not in everything and "QKEY-5a0f2c9e" not in everything
 
@@ -188,18 +241,21 @@ def test_a_registered_key_is_masked_whole_whatever_its_shape(shape):
     assert redact.redact(f"error: {KEYS[shape]} invalid") == "error: *** invalid"
 
 
-@pytest.mark.parametrize("text, secret", [
-    ("Authorization: Bearer abc.def-ghi_jkl", "abc.def-ghi_jkl"),
-    ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
-    ("key gsk_" + "a1B2" * 10, "a1B2" * 10),
-    ("key AIza" + "Sy" * 18, "Sy" * 18),
-    ("key xai-" + "Zz9" * 10, "Zz9" * 10),
-    ("key hf_" + "Qq8" * 10, "Qq8" * 10),
-    ("digest " + "0123456789abcdef" * 3, "0123456789abcdef" * 3),
-    ("https://x/v1?access_token=opaque-77&b=1", "opaque-77"),
-    ("https://x/v1?key=AbC123xyz789&b=1", "AbC123xyz789"),
-    ('{"api_key": "unshaped-4242"}', "unshaped-4242"),
-])
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        ("Authorization: Bearer abc.def-ghi_jkl", "abc.def-ghi_jkl"),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", "dXNlcjpwYXNzd29yZA=="),
+        ("key gsk_" + "a1B2" * 10, "a1B2" * 10),
+        ("key AIza" + "Sy" * 18, "Sy" * 18),
+        ("key xai-" + "Zz9" * 10, "Zz9" * 10),
+        ("key hf_" + "Qq8" * 10, "Qq8" * 10),
+        ("digest " + "0123456789abcdef" * 3, "0123456789abcdef" * 3),
+        ("https://x/v1?access_token=opaque-77&b=1", "opaque-77"),
+        ("https://x/v1?key=AbC123xyz789&b=1", "AbC123xyz789"),
+        ('{"api_key": "unshaped-4242"}', "unshaped-4242"),
+    ],
+)
 def test_secrets_nobody_registered_are_masked_by_shape(text, secret):
     assert secret not in redact.redact(text)
 
@@ -209,21 +265,26 @@ def test_model_names_are_not_masked():
         assert redact.redact(f"model {name}") == f"model {name}"
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("http://u:pw-1@h/v1", "http://u:***@h/v1"),
-    ("https://TOKEN-1@h/v1", "https://***@h/v1"),
-    ("http://h/v1?API-Key=x1&api-version=3", "http://h/v1?API-Key=***&api-version=3"),
-    ("http://h/v1?key=a&token=b&sig=c&signature=d&password=e&secret=f&code=g&access_token=h&api_key=i",
-     "http://h/v1?key=***&token=***&sig=***&signature=***&password=***&secret=***&code=***&access_token=***"
-     "&api_key=***"),
-    ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
-    ("redis://cache:6379/0?prefix=p", "redis://cache:6379/0?prefix=p"),
-    ("/var/lib/ledger.db", "/var/lib/ledger.db"),
-    # A URL with nothing to hide is shown as it was written: sqlite:/// keeps its slashes.
-    ("sqlite:////var/lib/bulk.db", "sqlite:////var/lib/bulk.db"),
-    ("sqlite:///data/bulk.db", "sqlite:///data/bulk.db"),
-    ("sqlite:///data/bulk.db?token=t1", "sqlite:///data/bulk.db?token=***"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("http://u:pw-1@h/v1", "http://u:***@h/v1"),
+        ("https://TOKEN-1@h/v1", "https://***@h/v1"),
+        ("http://h/v1?API-Key=x1&api-version=3", "http://h/v1?API-Key=***&api-version=3"),
+        (
+            "http://h/v1?key=a&token=b&sig=c&signature=d&password=e&secret=f&code=g&access_token=h&api_key=i",
+            "http://h/v1?key=***&token=***&sig=***&signature=***&password=***&secret=***&code=***&access_token=***"
+            "&api_key=***",
+        ),
+        ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
+        ("redis://cache:6379/0?prefix=p", "redis://cache:6379/0?prefix=p"),
+        ("/var/lib/ledger.db", "/var/lib/ledger.db"),
+        # A URL with nothing to hide is shown as it was written: sqlite:/// keeps its slashes.
+        ("sqlite:////var/lib/bulk.db", "sqlite:////var/lib/bulk.db"),
+        ("sqlite:///data/bulk.db", "sqlite:///data/bulk.db"),
+        ("sqlite:///data/bulk.db?token=t1", "sqlite:///data/bulk.db?token=***"),
+    ],
+)
 def test_public_url_masks_userinfo_and_secret_query_values(url, shown):
     assert redact.public_url(url) == shown
 
@@ -261,10 +322,17 @@ def test_records_of_our_loggers_are_masked_whichever_handler_writes_them(tmp_pat
     assert "plain-value-secret-91" not in written
 
 
-@pytest.mark.parametrize("name, value, shown", [
-    ("HERMES_BULK_BASE_URL", "ftp://u:topsecret1@h/v1?key=k-topsecret2", "ftp://u:***@h/v1?key=***"),
-    ("HERMES_BULK_BACKEND", "mysql://u:topsecret1@h/db", "mysql://u:***@h/db"),
-])
+@pytest.mark.parametrize(
+    "name, value, shown",
+    [
+        (
+            "HERMES_BULK_BASE_URL",
+            "ftp://u:topsecret1@h/v1?key=k-topsecret2",
+            "ftp://u:***@h/v1?key=***",
+        ),
+        ("HERMES_BULK_BACKEND", "mysql://u:topsecret1@h/db", "mysql://u:***@h/db"),
+    ],
+)
 def test_a_rejected_url_is_quoted_without_its_credentials(env, monkeypatch, name, value, shown):
     from hermes_bulk.config.settings import load_settings
     from hermes_bulk.errors import ConfigError
@@ -287,7 +355,12 @@ def test_an_endpoint_stored_with_credentials_before_is_exported_without_them(cli
     job_id = cli.create("Do", src)
     cli("run", job_id, "--wait")
     with sqlite3.connect(home / "bulk.db") as db:
-        assert db.execute("UPDATE items SET provider = 'http://u:old-pw-3e1@h/v1?token=old-tok-9'").rowcount == 1
+        assert (
+            db.execute(
+                "UPDATE items SET provider = 'http://u:old-pw-3e1@h/v1?token=old-tok-9'"
+            ).rowcount
+            == 1
+        )
     path = Path(cli("export", job_id, "--format", "jsonl").stdout.strip())
     assert json.loads(path.read_text())["provider"] == "http://u:***@h/v1?token=***"
 
@@ -295,11 +368,18 @@ def test_an_endpoint_stored_with_credentials_before_is_exported_without_them(cli
 def test_other_code_logging_through_the_root_logger_in_a_worker_is_masked(env, tmp_path):
     """`hermes-bulk worker` serving Hermes jobs runs Hermes' code, which logs to the root logger:
     with no handler there, Python's last-resort handler writes it to stderr."""
-    script = ("from hermes_bulk.config import settings as config; from hermes_bulk.frontends import logs; "
-              "import logging; config.load_settings(); "
-              "logs.log_to_stream(logfile=None); "
-              "logging.getLogger('agent.auxiliary_client').warning('provider said %s', 'my-plain-key-0042')")
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "HERMES_BULK_API_KEY": "my-plain-key-0042"})
+    script = (
+        "from hermes_bulk.config import settings as config; from hermes_bulk.frontends import logs; "
+        "import logging; config.load_settings(); "
+        "logs.log_to_stream(logfile=None); "
+        "logging.getLogger('agent.auxiliary_client').warning('provider said %s', 'my-plain-key-0042')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HERMES_BULK_API_KEY": "my-plain-key-0042"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "provider said ***" in proc.stderr and "my-plain-key-0042" not in proc.stderr

@@ -26,7 +26,9 @@ def backend_env(request) -> dict[str, str]:
     return env
 
 
-def test_a_frozen_worker_is_not_counted_after_three_heartbeats(cli, fake_provider, tmp_path, backend_env):
+def test_a_frozen_worker_is_not_counted_after_three_heartbeats(
+    cli, fake_provider, tmp_path, backend_env
+):
     src = tmp_path / "items.jsonl"
     src.write_text("".join(f'"item {i}"\n' for i in range(4)))
     job = cli.json("create", "Do", "--over", str(src), "--json", **backend_env)["job_id"]
@@ -38,11 +40,20 @@ def test_a_frozen_worker_is_not_counted_after_three_heartbeats(cli, fake_provide
         assert cli.status(job, **backend_env)["state"] == "processing"
         os.kill(worker.pid, signal.SIGSTOP)
         frozen_at = time.monotonic()
-        st = wait_for(lambda: (s := cli.status(job, **backend_env))["state"] != "processing" and s,
-                      timeout=60, interval=0.5, message="status to stop saying processing")
+        st = wait_for(
+            lambda: (s := cli.status(job, **backend_env))["state"] != "processing" and s,
+            timeout=60,
+            interval=0.5,
+            message="status to stop saying processing",
+        )
         took = time.monotonic() - frozen_at
-        assert st["live_workers"] == 0 and st["state"] in ("awaiting_recovery", "waiting_for_worker"), st
-        assert "not answering" in cli("workers", **backend_env).stdout, "still registered: its lease has not run out"
+        assert st["live_workers"] == 0 and st["state"] in (
+            "awaiting_recovery",
+            "waiting_for_worker",
+        ), st
+        assert "not answering" in cli("workers", **backend_env).stdout, (
+            "still registered: its lease has not run out"
+        )
         assert took < 30, f"{took:.0f} s: the lease, not the heartbeats, told"
     finally:
         os.kill(worker.pid, signal.SIGCONT)

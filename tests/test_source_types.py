@@ -89,11 +89,15 @@ def test_discovery_leaves_out_fifos_devices_sockets_and_links_with_a_reason(tmp_
     assert found == {}
 
 
-@pytest.mark.parametrize("make, reason", [
-    (lambda p: os.mkfifo(p), "not a regular file (a FIFO (named pipe))"),
-    (lambda p: p.symlink_to("/dev/zero"), "not a regular file (a symbolic link)"),
-    (lambda p: p.mkdir(), "not a regular file (a directory)"),
-], ids=["fifo", "link-to-dev-zero", "directory"])
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (lambda p: os.mkfifo(p), "not a regular file (a FIFO (named pipe))"),
+        (lambda p: p.symlink_to("/dev/zero"), "not a regular file (a symbolic link)"),
+        (lambda p: p.mkdir(), "not a regular file (a directory)"),
+    ],
+    ids=["fifo", "link-to-dev-zero", "directory"],
+)
 def test_a_file_swapped_after_listing_is_left_out_not_waited_on(tmp_path, make, reason):
     """The window between listing a folder and opening a file: the open itself refuses."""
     path = tmp_path / "swapped"
@@ -102,15 +106,22 @@ def test_a_file_swapped_after_listing_is_left_out_not_waited_on(tmp_path, make, 
     assert skipped == Skipped("swapped", reason)
 
 
-@pytest.mark.parametrize("make", [
-    lambda p: os.mkfifo(p),
-    lambda p: (os.mkfifo(p.with_name("real-pipe")), p.symlink_to(p.with_name("real-pipe"))),
-], ids=["fifo", "link-to-fifo"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: os.mkfifo(p),
+        lambda p: (os.mkfifo(p.with_name("real-pipe")), p.symlink_to(p.with_name("real-pipe"))),
+    ],
+    ids=["fifo", "link-to-fifo"],
+)
 def test_over_a_fifo_is_one_line_and_never_waits(cli, tmp_path, make):
     path = tmp_path / "in.jsonl"
     make(path)
-    assert_one_line_error(cli("create", "Do", "--over", str(path), check=False, timeout=30), 1,
-                          "not a regular file or directory")
+    assert_one_line_error(
+        cli("create", "Do", "--over", str(path), check=False, timeout=30),
+        1,
+        "not a regular file or directory",
+    )
 
 
 # The source-change check ------------------------------------------------------------------------
@@ -124,15 +135,27 @@ def _item(tmp_path: Path, name: str = "a.txt", text: str = "one"):
 
 
 def _check(source, item, max_item_bytes: int = MAX) -> bool:
-    return source_changed(source.kind, str(source.path), item.origin, item.offset, 0, item.stat_sig,
-                          content_hash(item.content), max_item_bytes=max_item_bytes)
+    return source_changed(
+        source.kind,
+        str(source.path),
+        item.origin,
+        item.offset,
+        0,
+        item.stat_sig,
+        content_hash(item.content),
+        max_item_bytes=max_item_bytes,
+    )
 
 
-@pytest.mark.parametrize("swap, what", [
-    (lambda p: os.mkfifo(p), "a FIFO"),
-    (lambda p: p.symlink_to("/dev/zero"), "a symbolic link"),
-    (lambda p: p.mkdir(), "a directory"),
-], ids=["fifo", "link-to-dev-zero", "directory"])
+@pytest.mark.parametrize(
+    "swap, what",
+    [
+        (lambda p: os.mkfifo(p), "a FIFO"),
+        (lambda p: p.symlink_to("/dev/zero"), "a symbolic link"),
+        (lambda p: p.mkdir(), "a directory"),
+    ],
+    ids=["fifo", "link-to-dev-zero", "directory"],
+)
 def test_the_change_check_refuses_what_is_not_a_regular_file(tmp_path, swap, what):
     source, item = _item(tmp_path)
     (tmp_path / "a.txt").unlink()
@@ -169,9 +192,24 @@ def test_a_record_re_read_reads_at_most_max_item_bytes(tmp_path, monkeypatch):
     path.write_text('{"v": 1}\n{"v": 2}\n' + "x" * (10 * MAX))  # grown: the offset check runs
     reads: list[int] = []
     real_window = changes.bounded_window
-    monkeypatch.setattr(changes, "bounded_window", lambda f, offset, size: (reads.append(size), real_window(f, offset, size))[1])
-    assert source_changed("jsonl", str(path), "", items[1].offset, 1, items[1].stat_sig,
-                          content_hash(items[1].content), max_item_bytes=MAX) is False
+    monkeypatch.setattr(
+        changes,
+        "bounded_window",
+        lambda f, offset, size: (reads.append(size), real_window(f, offset, size))[1],
+    )
+    assert (
+        source_changed(
+            "jsonl",
+            str(path),
+            "",
+            items[1].offset,
+            1,
+            items[1].stat_sig,
+            content_hash(items[1].content),
+            max_item_bytes=MAX,
+        )
+        is False
+    )
     assert reads == [MAX]
 
 
@@ -217,23 +255,40 @@ def test_a_job_whose_sources_became_fifo_device_and_folder_finishes(cli, tmp_pat
     proc = cli("run", job_id, "--wait", check=False, timeout=90)
     assert time.monotonic() - started < 60
     assert proc.returncode == 1, proc.stderr  # completed with errors
-    rows = {r["item"]: r for r in map(json.loads, cli("export", job_id, "--format", "jsonl", "--output", "-")
-                                      .stdout.splitlines())}
+    rows = {
+        r["item"]: r
+        for r in map(
+            json.loads,
+            cli("export", job_id, "--format", "jsonl", "--output", "-").stdout.splitlines(),
+        )
+    }
     assert {n: r["status"] for n, r in rows.items()} == {
-        "a.txt": "completed", "b.txt": "failed", "c.txt": "failed", "d.txt": "failed", "e.txt": "completed"}
+        "a.txt": "completed",
+        "b.txt": "failed",
+        "c.txt": "failed",
+        "d.txt": "failed",
+        "e.txt": "completed",
+    }
     assert rows["a.txt"]["result"] == expected_answer("text a")
     for name, what in (("b.txt", "a FIFO"), ("c.txt", "a symbolic link"), ("d.txt", "a directory")):
         assert rows[name]["error"].startswith("SourceUnusable: the source "), rows[name]
-        assert f"is {what}" in rows[name]["error"] and "only regular files are read" in rows[name]["error"]
+        assert (
+            f"is {what}" in rows[name]["error"]
+            and "only regular files are read" in rows[name]["error"]
+        )
 
 
-@pytest.mark.parametrize("make, needles", [
-    (lambda p: (os.mkfifo(p), p)[1], ["it is a FIFO (named pipe)"]),
-    (lambda p: (p.symlink_to("/dev/zero"), p)[1], ["it is a character device"]),
-    (lambda p: (p.mkdir(), p)[1], ["it is a directory"]),
-    (lambda p: p, ["cannot read it (no such file or directory)"]),
-    (lambda p: (p.write_text(" " * (1024 * 1024 + 1)), p)[1], ["larger than 1,048,576 bytes"]),
-], ids=["fifo", "link-to-dev-zero", "directory", "missing", "huge"])
+@pytest.mark.parametrize(
+    "make, needles",
+    [
+        (lambda p: (os.mkfifo(p), p)[1], ["it is a FIFO (named pipe)"]),
+        (lambda p: (p.symlink_to("/dev/zero"), p)[1], ["it is a character device"]),
+        (lambda p: (p.mkdir(), p)[1], ["it is a directory"]),
+        (lambda p: p, ["cannot read it (no such file or directory)"]),
+        (lambda p: (p.write_text(" " * (1024 * 1024 + 1)), p)[1], ["larger than 1,048,576 bytes"]),
+    ],
+    ids=["fifo", "link-to-dev-zero", "directory", "missing", "huge"],
+)
 def test_a_schema_file_must_be_a_small_regular_file(cli, tmp_path, make, needles):
     src = tmp_path / "a.txt"
     src.write_text("x")

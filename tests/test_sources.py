@@ -46,10 +46,16 @@ def test_a_directory_is_searched_recursively_and_leaves_out_what_the_seed_says(t
     assert got["a.md"].content == "alpha ü"
     reasons = {e.name: e.reason for e in found if isinstance(e, Skipped)}
     assert reasons == {
-        ".git": "hidden entry", ".hidden": "hidden entry", "empty.txt": "empty file",
-        "latin1.txt": "not UTF-8 text", "nul.bin": "binary file (contains NUL bytes)",
-        "big.txt": "larger than max_item_bytes (1000 bytes)", "link.txt": "symbolic link",
-        "loop": "symbolic link", "dirlink": "symbolic link", "fifo": "not a regular file",
+        ".git": "hidden entry",
+        ".hidden": "hidden entry",
+        "empty.txt": "empty file",
+        "latin1.txt": "not UTF-8 text",
+        "nul.bin": "binary file (contains NUL bytes)",
+        "big.txt": "larger than max_item_bytes (1000 bytes)",
+        "link.txt": "symbolic link",
+        "loop": "symbolic link",
+        "dirlink": "symbolic link",
+        "fifo": "not a regular file",
     }
 
 
@@ -63,24 +69,37 @@ def test_content_is_never_truncated(tmp_path):
 def test_csv_rows_keep_their_column_names_quoted_newlines_and_commas(tmp_path):
     path = tmp_path / "people.csv"
     path.write_bytes(
-        '\ufeffname,comment,,name\r\n'
+        "\ufeffname,comment,,name\r\n"
         '"Smith, Jane","line one\nline two",x,dup\r\n'
-        '\r\n'
+        "\r\n"
         'Bob,"said ""hi""",,\r\n'
-        'Short\r\n'.encode("utf-8"))
+        "Short\r\n".encode("utf-8")
+    )
     rows = items(path)
     assert [r.name for r in rows] == ["row:1", "row:2", "row:3"]
-    assert json.loads(rows[0].content) == {"name": "Smith, Jane", "comment": "line one\nline two",
-                                           "column_3": "x", "name_2": "dup"}
+    assert json.loads(rows[0].content) == {
+        "name": "Smith, Jane",
+        "comment": "line one\nline two",
+        "column_3": "x",
+        "name_2": "dup",
+    }
     assert json.loads(rows[1].content)["comment"] == 'said "hi"'
-    assert json.loads(rows[2].content) == {"name": "Short", "comment": "", "column_3": "", "name_2": ""}
+    assert json.loads(rows[2].content) == {
+        "name": "Short",
+        "comment": "",
+        "column_3": "",
+        "name_2": "",
+    }
 
 
-@pytest.mark.parametrize("body, where", [
-    ('a,b\n1,2\n"unterminated,3\n', "line 3"),
-    ('a,b\n1,2\n1,2,3\n', "line 3"),
-    ('a,b\n1,"x"y\n', "line 2"),
-])
+@pytest.mark.parametrize(
+    "body, where",
+    [
+        ('a,b\n1,2\n"unterminated,3\n', "line 3"),
+        ("a,b\n1,2\n1,2,3\n", "line 3"),
+        ('a,b\n1,"x"y\n', "line 2"),
+    ],
+)
 def test_malformed_csv_names_the_line(tmp_path, body, where):
     path = tmp_path / "bad.csv"
     path.write_text(body)
@@ -114,14 +133,17 @@ def test_json_records_stream_across_chunk_boundaries(tmp_path):
     assert json.loads(recs[9_999].content) == data[9_999]
 
 
-@pytest.mark.parametrize("body, message", [
-    ('{"a": 1}', "not an array"),
-    ('[1, 2,\n {"a": }]', "malformed JSON at line 2"),
-    ('[1, 2', "malformed JSON"),
-    ('[1 2]', "expected , or ]"),
-    ('[1] [2]', "unexpected data after"),
-    ('[]', "empty"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('{"a": 1}', "not an array"),
+        ('[1, 2,\n {"a": }]', "malformed JSON at line 2"),
+        ("[1, 2", "malformed JSON"),
+        ("[1 2]", "expected , or ]"),
+        ("[1] [2]", "unexpected data after"),
+        ("[]", "empty"),
+    ],
+)
 def test_malformed_json_is_a_clear_error(tmp_path, body, message):
     path = tmp_path / "bad.json"
     path.write_text(body)
@@ -133,7 +155,10 @@ def test_jsonl_skips_blank_lines_and_names_malformed_ones(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text('{"a": 1}\n\n   \n{"a": 2}\n')
     recs = items(path)
-    assert [(r.name, json.loads(r.content)) for r in recs] == [("line:1", {"a": 1}), ("line:2", {"a": 2})]
+    assert [(r.name, json.loads(r.content)) for r in recs] == [
+        ("line:1", {"a": 1}),
+        ("line:2", {"a": 2}),
+    ]
     path.write_text('{"a": 1}\n{"a": \n')
     with pytest.raises(InputError, match="line 2 is not valid JSON"):
         entries(path)
@@ -145,13 +170,16 @@ def test_any_other_file_is_one_item(tmp_path):
     assert [(i.name, i.content) for i in items(path)] == [("notes.TXT", "hello")]
 
 
-@pytest.mark.parametrize("setup, message", [
-    (lambda p: None, "no such file or directory"),
-    (lambda p: p.write_text(""), "the file is empty"),
-    (lambda p: p.write_bytes(b"\xff\xfe\x00"), "not UTF-8 text"),
-    (lambda p: p.write_text("x" * 50), "more than max_item_bytes"),
-    (lambda p: p.symlink_to(p), "symbolic link loop"),
-])
+@pytest.mark.parametrize(
+    "setup, message",
+    [
+        (lambda p: None, "no such file or directory"),
+        (lambda p: p.write_text(""), "the file is empty"),
+        (lambda p: p.write_bytes(b"\xff\xfe\x00"), "not UTF-8 text"),
+        (lambda p: p.write_text("x" * 50), "more than max_item_bytes"),
+        (lambda p: p.symlink_to(p), "symbolic link loop"),
+    ],
+)
 def test_bad_single_sources_are_clear_errors(tmp_path, setup, message):
     path = tmp_path / "input.txt"
     setup(path)
@@ -177,15 +205,25 @@ def test_a_million_row_csv_is_not_held_in_memory(tmp_path):
 
 
 def _changed(source: Source, item: SourceItem, number: int) -> bool:
-    return source_changed(source.kind, str(source.path), item.origin, item.offset, number, item.stat_sig,
-                          content_hash(item.content))
+    return source_changed(
+        source.kind,
+        str(source.path),
+        item.origin,
+        item.offset,
+        number,
+        item.stat_sig,
+        content_hash(item.content),
+    )
 
 
-@pytest.mark.parametrize("name, body", [
-    ("t.csv", "a,b\n1,x\n2,y\n3,z\n"),
-    ("t.jsonl", '{"v": 1}\n{"v": 2}\n{"v": 3}\n'),
-    ("t.json", '[{"v": 1}, {"v": 2}, {"v": 3}]'),
-])
+@pytest.mark.parametrize(
+    "name, body",
+    [
+        ("t.csv", "a,b\n1,x\n2,y\n3,z\n"),
+        ("t.jsonl", '{"v": 1}\n{"v": 2}\n{"v": 3}\n'),
+        ("t.json", '[{"v": 1}, {"v": 2}, {"v": 3}]'),
+    ],
+)
 def test_only_the_edited_record_counts_as_changed(tmp_path, name, body):
     path = tmp_path / name
     path.write_text(body)
@@ -197,7 +235,12 @@ def test_only_the_edited_record_counts_as_changed(tmp_path, name, body):
     os.utime(path, ns=(1, 1))
     assert [_changed(source, r, n) for n, r in enumerate(recs)] == [True, False, False]
     # The last record goes away.
-    path.write_text(body.replace("1", "1111", 1).replace("3", "").replace(', {"v": }', "").replace('{"v": }\n', ""))
+    path.write_text(
+        body.replace("1", "1111", 1)
+        .replace("3", "")
+        .replace(', {"v": }', "")
+        .replace('{"v": }\n', "")
+    )
     os.utime(path, ns=(2, 2))
     assert _changed(source, recs[2], 2) is True
 

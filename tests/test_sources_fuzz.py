@@ -18,10 +18,45 @@ from hermes_bulk.sources import Source, SourceItem
 MAX_ITEM_BYTES = 1 << 20
 
 PIECES = [
-    b"[", b"]", b"{", b"}", b'"', b",", b":", b" ", b"\t", b"\\", b'\\"', b"\\u12", b"\\ud800",
-    b"a", b"\xc3\xa9", b"1", b"-", b"1e999", b"1" * 5000, b"NaN", b"-Infinity", b"null", b"true",
-    b"\n", b"\r", b"\r\n", b"\x00", b"\xef\xbb\xbf", b"\xff\xfe", b"\xff", b"\xc3", b"\xed\xa0\x80",
-    b'"a,b"', b'""', b"x,y\n", b'{"k": [1, 2]}', b"[" * 3000, b"]" * 3000, b"{\"a\":" * 2000,
+    b"[",
+    b"]",
+    b"{",
+    b"}",
+    b'"',
+    b",",
+    b":",
+    b" ",
+    b"\t",
+    b"\\",
+    b'\\"',
+    b"\\u12",
+    b"\\ud800",
+    b"a",
+    b"\xc3\xa9",
+    b"1",
+    b"-",
+    b"1e999",
+    b"1" * 5000,
+    b"NaN",
+    b"-Infinity",
+    b"null",
+    b"true",
+    b"\n",
+    b"\r",
+    b"\r\n",
+    b"\x00",
+    b"\xef\xbb\xbf",
+    b"\xff\xfe",
+    b"\xff",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b'"a,b"',
+    b'""',
+    b"x,y\n",
+    b'{"k": [1, 2]}',
+    b"[" * 3000,
+    b"]" * 3000,
+    b'{"a":' * 2000,
 ]
 structured = st.lists(st.sampled_from(PIECES), max_size=40).map(b"".join)
 contents = st.one_of(st.binary(max_size=400), structured)
@@ -29,10 +64,16 @@ contents = st.one_of(st.binary(max_size=400), structured)
 
 def read(path) -> list[SourceItem]:
     """What create gets from the source: its items, or InputError."""
-    return [e for e in Source(path, max_item_bytes=MAX_ITEM_BYTES).entries() if isinstance(e, SourceItem)]
+    return [
+        e
+        for e in Source(path, max_item_bytes=MAX_ITEM_BYTES).entries()
+        if isinstance(e, SourceItem)
+    ]
 
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json", ".jsonl"])

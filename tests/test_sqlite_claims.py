@@ -34,9 +34,20 @@ def store(tmp_path, clock):
 
 
 def _job(store) -> str:
-    store.begin_job(JobSpec(job_id="lease0001", instruction="x", source="/in", source_kind="jsonl",
-                            concurrency=10, retries=1, provider_key="p:x"))
-    store.add_items("lease0001", [NewItem(i, f"i{i}", f"c{i}", f"b2:{i}", "", -1, "", 10) for i in range(2)])
+    store.begin_job(
+        JobSpec(
+            job_id="lease0001",
+            instruction="x",
+            source="/in",
+            source_kind="jsonl",
+            concurrency=10,
+            retries=1,
+            provider_key="p:x",
+        )
+    )
+    store.add_items(
+        "lease0001", [NewItem(i, f"i{i}", f"c{i}", f"b2:{i}", "", -1, "", 10) for i in range(2)]
+    )
     store.finish_job("lease0001")
     store.set_state("lease0001", RUNNING, from_states=[NOT_STARTED])
     return "lease0001"
@@ -55,9 +66,20 @@ def test_a_lease_holds_until_lease_s_after_the_claim_and_ends_then(store, clock,
 
 
 def _items_job(store, job_id: str, n: int, **spec_kw) -> str:
-    store.begin_job(JobSpec(job_id=job_id, instruction="x", source="/in", source_kind="jsonl",
-                            retries=1, provider_key="p:x", **{"concurrency": 10, **spec_kw}))
-    store.add_items(job_id, [NewItem(i, f"i{i}", f"c{i}", f"b2:{job_id}{i}", "", -1, "", 10) for i in range(n)])
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="x",
+            source="/in",
+            source_kind="jsonl",
+            retries=1,
+            provider_key="p:x",
+            **{"concurrency": 10, **spec_kw},
+        )
+    )
+    store.add_items(
+        job_id, [NewItem(i, f"i{i}", f"c{i}", f"b2:{job_id}{i}", "", -1, "", 10) for i in range(n)]
+    )
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
     return job_id
@@ -82,7 +104,9 @@ def test_an_item_that_fits_exactly_beside_what_is_charged_waits_for_reservations
     assert store.complete_item(job, 0, "w1", "answer", Usage(5, 5))  # 10 charged
     assert store.claim_item(job, 1, "w1", lease_s=60, max_running=10).index == 1  # 10 + 10 = 20
     refused = store.claim_item(job, 2, "w1", lease_s=60, max_running=10)
-    assert refused.reason == "tokens_in_flight", "10 charged + 10 for this item is exactly the limit"
+    assert refused.reason == "tokens_in_flight", (
+        "10 charged + 10 for this item is exactly the limit"
+    )
     assert store.get_job(job).state == RUNNING
 
 
@@ -95,4 +119,5 @@ def test_an_item_that_does_not_fit_beside_what_is_charged_pauses_the_job_and_nam
     assert (record.state, record.pause_reason) == ("paused", "token limit reached")
     paused = [e for e in store.list_events(job) if e.kind == "paused"]
     assert [e.message for e in paused] == [
-        "token limit reached: 8 charged + 10 for item 2 would exceed --max-tokens 15"]
+        "token limit reached: 8 charged + 10 for item 2 would exceed --max-tokens 15"
+    ]

@@ -122,8 +122,13 @@ def test_the_wal_survives_a_second_open_while_other_processes_open_and_close_the
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
     def start(role):
-        return subprocess.Popen([sys.executable, "-c", CHILD, role, path, str(tmp_path), str(n)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        return subprocess.Popen(
+            [sys.executable, "-c", CHILD, role, path, str(tmp_path), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
 
     readers = [start("reader-1"), start("reader-2")]
     admitters = [start("admitter-1"), start("admitter-2")]
@@ -167,18 +172,35 @@ def test_two_opens_in_one_process_share_one_database_and_keep_its_locks(tmp_path
     window = window_at(time.time(), dt.time(0, 0), ZoneInfo("UTC"))
     from hermes_bulk.budget import policy
 
-    call = CallRecord("chat", profile="p", provider="custom", model="m", api_mode="chat_completions")
-    terms = policy.terms_for("chat", "m", "", mode="monitor", daily_limit=10, chat_reserve=4,
-                             job_limit=None, models=("*",))
+    call = CallRecord(
+        "chat", profile="p", provider="custom", model="m", api_mode="chat_completions"
+    )
+    terms = policy.terms_for(
+        "chat",
+        "m",
+        "",
+        mode="monitor",
+        daily_limit=10,
+        chat_reserve=4,
+        job_limit=None,
+        models=("*",),
+    )
     first.admit(call, window, terms)
     link = tmp_path / "link.db"
     link.symlink_to(path)
     second = open_ledger(f"sqlite:///{link}")  # another spelling of the same file
     try:
         # Another process closing its last connection must find this one's locks held.
-        subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
-                        " c.execute('select count(*) from requests').fetchall(); c.close()", str(path)],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+                " c.execute('select count(*) from requests').fetchall(); c.close()",
+                str(path),
+            ],
+            check=True,
+        )
         assert not [h for h in _fds_on(path) if "(deleted)" in h]
         assert (tmp_path / "ledger.db-wal").exists() and (tmp_path / "ledger.db-shm").exists()
         assert second.db is first.db and second.turns is first.turns
@@ -190,12 +212,18 @@ def test_two_opens_in_one_process_share_one_database_and_keep_its_locks(tmp_path
         first.close()
 
 
-def test_the_job_store_is_one_database_per_file_under_any_spelling_of_its_url(tmp_path, monkeypatch):
+def test_the_job_store_is_one_database_per_file_under_any_spelling_of_its_url(
+    tmp_path, monkeypatch
+):
     (tmp_path / "data").mkdir()
     (tmp_path / "alias").symlink_to(tmp_path / "data")
     monkeypatch.chdir(tmp_path)
-    urls = [f"sqlite:///{tmp_path}/data/bulk.db", "sqlite:///data/bulk.db",
-            f"sqlite:///{tmp_path}/alias/bulk.db", f"sqlite:///{tmp_path}/data/../data/bulk.db"]
+    urls = [
+        f"sqlite:///{tmp_path}/data/bulk.db",
+        "sqlite:///data/bulk.db",
+        f"sqlite:///{tmp_path}/alias/bulk.db",
+        f"sqlite:///{tmp_path}/data/../data/bulk.db",
+    ]
     try:
         backends = [broker.open_backend(Settings(backend=url)) for url in urls]
         assert all(b is backends[0] for b in backends)
@@ -210,7 +238,9 @@ def test_a_source_schema_or_export_that_is_an_open_database_is_refused(tmp_path)
     home = tmp_path / "data"
     jobs = Jobs(Settings(home=home, model="m", backend=""))
     try:
-        home.mkdir(exist_ok=True)  # Jobs makes the database (and the folder) at the first write: create
+        home.mkdir(
+            exist_ok=True
+        )  # Jobs makes the database (and the folder) at the first write: create
         (home / "notes.txt").write_text("a note")
         created = jobs.create("Summarize", str(home))  # the data directory itself as the source
         skipped = {s.name: s.reason for s in created.skipped}
@@ -223,9 +253,16 @@ def test_a_source_schema_or_export_that_is_an_open_database_is_refused(tmp_path)
             with pytest.raises(InputError, match="database in use"):
                 jobs.export(created.job.job_id, output=str(home / name))
         # Nothing above released this process's locks: another process's close leaves the WAL be.
-        subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
-                        " c.execute('select count(*) from jobs').fetchall(); c.close()", str(home / "bulk.db")],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+                " c.execute('select count(*) from jobs').fetchall(); c.close()",
+                str(home / "bulk.db"),
+            ],
+            check=True,
+        )
         assert not [h for h in _fds_on(home / "bulk") if "(deleted)" in h], _fds_on(home / "bulk")
     finally:
         broker.close_all()
@@ -249,17 +286,32 @@ def test_every_spelling_of_an_open_database_or_its_side_files_is_known_and_nothi
         (other / "notes.txt").symlink_to(data / "bulk.db-wal")
         (other / "db-link").symlink_to(data / "bulk.db")
         (tmp_path / "via").symlink_to(data)
-        held = [data / "bulk.db", data / "bulk.db-wal", data / "bulk.db-shm", data / "bulk-queue.db",
-                other / "hard.db", other / "queue-hard.db", other / "notes.txt", other / "db-link",
-                tmp_path / "via" / "bulk.db-wal", tmp_path / "via" / "bulk.db", data / ".." / "data" / "bulk.db-shm"]
+        held = [
+            data / "bulk.db",
+            data / "bulk.db-wal",
+            data / "bulk.db-shm",
+            data / "bulk-queue.db",
+            other / "hard.db",
+            other / "queue-hard.db",
+            other / "notes.txt",
+            other / "db-link",
+            tmp_path / "via" / "bulk.db-wal",
+            tmp_path / "via" / "bulk.db",
+            data / ".." / "data" / "bulk.db-shm",
+        ]
         for path in held:
             assert is_open_sqlite_file(path), path
         (other / "bulk.db-wal").write_text("a file named like a side file, beside no database")
         (other / "copy.db").write_bytes((data / "bulk.db").read_bytes())
         (other / "plain.txt").write_text("text")
         (other / "dangling").symlink_to(other / "missing-wal")
-        for path in (other / "bulk.db-wal", other / "copy.db", other / "plain.txt", other / "dangling",
-                     other / "missing"):
+        for path in (
+            other / "bulk.db-wal",
+            other / "copy.db",
+            other / "plain.txt",
+            other / "dangling",
+            other / "missing",
+        ):
             assert not is_open_sqlite_file(path), path
     finally:
         db.close()
@@ -279,8 +331,10 @@ def test_a_new_database_is_owner_only_and_a_path_that_is_not_a_file_is_refused(t
     db = open_database(tmp_path / "new" / "bulk.db")
     try:
         with db.write() as conn:
-            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads)"
-                         " VALUES ('w', 'h', 1, 0, 0, 0, 1)")
+            conn.execute(
+                "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads)"
+                " VALUES ('w', 'h', 1, 0, 0, 0, 1)"
+            )
         for name in ("bulk.db", "bulk.db-wal", "bulk.db-shm"):
             assert stat.S_IMODE((tmp_path / "new" / name).stat().st_mode) == 0o600, name
     finally:
@@ -303,8 +357,11 @@ def test_a_new_database_is_owner_only_and_a_path_that_is_not_a_file_is_refused(t
 
 def _one_item_of_work(db):
     with db.write() as conn:
-        conn.execute("INSERT INTO limits (key) VALUES (?) ON CONFLICT (key) DO UPDATE SET"
-                     " window_count = window_count + 1", ("k",))
+        conn.execute(
+            "INSERT INTO limits (key) VALUES (?) ON CONFLICT (key) DO UPDATE SET"
+            " window_count = window_count + 1",
+            ("k",),
+        )
     assert db.read("SELECT window_count FROM limits WHERE key = 'k'")
 
 
@@ -324,7 +381,9 @@ def test_connections_of_threads_that_ended_are_closed(tmp_path):
         _one_item_of_work(db)
         before = len(_fds_on(path))
         threads(200)  # each /bulk command in the gateway is a new thread
-        assert db.live_connections() <= 2  # this thread's, and the last thread's until the next comes
+        assert (
+            db.live_connections() <= 2
+        )  # this thread's, and the last thread's until the next comes
         assert len(_fds_on(path)) <= before + 3, _fds_on(path)
         # With 10 threads at a time: this thread's, the batch's, and the previous batch's until
         # the next connection is made. SQLite keeps a closed connection's descriptor of a file
@@ -336,7 +395,10 @@ def test_connections_of_threads_that_ended_are_closed(tmp_path):
             assert len(_fds_on(path)) <= before + 2 * most, _fds_on(path)
         threads(200)
         assert db.live_connections() <= 2
-        assert db.read("SELECT window_count FROM limits WHERE key = 'k'")[0][0] == 1 + 200 + 300 + 200 - 1
+        assert (
+            db.read("SELECT window_count FROM limits WHERE key = 'k'")[0][0]
+            == 1 + 200 + 300 + 200 - 1
+        )
     finally:
         db.close()
     assert _fds_on(path) == []
@@ -475,8 +537,9 @@ def test_backends_opened_inside_closing_new_are_closed_after_it_and_those_before
             assert broker.open_backend(before) is kept
             opened = broker.open_backend(inside)
         assert broker.open_backend(before) is kept, "one open before the block stays open"
-        assert broker.open_backend(inside) is not opened, "the one opened inside was closed and forgotten"
+        assert broker.open_backend(inside) is not opened, (
+            "the one opened inside was closed and forgotten"
+        )
         assert kept.store.get_job("nosuchjob") is None
     finally:
         broker.close_all()
-

@@ -42,7 +42,9 @@ def limits(backend) -> SqliteLimits:
 
 
 def state(limits: SqliteLimits, key: str) -> LimitState | None:
-    rows = limits.db.read(f"SELECT {', '.join(LimitState.COLUMNS)} FROM limits WHERE key = ?", (key,))
+    rows = limits.db.read(
+        f"SELECT {', '.join(LimitState.COLUMNS)} FROM limits WHERE key = ?", (key,)
+    )
     return LimitState(*rows[0]) if rows else None
 
 
@@ -79,7 +81,9 @@ def test_a_429_counts_the_grants_not_yet_counted_before_halving_the_rate(limits,
     assert until == clock.now + 2.0
     s = state(limits, "k")
     assert s.window_count == 10 and s.decreases == 1
-    assert s.auto_interval_s == pytest.approx(1 / 5), "10 requests seen in the second: halved to 5/s"
+    assert s.auto_interval_s == pytest.approx(1 / 5), (
+        "10 requests seen in the second: halved to 5/s"
+    )
     # A pause without uncounted grants counts nothing more.
     limits.pause("k", seconds=1.0, base_s=5, cap_s=120, epoch=0)
     assert state(limits, "k").window_count == 10
@@ -92,12 +96,16 @@ def test_a_waiting_or_learning_key_takes_the_write_path_and_says_how_long(limits
     clock.now += 3.0
     turn = limits.acquire("k", rpm=None, tpm=None, tokens=1)
     assert (turn.wait, turn.epoch) == (0.0, 1)
-    assert state(limits, "k").request_tat_s == pytest.approx(clock.now + 60.0), "paced: one a minute"
+    assert state(limits, "k").request_tat_s == pytest.approx(clock.now + 60.0), (
+        "paced: one a minute"
+    )
     turn = limits.acquire("k", rpm=None, tpm=None, tokens=1)
     assert turn.wait == pytest.approx(60.0) and turn.epoch == 1
 
 
-def test_the_read_path_of_an_unpaced_key_sees_its_epoch_and_a_wait_without_a_decrease(limits, clock):
+def test_the_read_path_of_an_unpaced_key_sees_its_epoch_and_a_wait_without_a_decrease(
+    limits, clock
+):
     limits.pause("k", seconds=1.0, base_s=5, cap_s=120, epoch=0)  # Retry-After: no backoff step
     clock.now += 300  # the wait is over and the learned rate has relaxed all the way
     turn = limits.acquire("k", rpm=None, tpm=None, tokens=1)
@@ -134,8 +142,9 @@ def test_a_success_clears_a_backoff_step_and_nothing_else(limits, clock):
     assert state(limits, "never-seen") is None, "nothing to clear writes nothing"
 
 
-def test_a_success_after_a_clean_acquire_skips_the_read_but_a_429_elsewhere_is_cleared(limits, backend,
-                                                                                        clock, tmp_path):
+def test_a_success_after_a_clean_acquire_skips_the_read_but_a_429_elsewhere_is_cleared(
+    limits, backend, clock, tmp_path
+):
     limits.acquire("k", rpm=None, tpm=None, tokens=1)
     # Another process's 429 (its own SqliteLimits on the same file) sets a step here.
     other = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
@@ -145,7 +154,9 @@ def test_a_success_after_a_clean_acquire_skips_the_read_but_a_429_elsewhere_is_c
     finally:
         other.close()
     limits.clear_backoff("k")
-    assert state(limits, "k").backoff_step == 1, "this process saw no step: the success skips the read"
+    assert state(limits, "k").backoff_step == 1, (
+        "this process saw no step: the success skips the read"
+    )
     clock.now += 5
     limits.acquire("k", rpm=None, tpm=None, tokens=1)  # sees the step: no longer clean
     limits.clear_backoff("k")

@@ -44,7 +44,9 @@ def test_an_embedded_consumer_starts_off_the_main_thread_and_stops_cleanly(tmp_p
     assert not [th for th in threading.enumerate() if th.name.startswith(("Worker-", "Scheduler"))]
 
 
-def test_a_trigger_run_where_no_worker_runtime_serves_its_queue_is_logged_and_dropped(tmp_path, caplog):
+def test_a_trigger_run_where_no_worker_runtime_serves_its_queue_is_logged_and_dropped(
+    tmp_path, caplog
+):
     backend = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
     huey = backend.queue("http")
     consumer = EmbeddedConsumer(huey, **consumer_options(1))
@@ -52,8 +54,10 @@ def test_a_trigger_run_where_no_worker_runtime_serves_its_queue_is_logged_and_dr
     try:
         with caplog.at_level(logging.ERROR, logger="hermes_bulk.fleet.tasks"):
             backend.trigger("job-1", 0, client="http")
-            wait_for(lambda: "job job-1 arrived in a process without a worker runtime" in caplog.text,
-                     message="the error")
+            wait_for(
+                lambda: "job job-1 arrived in a process without a worker runtime" in caplog.text,
+                message="the error",
+            )
     finally:
         consumer.stop(graceful=True)
         backend.close()

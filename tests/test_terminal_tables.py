@@ -31,33 +31,52 @@ from hermes_bulk.frontends.terminal import (
 from hermes_bulk.frontends.views import jobs_table
 
 ASCII = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=50)
-TRICKY = st.sampled_from(["", " ", "[bold]x[/bold]", "[/]", "[name]", ":smile:", "\\[x]", "a  b", "~" * 60])
+TRICKY = st.sampled_from(
+    ["", " ", "[bold]x[/bold]", "[/]", "[name]", ":smile:", "\\[x]", "a  b", "~" * 60]
+)
 CELLS = st.one_of(ASCII, TRICKY)
 
 
 @st.composite
 def tables(draw, cells=CELLS):
-    columns = [Column(draw(st.one_of(ASCII, TRICKY)), draw(st.sampled_from(["left", "right"])),
-                      draw(st.one_of(st.none(), st.integers(2, 45))), draw(st.booleans()))
-               for _ in range(draw(st.integers(1, 7)))]
+    columns = [
+        Column(
+            draw(st.one_of(ASCII, TRICKY)),
+            draw(st.sampled_from(["left", "right"])),
+            draw(st.one_of(st.none(), st.integers(2, 45))),
+            draw(st.booleans()),
+        )
+        for _ in range(draw(st.integers(1, 7)))
+    ]
     rows = [[draw(cells) for _ in columns] for _ in range(draw(st.integers(0, 6)))]
     return Table(draw(st.one_of(ASCII, TRICKY)), columns, rows)
 
 
 @settings(max_examples=300, deadline=None)
 @given(tables())
-@example(Table("Bulk jobs (newest first)", [Column("job"), Column("done", "right"), Column("instruction", max_width=40)],
-               [["abc123", "100000", "Summarize " * 8], ["[b]x[/b]", "0", ":thumbs_up: [/]"]]))
+@example(
+    Table(
+        "Bulk jobs (newest first)",
+        [Column("job"), Column("done", "right"), Column("instruction", max_width=40)],
+        [["abc123", "100000", "Summarize " * 8], ["[b]x[/b]", "0", ":thumbs_up: [/]"]],
+    )
+)
 def test_a_plain_drawing_is_rich_s_drawing(table):
     plain = draw_plain(table)
     if all(col.no_wrap for col in table.columns):
-        assert plain is not None, "every printable-ASCII table that rich would not wrap is drawn without rich"
+        assert plain is not None, (
+            "every printable-ASCII table that rich would not wrap is drawn without rich"
+        )
     if plain is not None:
         assert plain == draw_rich(table)
 
 
 @settings(max_examples=100, deadline=None)
-@given(tables(cells=st.sampled_from(["é [bold]x[/bold]", "日本語 :smile:", "tab\there", "[red]ü[/red]"])))
+@given(
+    tables(
+        cells=st.sampled_from(["é [bold]x[/bold]", "日本語 :smile:", "tab\there", "[red]ü[/red]"])
+    )
+)
 def test_cells_rich_must_draw_stay_text(table):
     if not table.rows:
         return
@@ -72,39 +91,84 @@ def test_cells_rich_must_draw_stay_text(table):
 def test_list_into_a_pipe_shows_an_instruction_as_typed_without_rich(tmp_path):
     """The whole path: `hermes-bulk list` into a pipe prints the user's brackets and colons, and
     loads no rich to do it."""
-    env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": os.environ["PATH"],
-           "HERMES_BULK_MODEL": "m"}
+    env = {
+        "HERMES_BULK_HOME": str(tmp_path / "home"),
+        "HOME": str(tmp_path),
+        "PATH": os.environ["PATH"],
+        "HERMES_BULK_MODEL": "m",
+    }
     (tmp_path / "a.txt").write_text("hello")
     instruction = "Extract [name], [b]x[/b] :smile:"
-    subprocess.run([sys.executable, "-m", "hermes_bulk", "create", instruction, "--over", str(tmp_path / "a.txt")],
-                   env=env, check=True, capture_output=True, timeout=60)
-    code = ("import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = cli.main(['list'])\n"
-            "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hermes_bulk",
+            "create",
+            instruction,
+            "--over",
+            str(tmp_path / "a.txt"),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    code = (
+        "import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = cli.main(['list'])\n"
+        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     assert instruction in proc.stdout, proc.stdout
-    assert not any(m.split(".")[0] == "rich" for m in __import__("json").loads(proc.stderr.splitlines()[-1]))
+    assert not any(
+        m.split(".")[0] == "rich" for m in __import__("json").loads(proc.stderr.splitlines()[-1])
+    )
 
 
 def _on_terminal(table: Table, width: int) -> list[str]:
     """The lines print_table shows on a terminal `width` columns wide, styles taken out."""
     out = io.StringIO()
-    Console(file=out, width=width, force_terminal=True, highlight=False, soft_wrap=True, markup=False,
-            emoji=False).print(rich_table(fit_to_width(shown(table), width)))
+    Console(
+        file=out,
+        width=width,
+        force_terminal=True,
+        highlight=False,
+        soft_wrap=True,
+        markup=False,
+        emoji=False,
+    ).print(rich_table(fit_to_width(shown(table), width)))
     return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue()).splitlines()
 
 
-STATES = st.sampled_from(["not started", "running", "paused", "awaiting recovery", "completed_with_errors"])
+STATES = st.sampled_from(
+    ["not started", "running", "paused", "awaiting recovery", "completed_with_errors"]
+)
 
 
 @st.composite
 def job_rows(draw):
-    return [[draw(st.text("0123456789abcdef", min_size=12, max_size=12)), draw(STATES),
-             *(str(draw(st.integers(0, 10**7))) for _ in range(3)), "2026-12-02 04:42",
-             # No box-drawing characters: the test splits a row on its borders (│).
-             draw(st.text(st.characters(min_codepoint=32, max_codepoint=0x30ff,
-                                        exclude_characters="".join(map(chr, range(0x2500, 0x2580)))),
-                          max_size=90))]
-            for _ in range(draw(st.integers(1, 5)))]
+    return [
+        [
+            draw(st.text("0123456789abcdef", min_size=12, max_size=12)),
+            draw(STATES),
+            *(str(draw(st.integers(0, 10**7))) for _ in range(3)),
+            "2026-12-02 04:42",
+            # No box-drawing characters: the test splits a row on its borders (│).
+            draw(
+                st.text(
+                    st.characters(
+                        min_codepoint=32,
+                        max_codepoint=0x30FF,
+                        exclude_characters="".join(map(chr, range(0x2500, 0x2580))),
+                    ),
+                    max_size=90,
+                )
+            ),
+        ]
+        for _ in range(draw(st.integers(1, 5)))
+    ]
 
 
 @settings(max_examples=150, deadline=None)
@@ -113,41 +177,89 @@ def test_list_on_a_terminal_keeps_every_count_whole(rows, width):
     """On a terminal wide enough for a job's id, state, counts and date (80 columns, for counts
     up to five digits), `list` shows them whole: the instruction gives way, down to 10
     characters, then goes. Never a line wider than the terminal."""
-    table = Table("Bulk jobs (newest first)", [Column("job"), Column("state"), Column("done", "right"),
-                  Column("failed", "right"), Column("total", "right"), Column("created"),
-                  Column("instruction", max_width=40)], rows)
+    table = Table(
+        "Bulk jobs (newest first)",
+        [
+            Column("job"),
+            Column("state"),
+            Column("done", "right"),
+            Column("failed", "right"),
+            Column("total", "right"),
+            Column("created"),
+            Column("instruction", max_width=40),
+        ],
+        rows,
+    )
     lines = _on_terminal(table, width)
     assert all(cell_len(line) <= width for line in lines), lines
-    fixed = sum(max(len(c.header), *(len(row[i]) for row in rows)) for i, c in enumerate(table.columns[:6])) + 19
+    fixed = (
+        sum(
+            max(len(c.header), *(len(row[i]) for row in rows))
+            for i, c in enumerate(table.columns[:6])
+        )
+        + 19
+    )
     if width < fixed:
         return  # too narrow for the fixed columns: rich cuts them all alike
-    body = lines[4:4 + len(rows)]
+    body = lines[4 : 4 + len(rows)]
     for row, line in zip(rows, body, strict=True):
         cells = [cell.strip() for cell in line.strip("│").split("│")]
         assert cells[:6] == row[:6], (cells, row)
-        assert (len(cells) == 7) == (width >= fixed + 13), "the instruction shows wherever 10 characters of it fit"
+        assert (len(cells) == 7) == (width >= fixed + 13), (
+            "the instruction shows wherever 10 characters of it fit"
+        )
 
 
 def test_the_list_table_is_the_one_measured():
     """jobs_table's columns are the ones the test above fits (a changed column must change it too)."""
     assert [(c.header, c.justify, c.max_width) for c in jobs_table([]).columns] == [
-        ("job", "left", None), ("state", "left", None), ("done", "right", None), ("failed", "right", None),
-        ("total", "right", None), ("created", "left", None), ("instruction", "left", 40)]
+        ("job", "left", None),
+        ("state", "left", None),
+        ("done", "right", None),
+        ("failed", "right", None),
+        ("total", "right", None),
+        ("created", "left", None),
+        ("instruction", "left", 40),
+    ]
 
 
 def test_list_in_an_80_column_terminal_shows_the_counts(tmp_path):
     """`hermes-bulk list` in a real pseudo-terminal of 80 columns: rich alone cut the done,
     failed and total columns to nothing there."""
-    env = {"HERMES_BULK_HOME": str(tmp_path / "home"), "HOME": str(tmp_path), "PATH": os.environ["PATH"],
-           "HERMES_BULK_MODEL": "m", "TERM": "xterm-256color"}
+    env = {
+        "HERMES_BULK_HOME": str(tmp_path / "home"),
+        "HOME": str(tmp_path),
+        "PATH": os.environ["PATH"],
+        "HERMES_BULK_MODEL": "m",
+        "TERM": "xterm-256color",
+    }
     for i in range(3):
         (tmp_path / f"{i}.txt").write_text(f"text {i}")
-    subprocess.run([sys.executable, "-m", "hermes_bulk", "create", "Summarize each of these texts in a line",
-                    "--over", str(tmp_path)], env=env, check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hermes_bulk",
+            "create",
+            "Summarize each of these texts in a line",
+            "--over",
+            str(tmp_path),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     master, terminal = pty.openpty()  # a terminal of 24 rows and 80 columns
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    proc = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "list"], env=env, stdin=terminal,
-                            stdout=terminal, stderr=terminal, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hermes_bulk", "list"],
+        env=env,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        start_new_session=True,
+    )
     os.close(terminal)
     chunks = []
     while True:

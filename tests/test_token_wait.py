@@ -12,7 +12,9 @@ from hermes_bulk.runtime.worker import WorkerRuntime
 from hermes_bulk.store.protocol import RUNNING, Claim, Usage
 
 
-def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_item(settings, fake_provider, tmp_path):
+def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_item(
+    settings, fake_provider, tmp_path
+):
     src = tmp_path / "rows.jsonl"
     src.write_text('{"n": 1}\n{"n": 2}\n{"n": 3}\n')
     jobs = Jobs(settings)
@@ -21,7 +23,9 @@ def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_it
     assert 2 * per_item <= 1300 < 3 * per_item, "two reservations fit, a third does not"
     jobs.run(job.job_id)
     store = jobs.backend.store
-    elsewhere = [store.claim_item(job.job_id, i, "elsewhere", lease_s=60, max_running=16) for i in (0, 1)]
+    elsewhere = [
+        store.claim_item(job.job_id, i, "elsewhere", lease_s=60, max_running=16) for i in (0, 1)
+    ]
     assert all(isinstance(c, Claim) for c in elsewhere)
 
     runtime = WorkerRuntime(jobs.backend, settings, threads=1)

@@ -50,8 +50,13 @@ def _missing_folder(d: Path) -> Path:
     return d / "no-such-folder" / "x.log"
 
 
-BAD = [(_link_to_victim, "symbolic link"), (_dangling, "symbolic link"), (_fifo, "FIFO"),
-       (_directory, "a directory"), (_missing_folder, "does not exist")]
+BAD = [
+    (_link_to_victim, "symbolic link"),
+    (_dangling, "symbolic link"),
+    (_fifo, "FIFO"),
+    (_directory, "a directory"),
+    (_missing_folder, "does not exist"),
+]
 
 
 def _worker(cli, path: Path):
@@ -71,23 +76,29 @@ def job_id(cli, tmp_path):
 
 @pytest.mark.parametrize("make, says", BAD, ids=[m.__name__.strip("_") for m, _ in BAD])
 @pytest.mark.parametrize("option", ["worker -l", "export --output"])
-def test_a_write_path_that_is_not_a_regular_file_is_one_line_and_changes_nothing(cli, tmp_path, job_id, option,
-                                                                                 make, says):
+def test_a_write_path_that_is_not_a_regular_file_is_one_line_and_changes_nothing(
+    cli, tmp_path, job_id, option, make, says
+):
     d = tmp_path / "place"
     d.mkdir()
     path = make(d)
     before = _snapshot(d)
     proc = _worker(cli, path) if option == "worker -l" else _export(cli, path, job_id)
     assert_one_line_error(proc, 1, says, str(path), option.split()[1])
-    assert _snapshot(d) == before, "nothing at or beside the path changed (no folder made, no file written)"
+    assert _snapshot(d) == before, (
+        "nothing at or beside the path changed (no folder made, no file written)"
+    )
     victim = d / "victim.txt"
     if victim.exists():
         assert victim.read_text() == "keep me\n" and stat.S_IMODE(victim.stat().st_mode) == 0o644
 
 
 def _snapshot(d: Path) -> dict:
-    return {str(p.relative_to(d)): (st.st_mode, st.st_ino, st.st_size)
-            for p in d.rglob("*") for st in [os.lstat(p)]}
+    return {
+        str(p.relative_to(d)): (st.st_mode, st.st_ino, st.st_size)
+        for p in d.rglob("*")
+        for st in [os.lstat(p)]
+    }
 
 
 def test_worker_log_to_a_regular_file_appends_owner_only_and_to_a_device_leaves_it(cli, tmp_path):

@@ -65,7 +65,9 @@ def test_run_wait_serves_only_the_job_it_names(cli, fake_provider, tmp_path, bac
     assert "waiting for a worker" in text.lower() and "hermes-bulk worker" in text, text
     # A's triggers were not lost: a background worker serves A now.
     worker = cli.spawn_worker("-w", "2", **backend_env)
-    wait_for(lambda: _status(cli, job_a, backend_env)["completed"] == 10, timeout=60, message="A done")
+    wait_for(
+        lambda: _status(cli, job_a, backend_env)["completed"] == 10, timeout=60, message="A done"
+    )
     worker.terminate()
     worker.wait(30)
 
@@ -77,8 +79,9 @@ def other_provider():
     server.stop()
 
 
-def test_a_job_is_served_only_by_workers_of_its_endpoint(cli, fake_provider, other_provider, tmp_path,
-                                                           backend_env):
+def test_a_job_is_served_only_by_workers_of_its_endpoint(
+    cli, fake_provider, other_provider, tmp_path, backend_env
+):
     """Job A is made for provider A; a worker configured for provider B never takes its items
     (B's own job, run after A, is done first: A's triggers were queued before it), says so once
     in its log, and `status` names the endpoint A waits for. A worker of A then does it."""
@@ -92,19 +95,28 @@ def test_a_job_is_served_only_by_workers_of_its_endpoint(cli, fake_provider, oth
     worker_b = cli.spawn_worker("-w", "2", **env_b)
     try:
         cli("run", job_b, **env_b)
-        wait_for(lambda: _status(cli, job_b, env)["state"] == "completed", timeout=60, message="B done")
+        wait_for(
+            lambda: _status(cli, job_b, env)["state"] == "completed", timeout=60, message="B done"
+        )
         log_b = cli.logs_dir / "worker-1.log"
-        wait_for(lambda: f"job {job_a} is left to workers of its endpoint" in log_b.read_text(), timeout=30,
-                 message="worker B says it leaves A")
+        wait_for(
+            lambda: f"job {job_a} is left to workers of its endpoint" in log_b.read_text(),
+            timeout=30,
+            message="worker B says it leaves A",
+        )
         assert not {r.item for r in other_provider.requests} & items_a
         assert not fake_provider.requests
         st = _status(cli, job_a, env)
-        assert (st["state"], st["completed"], st["live_workers"]) == ("waiting_for_worker", 0, 0), st
+        assert (st["state"], st["completed"], st["live_workers"]) == ("waiting_for_worker", 0, 0), (
+            st
+        )
         assert st["endpoint"] == fake_provider.base_url
         text = cli("status", job_a, **env).stdout
         assert f"waits for a hermes-bulk worker for {fake_provider.base_url}" in text, text
         worker_a = cli.spawn_worker("-w", "2", **env)
-        wait_for(lambda: _status(cli, job_a, env)["state"] == "completed", timeout=60, message="A done")
+        wait_for(
+            lambda: _status(cli, job_a, env)["state"] == "completed", timeout=60, message="A done"
+        )
         worker_a.terminate()
         worker_a.wait(30)
     finally:
@@ -115,8 +127,9 @@ def test_a_job_is_served_only_by_workers_of_its_endpoint(cli, fake_provider, oth
     assert log_b.read_text().count(f"job {job_a} is left to workers") == 1
 
 
-def test_answers_are_reused_only_from_the_same_endpoint_and_key(cli, fake_provider, other_provider, tmp_path,
-                                                                backend_env):
+def test_answers_are_reused_only_from_the_same_endpoint_and_key(
+    cli, fake_provider, other_provider, tmp_path, backend_env
+):
     folder, items = _items(tmp_path, "gamma", 4)
     first = _create(cli, folder, backend_env)
     cli("run", first, "--wait", **backend_env)
@@ -143,13 +156,21 @@ def test_the_key_fingerprint_is_keyed_and_never_the_key():
     from hermes_bulk.fleet import endpoints
 
     fp = endpoints.key_fingerprint("sk-secret-value")
-    assert fp == endpoints.key_fingerprint("sk-secret-value") != endpoints.key_fingerprint("sk-secret-valuf")
+    assert (
+        fp
+        == endpoints.key_fingerprint("sk-secret-value")
+        != endpoints.key_fingerprint("sk-secret-valuf")
+    )
     assert "secret" not in fp and len(fp) == 16
-    assert endpoints.endpoint_url("https://user:pw@host.example/v1/?api_key=abc") == \
-        "https://user:***@host.example/v1/?api_key=***"
+    assert (
+        endpoints.endpoint_url("https://user:pw@host.example/v1/?api_key=abc")
+        == "https://user:***@host.example/v1/?api_key=***"
+    )
 
 
-def test_a_killed_run_wait_is_seen_at_once_and_named(cli, fake_provider, other_provider, tmp_path, backend_env):
+def test_a_killed_run_wait_is_seen_at_once_and_named(
+    cli, fake_provider, other_provider, tmp_path, backend_env
+):
     """kill -9 of the only `run --wait` serving a job, while a worker of another endpoint lives:
     `status` says at once that no live worker serves the job (never "processing"), the items
     come back with an event naming the dead worker, and the concurrency in force is the threads
@@ -160,11 +181,17 @@ def test_a_killed_run_wait_is_seen_at_once_and_named(cli, fake_provider, other_p
     other = cli.spawn_worker("-w", "1", **{**env, "HERMES_BULK_BASE_URL": other_provider.base_url})
     try:
         fake_provider.configure(latency_s=60)
-        waiting = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "run", job, "--wait"],
-                                   env=cli.full_env(**env), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   stdin=subprocess.DEVNULL)
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "hermes_bulk", "run", job, "--wait"],
+            env=cli.full_env(**env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
         try:
-            wait_for(lambda: fake_provider.requests, timeout=60, message="an item reaches the provider")
+            wait_for(
+                lambda: fake_provider.requests, timeout=60, message="an item reaches the provider"
+            )
             assert _status(cli, job, env)["state"] == "processing"
         finally:
             os.kill(waiting.pid, signal.SIGKILL)
@@ -173,16 +200,25 @@ def test_a_killed_run_wait_is_seen_at_once_and_named(cli, fake_provider, other_p
         st = _status(cli, job, env)  # at once: its lock file is free
         assert (st["state"], st["live_workers"]) == ("awaiting_recovery", 0), st
         assert "State: processing" not in cli("status", job, **env).stdout
-        wait_for(lambda: "recovered" in cli("events", job, **env).stdout, timeout=30,
-                 message="the other worker returns the dead one's items")
+        wait_for(
+            lambda: "recovered" in cli("events", job, **env).stdout,
+            timeout=30,
+            message="the other worker returns the dead one's items",
+        )
         events = cli("events", job, **env).stdout
-        assert re.search(rf"returned to the queue from worker [^\s]+:{waiting.pid}:", events), events
+        assert re.search(rf"returned to the queue from worker [^\s]+:{waiting.pid}:", events), (
+            events
+        )
         fake_provider.configure(latency_s=0.5)
         serving = cli.spawn_worker("-w", "2", **env)
         cli("run", job, **env)
         wait_for(lambda: _status(cli, job, env)["running"] >= 1, timeout=60, message="served again")
         st = _status(cli, job, env)
-        assert (st["state"], st["concurrency"], st["concurrency_in_force"]) == ("processing", 4, 2), st
+        assert (st["state"], st["concurrency"], st["concurrency_in_force"]) == (
+            "processing",
+            4,
+            2,
+        ), st
         assert "the live workers that serve it have 2 threads" in cli("status", job, **env).stdout
         fake_provider.configure(latency_s=0)
         wait_for(lambda: _status(cli, job, env)["state"] == "completed", timeout=60, message="done")

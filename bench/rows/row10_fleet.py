@@ -63,10 +63,32 @@ def _one_size(ctx: Context, Hosts, n: int) -> dict:
         provider = FakeProviderProc(latency_s=0.0, host=hosts.gateway)
         redis_dir = ctx.dir(f"redis-{n}")
         exe = shutil.which("redis-server") or "/usr/bin/redis-server"
-        hosts.procs.append(subprocess.Popen(hosts.argv("store", [
-            exe, "--port", "6379", "--bind", "0.0.0.0", "--requirepass", password, "--save", "", "--appendonly", "no",
-            "--dir", str(redis_dir), "--logfile", str(redis_dir / "redis.log")]),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        hosts.procs.append(
+            subprocess.Popen(
+                hosts.argv(
+                    "store",
+                    [
+                        exe,
+                        "--port",
+                        "6379",
+                        "--bind",
+                        "0.0.0.0",
+                        "--requirepass",
+                        password,
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--dir",
+                        str(redis_dir),
+                        "--logfile",
+                        str(redis_dir / "redis.log"),
+                    ],
+                ),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         ip = hosts.ips["store"]
         client = redis.Redis(host=ip, port=6379, password=password)
         try:
@@ -78,22 +100,52 @@ def _one_size(ctx: Context, Hosts, n: int) -> dict:
                     time.sleep(0.1)
             url = f"redis://:{password}@{ip}:6379/0?prefix=fleet"
             total = PROCS_PER_HOST * len(HOSTS) * THREADS
-            cli = HermesEnv(ctx.dir(f"cli-{n}"), backend=url, base_url=provider.base_url, max_concurrency=total)
-            created = cli.cli("create", "Summarize this item in one line", "--over", str(src), "--concurrency",
-                              str(total), "--json", timeout=7200)
+            cli = HermesEnv(
+                ctx.dir(f"cli-{n}"), backend=url, base_url=provider.base_url, max_concurrency=total
+            )
+            created = cli.cli(
+                "create",
+                "Summarize this item in one line",
+                "--over",
+                str(src),
+                "--concurrency",
+                str(total),
+                "--json",
+                timeout=7200,
+            )
             job = json.loads(created.stdout)["job_id"]
             after_create = client.info("memory")["used_memory"]
             workers = []
             for host in HOSTS:
                 for k in range(PROCS_PER_HOST):
                     home = ctx.dir(f"{host}{k}-{n}")
-                    env = HermesEnv(home, backend=url, base_url=provider.base_url, max_concurrency=total)
-                    proc = subprocess.Popen(hosts.argv(host, [PY, "-m", "hermes_bulk", "worker", "-w", str(THREADS),
-                                                              "-q", "-l", str(home / "worker.log")]),
-                                            env=env.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    env = HermesEnv(
+                        home, backend=url, base_url=provider.base_url, max_concurrency=total
+                    )
+                    proc = subprocess.Popen(
+                        hosts.argv(
+                            host,
+                            [
+                                PY,
+                                "-m",
+                                "hermes_bulk",
+                                "worker",
+                                "-w",
+                                str(THREADS),
+                                "-q",
+                                "-l",
+                                str(home / "worker.log"),
+                            ],
+                        ),
+                        env=env.env(),
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
                     hosts.procs.append(proc)
                     workers.append(proc)
-            out = cli.drive("run", job, "--external", str(len(workers)), "--poll", "0.5", timeout=7200)
+            out = cli.drive(
+                "run", job, "--external", str(len(workers)), "--poll", "0.5", timeout=7200
+            )
             rss = [_peak_rss_mb(w.pid) for w in workers]
             info = client.info("memory")
             for w in workers:
@@ -101,10 +153,18 @@ def _one_size(ctx: Context, Hosts, n: int) -> dict:
         finally:
             client.close()
             provider.stop()
-    return {"n": n, "elapsed_s": out["elapsed_s"], "items_per_s": rate(n, out["elapsed_s"]),
-            "completed": out["completed"], "failed": out["failed"], "create_s": created.wall_s,
-            "redis_after_create": after_create, "redis_peak": info["used_memory_peak"],
-            "redis_end": info["used_memory"], "worker_rss_mb": rss}
+    return {
+        "n": n,
+        "elapsed_s": out["elapsed_s"],
+        "items_per_s": rate(n, out["elapsed_s"]),
+        "completed": out["completed"],
+        "failed": out["failed"],
+        "create_s": created.wall_s,
+        "redis_after_create": after_create,
+        "redis_peak": info["used_memory_peak"],
+        "redis_end": info["used_memory"],
+        "worker_rss_mb": rss,
+    }
 
 
 def run(ctx: Context) -> RowResult:
@@ -116,34 +176,76 @@ def run(ctx: Context) -> RowResult:
     data = {}
     for n in sizes:
         data[n] = d = _one_size(ctx, Hosts, n)
-        ctx.log(f"  {n:,} items: {d['items_per_s']:,.0f} items/s ({d['completed']:,} completed, {d['failed']} failed), "
-                f"Redis peak {d['redis_peak'] / 1e6:,.0f} MB, worker peak RSS {max(d['worker_rss_mb']):.0f} MB")
+        ctx.log(
+            f"  {n:,} items: {d['items_per_s']:,.0f} items/s ({d['completed']:,} completed, {d['failed']} failed), "
+            f"Redis peak {d['redis_peak'] / 1e6:,.0f} MB, worker peak RSS {max(d['worker_rss_mb']):.0f} MB"
+        )
     result = RowResult(
-        row=ROW, title=TITLE, compared_with="the same fleet at the smaller size (memory flat as items grow)",
+        row=ROW,
+        title=TITLE,
+        compared_with="the same fleet at the smaller size (memory flat as items grow)",
         goal=f"the largest job finishes, every item completed; worker peak RSS at the largest size <= {FLAT} x at the "
-             "smallest",
-        setup=(f"{' and '.join(f'{n:,}' for n in sizes)} JSONL items (about 120 bytes each); redis-server on its own "
-               f"network namespace, {PROCS_PER_HOST} `hermes-bulk worker -w {THREADS}` on each of {len(HOSTS)} other "
-               f"namespaces (job --concurrency {PROCS_PER_HOST * len(HOSTS) * THREADS}), the loopback provider "
-               "answering at once on the bridge; create and the watching `run` on the bench's namespace. items/s "
-               "from `run` to the store's count of finished items; Redis peak used_memory from INFO (a fresh "
-               "server per size); worker peak RSS is VmHWM at the end."),
-        raw={str(k): v for k, v in data.items()})
+        "smallest",
+        setup=(
+            f"{' and '.join(f'{n:,}' for n in sizes)} JSONL items (about 120 bytes each); redis-server on its own "
+            f"network namespace, {PROCS_PER_HOST} `hermes-bulk worker -w {THREADS}` on each of {len(HOSTS)} other "
+            f"namespaces (job --concurrency {PROCS_PER_HOST * len(HOSTS) * THREADS}), the loopback provider "
+            "answering at once on the bridge; create and the watching `run` on the bench's namespace. items/s "
+            "from `run` to the store's count of finished items; Redis peak used_memory from INFO (a fresh "
+            "server per size); worker peak RSS is VmHWM at the end."
+        ),
+        raw={str(k): v for k, v in data.items()},
+    )
     small, large = data[sizes[0]], data[sizes[-1]]
     for n, d in data.items():
-        result.lines.append(Line(f"{n:,} items, 4 workers on 2 hosts",
-                                 f"{fmt_rate(d['items_per_s'])} in {fmt_s(d['elapsed_s'])}, Redis peak "
-                                 f"{d['redis_peak'] / 1e6:,.0f} MB, worker RSS {max(d['worker_rss_mb']):.0f} MB",
-                                 f"{n:,} items", d["completed"] / n, *at_least(d["completed"] / n, 1.0)))
+        result.lines.append(
+            Line(
+                f"{n:,} items, 4 workers on 2 hosts",
+                f"{fmt_rate(d['items_per_s'])} in {fmt_s(d['elapsed_s'])}, Redis peak "
+                f"{d['redis_peak'] / 1e6:,.0f} MB, worker RSS {max(d['worker_rss_mb']):.0f} MB",
+                f"{n:,} items",
+                d["completed"] / n,
+                *at_least(d["completed"] / n, 1.0),
+            )
+        )
     if len(data) > 1:
         growth = max(large["worker_rss_mb"]) / max(small["worker_rss_mb"])
         goal, met = at_most(growth, FLAT)
-        result.lines.append(Line(f"worker peak RSS, {sizes[-1]:,} vs {sizes[0]:,}", f"x{growth:.2f}",
-                                 f"{max(small['worker_rss_mb']):.0f} MB at {sizes[0]:,}", growth, goal, met))
-    result.details.append(table(
-        ["items", "create s", "run s", "items/s", "Redis after create MB", "Redis peak MB", "Redis at end MB",
-         "worker peak RSS MB (each)"],
-        [[f"{n:,}", f"{d['create_s']:.1f}", f"{d['elapsed_s']:.1f}", f"{d['items_per_s']:,.0f}",
-          f"{d['redis_after_create'] / 1e6:,.0f}", f"{d['redis_peak'] / 1e6:,.0f}", f"{d['redis_end'] / 1e6:,.0f}",
-          ", ".join(f"{r:.0f}" for r in d["worker_rss_mb"])] for n, d in data.items()]))
+        result.lines.append(
+            Line(
+                f"worker peak RSS, {sizes[-1]:,} vs {sizes[0]:,}",
+                f"x{growth:.2f}",
+                f"{max(small['worker_rss_mb']):.0f} MB at {sizes[0]:,}",
+                growth,
+                goal,
+                met,
+            )
+        )
+    result.details.append(
+        table(
+            [
+                "items",
+                "create s",
+                "run s",
+                "items/s",
+                "Redis after create MB",
+                "Redis peak MB",
+                "Redis at end MB",
+                "worker peak RSS MB (each)",
+            ],
+            [
+                [
+                    f"{n:,}",
+                    f"{d['create_s']:.1f}",
+                    f"{d['elapsed_s']:.1f}",
+                    f"{d['items_per_s']:,.0f}",
+                    f"{d['redis_after_create'] / 1e6:,.0f}",
+                    f"{d['redis_peak'] / 1e6:,.0f}",
+                    f"{d['redis_end'] / 1e6:,.0f}",
+                    ", ".join(f"{r:.0f}" for r in d["worker_rss_mb"]),
+                ]
+                for n, d in data.items()
+            ],
+        )
+    )
     return result

@@ -26,18 +26,31 @@ def run(ctx: Context) -> RowResult:
     runs: dict[str, list[dict]] = {s: [] for s in sides}
     try:
         for r in range(ctx.rounds):
-            order = sides[r % 4:] + sides[:r % 4]  # who goes first changes every round
+            order = sides[r % 4 :] + sides[: r % 4]  # who goes first changes every round
             for side in order:
                 provider.configure()
                 cpu0 = provider.cpu_seconds()
                 if side in ("pool", "shared"):
                     env = HermesEnv(ctx.dir(f"{side}{r}"), backend=None, base_url=provider.base_url)
-                    out = env.drive("pool", "--base-url", provider.base_url, "--source", str(src),
-                                    "--threads", str(threads), "--client", "hermes" if side == "pool" else "shared")
+                    out = env.drive(
+                        "pool",
+                        "--base-url",
+                        provider.base_url,
+                        "--source",
+                        str(src),
+                        "--threads",
+                        str(threads),
+                        "--client",
+                        "hermes" if side == "pool" else "shared",
+                    )
                 else:
                     backend = ctx.redis_url() if side == "redis" else None
-                    env = HermesEnv(ctx.dir(f"{side}{r}"), backend=backend, base_url=provider.base_url,
-                                    max_concurrency=threads)
+                    env = HermesEnv(
+                        ctx.dir(f"{side}{r}"),
+                        backend=backend,
+                        base_url=provider.base_url,
+                        max_concurrency=threads,
+                    )
                     job = env.create(src, "--concurrency", str(threads))
                     out = env.drive("run", job, "--threads", str(threads))
                 out["server_cpu_s"] = provider.cpu_seconds() - cpu0
@@ -49,30 +62,74 @@ def run(ctx: Context) -> RowResult:
         provider.stop()
 
     result = RowResult(
-        row=ROW, title=TITLE, compared_with="a bare thread pool of the same size making the same HTTP calls",
+        row=ROW,
+        title=TITLE,
+        compared_with="a bare thread pool of the same size making the same HTTP calls",
         goal=f"hermes-bulk >= {GOALS['sqlite']} (SQLite) and >= {GOALS['redis']} (Redis) of the bare pool's items/s",
-        setup=(f"{n:,} items, {threads} threads (job --concurrency {threads}), loopback provider with no latency "
-               f"in its own process; {ctx.rounds} interleaved round(s); the ratio is the median of each round's "
-               "hermes-bulk / bare-pool ratio. The bare pool (bench.drive pool) is a ThreadPoolExecutor calling "
-               "hermes-bulk's own HttpModelClient (httpx, one connection per thread) with the same request "
-               "body, so the gap is all dispatch; a pool sharing one httpx.Client of the same size, as one "
-               "would write it by hand, is shown too."),
-        raw=runs)
+        setup=(
+            f"{n:,} items, {threads} threads (job --concurrency {threads}), loopback provider with no latency "
+            f"in its own process; {ctx.rounds} interleaved round(s); the ratio is the median of each round's "
+            "hermes-bulk / bare-pool ratio. The bare pool (bench.drive pool) is a ThreadPoolExecutor calling "
+            "hermes-bulk's own HttpModelClient (httpx, one connection per thread) with the same request "
+            "body, so the gap is all dispatch; a pool sharing one httpx.Client of the same size, as one "
+            "would write it by hand, is shown too."
+        ),
+        raw=runs,
+    )
     pool_median = median([o["items_per_s"] for o in runs["pool"]])
-    for side, label in (("sqlite", "SQLite, embedded consumer"), ("redis", "Redis, embedded consumer")):
-        ratios = [h["items_per_s"] / p["items_per_s"] for h, p in zip(runs[side], runs["pool"], strict=True)]
+    for side, label in (
+        ("sqlite", "SQLite, embedded consumer"),
+        ("redis", "Redis, embedded consumer"),
+    ):
+        ratios = [
+            h["items_per_s"] / p["items_per_s"]
+            for h, p in zip(runs[side], runs["pool"], strict=True)
+        ]
         ratio = median(ratios)
         goal, met = at_least(ratio, GOALS[side])
-        result.lines.append(Line(label, fmt_rate(median([o["items_per_s"] for o in runs[side]])),
-                                 f"bare pool {fmt_rate(pool_median)}", ratio, goal, met))
-    shared = median([s["items_per_s"] / p["items_per_s"] for s, p in zip(runs["shared"], runs["pool"], strict=True)])
-    result.lines.append(Line("bare pool, one shared httpx.Client", fmt_rate(median([o["items_per_s"] for o in runs["shared"]])),
-                             f"bare pool {fmt_rate(pool_median)}", shared, "", None))
+        result.lines.append(
+            Line(
+                label,
+                fmt_rate(median([o["items_per_s"] for o in runs[side]])),
+                f"bare pool {fmt_rate(pool_median)}",
+                ratio,
+                goal,
+                met,
+            )
+        )
+    shared = median(
+        [
+            s["items_per_s"] / p["items_per_s"]
+            for s, p in zip(runs["shared"], runs["pool"], strict=True)
+        ]
+    )
+    result.lines.append(
+        Line(
+            "bare pool, one shared httpx.Client",
+            fmt_rate(median([o["items_per_s"] for o in runs["shared"]])),
+            f"bare pool {fmt_rate(pool_median)}",
+            shared,
+            "",
+            None,
+        )
+    )
     rows = []
     for side in sides:
         for r, o in enumerate(runs[side]):
-            rows.append([side, str(r + 1), f"{o['elapsed_s']:.2f}", f"{o['items_per_s']:,.0f}",
-                         f"{o['cpu_s'] / n * 1000:.2f}", f"{o['server_cpu_s'] / n * 1000:.2f}"])
-    result.details.append(table(["side", "round", "seconds", "items/s", "client CPU ms/item",
-                                 "provider CPU ms/item"], rows))
+            rows.append(
+                [
+                    side,
+                    str(r + 1),
+                    f"{o['elapsed_s']:.2f}",
+                    f"{o['items_per_s']:,.0f}",
+                    f"{o['cpu_s'] / n * 1000:.2f}",
+                    f"{o['server_cpu_s'] / n * 1000:.2f}",
+                ]
+            )
+    result.details.append(
+        table(
+            ["side", "round", "seconds", "items/s", "client CPU ms/item", "provider CPU ms/item"],
+            rows,
+        )
+    )
     return result

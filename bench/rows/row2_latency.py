@@ -37,16 +37,28 @@ def run(ctx: Context) -> RowResult:
                 n = total_conc * waves
                 src = write_jsonl(ctx.dir("src") / f"items-{n}.jsonl", n)
                 home = ctx.dir(f"{key}-{r}")
-                env = HermesEnv(home, backend=ctx.redis_url() if backend == "redis" else None,
-                                base_url=provider.base_url, max_concurrency=total_conc)
+                env = HermesEnv(
+                    home,
+                    backend=ctx.redis_url() if backend == "redis" else None,
+                    base_url=provider.base_url,
+                    max_concurrency=total_conc,
+                )
                 job = env.create(src, "--concurrency", str(total_conc))
                 provider.configure()
-                workers = [env.spawn_worker(threads, home / f"worker-{i}.log") for i in range(procs)]
+                workers = [
+                    env.spawn_worker(threads, home / f"worker-{i}.log") for i in range(procs)
+                ]
                 others = [provider.proc.pid] + ([ctx.redis.proc.pid] if backend == "redis" else [])
                 try:
                     if procs:
-                        time.sleep(1.0)  # let the workers finish starting: their CPU is counted from here
-                    pids = {"provider": [provider.proc.pid], "redis": others[1:], "workers": [w.pid for w in workers]}
+                        time.sleep(
+                            1.0
+                        )  # let the workers finish starting: their CPU is counted from here
+                    pids = {
+                        "provider": [provider.proc.pid],
+                        "redis": others[1:],
+                        "workers": [w.pid for w in workers],
+                    }
                     cpu0 = {k: sum(map(proc_cpu_seconds, v)) for k, v in pids.items()}
                     if procs:
                         out = env.drive("run", job, "--external", str(procs))
@@ -60,34 +72,78 @@ def run(ctx: Context) -> RowResult:
                 out["cores"] = {k: v / out["elapsed_s"] for k, v in cpu.items()}
                 out["cores_busy"] = sum(out["cores"].values())
                 stats = provider.stats()
-                out.update(n=n, items_per_s=rate(n, out["elapsed_s"]), ideal=total_conc / latency,
-                           max_in_flight=stats["max_in_flight"], requests=stats["requests"])
+                out.update(
+                    n=n,
+                    items_per_s=rate(n, out["elapsed_s"]),
+                    ideal=total_conc / latency,
+                    max_in_flight=stats["max_in_flight"],
+                    requests=stats["requests"],
+                )
                 runs[key].append(out)
-                ctx.log(f"  round {r + 1} {key}: {out['items_per_s']:,.0f} items/s of {out['ideal']:,.0f}, "
-                        f"{out['cores_busy']:.2f} cores busy ({', '.join(f'{k} {v:.2f}' for k, v in out['cores'].items())})")
+                ctx.log(
+                    f"  round {r + 1} {key}: {out['items_per_s']:,.0f} items/s of {out['ideal']:,.0f}, "
+                    f"{out['cores_busy']:.2f} cores busy ({', '.join(f'{k} {v:.2f}' for k, v in out['cores'].items())})"
+                )
     finally:
         provider.stop()
 
     result = RowResult(
-        row=ROW, title=TITLE, compared_with=f"Little's law, concurrency / latency ({conc} / {latency} s "
+        row=ROW,
+        title=TITLE,
+        compared_with=f"Little's law, concurrency / latency ({conc} / {latency} s "
         f"= {conc / latency:,.0f} items/s per {conc} in flight)",
         goal=">= 0.9 of it (SQLite); Redis with 2 worker processes x 64: >= 0.9 of 640/s",
-        setup=(f"Provider latency {latency} s; {waves} waves of items (n = {waves} x concurrency); timed from "
-               f"`run` to the store's count of finished items; median of {rounds} round(s)."),
-        raw=runs)
+        setup=(
+            f"Provider latency {latency} s; {waves} waves of items (n = {waves} x concurrency); timed from "
+            f"`run` to the store's count of finished items; median of {rounds} round(s)."
+        ),
+        raw=runs,
+    )
     detail = []
     for key, label, _b, _p, _t, goal in cases:
         ideal = runs[key][0]["ideal"]
         ratio = median([o["items_per_s"] / o["ideal"] for o in runs[key]])
         goal_text, met = at_least(ratio, goal) if goal else ("", None)
-        result.lines.append(Line(label, fmt_rate(median([o["items_per_s"] for o in runs[key]])),
-                                 f"Little's law {fmt_rate(ideal)}", ratio, goal_text, met))
+        result.lines.append(
+            Line(
+                label,
+                fmt_rate(median([o["items_per_s"] for o in runs[key]])),
+                f"Little's law {fmt_rate(ideal)}",
+                ratio,
+                goal_text,
+                met,
+            )
+        )
         for r, o in enumerate(runs[key]):
-            detail.append([label, str(r + 1), f"{o['n']:,}", f"{o['elapsed_s']:.2f}",
-                           f"{o['n'] / (o['ideal']) :.2f}", f"{o['first_done_s']:.2f}", str(o["max_in_flight"]),
-                           f"{o['cores_busy']:.2f} of {os.cpu_count()} (hermes-bulk {o['cores']['hermes-bulk']:.2f})"])
-    result.details.append(table(["case", "round", "items", "seconds", "ideal seconds", "first result s",
-                                 "most in flight", "cores busy"], detail))
-    result.details.append("Cores busy: CPU seconds of every process of the run (hermes-bulk, the provider, "
-                          "redis-server) over the run's wall time.")
+            detail.append(
+                [
+                    label,
+                    str(r + 1),
+                    f"{o['n']:,}",
+                    f"{o['elapsed_s']:.2f}",
+                    f"{o['n'] / (o['ideal']):.2f}",
+                    f"{o['first_done_s']:.2f}",
+                    str(o["max_in_flight"]),
+                    f"{o['cores_busy']:.2f} of {os.cpu_count()} (hermes-bulk {o['cores']['hermes-bulk']:.2f})",
+                ]
+            )
+    result.details.append(
+        table(
+            [
+                "case",
+                "round",
+                "items",
+                "seconds",
+                "ideal seconds",
+                "first result s",
+                "most in flight",
+                "cores busy",
+            ],
+            detail,
+        )
+    )
+    result.details.append(
+        "Cores busy: CPU seconds of every process of the run (hermes-bulk, the provider, "
+        "redis-server) over the run's wall time."
+    )
     return result

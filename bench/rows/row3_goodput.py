@@ -25,30 +25,45 @@ def run(ctx: Context) -> RowResult:
     try:
         for backend, mode in cases:
             key = f"{backend}-{mode}"
-            env = HermesEnv(ctx.dir(key), backend=ctx.redis_url() if backend == "redis" else None,
-                            base_url=provider.base_url, max_concurrency=conc)
-            flags = ["--concurrency", str(conc)] + (["--rpm", str(int(limit * 60))] if mode == "paced" else [])
+            env = HermesEnv(
+                ctx.dir(key),
+                backend=ctx.redis_url() if backend == "redis" else None,
+                base_url=provider.base_url,
+                max_concurrency=conc,
+            )
+            flags = ["--concurrency", str(conc)] + (
+                ["--rpm", str(int(limit * 60))] if mode == "paced" else []
+            )
             job = env.create(src, *flags)
             provider.configure(rate_per_s=limit)  # a full bucket: one second of burst
             out = env.drive("run", job, "--threads", str(conc))
             stats = provider.stats()
-            out.update(goodput=rate(out["completed"], out["elapsed_s"]), requests=stats["requests"],
-                       rejected=stats["by_status"].get("429", 0))
+            out.update(
+                goodput=rate(out["completed"], out["elapsed_s"]),
+                requests=stats["requests"],
+                rejected=stats["by_status"].get("429", 0),
+            )
             out["share_429"] = out["rejected"] / max(1, out["requests"])
             runs[key] = out
-            ctx.log(f"  {key}: {out['goodput']:.1f}/s, {out['rejected']} of {out['requests']} requests got 429")
+            ctx.log(
+                f"  {key}: {out['goodput']:.1f}/s, {out['rejected']} of {out['requests']} requests got 429"
+            )
     finally:
         provider.stop()
 
     result = RowResult(
-        row=ROW, title=TITLE,
+        row=ROW,
+        title=TITLE,
         compared_with=f"the limit ({limit:g} requests/s); the same job with pacing off (429 and wait only)",
         goal=f">= 0.95 of the limit with <= {MAX_429_SHARE:.0%} of requests answered 429; "
-             "the no-pacing figures reported too",
-        setup=(f"{n:,} items, --concurrency {conc}, provider latency {latency} s and a token bucket of "
-               f"{limit:g}/s with one second of burst (full at the start of each run); paced = "
-               f"`--rpm {int(limit * 60)}`."),
-        raw=runs)
+        "the no-pacing figures reported too",
+        setup=(
+            f"{n:,} items, --concurrency {conc}, provider latency {latency} s and a token bucket of "
+            f"{limit:g}/s with one second of burst (full at the start of each run); paced = "
+            f"`--rpm {int(limit * 60)}`."
+        ),
+        raw=runs,
+    )
     for key, o in runs.items():
         backend, mode = key.split("-")
         ratio = o["goodput"] / limit
@@ -56,13 +71,29 @@ def run(ctx: Context) -> RowResult:
         measured = f"{fmt_rate(o['goodput'])}, {o['share_429']:.1%} 429"
         if mode == "paced":
             goal, met = at_least(ratio, 0.95)
-            goal, met = f"{goal}, 429 <= {MAX_429_SHARE:.0%}", met and o["share_429"] <= MAX_429_SHARE
+            goal, met = (
+                f"{goal}, 429 <= {MAX_429_SHARE:.0%}",
+                met and o["share_429"] <= MAX_429_SHARE,
+            )
         else:
             goal, met = "", None
         result.lines.append(Line(label, measured, f"limit {limit:g}/s", ratio, goal, met))
-    result.details.append(table(
-        ["run", "seconds", "completed", "failed", "requests", "429 answers", "goodput/s"],
-        [[k, f"{o['elapsed_s']:.1f}", str(o["completed"]), str(o["failed"]), str(o["requests"]),
-          f"{o['rejected']} ({o['share_429']:.1%})", f"{o['goodput']:.2f}"] for k, o in runs.items()]))
+    result.details.append(
+        table(
+            ["run", "seconds", "completed", "failed", "requests", "429 answers", "goodput/s"],
+            [
+                [
+                    k,
+                    f"{o['elapsed_s']:.1f}",
+                    str(o["completed"]),
+                    str(o["failed"]),
+                    str(o["requests"]),
+                    f"{o['rejected']} ({o['share_429']:.1%})",
+                    f"{o['goodput']:.2f}",
+                ]
+                for k, o in runs.items()
+            ],
+        )
+    )
     _ = median  # (one run per case: the runs are long and the limit, not the machine, sets the pace)
     return result

@@ -30,8 +30,11 @@ def run(ctx: Context) -> RowResult:
     for n in sizes:
         src = write_csv(ctx.dir("src") / f"rows-{n}.csv", n)
         for name, backend in backends:
-            env = HermesEnv(ctx.dir(f"{name}-{n}"), backend=ctx.redis_url() if backend else None,
-                            base_url="http://127.0.0.1:9/v1")
+            env = HermesEnv(
+                ctx.dir(f"{name}-{n}"),
+                backend=ctx.redis_url() if backend else None,
+                base_url="http://127.0.0.1:9/v1",
+            )
             m = env.cli("create", "Summarize this row in one line", "--over", str(src), "--json")
             job = json.loads(m.stdout)["job_id"]
             data[f"create {name} {n}"] = {"s": m.wall_s, "mb": m.max_rss_mb, "n": n}
@@ -50,18 +53,27 @@ def run(ctx: Context) -> RowResult:
                 ctx.log(f"  export {fmt} {n:,}: {m.wall_s:.1f} s, {m.max_rss_mb:.0f} MB")
 
     result = RowResult(
-        row=ROW, title=TITLE, compared_with="-",
+        row=ROW,
+        title=TITLE,
+        compared_with="-",
         goal=f"each <= {LIMIT_S:.0f} s and <= {LIMIT_MB:.0f} MB peak RSS, with memory flat as rows grow "
-             f"(flat: peak RSS at {large:,} <= {FLAT} x at {small:,})",
-        setup=(f"A {large:,}-row CSV (5 columns, about 110 bytes a row) and a {small:,}-row one; each command is "
-               f"a `hermes-bulk` child process, timed from start to exit (interpreter start included); peak RSS "
-               f"from wait4. Ratios are measured / limit. Results were produced with bench.drive fill "
-               f"(complete_and_claim through the store API, {_rate(data, large)} items/s)."),
-        raw=data)
-    cases = [("create sqlite", "create, SQLite"), ("create redis", "create, Redis"),
-             ("export-first sqlite", "first export (CSV)"),
-             ("export-md sqlite", "export md"), ("export-csv sqlite", "export csv"),
-             ("export-jsonl sqlite", "export jsonl")]
+        f"(flat: peak RSS at {large:,} <= {FLAT} x at {small:,})",
+        setup=(
+            f"A {large:,}-row CSV (5 columns, about 110 bytes a row) and a {small:,}-row one; each command is "
+            f"a `hermes-bulk` child process, timed from start to exit (interpreter start included); peak RSS "
+            f"from wait4. Ratios are measured / limit. Results were produced with bench.drive fill "
+            f"(complete_and_claim through the store API, {_rate(data, large)} items/s)."
+        ),
+        raw=data,
+    )
+    cases = [
+        ("create sqlite", "create, SQLite"),
+        ("create redis", "create, Redis"),
+        ("export-first sqlite", "first export (CSV)"),
+        ("export-md sqlite", "export md"),
+        ("export-csv sqlite", "export csv"),
+        ("export-jsonl sqlite", "export jsonl"),
+    ]
     rows = []
     for key, label in cases:
         a, b = data.get(f"{key} {small}"), data.get(f"{key} {large}")
@@ -70,16 +82,48 @@ def run(ctx: Context) -> RowResult:
         growth = b["mb"] / a["mb"]
         ratio = max(b["s"] / LIMIT_S, b["mb"] / LIMIT_MB)
         met = b["s"] <= LIMIT_S and b["mb"] <= LIMIT_MB and growth <= FLAT
-        result.lines.append(Line(
-            f"{label}, {large:,} rows", f"{fmt_s(b['s'])}, {b['mb']:.0f} MB (RSS x{growth:.2f} from {small:,})",
-            f"{LIMIT_S:.0f} s, {LIMIT_MB:.0f} MB", ratio, f"<= 1.00, RSS x <= {FLAT}", met))
-        rows.append([label, fmt_s(a["s"]), f"{a['mb']:.0f} MB", fmt_s(b["s"]), f"{b['mb']:.0f} MB",
-                     f"{b['s'] / a['s']:.1f}x", f"{growth:.2f}x", f"{b['n'] / b['s']:,.0f}"])
-    result.details.append(table(["step", f"{small:,}: time", "peak RSS", f"{large:,}: time", "peak RSS",
-                                 "time growth", "RSS growth", f"rows/s at {large:,}"], rows))
+        result.lines.append(
+            Line(
+                f"{label}, {large:,} rows",
+                f"{fmt_s(b['s'])}, {b['mb']:.0f} MB (RSS x{growth:.2f} from {small:,})",
+                f"{LIMIT_S:.0f} s, {LIMIT_MB:.0f} MB",
+                ratio,
+                f"<= 1.00, RSS x <= {FLAT}",
+                met,
+            )
+        )
+        rows.append(
+            [
+                label,
+                fmt_s(a["s"]),
+                f"{a['mb']:.0f} MB",
+                fmt_s(b["s"]),
+                f"{b['mb']:.0f} MB",
+                f"{b['s'] / a['s']:.1f}x",
+                f"{growth:.2f}x",
+                f"{b['n'] / b['s']:,.0f}",
+            ]
+        )
+    result.details.append(
+        table(
+            [
+                "step",
+                f"{small:,}: time",
+                "peak RSS",
+                f"{large:,}: time",
+                "peak RSS",
+                "time growth",
+                "RSS growth",
+                f"rows/s at {large:,}",
+            ],
+            rows,
+        )
+    )
     result.details.append("The ratio is the larger of time / 60 s and peak RSS / 300 MB.")
-    result.details.append("Redis export is not measured here: producing a million results through the Redis "
-                          "store's claim and complete takes about 7 minutes on this machine.")
+    result.details.append(
+        "Redis export is not measured here: producing a million results through the Redis "
+        "store's claim and complete takes about 7 minutes on this machine."
+    )
     return result
 
 

@@ -35,27 +35,71 @@ def make_admit(backend_url: str, cap: int):
 
     directory = Path(os.environ["HERMES_BULK_HOME"]) / "cron-budget"
     settings = SettingsFile(directory)
-    for key, value in (("chat_reserve", "0"), ("daily_limit", str(cap)), ("mode", "enforce"),
-                       ("ledger", backend_url if backend_url.startswith("redis") else "")):
+    for key, value in (
+        ("chat_reserve", "0"),
+        ("daily_limit", str(cap)),
+        ("mode", "enforce"),
+        ("ledger", backend_url if backend_url.startswith("redis") else ""),
+    ):
         settings.set(key, value)
     budget = Budget(directory)
-    call = CallRecord(call_class=BULK, profile="bench", job_id="bench", provider="bench", model="m",
-                      api_mode="chat_completions")
+    call = CallRecord(
+        call_class=BULK,
+        profile="bench",
+        job_id="bench",
+        provider="bench",
+        model="m",
+        api_mode="chat_completions",
+    )
     return lambda: budget.admit(call).decision == ALLOWED
 
 
-def _measure(ctx: Context, backend: str, name: str, *, processes: int, per_process: int, cap: int,
-             rate: float) -> dict:
+def _measure(
+    ctx: Context,
+    backend: str,
+    name: str,
+    *,
+    processes: int,
+    per_process: int,
+    cap: int,
+    rate: float,
+) -> dict:
     """One case on a fresh ledger: `processes` children, started together, each making
     `per_process` admissions (at `rate` a second each, 0 = back to back)."""
-    url = ctx.redis_url() if backend == "redis" else f"sqlite:///{ctx.dir(f'{backend}-{name}') / 'bulk.db'}"
+    url = (
+        ctx.redis_url()
+        if backend == "redis"
+        else f"sqlite:///{ctx.dir(f'{backend}-{name}') / 'bulk.db'}"
+    )
     env = HermesEnv(ctx.dir(f"{backend}-{name}"), backend=url, base_url="http://127.0.0.1:9/v1")
     redis_cpu0 = proc_cpu_seconds(ctx.redis.proc.pid) if backend == "redis" else 0.0
     start_at = time.time() + 3.0  # every process imports first, then all start together
-    children = [subprocess.Popen([PY, "-m", "bench.drive", "admit", "--factory", f"{__name__}:make_admit",
-                                  "--backend", url, "--cap", str(cap), "--count", str(per_process),
-                                  "--start-at", str(start_at), "--rate", str(rate)], env=env.env(),
-                                 stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    children = [
+        subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "bench.drive",
+                "admit",
+                "--factory",
+                f"{__name__}:make_admit",
+                "--backend",
+                url,
+                "--cap",
+                str(cap),
+                "--count",
+                str(per_process),
+                "--start-at",
+                str(start_at),
+                "--rate",
+                str(rate),
+            ],
+            env=env.env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
     outs = [json.loads(c.communicate()[0].strip().splitlines()[-1]) for c in children]
     redis_cpu = proc_cpu_seconds(ctx.redis.proc.pid) - redis_cpu0 if backend == "redis" else 0.0
     # A process's first admission opens the ledger (connection, schema, scripts): shown apart.
@@ -64,9 +108,18 @@ def _measure(ctx: Context, backend: str, name: str, *, processes: int, per_proce
     q = statistics.quantiles(latencies, n=100)
     wall = max(o["wall_s"] for o in outs)
     cpu = sum(o["cpu_s"] for o in outs)
-    return {"p50": q[49], "p99": q[98], "max": latencies[-1], "first_max": max(first),
-            "admitted": sum(o["admitted"] for o in outs), "calls": len(latencies) + len(first), "cpu_ms_per_call": 1000 * cpu / len(latencies),
-            "cores_busy": (cpu + redis_cpu) / wall if wall else 0.0, "processes": processes, "rate": rate}
+    return {
+        "p50": q[49],
+        "p99": q[98],
+        "max": latencies[-1],
+        "first_max": max(first),
+        "admitted": sum(o["admitted"] for o in outs),
+        "calls": len(latencies) + len(first),
+        "cpu_ms_per_call": 1000 * cpu / len(latencies),
+        "cores_busy": (cpu + redis_cpu) / wall if wall else 0.0,
+        "processes": processes,
+        "rate": rate,
+    }
 
 
 def run(ctx: Context) -> RowResult:
@@ -80,42 +133,98 @@ def run(ctx: Context) -> RowResult:
     runs: dict[str, dict] = {}
     for backend in ("sqlite", "redis"):
         for name, (n, each, case_cap, rate) in cases.items():
-            runs[f"{backend}-{name}"] = _measure(ctx, backend, name, processes=n, per_process=each,
-                                                 cap=case_cap, rate=rate)
+            runs[f"{backend}-{name}"] = _measure(
+                ctx, backend, name, processes=n, per_process=each, cap=case_cap, rate=rate
+            )
     result = RowResult(
-        row=ROW, title=TITLE, compared_with="-",
+        row=ROW,
+        title=TITLE,
+        compared_with="-",
         goal="p99 <= 2 ms (SQLite), <= 1 ms (Redis); exactly the cap admitted",
-        setup=(f"{processes} processes x {per_process:,} admissions, started together and back to back, "
-               f"against a cap of {cap:,} (the row's case, judged). For context, on fresh ledgers: one "
-               f"process alone, {per_process:,} admissions back to back; and {processes} processes at "
-               f"{paced_rate:g} admissions a second each ({per_process // 4:,} each), concurrent but "
-               "without saturating the cores."),
-        raw=runs)
+        setup=(
+            f"{processes} processes x {per_process:,} admissions, started together and back to back, "
+            f"against a cap of {cap:,} (the row's case, judged). For context, on fresh ledgers: one "
+            f"process alone, {per_process:,} admissions back to back; and {processes} processes at "
+            f"{paced_rate:g} admissions a second each ({per_process // 4:,} each), concurrent but "
+            "without saturating the cores."
+        ),
+        raw=runs,
+    )
     for backend in ("sqlite", "redis"):
         o = runs[f"{backend}-hammer"]
         goal, met = at_most(o["p99"] / GOAL_P99_MS[backend], 1.0)
-        result.lines.append(Line(f"{backend}: p99, {processes} processes back to back",
-                                 f"{o['p99']:.2f} ms (p50 {o['p50']:.2f} ms)",
-                                 f"{GOAL_P99_MS[backend]:g} ms", o["p99"] / GOAL_P99_MS[backend], goal, met))
-        result.lines.append(Line(f"{backend}: admitted", f"{o['admitted']:,} of {o['calls']:,}", f"cap {cap:,}",
-                                 o["admitted"] / cap, "= 1.00", o["admitted"] == cap))
-        for name, label in (("alone", "one process alone"),
-                            ("paced", f"{processes} processes at {paced_rate:g}/s each")):
+        result.lines.append(
+            Line(
+                f"{backend}: p99, {processes} processes back to back",
+                f"{o['p99']:.2f} ms (p50 {o['p50']:.2f} ms)",
+                f"{GOAL_P99_MS[backend]:g} ms",
+                o["p99"] / GOAL_P99_MS[backend],
+                goal,
+                met,
+            )
+        )
+        result.lines.append(
+            Line(
+                f"{backend}: admitted",
+                f"{o['admitted']:,} of {o['calls']:,}",
+                f"cap {cap:,}",
+                o["admitted"] / cap,
+                "= 1.00",
+                o["admitted"] == cap,
+            )
+        )
+        for name, label in (
+            ("alone", "one process alone"),
+            ("paced", f"{processes} processes at {paced_rate:g}/s each"),
+        ):
             c = runs[f"{backend}-{name}"]
-            result.lines.append(Line(f"{backend}: p99, {label}", f"{c['p99']:.2f} ms (p50 {c['p50']:.2f} ms)",
-                                     f"{GOAL_P99_MS[backend]:g} ms", c["p99"] / GOAL_P99_MS[backend], "", None))
-    result.details.append(table(
-        ["case", "processes", "admissions", "admitted", "p50 ms", "p99 ms", "max ms", "first, max ms",
-         "CPU ms per admission", "cores busy"],
-        [[k, str(o["processes"]), f"{o['calls']:,}", f"{o['admitted']:,}", f"{o['p50']:.3f}", f"{o['p99']:.3f}",
-          f"{o['max']:.1f}", f"{o['first_max']:.1f}", f"{o['cpu_ms_per_call']:.3f}",
-          f"{o['cores_busy']:.2f} of {os.cpu_count()}"]
-         for k, o in runs.items()]))
+            result.lines.append(
+                Line(
+                    f"{backend}: p99, {label}",
+                    f"{c['p99']:.2f} ms (p50 {c['p50']:.2f} ms)",
+                    f"{GOAL_P99_MS[backend]:g} ms",
+                    c["p99"] / GOAL_P99_MS[backend],
+                    "",
+                    None,
+                )
+            )
+    result.details.append(
+        table(
+            [
+                "case",
+                "processes",
+                "admissions",
+                "admitted",
+                "p50 ms",
+                "p99 ms",
+                "max ms",
+                "first, max ms",
+                "CPU ms per admission",
+                "cores busy",
+            ],
+            [
+                [
+                    k,
+                    str(o["processes"]),
+                    f"{o['calls']:,}",
+                    f"{o['admitted']:,}",
+                    f"{o['p50']:.3f}",
+                    f"{o['p99']:.3f}",
+                    f"{o['max']:.1f}",
+                    f"{o['first_max']:.1f}",
+                    f"{o['cpu_ms_per_call']:.3f}",
+                    f"{o['cores_busy']:.2f} of {os.cpu_count()}",
+                ]
+                for k, o in runs.items()
+            ],
+        )
+    )
     result.details.append(
         "p50, p99 and max leave out each process's first admission, which opens the ledger (its "
         "connection, schema check and scripts); the slowest first admission is shown apart. "
         "CPU ms per admission: the admitting processes' CPU (user + system) over their admissions. Cores busy: "
         "their CPU and redis-server's over the case's wall time. Back to back, eight processes keep every "
         "core busy, so an admission's latency includes waiting for a core (and, on SQLite, for the "
-        "process holding the write lock to be scheduled again).")
+        "process holding the write lock to be scheduled again)."
+    )
     return result

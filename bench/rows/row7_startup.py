@@ -33,8 +33,11 @@ def run(ctx: Context) -> RowResult:
     # As installed: a wheel install compiles every module's bytecode, and an editable checkout
     # writes it at the first run, unless PYTHONDONTWRITEBYTECODE is set (as on this machine), which
     # would add compiling all of hermes_bulk (about 70 ms) to every command measured.
-    subprocess.run([PY, "-m", "compileall", "-q", str(Path(hermes_bulk.__file__).parent)],
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        [PY, "-m", "compileall", "-q", str(Path(hermes_bulk.__file__).parent)],
+        stdout=subprocess.DEVNULL,
+        check=True,
+    )
     commands = {
         "python -c pass": [PY, "-c", "pass"],
         "python -c 'import pydantic_settings'": [PY, "-c", "import pydantic_settings"],
@@ -46,30 +49,61 @@ def run(ctx: Context) -> RowResult:
     for _ in range(rounds):
         for name, argv in commands.items():
             started = time.perf_counter()
-            subprocess.run(argv, env=env.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            subprocess.run(
+                argv,
+                env=env.env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=True,
+            )
             times[name].append(time.perf_counter() - started)
     med = {name: median(values) for name, values in times.items()}
     result = RowResult(
-        row=ROW, title=TITLE, compared_with=f"the goal of {GOAL_S:g} s, beside `python -c pass` and the import of "
-                                            "pydantic-settings, in the same run",
+        row=ROW,
+        title=TITLE,
+        compared_with=f"the goal of {GOAL_S:g} s, beside `python -c pass` and the import of "
+        "pydantic-settings, in the same run",
         goal=f"<= {GOAL_S:g} s for path, list and status on SQLite",
-        setup=(f"A SQLite data directory with {len(jobs)} jobs of 100 items; each command run {rounds} times, "
-               "the rounds interleaved; bytecode compiled first, as an install does; wall time from spawning the "
-               "process to its exit, stdout to /dev/null "
-               "(so `list` prints its table at full width, as into a pipe); median per command."),
-        raw={"seconds": times})
+        setup=(
+            f"A SQLite data directory with {len(jobs)} jobs of 100 items; each command run {rounds} times, "
+            "the rounds interleaved; bytecode compiled first, as an install does; wall time from spawning the "
+            "process to its exit, stdout to /dev/null "
+            "(so `list` prints its table at full width, as into a pipe); median per command."
+        ),
+        raw={"seconds": times},
+    )
     for name in ("hermes-bulk path", "hermes-bulk list", "hermes-bulk status JOB"):
         goal, met = at_most(med[name] / GOAL_S, 1.0)
-        result.lines.append(Line(name, f"{med[name] * 1000:,.0f} ms", f"goal {GOAL_S * 1000:.0f} ms",
-                                 med[name] / GOAL_S, goal, met))
+        result.lines.append(
+            Line(
+                name,
+                f"{med[name] * 1000:,.0f} ms",
+                f"goal {GOAL_S * 1000:.0f} ms",
+                med[name] / GOAL_S,
+                goal,
+                met,
+            )
+        )
     avoided = med["python -c 'import pydantic_settings'"]
-    result.details.append(table(["command", "median", "min", "max", "beyond the interpreter"],
-                                [[name, f"{med[name] * 1000:,.0f} ms", f"{min(v) * 1000:,.0f} ms",
-                                  f"{max(v) * 1000:,.0f} ms",
-                                  f"{(med[name] - med['python -c pass']) * 1000:,.0f} ms"] for name, v in times.items()]))
+    result.details.append(
+        table(
+            ["command", "median", "min", "max", "beyond the interpreter"],
+            [
+                [
+                    name,
+                    f"{med[name] * 1000:,.0f} ms",
+                    f"{min(v) * 1000:,.0f} ms",
+                    f"{max(v) * 1000:,.0f} ms",
+                    f"{(med[name] - med['python -c pass']) * 1000:,.0f} ms",
+                ]
+                for name, v in times.items()
+            ],
+        )
+    )
     result.details.append(
         f"Importing pydantic-settings alone takes {avoided * 1000:,.0f} ms here, {avoided / GOAL_S:.2f} of the goal: "
         "these commands read their settings with quick_settings instead, and load pydantic-settings only for a "
         "value it cannot judge. They load nothing else they do not use (tests/test_import_rules.py: no pydantic, "
-        "huey, redis, httpx, tenacity or rich).")
+        "huey, redis, httpx, tenacity or rich)."
+    )
     return result

@@ -28,13 +28,62 @@ FILE_CHARS = 10_000
 PER_ITEM = 300  # bytes per item the goals allow beside the content or the results
 CONTENT_SHARE = 0.5  # after create: at most this share of the raw content bytes (plus PER_ITEM)
 #: INFO memory fields whose change is shown beside used_memory's (where the rest went).
-_INFO_PARTS = ("used_memory_dataset", "used_memory_overhead", "mem_clients_normal", "used_memory_scripts",
-               "used_memory_vm_eval", "used_memory_lua", "mem_not_counted_for_evict")
-_MODULES = ("argparse", "asyncio.events", "asyncio.streams", "asyncio.tasks", "collections", "concurrent.futures", "contextlib", "csv", "dataclasses",
-            "datetime", "decimal", "email.message", "email.utils", "functools", "http.client", "http.server", "importlib.metadata", "inspect",
-            "io", "itertools", "json", "logging", "multiprocessing", "os", "pathlib", "pickle", "re", "shutil",
-            "socket", "sqlite3", "ssl", "statistics", "string", "subprocess", "tarfile", "tempfile", "textwrap",
-            "threading", "typing", "unittest.case", "unittest.mock", "urllib.request", "uuid", "xml.etree.ElementTree", "zipfile")
+_INFO_PARTS = (
+    "used_memory_dataset",
+    "used_memory_overhead",
+    "mem_clients_normal",
+    "used_memory_scripts",
+    "used_memory_vm_eval",
+    "used_memory_lua",
+    "mem_not_counted_for_evict",
+)
+_MODULES = (
+    "argparse",
+    "asyncio.events",
+    "asyncio.streams",
+    "asyncio.tasks",
+    "collections",
+    "concurrent.futures",
+    "contextlib",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "email.message",
+    "email.utils",
+    "functools",
+    "http.client",
+    "http.server",
+    "importlib.metadata",
+    "inspect",
+    "io",
+    "itertools",
+    "json",
+    "logging",
+    "multiprocessing",
+    "os",
+    "pathlib",
+    "pickle",
+    "re",
+    "shutil",
+    "socket",
+    "sqlite3",
+    "ssl",
+    "statistics",
+    "string",
+    "subprocess",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest.case",
+    "unittest.mock",
+    "urllib.request",
+    "uuid",
+    "xml.etree.ElementTree",
+    "zipfile",
+)
 
 
 def english_corpus() -> str:
@@ -51,7 +100,14 @@ def _docstrings() -> str:
             module = importlib.import_module(name)
         except ImportError:
             continue
-        objs = [module, *(v for _, v in inspect.getmembers(module) if inspect.isclass(v) or inspect.isfunction(v))]
+        objs = [
+            module,
+            *(
+                v
+                for _, v in inspect.getmembers(module)
+                if inspect.isclass(v) or inspect.isfunction(v)
+            ),
+        ]
         for obj in objs:
             doc = inspect.getdoc(obj)
             if doc and len(doc) > 200:
@@ -66,7 +122,7 @@ def write_text_files(folder: Path, n: int) -> int:
     total, step = 0, max(1, (len(corpus) - FILE_CHARS) // max(n, 1))
     for i in range(n):
         start = (i * step) % max(1, len(corpus) - FILE_CHARS)
-        text = f"Document {i}\n\n" + corpus[start:start + FILE_CHARS]
+        text = f"Document {i}\n\n" + corpus[start : start + FILE_CHARS]
         path = folder / f"doc-{i:06d}.txt"
         path.write_text(text, encoding="utf-8")
         total += path.stat().st_size
@@ -109,56 +165,122 @@ def run(ctx: Context) -> RowResult:
             keys = _key_bytes(client, url) if url else {}
             info1 = client.info("memory")
             parts = {k: info1[k] - info0[k] for k in _INFO_PARTS if k in info1}
-            results = _redis_result_bytes(client, url, job, n) if url else _sqlite_result_bytes(env, job)
+            results = (
+                _redis_result_bytes(client, url, job, n) if url else _sqlite_result_bytes(env, job)
+            )
             left = None
             if url:  # what deleting the job does not give back is not the job's
                 env.cli("delete", "-y", job)
                 left = client.info("memory")["used_memory"] - before
-            data[name] = {"created": created, "done": done, "results": results, "n": n, "raw": raw_bytes,
-                          "keys_created": keys_created, "keys_done": keys, "info_done": parts, "left": left}
-            ctx.log(f"  {name}: {created / n:,.0f} B/item after create, {done / n:,.0f} B/item after completion "
-                    f"(results {results / n:,.0f} B/item stored), after delete {left}; keys: "
-                    + ", ".join(f"{k} {v / n:,.0f}" for k, v in sorted(keys.items(), key=lambda kv: -kv[1]))
-                    + "; INFO: " + ", ".join(f"{k} {v / n:,.0f}" for k, v in parts.items()))
+            data[name] = {
+                "created": created,
+                "done": done,
+                "results": results,
+                "n": n,
+                "raw": raw_bytes,
+                "keys_created": keys_created,
+                "keys_done": keys,
+                "info_done": parts,
+                "left": left,
+            }
+            ctx.log(
+                f"  {name}: {created / n:,.0f} B/item after create, {done / n:,.0f} B/item after completion "
+                f"(results {results / n:,.0f} B/item stored), after delete {left}; keys: "
+                + ", ".join(
+                    f"{k} {v / n:,.0f}" for k, v in sorted(keys.items(), key=lambda kv: -kv[1])
+                )
+                + "; INFO: "
+                + ", ".join(f"{k} {v / n:,.0f}" for k, v in parts.items())
+            )
     finally:
         provider.stop()
         client.close()
 
     result = RowResult(
-        row=ROW, title=TITLE, compared_with="the raw content bytes; the results as stored",
-        goal=(f"Redis used_memory after create <= {CONTENT_SHARE} x the raw content bytes + {PER_ITEM} B/item; "
-              f"after completion <= the stored (compressed) result bytes + {PER_ITEM} B/item"),
-        setup=(f"{n:,} English text files of about {FILE_CHARS:,} characters ({raw_bytes / n:,.0f} bytes each, "
-               f"{raw_bytes / 1e6:,.1f} MB in all; see the module docstring), `create --fresh`, then run --wait "
-               f"with {threads} threads against the loopback provider with no latency. Redis: the change of "
-               "used_memory; SQLite: the size of bulk.db and its -wal."),
-        raw=data)
+        row=ROW,
+        title=TITLE,
+        compared_with="the raw content bytes; the results as stored",
+        goal=(
+            f"Redis used_memory after create <= {CONTENT_SHARE} x the raw content bytes + {PER_ITEM} B/item; "
+            f"after completion <= the stored (compressed) result bytes + {PER_ITEM} B/item"
+        ),
+        setup=(
+            f"{n:,} English text files of about {FILE_CHARS:,} characters ({raw_bytes / n:,.0f} bytes each, "
+            f"{raw_bytes / 1e6:,.1f} MB in all; see the module docstring), `create --fresh`, then run --wait "
+            f"with {threads} threads against the loopback provider with no latency. Redis: the change of "
+            "used_memory; SQLite: the size of bulk.db and its -wal."
+        ),
+        raw=data,
+    )
     r = data["redis"]
     allowed = CONTENT_SHARE * r["raw"] + PER_ITEM * n
     goal, met = at_most(r["created"] / allowed, 1.0)
-    result.lines.append(Line("Redis, after create", f"{r['created'] / 1e6:,.2f} MB ({r['created'] / n:,.0f} B/item)",
-                             f"{CONTENT_SHARE} x {r['raw'] / 1e6:,.1f} MB + {PER_ITEM} B/item = {allowed / 1e6:,.2f} MB",
-                             r["created"] / allowed, goal, met))
+    result.lines.append(
+        Line(
+            "Redis, after create",
+            f"{r['created'] / 1e6:,.2f} MB ({r['created'] / n:,.0f} B/item)",
+            f"{CONTENT_SHARE} x {r['raw'] / 1e6:,.1f} MB + {PER_ITEM} B/item = {allowed / 1e6:,.2f} MB",
+            r["created"] / allowed,
+            goal,
+            met,
+        )
+    )
     allowed = r["results"] + PER_ITEM * n
     goal, met = at_most(r["done"] / allowed, 1.0)
-    result.lines.append(Line("Redis, after completion", f"{r['done'] / 1e6:,.2f} MB ({r['done'] / n:,.0f} B/item)",
-                             f"results {r['results'] / 1e6:,.2f} MB + {PER_ITEM} B/item = {allowed / 1e6:,.2f} MB",
-                             r["done"] / allowed, goal, met))
+    result.lines.append(
+        Line(
+            "Redis, after completion",
+            f"{r['done'] / 1e6:,.2f} MB ({r['done'] / n:,.0f} B/item)",
+            f"results {r['results'] / 1e6:,.2f} MB + {PER_ITEM} B/item = {allowed / 1e6:,.2f} MB",
+            r["done"] / allowed,
+            goal,
+            met,
+        )
+    )
     s = data["sqlite"]
-    result.lines.append(Line("SQLite file, after create / after completion",
-                             f"{s['created'] / 1e6:,.2f} MB / {s['done'] / 1e6:,.2f} MB",
-                             f"raw content {s['raw'] / 1e6:,.1f} MB", s["created"] / s["raw"], "", None))
+    result.lines.append(
+        Line(
+            "SQLite file, after create / after completion",
+            f"{s['created'] / 1e6:,.2f} MB / {s['done'] / 1e6:,.2f} MB",
+            f"raw content {s['raw'] / 1e6:,.1f} MB",
+            s["created"] / s["raw"],
+            "",
+            None,
+        )
+    )
     for when in ("created", "done"):
         kinds = sorted(r[f"keys_{when}"].items(), key=lambda kv: -kv[1])
-        result.details.append(f"Redis keys after {'create' if when == 'created' else 'completion'} (MEMORY USAGE, "
-                              "bytes/item): " + ", ".join(f"{k} {v / n:,.0f}" for k, v in kinds if v)
-                              + f"; in all {sum(v for _, v in kinds) / n:,.0f}.")
-    result.details.append(f"used_memory after deleting the job: {r['left']:,} bytes above `before` (what the "
-                          "job's run left that is not the job's: script caches, the Lua heap).")
-    result.details.append(table(["backend", "bytes/item after create", "bytes/item after completion",
-                                 "stored result bytes/item", "raw content bytes/item"],
-                                [[k, f"{v['created'] / n:,.0f}", f"{v['done'] / n:,.0f}", f"{v['results'] / n:,.0f}",
-                                  f"{v['raw'] / n:,.0f}"] for k, v in data.items()]))
+        result.details.append(
+            f"Redis keys after {'create' if when == 'created' else 'completion'} (MEMORY USAGE, "
+            "bytes/item): "
+            + ", ".join(f"{k} {v / n:,.0f}" for k, v in kinds if v)
+            + f"; in all {sum(v for _, v in kinds) / n:,.0f}."
+        )
+    result.details.append(
+        f"used_memory after deleting the job: {r['left']:,} bytes above `before` (what the "
+        "job's run left that is not the job's: script caches, the Lua heap)."
+    )
+    result.details.append(
+        table(
+            [
+                "backend",
+                "bytes/item after create",
+                "bytes/item after completion",
+                "stored result bytes/item",
+                "raw content bytes/item",
+            ],
+            [
+                [
+                    k,
+                    f"{v['created'] / n:,.0f}",
+                    f"{v['done'] / n:,.0f}",
+                    f"{v['results'] / n:,.0f}",
+                    f"{v['raw'] / n:,.0f}",
+                ]
+                for k, v in data.items()
+            ],
+        )
+    )
     return result
 
 
@@ -196,7 +318,8 @@ def _sqlite_result_bytes(env: HermesEnv, job: str) -> int:
     import sqlite3
 
     with sqlite3.connect(env.home / "bulk.db") as conn:
-        (total,) = conn.execute("SELECT coalesce(sum(length(text)), 0) FROM results WHERE job_id = ?",
-                                (job,)).fetchone()
+        (total,) = conn.execute(
+            "SELECT coalesce(sum(length(text)), 0) FROM results WHERE job_id = ?", (job,)
+        ).fetchone()
     conn.close()
     return int(total)

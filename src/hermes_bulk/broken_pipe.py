@@ -16,7 +16,9 @@ EXIT_BROKEN_PIPE = 141
 
 
 def is_broken_pipe(exc: BaseException) -> bool:
-    return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+    return isinstance(exc, BrokenPipeError) or (
+        isinstance(exc, OSError) and exc.errno == errno.EPIPE
+    )
 
 
 def stdout_gone() -> int:

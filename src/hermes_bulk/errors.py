@@ -74,8 +74,13 @@ class RateLimited(ModelError):
 
     error_type = "RateLimitError"
 
-    def __init__(self, message: str = "rate limited by the provider (HTTP 429)", *,
-                 retry_after_s: float | None = None, http_status: int | None = 429) -> None:
+    def __init__(
+        self,
+        message: str = "rate limited by the provider (HTTP 429)",
+        *,
+        retry_after_s: float | None = None,
+        http_status: int | None = 429,
+    ) -> None:
         super().__init__(message, http_status=http_status)
         self.retry_after_s = retry_after_s
 
@@ -109,7 +114,6 @@ class TruncatedAnswer(PermanentModelError):
     carries the whole allowance and the same request stops at the same place, paid again."""
 
     error_type = "Truncated"
-
 
 
 class SourceUnusable(HermesBulkError):

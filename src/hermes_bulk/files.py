@@ -47,7 +47,7 @@ def write_private(path: Path, text: str) -> None:
         try:
             data = memoryview(text.encode("utf-8"))
             while data:
-                data = data[os.write(fd, data):]
+                data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -71,16 +71,22 @@ def _remove(path: str) -> None:
         shutil.rmtree(path)
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def os_reason(exc: OSError) -> str:
     return (exc.strerror or type(exc).__name__).lower()
 
 
-def check_write_target(target: Path, *, what: str, flag: str, folder_must_exist: bool = True,
-                       devices: bool = False) -> None:
+def check_write_target(
+    target: Path, *, what: str, flag: str, folder_must_exist: bool = True, devices: bool = False
+) -> None:
     """Refuse a path a user named to write to, before anything is written, unless it is a regular
     file or a new name in an existing folder (or, with devices, a character device such as
     /dev/null). One line each, naming what is there and what to do (InputError).
@@ -89,6 +95,7 @@ def check_write_target(target: Path, *, what: str, flag: str, folder_must_exist:
     points at (a victim file, a device), and renaming onto it replaces the link. A FIFO would
     block the write until a reader came.
     """
+
     def refuse(why: str, fix: str = f"choose another {flag}") -> InputError:
         return InputError(f"Cannot write {what} to {target}: {why}; {fix}.")
 
@@ -100,8 +107,10 @@ def check_write_target(target: Path, *, what: str, flag: str, folder_must_exist:
         raise refuse(os_reason(exc)) from None
     if st is not None:
         if stat.S_ISLNK(st.st_mode):
-            raise refuse(f"it is a symbolic link to {os.readlink(target)}",
-                         f"give the real path or a new file name as {flag}")
+            raise refuse(
+                f"it is a symbolic link to {os.readlink(target)}",
+                f"give the real path or a new file name as {flag}",
+            )
         if devices and stat.S_ISCHR(st.st_mode):
             return
         kind = next((name for test, name in _KINDS if test(st.st_mode)), None)
@@ -113,7 +122,9 @@ def check_write_target(target: Path, *, what: str, flag: str, folder_must_exist:
             folder = os.stat(target.parent)
         except OSError as exc:
             missing = isinstance(exc, FileNotFoundError)
-            raise refuse(f"the folder {target.parent} {'does not exist' if missing else os_reason(exc)}",
-                         f"create it first or choose another {flag}") from None
+            raise refuse(
+                f"the folder {target.parent} {'does not exist' if missing else os_reason(exc)}",
+                f"create it first or choose another {flag}",
+            ) from None
         if not stat.S_ISDIR(folder.st_mode):
             raise refuse(f"{target.parent} is not a folder")

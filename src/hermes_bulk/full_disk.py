@@ -26,7 +26,9 @@ def disk_full_at(exc: BaseException, home: Path | None) -> Path | None:
             if isinstance(current.filename, str | bytes):
                 return Path(os.path.dirname(os.path.abspath(os.fsdecode(current.filename))))
             return home or Path.cwd()
-        if getattr(current, "sqlite_errorcode", None) == SQLITE_FULL or "database or disk is full" in str(current):
+        if getattr(
+            current, "sqlite_errorcode", None
+        ) == SQLITE_FULL or "database or disk is full" in str(current):
             return home or Path.cwd()
         current = current.__cause__ or current.__context__
     return None

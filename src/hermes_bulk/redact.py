@@ -20,10 +20,24 @@ from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlsplit, urlu
 MASK = "***"
 
 #: Query parameters whose values are credentials (compared case-insensitively).
-SECRET_QUERY_NAMES = frozenset({
-    "api-key", "api_key", "apikey", "key", "token", "access_token", "sig", "signature", "password",
-    "secret", "code", "auth", "x-api-key", "client_secret",
-})
+SECRET_QUERY_NAMES = frozenset(
+    {
+        "api-key",
+        "api_key",
+        "apikey",
+        "key",
+        "token",
+        "access_token",
+        "sig",
+        "signature",
+        "password",
+        "secret",
+        "code",
+        "auth",
+        "x-api-key",
+        "client_secret",
+    }
+)
 
 #: The shortest value masked by value: masking every "ab" in a log would hide everything and
 #: protect nothing (such a secret is guessed faster than read).
@@ -53,7 +67,9 @@ def register_secret(value: str | None) -> None:
     with _lock:
         values = _values | {value}
         # Longest first, so a key that contains another is masked whole.
-        _by_value = re.compile("|".join(re.escape(v) for v in sorted(values, key=len, reverse=True)))
+        _by_value = re.compile(
+            "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
+        )
         _values = values
 
 
@@ -74,9 +90,14 @@ def url_secrets(url: str) -> list[str]:
         found.append(parts.password)
     elif parts.username and "@" in parts.netloc:  # https://TOKEN@host: the user name is the secret
         found.append(parts.username)
-    found += [value for name, value in parse_qsl(parts.query, keep_blank_values=True)
-              if name.lower() in SECRET_QUERY_NAMES]
-    found += [quote(value, safe="") for value in found] + [unquote(value) for value in found]  # either spelling
+    found += [
+        value
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+        if name.lower() in SECRET_QUERY_NAMES
+    ]
+    found += [quote(value, safe="") for value in found] + [
+        unquote(value) for value in found
+    ]  # either spelling
     return [value for value in dict.fromkeys(found) if value]
 
 
@@ -94,12 +115,14 @@ def public_url(url: str) -> str:
         userinfo, host = netloc.rsplit("@", 1)
         user, has_password, _ = userinfo.partition(":")
         netloc = f"{user}:{MASK}@{host}" if has_password else f"{MASK}@{host}"
-    query = "&".join(_public_param(param) for param in parts.query.split("&")) if parts.query else ""
+    query = (
+        "&".join(_public_param(param) for param in parts.query.split("&")) if parts.query else ""
+    )
     if (netloc, query) == (parts.netloc, parts.query):
         return url  # nothing to hide; urlunsplit would also drop the // of sqlite:///path
     shown = urlunsplit(parts._replace(netloc=netloc, query=query))
     if not netloc and url.startswith(f"{parts.scheme}://"):
-        shown = f"{parts.scheme}://{shown[len(parts.scheme) + 1:]}"
+        shown = f"{parts.scheme}://{shown[len(parts.scheme) + 1 :]}"
     return shown
 
 

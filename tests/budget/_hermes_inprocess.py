@@ -19,9 +19,12 @@ def main() -> None:
     discover_plugins()
     mgr = get_plugin_manager()
     loaded = mgr._plugins.get("cron-budget")  # Hermes' own record of what it loaded
-    out: dict = {"enabled": bool(loaded and loaded.enabled),
-                 "middleware": len(mgr._middleware.get("llm_execution", [])),
-                 "slash": "cron-budget" in mgr._plugin_commands, "cli": "cron-budget" in mgr._cli_commands}
+    out: dict = {
+        "enabled": bool(loaded and loaded.enabled),
+        "middleware": len(mgr._middleware.get("llm_execution", [])),
+        "slash": "cron-budget" in mgr._plugin_commands,
+        "cli": "cron-budget" in mgr._cli_commands,
+    }
     if not out["enabled"]:
         print(json.dumps(out))
         return
@@ -34,12 +37,19 @@ def main() -> None:
         return cron_budget.budget().report().counts.by_class()
 
     before = classes()
-    aux.call_llm(task="title_generation", messages=[{"role": "user", "content": "name this"}], max_tokens=16, timeout=20)
+    aux.call_llm(
+        task="title_generation",
+        messages=[{"role": "user", "content": "name this"}],
+        max_tokens=16,
+        timeout=20,
+    )
     out["after_title"] = classes()["auxiliary"] - before["auxiliary"]
     mark_precharged()  # as BudgetGate does for a /bulk item before its ctx.llm call
     aux.call_llm(messages=[{"role": "user", "content": "bulk item"}], max_tokens=16, timeout=20)
     out["after_precharged_ctx_llm"] = classes()["auxiliary"] - before["auxiliary"]
-    aux.call_llm(messages=[{"role": "user", "content": "another plugin"}], max_tokens=16, timeout=20)
+    aux.call_llm(
+        messages=[{"role": "user", "content": "another plugin"}], max_tokens=16, timeout=20
+    )
     out["after_plain_ctx_llm"] = classes()["auxiliary"] - before["auxiliary"]
 
     job_id = sys.argv[1]
@@ -47,10 +57,20 @@ def main() -> None:
     held = {}
     for mode in ("chat_completions", "codex_responses", "anthropic_messages", "bedrock_converse"):
         response = run_llm_execution_middleware(
-            {"messages": [{"role": "user", "content": "x"}]}, lambda req: provider_calls.append(req) or "PROVIDER",
-            session_id=f"cron_{job_id}_20261130_120000", platform="cron", model="fake-model", provider="custom",
-            base_url="http://127.0.0.1/v1", api_mode=mode, api_call_count=1, task_id="t", turn_id="u",
-            api_request_id="r", middleware_trace=[])
+            {"messages": [{"role": "user", "content": "x"}]},
+            lambda req: provider_calls.append(req) or "PROVIDER",
+            session_id=f"cron_{job_id}_20261130_120000",
+            platform="cron",
+            model="fake-model",
+            provider="custom",
+            base_url="http://127.0.0.1/v1",
+            api_mode=mode,
+            api_call_count=1,
+            task_id="t",
+            turn_id="u",
+            api_request_id="r",
+            middleware_trace=[],
+        )
         held[mode] = type(response).__name__
     out["held_types"] = held
     out["provider_calls_while_held"] = len(provider_calls)

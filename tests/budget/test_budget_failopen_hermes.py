@@ -34,8 +34,12 @@ time.sleep(float(sys.argv[2]))
 def hermes(tmp_path_factory):
     provider = FakeProvider().start()
     home = HermesHome(tmp_path_factory.mktemp("hermes"), provider)
-    for key, value in (("model.provider", "custom"), ("model.base_url", provider.base_url),
-                       ("model.default", "fake-model"), ("model.api_key", "sk-local-fake")):
+    for key, value in (
+        ("model.provider", "custom"),
+        ("model.base_url", provider.base_url),
+        ("model.default", "fake-model"),
+        ("model.api_key", "sk-local-fake"),
+    ):
         home("config", "set", key, value, "--force")
     home("plugins", "enable", "cron-budget", "--no-allow-tool-override")
     home("cron-budget", "set", "daily_limit", "1000")  # creates budget.json and the ledger
@@ -44,9 +48,14 @@ def hermes(tmp_path_factory):
 
 
 def _cron_job(hermes: HermesHome, name: str) -> str:
-    created = hermes("cron", "create", "every 1h", "Reply pong", "--name", name, "--deliver", "local")
-    return next(line.split(": ", 1)[1].strip() for line in created.stdout.splitlines()
-                if line.startswith("Created job: "))
+    created = hermes(
+        "cron", "create", "every 1h", "Reply pong", "--name", name, "--deliver", "local"
+    )
+    return next(
+        line.split(": ", 1)[1].strip()
+        for line in created.stdout.splitlines()
+        if line.startswith("Created job: ")
+    )
 
 
 def _timed_cron_run(hermes: HermesHome, job_id: str) -> float:
@@ -59,7 +68,9 @@ def test_a_locked_ledger_fails_the_first_call_of_a_process_open_within_about_a_s
     job_id = _cron_job(hermes, "locked")
     free = _timed_cron_run(hermes, job_id)
     ledger = hermes.root / "plugin-data" / "cron-budget" / "ledger.db"
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(ledger), "120"], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(ledger), "120"], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         sent = hermes.provider_requests()
@@ -77,7 +88,9 @@ def test_a_locked_ledger_fails_the_first_call_of_a_process_open_within_about_a_s
     assert "⚠ Accounting failed" in status and "those calls went through uncounted" in status
 
 
-def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and_warning_and_set_repairs_it(hermes):
+def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and_warning_and_set_repairs_it(
+    hermes,
+):
     path = hermes.root / "plugin-data" / "cron-budget" / "budget.json"
     path.write_text(json.dumps({"mode": "enforce", "daily_limit": "lots", "chat_reserve": 1}))
     sent = hermes.provider_requests()
@@ -87,10 +100,15 @@ def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and
     status = hermes("cron-budget", "status")
     assert status.returncode == 0
     assert "Cron budget: observe mode" in status.stdout  # the defaults are what is in force
-    assert (f"⚠ Settings cannot be read, so calls go through uncounted until they can: {path}: daily_limit "
-            "'lots' is not a whole number") in status.stdout
+    assert (
+        f"⚠ Settings cannot be read, so calls go through uncounted until they can: {path}: daily_limit "
+        "'lots' is not a whole number"
+    ) in status.stdout
     assert "fix it with: hermes cron-budget set daily_limit VALUE." in status.stdout
-    assert "Settings (defaults, not in budget.json): mode=observe, daily_limit=1000, chat_reserve=300" in status.stdout
+    assert (
+        "Settings (defaults, not in budget.json): mode=observe, daily_limit=1000, chat_reserve=300"
+        in status.stdout
+    )
     assert "⚠ Accounting failed" in status.stdout  # the chat turn's fail-open is shown
     report = json.loads(hermes("cron-budget", "status", "--json").stdout)
     assert "daily_limit 'lots'" in report["settings_error"] and report["failed_open"]["calls"] >= 1
@@ -98,7 +116,9 @@ def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and
     assert hermes("cron-budget", "set", "daily_limit", "50").stdout.strip() == "daily_limit = 50"
     assert json.loads(path.read_text()) == {"mode": "enforce", "daily_limit": 50, "chat_reserve": 1}
     status = hermes("cron-budget", "status").stdout
-    assert "Cron budget: enforce mode" in status and "Settings: mode=enforce, daily_limit=50" in status
+    assert (
+        "Cron budget: enforce mode" in status and "Settings: mode=enforce, daily_limit=50" in status
+    )
 
     path.write_text("{oops")
     refused = hermes("cron-budget", "set", "mode", "observe", check=False)
@@ -106,15 +126,24 @@ def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and
     assert refused.stderr.strip() == (
         f"hermes cron-budget: {path} is not valid JSON (Expecting property name enclosed in double quotes at "
         f"line 1, column 2); fix it by hand, or delete it (rm {path}) to start from the defaults and set your "
-        "keys again.")
+        "keys again."
+    )
     path.unlink()
 
 
 def test_status_into_a_closed_pipe_exits_quietly(hermes):
-    proc = subprocess.Popen([str(HERMES), "cron-budget", "status"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=hermes.env(), cwd=hermes.user_home, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(HERMES), "cron-budget", "status"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=hermes.env(),
+        cwd=hermes.user_home,
+        stdin=subprocess.DEVNULL,
+    )
     proc.stdout.close()  # `| head -0`: the reader is gone before anything is written
     stderr = proc.stderr.read().decode()
     proc.stderr.close()
     assert proc.wait(timeout=120) == 141
-    assert "Traceback" not in stderr and "BrokenPipe" not in stderr and "internal error" not in stderr, stderr
+    assert (
+        "Traceback" not in stderr and "BrokenPipe" not in stderr and "internal error" not in stderr
+    ), stderr

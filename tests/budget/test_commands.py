@@ -36,8 +36,16 @@ def fill(budget: Budget) -> None:
     for profile in ("default", "work"):
         budget.admit(CallRecord("chat", profile=profile, model="m"))
     for run in ("r1", "r1", "r2"):
-        budget.admit(CallRecord("cron", profile="default", job_id="a1b2c3d4e5f6", job_name="morning digest",
-                                run_id=run, model="m"))
+        budget.admit(
+            CallRecord(
+                "cron",
+                profile="default",
+                job_id="a1b2c3d4e5f6",
+                job_name="morning digest",
+                run_id=run,
+                model="m",
+            )
+        )
     budget.admit(CallRecord("bulk", profile="host-a", job_id="29b74c4db08b", model="m"))
 
 
@@ -59,9 +67,22 @@ def test_status_shows_the_window_the_use_bar_classes_profiles_and_each_jobs_runs
     assert "By profile: default 3, work 1" in text
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("job "))
-    assert lines[header].split() == ["job", "name", "class", "requests", "held", "runs", "would-block", "runs"]
-    rows = {line.split()[0]: line for line in lines[header + 2:header + 4]}
-    assert rows["a1b2c3d4e5f6"].split()[-3:] == ["2", "1", "0"]  # 2 requests, 1 held run (r2), 0 would-block
+    assert lines[header].split() == [
+        "job",
+        "name",
+        "class",
+        "requests",
+        "held",
+        "runs",
+        "would-block",
+        "runs",
+    ]
+    rows = {line.split()[0]: line for line in lines[header + 2 : header + 4]}
+    assert rows["a1b2c3d4e5f6"].split()[-3:] == [
+        "2",
+        "1",
+        "0",
+    ]  # 2 requests, 1 held run (r2), 0 would-block
     assert "morning digest" in rows["a1b2c3d4e5f6"]
     assert rows["29b74c4db08b"].split()[-3:] == ["0", "1", "0"]
     assert "Settings: mode=enforce, daily_limit=6, chat_reserve=2" in text
@@ -70,10 +91,15 @@ def test_status_shows_the_window_the_use_bar_classes_profiles_and_each_jobs_runs
 def test_the_slash_command_explains_its_usage_in_one_reply(budget):
     assert "status" in slash("help", budget) and "set" in slash("help", budget)
     reply = slash("frobnicate", budget)
-    assert reply.startswith("/cron-budget: ") and "Usage: /cron-budget [status | set KEY VALUE | path]" in reply
+    assert (
+        reply.startswith("/cron-budget: ")
+        and "Usage: /cron-budget [status | set KEY VALUE | path]" in reply
+    )
     assert slash('set reset "9', budget).startswith("/cron-budget: cannot read the arguments")
     assert slash("set timezone Europe/Berlin", budget) == "timezone = Europe/Berlin"
-    assert slash("set timezone Nowhere", budget).startswith("/cron-budget: timezone 'Nowhere' is not an IANA")
+    assert slash("set timezone Nowhere", budget).startswith(
+        "/cron-budget: timezone 'Nowhere' is not an IANA"
+    )
     assert slash("", budget).startswith("Cron budget: observe mode")
 
 
@@ -81,8 +107,10 @@ def test_hermes_bulk_budget_works_on_a_machine_without_hermes(cli, root):
     assert cli("budget", "set", "mode", "enforce").stdout.strip() == "mode = enforce"
     bad = cli("budget", "set", "chat_reserve", "5000", check=False)
     assert bad.returncode == 1
-    assert bad.stderr.strip() == ("hermes-bulk budget: chat_reserve (5000) is above daily_limit (1000); "
-                                  "lower chat_reserve or raise daily_limit first.")
+    assert bad.stderr.strip() == (
+        "hermes-bulk budget: chat_reserve (5000) is above daily_limit (1000); "
+        "lower chat_reserve or raise daily_limit first."
+    )
     unknown = cli("budget", "set", "colour", "blue", check=False)
     assert unknown.returncode == 1 and "Unknown setting 'colour'" in unknown.stderr
     data = json.loads(cli("budget", "status", "--json").stdout)
@@ -95,7 +123,10 @@ def test_moving_the_reset_time_says_that_counting_starts_afresh_in_the_new_windo
     fill(budget)
     hour = budget.window(budget.settings()).start_local.hour
     reply = slash(f"set reset {(hour + 12) % 24:02d}:00", budget)
-    assert "the 4 requests counted so far stay with the old window, and counting starts afresh" in reply
+    assert (
+        "the 4 requests counted so far stay with the old window, and counting starts afresh"
+        in reply
+    )
 
 
 def test_setting_an_unreachable_redis_ledger_is_saved_with_a_warning(budget):
@@ -103,7 +134,9 @@ def test_setting_an_unreachable_redis_ledger_is_saved_with_a_warning(budget):
 
     reply = slash(f"set ledger redis://127.0.0.1:{free_port()}/0", budget)
     assert reply.splitlines()[0].startswith("ledger = redis://127.0.0.1:")
-    assert "Warning: the ledger cannot be used now" in reply and "calls go through uncounted" in reply
+    assert (
+        "Warning: the ledger cannot be used now" in reply and "calls go through uncounted" in reply
+    )
     assert budget.settings().ledger.startswith("redis://")
 
 

@@ -29,7 +29,9 @@ def root(env, tmp_path, monkeypatch):
     return tmp_path / "hermes"
 
 
-def test_no_budget_is_configured_until_there_are_settings_a_ledger_or_the_environment(root, monkeypatch):
+def test_no_budget_is_configured_until_there_are_settings_a_ledger_or_the_environment(
+    root, monkeypatch
+):
     gate = gate_from_environment()
     assert not gate.configured()
     Budget(budget_dir()).settings_file.set("mode", "observe")
@@ -67,8 +69,12 @@ def test_a_precharge_mark_is_taken_once_and_only_on_its_own_thread():
     assert take_precharged() is False
 
 
-def test_a_bulk_job_at_the_cap_waits_for_the_window_instead_of_failing_items(root, tmp_path, fake_provider):
-    settings = load_settings(lease_seconds=1.5)  # a quick maintenance loop: the pump restarts held jobs sooner
+def test_a_bulk_job_at_the_cap_waits_for_the_window_instead_of_failing_items(
+    root, tmp_path, fake_provider
+):
+    settings = load_settings(
+        lease_seconds=1.5
+    )  # a quick maintenance loop: the pump restarts held jobs sooner
     budget = Budget(budget_dir())
     f = budget.settings_file
     f.set("chat_reserve", "1")
@@ -85,8 +91,10 @@ def test_a_bulk_job_at_the_cap_waits_for_the_window_instead_of_failing_items(roo
     runtime.start_embedded_consumer()
     try:
         jobs.run(job.job_id)
-        st = wait_for(lambda: (s := jobs.status(job.job_id)).budget_held_until and s.job.running == 0 and s,
-                      message="the job to be held by the budget")
+        st = wait_for(
+            lambda: (s := jobs.status(job.job_id)).budget_held_until and s.job.running == 0 and s,
+            message="the job to be held by the budget",
+        )
         window = budget.window(budget.settings())
         assert st.budget_held_until == window.end_s
         assert (st.job.completed, st.job.failed, st.job.pending) == (3, 0, 2)
@@ -98,7 +106,11 @@ def test_a_bulk_job_at_the_cap_waits_for_the_window_instead_of_failing_items(roo
         assert report.counts.by_profile() == {"worker-1": 3}
         # More room in the window: the job picks up again by itself (the pump restarts it).
         f.set("daily_limit", "10")
-        wait_for(lambda: jobs.status(job.job_id).job.completed == 5, timeout=30, message="the job to finish")
+        wait_for(
+            lambda: jobs.status(job.job_id).job.completed == 5,
+            timeout=30,
+            message="the job to finish",
+        )
         assert jobs.status(job.job_id).budget_held_until is None
     finally:
         runtime.stop(graceful=True)

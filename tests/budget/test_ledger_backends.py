@@ -20,8 +20,9 @@ from hermes_bulk.budget.ledger_location import open_ledger
 from hermes_bulk.budget.windows import Window, window_at
 from tests.conftest import RedisServer, free_port
 
-TERMS = policy.terms_for("chat", "m", None, mode="enforce", daily_limit=10, chat_reserve=2, job_limit=None,
-                         models=("*",))
+TERMS = policy.terms_for(
+    "chat", "m", None, mode="enforce", daily_limit=10, chat_reserve=2, job_limit=None, models=("*",)
+)
 
 
 @pytest.fixture
@@ -30,7 +31,9 @@ def window() -> Window:
 
 
 @pytest.mark.alone  # bounds a latency
-def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_after_about_a_second(tmp_path, window):
+def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_after_about_a_second(
+    tmp_path, window
+):
     led = open_ledger(str(tmp_path / "ledger.db"))
     blocker = sqlite3.connect(tmp_path / "ledger.db", isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
@@ -46,7 +49,9 @@ def test_sqlite_an_admission_gives_up_on_a_ledger_locked_for_long_after_about_a_
 
 
 @pytest.mark.alone  # bounds a latency
-def test_sqlite_admissions_take_turns_on_the_lock_file_and_give_up_on_a_holder_that_keeps_it(tmp_path, window):
+def test_sqlite_admissions_take_turns_on_the_lock_file_and_give_up_on_a_holder_that_keeps_it(
+    tmp_path, window
+):
     import fcntl
     import os
 
@@ -61,7 +66,9 @@ def test_sqlite_admissions_take_turns_on_the_lock_file_and_give_up_on_a_holder_t
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-    assert led.admit(CallRecord("chat"), window, TERMS).window_total == 1  # the abandoned turn counted nothing
+    assert (
+        led.admit(CallRecord("chat"), window, TERMS).window_total == 1
+    )  # the abandoned turn counted nothing
     led.close()
 
 
@@ -87,10 +94,15 @@ def test_sqlite_many_threads_admitting_at_once_all_get_their_turn(tmp_path, wind
     led.close()
 
 
-def test_sqlite_the_first_call_of_a_window_drops_windows_that_ended_over_a_week_ago(tmp_path, window):
+def test_sqlite_the_first_call_of_a_window_drops_windows_that_ended_over_a_week_ago(
+    tmp_path, window
+):
     led = open_ledger(str(tmp_path / "ledger.db"))
-    old = Window(start_s=window.start_s - KEEP_AFTER_WINDOW_S - 3 * 86_400,
-                 end_s=window.start_s - KEEP_AFTER_WINDOW_S - 2 * 86_400, zone="UTC")
+    old = Window(
+        start_s=window.start_s - KEEP_AFTER_WINDOW_S - 3 * 86_400,
+        end_s=window.start_s - KEEP_AFTER_WINDOW_S - 2 * 86_400,
+        zone="UTC",
+    )
     recent = Window(start_s=window.start_s - 86_400, end_s=window.start_s, zone="UTC")
     for w in (old, recent):
         led.admit(CallRecord("chat"), w, TERMS)
@@ -116,7 +128,9 @@ def test_redis_an_unreachable_server_is_reported_at_once_without_credentials():
 
 
 @pytest.mark.alone  # bounds a latency
-def test_redis_a_server_that_dies_fails_the_next_admission_fast_and_a_restart_recovers(tmp_path, window):
+def test_redis_a_server_that_dies_fails_the_next_admission_fast_and_a_restart_recovers(
+    tmp_path, window
+):
     server = RedisServer(tmp_path).start()
     try:
         led = open_ledger(server.url + "?prefix=outage")
@@ -133,20 +147,37 @@ def test_redis_a_server_that_dies_fails_the_next_admission_fast_and_a_restart_re
         server.kill()
 
 
-def test_redis_every_key_of_a_window_shares_one_hash_tag_and_expires_a_week_after_it(redis_url, window):
+def test_redis_every_key_of_a_window_shares_one_hash_tag_and_expires_a_week_after_it(
+    redis_url, window
+):
     led = open_ledger(redis_url)
     call = CallRecord("cron", job_id="j1", run_id="r1", model="m")
-    over = policy.terms_for("cron", "m", "j1", mode="enforce", daily_limit=1, chat_reserve=1, job_limit=None,
-                            models=("*",))
+    over = policy.terms_for(
+        "cron",
+        "m",
+        "j1",
+        mode="enforce",
+        daily_limit=1,
+        chat_reserve=1,
+        job_limit=None,
+        models=("*",),
+    )
     led.admit(call, window, over)  # held: touches the runs set too
     keys = led.window_keys(window)
     r = redis.Redis.from_url(redis_url.split("?")[0])
     prefix = redis_url.split("prefix=")[1]
-    assert keys == [f"{{{prefix}:budget}}:w:{window.start_s}", f"{{{prefix}:budget}}:w:{window.start_s}:runs",
-                    f"{{{prefix}:budget}}:w:{window.start_s}:log"]
+    assert keys == [
+        f"{{{prefix}:budget}}:w:{window.start_s}",
+        f"{{{prefix}:budget}}:w:{window.start_s}:runs",
+        f"{{{prefix}:budget}}:w:{window.start_s}:log",
+    ]
     for key in keys:
         ttl = r.ttl(key)
-        assert window.end_s + KEEP_AFTER_WINDOW_S - time.time() - 5 < ttl <= window.end_s + KEEP_AFTER_WINDOW_S - time.time() + 1
+        assert (
+            window.end_s + KEEP_AFTER_WINDOW_S - time.time() - 5
+            < ttl
+            <= window.end_s + KEEP_AFTER_WINDOW_S - time.time() + 1
+        )
     assert sorted(k.decode() for k in r.keys(f"*{prefix}*")) == sorted(keys)
     led.close()
 

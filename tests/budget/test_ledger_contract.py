@@ -44,18 +44,44 @@ def window() -> Window:
     return window_at(time.time(), dt.time(0, 0), ZoneInfo("UTC"))
 
 
-def terms(call: CallRecord, *, mode="enforce", daily_limit=10, chat_reserve=4, job_limit=None, models=("*",)):
-    return policy.terms_for(call.call_class, call.model, call.job_id, mode=mode, daily_limit=daily_limit,
-                            chat_reserve=chat_reserve, job_limit=job_limit, models=models)
+def terms(
+    call: CallRecord,
+    *,
+    mode="enforce",
+    daily_limit=10,
+    chat_reserve=4,
+    job_limit=None,
+    models=("*",),
+):
+    return policy.terms_for(
+        call.call_class,
+        call.model,
+        call.job_id,
+        mode=mode,
+        daily_limit=daily_limit,
+        chat_reserve=chat_reserve,
+        job_limit=job_limit,
+        models=models,
+    )
 
 
 def cron(job="job1", run="run1", model="m", name="digest"):
-    return CallRecord("cron", profile="default", job_id=job, job_name=name, run_id=run, provider="custom",
-                      model=model, api_mode="chat_completions")
+    return CallRecord(
+        "cron",
+        profile="default",
+        job_id=job,
+        job_name=name,
+        run_id=run,
+        provider="custom",
+        model=model,
+        api_mode="chat_completions",
+    )
 
 
 def chat(profile="default", model="m"):
-    return CallRecord("chat", profile=profile, provider="custom", model=model, api_mode="chat_completions")
+    return CallRecord(
+        "chat", profile=profile, provider="custom", model=model, api_mode="chat_completions"
+    )
 
 
 def admit(ledger, window, call, **kw):
@@ -90,7 +116,9 @@ def test_chat_that_used_the_window_holds_background_work_sooner(ledger, window):
     assert admit(ledger, window, CallRecord("bulk", job_id="b1", model="m")).decision == HELD
 
 
-def test_observe_mode_lets_over_cap_calls_through_counts_them_and_records_would_block(ledger, window):
+def test_observe_mode_lets_over_cap_calls_through_counts_them_and_records_would_block(
+    ledger, window
+):
     for i in range(6):
         admit(ledger, window, cron(run=f"r{i}"), mode="observe")
     a = admit(ledger, window, cron(run="late"), mode="observe")
@@ -110,7 +138,13 @@ def test_each_admission_says_what_it_decided_and_the_counts_right_after_it(ledge
     assert said(chat()) == (ALLOWED, True, 2, 0, 0)
     assert said(cron(run="r2"), job_limit=2) == (ALLOWED, True, 3, 2, 0)
     assert said(cron(run="r3"), job_limit=2) == (HELD, False, 3, 2, 1)
-    assert said(cron(run="r4", model="gpt-4o"), job_limit=2, models=("*:free",)) == (ALLOWED, False, 3, 2, 1)
+    assert said(cron(run="r4", model="gpt-4o"), job_limit=2, models=("*:free",)) == (
+        ALLOWED,
+        False,
+        3,
+        2,
+        1,
+    )
     assert said(cron(run="r5"), job_limit=2, mode="observe") == (WOULD_BLOCK, True, 4, 3, 1)
     assert said(cron(job="job2"), job_limit=2) == (ALLOWED, True, 5, 1, 0)
 
@@ -160,8 +194,11 @@ def test_profiles_count_in_one_ledger_and_are_told_apart(ledger, window):
 
 
 def test_the_record_keeps_every_field_of_each_call_in_admission_order(ledger, window):
-    calls = [cron(run="r1"), chat(profile="work"), CallRecord("bulk", profile="host-a", job_id="b1",
-                                                              model="m", api_mode="chat_completions")]
+    calls = [
+        cron(run="r1"),
+        chat(profile="work"),
+        CallRecord("bulk", profile="host-a", job_id="b1", model="m", api_mode="chat_completions"),
+    ]
     for call in calls:
         admit(ledger, window, call)
     entries = ledger.entries(window)
@@ -196,7 +233,9 @@ def _hammer(location, window, barrier, queue, worker, calls_per_process, mix, li
     for i in range(calls_per_process):
         call_class = mix[i % len(mix)]
         job = f"job{worker % 3}" if call_class in ("cron", "bulk") else ""
-        call = CallRecord(call_class, profile=f"p{worker}", job_id=job, run_id=f"w{worker}-{i}", model="m")
+        call = CallRecord(
+            call_class, profile=f"p{worker}", job_id=job, run_id=f"w{worker}-{i}", model="m"
+        )
         got.append((call_class, led.admit(call, window, terms(call, **limits)).decision))
     led.close()
     queue.put(got)
@@ -205,8 +244,13 @@ def _hammer(location, window, barrier, queue, worker, calls_per_process, mix, li
 def _run_hammer(location, window, calls_per_process, mix, limits):
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(PROCESSES), ctx.Queue()
-    procs = [ctx.Process(target=_hammer, args=(location, window, barrier, queue, w, calls_per_process, mix, limits))
-             for w in range(PROCESSES)]
+    procs = [
+        ctx.Process(
+            target=_hammer,
+            args=(location, window, barrier, queue, w, calls_per_process, mix, limits),
+        )
+        for w in range(PROCESSES)
+    ]
     for p in procs:
         p.start()
     results = [d for _ in procs for d in queue.get(timeout=120)]
@@ -216,9 +260,13 @@ def _run_hammer(location, window, calls_per_process, mix, limits):
     return results
 
 
-def test_eight_processes_in_enforce_mode_admit_exactly_the_cap_of_background_requests(ledger, location, window):
+def test_eight_processes_in_enforce_mode_admit_exactly_the_cap_of_background_requests(
+    ledger, location, window
+):
     limits = {"daily_limit": 300, "chat_reserve": 100}
-    results = _run_hammer(location, window, 60, ("cron", "bulk"), limits)  # 480 calls for 200 places
+    results = _run_hammer(
+        location, window, 60, ("cron", "bulk"), limits
+    )  # 480 calls for 200 places
     decisions = Counter(d for _, d in results)
     assert decisions == {ALLOWED: 200, HELD: 280}
     c = ledger.counts(window)
@@ -226,7 +274,9 @@ def test_eight_processes_in_enforce_mode_admit_exactly_the_cap_of_background_req
     assert sum(c.by_profile().values()) == 200
 
 
-def test_eight_processes_mixing_chat_and_background_count_exactly_and_serialise(ledger, location, window):
+def test_eight_processes_mixing_chat_and_background_count_exactly_and_serialise(
+    ledger, location, window
+):
     limits = {"daily_limit": 400, "chat_reserve": 150}
     mix = ("cron", "chat", "bulk", "auxiliary", "cron")
     results = _run_hammer(location, window, 60, mix, limits)
@@ -242,12 +292,18 @@ def test_eight_processes_mixing_chat_and_background_count_exactly_and_serialise(
     # it handed out: no two processes ever passed the same last free request.
     total, job_counts = 0, Counter()
     for e in ledger.entries(window):
-        expected = policy.decide(e.call.call_class, terms(e.call, **limits), window_total=total,
-                                 job_requests=job_counts[e.call.job_id])
+        expected = policy.decide(
+            e.call.call_class,
+            terms(e.call, **limits),
+            window_total=total,
+            job_requests=job_counts[e.call.job_id],
+        )
         assert e.decision == expected
         if e.counted:
             total += 1
             job_counts[e.call.job_id] += 1
     assert total == c.total
-    assert total - sent["chat"] - sent["auxiliary"] <= limits["daily_limit"] - limits["chat_reserve"]
+    assert (
+        total - sent["chat"] - sent["auxiliary"] <= limits["daily_limit"] - limits["chat_reserve"]
+    )
     assert c.decisions(HELD) > 0  # the cap was reached: the mix really contended for it

@@ -8,10 +8,27 @@ from hermes_bulk.budget import policy
 from hermes_bulk.budget.policy import ALLOWED, HELD, WOULD_BLOCK, decide, model_counts, terms_for
 
 
-def terms(call_class="cron", model="m", job_id="job1", *, mode="enforce", daily_limit=10, chat_reserve=3,
-          job_limit=None, models=("*",)):
-    return terms_for(call_class, model, job_id, mode=mode, daily_limit=daily_limit, chat_reserve=chat_reserve,
-                     job_limit=job_limit, models=models)
+def terms(
+    call_class="cron",
+    model="m",
+    job_id="job1",
+    *,
+    mode="enforce",
+    daily_limit=10,
+    chat_reserve=3,
+    job_limit=None,
+    models=("*",),
+):
+    return terms_for(
+        call_class,
+        model,
+        job_id,
+        mode=mode,
+        daily_limit=daily_limit,
+        chat_reserve=chat_reserve,
+        job_limit=job_limit,
+        models=models,
+    )
 
 
 @pytest.mark.parametrize("call_class", ["cron", "bulk"])
@@ -66,13 +83,16 @@ def test_held_calls_do_not_count_and_would_block_calls_do():
     assert policy.counts_toward_total(WOULD_BLOCK, t)
 
 
-@pytest.mark.parametrize("model, globs, counts", [
-    ("meta-llama/llama-3.3-70b-instruct:free", ("*:free",), True),
-    ("meta-llama/llama-3.3-70b-instruct", ("*:free",), False),
-    ("GPT-4o-mini", ("gpt-*",), True),
-    ("claude-sonnet", ("gpt-*", "claude-*"), True),
-    (None, ("gpt-*",), True),  # an unknown model counts: the safe side
-    ("", ("gpt-*",), True),
-])
+@pytest.mark.parametrize(
+    "model, globs, counts",
+    [
+        ("meta-llama/llama-3.3-70b-instruct:free", ("*:free",), True),
+        ("meta-llama/llama-3.3-70b-instruct", ("*:free",), False),
+        ("GPT-4o-mini", ("gpt-*",), True),
+        ("claude-sonnet", ("gpt-*", "claude-*"), True),
+        (None, ("gpt-*",), True),  # an unknown model counts: the safe side
+        ("", ("gpt-*",), True),
+    ],
+)
 def test_models_are_matched_as_case_insensitive_globs(model, globs, counts):
     assert model_counts(model, globs) is counts

@@ -14,16 +14,35 @@ import pytest
 from hermes_bulk.budget.policy import ALLOWED, HELD, WOULD_BLOCK, decide, terms_for
 
 
-def terms(call_class="cron", job_id="job1", *, mode="enforce", daily_limit=10, chat_reserve=3, job_limit=None):
-    return terms_for(call_class, "m", job_id, mode=mode, daily_limit=daily_limit, chat_reserve=chat_reserve,
-                     job_limit=job_limit, models=("*",))
+def terms(
+    call_class="cron",
+    job_id="job1",
+    *,
+    mode="enforce",
+    daily_limit=10,
+    chat_reserve=3,
+    job_limit=None,
+):
+    return terms_for(
+        call_class,
+        "m",
+        job_id,
+        mode=mode,
+        daily_limit=daily_limit,
+        chat_reserve=chat_reserve,
+        job_limit=job_limit,
+        models=("*",),
+    )
 
 
 @pytest.mark.parametrize("call_class", ["cron", "bulk"])
 @pytest.mark.parametrize("total", [7, 8, 50, 10**9])
 def test_a_window_chat_pushed_past_the_cap_still_holds_background_calls(call_class, total):
     assert decide(call_class, terms(call_class), window_total=total, job_requests=0) == HELD
-    assert decide(call_class, terms(call_class, mode="observe"), window_total=total, job_requests=0) == WOULD_BLOCK
+    assert (
+        decide(call_class, terms(call_class, mode="observe"), window_total=total, job_requests=0)
+        == WOULD_BLOCK
+    )
 
 
 @pytest.mark.parametrize("done", [2, 3, 40])

@@ -32,7 +32,9 @@ def budget(budget_dir):
 
 
 def cron(run="r1", job="job1"):
-    return CallRecord("cron", profile="default", job_id=job, job_name="digest", run_id=run, model="m")
+    return CallRecord(
+        "cron", profile="default", job_id=job, job_name="digest", run_id=run, model="m"
+    )
 
 
 def enforce(budget, daily_limit="3", chat_reserve="1", **more):
@@ -71,7 +73,9 @@ def test_a_job_held_by_job_limit_says_so(budget):
 
 
 @pytest.mark.alone  # bounds a latency
-def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_the_window_ends(budget, budget_dir):
+def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_the_window_ends(
+    budget, budget_dir
+):
     budget.admit(CallRecord("chat"))  # creates the ledger
     blocker = sqlite3.connect(budget_dir / "ledger.db", isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
@@ -88,7 +92,9 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
         blocker.execute("ROLLBACK")
     report = budget.report()
     assert report.failopen is not None and report.failopen.calls == 2
-    assert "is not answering (database is locked)" in report.failopen.reason  # the cause, not "skipped"
+    assert (
+        "is not answering (database is locked)" in report.failopen.reason
+    )  # the cause, not "skipped"
     assert "⚠ Accounting failed 2 times in this window" in status_text(report)
     assert "went through uncounted" in status_text(report)
     later = Budget(budget_dir, clock=lambda: time.time() + 86_400)  # the next window starts clean
@@ -97,21 +103,33 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
 
 
 @pytest.mark.alone  # bounds a latency
-def test_the_first_call_of_a_process_fails_open_within_a_second_on_a_locked_ledger_and_opens_it_later(budget_dir):
+def test_the_first_call_of_a_process_fails_open_within_a_second_on_a_locked_ledger_and_opens_it_later(
+    budget_dir,
+):
     first = Budget(budget_dir)
     first.admit(CallRecord("chat"))  # the ledger exists (and is migrated)
     first.close()
-    holder = subprocess.Popen([sys.executable, "-c", "import sqlite3, sys, time\n"
-                               "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-                               "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(60)",
-                               str(budget_dir / "ledger.db")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(60)",
+            str(budget_dir / "ledger.db"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     now = [time.time()]
     fresh = Budget(budget_dir, clock=lambda: now[0])  # a new process: the ledger is not open yet
     try:
         assert holder.stdout.readline().strip() == "locked"
         started = time.monotonic()
         assert fresh.admit(cron()).decision == FAILED_OPEN
-        assert time.monotonic() - started < 2.0  # was 10 s: the open waited longer than an admission
+        assert (
+            time.monotonic() - started < 2.0
+        )  # was 10 s: the open waited longer than an admission
     finally:
         holder.kill()
         holder.wait()
@@ -122,7 +140,9 @@ def test_the_first_call_of_a_process_fails_open_within_a_second_on_a_locked_ledg
     fresh.close()
 
 
-def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_back(tmp_path, budget_dir, monkeypatch):
+def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_back(
+    tmp_path, budget_dir, monkeypatch
+):
     server = RedisServer(tmp_path).start()
     now = [time.time()]
     b = Budget(budget_dir, clock=lambda: now[0])
@@ -145,17 +165,22 @@ def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_ba
 
 
 def test_a_broken_budget_json_fails_calls_open_and_status_shows_the_defaults_the_error_and_the_warning(
-        budget, budget_dir):
+    budget, budget_dir
+):
     from hermes_bulk.budget.commands import run_budget_command
     from hermes_bulk.budget.grammar import add_budget_arguments
     from hermes_bulk.usage import Parser
 
     budget_dir.mkdir(parents=True)
-    (budget_dir / "budget.json").write_text(json.dumps({"mode": "enforce", "timezone": "Asia/Tokyo",
-                                                        "daily_limit": "lots"}))
+    (budget_dir / "budget.json").write_text(
+        json.dumps({"mode": "enforce", "timezone": "Asia/Tokyo", "daily_limit": "lots"})
+    )
     assert budget.admit(cron()).decision == FAILED_OPEN
     report = budget.report()  # status still works
-    assert report.settings == BudgetSettings() and "daily_limit 'lots' is not a whole number" in report.settings_error
+    assert (
+        report.settings == BudgetSettings()
+        and "daily_limit 'lots' is not a whole number" in report.settings_error
+    )
     assert report.failopen is not None and report.failopen.calls == 1  # the warning is found
     text = status_text(report)
     assert "⚠ Accounting failed 1 time in this window" in text
@@ -166,17 +191,26 @@ def test_a_broken_budget_json_fails_calls_open_and_status_shows_the_defaults_the
 
     parser = Parser(prog="hermes cron-budget")
     add_budget_arguments(parser)
-    status, reply = run_budget_command(parser.parse_args(["set", "daily_limit", "500"]), budget,
-                                       prog="hermes cron-budget")
-    assert (status, reply) == (0, "daily_limit = 500")  # set repairs the bad key and keeps the others
+    status, reply = run_budget_command(
+        parser.parse_args(["set", "daily_limit", "500"]), budget, prog="hermes cron-budget"
+    )
+    assert (status, reply) == (
+        0,
+        "daily_limit = 500",
+    )  # set repairs the bad key and keeps the others
     assert budget.settings().mode == "enforce" and budget.settings().timezone == "Asia/Tokyo"
     assert budget.report().settings_error is None
 
     (budget_dir / "budget.json").write_text("{not json")
-    status, reply = run_budget_command(parser.parse_args(["set", "mode", "observe"]), budget,
-                                       prog="hermes cron-budget")
-    assert status == 1 and "budget.json is not valid JSON (Expecting property name enclosed in double quotes at " \
-        "line 1, column 2); fix it by hand, or delete it (rm " in reply
+    status, reply = run_budget_command(
+        parser.parse_args(["set", "mode", "observe"]), budget, prog="hermes cron-budget"
+    )
+    assert (
+        status == 1
+        and "budget.json is not valid JSON (Expecting property name enclosed in double quotes at "
+        "line 1, column 2); fix it by hand, or delete it (rm "
+        in reply
+    )
     assert (budget_dir / "budget.json").read_text() == "{not json"  # nothing changed
 
 

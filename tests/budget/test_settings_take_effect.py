@@ -18,7 +18,9 @@ def _items(path, n: int):
     return path
 
 
-def test_a_budget_set_while_a_worker_runs_holds_its_next_bulk_request_at_the_cap(cli, tmp_path, fake_provider):
+def test_a_budget_set_while_a_worker_runs_holds_its_next_bulk_request_at_the_cap(
+    cli, tmp_path, fake_provider
+):
     root = tmp_path / "hermes-root"
     env = {"HERMES_HOME": str(root)}
     worker = cli.spawn_worker("-w", "2", **env)
@@ -26,21 +28,35 @@ def test_a_budget_set_while_a_worker_runs_holds_its_next_bulk_request_at_the_cap
         # The worker serves a job before any budget exists: nothing is charged, nothing held.
         before = cli.create("Process", _items(tmp_path / "a.jsonl", 2))
         cli("run", before)
-        wait_for(lambda: cli.json("status", before, "--json", **env)["state"] == "completed", timeout=60,
-                 message="the job before the budget completes")
+        wait_for(
+            lambda: cli.json("status", before, "--json", **env)["state"] == "completed",
+            timeout=60,
+            message="the job before the budget completes",
+        )
         assert not (budget_dir(root) / "ledger.db").exists()
-        for key, value in (("timezone", "Asia/Tokyo"), ("reset", "09:00"), ("chat_reserve", "1"),
-                           ("daily_limit", "6"), ("mode", "enforce")):
+        for key, value in (
+            ("timezone", "Asia/Tokyo"),
+            ("reset", "09:00"),
+            ("chat_reserve", "1"),
+            ("daily_limit", "6"),
+            ("mode", "enforce"),
+        ):
             cli("budget", "set", key, value, **env)
         job = cli.create("Process", _items(tmp_path / "b.jsonl", 10), "--concurrency", "2")
         cli("run", job)
-        wait_for(lambda: cli.json("status", job, "--json", **env)["budget_held_until"], timeout=60,
-                 message="the job held by the budget")
+        wait_for(
+            lambda: cli.json("status", job, "--json", **env)["budget_held_until"],
+            timeout=60,
+            message="the job held by the budget",
+        )
         # One status reads the job's counts before the budget, so a read that saw the hold may
         # hold counts from before the worker took the items it charged: only a read begun after the
         # hold was seen has every charged item as running or done.
-        status = wait_for(lambda: (s := cli.json("status", job, "--json", **env))["running"] == 0 and s,
-                          timeout=60, message="the items charged before the hold are done")
+        status = wait_for(
+            lambda: (s := cli.json("status", job, "--json", **env))["running"] == 0 and s,
+            timeout=60,
+            message="the items charged before the hold are done",
+        )
         text = cli("status", job, **env).stdout
     finally:
         worker.send_signal(signal.SIGINT)
@@ -61,14 +77,18 @@ def test_a_budget_set_while_a_worker_runs_holds_its_next_bulk_request_at_the_cap
     assert f"Waiting for the request budget: the window reopens at {reopens} " in text
 
 
-def test_a_relative_ledger_path_is_made_absolute_against_the_root_hermes_home(tmp_path, monkeypatch):
+def test_a_relative_ledger_path_is_made_absolute_against_the_root_hermes_home(
+    tmp_path, monkeypatch
+):
     root = tmp_path / "root"
     directory = budget_dir(root)
     monkeypatch.chdir(tmp_path)
     settings = SettingsFile(directory).set("ledger", "local")
     assert settings.ledger == str(root / "local")
     assert json.loads((directory / "budget.json").read_text())["ledger"] == str(root / "local")
-    assert SettingsFile(directory).set("ledger", "sqlite:///shared/ledger.db").ledger == str(root / "shared/ledger.db")
+    assert SettingsFile(directory).set("ledger", "sqlite:///shared/ledger.db").ledger == str(
+        root / "shared/ledger.db"
+    )
     assert SettingsFile(directory).set("ledger", "/abs/ledger.db").ledger == "/abs/ledger.db"
     # A budget.json an older version wrote, with the path as it was given: read the same way.
     (directory / "budget.json").write_text(json.dumps({"ledger": "older.db"}))

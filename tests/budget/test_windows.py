@@ -9,8 +9,12 @@ import pytest
 
 from hermes_bulk.budget.windows import next_window, reset_instant, window_at
 
-NEW_YORK = ZoneInfo("America/New_York")  # 2025: spring forward 03-09 02:00→03:00, fall back 11-02 02:00→01:00
-BERLIN = ZoneInfo("Europe/Berlin")  # 2025: spring forward 03-30 02:00→03:00, fall back 10-26 03:00→02:00
+NEW_YORK = ZoneInfo(
+    "America/New_York"
+)  # 2025: spring forward 03-09 02:00→03:00, fall back 11-02 02:00→01:00
+BERLIN = ZoneInfo(
+    "Europe/Berlin"
+)  # 2025: spring forward 03-30 02:00→03:00, fall back 10-26 03:00→02:00
 UTC = ZoneInfo("UTC")
 HOUR = 3600
 
@@ -21,7 +25,10 @@ def at(text: str) -> float:
 
 def test_a_window_runs_from_the_latest_reset_to_the_next_one():
     w = window_at(at("2025-06-10T15:00:00+00:00"), dt.time(0, 0), UTC)
-    assert (w.start_s, w.end_s) == (at("2025-06-10T00:00:00+00:00"), at("2025-06-11T00:00:00+00:00"))
+    assert (w.start_s, w.end_s) == (
+        at("2025-06-10T00:00:00+00:00"),
+        at("2025-06-11T00:00:00+00:00"),
+    )
 
 
 def test_before_the_reset_time_the_window_is_the_one_that_opened_yesterday():
@@ -41,12 +48,17 @@ def test_next_window_starts_where_the_last_one_ended():
     assert next_window(w, dt.time(0, 0)).start_s == w.end_s
 
 
-@pytest.mark.parametrize("zone, day_before, dst_day", [
-    (NEW_YORK, "2025-03-08", "2025-03-09"),
-    (BERLIN, "2025-03-29", "2025-03-30"),
-])
+@pytest.mark.parametrize(
+    "zone, day_before, dst_day",
+    [
+        (NEW_YORK, "2025-03-08", "2025-03-09"),
+        (BERLIN, "2025-03-29", "2025-03-30"),
+    ],
+)
 def test_the_window_that_contains_spring_forward_is_23_hours(zone, day_before, dst_day):
-    noon_before = dt.datetime.fromisoformat(f"{day_before}T12:00:00").replace(tzinfo=zone).timestamp()
+    noon_before = (
+        dt.datetime.fromisoformat(f"{day_before}T12:00:00").replace(tzinfo=zone).timestamp()
+    )
     w = window_at(noon_before, dt.time(0, 0), zone)
     assert w.start_local.date().isoformat() == day_before
     assert w.length_s == 24 * HOUR  # midnight to midnight before the change

@@ -36,15 +36,25 @@ def test_at_the_instant_a_wait_ends_a_request_is_taken_and_counted_for_pacing(cl
     assert acquire(clocked, rpm=60) == pytest.approx(1.0)  # the first was taken, and paced the next
 
 
-@pytest.mark.parametrize("rpm, tpm, tokens, second_waits", [
-    (1, None, 1, 60.0),  # --rpm 1: one request a minute
-    (None, 1, 1, 60.0),  # --tpm 1: one token a minute
-    (None, 120_000, 10_000, 5.0),  # half a millisecond a token: 10,000 tokens are 5 s of the bucket
-    (60_000, None, 1, 0.001),  # one request a millisecond
-])
+@pytest.mark.parametrize(
+    "rpm, tpm, tokens, second_waits",
+    [
+        (1, None, 1, 60.0),  # --rpm 1: one request a minute
+        (None, 1, 1, 60.0),  # --tpm 1: one token a minute
+        (
+            None,
+            120_000,
+            10_000,
+            5.0,
+        ),  # half a millisecond a token: 10,000 tokens are 5 s of the bucket
+        (60_000, None, 1, 0.001),  # one request a millisecond
+    ],
+)
 def test_the_slowest_and_the_fastest_paces_are_kept(clocked, rpm, tpm, tokens, second_waits):
     assert acquire(clocked, rpm=rpm, tpm=tpm, tokens=tokens) == 0.0
-    assert acquire(clocked, rpm=rpm, tpm=tpm, tokens=tokens) == pytest.approx(second_waits, abs=1e-6)
+    assert acquire(clocked, rpm=rpm, tpm=tpm, tokens=tokens) == pytest.approx(
+        second_waits, abs=1e-6
+    )
 
 
 def test_a_wait_of_one_millisecond_is_still_a_wait(clocked):
@@ -55,11 +65,20 @@ def test_a_wait_of_one_millisecond_is_still_a_wait(clocked):
     assert acquire(clocked, rpm=60) == 0.0
 
 
-@pytest.mark.parametrize("gap_s, rate_per_s", [
-    (1.5, 4 + 1),  # the window before counts whole at the start of this one, with its one request
-    (1.999, 4 + 1),  # the window before ended a millisecond short of a second ago: it still counts
-    (2.0, 1),  # it ended a second ago: only this window's one request
-])
+@pytest.mark.parametrize(
+    "gap_s, rate_per_s",
+    [
+        (
+            1.5,
+            4 + 1,
+        ),  # the window before counts whole at the start of this one, with its one request
+        (
+            1.999,
+            4 + 1,
+        ),  # the window before ended a millisecond short of a second ago: it still counts
+        (2.0, 1),  # it ended a second ago: only this window's one request
+    ],
+)
 def test_a_429_halves_the_rate_it_measured_over_about_the_last_second(clocked, gap_s, rate_per_s):
     # Paced (one request every 10 ms), so each grant is counted as it is taken on both backends
     # (SQLite counts unpaced grants in batches: limits_math.count's n).

@@ -38,15 +38,25 @@ KEYS = ("k0", "k1")
 EXAMPLES = int(os.environ.get("HERMES_BULK_STATEFUL_EXAMPLES", "100"))
 # HERMES_BULK_STATEFUL_SHRINK=0: report the first failing example as found, unshrunk (a planted
 # bug's yes or no in seconds, where shrinking a long example takes minutes).
-PHASES = tuple(Phase) if os.environ.get("HERMES_BULK_STATEFUL_SHRINK", "1") != "0" else \
-    (Phase.explicit, Phase.reuse, Phase.generate)
-STATESTEP = settings(max_examples=EXAMPLES, phases=PHASES, stateful_step_count=30, deadline=None,
-                     suppress_health_check=[HealthCheck.too_slow])
+PHASES = (
+    tuple(Phase)
+    if os.environ.get("HERMES_BULK_STATEFUL_SHRINK", "1") != "0"
+    else (Phase.explicit, Phase.reuse, Phase.generate)
+)
+STATESTEP = settings(
+    max_examples=EXAMPLES,
+    phases=PHASES,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 # Pacing intervals that are whole or half seconds (rpm 60/30/12, tpm 60/120 a token), so the
 # paced times are exact in both backends' arithmetic (SQLite: float seconds; Redis: ms).
 RPMS = st.sampled_from([None, None, 60, 30, 12])
 TPMS = st.sampled_from([None, None, 60, 120])
-COSTS = st.sampled_from([0, 1, 2, 5])  # 2 and 5 tokens: above the burst of one, through an empty bucket
+COSTS = st.sampled_from(
+    [0, 1, 2, 5]
+)  # 2 and 5 tokens: above the burst of one, through an empty bucket
 ADVANCES = st.sampled_from([0.001, 0.05, 0.1, 0.5, 1.0, 2.0, 2.5, 5.0, 30.0, 130.0])
 TOLERANCE_S = 1e-5  # Redis keeps times in ms with three decimals
 
@@ -73,7 +83,9 @@ class LimitsMachine(RuleBasedStateMachine):
     def key(self, name: str) -> str:
         return f"{self.prefix}:{name}"
 
-    def _take_uncounted(self, k: KeyModel, now_s: float, *, plus: int = 0, force: bool = False) -> int:
+    def _take_uncounted(
+        self, k: KeyModel, now_s: float, *, plus: int = 0, force: bool = False
+    ) -> int:
         """SqliteLimits counts an unpaced key's grants every COUNT_EVERY_S (protocol: acquire)."""
         n = k.uncounted + plus
         if not force and now_s - k.counted_at < SqliteLimits.COUNT_EVERY_S:
@@ -87,7 +99,12 @@ class LimitsMachine(RuleBasedStateMachine):
         k, now_s = self.keys[name], self.clock()
         turn = self.limits.acquire(self.key(name), rpm=rpm, tpm=tpm, tokens=tokens)
         paused_until = k.state.pause_until_s
-        if self.batches_counts and not rpm and not tpm and limits_math.unpaced(k.state, now_s, rpm=rpm, tpm=tpm):
+        if (
+            self.batches_counts
+            and not rpm
+            and not tpm
+            and limits_math.unpaced(k.state, now_s, rpm=rpm, tpm=tpm)
+        ):
             want = 0.0
             n = self._take_uncounted(k, now_s, plus=1)
             if n:
@@ -97,10 +114,15 @@ class LimitsMachine(RuleBasedStateMachine):
             want = limits_math.acquire(trial, now_s, rpm=rpm, tpm=tpm, tokens=tokens)
             if want == 0:
                 k.state = trial
-        assert abs(turn.wait - want) <= TOLERANCE_S and (turn.wait == 0) == (want == 0), (turn, want)
+        assert abs(turn.wait - want) <= TOLERANCE_S and (turn.wait == 0) == (want == 0), (
+            turn,
+            want,
+        )
         assert turn.epoch == k.state.decreases
         if paused_until > now_s:  # the words of the protocol, apart from the arithmetic
-            assert abs(turn.wait - (paused_until - now_s)) <= TOLERANCE_S, "a paused key says how long, takes nothing"
+            assert abs(turn.wait - (paused_until - now_s)) <= TOLERANCE_S, (
+                "a paused key says how long, takes nothing"
+            )
         if turn.wait == 0:
             k.epochs.append(turn.epoch)
 
@@ -110,20 +132,29 @@ class LimitsMachine(RuleBasedStateMachine):
         for _ in range(n):
             self.acquire(name, None, None, 1)
 
-    @rule(name=st.sampled_from(KEYS), seconds=st.sampled_from([None, None, 0.5, 2.0, 30.0]),
-          base_s=st.sampled_from([1.0, 5.0]), cap_s=st.sampled_from([8.0, 120.0]), pick=st.integers(0, 5))
+    @rule(
+        name=st.sampled_from(KEYS),
+        seconds=st.sampled_from([None, None, 0.5, 2.0, 30.0]),
+        base_s=st.sampled_from([1.0, 5.0]),
+        cap_s=st.sampled_from([8.0, 120.0]),
+        pick=st.integers(0, 5),
+    )
     def pause(self, name, seconds, base_s, cap_s, pick):
         """A 429 to one of the key's granted requests (the newest, or an earlier, maybe stale one)."""
         k, now_s = self.keys[name], self.clock()
         epoch = k.epochs[-1 - pick % len(k.epochs)] if k.epochs else 0
         before = k.state.pause_until_s
-        until = self.limits.pause(self.key(name), seconds=seconds, base_s=base_s, cap_s=cap_s, epoch=epoch)
+        until = self.limits.pause(
+            self.key(name), seconds=seconds, base_s=base_s, cap_s=cap_s, epoch=epoch
+        )
         if self.batches_counts:
             n = self._take_uncounted(k, now_s, force=True)
             if n:
                 limits_math.count(k.state, now_s, n)
         fresh, step = epoch == k.state.decreases, k.state.backoff_step
-        limits_math.rate_limited(k.state, now_s, retry_after_s=seconds, base_s=base_s, cap_s=cap_s, epoch=epoch)
+        limits_math.rate_limited(
+            k.state, now_s, retry_after_s=seconds, base_s=base_s, cap_s=cap_s, epoch=epoch
+        )
         assert abs(until - k.state.pause_until_s) <= TOLERANCE_S, (until, k.state)
         assert until >= before - TOLERANCE_S, "a wait is extended, never shortened"
         if seconds is not None:
@@ -141,8 +172,11 @@ class LimitsMachine(RuleBasedStateMachine):
     def advance(self, seconds):
         self.clock.advance(seconds)
 
-    @rule(name=st.sampled_from(KEYS), past=st.sampled_from([0, 1]),
-          which=st.sampled_from(["pause_until_s", "request_tat_s", "token_tat_s"]))
+    @rule(
+        name=st.sampled_from(KEYS),
+        past=st.sampled_from([0, 1]),
+        which=st.sampled_from(["pause_until_s", "request_tat_s", "token_tat_s"]),
+    )
     def advance_to_an_end(self, name, past, which):
         """Time passes to exactly the end of a wait or of a pacing interval (past=0), or one
         millisecond past it: where "still waiting" and "may go" meet."""
@@ -156,7 +190,10 @@ class LimitsMachine(RuleBasedStateMachine):
         for name, k in self.keys.items():
             got = self.limits.pause_state(self.key(name))
             if k.state.pause_until_s > now_s:
-                assert got is not None and abs(got.until - k.state.pause_until_s) <= TOLERANCE_S, (got, k.state)
+                assert got is not None and abs(got.until - k.state.pause_until_s) <= TOLERANCE_S, (
+                    got,
+                    k.state,
+                )
                 assert got.backoff_step == k.state.backoff_step, (got, k.state)
             else:
                 assert got is None, (got, k.state, now_s)

@@ -51,7 +51,9 @@ def keys_of(raw: redis.Redis, prefix: str) -> list[str]:
     """The prefix's keys but its layout mark (P:layout, set when a store opens: no job's or
     worker's). Job keys start with their hash tag ({prefix:job:…}), Huey's with "huey.": match
     anywhere."""
-    return sorted(k for k in raw.scan_iter(match=f"*{prefix}*", count=1000) if k != f"{prefix}:layout")
+    return sorted(
+        k for k in raw.scan_iter(match=f"*{prefix}*", count=1000) if k != f"{prefix}:layout"
+    )
 
 
 @pytest.fixture
@@ -130,11 +132,19 @@ def test_finished_workers_and_their_index_expire(store, raw, redis_url):
     prefix = prefix_of(redis_url)
     store.heartbeat_worker(WorkerInfo("w-short", "h", 1, time.time(), 0.0, 2), ttl_s=0.1)
     assert keys_of(raw, prefix)
-    wait_for(lambda: not raw.exists(f"{{{prefix}:workers}}:w-short"), timeout=10, interval=0.01,
-             message="the worker's entry to expire in Redis")
+    wait_for(
+        lambda: not raw.exists(f"{{{prefix}:workers}}:w-short"),
+        timeout=10,
+        interval=0.01,
+        message="the worker's entry to expire in Redis",
+    )
     assert store.live_workers() == []
-    wait_for(lambda: keys_of(raw, prefix) == [], timeout=10, interval=0.01,
-             message="nothing of the dead worker left behind (its index expires with it)")
+    wait_for(
+        lambda: keys_of(raw, prefix) == [],
+        timeout=10,
+        interval=0.01,
+        message="nothing of the dead worker left behind (its index expires with it)",
+    )
 
 
 def test_a_limit_key_lives_a_day_past_its_last_use_and_a_success_on_no_key_makes_none(backend, raw):
@@ -146,7 +156,9 @@ def test_a_limit_key_lives_a_day_past_its_last_use_and_a_success_on_no_key_makes
 
 
 def test_huey_queue_keys_are_namespaced_by_the_prefix(redis_server, raw):
-    a, b = (broker.build_backend(f"{redis_server.url}?prefix=q{uuid.uuid4().hex[:8]}") for _ in range(2))
+    a, b = (
+        broker.build_backend(f"{redis_server.url}?prefix=q{uuid.uuid4().hex[:8]}") for _ in range(2)
+    )
     try:
         a.trigger("job-a", 0, 3, client="http")
         prefix_a, prefix_b = prefix_of(a.url), prefix_of(b.url)
@@ -198,8 +210,14 @@ def test_a_job_leaves_the_active_index_only_when_idle_and_returns_when_run(store
 
 
 def test_a_job_being_created_is_indexed_but_never_listed(store, raw, redis_url):
-    spec = JobSpec(job_id="creating-redis", instruction="x", source="/s", source_kind="file",
-                   concurrency=1, retries=0)
+    spec = JobSpec(
+        job_id="creating-redis",
+        instruction="x",
+        source="/s",
+        source_kind="file",
+        concurrency=1,
+        retries=0,
+    )
     store.begin_job(spec)
     # Indexed before its keys exist, so an interrupted create can always be found and deleted.
     assert raw.zscore(f"{prefix_of(redis_url)}:jobs:created", spec.job_id) is not None
@@ -244,51 +262,106 @@ def test_a_refused_run_leaves_no_lasting_index_entry(store, raw, redis_url):
 def _bucketed_job(store, n: int) -> str:
     """A running job of n items with real content hashes and answer keys (as create makes them)."""
     job_id = f"bk{uuid.uuid4().hex[:10]}"
-    store.begin_job(JobSpec(job_id=job_id, instruction="do it", source="/nowhere", source_kind="directory",
-                            concurrency=1000, retries=2, provider_key="p:test"))
-    store.add_items(job_id, [NewItem(i, f"doc-{i:06d}.txt", f"content {i}", content_hash(f"content {i}"),
-                                     f"doc-{i:06d}.txt", -1, f"{i}:1796186286745940982", 3000,
-                                     answer_key=f"{i:032x}") for i in range(n)])
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="do it",
+            source="/nowhere",
+            source_kind="directory",
+            concurrency=1000,
+            retries=2,
+            provider_key="p:test",
+        )
+    )
+    store.add_items(
+        job_id,
+        [
+            NewItem(
+                i,
+                f"doc-{i:06d}.txt",
+                f"content {i}",
+                content_hash(f"content {i}"),
+                f"doc-{i:06d}.txt",
+                -1,
+                f"{i}:1796186286745940982",
+                3000,
+                answer_key=f"{i:032x}",
+            )
+            for i in range(n)
+        ],
+    )
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
     return job_id
 
 
-def test_a_jobs_records_are_listpack_buckets_of_128_items_and_read_back_whole(store, raw, redis_url):
+def test_a_jobs_records_are_listpack_buckets_of_128_items_and_read_back_whole(
+    store, raw, redis_url
+):
     n = 300
     job_id = _bucketed_job(store, n)
     for _ in range(n):
         c = claim(store, job_id, hint=0)
         if c.index == 7:
-            assert (c.name, c.origin, c.offset, c.stat_sig) == ("doc-000007.txt", "doc-000007.txt", -1, "7:1796186286745940982")
+            assert (c.name, c.origin, c.offset, c.stat_sig) == (
+                "doc-000007.txt",
+                "doc-000007.txt",
+                -1,
+                "7:1796186286745940982",
+            )
             assert c.content_hash == content_hash("content 7")
             store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", "no", 400))
         else:
-            store.complete_item(job_id, c.index, "w1", f"result {c.index}", Usage(2545, 8),
-                                provider="https://api.example.com/v1", model="model-2026-01-01")
+            store.complete_item(
+                job_id,
+                c.index,
+                "w1",
+                f"result {c.index}",
+                Usage(2545, 8),
+                provider="https://api.example.com/v1",
+                model="model-2026-01-01",
+            )
     keys = store.keys
     for family in ("items", "names", "states", "results", "keys"):
         buckets = [keys.bucket(job_id, family, b * 128) for b in range(3)]
         assert [raw.object("encoding", k) for k in buckets] == ["listpack"] * 3, family
         assert not raw.exists(keys.job_key(job_id, family)) or family == "keys"
     # Sources go when an item completes; the failed item keeps its own (retry processes it again).
-    assert raw.hgetall(keys.bucket(job_id, "sources", 0)) == {"7": '["doc-000007.txt",-1,"7:1796186286745940982"]'}
+    assert raw.hgetall(keys.bucket(job_id, "sources", 0)) == {
+        "7": '["doc-000007.txt",-1,"7:1796186286745940982"]'
+    }
     assert not raw.exists(keys.bucket(job_id, "sources", 128))
     answers = redis.Redis(port=raw.connection_pool.connection_kwargs["port"])  # binary fields
     try:
         fields = answers.hkeys(keys.answers)
-        assert len(fields) == n - 1 and all(len(k) == 16 for k in fields), "answer keys as their 16 bytes"
+        assert len(fields) == n - 1 and all(len(k) == 16 for k in fields), (
+            "answer keys as their 16 bytes"
+        )
     finally:
         answers.close()
 
     items = list(store.iter_items(job_id, batch=100))
     assert [i.index for i in items] == list(range(n))
-    assert (items[299].name, items[299].result, items[299].provider, items[299].model, items[299].tokens_in) == (
-        "doc-000299.txt", "result 299", "https://api.example.com/v1", "model-2026-01-01", 2545)
-    assert (items[7].status, items[7].error_type, items[7].http_status) == ("failed", "PermanentError", 400)
-    assert store.find_item(job_id, "doc-000250.txt") == 250 and store.find_item(job_id, "nope") is None
-    assert store.item_names(job_id, [5, 200, 299, 300]) == {5: "doc-000005.txt", 200: "doc-000200.txt",
-                                                             299: "doc-000299.txt"}
+    assert (
+        items[299].name,
+        items[299].result,
+        items[299].provider,
+        items[299].model,
+        items[299].tokens_in,
+    ) == ("doc-000299.txt", "result 299", "https://api.example.com/v1", "model-2026-01-01", 2545)
+    assert (items[7].status, items[7].error_type, items[7].http_status) == (
+        "failed",
+        "PermanentError",
+        400,
+    )
+    assert (
+        store.find_item(job_id, "doc-000250.txt") == 250 and store.find_item(job_id, "nope") is None
+    )
+    assert store.item_names(job_id, [5, 200, 299, 300]) == {
+        5: "doc-000005.txt",
+        200: "doc-000200.txt",
+        299: "doc-000299.txt",
+    }
     detail = store.get_item(job_id, 130)
     assert (detail.item.result, detail.content_hash) == ("result 130", content_hash("content 130"))
     assert store.retry_failed(job_id) == 1 and claim(store, job_id).index == 7
@@ -297,7 +370,12 @@ def test_a_jobs_records_are_listpack_buckets_of_128_items_and_read_back_whole(st
 def test_a_long_value_turns_only_its_own_bucket_into_a_hashtable(store, raw):
     job_id = _bucketed_job(store, 200)
     c = claim(store, job_id, hint=0)
-    store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", "a message longer than 64 bytes " * 3, 400))
+    store.fail_item(
+        job_id,
+        c.index,
+        "w1",
+        ItemError("PermanentError", "a message longer than 64 bytes " * 3, 400),
+    )
     assert raw.object("encoding", store.keys.bucket(job_id, "states", 0)) == "hashtable"
     c = claim(store, job_id, hint=150)
     store.complete_item(job_id, c.index, "w1", "ok", Usage(1, 1))

@@ -37,59 +37,99 @@ from .test_store_contract import backend, backend_url, claim, store  # noqa: F40
 _jobs = iter(range(10**6))
 
 
-def _begin(store, *, kind="directory", **spec_kw) -> str:  # noqa: F811
+def _begin(store, *, kind="directory", **spec_kw) -> str:
     job_id = f"rc{next(_jobs):04d}{abs(hash((kind, str(spec_kw)))) % 10**6:06d}"
-    store.begin_job(JobSpec(job_id=job_id, instruction="do it", source="/nowhere", source_kind=kind,
-                            concurrency=1000, retries=2, provider_key="p:test", **spec_kw))
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="do it",
+            source="/nowhere",
+            source_kind=kind,
+            concurrency=1000,
+            retries=2,
+            provider_key="p:test",
+            **spec_kw,
+        )
+    )
     return job_id
 
 
 def _items(contents, start=0) -> list[NewItem]:
     """Items keyed as create keys them: the same content, the same answer key, in every job."""
-    return [NewItem(start + i, f"item-{start + i}", c, content_hash(c), f"f{start + i}.txt", -1, "1:1", 10,
-                    answer_key=content_hash(c)[3:]) for i, c in enumerate(contents)]
+    return [
+        NewItem(
+            start + i,
+            f"item-{start + i}",
+            c,
+            content_hash(c),
+            f"f{start + i}.txt",
+            -1,
+            "1:1",
+            10,
+            answer_key=content_hash(c)[3:],
+        )
+        for i, c in enumerate(contents)
+    ]
 
 
-def _start(store, job_id) -> None:  # noqa: F811
+def _start(store, job_id) -> None:
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
 
 
-def _answered(store, contents, *, kind="directory") -> str:  # noqa: F811
+def _answered(store, contents, *, kind="directory") -> str:
     """A job that answered every one of contents (its answers are in the store's index)."""
     job_id = _begin(store, kind=kind)
     store.add_items(job_id, _items(contents))
     _start(store, job_id)
     for i in range(len(contents)):
         c = claim(store, job_id, hint=i)
-        assert store.complete_item(job_id, c.index, "w1", f"answer to {c.content[:10]}", Usage(5, 5))
+        assert store.complete_item(
+            job_id, c.index, "w1", f"answer to {c.content[:10]}", Usage(5, 5)
+        )
     return job_id
 
 
-def _content_stored(store, raw, url, job_id, text) -> bool:  # noqa: F811
+def _content_stored(store, raw, url, job_id, text) -> bool:
     return _stored(store, raw, url, job_id, "contents", content_hash(text)) is not None
 
 
 # The store ------------------------------------------------------------------------------------
 
 
-def test_a_reused_file_items_content_is_never_stored_and_its_hash_kept(store, raw_client, backend_url):  # noqa: F811
+def test_a_reused_file_items_content_is_never_stored_and_its_hash_kept(
+    store,
+    raw_client,
+    backend_url,
+):
     _answered(store, [LONG, "second"])
     job_id = _begin(store)
     store.add_items(job_id, _items([LONG, "second", "new one"]))
     _start(store, job_id)
     for index, text in ((0, LONG), (1, "second")):
         detail = store.get_item(job_id, index)
-        assert (detail.item.status, detail.content, detail.content_hash) == (COMPLETED, None, content_hash(text))
+        assert (detail.item.status, detail.content, detail.content_hash) == (
+            COMPLETED,
+            None,
+            content_hash(text),
+        )
         assert detail.item.reused_from is not None and detail.item.result.startswith("answer to")
         assert not _content_stored(store, raw_client, backend_url, job_id, text)
-    assert [i.content for i in store.iter_items(job_id, with_content=True)] == [None, None, "new one"]
+    assert [i.content for i in store.iter_items(job_id, with_content=True)] == [
+        None,
+        None,
+        "new one",
+    ]
     assert claim(store, job_id, hint=2).content == "new one", "the item to run has its content"
     assert _content_stored(store, raw_client, backend_url, job_id, "new one")
     assert store.get_job(job_id).reused == 2
 
 
-def test_items_that_still_need_a_reused_content_keep_it_until_they_complete(store, raw_client, backend_url):  # noqa: F811
+def test_items_that_still_need_a_reused_content_keep_it_until_they_complete(
+    store,
+    raw_client,
+    backend_url,
+):
     """An earlier batch's pending item and its duplicate, then the answer appears (another job
     answers it while this one is being created), and a later batch's item with that content is
     reused: the bytes stay for the pending item, and go when it completes."""
@@ -105,10 +145,12 @@ def test_items_that_still_need_a_reused_content_keep_it_until_they_complete(stor
     assert (c.index, c.content) == (0, LONG)
     assert store.complete_item(job_id, 0, "w1", "asked here", Usage(1, 1))
     assert [i.status for i in store.iter_items(job_id)] == [COMPLETED] * 3
-    assert not _content_stored(store, raw_client, backend_url, job_id, LONG), "dropped once nothing needs it"
+    assert not _content_stored(store, raw_client, backend_url, job_id, LONG), (
+        "dropped once nothing needs it"
+    )
 
 
-def test_a_later_batch_that_asks_again_stores_the_content_itself(store):  # noqa: F811
+def test_a_later_batch_that_asks_again_stores_the_content_itself(store):
     """A reused item stored nothing; the answer's job is deleted before the next batch, whose
     item with that content is asked again: it stores the bytes, and a claim gets them."""
     answered = _answered(store, [LONG])
@@ -121,7 +163,7 @@ def test_a_later_batch_that_asks_again_stores_the_content_itself(store):  # noqa
     assert claim(store, job_id, hint=1).content == LONG
 
 
-def test_a_failed_item_beside_reused_ones_keeps_its_content_for_retry(store):  # noqa: F811
+def test_a_failed_item_beside_reused_ones_keeps_its_content_for_retry(store):
     _answered(store, ["answered"])
     job_id = _begin(store)
     store.add_items(job_id, _items(["answered", LONG]))
@@ -133,7 +175,7 @@ def test_a_failed_item_beside_reused_ones_keeps_its_content_for_retry(store):  #
 
 
 @pytest.mark.parametrize("kind", ["csv", "jsonl"])
-def test_a_record_jobs_reused_items_keep_their_content(store, raw_client, backend_url, kind):  # noqa: F811
+def test_a_record_jobs_reused_items_keep_their_content(store, raw_client, backend_url, kind):
     """export --with-input writes a row or record back from the store."""
     _answered(store, [LONG, "b"], kind=kind)
     job_id = _begin(store, kind=kind)
@@ -145,7 +187,7 @@ def test_a_record_jobs_reused_items_keep_their_content(store, raw_client, backen
     assert _content_stored(store, raw_client, backend_url, job_id, LONG)
 
 
-def test_a_job_that_does_not_reuse_stores_every_content(store, raw_client, backend_url):  # noqa: F811
+def test_a_job_that_does_not_reuse_stores_every_content(store, raw_client, backend_url):
     _answered(store, [LONG])
     job_id = _begin(store, reuse=False)
     store.add_items(job_id, _items([LONG, "b"]))
@@ -159,7 +201,7 @@ def test_a_job_that_does_not_reuse_stores_every_content(store, raw_client, backe
 
 
 @pytest.fixture
-def jobs(backend_url, env, monkeypatch):  # noqa: F811
+def jobs(backend_url, env, monkeypatch):
     """The service (what the CLI and /bulk call) on each backend."""
     if not backend_url.startswith("sqlite"):
         monkeypatch.setenv("HERMES_BULK_BACKEND", backend_url)
@@ -193,8 +235,9 @@ def _work(jobs, job_id: str) -> None:
         runtime.stop()
 
 
-def test_a_rerun_over_a_folder_drops_the_reused_contents_and_retry_show_export_work(jobs, tmp_path,
-                                                                                     fake_provider):
+def test_a_rerun_over_a_folder_drops_the_reused_contents_and_retry_show_export_work(
+    jobs, tmp_path, fake_provider
+):
     folder = tmp_path / "reports"
     folder.mkdir()
     for i in range(3):
@@ -208,7 +251,10 @@ def test_a_rerun_over_a_folder_drops_the_reused_contents_and_retry_show_export_w
     job_store = jobs.store
     reused = job_store.get_item(job.job_id, 0)
     assert (reused.item.status, reused.content, reused.content_hash) == (
-        COMPLETED, None, content_hash("report number 0\n"))
+        COMPLETED,
+        None,
+        content_hash("report number 0\n"),
+    )
     assert job_store.get_item(job.job_id, 3).content == "a new report\n"
 
     shown = jobs.item(job.job_id, "r0.txt")
@@ -223,7 +269,9 @@ def test_a_rerun_over_a_folder_drops_the_reused_contents_and_retry_show_export_w
     _work(jobs, job.job_id)
     failed = job_store.get_item(job.job_id, 3).item
     assert (failed.status, failed.error_type) == ("failed", "SourceChanged")
-    assert job_store.get_item(job.job_id, 1).item.result == "summary of r1.txt", "a reused item is never re-read"
+    assert job_store.get_item(job.job_id, 1).item.result == "summary of r1.txt", (
+        "a reused item is never re-read"
+    )
     (folder / "r3.txt").write_text("a new report\n")
     _, returned = jobs.retry(job.job_id)
     assert returned == 1
@@ -231,10 +279,16 @@ def test_a_rerun_over_a_folder_drops_the_reused_contents_and_retry_show_export_w
     assert len(fake_provider.requests) == 1, "only the retried item was asked"
     assert jobs.store.get_job(job.job_id).completed == 4
 
-    rows = [json.loads(line) for line in _export(jobs, job.job_id, "jsonl", with_input=True).splitlines()]
-    assert [(r["item"], r["path"], r["status"]) for r in rows] == [(f"r{i}.txt", f"r{i}.txt", "completed")
-                                                                  for i in range(4)]
-    assert [r["result"] for r in rows[:3]] == [f"summary of r{i}.txt" for i in range(3)] and rows[3]["result"]
+    rows = [
+        json.loads(line)
+        for line in _export(jobs, job.job_id, "jsonl", with_input=True).splitlines()
+    ]
+    assert [(r["item"], r["path"], r["status"]) for r in rows] == [
+        (f"r{i}.txt", f"r{i}.txt", "completed") for i in range(4)
+    ]
+    assert [r["result"] for r in rows[:3]] == [f"summary of r{i}.txt" for i in range(3)] and rows[
+        3
+    ]["result"]
     assert [r.get("reused_from", {}).get("job_id") for r in rows] == [first.job_id] * 3 + [None]
     table = list(csv.reader(io.StringIO(_export(jobs, job.job_id, "csv", with_input=True))))
     assert table[0][0] == "path" and [r[0] for r in table[1:]] == [f"r{i}.txt" for i in range(4)]
@@ -257,15 +311,30 @@ def test_a_rerun_over_a_csv_keeps_the_rows_for_export_with_input(jobs, tmp_path)
     assert [r[:2] for r in table] == [["text", "n"], ["hello", "1"], ["world", "2"]]
 
 
-def test_the_learned_allowance_counts_only_the_items_this_job_asked_for(store):  # noqa: F811
+def test_the_learned_allowance_counts_only_the_items_this_job_asked_for(store):
     """Reused answers cost this job nothing: they are not among the completed items whose mean
     output it learns from (three answered here at 100 tokens out: twice the mean is 200)."""
     earlier = ["one", "two", "three"]
     _answered(store, earlier)
     job_id = _begin(store, max_output_tokens=900)
     new = [f"new {i}" for i in range(LEARN_AFTER + 1)]
-    store.add_items(job_id, [NewItem(i, f"item-{i}", c, content_hash(c), f"f{i}.txt", -1, "1:1", 600,
-                                     answer_key=content_hash(c)[3:]) for i, c in enumerate(earlier + new)])
+    store.add_items(
+        job_id,
+        [
+            NewItem(
+                i,
+                f"item-{i}",
+                c,
+                content_hash(c),
+                f"f{i}.txt",
+                -1,
+                "1:1",
+                600,
+                answer_key=content_hash(c)[3:],
+            )
+            for i, c in enumerate(earlier + new)
+        ],
+    )
     _start(store, job_id)
     assert store.get_job(job_id).reused == len(earlier)
     for _ in range(LEARN_AFTER):

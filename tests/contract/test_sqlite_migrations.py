@@ -12,7 +12,9 @@ from hermes_bulk.store.sqlite.database import open_database
 from hermes_bulk.store.sqlite.schema import MIGRATIONS
 
 
-@pytest.mark.parametrize("with_auto_since", [False, True], ids=["first-release", "auto-since-in-m001"])
+@pytest.mark.parametrize(
+    "with_auto_since", [False, True], ids=["first-release", "auto-since-in-m001"]
+)
 def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_since):
     path = tmp_path / "bulk.db"
     old = open_database(path, migrations=MIGRATIONS[:1])
@@ -20,8 +22,10 @@ def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_si
         if with_auto_since:  # m001 as one earlier version of main wrote it
             conn.execute("ALTER TABLE limits ADD COLUMN auto_since REAL NOT NULL DEFAULT 0")
         conn.execute("INSERT INTO limits (key, pause_until) VALUES ('k', 1e12)")
-        conn.execute("INSERT INTO jobs (id, created_at, spec, state, total) VALUES"
-                     " ('j1', 0, '{}', 'completed', 0)")
+        conn.execute(
+            "INSERT INTO jobs (id, created_at, spec, state, total) VALUES"
+            " ('j1', 0, '{}', 'completed', 0)"
+        )
     old.close()
 
     backend = broker.build_backend(f"sqlite:///{path}")
@@ -41,21 +45,30 @@ def test_an_older_database_is_migrated_and_keeps_its_jobs(tmp_path, with_auto_si
     assert again.schema_version() == [name for name, _ in MIGRATIONS]
     again.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(MIGRATIONS)
+        assert conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == len(
+            MIGRATIONS
+        )
 
 
 def test_batches_ended_before_their_final_status_was_kept_read_back_without_it(tmp_path):
     """m008: a batch row written by m005's schema opens with final_status None (it shows "done")."""
     path = tmp_path / "bulk.db"
     names = [name for name, _ in MIGRATIONS]
-    old = open_database(path, migrations=MIGRATIONS[:names.index("m008_batch_final_status")])
+    old = open_database(path, migrations=MIGRATIONS[: names.index("m008_batch_final_status")])
     with old.write() as conn:
-        conn.execute("INSERT INTO batches (id, job_id, status, items, created_at, provider_id) VALUES"
-                     " ('b1', 'j1', 'done', 3, 1.0, 'batch_1')")
+        conn.execute(
+            "INSERT INTO batches (id, job_id, status, items, created_at, provider_id) VALUES"
+            " ('b1', 'j1', 'done', 3, 1.0, 'batch_1')"
+        )
     old.close()
     backend = broker.build_backend(f"sqlite:///{path}")
     try:
         (batch,) = backend.store.list_batches("j1")
-        assert (batch.status, batch.final_status, batch.provider_id, batch.items) == ("done", None, "batch_1", 3)
+        assert (batch.status, batch.final_status, batch.provider_id, batch.items) == (
+            "done",
+            None,
+            "batch_1",
+            3,
+        )
     finally:
         backend.close()

@@ -64,9 +64,15 @@ def assert_counts_add_up(store, job_id: str) -> None:
     """The job's counters are what its items say (invariant 3: nothing lost, nothing twice)."""
     job = store.get_job(job_id)
     items = list(store.iter_items(job_id))
-    by_status = {s: sum(i.status == s for i in items) for s in (PENDING, "running", COMPLETED, FAILED)}
+    by_status = {
+        s: sum(i.status == s for i in items) for s in (PENDING, "running", COMPLETED, FAILED)
+    }
     assert (job.pending, job.running, job.completed, job.failed) == (
-        by_status[PENDING], by_status["running"], by_status[COMPLETED], by_status[FAILED])
+        by_status[PENDING],
+        by_status["running"],
+        by_status[COMPLETED],
+        by_status[FAILED],
+    )
     assert job.pending + job.running + job.completed + job.failed == job.total == len(items)
 
 
@@ -100,20 +106,30 @@ def killed_while_sending(monkeypatch, *, after: int, pipeline: int = 0):
 
 
 def new_spec(job_id: str) -> JobSpec:
-    return JobSpec(job_id=job_id, instruction="x", source="/s", source_kind="file", concurrency=4, retries=1)
+    return JobSpec(
+        job_id=job_id, instruction="x", source="/s", source_kind="file", concurrency=4, retries=1
+    )
 
 
 def job_keys_and_entries(raw, prefix: str, job_id: str) -> list[str]:
     keys = [k for k in raw.scan_iter(match=f"{{{prefix}:job:{job_id}}}*")]
-    entries = [index for index in ("created", "ids", "active") if raw.zscore(f"{prefix}:jobs:{index}", job_id) is not None]
+    entries = [
+        index
+        for index in ("created", "ids", "active")
+        if raw.zscore(f"{prefix}:jobs:{index}", job_id) is not None
+    ]
     return sorted(keys) + entries
 
 
 # Redis: operations made one step ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("after", [1, 2, 3, 4])  # MULTI, ZADD created, ZADD ids, EVALSHA; never EXEC
-def test_a_begin_job_cut_off_while_sending_leaves_nothing(rstore, raw, redis_url, monkeypatch, after):
+@pytest.mark.parametrize(
+    "after", [1, 2, 3, 4]
+)  # MULTI, ZADD created, ZADD ids, EVALSHA; never EXEC
+def test_a_begin_job_cut_off_while_sending_leaves_nothing(
+    rstore, raw, redis_url, monkeypatch, after
+):
     prefix = prefix_of(redis_url)
     with killed_while_sending(monkeypatch, after=after), pytest.raises(BackendUnavailable):
         rstore.begin_job(new_spec("cut-begin"))
@@ -124,7 +140,9 @@ def test_a_begin_job_cut_off_while_sending_leaves_nothing(rstore, raw, redis_url
 
 
 @pytest.mark.parametrize("after", [1, 2, 3, 4, 5])  # MULTI, EVALSHA, three ZREMs; never EXEC
-def test_a_delete_job_cut_off_while_sending_leaves_the_whole_job(rstore, raw, redis_url, monkeypatch, after):
+def test_a_delete_job_cut_off_while_sending_leaves_the_whole_job(
+    rstore, raw, redis_url, monkeypatch, after
+):
     prefix = prefix_of(redis_url)
     job_id = make_job(rstore, 3)
     before = job_keys_and_entries(raw, prefix, job_id)
@@ -148,14 +166,20 @@ def test_a_run_cut_off_while_sending_changes_nothing(rstore, raw, redis_url, mon
 # Redis: set_state(RUNNING), two round trips ----------------------------------------------------
 
 
-def test_a_run_whose_epoch_was_never_written_stays_listed_while_it_runs(rstore, raw, redis_url, monkeypatch):
+def test_a_run_whose_epoch_was_never_written_stays_listed_while_it_runs(
+    rstore, raw, redis_url, monkeypatch
+):
     # Given a job run, paused, pruned and run again by a process that dies after the move
     active = f"{prefix_of(redis_url)}:jobs:active"
     job_id = make_job(rstore, 2)
     rstore.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user")
     rstore.release_expired_leases()
     assert raw.zscore(active, job_id) is None
-    monkeypatch.setattr(rstore, "_raise_active_epoch", lambda *a: (_ for _ in ()).throw(BackendUnavailable("killed")))
+    monkeypatch.setattr(
+        rstore,
+        "_raise_active_epoch",
+        lambda *a: (_ for _ in ()).throw(BackendUnavailable("killed")),
+    )
     with pytest.raises(BackendUnavailable):
         rstore.set_state(job_id, RUNNING, from_states=[PAUSED])
     monkeypatch.undo()
@@ -171,15 +195,20 @@ def test_a_run_whose_epoch_was_never_written_stays_listed_while_it_runs(rstore, 
     assert rstore.complete_item(job_id, c.index, "w1", "r", Usage(1, 1))
 
 
-def test_a_prune_arriving_between_a_run_and_its_epoch_is_repaired_by_running_again(rstore, raw, redis_url,
-                                                                                    monkeypatch):
+def test_a_prune_arriving_between_a_run_and_its_epoch_is_repaired_by_running_again(
+    rstore, raw, redis_url, monkeypatch
+):
     # Given a reaper that saw the paused job idle at its epoch ...
     active = f"{prefix_of(redis_url)}:jobs:active"
     job_id = make_job(rstore, 2)
     rstore.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user")
     seen_epoch = int(raw.zscore(active, job_id))
     # ... a run by a process that dies before writing the new epoch ...
-    monkeypatch.setattr(rstore, "_raise_active_epoch", lambda *a: (_ for _ in ()).throw(BackendUnavailable("killed")))
+    monkeypatch.setattr(
+        rstore,
+        "_raise_active_epoch",
+        lambda *a: (_ for _ in ()).throw(BackendUnavailable("killed")),
+    )
     with pytest.raises(BackendUnavailable):
         rstore.set_state(job_id, RUNNING, from_states=[PAUSED])
     monkeypatch.undo()
@@ -202,7 +231,9 @@ def fail_all(store, job_id: str, n: int) -> None:
         assert store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", "no", 400))
 
 
-def test_a_retry_cut_off_between_batches_adds_up_and_the_next_retry_moves_the_rest(rstore, monkeypatch):
+def test_a_retry_cut_off_between_batches_adds_up_and_the_next_retry_moves_the_rest(
+    rstore, monkeypatch
+):
     monkeypatch.setattr(redis_jobs, "RETRY_BATCH_ITEMS", 2)
     job_id = make_job(rstore, 5)
     fail_all(rstore, job_id, 5)
@@ -238,11 +269,15 @@ def three_jobs_each_holding_an_expired_item(store) -> list[str]:
 
 
 @pytest.mark.parametrize("operation", ["release_expired_leases", "release_worker_items"])
-def test_a_release_cut_off_after_one_job_adds_up_and_the_next_pass_releases_the_rest(rstore, monkeypatch,
-                                                                                     operation):
+def test_a_release_cut_off_after_one_job_adds_up_and_the_next_pass_releases_the_rest(
+    rstore, monkeypatch, operation
+):
     jobs = three_jobs_each_holding_an_expired_item(rstore)
-    release = (rstore.release_expired_leases if operation == "release_expired_leases"
-               else lambda: rstore.release_worker_items("dead"))
+    release = (
+        rstore.release_expired_leases
+        if operation == "release_expired_leases"
+        else lambda: rstore.release_worker_items("dead")
+    )
     with killed_while_sending(monkeypatch, after=1), pytest.raises(BackendUnavailable):
         release()
     assert sorted(rstore.get_job(j).running for j in jobs) == [0, 1, 1], "one job released, whole"
@@ -256,8 +291,9 @@ def test_a_release_cut_off_after_one_job_adds_up_and_the_next_pass_releases_the_
         assert (job.pending, job.running, job.tokens_reserved) == (2, 0, 0)
 
 
-def test_a_reaper_cut_off_before_its_prune_leaves_entries_the_next_pass_prunes(rstore, raw, redis_url,
-                                                                              monkeypatch):
+def test_a_reaper_cut_off_before_its_prune_leaves_entries_the_next_pass_prunes(
+    rstore, raw, redis_url, monkeypatch
+):
     active = f"{prefix_of(redis_url)}:jobs:active"
     jobs = [make_job(rstore, 1) for _ in range(2)]
     for job_id in jobs:
@@ -265,7 +301,9 @@ def test_a_reaper_cut_off_before_its_prune_leaves_entries_the_next_pass_prunes(r
     # The second pipeline of the pass is the prune: it never arrives.
     with killed_while_sending(monkeypatch, after=0, pipeline=1), pytest.raises(BackendUnavailable):
         rstore.release_expired_leases()
-    assert all(raw.zscore(active, j) is not None for j in jobs), "stale entries: a superset, still safe"
+    assert all(raw.zscore(active, j) is not None for j in jobs), (
+        "stale entries: a superset, still safe"
+    )
     assert rstore.active_job_ids() == []
     rstore.release_expired_leases()
     assert all(raw.zscore(active, j) is None for j in jobs)
@@ -358,7 +396,10 @@ def test_sqlite_settle_failed_attempt_killed_after_counting_counts_nothing(sqlit
     assert _kill_in_child(sqlite_backend.url, 2, "settle_failed_attempt", job_id) == -signal.SIGKILL
     item = store.get_item(job_id, 0).item
     assert (item.status, item.attempts) == ("running", 0)
-    assert store.settle_failed_attempt(job_id, 0, "w1", ItemError("TransientError", "x"), retries=2) == 1
+    assert (
+        store.settle_failed_attempt(job_id, 0, "w1", ItemError("TransientError", "x"), retries=2)
+        == 1
+    )
     assert store.get_item(job_id, 0).item.attempts == 1
     assert_counts_add_up(store, job_id)
 
@@ -377,16 +418,25 @@ def test_sqlite_delete_killed_between_its_statements_leaves_the_whole_job(sqlite
 
 
 @pytest.mark.parametrize("backend_name", ["sqlite", "redis"])
-def test_a_create_interrupted_after_begin_leaves_an_invisible_job_that_delete_removes(backend_name, tmp_path,
-                                                                                     request):
-    url = f"sqlite:///{tmp_path / 'bulk.db'}" if backend_name == "sqlite" else request.getfixturevalue("redis_url")
+def test_a_create_interrupted_after_begin_leaves_an_invisible_job_that_delete_removes(
+    backend_name, tmp_path, request
+):
+    url = (
+        f"sqlite:///{tmp_path / 'bulk.db'}"
+        if backend_name == "sqlite"
+        else request.getfixturevalue("redis_url")
+    )
     b = broker.build_backend(url)
     try:
         store = b.store
         store.begin_job(new_spec("half-made"))
         store.add_items("half-made", [NewItem(0, "a", "abc", "b2:1", "", -1, "1:1", 7)])
         # (the creating process dies here, before finish_job)
-        assert store.get_job("half-made") is None and store.list_jobs() == [] and store.find_job_ids("half") == []
+        assert (
+            store.get_job("half-made") is None
+            and store.list_jobs() == []
+            and store.find_job_ids("half") == []
+        )
         assert store.delete_job("half-made") is True
         assert list(store.iter_items("half-made")) == []
     finally:

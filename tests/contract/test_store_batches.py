@@ -26,7 +26,11 @@ from .test_store_contract import BACKENDS, claim, make_job
 
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
-    url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
+    url = (
+        f"sqlite:///{tmp_path / 'bulk.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("redis_url")
+    )
     b = broker.build_backend(url)
     yield b.store
     b.close()
@@ -45,13 +49,26 @@ def test_a_batch_takes_pending_items_and_its_owner_completes_them_through_the_it
     assert [it.index for it in store.iter_batch_items(job_id, "b1", page=3)] == [0, 1, 2, 3]
     assert store.iter_batch_items(job_id, "b1").__next__().content == "content 0"
     assert store.complete_item(job_id, 0, batch.owner, "r0", Usage(3, 4))
-    assert not store.complete_item(job_id, 0, batch.owner, "again", Usage(3, 4)), "a result is written once"
-    assert store.record_attempt(job_id, 1, batch.owner, ItemError("TransientModelError", "x"), rate_limited=False) == 1
+    assert not store.complete_item(job_id, 0, batch.owner, "again", Usage(3, 4)), (
+        "a result is written once"
+    )
+    assert (
+        store.record_attempt(
+            job_id, 1, batch.owner, ItemError("TransientModelError", "x"), rate_limited=False
+        )
+        == 1
+    )
     assert store.release_item(job_id, 1, batch.owner)
     assert store.fail_item(job_id, 2, batch.owner, ItemError("PermanentModelError", "no"))
     assert store.release_batch_items(job_id, "b1") == 1
     job = store.get_job(job_id)
-    assert (job.pending, job.running, job.completed, job.failed, job.tokens_reserved) == (8, 0, 1, 1, 0)
+    assert (job.pending, job.running, job.completed, job.failed, job.tokens_reserved) == (
+        8,
+        0,
+        1,
+        1,
+        0,
+    )
     assert job.tokens_charged == 7
     # A live claim takes the items a batch gave back: batch items are never a dead worker's.
     assert claim(store, job_id).index == 1
@@ -61,12 +78,20 @@ def test_one_batch_is_prepared_at_a_time_and_an_expired_lease_is_taken_over(stor
     job_id = make_job(store, 10)
     first = _open(store, job_id, "w1", "b1", n=3, lease_s=0.3)
     assert _open(store, job_id, "w2", "b2") == ClaimRefused("batch_preparing")
-    wait_for(lambda: store.now() > first.lease_until, timeout=10, interval=0.01,
-             message="the batch's lease to end by the store's clock")
+    wait_for(
+        lambda: store.now() > first.lease_until,
+        timeout=10,
+        interval=0.01,
+        message="the batch's lease to end by the store's clock",
+    )
     taken = _open(store, job_id, "w2", "b2")
     assert taken.batch_id == first.batch_id and taken.lease_owner == "w2" and taken.items == 3
-    assert store.update_batch(job_id, "b1", "w1", provider_id="x") is None, "only the lease holder writes"
-    done = store.update_batch(job_id, "b1", "w2", provider_id="batch_1", status="in_progress", submitted_at=5.0)
+    assert store.update_batch(job_id, "b1", "w1", provider_id="x") is None, (
+        "only the lease holder writes"
+    )
+    done = store.update_batch(
+        job_id, "b1", "w2", provider_id="batch_1", status="in_progress", submitted_at=5.0
+    )
     assert done.provider_id == "batch_1" and done.status == "in_progress"
     second = _open(store, job_id, "w1", "b3", n=100)
     assert second.batch_id == "b3" and second.items == 7
@@ -74,13 +99,22 @@ def test_one_batch_is_prepared_at_a_time_and_an_expired_lease_is_taken_over(stor
     assert store.lease_batch(job_id, "b3", "w2", lease_s=30) is None, "w1 holds it"
     assert store.lease_batch(job_id, "b3", "w1", lease_s=30).lease_owner == "w1"
     assert [b.batch_id for b in store.list_batches(job_id)] == ["b1", "b3"]
-    assert store.update_batch(job_id, "b1", "w2", status=BATCH_DONE, final_status="expired").lease_owner is None
+    assert (
+        store.update_batch(
+            job_id, "b1", "w2", status=BATCH_DONE, final_status="expired"
+        ).lease_owner
+        is None
+    )
     assert store.update_batch(job_id, "b3", "w1", status=BATCH_DONE).lease_owner is None
     # The provider's status at its end is kept beside "done"; a batch recorded without it has none.
-    assert [(b.status, b.final_status) for b in store.list_batches(job_id)] == [(BATCH_DONE, "expired"),
-                                                                                (BATCH_DONE, None)]
+    assert [(b.status, b.final_status) for b in store.list_batches(job_id)] == [
+        (BATCH_DONE, "expired"),
+        (BATCH_DONE, None),
+    ]
     assert store.batch_job_ids() == []
-    assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, "a done batch is not leased again"
+    assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, (
+        "a done batch is not leased again"
+    )
     assert _open(store, job_id, bid="b4") == ClaimRefused("no_pending")
 
 
@@ -122,17 +156,24 @@ def test_a_lease_held_by_a_worker_found_dead_is_taken_at_once_and_only_from_it(s
     waiting for the lease to run out; naming any other worker takes nothing."""
     job_id = make_job(store, 10)
     first = _open(store, job_id, "w1", "b1", n=3, lease_s=3600)
-    assert store.open_batch(job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600,
-                            take_from="w3") == ClaimRefused("batch_preparing"), "w1 is not the one found dead"
-    taken = store.open_batch(job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600, take_from="w1")
+    assert store.open_batch(
+        job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600, take_from="w3"
+    ) == ClaimRefused("batch_preparing"), "w1 is not the one found dead"
+    taken = store.open_batch(
+        job_id, "w2", batch_id="b2", max_items=5, lease_s=60, hold_s=3600, take_from="w1"
+    )
     assert (taken.batch_id, taken.lease_owner, taken.items) == (first.batch_id, "w2", 3)
     assert store.get_job(job_id).running == 3, "taken over as it is: no item taken twice"
     store.update_batch(job_id, "b1", "w2", provider_id="batch_1", status="in_progress")
     assert store.lease_batch(job_id, "b1", "w1", lease_s=30) is None, "w2's lease, unexpired"
-    assert store.lease_batch(job_id, "b1", "w3", lease_s=30, take_from="w1") is None, "w1 no longer holds it"
+    assert store.lease_batch(job_id, "b1", "w3", lease_s=30, take_from="w1") is None, (
+        "w1 no longer holds it"
+    )
     got = store.lease_batch(job_id, "b1", "w3", lease_s=30, take_from="w2")
     assert got.lease_owner == "w3" and got.provider_id == "batch_1"
-    assert store.update_batch(job_id, "b1", "w2", completed=1) is None, "the dead worker writes nothing after"
+    assert store.update_batch(job_id, "b1", "w2", completed=1) is None, (
+        "the dead worker writes nothing after"
+    )
 
 
 def _peak_bytes(read) -> int:
@@ -162,5 +203,7 @@ def test_who_is_live_is_read_without_the_items_batches_hold(store, tmp_path, req
     # alone, and the owners counted by the store, a few KB.
     assert _peak_bytes(liveness.live_worker_ids) < 256 * 1024
     assert _peak_bytes(store.item_owners) < 256 * 1024
-    if request.node.callspec.params["store"] == "sqlite":  # Redis reads the holdings job by job, from each job's owners hash
+    if (
+        request.node.callspec.params["store"] == "sqlite"
+    ):  # Redis reads the holdings job by job, from each job's owners hash
         assert _peak_bytes(store.live_workers) < 256 * 1024

@@ -83,18 +83,42 @@ def clocked(request, tmp_path) -> ClockedBackend:
 _counter = iter(range(10**9))
 
 
-def make_job(store, n: int = 10, *, state: str | None = RUNNING, contents=None, estimate: int | list[int] = 10,
-             **spec_kw) -> str:
+def make_job(
+    store,
+    n: int = 10,
+    *,
+    state: str | None = RUNNING,
+    contents=None,
+    estimate: int | list[int] = 10,
+    **spec_kw,
+) -> str:
     job_id = f"job{next(_counter):06d}{int(time.time() * 1000) % 100000:05d}"
-    spec = JobSpec(job_id=job_id, instruction="do it", source="/nowhere", source_kind="directory",
-                   concurrency=spec_kw.pop("concurrency", 1000), retries=2, provider_key="p:test", **spec_kw)
+    spec = JobSpec(
+        job_id=job_id,
+        instruction="do it",
+        source="/nowhere",
+        source_kind="directory",
+        concurrency=spec_kw.pop("concurrency", 1000),
+        retries=2,
+        provider_key="p:test",
+        **spec_kw,
+    )
     store.begin_job(spec)
     items = []
     for i in range(n):
         content = contents[i] if contents else f"content {i}"
-        items.append(NewItem(index=i, name=f"item-{i}", content=content, content_hash=f"b2:{hash(content)}",
-                             origin=f"f{i}.txt", offset=-1, stat_sig="1:1",
-                             estimated_tokens=estimate[i] if isinstance(estimate, list) else estimate))
+        items.append(
+            NewItem(
+                index=i,
+                name=f"item-{i}",
+                content=content,
+                content_hash=f"b2:{hash(content)}",
+                origin=f"f{i}.txt",
+                offset=-1,
+                stat_sig="1:1",
+                estimated_tokens=estimate[i] if isinstance(estimate, list) else estimate,
+            )
+        )
     store.add_items(job_id, items)
     store.finish_job(job_id)
     if state and state != NOT_STARTED:
@@ -110,7 +134,14 @@ def claim(store, job_id, worker="w1", hint=0, lease_s=30.0, max_running=1000):
 
 
 def test_a_job_is_invisible_until_creation_finishes(store):
-    spec = JobSpec(job_id="creating0001", instruction="x", source="/s", source_kind="file", concurrency=2, retries=1)
+    spec = JobSpec(
+        job_id="creating0001",
+        instruction="x",
+        source="/s",
+        source_kind="file",
+        concurrency=2,
+        retries=1,
+    )
     store.begin_job(spec)
     assert store.get_job("creating0001") is None
     assert "creating0001" not in [j.job_id for j in store.list_jobs()]
@@ -157,7 +188,13 @@ def test_items_stream_in_index_order_across_batches(store):
 def test_items_stream_with_their_content_when_asked(store):
     job_id = make_job(store, 5, contents=["same", "same", "b", "c", "d"])
     assert [i.content for i in store.iter_items(job_id, batch=2)] == [None] * 5
-    assert [i.content for i in store.iter_items(job_id, batch=2, with_content=True)] == ["same", "same", "b", "c", "d"]
+    assert [i.content for i in store.iter_items(job_id, batch=2, with_content=True)] == [
+        "same",
+        "same",
+        "b",
+        "c",
+        "d",
+    ]
 
 
 def test_update_job_changes_concurrency_and_pacing_for_the_next_claim(store):
@@ -165,7 +202,9 @@ def test_update_job_changes_concurrency_and_pacing_for_the_next_claim(store):
     assert isinstance(claim(store, job_id), Claim)
     assert claim(store, job_id).reason == "at_capacity"
     job = store.update_job(job_id, concurrency=3, tpm=5000)
-    assert (job.spec.concurrency, job.spec.rpm, job.spec.tpm) == (3, 60, 5000), "None leaves rpm as it was"
+    assert (job.spec.concurrency, job.spec.rpm, job.spec.tpm) == (3, 60, 5000), (
+        "None leaves rpm as it was"
+    )
     assert store.get_job(job_id).spec == job.spec
     c = claim(store, job_id)
     assert isinstance(c, Claim) and c.job.spec.concurrency == 3 and c.job.spec.tpm == 5000
@@ -184,15 +223,28 @@ def test_events_keep_order_and_limit(store):
 def test_one_item_is_read_by_index_and_found_by_name(store):
     job_id = make_job(store, 5, contents=["a", "b", "same", "same", "e"])
     c = claim(store, job_id, hint=2)
-    store.record_attempt(job_id, c.index, "w1", ItemError("TransientError", "the provider answered HTTP 503", 503),
-                         rate_limited=False)
+    store.record_attempt(
+        job_id,
+        c.index,
+        "w1",
+        ItemError("TransientError", "the provider answered HTTP 503", 503),
+        rate_limited=False,
+    )
     store.add_events(job_id, [Event("note", "about item 4", 3)])
     store.complete_item(job_id, c.index, "w1", "answer two", Usage(3, 4))
     got = store.get_item(job_id, 2)
-    assert (got.item.name, got.item.status, got.item.result, got.item.tokens_in, got.item.tokens_out) == \
-        ("item-2", "completed", "answer two", 3, 4)
+    assert (
+        got.item.name,
+        got.item.status,
+        got.item.result,
+        got.item.tokens_in,
+        got.item.tokens_out,
+    ) == ("item-2", "completed", "answer two", 3, 4)
     assert (got.content, got.content_hash) == ("same", f"b2:{hash('same')}")
-    assert store.get_item(job_id, 0).item.status == "pending" and store.get_item(job_id, 0).content == "a"
+    assert (
+        store.get_item(job_id, 0).item.status == "pending"
+        and store.get_item(job_id, 0).content == "a"
+    )
     assert store.get_item(job_id, 5) is None and store.get_item(job_id, -1) is None
     assert store.get_item("nojob", 0) is None
     assert (store.find_item(job_id, "item-4"), store.find_item(job_id, "item-9")) == (4, None)
@@ -200,7 +252,8 @@ def test_one_item_is_read_by_index_and_found_by_name(store):
     assert store.item_names(job_id, []) == {}
     events = store.item_events(job_id, 2)
     assert [(e.kind, e.http_status, e.message) for e in events] == [
-        ("attempt_failed", 503, "the provider answered HTTP 503")]
+        ("attempt_failed", 503, "the provider answered HTTP 503")
+    ]
     assert [e.message for e in store.item_events(job_id, 3)] == ["about item 4"]
     assert store.item_events(job_id, 1) == []
 
@@ -223,7 +276,9 @@ def test_claim_refuses_with_a_reason(store):
     assert isinstance(claim(store, job_id, max_running=2), Claim)
     assert isinstance(claim(store, job_id, max_running=2), Claim)
     assert claim(store, job_id, max_running=2).reason == "at_capacity"
-    assert claim(store, job_id, max_running=5).reason == "at_capacity", "the job's own concurrency caps it too"
+    assert claim(store, job_id, max_running=5).reason == "at_capacity", (
+        "the job's own concurrency caps it too"
+    )
     small = make_job(store, 1)
     claim(store, small)
     assert claim(store, small).reason == "no_pending"
@@ -276,7 +331,10 @@ def test_concurrent_claims_across_processes_never_share_an_item(store, backend_u
     job_id = make_job(store, 120)
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_claim_all_in_process, args=(backend_url, job_id, f"p{i}", queue)) for i in range(4)]
+    procs = [
+        ctx.Process(target=_claim_all_in_process, args=(backend_url, job_id, f"p{i}", queue))
+        for i in range(4)
+    ]
     for p in procs:
         p.start()
     results = [queue.get(timeout=60) for _ in procs]
@@ -294,12 +352,29 @@ def test_only_the_owner_completes_and_only_once(store):
     job_id = make_job(store, 2)
     c = claim(store, job_id, worker="owner")
     assert store.complete_item(job_id, c.index, "intruder", "bad", Usage()) is False
-    assert store.complete_item(job_id, c.index, "owner", "good", Usage(5, 6), provider="prov", model="m") is True
+    assert (
+        store.complete_item(
+            job_id, c.index, "owner", "good", Usage(5, 6), provider="prov", model="m"
+        )
+        is True
+    )
     assert store.complete_item(job_id, c.index, "owner", "again", Usage()) is False
     item = next(i for i in store.iter_items(job_id) if i.index == c.index)
-    assert (item.result, item.tokens_in, item.tokens_out, item.provider, item.model) == ("good", 5, 6, "prov", "m")
+    assert (item.result, item.tokens_in, item.tokens_out, item.provider, item.model) == (
+        "good",
+        5,
+        6,
+        "prov",
+        "m",
+    )
     job = store.get_job(job_id)
-    assert (job.completed, job.running, job.tokens_in, job.tokens_out, job.tokens_charged) == (1, 0, 5, 6, 11)
+    assert (job.completed, job.running, job.tokens_in, job.tokens_out, job.tokens_charged) == (
+        1,
+        0,
+        5,
+        6,
+        11,
+    )
 
 
 def test_completion_without_reported_usage_charges_the_estimate(store):
@@ -346,12 +421,18 @@ def test_failed_items_are_the_first_failed_in_index_order_and_leave_once_retried
     claims = [claim(store, job_id) for _ in range(8)]
     for c in claims:  # items 1, 4, 6 fail; the rest complete
         if c.index in (1, 4, 6):
-            assert store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", f"no {c.index}", 400))
+            assert store.fail_item(
+                job_id, c.index, "w1", ItemError("PermanentError", f"no {c.index}", 400)
+            )
         else:
             assert store.complete_item(job_id, c.index, "w1", "r", Usage())
     failed = store.failed_items(job_id, 2)
-    assert [(i.index, i.name, i.status, i.error_type, i.http_status, i.error_message) for i in failed] == [
-        (1, "item-1", "failed", "PermanentError", 400, "no 1"), (4, "item-4", "failed", "PermanentError", 400, "no 4")]
+    assert [
+        (i.index, i.name, i.status, i.error_type, i.http_status, i.error_message) for i in failed
+    ] == [
+        (1, "item-1", "failed", "PermanentError", 400, "no 1"),
+        (4, "item-4", "failed", "PermanentError", 400, "no 4"),
+    ]
     assert [i.index for i in store.failed_items(job_id, 10)] == [1, 4, 6]
     assert store.failed_items(job_id, 0) == [] and store.failed_items("nosuchjob", 5) == []
     assert store.retry_failed(job_id) == 3
@@ -361,8 +442,10 @@ def test_failed_items_are_the_first_failed_in_index_order_and_leave_once_retried
 def test_an_item_that_reserved_nothing_completes_fails_and_is_released(store):
     """A zero estimate gives back a zero reservation (Lua's -0 once made Redis refuse it)."""
     job_id = make_job(store, 4, estimate=0)
-    a, b, c, d = (claim(store, job_id, worker=w, lease_s=ls) for w, ls in
-                  (("w1", 30), ("w1", 30), ("w1", 30), ("dead", -60)))
+    a, b, c, d = (
+        claim(store, job_id, worker=w, lease_s=ls)
+        for w, ls in (("w1", 30), ("w1", 30), ("w1", 30), ("dead", -60))
+    )
     assert store.complete_item(job_id, a.index, "w1", "r", Usage(None, 5)) is True
     assert store.fail_item(job_id, b.index, "w1", ItemError("PermanentError", "no", 400)) is True
     assert store.release_item(job_id, c.index, "w1") is True
@@ -399,16 +482,24 @@ def test_attempts_and_rate_limit_waits_are_counted_per_item(store):
     assert store.record_attempt(job_id, c.index, "w1", rl, rate_limited=True) == 1
     assert store.record_attempt(job_id, c.index, "w1", rl, rate_limited=True) == 2
     assert store.record_attempt(job_id, c.index, "w1", e, rate_limited=False) == 2
-    assert store.record_attempt(job_id, c.index, "w1", rl, rate_limited=True) == 1, "a transient error breaks the run of 429s"
+    assert store.record_attempt(job_id, c.index, "w1", rl, rate_limited=True) == 1, (
+        "a transient error breaks the run of 429s"
+    )
     assert store.record_attempt(job_id, c.index, "stranger", e, rate_limited=False) == -1
     store.release_item(job_id, c.index, "w1")
     again = claim(store, job_id)
     assert (again.attempts, again.rate_limit_waits) == (2, 1)
-    assert [e.kind for e in store.list_events(job_id)][-5:] == ["attempt_failed", "rate_limited", "rate_limited",
-                                                                 "attempt_failed", "rate_limited"]
+    assert [e.kind for e in store.list_events(job_id)][-5:] == [
+        "attempt_failed",
+        "rate_limited",
+        "rate_limited",
+        "attempt_failed",
+        "rate_limited",
+    ]
     # Each event keeps its item, error type and HTTP status, as `events` shows them.
-    assert [(e.item_index, e.error_type, e.http_status) for e in store.item_events(job_id, again.index)][-2:] == [
-        (again.index, "TransientError", 503), (again.index, "RateLimitError", 429)]
+    assert [
+        (e.item_index, e.error_type, e.http_status) for e in store.item_events(job_id, again.index)
+    ][-2:] == [(again.index, "TransientError", 503), (again.index, "RateLimitError", 429)]
 
 
 def test_a_failed_attempt_is_counted_and_settled_in_one_step(store):
@@ -419,7 +510,9 @@ def test_a_failed_attempt_is_counted_and_settled_in_one_step(store):
     e = ItemError("TransientError", "the line failed", 503)
     c = claim(store, job_id)
     assert store.settle_failed_attempt(job_id, c.index, "w1", e, retries=2) == 1
-    assert store.settle_failed_attempt(job_id, c.index, "w1", e, retries=2) == -1, "settled: no longer w1's"
+    assert store.settle_failed_attempt(job_id, c.index, "w1", e, retries=2) == -1, (
+        "settled: no longer w1's"
+    )
     job = store.get_job(job_id)
     assert (job.pending, job.running, job.failed, job.tokens_reserved) == (2, 0, 0, 0)
     assert store.get_item(job_id, c.index).item.attempts == 1
@@ -427,11 +520,24 @@ def test_a_failed_attempt_is_counted_and_settled_in_one_step(store):
         c = claim(store, job_id, hint=0)
         assert store.settle_failed_attempt(job_id, c.index, "w1", e, retries=2) == attempt
     item = store.get_item(job_id, 0).item
-    assert (item.status, item.attempts, item.error_type, item.http_status) == (FAILED, 3, "TransientError", 503)
+    assert (item.status, item.attempts, item.error_type, item.http_status) == (
+        FAILED,
+        3,
+        "TransientError",
+        503,
+    )
     job = store.get_job(job_id)
-    assert (job.pending, job.running, job.failed, job.tokens_reserved, job.tokens_charged) == (1, 0, 1, 0, 0)
+    assert (job.pending, job.running, job.failed, job.tokens_reserved, job.tokens_charged) == (
+        1,
+        0,
+        1,
+        0,
+        0,
+    )
     assert store.settle_failed_attempt(job_id, 1, "stranger", e, retries=2) == -1
-    assert [ev.kind for ev in store.item_events(job_id, 0)] == ["attempt_failed"] * 3 + ["item_failed"]
+    assert [ev.kind for ev in store.item_events(job_id, 0)] == ["attempt_failed"] * 3 + [
+        "item_failed"
+    ]
 
 
 # Leases ----------------------------------------------------------------------------------------
@@ -442,8 +548,9 @@ def test_expired_leases_return_to_pending_and_renewed_ones_stay(store):
     a = claim(store, job_id, worker="alive", lease_s=0.3)
     b = claim(store, job_id, worker="dead", lease_s=0.3)
     time.sleep(0.15)
-    assert store.renew_leases("alive", [(job_id, a.index), (job_id, b.index)], lease_s=5) == 1, \
+    assert store.renew_leases("alive", [(job_id, a.index), (job_id, b.index)], lease_s=5) == 1, (
         "only the worker's own items are renewed"
+    )
     time.sleep(0.3)
     assert store.release_expired_leases() == {job_id: 1}
     assert store.complete_item(job_id, a.index, "alive", "ok", Usage()) is True
@@ -457,7 +564,9 @@ def test_an_item_the_worker_lost_track_of_is_not_renewed(clocked):
     job_id = make_job(store, 2)
     # Times in eighths of a second: exact in SQLite's float seconds, so "at the end" is exact.
     kept = claim(store, job_id, worker="w", lease_s=0.25)
-    claim(store, job_id, worker="w", lease_s=0.25)  # say its claim reply was lost: the worker never knew
+    claim(
+        store, job_id, worker="w", lease_s=0.25
+    )  # say its claim reply was lost: the worker never knew
     assert store.renew_leases("w", [(job_id, kept.index)], lease_s=5) == 1
     clocked.clock.advance(0.25)
     assert store.release_expired_leases() == {}, "a lease runs to its end, inclusive"
@@ -478,7 +587,8 @@ def test_a_renewed_lease_lasts_exactly_lease_s_from_the_renewal(clocked):
     clocked.clock.advance(0.001)
     assert store.release_expired_leases() == {job_id: 1}
     assert [e.message for e in store.list_events(job_id) if e.kind == "recovered"] == [
-        "1 interrupted item returned to the queue"]
+        "1 interrupted item returned to the queue"
+    ]
 
 
 def test_release_worker_items_and_item_owners(store):
@@ -489,12 +599,15 @@ def test_release_worker_items_and_item_owners(store):
     assert store.release_worker_items("a") == {job_id: 2}
     assert store.item_owners() == {"b": 1}
     job = store.get_job(job_id)
-    assert (job.pending, job.running, job.tokens_reserved) == (4, 1, 10), "their reservations are given back"
+    assert (job.pending, job.running, job.tokens_reserved) == (4, 1, 10), (
+        "their reservations are given back"
+    )
     assert store.release_worker_items("b") == {job_id: 1}
     # What a user reads in `events`, worded the same on both backends, in number too.
     assert [e.message for e in store.list_events(job_id) if e.kind == "recovered"] == [
         "2 interrupted items returned to the queue from worker a",
-        "1 interrupted item returned to the queue from worker b"]
+        "1 interrupted item returned to the queue from worker b",
+    ]
 
 
 def test_expired_leases_give_back_their_reservations(clocked):
@@ -516,7 +629,9 @@ def test_state_moves_only_from_allowed_states(store):
     assert store.set_state(job_id, PAUSED, from_states=[RUNNING]) is None
     job = store.set_state(job_id, RUNNING, from_states=[NOT_STARTED], event=Event("run", "go"))
     assert job.state == RUNNING and job.run_at is not None
-    job = store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason="user", max_tokens=500)
+    job = store.set_state(
+        job_id, PAUSED, from_states=[RUNNING], pause_reason="user", max_tokens=500
+    )
     assert (job.state, job.pause_reason, job.spec.max_tokens) == (PAUSED, "user", 500)
     assert store.active_job_ids().count(job_id) == 0
     assert store.list_events(job_id)[-1].message == "go"
@@ -524,7 +639,10 @@ def test_state_moves_only_from_allowed_states(store):
 
 def _within_limit(store, job_id, limit):
     job = store.get_job(job_id)  # one read of the job: charged and reserved from one instant
-    assert job.tokens_charged + job.tokens_reserved <= limit, (job.tokens_charged, job.tokens_reserved)
+    assert job.tokens_charged + job.tokens_reserved <= limit, (
+        job.tokens_charged,
+        job.tokens_reserved,
+    )
     return job
 
 
@@ -532,15 +650,24 @@ def test_why_a_job_was_interrupted_is_kept_until_it_is_run_again(store):
     job_id = make_job(store, 2)
     assert store.get_job(job_id).interrupted is None
     before = store.now()
-    assert store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP, event=Event("worker_stopped", "returned"))
+    assert store.mark_interrupted(
+        job_id, INTERRUPTED_WORKER_STOP, event=Event("worker_stopped", "returned")
+    )
     job = store.get_job(job_id)
-    assert job.interrupted == INTERRUPTED_WORKER_STOP and before - 1 <= job.interrupted_at <= store.now() + 1
+    assert (
+        job.interrupted == INTERRUPTED_WORKER_STOP
+        and before - 1 <= job.interrupted_at <= store.now() + 1
+    )
     assert store.list_events(job_id)[-1].kind == "worker_stopped"
     assert store.mark_interrupted(job_id, INTERRUPTED_ORPHANED)
     assert store.get_job(job_id).interrupted == INTERRUPTED_ORPHANED, "the latest reason wins"
     store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING])
-    assert store.get_job(job_id).interrupted == INTERRUPTED_ORPHANED, "awaiting recovery keeps the reason"
-    assert not store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP), "only a running job is marked"
+    assert store.get_job(job_id).interrupted == INTERRUPTED_ORPHANED, (
+        "awaiting recovery keeps the reason"
+    )
+    assert not store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP), (
+        "only a running job is marked"
+    )
     store.set_state(job_id, RUNNING, from_states=[AWAITING_RECOVERY])
     job = store.get_job(job_id)
     assert (job.interrupted, job.interrupted_at) == (None, None), "running it clears the reason"
@@ -569,14 +696,24 @@ def test_token_limit_pauses_only_when_what_is_charged_leaves_no_room(store):
     job_id = make_job(store, 3, estimate=30, max_tokens=80)
     a, b = claim(store, job_id), claim(store, job_id)
     assert claim(store, job_id).reason == "tokens_in_flight"
-    store.complete_item(job_id, a.index, "w1", "r", Usage())  # no usage reported: the estimate is charged
+    store.complete_item(
+        job_id, a.index, "w1", "r", Usage()
+    )  # no usage reported: the estimate is charged
     assert claim(store, job_id).reason == "tokens_in_flight"  # 30 charged + 30 fits under 80
     store.complete_item(job_id, b.index, "w1", "r", Usage(20, 10))
     assert claim(store, job_id) == ClaimRefused("token_limit")  # 60 charged + 30 does not
     job = _within_limit(store, job_id, 80)
-    assert (job.state, job.pause_reason, job.tokens_charged, job.tokens_reserved) == (PAUSED, PAUSE_TOKEN_LIMIT, 60, 0)
+    assert (job.state, job.pause_reason, job.tokens_charged, job.tokens_reserved) == (
+        PAUSED,
+        PAUSE_TOKEN_LIMIT,
+        60,
+        0,
+    )
     (event,) = [e for e in store.list_events(job_id) if e.kind == "paused"]
-    assert event.message == "token limit reached: 60 charged + 30 for item 3 would exceed --max-tokens 80"
+    assert (
+        event.message
+        == "token limit reached: 60 charged + 30 for item 3 would exceed --max-tokens 80"
+    )
     assert store.next_item_estimate(job_id) == 30
     # A larger limit lets it go on.
     store.set_state(job_id, RUNNING, from_states=[PAUSED], max_tokens=90)
@@ -584,13 +721,17 @@ def test_token_limit_pauses_only_when_what_is_charged_leaves_no_room(store):
     assert store.next_item_estimate(job_id) is None
 
 
-def test_an_item_that_fits_exactly_beside_what_is_charged_waits_and_one_token_less_room_pauses(store):
+def test_an_item_that_fits_exactly_beside_what_is_charged_waits_and_one_token_less_room_pauses(
+    store,
+):
     for limit, refusal in ((20, "tokens_in_flight"), (19, "token_limit")):
         job_id = make_job(store, 3, estimate=10, max_tokens=limit)
         first = claim(store, job_id)
         store.complete_item(job_id, first.index, "w1", "r", Usage(5, 5))  # 10 charged
         if limit == 20:
-            assert isinstance(claim(store, job_id), Claim), "10 charged + 10 reserves exactly the limit"
+            assert isinstance(claim(store, job_id), Claim), (
+                "10 charged + 10 reserves exactly the limit"
+            )
         assert claim(store, job_id) == ClaimRefused(refusal), f"10 charged + 10 against {limit}"
         assert store.get_job(job_id).state == (RUNNING if limit == 20 else PAUSED)
 
@@ -600,7 +741,9 @@ def test_token_limit_pauses_while_reservations_are_in_flight_when_they_cannot_he
     job_id = make_job(store, 3, estimate=[10, 50, 95], max_tokens=100)
     small, mid = claim(store, job_id), claim(store, job_id)
     store.complete_item(job_id, small.index, "w1", "r", Usage(5, 5))
-    assert claim(store, job_id) == ClaimRefused("token_limit")  # 10 charged + 95 > 100, 50 still reserved
+    assert claim(store, job_id) == ClaimRefused(
+        "token_limit"
+    )  # 10 charged + 95 > 100, 50 still reserved
     job = _within_limit(store, job_id, 100)
     assert (job.state, job.tokens_reserved) == (PAUSED, 50)
     assert store.complete_item(job_id, mid.index, "w1", "r", Usage(1, 1))
@@ -626,7 +769,9 @@ def test_concurrent_claims_never_go_over_the_token_limit_and_run_until_it_is_rea
                 continue
             _within_limit(store, job_id, limit)
             time.sleep(0.001)
-            assert store.complete_item(job_id, c.index, name, "r", Usage(5, 5 + c.index % 10))  # below the estimate
+            assert store.complete_item(
+                job_id, c.index, name, "r", Usage(5, 5 + c.index % 10)
+            )  # below the estimate
             _within_limit(store, job_id, limit)
 
     threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(8)]
@@ -637,7 +782,9 @@ def test_concurrent_claims_never_go_over_the_token_limit_and_run_until_it_is_rea
     job = _within_limit(store, job_id, limit)
     assert outcomes["tokens_in_flight"] > 0, "reservations were in flight when the limit was near"
     assert (job.state, job.tokens_reserved, job.running) == (PAUSED, 0, 0)
-    assert job.tokens_charged + estimate > limit >= job.tokens_charged, "paused only when the next would not fit"
+    assert job.tokens_charged + estimate > limit >= job.tokens_charged, (
+        "paused only when the next would not fit"
+    )
     assert job.completed == 60 - job.pending and job.completed > limit // estimate
 
 
@@ -645,7 +792,9 @@ def test_retry_returns_failed_items_with_fresh_counts(store):
     job_id = make_job(store, 2)
     for _ in range(2):
         c = claim(store, job_id)
-        store.record_attempt(job_id, c.index, "w1", ItemError("TransientError", "x"), rate_limited=False)
+        store.record_attempt(
+            job_id, c.index, "w1", ItemError("TransientError", "x"), rate_limited=False
+        )
         store.fail_item(job_id, c.index, "w1", ItemError("TransientError", "x"))
     assert store.retry_failed(job_id) == 2
     job = store.get_job(job_id)
@@ -663,10 +812,14 @@ def test_workers_are_live_until_their_ttl_passes(clocked):
     job_id = make_job(store, 1)
     now = store.now()
     store.heartbeat_worker(WorkerInfo("w-live", "h", 1, now, 0.0, 4), ttl_s=10)
-    store.heartbeat_worker(WorkerInfo("w-gone", "h", 2, now, 0.0, 4), ttl_s=0.125)  # exact in float seconds
+    store.heartbeat_worker(
+        WorkerInfo("w-gone", "h", 2, now, 0.0, 4), ttl_s=0.125
+    )  # exact in float seconds
     claim(store, job_id, worker="w-live")
     clocked.clock.advance(0.125)
-    assert {w.worker_id for w in store.live_workers()} == {"w-live", "w-gone"}, "live through its ttl"
+    assert {w.worker_id for w in store.live_workers()} == {"w-live", "w-gone"}, (
+        "live through its ttl"
+    )
     clocked.clock.advance(0.001)
     live = {w.worker_id: w for w in store.live_workers()}
     assert set(live) == {"w-live"}
@@ -680,7 +833,9 @@ def test_workers_are_live_until_their_ttl_passes(clocked):
 
 def test_a_pause_is_extended_but_never_shortened(limits):
     until = limits.pause("k1", seconds=2.0, base_s=5, cap_s=120, epoch=0)
-    assert limits.pause("k1", seconds=0.5, base_s=5, cap_s=120, epoch=0) == pytest.approx(until, abs=0.01)
+    assert limits.pause("k1", seconds=0.5, base_s=5, cap_s=120, epoch=0) == pytest.approx(
+        until, abs=0.01
+    )
     longer = limits.pause("k1", seconds=4.0, base_s=5, cap_s=120, epoch=0)
     assert longer > until + 1.5
     assert limits.pause_state("k1").until == pytest.approx(longer, abs=0.01)
@@ -691,7 +846,9 @@ def test_a_pause_without_retry_after_doubles_up_to_the_cap(limits, store):
     waits = []
     for generation in range(7):  # each 429 to a request sent after the one before it
         now = store.now()
-        waits.append(round(limits.pause("k2", seconds=None, base_s=5, cap_s=120, epoch=generation) - now))
+        waits.append(
+            round(limits.pause("k2", seconds=None, base_s=5, cap_s=120, epoch=generation) - now)
+        )
     assert waits == [5, 10, 20, 40, 80, 120, 120]
     limits.clear_backoff("k2")
     assert limits.pause_state("k2").backoff_step == 0
@@ -730,7 +887,9 @@ def test_pacing_spaces_requests_for_all_threads(limits):
 
 
 def test_token_pacing_lets_a_large_item_through_an_empty_bucket(limits):
-    assert limits.acquire("k5", rpm=None, tpm=60, tokens=500).wait == 0.0  # cost above one second's worth
+    assert (
+        limits.acquire("k5", rpm=None, tpm=60, tokens=500).wait == 0.0
+    )  # cost above one second's worth
     wait = limits.acquire("k5", rpm=None, tpm=60, tokens=1).wait
     assert wait > 400, "the next token waits until the large item's tokens have drained"
 
@@ -779,9 +938,13 @@ def test_a_429_to_a_request_slower_than_a_second_paces_by_its_own_rate_not_one_a
     clocked.clock.advance(2.5)
     limits.pause("k6s", seconds=0.2, base_s=5, cap_s=120, epoch=turn.epoch)
     clocked.clock.advance(0.25)
-    assert limits.acquire("k6s", rpm=None, tpm=None, tokens=1).wait == 0.0  # the retry, after the wait
+    assert (
+        limits.acquire("k6s", rpm=None, tpm=None, tokens=1).wait == 0.0
+    )  # the retry, after the wait
     wait = limits.acquire("k6s", rpm=None, tpm=None, tokens=1).wait
-    assert 2.0 < wait < IN_PLACE_WAIT_S, f"about 2 x 2.5 s, a wait a worker sleeps in place, not {wait:.1f} s"
+    assert 2.0 < wait < IN_PLACE_WAIT_S, (
+        f"about 2 x 2.5 s, a wait a worker sleeps in place, not {wait:.1f} s"
+    )
 
 
 def test_only_a_429_to_a_request_sent_after_the_last_decrease_slows_down_again(clocked):
@@ -854,13 +1017,18 @@ def test_a_429_to_a_request_sent_after_the_wait_doubles_it_and_retry_after_still
     later = limits.acquire("k9", rpm=None, tpm=None, tokens=1)  # sent after the wait ended
     assert later.wait == 0.0 and later.epoch == turns[0].epoch + 1
     now = store.now()
-    assert limits.pause("k9", seconds=None, base_s=base, cap_s=120, epoch=later.epoch) - now == pytest.approx(
-        2 * base, abs=0.1)
+    assert limits.pause(
+        "k9", seconds=None, base_s=base, cap_s=120, epoch=later.epoch
+    ) - now == pytest.approx(2 * base, abs=0.1)
     # A straggler of the first burst, answered now, does not double it again.
     now = store.now()
-    assert limits.pause("k9", seconds=None, base_s=base, cap_s=120, epoch=turns[5].epoch) - now <= 2 * base + 0.1
+    assert (
+        limits.pause("k9", seconds=None, base_s=base, cap_s=120, epoch=turns[5].epoch) - now
+        <= 2 * base + 0.1
+    )
     assert limits.pause_state("k9").backoff_step == 2
     # A provider's Retry-After is honoured whatever the request's generation.
     now = store.now()
-    assert limits.pause("k9", seconds=30, base_s=base, cap_s=120, epoch=turns[5].epoch) - now == pytest.approx(
-        30, abs=0.5)
+    assert limits.pause(
+        "k9", seconds=30, base_s=base, cap_s=120, epoch=turns[5].epoch
+    ) - now == pytest.approx(30, abs=0.5)

@@ -86,19 +86,31 @@ TTLS = st.sampled_from([30.0, 90.0, FAR_S])
 # is final (DESIGN.md invariant 2).
 ITEM_MOVES = {
     (PENDING, CLAIMED),
-    (CLAIMED, COMPLETED), (CLAIMED, FAILED), (CLAIMED, PENDING),
+    (CLAIMED, COMPLETED),
+    (CLAIMED, FAILED),
+    (CLAIMED, PENDING),
     (FAILED, PENDING),
     # A duplicate takes its item's answer or failure, and waits on it again after retry.
-    (WAITING, COMPLETED), (WAITING, FAILED), (FAILED, WAITING),
+    (WAITING, COMPLETED),
+    (WAITING, FAILED),
+    (FAILED, WAITING),
 }
 
 EXAMPLES = int(os.environ.get("HERMES_BULK_STATEFUL_EXAMPLES", "100"))
 # HERMES_BULK_STATEFUL_SHRINK=0: report the first failing example as found, unshrunk (a planted
 # bug's yes or no in seconds, where shrinking a long example takes minutes).
-PHASES = tuple(Phase) if os.environ.get("HERMES_BULK_STATEFUL_SHRINK", "1") != "0" else \
-    (Phase.explicit, Phase.reuse, Phase.generate)
-STATESTEP = settings(max_examples=EXAMPLES, phases=PHASES, stateful_step_count=30, deadline=None,
-                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+PHASES = (
+    tuple(Phase)
+    if os.environ.get("HERMES_BULK_STATEFUL_SHRINK", "1") != "0"
+    else (Phase.explicit, Phase.reuse, Phase.generate)
+)
+STATESTEP = settings(
+    max_examples=EXAMPLES,
+    phases=PHASES,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 
 
 # The reservation rule ----------------------------------------------------------------------
@@ -182,7 +194,9 @@ class Model:
     frozen: dict[int, tuple] = field(default_factory=dict)  # completed items, as first seen
     batches: dict[str, ModelBatch] = field(default_factory=dict)
     workers: dict[str, ModelWorker] = field(default_factory=dict)
-    answers: dict[str, tuple[int, int]] = field(default_factory=dict)  # answer key -> (index, charged)
+    answers: dict[str, tuple[int, int]] = field(
+        default_factory=dict
+    )  # answer key -> (index, charged)
 
     def count(self, status: str) -> int:
         return sum(it.status == status for it in self.items)
@@ -204,8 +218,14 @@ class Model:
                 return it
         return None
 
-    def set_state(self, state: str, from_states: tuple[str, ...], pause_reason: str | None,
-                  max_tokens: int | None, now: int) -> bool:
+    def set_state(
+        self,
+        state: str,
+        from_states: tuple[str, ...],
+        pause_reason: str | None,
+        max_tokens: int | None,
+        now: int,
+    ) -> bool:
         if self.deleted or self.state not in from_states:
             return False
         self.state, self.pause_reason = state, pause_reason
@@ -215,7 +235,9 @@ class Model:
             self.run_at, self.interrupted = now, None
         return True
 
-    def claim(self, hint: int, worker: str, max_running: int, lease_s: float, now: int) -> tuple[str, int | None]:
+    def claim(
+        self, hint: int, worker: str, max_running: int, lease_s: float, now: int
+    ) -> tuple[str, int | None]:
         """(reason, None) when refused, else ("ok", index); the model moves as the store must."""
         if self.deleted:
             return "no_job", None
@@ -243,8 +265,16 @@ class Model:
     def hold(it: ModelItem, owner: str, need: int, until: int) -> None:
         it.status, it.owner, it.until, it.reserved = CLAIMED, owner, until, need
 
-    def open_batch(self, batch_id: str, worker: str, max_items: int, lease_s: float, hold_s: float,
-                   take_from: str | None, now: int) -> tuple[str, str | None]:
+    def open_batch(
+        self,
+        batch_id: str,
+        worker: str,
+        max_items: int,
+        lease_s: float,
+        hold_s: float,
+        take_from: str | None,
+        now: int,
+    ) -> tuple[str, str | None]:
         """protocol.open_batch: (reason, None) when refused, else ("ok", the batch id returned)."""
         if self.deleted:
             return "no_job", None
@@ -279,8 +309,9 @@ class Model:
         self.last_claim_at = now
         return "ok", batch_id
 
-    def lease_batch(self, batch_id: str, worker: str, lease_s: float, take_from: str | None,
-                    now: int) -> bool:
+    def lease_batch(
+        self, batch_id: str, worker: str, lease_s: float, take_from: str | None, now: int
+    ) -> bool:
         b = self.batches.get(batch_id)
         if self.deleted or b is None or b.status == BATCH_DONE:
             return False
@@ -309,7 +340,9 @@ class Model:
         it.status, it.owner, it.until, it.reserved = PENDING, None, 0, 0
 
     def complete(self, it: ModelItem, result: str, usage: Usage, provider, model) -> None:
-        charged = (usage.tokens_in or 0) + (usage.tokens_out or 0) if usage.reported else it.reserved
+        charged = (
+            (usage.tokens_in or 0) + (usage.tokens_out or 0) if usage.reported else it.reserved
+        )
         self.charged += charged
         self.tokens_in += usage.tokens_in or 0
         self.tokens_out += usage.tokens_out or 0
@@ -341,14 +374,21 @@ class Model:
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 tokens = st.one_of(st.none(), st.integers(0, 60), st.integers(0, 5000), st.just(MAX_USAGE_TOKENS))
 small_tokens = st.one_of(st.none(), st.integers(0, 60))
-errors = st.builds(ItemError, error_type=st.sampled_from(["PermanentError", "TransientError", "RateLimitError"]),
-                   message=texts, http_status=st.one_of(st.none(), st.integers(400, 599)))
+errors = st.builds(
+    ItemError,
+    error_type=st.sampled_from(["PermanentError", "TransientError", "RateLimitError"]),
+    message=texts,
+    http_status=st.one_of(st.none(), st.integers(400, 599)),
+)
 workers = st.sampled_from(WORKERS)
 # Estimates over the whole range a source can give: small, around the allowance, up to and past
 # MAX_USAGE_TOKENS (an item may be estimated above what one report may count).
-estimates = st.one_of(st.integers(0, 60), st.integers(0, 5000),
-                      st.sampled_from([MAX_USAGE_TOKENS - 1, MAX_USAGE_TOKENS, MAX_USAGE_TOKENS + 1]),
-                      st.integers(0, 3 * MAX_USAGE_TOKENS))
+estimates = st.one_of(
+    st.integers(0, 60),
+    st.integers(0, 5000),
+    st.sampled_from([MAX_USAGE_TOKENS - 1, MAX_USAGE_TOKENS, MAX_USAGE_TOKENS + 1]),
+    st.integers(0, 3 * MAX_USAGE_TOKENS),
+)
 # --max-tokens, or None: drawn near sums of estimates (k items, plus a slack of -2..2), so the
 # limit is often met exactly, where "would exceed" and "would reach" differ.
 # Two in three jobs have no limit, so most examples get far enough to complete items.
@@ -356,7 +396,9 @@ limits = st.one_of(st.none(), st.none(), st.tuples(st.integers(1, MAX_ITEMS), st
 indexes = st.integers(-1, MAX_ITEMS)  # -1 and past the end: no such item
 # An owner-only step names a running item and its owner (aim, 2 in 3; pick chooses which), or any
 # worker and index: mostly not the owner, which must change nothing.
-targets = st.tuples(st.sampled_from([True, True, False]), st.integers(0, MAX_ITEMS), workers, indexes)
+targets = st.tuples(
+    st.sampled_from([True, True, False]), st.integers(0, MAX_ITEMS), workers, indexes
+)
 batch_owners = st.one_of(workers, st.sampled_from(["b1", "nobody"]))
 # Whose lease a takeover names: none, the batch's holder (mostly), or anyone.
 take_froms = st.sampled_from([None, "holder", "holder", "w1", "nobody"])
@@ -392,43 +434,80 @@ class StoreMachine(RuleBasedStateMachine):
         return f"{self.job_id}{name}"
 
     # Creating --------------------------------------------------------------------------------
-    @initialize(estimates=st.lists(estimates, min_size=2, max_size=MAX_ITEMS),
-                concurrency=st.integers(1, 4),
-                limit=limits,
-                contents=st.lists(st.sampled_from(["a", "b", "", "é\x00z", "long " * 40]), min_size=MAX_ITEMS,
-                                  max_size=MAX_ITEMS),
-                running=st.integers(0, 4), kind=st.sampled_from(["jsonl", "directory"]),
-                output=st.sampled_from([(512, None), (512, 40), (0, None), (100, 10**9)]),
-                ttls=st.lists(TTLS, min_size=len(WORKERS), max_size=len(WORKERS)))
+    @initialize(
+        estimates=st.lists(estimates, min_size=2, max_size=MAX_ITEMS),
+        concurrency=st.integers(1, 4),
+        limit=limits,
+        contents=st.lists(
+            st.sampled_from(["a", "b", "", "é\x00z", "long " * 40]),
+            min_size=MAX_ITEMS,
+            max_size=MAX_ITEMS,
+        ),
+        running=st.integers(0, 4),
+        kind=st.sampled_from(["jsonl", "directory"]),
+        output=st.sampled_from([(512, None), (512, 40), (0, None), (100, 10**9)]),
+        ttls=st.lists(TTLS, min_size=len(WORKERS), max_size=len(WORKERS)),
+    )
     def create(self, estimates, concurrency, limit, contents, running, kind, output, ttls):
-        max_tokens = None if limit is None else max(0, sum(estimates[:limit[0]]) + limit[1])
-        spec = JobSpec(job_id=self.job_id, instruction="do it", source="/nowhere", source_kind=kind,
-                       concurrency=concurrency, retries=2, max_tokens=max_tokens, provider_key="p:sm",
-                       output_tokens_estimate=output[0], max_output_tokens=output[1])
+        max_tokens = None if limit is None else max(0, sum(estimates[: limit[0]]) + limit[1])
+        spec = JobSpec(
+            job_id=self.job_id,
+            instruction="do it",
+            source="/nowhere",
+            source_kind=kind,
+            concurrency=concurrency,
+            retries=2,
+            max_tokens=max_tokens,
+            provider_key="p:sm",
+            output_tokens_estimate=output[0],
+            max_output_tokens=output[1],
+        )
         self.store.begin_job(spec)
         assert self.store.get_job(self.job_id) is None, "a job being created is invisible"
         # Answer keys of this example alone (no earlier job answers them): equal contents are
         # duplicates; the follow-up job (reuse_answers) asks for the same keys.
-        items = [NewItem(index=i, name=f"line:{i + 1}", content=contents[i], content_hash=f"h:{contents[i]}",
-                         origin="x.jsonl", offset=i, stat_sig="1:1", estimated_tokens=e,
-                         answer_key=self.answer_key(contents[i]))
-                 for i, e in enumerate(estimates)]
+        items = [
+            NewItem(
+                index=i,
+                name=f"line:{i + 1}",
+                content=contents[i],
+                content_hash=f"h:{contents[i]}",
+                origin="x.jsonl",
+                offset=i,
+                stat_sig="1:1",
+                estimated_tokens=e,
+                answer_key=self.answer_key(contents[i]),
+            )
+            for i, e in enumerate(estimates)
+        ]
         self.store.add_items(self.job_id, items)
         job = self.store.finish_job(self.job_id)
-        assert (job.state, job.total, job.estimated_tokens) == (NOT_STARTED, len(items), sum(estimates))
+        assert (job.state, job.total, job.estimated_tokens) == (
+            NOT_STARTED,
+            len(items),
+            sum(estimates),
+        )
         firsts: dict[str, int] = {}
         model_items = []
         for i, e in enumerate(estimates):
             first = firsts.setdefault(contents[i], i)
-            model_items.append(ModelItem(e, contents[i], self.answer_key(contents[i]),
-                                         status=PENDING if first == i else WAITING,
-                                         dup_of=None if first == i else first))
+            model_items.append(
+                ModelItem(
+                    e,
+                    contents[i],
+                    self.answer_key(contents[i]),
+                    status=PENDING if first == i else WAITING,
+                    dup_of=None if first == i else first,
+                )
+            )
         self.m = Model(concurrency, max_tokens, model_items, output[0], output[1])
         self.seen = {i: it.status for i, it in enumerate(model_items)}
         if running:  # mostly: most of what is worth testing happens while the job runs
             self.move(RUNNING, (NOT_STARTED,), None, None)
         self._create_bystander()
-        for n, name in enumerate(WORKERS):  # live from the start, so their items are compared one by one
+        for n, name in enumerate(
+            WORKERS
+        ):  # live from the start, so their items are compared one by one
             self._beat(name, ttls[n], threads=n + 1, serves="http", host="h", pid=n)
 
     def answer_key(self, content: str) -> str:
@@ -438,15 +517,27 @@ class StoreMachine(RuleBasedStateMachine):
         """A second running job whose items workers b1, b2 (live) and b3 (lease run out) hold:
         operations across jobs (expiry, a dead worker, owners) must count it apart and leave
         b1's and b2's items alone."""
-        spec = JobSpec(job_id=self.bystander, instruction="other", source="/elsewhere", source_kind="jsonl",
-                       concurrency=3, retries=2, provider_key="p:sm")
+        spec = JobSpec(
+            job_id=self.bystander,
+            instruction="other",
+            source="/elsewhere",
+            source_kind="jsonl",
+            concurrency=3,
+            retries=2,
+            provider_key="p:sm",
+        )
         self.store.begin_job(spec)
-        self.store.add_items(self.bystander, [NewItem(i, f"line:{i + 1}", "x", "h:x", "y.jsonl", i, "1:1", 5)
-                                              for i in range(3)])
+        self.store.add_items(
+            self.bystander,
+            [NewItem(i, f"line:{i + 1}", "x", "h:x", "y.jsonl", i, "1:1", 5) for i in range(3)],
+        )
         self.store.finish_job(self.bystander)
         self.store.set_state(self.bystander, RUNNING, from_states=[NOT_STARTED])
         for worker, lease in (("b1", FAR_S), ("b2", FAR_S), ("b3", -60.0)):
-            assert isinstance(self.store.claim_item(self.bystander, 0, worker, lease_s=lease, max_running=9), Claim)
+            assert isinstance(
+                self.store.claim_item(self.bystander, 0, worker, lease_s=lease, max_running=9),
+                Claim,
+            )
 
     def teardown(self) -> None:
         if self.m is not None:
@@ -463,7 +554,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     # Time ------------------------------------------------------------------------------------
     @precondition(has_job)
-    @rule(seconds=ADVANCES, past=st.sampled_from([0, 1]), pick=st.integers(0, 20), edge=st.booleans())
+    @rule(
+        seconds=ADVANCES, past=st.sampled_from([0, 1]), pick=st.integers(0, 20), edge=st.booleans()
+    )
     def advance(self, seconds, past, pick, edge):
         """Time passes: leases, batch leases and heartbeats run out by the clock alone. Half the
         time it goes to an edge (advance_to_an_end), where a swarm of disabled rules would
@@ -474,16 +567,22 @@ class StoreMachine(RuleBasedStateMachine):
             self.clock.advance(seconds)
 
     @precondition(has_job)
-    @rule(past=st.sampled_from([0, 1]), pick=st.integers(0, 20), which=st.sampled_from(["lease", "batch", "ttl"]))
+    @rule(
+        past=st.sampled_from([0, 1]),
+        pick=st.integers(0, 20),
+        which=st.sampled_from(["lease", "batch", "ttl"]),
+    )
     def advance_to_an_end(self, past, pick, which):
         """Time passes to exactly the end of an item's lease, a batch's lease or a heartbeat's
         ttl (past=0: still held, still live), or one millisecond past it: where >= and >
         differ. Then the reaper passes (a step of its own too), so each such edge is looked at
         where it is."""
         m, now = self.m, self.clock.ms
-        ends = {"lease": {it.until for it in m.items if it.status == CLAIMED},
-                "ttl": {w.until for w in m.workers.values()},
-                "batch": {b.until for b in m.batches.values() if b.owner is not None}}[which]
+        ends = {
+            "lease": {it.until for it in m.items if it.status == CLAIMED},
+            "ttl": {w.until for w in m.workers.values()},
+            "batch": {b.until for b in m.batches.values() if b.owner is not None},
+        }[which]
         ends = sorted(e + past for e in ends if now < e + past < now + 10**7)
         if ends:
             self.clock.set_ms(ends[pick % len(ends)])
@@ -494,24 +593,34 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(limit=limits)
     def run_or_resume(self, limit):
         """Run, or resume (maybe with a new --max-tokens: around what is used, to meet the edge)."""
-        max_tokens = None if limit is None else max(0, self.m.charged + self.m.reserved + limit[1] * 10)
+        max_tokens = (
+            None if limit is None else max(0, self.m.charged + self.m.reserved + limit[1] * 10)
+        )
         self.move(RUNNING, (NOT_STARTED, PAUSED), None, max_tokens)
 
     @precondition(has_job)
-    @rule(state=st.sampled_from([RUNNING, PAUSED]), froms=st.sets(st.sampled_from([NOT_STARTED, RUNNING, PAUSED])),
-          pause_reason=st.sampled_from([None, PAUSE_USER, PAUSE_TOKEN_LIMIT]))
+    @rule(
+        state=st.sampled_from([RUNNING, PAUSED]),
+        froms=st.sets(st.sampled_from([NOT_STARTED, RUNNING, PAUSED])),
+        pause_reason=st.sampled_from([None, PAUSE_USER, PAUSE_TOKEN_LIMIT]),
+    )
     def move_or_pause(self, state, froms, pause_reason):
         """A pause (or any move): set_state is a compare-and-set, from a state not listed
         nothing changes."""
         self.move(state, tuple(froms), pause_reason, None)
 
     def move(self, state, froms, pause_reason, max_tokens):
-        job = self.store.set_state(self.job_id, state, from_states=froms, pause_reason=pause_reason,
-                                   max_tokens=max_tokens)
+        job = self.store.set_state(
+            self.job_id, state, from_states=froms, pause_reason=pause_reason, max_tokens=max_tokens
+        )
         moved = self.m.set_state(state, froms, pause_reason, max_tokens, self.clock.ms)
         assert (job is not None) == moved
         if moved:
-            assert (job.state, job.pause_reason, job.spec.max_tokens) == (state, pause_reason, self.m.max_tokens)
+            assert (job.state, job.pause_reason, job.spec.max_tokens) == (
+                state,
+                pause_reason,
+                self.m.max_tokens,
+            )
             assert state != RUNNING or job.run_at is not None
 
     @precondition(has_job)
@@ -525,8 +634,11 @@ class StoreMachine(RuleBasedStateMachine):
             self.m.interrupted = None if reason is None else (reason, self.clock.ms)
 
     @precondition(has_job)
-    @rule(concurrency=st.one_of(st.none(), st.integers(1, 4)), rpm=st.one_of(st.none(), st.integers(1, 600)),
-          tpm=st.one_of(st.none(), st.integers(1, 10**6)))
+    @rule(
+        concurrency=st.one_of(st.none(), st.integers(1, 4)),
+        rpm=st.one_of(st.none(), st.integers(1, 600)),
+        tpm=st.one_of(st.none(), st.integers(1, 10**6)),
+    )
     def update_job(self, concurrency, rpm, tpm):
         """run/resume --concurrency/--rpm/--tpm: the next claim reads the new concurrency."""
         job = self.store.update_job(self.job_id, concurrency=concurrency, rpm=rpm, tpm=tpm)
@@ -535,7 +647,11 @@ class StoreMachine(RuleBasedStateMachine):
             m = self.m
             m.concurrency = m.concurrency if concurrency is None else concurrency
             m.rpm, m.tpm = (m.rpm if rpm is None else rpm), (m.tpm if tpm is None else tpm)
-            assert (job.spec.concurrency, job.spec.rpm, job.spec.tpm) == (m.concurrency, m.rpm, m.tpm)
+            assert (job.spec.concurrency, job.spec.rpm, job.spec.tpm) == (
+                m.concurrency,
+                m.rpm,
+                m.tpm,
+            )
 
     @precondition(lambda self: self.m is not None and not self.m.deleted)
     @rule(now=st.integers(0, 3))
@@ -549,15 +665,32 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.delete_job(self.job_id)
         self.m.deleted = True
         self.m.answers.clear()
-        assert self.store.get_job(self.job_id) is None and list(self.store.iter_items(self.job_id)) == []
+        assert (
+            self.store.get_job(self.job_id) is None
+            and list(self.store.iter_items(self.job_id)) == []
+        )
         assert self.store.list_batches(self.job_id) == []
         assert not self.store.delete_job(self.job_id), "a job is deleted once"
         if answered:  # a job asking what it answered gets nothing from it now
             probe = f"{self.job_id}p"
-            self.store.begin_job(JobSpec(job_id=probe, instruction="do it", source="/nowhere", source_kind="jsonl",
-                                         concurrency=1, retries=2, provider_key="p:sm"))
-            self.store.add_items(probe, [NewItem(i, f"line:{i + 1}", "q", "h:q", "p.jsonl", i, "1:1", 1,
-                                                 answer_key=key) for i, key in enumerate(answered)])
+            self.store.begin_job(
+                JobSpec(
+                    job_id=probe,
+                    instruction="do it",
+                    source="/nowhere",
+                    source_kind="jsonl",
+                    concurrency=1,
+                    retries=2,
+                    provider_key="p:sm",
+                )
+            )
+            self.store.add_items(
+                probe,
+                [
+                    NewItem(i, f"line:{i + 1}", "q", "h:q", "p.jsonl", i, "1:1", 1, answer_key=key)
+                    for i, key in enumerate(answered)
+                ],
+            )
             job = self.store.finish_job(probe)
             self.store.delete_job(probe)
             assert (job.reused, job.completed) == (0, 0), "a deleted job's answers are not reused"
@@ -575,7 +708,9 @@ class StoreMachine(RuleBasedStateMachine):
         self._claim(worker, hint, 1000, lease)
 
     def _claim(self, worker, hint, max_running, lease):
-        got = self.store.claim_item(self.job_id, hint, self.w(worker), lease_s=lease, max_running=max_running)
+        got = self.store.claim_item(
+            self.job_id, hint, self.w(worker), lease_s=lease, max_running=max_running
+        )
         self._check_claim(got, self.w(worker), hint, max_running, lease)
 
     def _check_claim(self, got, worker, hint, max_running, lease):
@@ -588,11 +723,18 @@ class StoreMachine(RuleBasedStateMachine):
         assert got.index == index and self.seen[index] == PENDING, "claims take only pending items"
         assert before != PENDING or got.index == hint, "the hint is taken when it is pending"
         it = self.m.items[index]
-        assert (got.content, got.name, got.attempts, got.rate_limit_waits) == \
-            (it.content, f"line:{index + 1}", it.attempts, it.waits)
+        assert (got.content, got.name, got.attempts, got.rate_limit_waits) == (
+            it.content,
+            f"line:{index + 1}",
+            it.attempts,
+            it.waits,
+        )
 
     @precondition(has_job)
-    @rule(worker=workers, usages=st.lists(st.builds(Usage, small_tokens, small_tokens), min_size=1, max_size=3))
+    @rule(
+        worker=workers,
+        usages=st.lists(st.builds(Usage, small_tokens, small_tokens), min_size=1, max_size=3),
+    )
     def work(self, worker, usages):
         """A worker's steady state, a few items in a row: claim, complete with what the provider
         reported. Small outputs, so a job soon learns an allowance below the configured one,
@@ -608,24 +750,45 @@ class StoreMachine(RuleBasedStateMachine):
             self.m.complete(self.m.items[got.index], "r", usage, None, None)
 
     @precondition(busy)
-    @rule(who=targets, result=texts, usage=st.builds(Usage, tokens, tokens),
-          provider=st.one_of(st.none(), texts), model=st.one_of(st.none(), texts))
+    @rule(
+        who=targets,
+        result=texts,
+        usage=st.builds(Usage, tokens, tokens),
+        provider=st.one_of(st.none(), texts),
+        model=st.one_of(st.none(), texts),
+    )
     def complete(self, who, result, usage, provider, model):
         worker, index = self._pick(*who)
-        done = self.store.complete_item(self.job_id, index, worker, result, usage, provider=provider, model=model)
+        done = self.store.complete_item(
+            self.job_id, index, worker, result, usage, provider=provider, model=model
+        )
         it = self.m.owned(index, worker)
         assert done == (it is not None)
         if it:
             self.m.complete(it, result, usage, provider, model)
 
     @precondition(busy)
-    @rule(who=targets, result=texts, usage=st.builds(Usage, tokens, tokens), hint=indexes,
-          max_running=st.integers(1, 5), lease=LEASES)
+    @rule(
+        who=targets,
+        result=texts,
+        usage=st.builds(Usage, tokens, tokens),
+        hint=indexes,
+        max_running=st.integers(1, 5),
+        lease=LEASES,
+    )
     def complete_and_claim(self, who, result, usage, hint, max_running, lease):
         """complete, then (only when it completed) claim for the same worker, in one step."""
         worker, index = self._pick(*who)
-        done, got = self.store.complete_and_claim(self.job_id, index, worker, result, usage, index_hint=hint,
-                                                  lease_s=lease, max_running=max_running)
+        done, got = self.store.complete_and_claim(
+            self.job_id,
+            index,
+            worker,
+            result,
+            usage,
+            index_hint=hint,
+            lease_s=lease,
+            max_running=max_running,
+        )
         it = self.m.owned(index, worker)
         assert done == (it is not None)
         if it is None:
@@ -653,7 +816,9 @@ class StoreMachine(RuleBasedStateMachine):
         self._attempt(*self._pick(*who), error, rate_limited=rate_limited)
 
     def _attempt(self, worker, index, error, *, rate_limited):
-        count = self.store.record_attempt(self.job_id, index, worker, error, rate_limited=rate_limited)
+        count = self.store.record_attempt(
+            self.job_id, index, worker, error, rate_limited=rate_limited
+        )
         it = self.m.owned(index, worker)
         if it is None:
             assert count == -1
@@ -701,7 +866,9 @@ class StoreMachine(RuleBasedStateMachine):
         picks = [index, *picks]
         n = self.store.renew_leases(worker, [(self.job_id, i) for i in picks], lease_s=lease)
         held = {i for i in picks if self.m.owned(i, worker)}
-        assert n == sum(1 for i in picks if i in held), "only the worker's own running items are renewed"
+        assert n == sum(1 for i in picks if i in held), (
+            "only the worker's own running items are renewed"
+        )
         for i in held:
             self.m.items[i].until = self.clock.ms + round(lease * 1000)
 
@@ -709,12 +876,17 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def release_expired(self):
         got = self.store.release_expired_leases()
-        due = [] if self.m.deleted else \
-            [it for it in self.m.items if it.status == CLAIMED and it.until < self.clock.ms]
+        due = (
+            []
+            if self.m.deleted
+            else [it for it in self.m.items if it.status == CLAIMED and it.until < self.clock.ms]
+        )
         for it in due:
             self.m.requeue(it)
         assert got.get(self.job_id, 0) == len(due), (got, due)
-        assert got.get(self.bystander, 0) == int(self.bystander_b3), "another job's expired item, counted apart"
+        assert got.get(self.bystander, 0) == int(self.bystander_b3), (
+            "another job's expired item, counted apart"
+        )
         assert set(got) <= {self.job_id, self.bystander}
         self.bystander_b3 = False
 
@@ -735,13 +907,24 @@ class StoreMachine(RuleBasedStateMachine):
         n = self.store.retry_failed(self.job_id)
         failed = [] if self.m.deleted else [it for it in self.m.items if it.status == FAILED]
         for it in failed:
-            it.status, it.attempts, it.waits, it.error = PENDING if it.dup_of is None else WAITING, 0, 0, None
+            it.status, it.attempts, it.waits, it.error = (
+                PENDING if it.dup_of is None else WAITING,
+                0,
+                0,
+                None,
+            )
         assert n == len(failed)
 
     # Workers ---------------------------------------------------------------------------------
     @precondition(has_job)
-    @rule(worker=workers, ttl=TTLS, threads=st.integers(1, 8), serves=st.sampled_from(["http", "hermes,http", ""]),
-          host=st.sampled_from(["h", "other"]), pid=st.integers(0, 3))
+    @rule(
+        worker=workers,
+        ttl=TTLS,
+        threads=st.integers(1, 8),
+        serves=st.sampled_from(["http", "hermes,http", ""]),
+        host=st.sampled_from(["h", "other"]),
+        pid=st.integers(0, 3),
+    )
     def heartbeat(self, worker, ttl, threads, serves, host, pid):
         """A beat: live for ttl from now; the first beat of a worker fixes its host, pid and start."""
         self._beat(worker, ttl, threads=threads, serves=serves, host=host, pid=pid)
@@ -749,12 +932,15 @@ class StoreMachine(RuleBasedStateMachine):
     def _beat(self, worker, ttl, *, threads, serves, host, pid):
         started = 1000.0 + WORKERS.index(worker) if worker in WORKERS else 999.0
         wid = self.w(worker)
-        self.store.heartbeat_worker(WorkerInfo(wid, host, pid, started, 0.0, threads, serves), ttl_s=ttl)
+        self.store.heartbeat_worker(
+            WorkerInfo(wid, host, pid, started, 0.0, threads, serves), ttl_s=ttl
+        )
         now = self.clock.ms
         known = self.m.workers.get(wid)
         first = (host, pid, started) if known is None else (known.host, known.pid, known.started_at)
-        self.m.workers[wid] = ModelWorker(*first, beat=now, until=now + round(ttl * 1000), threads=threads,
-                                          serves=serves)
+        self.m.workers[wid] = ModelWorker(
+            *first, beat=now, until=now + round(ttl * 1000), threads=threads, serves=serves
+        )
 
     @precondition(has_job)
     @rule(worker=workers)
@@ -766,21 +952,39 @@ class StoreMachine(RuleBasedStateMachine):
     # Provider batches: their items are running items owned by batch:<id>, so the owner-only
     # steps above (complete, fail, attempt, release, renew) reach them through _pick too.
     @precondition(has_job)
-    @rule(worker=workers, max_items=st.integers(1, MAX_ITEMS), lease=LEASES, hold=st.sampled_from([30.0, FAR_S]),
-          take_from=take_froms)
+    @rule(
+        worker=workers,
+        max_items=st.integers(1, MAX_ITEMS),
+        lease=LEASES,
+        hold=st.sampled_from([30.0, FAR_S]),
+        take_from=take_froms,
+    )
     def open_batch(self, worker, max_items, lease, hold, take_from):
         batch_id = f"b{next(self._ids)}"
         preparing = self.m.preparing
         take = self._taken_from(take_from, None if preparing is None else self.m.batches[preparing])
-        got = self.store.open_batch(self.job_id, self.w(worker), batch_id=batch_id, max_items=max_items, lease_s=lease,
-                                    hold_s=hold, take_from=take)
-        reason, opened = self.m.open_batch(batch_id, self.w(worker), max_items, lease, hold, take, self.clock.ms)
+        got = self.store.open_batch(
+            self.job_id,
+            self.w(worker),
+            batch_id=batch_id,
+            max_items=max_items,
+            lease_s=lease,
+            hold_s=hold,
+            take_from=take,
+        )
+        reason, opened = self.m.open_batch(
+            batch_id, self.w(worker), max_items, lease, hold, take, self.clock.ms
+        )
         if opened is None:
             assert isinstance(got, ClaimRefused) and got.reason == reason, (got, reason)
             return
         assert isinstance(got, BatchRecord) and got.batch_id == opened, (got, reason)
         b = self.m.batches[opened]
-        assert (got.items, got.lease_owner, round(got.lease_until * 1000)) == (b.items, b.owner, b.until)
+        assert (got.items, got.lease_owner, round(got.lease_until * 1000)) == (
+            b.items,
+            b.owner,
+            b.until,
+        )
 
     def _taken_from(self, take_from: str | None, batch: ModelBatch | None) -> str | None:
         if take_from == "holder":
@@ -805,12 +1009,18 @@ class StoreMachine(RuleBasedStateMachine):
             assert (got.lease_owner, round(got.lease_until * 1000)) == (b.owner, b.until)
 
     @precondition(lambda self: self.m is not None and self.m.batches)
-    @rule(pick=st.integers(0, 20), worker=batch_owners, status=st.sampled_from(["in_progress", BATCH_DONE]))
+    @rule(
+        pick=st.integers(0, 20),
+        worker=batch_owners,
+        status=st.sampled_from(["in_progress", BATCH_DONE]),
+    )
     def update_batch(self, pick, worker, status):
         """Only the lease holder records the provider's batch; done ends the lease."""
         batch_id = self._batch_pick(pick)
         wid = self.w(worker) if worker in WORKERS else worker
-        got = self.store.update_batch(self.job_id, batch_id, wid, provider_id="p-" + batch_id, status=status)
+        got = self.store.update_batch(
+            self.job_id, batch_id, wid, provider_id="p-" + batch_id, status=status
+        )
         b = self.m.batches[batch_id]
         ok = not self.m.deleted and b.owner == wid
         assert (got is not None) == ok, (got, b)
@@ -825,19 +1035,36 @@ class StoreMachine(RuleBasedStateMachine):
     def release_batch(self, pick):
         batch_id = self._batch_pick(pick)
         n = self.store.release_batch_items(self.job_id, batch_id)
-        held = [] if self.m.deleted else \
-            [it for it in self.m.items if it.status == CLAIMED and it.owner == BATCH_OWNER_PREFIX + batch_id]
+        held = (
+            []
+            if self.m.deleted
+            else [
+                it
+                for it in self.m.items
+                if it.status == CLAIMED and it.owner == BATCH_OWNER_PREFIX + batch_id
+            ]
+        )
         for it in held:
             self.m.requeue(it)
         assert n == len(held)
 
     # Events and reads ------------------------------------------------------------------------
     @precondition(has_job)
-    @rule(events=st.lists(st.builds(Event, kind=st.sampled_from(["note", "skipped", "item_failed"]), message=texts,
-                                    item_index=st.one_of(st.none(), st.integers(0, MAX_ITEMS - 1)),
-                                    error_type=st.one_of(st.none(), st.just("TransientError")),
-                                    http_status=st.one_of(st.none(), st.integers(400, 599)),
-                                    at=st.sampled_from([0.0, 1000.5])), min_size=1, max_size=3))
+    @rule(
+        events=st.lists(
+            st.builds(
+                Event,
+                kind=st.sampled_from(["note", "skipped", "item_failed"]),
+                message=texts,
+                item_index=st.one_of(st.none(), st.integers(0, MAX_ITEMS - 1)),
+                error_type=st.one_of(st.none(), st.just("TransientError")),
+                http_status=st.one_of(st.none(), st.integers(400, 599)),
+                at=st.sampled_from([0.0, 1000.5]),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
     def add_events(self, events):
         """Events are appended in order, as given, at the backend's now when their time is 0; the
         job's newest events and each item's end with them."""
@@ -869,27 +1096,55 @@ class StoreMachine(RuleBasedStateMachine):
             assert got.content == it.content, "an item not completed keeps its content"
         assert self.store.find_item(self.job_id, f"line:{index + 1}") == index
         assert self.store.find_item(self.job_id, "line:0") is None
-        assert self.store.item_names(self.job_id, [index, len(m.items)]) == {index: f"line:{index + 1}"}
+        assert self.store.item_names(self.job_id, [index, len(m.items)]) == {
+            index: f"line:{index + 1}"
+        }
         assert self.store.get_item(self.job_id, len(m.items)) is None
         pending = [it.estimate for it in m.items if it.status == PENDING]
         assert self.store.next_item_estimate(self.job_id) == (pending[0] if pending else None)
 
     # Reuse -----------------------------------------------------------------------------------
     @precondition(lambda self: self.m is not None and self.followup is None)
-    @rule(contents=st.lists(st.sampled_from(["a", "b", "", "é\x00z", "long " * 40, "new"]), min_size=1,
-                            max_size=4),
-          reuse=st.sampled_from([True, True, False]), kind=st.sampled_from(["jsonl", "directory"]))
+    @rule(
+        contents=st.lists(
+            st.sampled_from(["a", "b", "", "é\x00z", "long " * 40, "new"]), min_size=1, max_size=4
+        ),
+        reuse=st.sampled_from([True, True, False]),
+        kind=st.sampled_from(["jsonl", "directory"]),
+    )
     def reuse_answers(self, contents, reuse, kind):
         """A later job asks the same questions: an answer the first job completed (and still
         has: not deleted) is reused at create, completed with that answer and nothing charged;
         with reuse off (--fresh), nothing is."""
         self.followup = f"{self.job_id}f"
-        spec = JobSpec(job_id=self.followup, instruction="do it", source="/nowhere", source_kind=kind,
-                       concurrency=1, retries=2, provider_key="p:sm", reuse=reuse)
+        spec = JobSpec(
+            job_id=self.followup,
+            instruction="do it",
+            source="/nowhere",
+            source_kind=kind,
+            concurrency=1,
+            retries=2,
+            provider_key="p:sm",
+            reuse=reuse,
+        )
         self.store.begin_job(spec)
-        self.store.add_items(self.followup, [
-            NewItem(i, f"line:{i + 1}", c, f"h:{c}", "z.jsonl", i, "1:1", 7, answer_key=self.answer_key(c))
-            for i, c in enumerate(contents)])
+        self.store.add_items(
+            self.followup,
+            [
+                NewItem(
+                    i,
+                    f"line:{i + 1}",
+                    c,
+                    f"h:{c}",
+                    "z.jsonl",
+                    i,
+                    "1:1",
+                    7,
+                    answer_key=self.answer_key(c),
+                )
+                for i, c in enumerate(contents)
+            ],
+        )
         job = self.store.finish_job(self.followup)
         records = list(self.store.iter_items(self.followup, with_content=True))
         firsts: dict[str, int] = {}
@@ -898,16 +1153,36 @@ class StoreMachine(RuleBasedStateMachine):
             found = self.m.answers.get(self.answer_key(c)) if reuse else None
             if found is not None:
                 index, charged = found
-                want.append((COMPLETED, self.m.items[index].result, (self.job_id, index), charged,
-                             None if kind == "directory" else c))
+                want.append(
+                    (
+                        COMPLETED,
+                        self.m.items[index].result,
+                        (self.job_id, index),
+                        charged,
+                        None if kind == "directory" else c,
+                    )
+                )
                 continue
             first = firsts.setdefault(c, i)
             want.append((PENDING if first == i else WAITING, None, None, 0, c))
         got = [(r.status, r.result, r.reused_from, r.content) for r in records]
         assert got == [(s, res, frm, content) for s, res, frm, _, content in want], (got, want)
         reused = [w for w in want if w[0] == COMPLETED]
-        assert (job.total, job.completed, job.pending, job.reused, job.tokens_saved, job.tokens_charged) == \
-            (len(contents), len(reused), len(contents) - len(reused), len(reused), sum(w[3] for w in reused), 0)
+        assert (
+            job.total,
+            job.completed,
+            job.pending,
+            job.reused,
+            job.tokens_saved,
+            job.tokens_charged,
+        ) == (
+            len(contents),
+            len(reused),
+            len(contents) - len(reused),
+            len(reused),
+            sum(w[3] for w in reused),
+            0,
+        )
 
     # After every step ------------------------------------------------------------------------
     @invariant()
@@ -918,24 +1193,45 @@ class StoreMachine(RuleBasedStateMachine):
         self._check_workers()
         if m.deleted:
             assert self.store.get_job(self.job_id) is None
-            assert list(self.store.iter_items(self.job_id)) == [] and self.store.list_batches(self.job_id) == []
-            assert self.job_id not in self.store.active_job_ids() and self.job_id not in self.store.batch_job_ids()
-            assert set(self.store.find_job_ids(self.job_id)) == {self.bystander, *([self.followup] if self.followup else [])}
+            assert (
+                list(self.store.iter_items(self.job_id)) == []
+                and self.store.list_batches(self.job_id) == []
+            )
+            assert (
+                self.job_id not in self.store.active_job_ids()
+                and self.job_id not in self.store.batch_job_ids()
+            )
+            assert set(self.store.find_job_ids(self.job_id)) == {
+                self.bystander,
+                *([self.followup] if self.followup else []),
+            }
             self._check_bystander()
             return
         job = self.store.get_job(self.job_id)
         counts = (job.pending, job.running, job.completed, job.failed)
         # Waiting duplicates count as pending.
-        assert counts == (m.count(PENDING) + m.count(WAITING), *(m.count(s) for s in (CLAIMED, COMPLETED, FAILED))), \
-            (counts, m)
+        assert counts == (
+            m.count(PENDING) + m.count(WAITING),
+            *(m.count(s) for s in (CLAIMED, COMPLETED, FAILED)),
+        ), (counts, m)
         assert job.total == sum(counts) == len(m.items)
-        assert (job.state, job.pause_reason, job.spec.max_tokens) == (m.state, m.pause_reason, m.max_tokens)
+        assert (job.state, job.pause_reason, job.spec.max_tokens) == (
+            m.state,
+            m.pause_reason,
+            m.max_tokens,
+        )
         assert (job.spec.concurrency, job.spec.rpm, job.spec.tpm) == (m.concurrency, m.rpm, m.tpm)
         assert (job.interrupted, ms(job.interrupted_at)) == (m.interrupted or (None, None))
         assert (ms(job.run_at), ms(job.last_claim_at)) == (m.run_at, m.last_claim_at)
         assert job.tokens_reserved == m.reserved, (job.tokens_reserved, m.reserved)
-        assert job.running or job.tokens_reserved == 0, "reservations return to zero when nothing runs"
-        assert (job.tokens_charged, job.tokens_in, job.tokens_out) == (m.charged, m.tokens_in, m.tokens_out)
+        assert job.running or job.tokens_reserved == 0, (
+            "reservations return to zero when nothing runs"
+        )
+        assert (job.tokens_charged, job.tokens_in, job.tokens_out) == (
+            m.charged,
+            m.tokens_in,
+            m.tokens_out,
+        )
         if m.state == RUNNING:
             assert self.job_id in self.store.active_job_ids()
         if any(b.status != BATCH_DONE for b in m.batches.values()):
@@ -948,22 +1244,33 @@ class StoreMachine(RuleBasedStateMachine):
         for r, it in zip(records, m.items, strict=True):
             self._check_item(r, it)
         # failed_items reads the failed ones alone (a partial index, the failed set): the same records
-        assert self.store.failed_items(self.job_id, len(m.items) + 1) == [r for r in records if r.status == FAILED]
+        assert self.store.failed_items(self.job_id, len(m.items) + 1) == [
+            r for r in records if r.status == FAILED
+        ]
         # Batches: each one's state and lease, and the items it holds, one by one.
         batches = {b.batch_id: b for b in self.store.list_batches(self.job_id)}
         assert set(batches) == set(m.batches)
         for batch_id, b in m.batches.items():
             got = batches[batch_id]
-            assert (got.status, got.items, got.lease_owner) == (b.status, b.items, b.owner), (got, b)
+            assert (got.status, got.items, got.lease_owner) == (b.status, b.items, b.owner), (
+                got,
+                b,
+            )
             assert b.owner is None or round(got.lease_until * 1000) == b.until
-            held = [i for i, it in enumerate(m.items) if it.status == CLAIMED and it.owner == BATCH_OWNER_PREFIX + batch_id]
+            held = [
+                i
+                for i, it in enumerate(m.items)
+                if it.status == CLAIMED and it.owner == BATCH_OWNER_PREFIX + batch_id
+            ]
             assert [x.index for x in self.store.iter_batch_items(self.job_id, batch_id)] == held
         self._check_bystander()
         assert now == self.clock.ms
 
     def _check_bystander(self) -> None:
         others = {"b1": 1, "b2": 1, **({"b3": 1} if self.bystander_b3 else {})}
-        assert self.store.item_owners() == {**self.m.owners(), **others}, "at most one owner per item, the right one"
+        assert self.store.item_owners() == {**self.m.owners(), **others}, (
+            "at most one owner per item, the right one"
+        )
         other = self.store.get_job(self.bystander)
         held = len(others)
         assert (other.pending, other.running, other.tokens_reserved) == (3 - held, held, 5 * held)
@@ -972,23 +1279,45 @@ class StoreMachine(RuleBasedStateMachine):
         """live_workers: the live ones by the clock (a beat within its ttl), each with the very
         items it holds, job by job and index by index (per item, not a count)."""
         now = self.clock.ms
-        mine = {w.worker_id: w for w in self.store.live_workers() if w.worker_id.startswith(self.job_id)}
+        mine = {
+            w.worker_id: w for w in self.store.live_workers() if w.worker_id.startswith(self.job_id)
+        }
         live = self.m.live(now)
         assert set(mine) == set(live), (sorted(mine), sorted(live), now)
         for wid, info in live.items():
             got = mine[wid]
-            held = [] if self.m.deleted else \
-                [(self.job_id, i) for i, it in enumerate(self.m.items) if it.status == CLAIMED and it.owner == wid]
-            assert (got.host, got.pid, got.started_at, ms(got.heartbeat_at), got.threads, got.serves) == \
-                (info.host, info.pid, info.started_at, info.beat, info.threads, info.serves), (got, info)
+            held = (
+                []
+                if self.m.deleted
+                else [
+                    (self.job_id, i)
+                    for i, it in enumerate(self.m.items)
+                    if it.status == CLAIMED and it.owner == wid
+                ]
+            )
+            assert (
+                got.host,
+                got.pid,
+                got.started_at,
+                ms(got.heartbeat_at),
+                got.threads,
+                got.serves,
+            ) == (info.host, info.pid, info.started_at, info.beat, info.threads, info.serves), (
+                got,
+                info,
+            )
             assert got.holding == held, (wid, got.holding, held)
-        bare = {w.worker_id: w.holding for w in self.store.live_workers(holding=False)
-                if w.worker_id.startswith(self.job_id)}
+        bare = {
+            w.worker_id: w.holding
+            for w in self.store.live_workers(holding=False)
+            if w.worker_id.startswith(self.job_id)
+        }
         assert bare == {wid: [] for wid in live}, "holding=False: the registry alone"
 
     def _check_item(self, r, it: ModelItem) -> None:
-        assert (self.seen[r.index], r.status) in ITEM_MOVES or self.seen[r.index] == r.status, \
+        assert (self.seen[r.index], r.status) in ITEM_MOVES or self.seen[r.index] == r.status, (
             f"item {r.index}: {self.seen[r.index]} -> {r.status} is not in the state table"
+        )
         self.seen[r.index] = r.status
         assert (r.status, r.attempts) == (it.status, it.attempts), (r, it)
         if it.status == COMPLETED:
@@ -999,7 +1328,11 @@ class StoreMachine(RuleBasedStateMachine):
             assert r.result is None
         if it.status == FAILED:
             e = it.error
-            assert (r.error_type, r.http_status, r.error_message) == (e.error_type, e.http_status, e.message)
+            assert (r.error_type, r.http_status, r.error_message) == (
+                e.error_type,
+                e.http_status,
+                e.message,
+            )
         elif it.status in (PENDING, WAITING):
             assert (r.error_type, r.http_status, r.error_message) == (None, None, None), r
 

@@ -15,7 +15,11 @@ BACKENDS = ["sqlite", "redis"]
 
 @pytest.fixture(params=BACKENDS)
 def store(request, tmp_path):
-    url = f"sqlite:///{tmp_path / 'bulk.db'}" if request.param == "sqlite" else request.getfixturevalue("redis_url")
+    url = (
+        f"sqlite:///{tmp_path / 'bulk.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("redis_url")
+    )
     backend = broker.build_backend(url)
     yield backend.store
     backend.close()
@@ -23,23 +27,47 @@ def store(request, tmp_path):
 
 def _job(job_id: str, **spec) -> SimpleNamespace:
     """What can_serve reads of a job: its id and spec."""
-    return SimpleNamespace(job_id=job_id, spec=JobSpec(job_id=job_id, instruction="i", source="/s",
-                                                        source_kind="file", concurrency=2, retries=0, **spec))
+    return SimpleNamespace(
+        job_id=job_id,
+        spec=JobSpec(
+            job_id=job_id,
+            instruction="i",
+            source="/s",
+            source_kind="file",
+            concurrency=2,
+            retries=0,
+            **spec,
+        ),
+    )
 
 
 def test_the_registry_keeps_what_a_worker_serves(store):
     own = endpoints.own_route("http://a.example/v1", "sk-a")
-    store.heartbeat_worker(WorkerInfo("w-all", "h", 1, store.now(), 0.0, 4, serves_record([own, "http"])), ttl_s=10)
-    store.heartbeat_worker(WorkerInfo("w-one", "h", 2, store.now(), 0.0, 2,
-                                      serves_record([own, "http"], only_job="j1")), ttl_s=10)
+    store.heartbeat_worker(
+        WorkerInfo("w-all", "h", 1, store.now(), 0.0, 4, serves_record([own, "http"])), ttl_s=10
+    )
+    store.heartbeat_worker(
+        WorkerInfo(
+            "w-one", "h", 2, store.now(), 0.0, 2, serves_record([own, "http"], only_job="j1")
+        ),
+        ttl_s=10,
+    )
     store.heartbeat_worker(WorkerInfo("w-old", "h", 3, store.now(), 0.0, 1), ttl_s=10)
     live = {w.worker_id: w for w in store.live_workers(holding=False)}
     assert live["w-all"].serves == f"{own},http" and live["w-old"].serves == ""
-    mine = _job("j1", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-a"))
-    other_key = _job("j2", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-b"))
+    mine = _job(
+        "j1", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-a")
+    )
+    other_key = _job(
+        "j2", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-b")
+    )
     legacy = _job("j3")
     hermes = _job("j4", client="hermes")
     assert [can_serve(live[w], mine) for w in ("w-all", "w-one", "w-old")] == [True, True, False]
-    assert [can_serve(live[w], other_key) for w in ("w-all", "w-one", "w-old")] == [False, False, False]
+    assert [can_serve(live[w], other_key) for w in ("w-all", "w-one", "w-old")] == [
+        False,
+        False,
+        False,
+    ]
     assert [can_serve(live[w], legacy) for w in ("w-all", "w-one", "w-old")] == [True, False, True]
     assert not any(can_serve(w, hermes) for w in live.values())

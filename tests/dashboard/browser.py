@@ -19,10 +19,22 @@ from typing import Any
 import httpx
 from websockets.sync.client import connect
 
-FLAGS = ["--headless=new", "--no-sandbox",  # root in CI: Chromium's sandbox refuses root
-         "--disable-gpu", "--no-first-run", "--no-default-browser-check", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-extensions", "--metrics-recording-only",
-         "--no-pings", "--disable-domain-reliability", "--window-size=1280,900", "--remote-debugging-port=0"]
+FLAGS = [
+    "--headless=new",
+    "--no-sandbox",  # root in CI: Chromium's sandbox refuses root
+    "--disable-gpu",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--metrics-recording-only",
+    "--no-pings",
+    "--disable-domain-reliability",
+    "--window-size=1280,900",
+    "--remote-debugging-port=0",
+]
 
 
 def chromium_path() -> str | None:
@@ -34,8 +46,11 @@ class Browser:
 
     def __init__(self, exe: str) -> None:
         self.profile = Path(tempfile.mkdtemp(prefix="hermes-bulk-chromium-"))
-        self.proc = subprocess.Popen([exe, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [exe, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         port_file = self.profile / "DevToolsActivePort"
         deadline = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().count("\n") >= 1):
@@ -64,9 +79,13 @@ class Browser:
                 return message.get("result", {})
 
     def evaluate(self, expression: str) -> Any:
-        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        result = self.send(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in result:
-            raise RuntimeError(f"in the page: {result['exceptionDetails'].get('exception', {}).get('description')}")
+            raise RuntimeError(
+                f"in the page: {result['exceptionDetails'].get('exception', {}).get('description')}"
+            )
         return result["result"].get("value")
 
     def navigate(self, url: str) -> None:

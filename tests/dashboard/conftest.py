@@ -28,7 +28,9 @@ TOKEN = "a-dashboard-token-for-tests-0123456789"
 HOSTILE_DIR = "<script>window.__pwned=1<"
 HOSTILE_FILE = "script>.txt"
 HOSTILE_NAME = f"{HOSTILE_DIR}/{HOSTILE_FILE}"
-HOSTILE_CONTENT = "PERMANENT-400 <script>window.__pwned=2</script><img src=x onerror=\"window.__pwned=3\">"
+HOSTILE_CONTENT = (
+    'PERMANENT-400 <script>window.__pwned=2</script><img src=x onerror="window.__pwned=3">'
+)
 
 
 @dataclass
@@ -57,9 +59,14 @@ class Dashboard:
 
 
 def start_dashboard(cli, *args: str, **env: str) -> Dashboard:
-    proc = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "dashboard", "--port", "0", *args],
-                            env=cli.full_env(**env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hermes_bulk", "dashboard", "--port", "0", *args],
+        env=cli.full_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     lines: list[str] = []
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -110,7 +117,9 @@ def make_folder(root: Path, n: int) -> Path:
 def job_with_a_failure(cli, fake_provider, tmp_path) -> str:
     """A finished job: 6 items completed and the hostile one failed (HTTP 400, no retries)."""
     fake_provider.configure(item_faults={"PERMANENT-400": "400"})
-    job_id = cli.create("Summarize <b>this</b>", make_folder(tmp_path / "items", 6), "--retries", "0")
+    job_id = cli.create(
+        "Summarize <b>this</b>", make_folder(tmp_path / "items", 6), "--retries", "0"
+    )
     cli("run", job_id, "--wait", check=False)
     return job_id
 

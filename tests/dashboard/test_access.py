@@ -29,8 +29,17 @@ from hermes_bulk.frontends.dashboard.access import (
 TOKEN = "a-dashboard-token-for-tests-0123456789"
 COOKIE = "hermes_bulk_dashboard_8000"
 
-NEAR_MISSES = ["", " ", TOKEN[:1], TOKEN[:-1], TOKEN + "x", TOKEN.upper(), TOKEN[1:], TOKEN[:8] + " " + TOKEN[8:],
-               TOKEN + "\x00"]
+NEAR_MISSES = [
+    "",
+    " ",
+    TOKEN[:1],
+    TOKEN[:-1],
+    TOKEN + "x",
+    TOKEN.upper(),
+    TOKEN[1:],
+    TOKEN[:8] + " " + TOKEN[8:],
+    TOKEN + "\x00",
+]
 
 
 def _by(place: str, given: str) -> dict:
@@ -56,8 +65,9 @@ def test_the_token_itself_is_let_in(place):
     assert Access(TOKEN, COOKIE).check("GET", **_by(place, TOKEN)).allowed
 
 
-@pytest.mark.parametrize("path", ["//evil.example/x", "///evil.example/x", "/\\evil.example/x",
-                                  "//evil.example"])
+@pytest.mark.parametrize(
+    "path", ["//evil.example/x", "///evil.example/x", "/\\evil.example/x", "//evil.example"]
+)
 def test_the_token_redirect_stays_on_this_dashboard(dashboard, path):
     """A token in the URL is swapped for a cookie by a redirect to the same path: a path that
     starts with two slashes (or a slash and a backslash) would be an address elsewhere."""
@@ -73,17 +83,33 @@ def test_the_token_redirect_stays_on_this_dashboard(dashboard, path):
 # Every rule of access.py, one by one (the HTTP tests drive them through a real dashboard) ----
 
 
-@pytest.mark.parametrize("host, loopback", [("localhost", True), ("LOCALHOST", True), ("127.0.0.1", True),
-                                            ("127.9.8.7", True), ("::1", True), ("[::1]", True),
-                                            ("0.0.0.0", False), ("10.0.0.1", False), ("example.com", False),
-                                            ("localhost.example.com", False), ("", False)])
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("127.0.0.1", True),
+        ("127.9.8.7", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("0.0.0.0", False),
+        ("10.0.0.1", False),
+        ("example.com", False),
+        ("localhost.example.com", False),
+        ("", False),
+    ],
+)
 def test_is_loopback(host, loopback):
     assert is_loopback(host) is loopback
 
 
 def test_choose_token_makes_a_random_one_only_on_loopback():
     token, made = choose_token(None, "127.0.0.1")
-    assert made is True and len(token) >= MIN_TOKEN_CHARS and choose_token(None, "127.0.0.1")[0] != token
+    assert (
+        made is True
+        and len(token) >= MIN_TOKEN_CHARS
+        and choose_token(None, "127.0.0.1")[0] != token
+    )
     assert choose_token("   ", "localhost")[1] is True, "a blank setting is no setting"
     with pytest.raises(UsageError, match="not a loopback address"):
         choose_token(None, "0.0.0.0")
@@ -104,29 +130,40 @@ def test_a_token_in_the_query_is_only_for_get_and_becomes_a_cookie():
     access = Access(TOKEN, COOKIE)
     by_query = access.check("GET", {}, {}, {"token": TOKEN})
     assert by_query.allowed and by_query.from_query
-    assert not access.check("GET", {"authorization": f"Bearer {TOKEN}"}, {}, {"token": TOKEN}).from_query
+    assert not access.check(
+        "GET", {"authorization": f"Bearer {TOKEN}"}, {}, {"token": TOKEN}
+    ).from_query
     assert not access.check("GET", {}, {COOKIE: TOKEN}, {}).from_query
-    assert not access.check("POST", {"host": "h"}, {}, {"token": TOKEN}).allowed, "an action never by URL"
+    assert not access.check("POST", {"host": "h"}, {}, {"token": TOKEN}).allowed, (
+        "an action never by URL"
+    )
     assert not access.check("GET", {"authorization": f"Basic {TOKEN}"}, {}, {}).allowed
 
 
 HOST = "127.0.0.1:8000"
 
 
-@pytest.mark.parametrize("headers, bearer, same", [
-    ({"host": HOST, "origin": f"http://{HOST}"}, False, True),
-    ({"host": HOST, "origin": f"https://{HOST}"}, False, True),  # behind a TLS proxy
-    ({"host": HOST, "origin": "http://127.0.0.1:8001"}, False, False),
-    ({"host": HOST, "origin": "http://evil.example"}, True, False),
-    ({"host": HOST, "origin": "null"}, False, False),
-    ({"host": HOST, "origin": "null"}, True, False),
-    ({"host": HOST}, False, False),  # no Origin: a browser form would have one; only a bearer client
-    ({"host": HOST}, True, True),
-    ({"host": HOST, "origin": f"http://{HOST}", "sec-fetch-site": "same-origin"}, False, True),
-    ({"host": HOST, "origin": f"http://{HOST}", "sec-fetch-site": "cross-site"}, False, False),
-    ({"host": HOST, "sec-fetch-site": "same-site"}, True, False),
-    ({"host": HOST.upper(), "origin": f"http://{HOST}"}, False, True),
-])
+@pytest.mark.parametrize(
+    "headers, bearer, same",
+    [
+        ({"host": HOST, "origin": f"http://{HOST}"}, False, True),
+        ({"host": HOST, "origin": f"https://{HOST}"}, False, True),  # behind a TLS proxy
+        ({"host": HOST, "origin": "http://127.0.0.1:8001"}, False, False),
+        ({"host": HOST, "origin": "http://evil.example"}, True, False),
+        ({"host": HOST, "origin": "null"}, False, False),
+        ({"host": HOST, "origin": "null"}, True, False),
+        (
+            {"host": HOST},
+            False,
+            False,
+        ),  # no Origin: a browser form would have one; only a bearer client
+        ({"host": HOST}, True, True),
+        ({"host": HOST, "origin": f"http://{HOST}", "sec-fetch-site": "same-origin"}, False, True),
+        ({"host": HOST, "origin": f"http://{HOST}", "sec-fetch-site": "cross-site"}, False, False),
+        ({"host": HOST, "sec-fetch-site": "same-site"}, True, False),
+        ({"host": HOST.upper(), "origin": f"http://{HOST}"}, False, True),
+    ],
+)
 def test_same_origin(headers, bearer, same):
     assert same_origin(headers, bearer=bearer) is same
 
@@ -135,9 +172,12 @@ def test_an_action_needs_the_token_and_the_same_origin():
     access = Access(TOKEN, COOKIE)
     own = {"host": HOST, "origin": f"http://{HOST}"}
     assert access.check("POST", own, {COOKIE: TOKEN}, {}) == Verdict(True)
-    assert access.check("POST", {**own, "origin": "http://evil.example"}, {COOKIE: TOKEN}, {}) \
-        == Verdict(False, CROSS_SITE)
-    assert access.check("POST", {"host": HOST, "authorization": f"Bearer {TOKEN}"}, {}, {}) == Verdict(True)
+    assert access.check(
+        "POST", {**own, "origin": "http://evil.example"}, {COOKIE: TOKEN}, {}
+    ) == Verdict(False, CROSS_SITE)
+    assert access.check(
+        "POST", {"host": HOST, "authorization": f"Bearer {TOKEN}"}, {}, {}
+    ) == Verdict(True)
     assert access.check("POST", {"host": HOST}, {COOKIE: TOKEN}, {}) == Verdict(False, CROSS_SITE)
     assert access.check("HEAD", {}, {COOKIE: TOKEN}, {}).allowed
 
@@ -158,11 +198,22 @@ def test_a_token_in_the_url_never_allows_an_action_even_from_the_page_itself(met
 
 @pytest.mark.parametrize("scheme", ["Aearer", "Zearer", "Bearerx", "Token "])
 def test_only_the_bearer_scheme_carries_the_token(scheme):
-    assert not Access(TOKEN, COOKIE).check("GET", {"authorization": f"{scheme} {TOKEN}"}, {}, {}).allowed
+    assert (
+        not Access(TOKEN, COOKIE)
+        .check("GET", {"authorization": f"{scheme} {TOKEN}"}, {}, {})
+        .allowed
+    )
 
 
-@pytest.mark.parametrize("origin", ["http://127.0.0.1:800", "http://127.0.0.1:80000", "http://127.0.0.1",
-                                    "http://127.0.0.1:8000.evil.example"])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://127.0.0.1:800",
+        "http://127.0.0.1:80000",
+        "http://127.0.0.1",
+        "http://127.0.0.1:8000.evil.example",
+    ],
+)
 def test_an_origin_that_only_begins_or_ends_like_this_host_is_another_site(origin):
     assert same_origin({"host": HOST, "origin": origin}, bearer=True) is False
 

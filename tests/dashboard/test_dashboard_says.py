@@ -10,7 +10,7 @@ from ..helpers import wait_for
 from .test_dashboard_browser import browser  # noqa: F401 - the fixture
 
 
-def _bar_widths(browser, job_id: str) -> tuple[str, str] | None:  # noqa: F811
+def _bar_widths(browser, job_id: str) -> tuple[str, str] | None:
     return browser.evaluate(f"""(() => {{
         const bar = document.querySelector('tr[data-job="{job_id}"] .bar');
         if (!bar) return null;
@@ -20,7 +20,12 @@ def _bar_widths(browser, job_id: str) -> tuple[str, str] | None:  # noqa: F811
 
 
 def test_a_failed_job_is_drawn_failed_actions_speak_dashboard_and_a_restart_asks_for_the_token(
-        cli, fake_provider, dashboard, browser, tmp_path):  # noqa: F811
+    cli,
+    fake_provider,
+    dashboard,
+    browser,
+    tmp_path,
+):
     fake_provider.configure(item_faults={"BAD": "400"})
     folder = tmp_path / "items"
     folder.mkdir()
@@ -40,15 +45,29 @@ def test_a_failed_job_is_drawn_failed_actions_speak_dashboard_and_a_restart_asks
     assert colours[1] == "rgb(192, 57, 43)", colours
 
     browser.navigate(f"{first.base}/jobs/{job_id}")
-    wait_for(lambda: browser.evaluate("!document.querySelector('#do-retry').disabled"), message="Retry enabled")
+    wait_for(
+        lambda: browser.evaluate("!document.querySelector('#do-retry').disabled"),
+        message="Retry enabled",
+    )
     browser.click("#do-retry")
-    said = wait_for(lambda: browser.evaluate("document.querySelector('#said').textContent") or None,
-                    timeout=30, message="the answer to Retry")
+    said = wait_for(
+        lambda: browser.evaluate("document.querySelector('#said').textContent") or None,
+        timeout=30,
+        message="the answer to Retry",
+    )
     assert "4 failed items returned to the queue" in said and "hermes-bulk" not in said, said
-    wait_for(lambda: browser.evaluate("!document.querySelector('#do-pause').disabled"), message="Pause enabled")
+    wait_for(
+        lambda: browser.evaluate("!document.querySelector('#do-pause').disabled"),
+        message="Pause enabled",
+    )
     browser.click("#do-pause")
-    said = wait_for(lambda: "paused" in (t := browser.evaluate("document.querySelector('#said').textContent"))
-                    and t, timeout=30, message="the answer to Pause")
+    said = wait_for(
+        lambda: (
+            "paused" in (t := browser.evaluate("document.querySelector('#said').textContent")) and t
+        ),
+        timeout=30,
+        message="the answer to Pause",
+    )
     assert "Press Resume" in said and "hermes-bulk" not in said, said
 
     # The dashboard restarts on the same port with a new token; the tab stays open
@@ -56,15 +75,28 @@ def test_a_failed_job_is_drawn_failed_actions_speak_dashboard_and_a_restart_asks
     first.stop()
     second = dashboard("--port", str(port))
     assert second.token != first.token
-    wait_for(lambda: browser.evaluate("!!document.querySelector('#ask-token')"), timeout=30,
-             message="the page to ask for the token")
+    wait_for(
+        lambda: browser.evaluate("!!document.querySelector('#ask-token')"),
+        timeout=30,
+        message="the page to ask for the token",
+    )
     text = browser.evaluate("document.body.innerText")
     assert "HTTP 403" not in text and "Token needed" in text
-    assert browser.evaluate("document.querySelectorAll('#f-state, tr[data-job]').length") == 0, "no stale figures"
+    assert browser.evaluate("document.querySelectorAll('#f-state, tr[data-job]').length") == 0, (
+        "no stale figures"
+    )
 
     browser.evaluate(f"document.querySelector('#token').value = {second.token!r}")
     browser.click("#token-go")
-    wait_for(lambda: browser.evaluate("document.querySelector('#f-state') && "
-                                      "document.querySelector('#f-state').textContent") == "paused",
-             timeout=30, message="the job's page again, with the new token")
+    wait_for(
+        lambda: (
+            browser.evaluate(
+                "document.querySelector('#f-state') && "
+                "document.querySelector('#f-state').textContent"
+            )
+            == "paused"
+        ),
+        timeout=30,
+        message="the job's page again, with the new token",
+    )
     assert browser.evaluate("location.search") == ""

@@ -7,11 +7,28 @@ from hermes_bulk.store.protocol import JobRecord, JobSpec
 
 
 def job(completed: int, failed: int = 0, job_id: str = "j1") -> JobRecord:
-    spec = JobSpec(job_id=job_id, instruction="x", source="/s", source_kind="file", concurrency=1, retries=0)
-    return JobRecord(spec=spec, created_at=0.0, state="running", pause_reason=None, total=1000,
-                     pending=1000 - completed - failed, running=0, completed=completed, failed=failed, tokens_in=0,
-                     tokens_out=0, tokens_charged=0, tokens_reserved=0, estimated_tokens=0, skipped=0,
-                     last_claim_at=None, run_at=None)
+    spec = JobSpec(
+        job_id=job_id, instruction="x", source="/s", source_kind="file", concurrency=1, retries=0
+    )
+    return JobRecord(
+        spec=spec,
+        created_at=0.0,
+        state="running",
+        pause_reason=None,
+        total=1000,
+        pending=1000 - completed - failed,
+        running=0,
+        completed=completed,
+        failed=failed,
+        tokens_in=0,
+        tokens_out=0,
+        tokens_charged=0,
+        tokens_reserved=0,
+        estimated_tokens=0,
+        skipped=0,
+        last_claim_at=None,
+        run_at=None,
+    )
 
 
 def test_items_per_minute_is_the_settled_change_over_the_last_five_minutes():
@@ -22,7 +39,9 @@ def test_items_per_minute_is_the_settled_change_over_the_last_five_minutes():
     assert s.per_minute("j1", 1002.0) is None, "samples too close together"
     s.add(job(8, 2), 1060.0)  # 10 settled in a minute, failures counted
     assert s.per_minute("j1", 1060.0) == 10.0
-    s.add(job(8, 2), 1000.0 + RATE_WINDOW_S + 60)  # nothing settled since: the window drops the first samples
+    s.add(
+        job(8, 2), 1000.0 + RATE_WINDOW_S + 60
+    )  # nothing settled since: the window drops the first samples
     assert s.per_minute("j1", 1000.0 + RATE_WINDOW_S + 60) == 0.0
 
 

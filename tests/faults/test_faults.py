@@ -69,9 +69,12 @@ def stop(*procs) -> None:
 
 
 def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_flight(
-        backend, cli, tmp_path, fake_provider, request):
+    backend, cli, tmp_path, fake_provider, request
+):
     src = jsonl(tmp_path / "items.jsonl", 500)
-    fake_provider.configure(latency_s=0.15)  # 8 in flight: about 50 items a second, so 10 rounds fit
+    fake_provider.configure(
+        latency_s=0.15
+    )  # 8 in flight: about 50 items a second, so 10 rounds fit
     job_id = cli.create("Process", src, "--concurrency", "8")
     rng = random.Random(7)
     kills: list[float] = []
@@ -83,11 +86,18 @@ def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_fli
             # redis-server restarts under the running workers; they go on once it is back. Both
             # must be up first: one still starting when Redis went away exits, as it should
             # (a worker that cannot reach its backend at start says so and stops).
-            wait_for(lambda: status(cli, job_id)["live_workers"] >= 2, timeout=30, message="both workers up")
+            wait_for(
+                lambda: status(cli, job_id)["live_workers"] >= 2,
+                timeout=30,
+                message="both workers up",
+            )
             before = status(cli, job_id)["completed"]
             request.getfixturevalue("redis_server").restart(graceful=True)
-            wait_for(lambda before=before: status(cli, job_id)["completed"] > before + 8, timeout=30,
-                     message="progress after the Redis restart")
+            wait_for(
+                lambda before=before: status(cli, job_id)["completed"] > before + 8,
+                timeout=30,
+                message="progress after the Redis restart",
+            )
             assert all(w.poll() is None for w in workers), "workers outlive a Redis restart"
         for w in workers:
             w.send_signal(signal.SIGKILL)
@@ -101,7 +111,9 @@ def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_fli
     assert (done["state"], done["completed"], done["failed"]) == ("completed", 500, 0)
     rows = exported(cli, job_id)
     assert [r["item"] for r in rows] == [f"line:{i + 1}" for i in range(500)]
-    assert all(r["result"] == expected_answer(json.dumps({"n": i})) for i, r in enumerate(rows)), "exactly once, own answer"
+    assert all(r["result"] == expected_answer(json.dumps({"n": i})) for i, r in enumerate(rows)), (
+        "exactly once, own answer"
+    )
     by_item: dict[str, list[float]] = defaultdict(list)
     for r in fake_provider.requests:
         by_item[r.item].append(r.at)
@@ -109,12 +121,15 @@ def test_kill_9_at_random_moments_loses_nothing_and_resends_only_what_was_in_fli
     resent = {item: times for item, times in by_item.items() if len(times) > 1}
     for item, times in resent.items():
         for earlier, later in zip(times, times[1:], strict=False):
-            assert any(earlier < k < later for k in kills), f"item {item} was sent again without a kill in between"
+            assert any(earlier < k < later for k in kills), (
+                f"item {item} was sent again without a kill in between"
+            )
     assert len(resent) <= len(kills) * 16, "at most the items in flight at each kill are sent again"
 
 
 def test_a_new_worker_returns_a_killed_workers_items_at_once_while_another_worker_is_alive(
-        cli, settings, tmp_path, fake_provider):
+    cli, settings, tmp_path, fake_provider
+):
     # Lease 60 s: maintenance runs every 5 s, so an item back sooner came back at start.
     lease = {"HERMES_BULK_LEASE_SECONDS": "60"}
     fake_provider.configure(item_faults={'"n"': "timeout"}, hang_s=300)  # every request hangs
@@ -125,26 +140,43 @@ def test_a_new_worker_returns_a_killed_workers_items_at_once_while_another_worke
     # stand-in without a maintenance loop, so nothing but the new worker can return the items.)
     alive_id = f"{socket.gethostname()}:{os.getpid()}:alive0"
     lock_fd = Liveness(open_backend(settings).store, settings.home / "workers").hold_lock(alive_id)
-    store.heartbeat_worker(WorkerInfo(alive_id, socket.gethostname(), os.getpid(), time.time(), 0.0, 1), ttl_s=600)
+    store.heartbeat_worker(
+        WorkerInfo(alive_id, socket.gethostname(), os.getpid(), time.time(), 0.0, 1), ttl_s=600
+    )
     doomed = cli.spawn_worker("-w", "4", **lease)
     restarted = None
     try:
-        wait_for(lambda: len(fake_provider.requests) == 4, message="the first worker's four requests hanging")
+        wait_for(
+            lambda: len(fake_provider.requests) == 4,
+            message="the first worker's four requests hanging",
+        )
         owners = store.item_owners()
         (dead_id,) = owners
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(10)
         restarted = cli.spawn_worker("-w", "4", **lease)
         known = {alive_id, dead_id}
-        wait_for(lambda: {w.worker_id for w in store.live_workers()} - known, interval=0.01,
-                 message="the new worker registered")
+        wait_for(
+            lambda: {w.worker_id for w in store.live_workers()} - known,
+            interval=0.01,
+            message="the new worker registered",
+        )
         registered = time.monotonic()
-        wait_for(lambda: dead_id not in store.item_owners(), timeout=20, interval=0.01,
-                 message="the killed worker's items returned")
+        wait_for(
+            lambda: dead_id not in store.item_owners(),
+            timeout=20,
+            interval=0.01,
+            message="the killed worker's items returned",
+        )
         returned = time.monotonic() - registered
-        assert returned < 2.5, f"returned {returned:.1f} s after the new worker started, not at once"
-        wait_for(lambda: sum(store.item_owners().values()) == 4 and len(fake_provider.requests) == 8,
-                 timeout=20, message="the items running again on the new worker")
+        assert returned < 2.5, (
+            f"returned {returned:.1f} s after the new worker started, not at once"
+        )
+        wait_for(
+            lambda: sum(store.item_owners().values()) == 4 and len(fake_provider.requests) == 8,
+            timeout=20,
+            message="the items running again on the new worker",
+        )
     finally:
         for proc in (doomed, restarted):
             if proc is not None and proc.poll() is None:
@@ -154,7 +186,9 @@ def test_a_new_worker_returns_a_killed_workers_items_at_once_while_another_worke
         os.close(lock_fd)
 
 
-def test_a_429_pauses_every_worker_in_every_process_for_retry_after(backend, cli, tmp_path, fake_provider):
+def test_a_429_pauses_every_worker_in_every_process_for_retry_after(
+    backend, cli, tmp_path, fake_provider
+):
     src = jsonl(tmp_path / "items.jsonl", 400)
     fake_provider.configure(latency_s=0.01)
     job_id = cli.create("Process", src, "--concurrency", "16")
@@ -164,7 +198,9 @@ def test_a_429_pauses_every_worker_in_every_process_for_retry_after(backend, cli
         wait_for(lambda: len(fake_provider.requests) > 60, message="both processes busy")
         fake_provider.configure(script=["429:3"])
         wait_for(lambda: any(r.status == 429 for r in fake_provider.requests), message="the 429")
-        wait_for(lambda: status(cli, job_id)["state"] == "completed", timeout=120, message="completion")
+        wait_for(
+            lambda: status(cli, job_id)["state"] == "completed", timeout=120, message="completion"
+        )
     finally:
         stop(*workers)
     (t429,) = [r.at for r in fake_provider.requests if r.status == 429]
@@ -177,10 +213,14 @@ def test_a_429_pauses_every_worker_in_every_process_for_retry_after(backend, cli
     done = status(cli, job_id)
     assert (done["completed"], done["failed"]) == (400, 0)
     events = cli("events", job_id, "--limit", "5000").stdout
-    assert events.count("rate_limited") == 1 and "attempt_failed" not in events, "429 waits use up no retries"
+    assert events.count("rate_limited") == 1 and "attempt_failed" not in events, (
+        "429 waits use up no retries"
+    )
 
 
-def test_a_429_to_a_slow_request_lets_the_next_items_follow_within_seconds(backend, cli, tmp_path, fake_provider):
+def test_a_429_to_a_slow_request_lets_the_next_items_follow_within_seconds(
+    backend, cli, tmp_path, fake_provider
+):
     # The interleaving that stalled the plugin's 429 test under load, forced: the one request in
     # flight is answered 429 more than a second after it was sent (here 2.5 s of latency; there
     # Hermes' own retry on a loaded machine). The key then saw no request in the last second:
@@ -193,9 +233,14 @@ def test_a_429_to_a_slow_request_lets_the_next_items_follow_within_seconds(backe
     worker = cli.spawn_worker("-w", "2")
     try:
         wait_for(lambda: len(fake_provider.requests) >= 1, timeout=20, message="the first request")
-        fake_provider.configure(latency_s=0.0)  # only the first request (the one answered 429) is slow
-        wait_for(lambda: status(cli, job_id)["state"] == "completed", timeout=30,
-                 message="the items after the 429 (one request a minute would take two)")
+        fake_provider.configure(
+            latency_s=0.0
+        )  # only the first request (the one answered 429) is slow
+        wait_for(
+            lambda: status(cli, job_id)["state"] == "completed",
+            timeout=30,
+            message="the items after the 429 (one request a minute would take two)",
+        )
     finally:
         stop(worker)
     sent = fake_provider.requests
@@ -206,14 +251,19 @@ def test_a_429_to_a_slow_request_lets_the_next_items_follow_within_seconds(backe
 
 @pytest.mark.alone  # bounds the wait from above
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes(cli, tmp_path, fake_provider,
-                                                                                   backend, request):
+def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes(
+    cli, tmp_path, fake_provider, backend, request
+):
     # Sixteen requests in flight together, all answered 429 with no Retry-After: one shared
     # wait of 5 s. Each doubling it would have stalled every worker for the 2-minute cap.
-    on = {} if backend == "sqlite" else {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url")}
+    on = (
+        {} if backend == "sqlite" else {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url")}
+    )
     src = jsonl(tmp_path / "items.jsonl", 32)
     fake_provider.configure(latency_s=0.5, script=["429"] * 16)
-    job_id = cli.json("create", "Process", "--over", str(src), "--concurrency", "16", "--json", **on)["job_id"]
+    job_id = cli.json(
+        "create", "Process", "--over", str(src), "--concurrency", "16", "--json", **on
+    )["job_id"]
     cli("run", job_id, "--wait", "-w", "16", timeout=60, **on)  # 2 min without the fix
     done = cli.json("status", job_id, "--json", **on)
     assert (done["completed"], done["failed"]) == (32, 0)
@@ -221,7 +271,9 @@ def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes
     assert statuses[:16] == [429] * 16 and 429 not in statuses[16:]
     last_429 = fake_provider.requests[15].at
     resumed = fake_provider.requests[16].at - last_429
-    assert 4.0 < resumed < 12.0, f"one wait of about 5 s (10 s if a late request was a new generation), got {resumed:.1f}"
+    assert 4.0 < resumed < 12.0, (
+        f"one wait of about 5 s (10 s if a late request was a new generation), got {resumed:.1f}"
+    )
 
 
 def test_pacing_keeps_a_job_under_the_provider_limit(cli, tmp_path, fake_provider):
@@ -243,7 +295,9 @@ def test_without_pacing_a_provider_limit_is_met_by_shared_waits(cli, tmp_path, f
     job_id = cli.create("Process", src, "--concurrency", "16")
     cli("run", job_id, "--wait", timeout=300)
     assert (status(cli, job_id)["completed"], status(cli, job_id)["failed"]) == (60, 0)
-    assert Counter(r.status for r in fake_provider.requests)[429] > 0, "the limit was hit and waited out"
+    assert Counter(r.status for r in fake_provider.requests)[429] > 0, (
+        "the limit was hit and waited out"
+    )
 
 
 def test_an_item_fails_after_eight_consecutive_429s(backend, cli, tmp_path, fake_provider):
@@ -270,6 +324,7 @@ def test_status_says_when_workers_wait_on_a_rate_limit(cli, tmp_path, fake_provi
     cli("run", job_id)
     worker = cli.spawn_worker("-w", "2")
     try:
+
         def rate_limit_line():
             text = cli("status", job_id).stdout
             return text if "Waiting on a rate limit until" in text else None
@@ -281,20 +336,32 @@ def test_status_says_when_workers_wait_on_a_rate_limit(cli, tmp_path, fake_provi
         stop(worker)
 
 
-def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(cli, tmp_path, fake_provider):
+def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(
+    cli, tmp_path, fake_provider
+):
     src = jsonl(tmp_path / "items.jsonl", 30)
     job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "1000")
-    assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, "--wait ended paused: exit 4"
+    assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, (
+        "--wait ended paused: exit 4"
+    )
     paused = status(cli, job_id)
     assert (paused["state"], paused["pause_reason"]) == ("paused", "token limit reached")
     assert 0 < paused["completed"] < 30
-    assert paused["tokens_charged"] + paused["tokens_reserved"] <= 1000, "never over, by its own accounting"
-    (event,) = [line for line in cli("events", job_id).stdout.splitlines() if "token limit reached" in line]
+    assert paused["tokens_charged"] + paused["tokens_reserved"] <= 1000, (
+        "never over, by its own accounting"
+    )
+    (event,) = [
+        line for line in cli("events", job_id).stdout.splitlines() if "token limit reached" in line
+    ]
     charged, needed = map(int, re.search(r"(\d+) charged \+ (\d+) for item", event).groups())
-    assert charged <= 1000 < charged + needed, "paused only when the next would not fit beside what was charged"
+    assert charged <= 1000 < charged + needed, (
+        "paused only when the next would not fit beside what was charged"
+    )
     assert "token limit reached" in cli("status", job_id).stdout
     proc = cli("resume", job_id, check=False)
-    assert proc.returncode == 1 and "--max-tokens" in proc.stderr, "resuming at the same limit would pause again"
+    assert proc.returncode == 1 and "--max-tokens" in proc.stderr, (
+        "resuming at the same limit would pause again"
+    )
     cli("resume", job_id, "--max-tokens", "1000000", "--wait", timeout=120)
     done = status(cli, job_id)
     assert (done["state"], done["completed"], done["max_tokens"]) == ("completed", 30, 1000000)
@@ -318,37 +385,63 @@ def test_max_tokens_counts_what_items_use_not_what_is_still_reserved(cli, tmp_pa
     assert "token limit reached" not in cli("events", job_id).stdout
 
 
-def test_max_tokens_pauses_when_what_is_charged_leaves_no_room_and_resume_needs_room(cli, tmp_path, fake_provider):
+def test_max_tokens_pauses_when_what_is_charged_leaves_no_room_and_resume_needs_room(
+    cli, tmp_path, fake_provider
+):
     src = jsonl(tmp_path / "items.jsonl", 80)
     job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
     per_item = status(cli, job_id)["estimated_tokens"] / 80
-    assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, "--wait ended paused: exit 4"
+    assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, (
+        "--wait ended paused: exit 4"
+    )
     paused = status(cli, job_id)
-    assert (paused["state"], paused["pause_reason"], paused["tokens_reserved"]) == ("paused", "token limit reached", 0)
-    assert paused["tokens_charged"] <= 3000 < paused["tokens_charged"] + per_item, "paused at the limit, not before"
-    assert paused["completed"] > 2 * 3000 / per_item, "well past the four items whose reservations fill 3000"
-    for flags in ((), ("--max-tokens", "3000")):  # the next item does not fit: it would pause again at once
+    assert (paused["state"], paused["pause_reason"], paused["tokens_reserved"]) == (
+        "paused",
+        "token limit reached",
+        0,
+    )
+    assert paused["tokens_charged"] <= 3000 < paused["tokens_charged"] + per_item, (
+        "paused at the limit, not before"
+    )
+    assert paused["completed"] > 2 * 3000 / per_item, (
+        "well past the four items whose reservations fill 3000"
+    )
+    for flags in (
+        (),
+        ("--max-tokens", "3000"),
+    ):  # the next item does not fit: it would pause again at once
         proc = cli("resume", job_id, *flags, check=False)
-        assert proc.returncode == 1 and "--max-tokens" in proc.stderr and "Traceback" not in proc.stderr
+        assert (
+            proc.returncode == 1
+            and "--max-tokens" in proc.stderr
+            and "Traceback" not in proc.stderr
+        )
     cli("resume", job_id, "--max-tokens", "1000000", "--wait", timeout=120)
     assert (status(cli, job_id)["state"], status(cli, job_id)["completed"]) == ("completed", 80)
 
 
-def test_resume_takes_the_same_limit_when_what_is_charged_leaves_room(cli, settings, tmp_path, fake_provider):
+def test_resume_takes_the_same_limit_when_what_is_charged_leaves_room(
+    cli, settings, tmp_path, fake_provider
+):
     # A job paused at its limit by a version that counted reservations in flight: nothing is
     # charged, so the same limit has room, and resume takes it, with or without --max-tokens.
     src = jsonl(tmp_path / "items.jsonl", 8)
     job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
-    open_backend(settings).store.set_state(job_id, "paused", from_states=["not_started"],
-                                           pause_reason="token limit reached")
+    open_backend(settings).store.set_state(
+        job_id, "paused", from_states=["not_started"], pause_reason="token limit reached"
+    )
     cli("resume", job_id, "--max-tokens", "3000")
     cli("pause", job_id)
-    open_backend(settings).store.set_state(job_id, "paused", from_states=["paused"], pause_reason="token limit reached")
+    open_backend(settings).store.set_state(
+        job_id, "paused", from_states=["paused"], pause_reason="token limit reached"
+    )
     cli("resume", job_id, "--wait", timeout=120)
     assert (status(cli, job_id)["state"], status(cli, job_id)["completed"]) == ("completed", 8)
 
 
-def test_a_source_edited_after_create_fails_just_that_item_and_retry_after_restoring_works(cli, tmp_path):
+def test_a_source_edited_after_create_fails_just_that_item_and_retry_after_restoring_works(
+    cli, tmp_path
+):
     docs = tmp_path / "docs"
     docs.mkdir()
     for i in range(5):
@@ -364,7 +457,10 @@ def test_a_source_edited_after_create_fails_just_that_item_and_retry_after_resto
         result = {r["item"]: r for r in exported(cli, job_id)}
         failed = {name for name, r in result.items() if r["status"] == "failed"}
         assert failed == {bad}
-        assert result[bad]["error"] == "SourceChanged: source content changed since the job was created"
+        assert (
+            result[bad]["error"]
+            == "SourceChanged: source content changed since the job was created"
+        )
     (docs / "f2.txt").write_text("original 2")
     cli("retry", dir_job, "--wait")
     assert status(cli, dir_job)["state"] == "completed"
@@ -379,7 +475,9 @@ def test_a_live_workers_items_are_left_alone_even_past_the_lease(cli, tmp_path, 
     env = {"HERMES_BULK_LEASE_SECONDS": "1"}
     workers = [cli.spawn_worker("-w", "3", **env), cli.spawn_worker("-w", "3", **env)]
     try:
-        wait_for(lambda: status(cli, job_id)["state"] == "completed", timeout=60, message="completion")
+        wait_for(
+            lambda: status(cli, job_id)["state"] == "completed", timeout=60, message="completion"
+        )
     finally:
         stop(*workers)
     assert sorted(Counter(r.item for r in fake_provider.requests).values()) == [1] * 6
@@ -392,8 +490,16 @@ def test_lowering_max_concurrency_applies_to_existing_jobs(cli, tmp_path, fake_p
     cli("run", job_id, "--wait", "-w", "12", HERMES_BULK_MAX_CONCURRENCY="3")
     assert status(cli, job_id)["completed"] == 30
     assert fake_provider.max_in_flight == 3
-    proc = cli("create", "Process", "--over", str(src), "--concurrency", "5", check=False,
-               HERMES_BULK_MAX_CONCURRENCY="3")
+    proc = cli(
+        "create",
+        "Process",
+        "--over",
+        str(src),
+        "--concurrency",
+        "5",
+        check=False,
+        HERMES_BULK_MAX_CONCURRENCY="3",
+    )
     assert proc.returncode == 2 and "more than max_concurrency (3)" in proc.stderr
 
 
@@ -412,18 +518,28 @@ def test_jobs_do_not_start_by_themselves_after_a_restart(cli, tmp_path, fake_pro
     seen = len(fake_provider.requests)
     assert seen == 14 and status(cli, job_id)["state"] == "awaiting_recovery"
     # A worker that starts again does not pick the job up by itself…
-    restarted = cli.spawn_worker("-w", "4", HERMES_BULK_LEASE_SECONDS="3")  # a maintenance pass a second
+    restarted = cli.spawn_worker(
+        "-w", "4", HERMES_BULK_LEASE_SECONDS="3"
+    )  # a maintenance pass a second
     try:
         with local_jobs(cli.env["HERMES_BULK_HOME"]) as jobs:
-            wait_for(lambda: jobs.liveness.live_workers(), message="the restarted worker registered")
+            wait_for(
+                lambda: jobs.liveness.live_workers(), message="the restarted worker registered"
+            )
             worker_passes(jobs, job_id)  # it took the job's triggers and began two passes since
             st = job_status(jobs, job_id)
         assert len(fake_provider.requests) == seen, "no requests until someone runs the job"
-        assert (st["state"], st["running"]) == ("awaiting_recovery", 0), "the killed worker's items went back"
+        assert (st["state"], st["running"]) == ("awaiting_recovery", 0), (
+            "the killed worker's items went back"
+        )
         # …until someone runs it; it then continues where it stopped.
         cli("run", job_id)
-        wait_for(lambda: status(cli, job_id)["state"] == "completed", timeout=120, message="completion")
+        wait_for(
+            lambda: status(cli, job_id)["state"] == "completed", timeout=120, message="completion"
+        )
     finally:
         stop(restarted)
     counts = Counter(r.item for r in fake_provider.requests)
-    assert len(counts) == 40 and sum(counts.values()) == 44, "the four in flight at the kill, and only they, again"
+    assert len(counts) == 40 and sum(counts.values()) == 44, (
+        "the four in flight at the kill, and only they, again"
+    )

@@ -20,17 +20,26 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_job_created_here_is_processed_by_two_worker_processes_and_deleted_without_a_trace(
-        cli, redis_url, redis_server, tmp_path):
+    cli, redis_url, redis_server, tmp_path
+):
     src = tmp_path / "items.jsonl"
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(200)))
     env = {"HERMES_BULK_BACKEND": redis_url}
-    job_id = cli.json("create", "Process", "--over", str(src), "--concurrency", "8", "--json", **env)["job_id"]
+    job_id = cli.json(
+        "create", "Process", "--over", str(src), "--concurrency", "8", "--json", **env
+    )["job_id"]
     cli("run", job_id, **env)
     port = free_port()
-    workers = [cli.spawn_worker("-w", "4", "--metrics-port", str(port), **env), cli.spawn_worker("-w", "4", **env)]
+    workers = [
+        cli.spawn_worker("-w", "4", "--metrics-port", str(port), **env),
+        cli.spawn_worker("-w", "4", **env),
+    ]
     try:
-        wait_for(lambda: cli.status(job_id, **env)["state"] == "completed", timeout=120,
-                 message="completion")
+        wait_for(
+            lambda: cli.status(job_id, **env)["state"] == "completed",
+            timeout=120,
+            message="completion",
+        )
         page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         for w in workers:
@@ -41,12 +50,17 @@ def test_a_job_created_here_is_processed_by_two_worker_processes_and_deleted_wit
     assert "# TYPE hermes_bulk_queue_depth gauge" in page
     out = Path(cli("export", job_id, "--format", "jsonl", **env).stdout.strip())
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["result"] for r in rows] == [expected_answer(json.dumps({"n": i})) for i in range(200)]
+    assert [r["result"] for r in rows] == [
+        expected_answer(json.dumps({"n": i})) for i in range(200)
+    ]
     assert "Deleted job" in cli("delete", job_id, **env).stdout
     prefix = redis_url.split("prefix=")[1]
     r = redis_py.Redis.from_url(redis_server.url)
-    left = [k for k in r.scan_iter(match=f"*{prefix}*")
-            if b"limit:" not in k and b"workers" not in k and k != f"{prefix}:layout".encode()]  # no job's
+    left = [
+        k
+        for k in r.scan_iter(match=f"*{prefix}*")
+        if b"limit:" not in k and b"workers" not in k and k != f"{prefix}:layout".encode()
+    ]  # no job's
     assert left == [], left
     r.close()
 

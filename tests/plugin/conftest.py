@@ -32,23 +32,38 @@ from ..conftest import IN_CI
 
 BIN = Path(sys.executable).parent
 HERMES = BIN / "hermes"
-MODEL_CONFIG = {"model.provider": "custom", "model.default": "fake-model", "model.api_key": "sk-local-fake"}
+MODEL_CONFIG = {
+    "model.provider": "custom",
+    "model.default": "fake-model",
+    "model.api_key": "sk-local-fake",
+}
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
     """The environment of a Hermes process: this one's, minus anything that could pick a model,
     a backend or a data directory, with HERMES_HOME set."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HERMES_", "OPENAI_", "PYTEST_")) and not k.endswith("_API_KEY")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HERMES_", "OPENAI_", "PYTEST_")) and not k.endswith("_API_KEY")
+    }
     env.update(HERMES_HOME=str(home), **extra)
     return env
 
 
 def hermes(home: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([str(HERMES), *args], env=clean_env(home), capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [str(HERMES), *args],
+        env=clean_env(home),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"hermes {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"hermes {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
@@ -60,7 +75,9 @@ def config_set(home: Path, key: str, value: str) -> None:
 def _hermes_installed() -> None:
     if not HERMES.exists():
         if IN_CI:
-            raise RuntimeError("hermes-agent is not installed; scripts/test installs hermes-agent==0.19.0")
+            raise RuntimeError(
+                "hermes-agent is not installed; scripts/test installs hermes-agent==0.19.0"
+            )
         pytest.skip("hermes-agent is not installed in this venv")
 
 
@@ -73,9 +90,16 @@ def _session_provider() -> Iterator[FakeProvider]:
 
 @pytest.fixture
 def hermes_provider(_session_provider) -> FakeProvider:
-    _session_provider.configure(latency_s=0.0, rate_per_s=None, fail_rate=0.0, script=[], item_faults={},
-                                echo_credentials=False, error_echo="",
-                                hang_s=30.0)
+    _session_provider.configure(
+        latency_s=0.0,
+        rate_per_s=None,
+        fail_rate=0.0,
+        script=[],
+        item_faults={},
+        echo_credentials=False,
+        error_echo="",
+        hang_s=30.0,
+    )
     _session_provider.reset_records()
     _session_provider.release()  # a test that failed with the gate closed leaves it open
     return _session_provider
@@ -102,14 +126,23 @@ def hermes_home(tmp_path, _template_home, hermes_provider) -> Path:
 class Gateway:
     """One `python -m tui_gateway.entry` process: a long-lived Hermes handling slash commands."""
 
-    def __init__(self, home: Path, cwd: Path, env: dict[str, str], log: Path, argv: list[str] | None = None) -> None:
+    def __init__(
+        self, home: Path, cwd: Path, env: dict[str, str], log: Path, argv: list[str] | None = None
+    ) -> None:
         self.home, self.log = home, log
         self._ids = 0
         self._lines: queue.Queue[str] = queue.Queue()
         self._stderr = open(log, "w")  # noqa: SIM115 - closed with the process
-        self.proc = subprocess.Popen([sys.executable, *(argv or ["-m", "tui_gateway.entry"])], cwd=cwd, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._stderr, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [sys.executable, *(argv or ["-m", "tui_gateway.entry"])],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+        )
         threading.Thread(target=self._read, daemon=True).start()
         ready = self._next(lambda m: m.get("params", {}).get("type") == "gateway.ready", timeout=60)
         assert ready, "the gateway did not start"
@@ -123,7 +156,9 @@ class Gateway:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise AssertionError(f"no answer from the gateway in {timeout}s; its stderr: {self.log.read_text()[-2000:]}")
+                raise AssertionError(
+                    f"no answer from the gateway in {timeout}s; its stderr: {self.log.read_text()[-2000:]}"
+                )
             try:
                 line = self._lines.get(timeout=remaining)
             except queue.Empty:
@@ -139,7 +174,12 @@ class Gateway:
         """Send `/name arg` as command.dispatch; returns the command's output."""
         self._ids += 1
         rid = self._ids
-        request = {"jsonrpc": "2.0", "id": rid, "method": "command.dispatch", "params": {"name": name, "arg": arg}}
+        request = {
+            "jsonrpc": "2.0",
+            "id": rid,
+            "method": "command.dispatch",
+            "params": {"name": name, "arg": arg},
+        }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         response = self._next(lambda m: m.get("id") == rid, timeout)
@@ -169,7 +209,9 @@ class Gateway:
 
     def _release(self) -> None:
         for stream in (self.proc.stdin, self.proc.stdout, self._stderr):
-            with contextlib.suppress(OSError, ValueError):  # a pipe already closed, or broken by the kill
+            with contextlib.suppress(
+                OSError, ValueError
+            ):  # a pipe already closed, or broken by the kill
                 stream.close()
 
 

@@ -61,21 +61,31 @@ def test_a_slow_command_answers_with_the_next_one(monkeypatch):
 
     monkeypatch.setattr(bulk, "answer", slow_answer)
     first = asyncio.run(bulk.handle('"Summarize" --over big'))
-    assert first == ("Still working on it (1200 items found so far). It goes on in the background; the\n"
-                     "  answer comes with your next /bulk command.")  # 80 columns
+    assert first == (
+        "Still working on it (1200 items found so far). It goes on in the background; the\n"
+        "  answer comes with your next /bulk command."
+    )  # 80 columns
     release.set()
-    wait_for(lambda: any(bulk.late_answers.values()), timeout=10, message="the late answer to be kept")
-    assert asyncio.run(bulk.handle("status")) == ('Earlier /bulk "Summarize" --over big:\nCreated job abc with '
-                                                  '5000 items.\n\nanswer to status')
+    wait_for(
+        lambda: any(bulk.late_answers.values()), timeout=10, message="the late answer to be kept"
+    )
+    assert asyncio.run(bulk.handle("status")) == (
+        'Earlier /bulk "Summarize" --over big:\nCreated job abc with '
+        "5000 items.\n\nanswer to status"
+    )
     assert asyncio.run(bulk.handle("status")) == "answer to status", "delivered once"
 
 
-def test_the_budget_seam_is_open_without_a_budget_and_the_ledgers_gate_with_one(settings, monkeypatch, tmp_path):
+def test_the_budget_seam_is_open_without_a_budget_and_the_ledgers_gate_with_one(
+    settings, monkeypatch, tmp_path
+):
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes-root"))
     monkeypatch.delenv("HERMES_BULK_BUDGET_LEDGER", raising=False)
     monkeypatch.setattr(background, "_gates", {})
     gate = background.request_gate(settings)
-    assert isinstance(gate, BudgetGate) and not gate.configured(), "no budget configured: every request goes"
+    assert isinstance(gate, BudgetGate) and not gate.configured(), (
+        "no budget configured: every request goes"
+    )
     SettingsFile(budget_dir()).set("mode", "enforce")
     assert gate.configured(), "the gate follows a budget set after it was made"
     assert background.request_gate(settings) is gate, "one gate per backend"
@@ -95,29 +105,49 @@ def hermes_job(settings, tmp_path):
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(f'{{"n": {i}}}\n' for i in range(6)))
     jobs = Jobs(settings)
-    job_id = jobs.create("Do", str(src), client="hermes", provider="hermes:default:custom:fake-model",
-                         model="fake-model", concurrency=2).job.job_id
+    job_id = jobs.create(
+        "Do",
+        str(src),
+        client="hermes",
+        provider="hermes:default:custom:fake-model",
+        model="fake-model",
+        concurrency=2,
+    ).job.job_id
     return jobs, job_id
 
 
-def test_embedded_workers_start_once_charge_every_call_and_stop_when_idle(settings, fake_provider, hermes_job,
-                                                                         monkeypatch):
+def test_embedded_workers_start_once_charge_every_call_and_stop_when_idle(
+    settings, fake_provider, hermes_job, monkeypatch
+):
     monkeypatch.setattr(background, "IDLE_STOP_S", 0.5)
     monkeypatch.setattr(background, "SUPERVISE_EVERY_S", 0.1)
     jobs, job_id = hermes_job
-    model = HttpModelClient(base_url=fake_provider.base_url, api_key=None, model="fake-model", timeout_s=10)
+    model = HttpModelClient(
+        base_url=fake_provider.base_url, api_key=None, model="fake-model", timeout_s=10
+    )
     gate = CountingGate()
     clients = {"hermes": lambda job: model}
     try:
         jobs.run(job_id)
         runtime = background.ensure_running(settings, jobs.backend, clients=clients, gate=gate)
-        assert background.ensure_running(settings, jobs.backend, clients=clients, gate=gate) is runtime
-        assert all(t.daemon for t in threading.enumerate() if t.name.startswith(("hermes-bulk", "Worker", "Scheduler")))
+        assert (
+            background.ensure_running(settings, jobs.backend, clients=clients, gate=gate) is runtime
+        )
+        assert all(
+            t.daemon
+            for t in threading.enumerate()
+            if t.name.startswith(("hermes-bulk", "Worker", "Scheduler"))
+        )
         wait_for(lambda: jobs.status(job_id).state == "completed", timeout=30, message="completion")
         assert gate.admitted == [job_id] * 6, "every model call went through the request gate first"
 
-        wait_for(lambda: background.running(jobs.backend.url) is None and not jobs.liveness.live_worker_ids(),
-                 timeout=10, message="the idle stop")
+        wait_for(
+            lambda: (
+                background.running(jobs.backend.url) is None and not jobs.liveness.live_worker_ids()
+            ),
+            timeout=10,
+            message="the idle stop",
+        )
         assert runtime.consumers == []
         again = background.ensure_running(settings, jobs.backend, clients=clients, gate=gate)
         assert again is not runtime, "the next run starts workers again"
@@ -127,14 +157,22 @@ def test_embedded_workers_start_once_charge_every_call_and_stop_when_idle(settin
     assert background.running(jobs.backend.url) is None
 
 
-def test_when_hermes_exits_items_in_progress_go_back_to_the_queue(settings, fake_provider, hermes_job):
+def test_when_hermes_exits_items_in_progress_go_back_to_the_queue(
+    settings, fake_provider, hermes_job
+):
     jobs, job_id = hermes_job
     fake_provider.configure(latency_s=2.0)
-    model = HttpModelClient(base_url=fake_provider.base_url, api_key=None, model="fake-model", timeout_s=10)
+    model = HttpModelClient(
+        base_url=fake_provider.base_url, api_key=None, model="fake-model", timeout_s=10
+    )
     try:
         jobs.run(job_id)
-        background.ensure_running(settings, jobs.backend, clients={"hermes": lambda job: model}, gate=OpenGate())
-        wait_for(lambda: jobs.status(job_id).job.running == 2, timeout=10, message="items in progress")
+        background.ensure_running(
+            settings, jobs.backend, clients={"hermes": lambda job: model}, gate=OpenGate()
+        )
+        wait_for(
+            lambda: jobs.status(job_id).job.running == 2, timeout=10, message="items in progress"
+        )
         background.stop_all()  # what the atexit hook does
         st = jobs.status(job_id)
         assert (st.job.running, st.job.pending) == (0, 6) and st.state == "awaiting_recovery"

@@ -18,8 +18,19 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "hermes_bulk"
-HERMES_MODULES = ("hermes_cli", "hermes_constants", "hermes_state", "hermes_logging", "agent", "gateway",
-                  "tui_gateway", "cron", "run_agent", "tools", "openai")
+HERMES_MODULES = (
+    "hermes_cli",
+    "hermes_constants",
+    "hermes_state",
+    "hermes_logging",
+    "agent",
+    "gateway",
+    "tui_gateway",
+    "cron",
+    "run_agent",
+    "tools",
+    "openai",
+)
 #: /bulk's Hermes APIs, the cron budget's, and the provider-shaped answers a held cron call returns.
 FENCE = {Path("plugin/hermes.py"), Path("plugin/hermes_budget.py"), Path("plugin/held_response.py")}
 
@@ -57,12 +68,18 @@ def plugin_imports(path: Path, src: Path = SRC) -> list[str]:
         if isinstance(node, ast.Import):
             found += [f"{node.lineno}: import {a.name}" for a in node.names if _is_plugin(a.name)]
         elif isinstance(node, ast.ImportFrom):
-            base = ".".join(package[:len(package) - node.level + 1] if node.level else ())
+            base = ".".join(package[: len(package) - node.level + 1] if node.level else ())
             module = ".".join(p for p in (base, node.module or "") if p)
             if _is_plugin(module) or any(_is_plugin(f"{module}.{a.name}") for a in node.names):
-                found.append(f"{node.lineno}: from {'.' * node.level}{node.module or ''} import "
-                             + ", ".join(a.name for a in node.names))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _is_plugin(node.value):
+                found.append(
+                    f"{node.lineno}: from {'.' * node.level}{node.module or ''} import "
+                    + ", ".join(a.name for a in node.names)
+                )
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _is_plugin(node.value)
+        ):
             found.append(f"{node.lineno}: names {node.value!r}")
     return found
 
@@ -83,14 +100,16 @@ def test_the_core_does_not_import_the_plugin():
 def test_every_spelling_of_importing_the_plugin_is_seen(tmp_path):
     module = tmp_path / "hermes_bulk" / "store" / "probe.py"
     module.parent.mkdir(parents=True)
-    module.write_text("from ..plugin import bulk\n"
-                      "def later():\n"
-                      "    from .. import plugin\n"
-                      "    import hermes_bulk.plugin.hermes\n"
-                      "    from hermes_bulk import plugin as p\n"
-                      "    import importlib; importlib.import_module('hermes_bulk.plugin.background')\n"
-                      "from .. import jobs, views\n"
-                      "from . import plugin_like\n")
+    module.write_text(
+        "from ..plugin import bulk\n"
+        "def later():\n"
+        "    from .. import plugin\n"
+        "    import hermes_bulk.plugin.hermes\n"
+        "    from hermes_bulk import plugin as p\n"
+        "    import importlib; importlib.import_module('hermes_bulk.plugin.background')\n"
+        "from .. import jobs, views\n"
+        "from . import plugin_like\n"
+    )
     found = plugin_imports(module, tmp_path / "hermes_bulk")
     assert [f.split(":")[0] for f in found] == ["1", "3", "4", "5", "6"], found
 
@@ -98,7 +117,9 @@ def test_every_spelling_of_importing_the_plugin_is_seen(tmp_path):
 @pytest.mark.parametrize("module", ["hermes_bulk.plugin.bulk", "hermes_bulk.plugin.cron_budget"])
 def test_each_plugin_imports_without_hermes(module):
     blocked = list(HERMES_MODULES)  # None in sys.modules: importing them fails
-    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); import {module} as p; "
-            "print(callable(p.register))")
+    code = (
+        f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); import {module} as p; "
+        "print(callable(p.register))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "True", proc.stderr

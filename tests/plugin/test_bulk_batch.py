@@ -17,7 +17,8 @@ from .test_fleet_worker import bulk_cli
 
 
 def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_endpoint_does(
-        gateway, hermes_home, hermes_provider, redis_url, tmp_path):
+    gateway, hermes_home, hermes_provider, redis_url, tmp_path
+):
     config_set(hermes_home, "plugins.entries.bulk.settings.backend", redis_url)
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(20)))
@@ -31,18 +32,37 @@ def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_end
     assert f"Job {job} is running: 20 items pending." in ran and "Batch API" in ran
     gw.close()
 
-    env = clean_env(hermes_home, HERMES_BULK_BACKEND=redis_url, HERMES_BULK_HOME=str(tmp_path / "worker-data"),
-                    HERMES_BULK_BASE_URL=hermes_provider.base_url, HERMES_BULK_API_KEY="sk-worker-own",
-                    HERMES_BULK_BATCH_POLL_SECONDS="0.1")
-    worker = subprocess.Popen([sys.executable, "-m", "hermes_bulk", "worker", "-l", str(tmp_path / "w.log")], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = clean_env(
+        hermes_home,
+        HERMES_BULK_BACKEND=redis_url,
+        HERMES_BULK_HOME=str(tmp_path / "worker-data"),
+        HERMES_BULK_BASE_URL=hermes_provider.base_url,
+        HERMES_BULK_API_KEY="sk-worker-own",
+        HERMES_BULK_BATCH_POLL_SECONDS="0.1",
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "hermes_bulk", "worker", "-l", str(tmp_path / "w.log")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        wait_for(lambda: json.loads(bulk_cli(env, "status", job, "--json").stdout)["state"] == "completed",
-                 timeout=120, interval=0.3, message="the batch job to complete")
+        wait_for(
+            lambda: (
+                json.loads(bulk_cli(env, "status", job, "--json").stdout)["state"] == "completed"
+            ),
+            timeout=120,
+            interval=0.3,
+            message="the batch job to complete",
+        )
     finally:
         worker.send_signal(signal.SIGINT)
         worker.wait(60)
-    rows = [json.loads(line) for line in Path(bulk_cli(env, "export", job, "--format", "jsonl").stdout.strip())
-            .read_text().splitlines()]
+    rows = [
+        json.loads(line)
+        for line in Path(bulk_cli(env, "export", job, "--format", "jsonl").stdout.strip())
+        .read_text()
+        .splitlines()
+    ]
     assert [r["result"] for r in rows] == [expected_answer(json.dumps({"n": i})) for i in range(20)]
     assert len(hermes_provider.batches.created) == before + 1 and hermes_provider.requests == []

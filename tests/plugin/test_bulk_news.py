@@ -27,7 +27,9 @@ def test_the_next_reply_tells_once_how_a_job_ended(gateway, hermes_provider, tmp
     created = gw.bulk(f'"Summarize" --over {src}')
     job = job_id_of(created)
     assert created.startswith(f"Created job {job} with 1 item.\n")
-    assert gw.bulk(f"run {job}").startswith(f"Job {job} is running in the background: 1 item pending, ")
+    assert gw.bulk(f"run {job}").startswith(
+        f"Job {job} is running in the background: 1 item pending, "
+    )
 
     notice = f"Job {job} ended: completed (1/1 item completed, 0 failed).\nNext: /bulk export {job}"
     replies = _replies_until(gw, notice)
@@ -43,13 +45,17 @@ def test_the_next_reply_tells_once_how_a_job_ended(gateway, hermes_provider, tmp
         return reply if "State: completed" in reply else None
 
     status = wait_for(completed_status, timeout=60, interval=0.3, message="completed")
-    assert status.startswith(f"Job {again}: completed\n")  # a status showing the end is the news itself
+    assert status.startswith(
+        f"Job {again}: completed\n"
+    )  # a status showing the end is the news itself
     assert f"Job {again} ended" not in gw.bulk("list")
 
     assert gw.bulk(f"pause {job}") == f"Job {job} is already completed; nothing changed."
 
 
-def test_a_job_paused_at_its_token_limit_is_news_a_job_the_user_paused_is_not(gateway, hermes_provider, tmp_path):
+def test_a_job_paused_at_its_token_limit_is_news_a_job_the_user_paused_is_not(
+    gateway, hermes_provider, tmp_path
+):
     src = tmp_path / "src"
     src.mkdir()
     for i in range(3):
@@ -57,8 +63,11 @@ def test_a_job_paused_at_its_token_limit_is_news_a_job_the_user_paused_is_not(ga
     gw = gateway()
     limited = job_id_of(gw.bulk(f'"Summarize" --over {src} --max-tokens 100'))
     gw.bulk(f"run {limited}")
-    replies = _replies_until(gw, f"Job {limited} paused at its token limit (0/3 items completed, 0 failed).\n"
-                                 f"Continue with: /bulk resume {limited} --max-tokens <n>")
+    replies = _replies_until(
+        gw,
+        f"Job {limited} paused at its token limit (0/3 items completed, 0 failed).\n"
+        f"Continue with: /bulk resume {limited} --max-tokens <n>",
+    )
     assert replies
 
     hermes_provider.configure(latency_s=1.0)

@@ -25,7 +25,9 @@ REPORTS = ROOT / "examples" / "reports"
 
 
 def files_of(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
 
 
 def completed(status: str) -> int:
@@ -38,12 +40,18 @@ def data_dir(gw) -> Path:
     return gw.home / "plugin-data" / "bulk"
 
 
-def wait_for_state(gw, job: str, state: str, timeout: float = 60, backend: str | None = None) -> str:
+def wait_for_state(
+    gw, job: str, state: str, timeout: float = 60, backend: str | None = None
+) -> str:
     """Wait, reading the store in this process, until the job is in `state` (as /bulk status
     words it); then /bulk status in the gateway, which must say so too."""
     with local_jobs(data_dir(gw), backend) as jobs:
-        wait_for(lambda: job_status(jobs, job)["state"] == state.replace(" ", "_"), timeout=timeout,
-                 interval=0.05, message=f"job {job} to be {state}")
+        wait_for(
+            lambda: job_status(jobs, job)["state"] == state.replace(" ", "_"),
+            timeout=timeout,
+            interval=0.05,
+            message=f"job {job} to be {state}",
+        )
     status = gw.bulk(f"status {job}")
     assert f"State: {state}" in status, status
     return status
@@ -64,18 +72,32 @@ def test_bulk_end_to_end_in_hermes(gateway, hermes_home, hermes_provider, tmp_pa
     assert hermes_provider.requests == [], "creating a job makes no model calls"
 
     ran = gw.bulk(f"run {job}")
-    assert ran == (f"Job {job} is running in the background: 5 items pending, up to 3 at once.\n"
-                   f"Check it with: /bulk status {job}")
+    assert ran == (
+        f"Job {job} is running in the background: 5 items pending, up to 3 at once.\n"
+        f"Check it with: /bulk status {job}"
+    )
     status = wait_for_state(gw, job, "completed")
     lines = status.splitlines()
-    assert lines[:3] == [f"Job {job}: completed", "State: completed", "Items: 5/5 completed, 0 failed, 0 pending, 0 running"]
-    assert lines[3].startswith("Actual tokens (reported by Hermes): ") and lines[3] != "Actual tokens (reported by Hermes): 0 in, 0 out"
+    assert lines[:3] == [
+        f"Job {job}: completed",
+        "State: completed",
+        "Items: 5/5 completed, 0 failed, 0 pending, 0 running",
+    ]
+    assert (
+        lines[3].startswith("Actual tokens (reported by Hermes): ")
+        and lines[3] != "Actual tokens (reported by Hermes): 0 in, 0 out"
+    )
     assert lines[4].startswith("Estimated tokens for the whole job: ")
-    assert "Concurrency: up to 3 items at once" in lines[5:7]  # after the estimate, wrapped at 80 columns
+    assert (
+        "Concurrency: up to 3 items at once" in lines[5:7]
+    )  # after the estimate, wrapped at 80 columns
 
     exported = gw.bulk(f"export {job}")
     path = hermes_home / "plugin-data" / "bulk" / "jobs" / job / "results.md"
-    assert " ".join(exported.split()) == f"Exported job {job} to {path} 5 completed, 0 failed, 0 unfinished, of 5 items."
+    assert (
+        " ".join(exported.split())
+        == f"Exported job {job} to {path} 5 completed, 0 failed, 0 unfinished, of 5 items."
+    )
     text = path.read_text()
     for name, content in files_of(REPORTS).items():
         assert f"## {name}\n\n{expected_answer(content)}\n" in text, name
@@ -83,15 +105,24 @@ def test_bulk_end_to_end_in_hermes(gateway, hermes_home, hermes_provider, tmp_pa
 
     gw.bulk(f"export {job} --format jsonl")
     rows = [json.loads(line) for line in path.with_suffix(".jsonl").read_text().splitlines()]
-    assert {(r["provider"], r["model"]) for r in rows} == {("custom", "fake-model")}, "who answered is recorded"
+    assert {(r["provider"], r["model"]) for r in rows} == {("custom", "fake-model")}, (
+        "who answered is recorded"
+    )
     assert all(r["tokens_in"] and r["tokens_out"] for r in rows)
     assert gw.bulk("status").splitlines()[1].startswith(f"{job}  completed  5/5 completed")
 
 
 def test_structured_answers_with_a_schema(gateway, hermes_home, hermes_provider, tmp_path):
     schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {
-        "summary": {"type": "string"}, "length": {"type": "integer"}}, "required": ["summary", "length"]}))
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"summary": {"type": "string"}, "length": {"type": "integer"}},
+                "required": ["summary", "length"],
+            }
+        )
+    )
     src = tmp_path / "t.jsonl"
     src.write_text('{"t": "alpha"}\n{"t": "beta"}\n')
     gw = gateway()
@@ -106,7 +137,9 @@ def test_structured_answers_with_a_schema(gateway, hermes_home, hermes_provider,
         assert (row["summary"], row["length"]) == ("summary:" + digest(item), str(len(item)))
 
 
-def test_work_goes_on_in_the_background_and_pause_and_resume_take_effect(gateway, hermes_provider, tmp_path):
+def test_work_goes_on_in_the_background_and_pause_and_resume_take_effect(
+    gateway, hermes_provider, tmp_path
+):
     src = rows_jsonl(30, tmp_path / "rows.jsonl")
     gw = gateway(HERMES_BULK_LEASE_SECONDS="3")  # a maintenance pass a second: the quiet wait below
     job = job_id_of(gw.bulk(f'"Classify" --over {src} --concurrency 2'))
@@ -120,14 +153,21 @@ def test_work_goes_on_in_the_background_and_pause_and_resume_take_effect(gateway
         hermes_provider.wait_held(2)
         assert completed(gw.bulk(f"status {job}")) == 0
 
-        assert gw.bulk(f"pause {job}") == (f"Job {job} paused: no new items start; items in progress may finish.\n"
-                                           f"Continue with: /bulk resume {job}")
+        assert gw.bulk(f"pause {job}") == (
+            f"Job {job} paused: no new items start; items in progress may finish.\n"
+            f"Continue with: /bulk resume {job}"
+        )
         with local_jobs(data_dir(gw)) as jobs:
             hermes_provider.release()  # the two in progress finish; their chains find the job paused
-            wait_for(lambda: job_status(jobs, job)["running"] == 0, message="the items in progress to finish")
+            wait_for(
+                lambda: job_status(jobs, job)["running"] == 0,
+                message="the items in progress to finish",
+            )
             assert job_status(jobs, job)["completed"] == 2
             worker_passes(jobs, job)  # its triggers taken, and two maintenance passes since
-        assert len(hermes_provider.requests) == 2, "only the items in progress at the pause reached the provider"
+        assert len(hermes_provider.requests) == 2, (
+            "only the items in progress at the pause reached the provider"
+        )
         paused = gw.bulk(f"status {job}")
         assert "State: paused" in paused and f"Continue with: /bulk resume {job}" in paused
         assert completed(paused) == 2, "items in progress finish after a pause"
@@ -155,7 +195,9 @@ def test_a_429_is_waited_out_by_every_worker_not_failed(gateway, hermes_provider
     statuses = [r.status for r in hermes_provider.requests]
     assert statuses[:3] == [429, 429, 200] and statuses.count(429) == 2
     gap = hermes_provider.requests[2].at - hermes_provider.requests[1].at
-    assert gap >= 1.8, f"Bulk waited the provider's Retry-After (2 s) before asking again, not {gap:.2f} s"
+    assert gap >= 1.8, (
+        f"Bulk waited the provider's Retry-After (2 s) before asking again, not {gap:.2f} s"
+    )
 
 
 def test_after_hermes_restarts_a_job_awaits_recovery_until_run(gateway, hermes_provider, tmp_path):
@@ -178,8 +220,13 @@ def test_after_hermes_restarts_a_job_awaits_recovery_until_run(gateway, hermes_p
     status = second.bulk(f"status {job}")
     assert "State: awaiting recovery" in status and f"Continue with: /bulk run {job}" in status
     with local_jobs(data_dir(second)) as jobs:
-        assert jobs.liveness.live_workers() == [], "a restarted Hermes runs no worker until /bulk run"
-        assert (job_status(jobs, job)["state"], job_status(jobs, job)["running"]) == ("awaiting_recovery", 0)
+        assert jobs.liveness.live_workers() == [], (
+            "a restarted Hermes runs no worker until /bulk run"
+        )
+        assert (job_status(jobs, job)["state"], job_status(jobs, job)["running"]) == (
+            "awaiting_recovery",
+            0,
+        )
     assert len(hermes_provider.requests) == 2, "a restart starts no job by itself"
 
     assert second.bulk(f"run {job}").startswith(f"Job {job} is running in the background")
@@ -187,29 +234,38 @@ def test_after_hermes_restarts_a_job_awaits_recovery_until_run(gateway, hermes_p
     assert "Items: 20/20 completed, 0 failed" in status
     counts = Counter(r.item for r in hermes_provider.requests)
     assert len(counts) == 20
-    assert {item for item, n in counts.items() if n > 1} == in_flight, \
+    assert {item for item, n in counts.items() if n > 1} == in_flight, (
         "only the items in flight when Hermes died are sent again"
+    )
     assert max(counts.values()) == 2
 
 
-def test_answers_are_text_help_usage_errors_and_settings(gateway, hermes_home, hermes_provider, tmp_path):
+def test_answers_are_text_help_usage_errors_and_settings(
+    gateway, hermes_home, hermes_provider, tmp_path
+):
     config_set(hermes_home, "plugins.entries.bulk.settings.max_concurrency", "3")
     (tmp_path / "a.txt").write_text("alpha")
     gw = gateway()
 
     help_text = gw.bulk("")
-    assert help_text.startswith("Bulk: apply one instruction") and "/bulk run [--concurrency N] [--rpm N] [--tpm N] JOB" in help_text
+    assert (
+        help_text.startswith("Bulk: apply one instruction")
+        and "/bulk run [--concurrency N] [--rpm N] [--tpm N] JOB" in help_text
+    )
     assert gw.bulk("help") == help_text
     assert gw.bulk("export --help").startswith("usage: /bulk export [-h] [--format {md,csv,jsonl}]")
 
     missing = gw.bulk('"Summarize"')
     assert missing.splitlines()[0] == "The following arguments are required: --over."
     assert "usage: /bulk create" in missing
-    assert gw.bulk('"Summarize --over x').startswith("Cannot read the arguments (No closing quotation)")
+    assert gw.bulk('"Summarize --over x').startswith(
+        "Cannot read the arguments (No closing quotation)"
+    )
     assert gw.bulk("status nosuchjob") == "No job 'nosuchjob'. List jobs with: /bulk list"
     assert gw.bulk(f'"Do" --over {tmp_path} --concurrency 5') == (
         "--concurrency 5 is more than max_concurrency (3); lower it, or raise\n"
-        "  plugins.entries.bulk.settings.max_concurrency.")  # 80 columns
+        "  plugins.entries.bulk.settings.max_concurrency."
+    )  # 80 columns
     # Replies wrap at 80 columns, and a long temporary path moves the break: compare the words.
     said = " ".join(gw.bulk(f'"Do" --over {tmp_path / "missing"}').split())
     assert said.startswith(f"--over {tmp_path / 'missing'}: no such file"), said
@@ -217,13 +273,30 @@ def test_answers_are_text_help_usage_errors_and_settings(gateway, hermes_home, h
 
     # A job made by `hermes-bulk create` in the same data directory calls the endpoint in
     # HERMES_BULK_*, not Hermes' model: /bulk does not run it.
-    env = clean_env(hermes_home, HERMES_BULK_MODEL="m", HERMES_BULK_BASE_URL="http://127.0.0.1:9/v1")
-    cli = subprocess.run([sys.executable, "-m", "hermes_bulk", "create", "Do", "--over", str(tmp_path / "a.txt"),
-                          "--json"], env=env, capture_output=True, text=True, check=True)
+    env = clean_env(
+        hermes_home, HERMES_BULK_MODEL="m", HERMES_BULK_BASE_URL="http://127.0.0.1:9/v1"
+    )
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hermes_bulk",
+            "create",
+            "Do",
+            "--over",
+            str(tmp_path / "a.txt"),
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     http_job = json.loads(cli.stdout)["job_id"]
     assert " ".join(gw.bulk(f"run {http_job}").split()) == (
         f"Job {http_job} was created by hermes-bulk create and calls the endpoint set in HERMES_BULK_*, not "
-        f"Hermes' model. Process it with: hermes-bulk run {http_job} --wait")
+        f"Hermes' model. Process it with: hermes-bulk run {http_job} --wait"
+    )
     assert "State: not started" in gw.bulk(f"status {http_job}")
     assert hermes_provider.requests == []
 
@@ -249,7 +322,9 @@ def test_directory_install(gateway, hermes_home, hermes_provider, tmp_path):
     wait_for_state(gw, job, "completed")
 
     # Without the hermes-bulk package, /bulk says how to install it.
-    broken = gateway(argv=["-c", HIDE_ENTRY_POINT.format(extra='sys.modules["hermes_bulk"] = None')])
+    broken = gateway(
+        argv=["-c", HIDE_ENTRY_POINT.format(extra='sys.modules["hermes_bulk"] = None')]
+    )
     answer = broken.bulk("status")
     assert answer.startswith("Bulk cannot start: the Python package 'hermes_bulk' is not installed")
     assert f"{sys.executable} -m pip install hermes-bulk" in answer

@@ -10,10 +10,15 @@ from ..helpers import wait_for
 from .conftest import job_id_of
 
 
-def test_the_ledger_counts_what_reached_the_provider_when_it_answers_5xx(gateway, hermes_home, hermes_provider,
-                                                                         tmp_path):
-    budget = Budget(budget_dir(hermes_home))  # the root home: HERMES_HOME is no profile of ~/.hermes
-    budget.settings_file.set("daily_limit", "1000")  # a budget is configured: bulk requests are charged
+def test_the_ledger_counts_what_reached_the_provider_when_it_answers_5xx(
+    gateway, hermes_home, hermes_provider, tmp_path
+):
+    budget = Budget(
+        budget_dir(hermes_home)
+    )  # the root home: HERMES_HOME is no profile of ~/.hermes
+    budget.settings_file.set(
+        "daily_limit", "1000"
+    )  # a budget is configured: bulk requests are charged
     src = tmp_path / "src"
     src.mkdir()
     for i in range(4):
@@ -22,8 +27,12 @@ def test_the_ledger_counts_what_reached_the_provider_when_it_answers_5xx(gateway
     gw = gateway()
     job = job_id_of(gw.bulk(f'"Summarize" --over {src} --concurrency 1 --retries 3'))
     gw.bulk(f"run {job}")
-    wait_for(lambda: "State: completed" in gw.bulk(f"status {job}"), timeout=90, interval=0.3,
-             message="the job completes")
+    wait_for(
+        lambda: "State: completed" in gw.bulk(f"status {job}"),
+        timeout=90,
+        interval=0.3,
+        message="the job completes",
+    )
     try:
         charged = budget.report().counts.by_class()["bulk"]
     finally:

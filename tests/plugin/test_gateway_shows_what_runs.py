@@ -20,14 +20,24 @@ from .test_bulk_plugin import completed, rows_jsonl, wait_for_state
 
 
 def bulk_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "hermes_bulk", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, check=True)
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_bulk", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
 
 
 def cli_env(hermes_home, provider) -> dict[str, str]:
     """`hermes-bulk` in the gateway's profile, with an endpoint of its own for its jobs."""
-    return clean_env(hermes_home, HERMES_BULK_BASE_URL=provider.base_url, HERMES_BULK_MODEL="fake-model",
-                     HERMES_BULK_API_KEY="sk-test-not-a-secret")
+    return clean_env(
+        hermes_home,
+        HERMES_BULK_BASE_URL=provider.base_url,
+        HERMES_BULK_MODEL="fake-model",
+        HERMES_BULK_API_KEY="sk-test-not-a-secret",
+    )
 
 
 def status_json(env, job: str) -> dict:
@@ -48,8 +58,9 @@ def line_of(status: str, prefix: str) -> str:
 # 1. The concurrency shown is the one in force ------------------------------------------------------
 
 
-def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(gateway, hermes_home, hermes_provider,
-                                                                      tmp_path):
+def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(
+    gateway, hermes_home, hermes_provider, tmp_path
+):
     src = rows_jsonl(16, tmp_path / "rows.jsonl")
     hermes_provider.configure(latency_s=0.6)
     gw = gateway()
@@ -57,18 +68,25 @@ def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(gateway, h
     config_set(hermes_home, "plugins.entries.bulk.settings.max_concurrency", "2")
 
     ran = gw.bulk(f"run {job}")
-    assert line_of(ran, "Job ") == f"Job {job} is running in the background: 16 items pending, up to 2 at once."
+    assert (
+        line_of(ran, "Job ")
+        == f"Job {job} is running in the background: 16 items pending, up to 2 at once."
+    )
     status = gw.bulk(f"status {job}")
-    assert line_of(status, "Concurrency: ") == ("Concurrency: up to 2 items at once (the job asks for 6; "
-                                                "max_concurrency is 2)")
+    assert line_of(status, "Concurrency: ") == (
+        "Concurrency: up to 2 items at once (the job asks for 6; max_concurrency is 2)"
+    )
 
     # Raised while the worker lives: it keeps 2 until it stops, and the replies say so.
     config_set(hermes_home, "plugins.entries.bulk.settings.max_concurrency", "8")
     status = gw.bulk(f"status {job}")
-    assert line_of(status, "Concurrency: ") == ("Concurrency: up to 2 items at once (the job asks for 6; "
-                                                "max_concurrency is 2)")
-    assert ("max_concurrency is now 8; the workers running this job started with 2 and keep it until they "
-            "stop. The new value applies when workers next start.") in " ".join(status.split())
+    assert line_of(status, "Concurrency: ") == (
+        "Concurrency: up to 2 items at once (the job asks for 6; max_concurrency is 2)"
+    )
+    assert (
+        "max_concurrency is now 8; the workers running this job started with 2 and keep it until they "
+        "stop. The new value applies when workers next start."
+    ) in " ".join(status.split())
     again = gw.bulk(f"run {job}")
     assert "up to 2 at once." in line_of(again, "Job ") and "max_concurrency is now 8" in again
     wait_for_state(gw, job, "completed", timeout=90)
@@ -78,46 +96,64 @@ def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(gateway, h
 # 2. Every next step works from where it is shown ---------------------------------------------------
 
 
-def test_hints_for_a_job_made_by_the_cli_name_commands_that_work_from_hermes(gateway, hermes_home,
-                                                                             hermes_provider, tmp_path):
+def test_hints_for_a_job_made_by_the_cli_name_commands_that_work_from_hermes(
+    gateway, hermes_home, hermes_provider, tmp_path
+):
     env = cli_env(hermes_home, hermes_provider)
     src = rows_jsonl(2, tmp_path / "rows.jsonl")
     job = json.loads(bulk_cli(env, "create", "Do", "--over", str(src), "--json").stdout)["job_id"]
     gw = gateway()
 
     status = gw.bulk(f"status {job}")
-    assert line_of(status, "Start it with: ") == (f"Start it with: hermes-bulk run {job} --wait (in a shell, or "
-                                                  "keep a hermes-bulk worker running)")
+    assert line_of(status, "Start it with: ") == (
+        f"Start it with: hermes-bulk run {job} --wait (in a shell, or "
+        "keep a hermes-bulk worker running)"
+    )
     assert f"/bulk run {job}" not in status
     refused = gw.bulk(f"run {job}")
     assert " ".join(refused.split()).endswith(f"Process it with: hermes-bulk run {job} --wait")
 
     paused = gw.bulk(f"pause {job}")
-    assert line_of(paused, "Continue with: ") == (f"Continue with: hermes-bulk resume {job} --wait (in a shell, or keep a "
-                                      "hermes-bulk worker running)")
-    assert f"Paused. Continue with: hermes-bulk resume {job} --wait" in " ".join(gw.bulk(f"status {job}").split())
+    assert line_of(paused, "Continue with: ") == (
+        f"Continue with: hermes-bulk resume {job} --wait (in a shell, or keep a "
+        "hermes-bulk worker running)"
+    )
+    assert f"Paused. Continue with: hermes-bulk resume {job} --wait" in " ".join(
+        gw.bulk(f"status {job}").split()
+    )
     # ... and the command shown does what it says, from a shell.
-    done = subprocess.run([sys.executable, "-m", "hermes_bulk", "resume", job, "--wait"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "hermes_bulk", "resume", job, "--wait"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert status_json(env, job)["state"] == "completed"
 
     # A job made in Hermes, seen from the shell, names /bulk.
     hermes_job = job_id_of(gw.bulk(f'"Do" --over {src}'))
     cli_status = bulk_cli(env, "status", hermes_job).stdout
-    assert (f"Start it with: /bulk run {hermes_job} (in Hermes, in the profile the job was created in)"
-            in cli_status)
+    assert (
+        f"Start it with: /bulk run {hermes_job} (in Hermes, in the profile the job was created in)"
+        in cli_status
+    )
     assert f"Start it with: /bulk run {hermes_job}" in gw.bulk(f"status {hermes_job}")
     ran = bulk_cli(env, "run", hermes_job).stdout
     assert "(start one with: hermes-bulk worker)" not in ran
-    assert (f"a hermes-bulk worker with HERMES_HOME set to the profile it was created in, or Hermes itself: "
-            f"/bulk run {hermes_job} (in Hermes, in the profile the job was created in).") in ran
+    assert (
+        f"a hermes-bulk worker with HERMES_HOME set to the profile it was created in, or Hermes itself: "
+        f"/bulk run {hermes_job} (in Hermes, in the profile the job was created in)."
+    ) in ran
 
 
 # 3. A worker that cannot serve a job never takes its triggers --------------------------------------
 
 
-def test_the_gateways_worker_does_not_slow_a_cli_job(gateway, hermes_home, hermes_provider, tmp_path):
+def test_the_gateways_worker_does_not_slow_a_cli_job(
+    gateway, hermes_home, hermes_provider, tmp_path
+):
     hermes_provider.configure(latency_s=0.1)
     env = cli_env(hermes_home, hermes_provider)
     gw = gateway()
@@ -128,7 +164,9 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(gateway, hermes_home, herme
 
     def run_cli_job(name: str) -> tuple[str, float]:
         src = rows_jsonl(24, tmp_path / f"{name}.jsonl")
-        job = json.loads(bulk_cli(env, "create", f"Do {name}", "--over", str(src), "--json").stdout)["job_id"]
+        job = json.loads(
+            bulk_cli(env, "create", f"Do {name}", "--over", str(src), "--json").stdout
+        )["job_id"]
         started = time.monotonic()
         bulk_cli(env, "run", job, "--wait")
         return job, time.monotonic() - started
@@ -138,8 +176,10 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(gateway, hermes_home, herme
     live_after = status_json(env, hermes_job)["live_workers"]
     gw.close()
     without_job, without = run_cli_job("without-gateway")
-    print(f"\nhermes-bulk run --wait, 24 items: {with_gateway:.2f} s with the gateway's worker alive, "
-          f"{without:.2f} s without")
+    print(
+        f"\nhermes-bulk run --wait, 24 items: {with_gateway:.2f} s with the gateway's worker alive, "
+        f"{without:.2f} s without"
+    )
 
     # Before queues were per kind of client: 50 s against 4.3 s (each trigger the gateway took
     # waited 5 s); the margin only absorbs a busy machine.
@@ -148,14 +188,17 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(gateway, hermes_home, herme
     for job in (with_gateway_job, without_job):
         st = status_json(env, job)
         assert (st["state"], st["completed"]) == ("completed", 24)
-        assert "worker_cannot_serve" not in bulk_cli(env, "events", job, "--limit", "500").stdout, \
+        assert "worker_cannot_serve" not in bulk_cli(env, "events", job, "--limit", "500").stdout, (
             "no worker took a trigger of the job it could not serve"
+        )
 
 
 # 4. Interrupted items are not shown as running -----------------------------------------------------
 
 
-def gateway_killed_with_two_items_in_flight(gateway, hermes_home, hermes_provider, tmp_path, rows: int):
+def gateway_killed_with_two_items_in_flight(
+    gateway, hermes_home, hermes_provider, tmp_path, rows: int
+):
     """A job of `rows` rows run by a gateway that is killed (-9) while two of its items are in
     flight, one item completed: (the CLI's environment for that Hermes home, the job id)."""
     src = rows_jsonl(rows, tmp_path / "rows.jsonl")
@@ -172,9 +215,12 @@ def gateway_killed_with_two_items_in_flight(gateway, hermes_home, hermes_provide
     return env, job
 
 
-def test_after_a_kill_interrupted_items_are_back_in_the_queue_and_wait_for_run(gateway, hermes_home,
-                                                                               hermes_provider, tmp_path):
-    env, job = gateway_killed_with_two_items_in_flight(gateway, hermes_home, hermes_provider, tmp_path, 12)
+def test_after_a_kill_interrupted_items_are_back_in_the_queue_and_wait_for_run(
+    gateway, hermes_home, hermes_provider, tmp_path
+):
+    env, job = gateway_killed_with_two_items_in_flight(
+        gateway, hermes_home, hermes_provider, tmp_path, 12
+    )
     before = status_json(env, job)
     assert before["running"] == 2
     # Before Bulk starts again, what status shows is still true: those items are not running.
@@ -186,11 +232,18 @@ def test_after_a_kill_interrupted_items_are_back_in_the_queue_and_wait_for_run(g
     # Bulk starts when this Hermes loads its plugins (the TUI gateway: at its first slash command)
     # and returns them to the queue; the command's answer comes after that.
     status = second.bulk(f"status {job}")
-    assert status_json(env, job)["running"] == 0, "released in the store, not only shown differently"
+    assert status_json(env, job)["running"] == 0, (
+        "released in the store, not only shown differently"
+    )
     done = completed(status)
     assert "State: awaiting recovery" in status
-    assert line_of(status, "Items: ") == f"Items: {done}/12 completed, 0 failed, {12 - done} pending, 0 running"
-    assert "Items that were in progress when its workers stopped go back to the queue" in " ".join(status.split())
+    assert (
+        line_of(status, "Items: ")
+        == f"Items: {done}/12 completed, 0 failed, {12 - done} pending, 0 running"
+    )
+    assert "Items that were in progress when its workers stopped go back to the queue" in " ".join(
+        status.split()
+    )
     assert f"Continue with: /bulk run {job}" in status
     # Bulk in this Hermes runs no worker until /bulk run: nothing here can send anything.
     home = hermes_home / "plugin-data" / "bulk"
@@ -201,4 +254,6 @@ def test_after_a_kill_interrupted_items_are_back_in_the_queue_and_wait_for_run(g
     second.bulk(f"run {job}")
     wait_for_state(second, job, "completed", timeout=90)
     counts = Counter(r.item for r in hermes_provider.requests)
-    assert len(counts) == 12 and sum(counts.values()) - 12 == 2, "the two in flight at the kill are sent again"
+    assert len(counts) == 12 and sum(counts.values()) - 12 == 2, (
+        "the two in flight at the kill are sent again"
+    )

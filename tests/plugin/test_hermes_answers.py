@@ -16,9 +16,18 @@ from hermes_bulk.plugin import hermes
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
-MESSAGES = [{"role": "system", "content": "You apply one instruction."},
-            {"role": "user", "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 -----"}]
-LABEL = {"type": "object", "properties": {"label": {"enum": ["good", "bad"]}}, "required": ["label"]}
+MESSAGES = [
+    {"role": "system", "content": "You apply one instruction."},
+    {
+        "role": "user",
+        "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 -----",
+    },
+]
+LABEL = {
+    "type": "object",
+    "properties": {"label": {"enum": ["good", "bad"]}},
+    "required": ["label"],
+}
 
 
 @pytest.fixture
@@ -42,9 +51,13 @@ def test_an_answer_of_exactly_the_output_limit_is_truncated(profile, hermes_prov
     client = hermes.HermesLlmClient(hermes.standalone_llm(), provider_key="k", timeout_s=10)
     with pytest.raises(TruncatedAnswer, match="output limit of 100 tokens"):
         client.complete(MESSAGES, max_tokens=100)
-    assert [r.fault for r in hermes_provider.requests] == ["length_silent"], "one request, not retried"
+    assert [r.fault for r in hermes_provider.requests] == ["length_silent"], (
+        "one request, not retried"
+    )
     hermes_provider.configure(script=["length_silent"])
-    longer = client.complete(MESSAGES, max_tokens=60)  # more than the limit: it was not capped, not cut
+    longer = client.complete(
+        MESSAGES, max_tokens=60
+    )  # more than the limit: it was not capped, not cut
     assert longer.usage.tokens_out == 100
 
 

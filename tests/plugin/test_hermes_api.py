@@ -51,21 +51,52 @@ def profile(hermes_home, monkeypatch):
 
 
 def a_job(provider_key: str) -> JobRecord:
-    spec = JobSpec(job_id="j1", instruction="Do", source="/x", source_kind="file", concurrency=1, retries=0,
-                   client=hermes.CLIENT, provider_key=provider_key)
-    return JobRecord(spec=spec, created_at=0.0, state="running", pause_reason=None, total=1, pending=1, running=0,
-                     completed=0, failed=0, tokens_in=0, tokens_out=0, tokens_charged=0, tokens_reserved=0,
-                     estimated_tokens=1, skipped=0, last_claim_at=None, run_at=None)
+    spec = JobSpec(
+        job_id="j1",
+        instruction="Do",
+        source="/x",
+        source_kind="file",
+        concurrency=1,
+        retries=0,
+        client=hermes.CLIENT,
+        provider_key=provider_key,
+    )
+    return JobRecord(
+        spec=spec,
+        created_at=0.0,
+        state="running",
+        pause_reason=None,
+        total=1,
+        pending=1,
+        running=0,
+        completed=0,
+        failed=0,
+        tokens_in=0,
+        tokens_out=0,
+        tokens_charged=0,
+        tokens_reserved=0,
+        estimated_tokens=1,
+        skipped=0,
+        last_claim_at=None,
+        run_at=None,
+    )
 
 
-MESSAGES = [{"role": "system", "content": "You apply one instruction."},
-            {"role": "user", "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 -----"}]
+MESSAGES = [
+    {"role": "system", "content": "You apply one instruction."},
+    {
+        "role": "user",
+        "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 -----",
+    },
+]
 
 
 def test_homes_and_profile(profile):
     assert hermes.profile_home() == profile
     assert hermes.data_dir() == profile / "plugin-data" / "bulk"
-    assert hermes.profile_name() == "default"  # a HERMES_HOME outside ~/.hermes is a root, as in Docker
+    assert (
+        hermes.profile_name() == "default"
+    )  # a HERMES_HOME outside ~/.hermes is a root, as in Docker
 
 
 def test_settings_come_from_config_yaml_or_ctx_get_config(profile):
@@ -75,8 +106,12 @@ def test_settings_come_from_config_yaml_or_ctx_get_config(profile):
     assert hermes.plugin_settings() == {"max_retries": 5, "backend": "sqlite:////tmp/x.db"}
     assert load_settings(plugin_settings=hermes.plugin_settings()).max_retries == 5
 
-    newer = SimpleNamespace(get_config=lambda key, default=None: {"max_concurrency": 7}.get(key, default))
-    assert hermes.plugin_settings(newer) == {"max_concurrency": 7}, "ctx.get_config wins where Hermes has it"
+    newer = SimpleNamespace(
+        get_config=lambda key, default=None: {"max_concurrency": 7}.get(key, default)
+    )
+    assert hermes.plugin_settings(newer) == {"max_concurrency": 7}, (
+        "ctx.get_config wins where Hermes has it"
+    )
 
 
 def test_the_configured_model_and_its_provider_key(profile, monkeypatch, tmp_path):
@@ -117,19 +152,28 @@ def test_ctx_llm_answers_with_provider_model_and_usage(profile, hermes_provider)
 
 def test_a_schema_goes_through_complete_structured(profile, hermes_provider):
     client = hermes.HermesLlmClient(hermes.standalone_llm(), provider_key="k", timeout_s=10)
-    schema = {"type": "object", "properties": {"summary": {"type": "string"}, "length": {"type": "integer"}}}
+    schema = {
+        "type": "object",
+        "properties": {"summary": {"type": "string"}, "length": {"type": "integer"}},
+    }
     completion = client.complete(MESSAGES, max_tokens=100, json_schema=schema)
     data = json.loads(completion.text)
     assert set(data) == {"summary", "length"} and data["summary"].startswith("summary:")
 
 
-@pytest.mark.parametrize(("script", "expected", "status"), [
-    (["429:3", "429:3"], RateLimited, 429),  # Hermes retries a 429 once; the second reaches us
-    (["500", "500", "500"], TransientModelError, 500),
-    (["400"], PermanentModelError, 400),
-    (["empty"], TransientModelError, 200),
-], ids=["429", "500", "400", "empty"])
-def test_ctx_llm_errors_map_onto_bulks_error_classes(profile, hermes_provider, script, expected, status):
+@pytest.mark.parametrize(
+    ("script", "expected", "status"),
+    [
+        (["429:3", "429:3"], RateLimited, 429),  # Hermes retries a 429 once; the second reaches us
+        (["500", "500", "500"], TransientModelError, 500),
+        (["400"], PermanentModelError, 400),
+        (["empty"], TransientModelError, 200),
+    ],
+    ids=["429", "500", "400", "empty"],
+)
+def test_ctx_llm_errors_map_onto_bulks_error_classes(
+    profile, hermes_provider, script, expected, status
+):
     hermes_provider.configure(script=list(script))
     client = hermes.HermesLlmClient(hermes.standalone_llm(), provider_key="k", timeout_s=10)
     with pytest.raises(expected) as caught:
@@ -162,10 +206,17 @@ def test_no_model_provider_is_a_permanent_error(tmp_path, hermes_provider):
     # In a process of its own: Hermes caches the clients it resolved, per process.
     empty = tmp_path / "empty-profile"
     empty.mkdir()
-    proc = subprocess.run([sys.executable, "-c", NO_PROVIDER], env=clean_env(empty), capture_output=True,
-                          text=True, timeout=60)
-    assert proc.stdout.startswith("PermanentModelError Hermes could not call a model: check the model setup "
-                                  "in Hermes (hermes model)"), proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_PROVIDER],
+        env=clean_env(empty),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.stdout.startswith(
+        "PermanentModelError Hermes could not call a model: check the model setup "
+        "in Hermes (hermes model)"
+    ), proc.stdout + proc.stderr
     assert hermes_provider.requests == []
 
 
@@ -174,27 +225,40 @@ def test_a_fleet_worker_loads_the_profiles_env_and_serves_only_its_profile(profi
     monkeypatch.setenv("HERMES_BULK_TEST_MARKER", "before")  # so monkeypatch restores it afterwards
     clients, note = hermes.worker_clients(load_settings())
     assert set(clients) == {"hermes"} and "serves jobs created in Hermes profile 'default'" in note
-    assert os.environ["HERMES_BULK_TEST_MARKER"] == "before", "nothing of Hermes is loaded until a job needs it"
+    assert os.environ["HERMES_BULK_TEST_MARKER"] == "before", (
+        "nothing of Hermes is loaded until a job needs it"
+    )
 
     factory = clients["hermes"]
     client = factory(a_job("hermes:default:custom:fake-model"))
     assert isinstance(client, hermes.HermesLlmClient) and client.home == profile
-    assert os.environ["HERMES_BULK_TEST_MARKER"] == "from-profile", "the profile's .env, as Hermes' cron loads it"
+    assert os.environ["HERMES_BULK_TEST_MARKER"] == "from-profile", (
+        "the profile's .env, as Hermes' cron loads it"
+    )
     with pytest.raises(ClientUnavailable, match="profile 'work'"):
         factory(a_job("hermes:work:custom:fake-model"))
 
 
-def test_the_worker_finds_the_hermes_kind_by_entry_point_with_the_plugins_gate(profile, tmp_path, monkeypatch):
+def test_the_worker_finds_the_hermes_kind_by_entry_point_with_the_plugins_gate(
+    profile, tmp_path, monkeypatch
+):
     monkeypatch.setattr(background, "_gates", {})
     settings = load_settings()
     served = client_kinds.served(settings)
-    assert set(served.clients) == {"hermes"} and "serves jobs created in Hermes profile 'default'" in served.note
-    assert served.request_gate is background.request_gate(settings), "charged to the budget as this profile"
+    assert (
+        set(served.clients) == {"hermes"}
+        and "serves jobs created in Hermes profile 'default'" in served.note
+    )
+    assert served.request_gate is background.request_gate(settings), (
+        "charged to the budget as this profile"
+    )
 
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "no-hermes-here"))
     served = client_kinds.served(load_settings())
     assert served.clients == {} and "no Hermes configuration at" in served.note
-    assert served.request_gate is None, "serving no Hermes jobs, the worker keeps the machine's gate"
+    assert served.request_gate is None, (
+        "serving no Hermes jobs, the worker keeps the machine's gate"
+    )
 
 
 def test_a_worker_without_hermes_serves_no_hermes_jobs(profile, tmp_path, monkeypatch):
@@ -205,6 +269,10 @@ def test_a_worker_without_hermes_serves_no_hermes_jobs(profile, tmp_path, monkey
 
     monkeypatch.setenv("HERMES_HOME", str(profile))
     real_find_spec = hermes.importlib.util.find_spec
-    monkeypatch.setattr(hermes.importlib.util, "find_spec", lambda name, *a: None if name == "agent" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        hermes.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "agent" else real_find_spec(name, *a),
+    )
     clients, note = hermes.worker_clients(load_settings())
     assert clients == {} and "hermes-agent is not installed" in note

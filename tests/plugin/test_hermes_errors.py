@@ -29,7 +29,9 @@ def _response(status: int, headers: dict[str, str] | None = None):
 def _openai_status(cls_name: str, status: int, headers: dict[str, str] | None = None):
     import openai
 
-    return getattr(openai, cls_name)("provider text", response=_response(status, headers), body=None)
+    return getattr(openai, cls_name)(
+        "provider text", response=_response(status, headers), body=None
+    )
 
 
 def _cases():
@@ -39,29 +41,104 @@ def _cases():
     from agent.gemini_native_adapter import GeminiAPIError
 
     return [
-        ("openai timeout", lambda: openai.APITimeoutError(request=_request()), TransientModelError, "timed out"),
-        ("openai connection", lambda: openai.APIConnectionError(request=_request()), TransientModelError,
-         "connection error (APIConnectionError)"),
-        ("openai 429", lambda: _openai_status("RateLimitError", 429, {"retry-after": "7"}), RateLimited, None),
-        ("openai 401", lambda: _openai_status("AuthenticationError", 401), PermanentModelError, "HTTP 401"),
-        ("openai 404", lambda: _openai_status("NotFoundError", 404), PermanentModelError, "HTTP 404"),
-        ("openai 400", lambda: _openai_status("BadRequestError", 400), PermanentModelError, "HTTP 400"),
-        ("openai 503", lambda: _openai_status("InternalServerError", 503), TransientModelError, "HTTP 503"),
-        ("openai 408", lambda: _openai_status("APIStatusError", 408), TransientModelError, "HTTP 408"),
-        ("httpx read timeout", lambda: httpx.ReadTimeout("slow", request=_request()), TransientModelError,
-         "timed out"),
-        ("httpx connect timeout", lambda: httpx.ConnectTimeout("slow", request=_request()), TransientModelError,
-         "timed out"),
-        ("httpx refused", lambda: httpx.ConnectError("refused", request=_request()), TransientModelError,
-         "connection error (ConnectError)"),
-        ("httpx cut off", lambda: httpx.RemoteProtocolError("peer closed", request=_request()),
-         TransientModelError, "connection error (RemoteProtocolError)"),
-        ("gemini 429", lambda: GeminiAPIError("quota", status_code=429, response=_response(429, {"retry-after": "7"})),
-         RateLimited, None),
-        ("gemini 403", lambda: GeminiAPIError("denied", status_code=403), PermanentModelError, "HTTP 403"),
-        ("gemini 500", lambda: GeminiAPIError("boom", status_code=500), TransientModelError, "HTTP 500"),
-        ("socket reset", lambda: ConnectionResetError(104, "reset"), TransientModelError,
-         "connection error (ConnectionResetError)"),
+        (
+            "openai timeout",
+            lambda: openai.APITimeoutError(request=_request()),
+            TransientModelError,
+            "timed out",
+        ),
+        (
+            "openai connection",
+            lambda: openai.APIConnectionError(request=_request()),
+            TransientModelError,
+            "connection error (APIConnectionError)",
+        ),
+        (
+            "openai 429",
+            lambda: _openai_status("RateLimitError", 429, {"retry-after": "7"}),
+            RateLimited,
+            None,
+        ),
+        (
+            "openai 401",
+            lambda: _openai_status("AuthenticationError", 401),
+            PermanentModelError,
+            "HTTP 401",
+        ),
+        (
+            "openai 404",
+            lambda: _openai_status("NotFoundError", 404),
+            PermanentModelError,
+            "HTTP 404",
+        ),
+        (
+            "openai 400",
+            lambda: _openai_status("BadRequestError", 400),
+            PermanentModelError,
+            "HTTP 400",
+        ),
+        (
+            "openai 503",
+            lambda: _openai_status("InternalServerError", 503),
+            TransientModelError,
+            "HTTP 503",
+        ),
+        (
+            "openai 408",
+            lambda: _openai_status("APIStatusError", 408),
+            TransientModelError,
+            "HTTP 408",
+        ),
+        (
+            "httpx read timeout",
+            lambda: httpx.ReadTimeout("slow", request=_request()),
+            TransientModelError,
+            "timed out",
+        ),
+        (
+            "httpx connect timeout",
+            lambda: httpx.ConnectTimeout("slow", request=_request()),
+            TransientModelError,
+            "timed out",
+        ),
+        (
+            "httpx refused",
+            lambda: httpx.ConnectError("refused", request=_request()),
+            TransientModelError,
+            "connection error (ConnectError)",
+        ),
+        (
+            "httpx cut off",
+            lambda: httpx.RemoteProtocolError("peer closed", request=_request()),
+            TransientModelError,
+            "connection error (RemoteProtocolError)",
+        ),
+        (
+            "gemini 429",
+            lambda: GeminiAPIError(
+                "quota", status_code=429, response=_response(429, {"retry-after": "7"})
+            ),
+            RateLimited,
+            None,
+        ),
+        (
+            "gemini 403",
+            lambda: GeminiAPIError("denied", status_code=403),
+            PermanentModelError,
+            "HTTP 403",
+        ),
+        (
+            "gemini 500",
+            lambda: GeminiAPIError("boom", status_code=500),
+            TransientModelError,
+            "HTTP 500",
+        ),
+        (
+            "socket reset",
+            lambda: ConnectionResetError(104, "reset"),
+            TransientModelError,
+            "connection error (ConnectionResetError)",
+        ),
         ("socket timeout", lambda: TimeoutError("timed out"), TransientModelError, "timed out"),
     ]
 
@@ -99,7 +176,9 @@ def test_a_library_error_that_subclasses_runtime_error_is_retried_not_taken_for_
     concurrent calls of a job (CI, 2026-12-03), and the item failed as "check the model setup"."""
     from pydantic.errors import PydanticUserError
 
-    odd = PydanticUserError("BaseModel cannot be instantiated directly", code="base-model-instantiated")
+    odd = PydanticUserError(
+        "BaseModel cannot be instantiated directly", code="base-model-instantiated"
+    )
     assert isinstance(odd, RuntimeError)
     error = hermes.classify_error(odd)
     assert type(error) is TransientModelError

@@ -56,7 +56,8 @@ def test_bulk_export_writes_only_a_regular_file(plugin_jobs, tmp_path):
     """/bulk has no standard output of its own (the gateway's is JSON-RPC), and refuses a FIFO."""
     _, ids = plugin_jobs
     assert bulk.answer(f"export {ids[0]} --output -") == (
-        "/bulk export cannot write to standard output; give a file name as --output.")
+        "/bulk export cannot write to standard output; give a file name as --output."
+    )
     fifo = tmp_path / "pipe.md"
     os.mkfifo(fifo)
     reply = bulk.answer(f"export {ids[0]} --output {fifo}")

@@ -16,7 +16,10 @@ def test_each_end_is_taken_once_among_threads_and_the_book_is_owner_only(tmp_pat
     notices.watch(profile, "job2", "agent:main:telegram:dm:42")
     assert notices.watched(profile) == {"job1": "", "job2": "agent:main:telegram:dm:42"}
     taken: list[bool] = []
-    threads = [threading.Thread(target=lambda: taken.append(notices.take(profile, "job1"))) for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: taken.append(notices.take(profile, "job1")))
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from .conftest import job_id_of
 
 
-def test_bulk_reads_the_instruction_file_from_hermes_working_directory(gateway, hermes_provider, tmp_path):
+def test_bulk_reads_the_instruction_file_from_hermes_working_directory(
+    gateway, hermes_provider, tmp_path
+):
     (tmp_path / "brief.txt").write_text("Summarise in one line.\n" + "Be brief. " * 40)
     (tmp_path / "t.jsonl").write_text('{"t": "alpha"}\n{"t": "beta"}\n')
     gw = gateway(cwd=tmp_path)

@@ -28,7 +28,9 @@ def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -
         if command == "set":
             before = budget.settings_in_force()[0]  # a broken budget.json is what `set` repairs
             settings = budget.settings_file.set(args.key, args.value)
-            text = f"{args.key} = {settings.shown(args.key)}" + _moved_window_note(budget, before, settings)
+            text = f"{args.key} = {settings.shown(args.key)}" + _moved_window_note(
+                budget, before, settings
+            )
             if args.key == "ledger":
                 text += _reachability_note(budget, settings)
             return EXIT_OK, text
@@ -53,9 +55,11 @@ def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSett
         return ""
     if not used:
         return ""
-    return (f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the {count(used, 'request')} counted "
-            "so far stay with the old window, and counting starts afresh. Lower daily_limit for today if the "
-            "provider's own window did not reset.")
+    return (
+        f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the {count(used, 'request')} counted "
+        "so far stay with the old window, and counting starts afresh. Lower daily_limit for today if the "
+        "provider's own window did not reset."
+    )
 
 
 def _reachability_note(budget: Budget, settings: BudgetSettings) -> str:
@@ -63,8 +67,10 @@ def _reachability_note(budget: Budget, settings: BudgetSettings) -> str:
     try:
         budget.ledger(settings)
     except HermesBulkError as exc:
-        return (f"\nWarning: the ledger cannot be used now ({exc}). Until it can, calls go through "
-                "uncounted and status warns.")
+        return (
+            f"\nWarning: the ledger cannot be used now ({exc}). Until it can, calls go through "
+            "uncounted and status warns."
+        )
     return ""
 
 

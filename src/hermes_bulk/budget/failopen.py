@@ -45,9 +45,19 @@ class FailOpenNotes:
                 now = time.time()
                 current = self.read(window_start_s)
                 calls, first = (current.calls, current.first_at) if current else (0, now)
-                write_private(self.path, json.dumps({
-                    "window_start_s": window_start_s, "calls": calls + 1, "first_at": first,
-                    "last_at": now, "reason": reason[:300]}) + "\n")
+                write_private(
+                    self.path,
+                    json.dumps(
+                        {
+                            "window_start_s": window_start_s,
+                            "calls": calls + 1,
+                            "first_at": first,
+                            "last_at": now,
+                            "reason": reason[:300],
+                        }
+                    )
+                    + "\n",
+                )
             finally:
                 os.close(fd)
 
@@ -55,7 +65,11 @@ class FailOpenNotes:
         """The note, if a call failed open since the window began, whichever window it was noted
         under (with a broken budget.json a failure is noted under the default settings' window)."""
         note = self._load()
-        return note if note and (note.window_start_s == window_start_s or note.last_at >= window_start_s) else None
+        return (
+            note
+            if note and (note.window_start_s == window_start_s or note.last_at >= window_start_s)
+            else None
+        )
 
     def read(self, window_start_s: int) -> FailOpenNote | None:
         """The note for this window, or None (no failure in it, or the note is of an older window)."""
@@ -65,7 +79,12 @@ class FailOpenNotes:
     def _load(self) -> FailOpenNote | None:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
-            return FailOpenNote(int(data["window_start_s"]), int(data["calls"]), float(data["first_at"]),
-                                float(data["last_at"]), str(data["reason"]))
+            return FailOpenNote(
+                int(data["window_start_s"]),
+                int(data["calls"]),
+                float(data["first_at"]),
+                float(data["last_at"]),
+                str(data["reason"]),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None

@@ -61,8 +61,14 @@ class BudgetGate:
     as bulk, or the plugin's observer would count it as auxiliary.
     """
 
-    def __init__(self, directory: Path, *, profile: str = "",
-                 counting_here: Callable[[], bool] = _never, budget: Budget | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        profile: str = "",
+        counting_here: Callable[[], bool] = _never,
+        budget: Budget | None = None,
+    ) -> None:
         self.directory = directory
         self.profile = profile or socket.gethostname()  # hermes-bulk workers are told apart by host
         self.counting_here = counting_here
@@ -86,8 +92,12 @@ class BudgetGate:
     def configured(self) -> bool:
         """Whether a budget applies now: HERMES_BULK_BUDGET_LEDGER is set, this process counts
         (counting_here), or the budget directory holds budget.json or a ledger someone counts in."""
-        return bool(os.environ.get(LEDGER_ENV, "").strip() or self.counting_here()
-                    or _exists(self.directory / SETTINGS_FILE) or _exists(self.directory / LEDGER_FILE))
+        return bool(
+            os.environ.get(LEDGER_ENV, "").strip()
+            or self.counting_here()
+            or _exists(self.directory / SETTINGS_FILE)
+            or _exists(self.directory / LEDGER_FILE)
+        )
 
     def admit(self, job: JobRecord) -> float:
         take_precharged()  # a mark left by a ctx.llm call that failed (unseen) must not carry over
@@ -95,10 +105,17 @@ class BudgetGate:
             return 0.0
         spec = job.spec
         budget = self.budget
-        outcome = budget.admit(CallRecord(
-            call_class=BULK, profile=self.profile, job_id=spec.job_id, job_name="bulk job",
-            provider="hermes" if spec.client == "hermes" else "openai-compatible",
-            model=spec.model or "", api_mode="chat_completions"))
+        outcome = budget.admit(
+            CallRecord(
+                call_class=BULK,
+                profile=self.profile,
+                job_id=spec.job_id,
+                job_name="bulk job",
+                provider="hermes" if spec.client == "hermes" else "openai-compatible",
+                model=spec.model or "",
+                api_mode="chat_completions",
+            )
+        )
         if outcome.held and outcome.window is not None:
             return max(MIN_HOLD_S, outcome.window.end_s - budget.clock())
         if spec.client == "hermes":
@@ -111,8 +128,9 @@ class BudgetGate:
         return self.budget.background_held_until(job.spec.model)
 
 
-def gate_from_environment(root: Path | None = None, *, profile: str = "",
-                          counting_here: Callable[[], bool] = _never) -> BudgetGate:
+def gate_from_environment(
+    root: Path | None = None, *, profile: str = "", counting_here: Callable[[], bool] = _never
+) -> BudgetGate:
     """The BudgetGate of this machine's budget: `<root Hermes home>/plugin-data/cron-budget/`
     (root from HERMES_HOME as Hermes resolves it), or HERMES_BULK_BUDGET_LEDGER. It charges
     nothing until a budget is configured there, and follows it from the next request once one is."""

@@ -107,7 +107,11 @@ class WindowCounts:
         return {c: self.get(f"class:{c}") for c in CALL_CLASSES}
 
     def by_profile(self) -> dict[str, int]:
-        return {k.split(":", 1)[1]: v for k, v in sorted(self.counters.items()) if k.startswith("profile:")}
+        return {
+            k.split(":", 1)[1]: v
+            for k, v in sorted(self.counters.items())
+            if k.startswith("profile:")
+        }
 
     def decisions(self, decision: str) -> int:
         return self.get(f"decision:{decision}")
@@ -118,11 +122,17 @@ class WindowCounts:
         rows = []
         for job_id in ids:
             call_class, name = self.job_names.get(job_id, ("", ""))
-            rows.append(JobCounts(
-                job_id=job_id, call_class=call_class, name=name,
-                requests=self.get(f"job:{job_id}:requests"), held=self.get(f"job:{job_id}:held"),
-                held_runs=self.get(f"job:{job_id}:held_runs"),
-                would_block_runs=self.get(f"job:{job_id}:would_block_runs")))
+            rows.append(
+                JobCounts(
+                    job_id=job_id,
+                    call_class=call_class,
+                    name=name,
+                    requests=self.get(f"job:{job_id}:requests"),
+                    held=self.get(f"job:{job_id}:held"),
+                    held_runs=self.get(f"job:{job_id}:held_runs"),
+                    would_block_runs=self.get(f"job:{job_id}:would_block_runs"),
+                )
+            )
         return sorted(rows, key=lambda j: (-j.requests, -j.held_runs, j.job_id))
 
 

@@ -48,9 +48,17 @@ def model_counts(model: str | None, globs: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(name, g.lower()) for g in globs)
 
 
-def terms_for(call_class: str, model: str | None, job_id: str | None, *, mode: str,
-              daily_limit: int, chat_reserve: int, job_limit: int | None,
-              models: tuple[str, ...]) -> Terms:
+def terms_for(
+    call_class: str,
+    model: str | None,
+    job_id: str | None,
+    *,
+    mode: str,
+    daily_limit: int,
+    chat_reserve: int,
+    job_limit: int | None,
+    models: tuple[str, ...],
+) -> Terms:
     return Terms(
         counted=model_counts(model, models),
         enforce=mode == ENFORCE,
@@ -64,7 +72,8 @@ def decide(call_class: str, terms: Terms, *, window_total: int, job_requests: in
     if call_class not in BACKGROUND or not terms.counted:
         return ALLOWED
     over = window_total >= terms.background_cap or (
-        terms.job_cap is not None and job_requests >= terms.job_cap)
+        terms.job_cap is not None and job_requests >= terms.job_cap
+    )
     if not over:
         return ALLOWED
     return HELD if terms.enforce else WOULD_BLOCK

@@ -46,9 +46,15 @@ _ENTRY_PAGE = 1000
 
 def _lua_constants() -> str:
     """policy.py's names as Lua locals, so the script and the Python rule cannot drift apart."""
-    values = {"C_CHAT": policy.CHAT, "C_CRON": policy.CRON, "C_AUXILIARY": policy.AUXILIARY,
-              "C_BULK": policy.BULK, "D_ALLOWED": policy.ALLOWED, "D_HELD": policy.HELD,
-              "D_WOULD_BLOCK": policy.WOULD_BLOCK}
+    values = {
+        "C_CHAT": policy.CHAT,
+        "C_CRON": policy.CRON,
+        "C_AUXILIARY": policy.AUXILIARY,
+        "C_BULK": policy.BULK,
+        "D_ALLOWED": policy.ALLOWED,
+        "D_HELD": policy.HELD,
+        "D_WOULD_BLOCK": policy.WOULD_BLOCK,
+    }
     return "".join(f"local {name} = {json.dumps(value)}\n" for name, value in values.items())
 
 
@@ -57,14 +63,17 @@ class RedisLedger:
 
     def __init__(self, location: RedisUrl) -> None:
         try:
-            self.conn: RedisConnection = connect_redis(location, connect_timeout_s=REDIS_TIMEOUT_S,
-                                                       socket_timeout_s=REDIS_TIMEOUT_S)
+            self.conn: RedisConnection = connect_redis(
+                location, connect_timeout_s=REDIS_TIMEOUT_S, socket_timeout_s=REDIS_TIMEOUT_S
+            )
         except BackendUnavailable as exc:  # down or refusing: the caller fails open
             raise LedgerUnavailable(str(exc)) from None
         self.location = f"redis://{self.conn.where}"
         self.r = self.conn.client
         self.base = f"{{{self.conn.prefix}:budget}}"
-        source = (resources.files(__package__) / "lua" / "admit_request.lua").read_text(encoding="utf-8")
+        source = (resources.files(__package__) / "lua" / "admit_request.lua").read_text(
+            encoding="utf-8"
+        )
         self._admit = self.r.register_script(_lua_constants() + source)
 
     def window_keys(self, window: Window) -> list[str]:
@@ -72,17 +81,36 @@ class RedisLedger:
         return [w, f"{w}:runs", f"{w}:log"]
 
     def admit(self, call: CallRecord, window: Window, terms: Terms) -> Admission:
-        args = [call.call_class, int(terms.counted), int(terms.enforce), terms.background_cap,
-                "" if terms.job_cap is None else terms.job_cap, call.job_id, call.job_name, call.run_id,
-                call.profile, call.provider, call.model, call.api_mode, window.start_s,
-                window.end_s + KEEP_AFTER_WINDOW_S, LOG_ENTRIES_KEPT]
+        args = [
+            call.call_class,
+            int(terms.counted),
+            int(terms.enforce),
+            terms.background_cap,
+            "" if terms.job_cap is None else terms.job_cap,
+            call.job_id,
+            call.job_name,
+            call.run_id,
+            call.profile,
+            call.provider,
+            call.model,
+            call.api_mode,
+            window.start_s,
+            window.end_s + KEEP_AFTER_WINDOW_S,
+            LOG_ENTRIES_KEPT,
+        ]
         try:
             decision, counted, total, job_requests, held_runs = self._admit(
-                keys=self.window_keys(window), args=args)
+                keys=self.window_keys(window), args=args
+            )
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise self._unavailable(exc) from None
-        return Admission(decision=_text(decision), counted=bool(counted), window_total=int(total),
-                         job_requests=int(job_requests), job_held_runs=int(held_runs))
+        return Admission(
+            decision=_text(decision),
+            counted=bool(counted),
+            window_total=int(total),
+            job_requests=int(job_requests),
+            job_held_runs=int(held_runs),
+        )
 
     def counts(self, window: Window) -> WindowCounts:
         try:
@@ -105,17 +133,31 @@ class RedisLedger:
         start = "-"
         try:
             while len(out) < limit:
-                page = self.r.xrange(self.window_keys(window)[2], min=start, count=min(_ENTRY_PAGE, limit - len(out)))
+                page = self.r.xrange(
+                    self.window_keys(window)[2], min=start, count=min(_ENTRY_PAGE, limit - len(out))
+                )
                 if not page:
                     break
                 for _entry_id, fields in page:
                     f = {_text(k): _text(v) for k, v in fields.items()}
-                    out.append(LedgerEntry(
-                        at=float(f["at"]), window_start_s=int(f["w"]), decision=f["decision"],
-                        counted=f["counted"] == "1",
-                        call=CallRecord(call_class=f["class"], profile=f["profile"], job_id=f["job"],
-                                        job_name=f["name"], run_id=f["run"], provider=f["provider"],
-                                        model=f["model"], api_mode=f["api_mode"])))
+                    out.append(
+                        LedgerEntry(
+                            at=float(f["at"]),
+                            window_start_s=int(f["w"]),
+                            decision=f["decision"],
+                            counted=f["counted"] == "1",
+                            call=CallRecord(
+                                call_class=f["class"],
+                                profile=f["profile"],
+                                job_id=f["job"],
+                                job_name=f["name"],
+                                run_id=f["run"],
+                                provider=f["provider"],
+                                model=f["model"],
+                                api_mode=f["api_mode"],
+                            ),
+                        )
+                    )
                 start = "(" + _text(page[-1][0])
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise self._unavailable(exc) from None

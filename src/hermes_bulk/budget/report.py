@@ -50,12 +50,19 @@ def status_text(r: Report) -> str:
     else:
         c = r.counts
         pct = 100 * c.total / max(s.daily_limit, 1)
-        lines.append(f"Used: {c.total} of {count(s.daily_limit, 'request')} [{use_bar(c.total, s.daily_limit, s.background_cap)}] {pct:.0f}%")
-        lines.append(f"Cron and bulk stop at {s.background_cap} ({s.chat_reserve} kept for chat); "
-                     f"{max(0, s.background_cap - c.total)} left for them")
+        lines.append(
+            f"Used: {c.total} of {count(s.daily_limit, 'request')} [{use_bar(c.total, s.daily_limit, s.background_cap)}] {pct:.0f}%"
+        )
+        lines.append(
+            f"Cron and bulk stop at {s.background_cap} ({s.chat_reserve} kept for chat); "
+            f"{max(0, s.background_cap - c.total)} left for them"
+        )
         by_class = c.by_class()
-        lines.append("By class: " + ", ".join(f"{k} {by_class[k]}" for k in CALL_CLASSES)
-                     + f"; held {c.decisions(HELD)}, would-block {c.decisions(WOULD_BLOCK)}")
+        lines.append(
+            "By class: "
+            + ", ".join(f"{k} {by_class[k]}" for k in CALL_CLASSES)
+            + f"; held {c.decisions(HELD)}, would-block {c.decisions(WOULD_BLOCK)}"
+        )
         profiles = c.by_profile()
         if profiles:
             lines.append("By profile: " + ", ".join(f"{p} {n}" for p, n in profiles.items()))
@@ -69,13 +76,20 @@ def status_text(r: Report) -> str:
                 lines.append(f"… and {count(len(jobs) - JOBS_SHOWN, 'more job')}")
     if r.failopen:
         lines.append("")
-        lines.append(f"⚠ Accounting failed {count(r.failopen.calls, 'time')} in this window (last at "
-                     f"{w.local(r.failopen.last_at):%H:%M:%S %Z}: {r.failopen.reason}); "
-                     "those calls went through uncounted.")
+        lines.append(
+            f"⚠ Accounting failed {count(r.failopen.calls, 'time')} in this window (last at "
+            f"{w.local(r.failopen.last_at):%H:%M:%S %Z}: {r.failopen.reason}); "
+            "those calls went through uncounted."
+        )
     lines.append("")
     if r.settings_error:
-        lines.append(f"⚠ Settings cannot be read, so calls go through uncounted until they can: {r.settings_error}")
-        lines.append("Settings (defaults, not in budget.json): " + ", ".join(f"{k}={s.shown(k)}" for k in KEYS))
+        lines.append(
+            f"⚠ Settings cannot be read, so calls go through uncounted until they can: {r.settings_error}"
+        )
+        lines.append(
+            "Settings (defaults, not in budget.json): "
+            + ", ".join(f"{k}={s.shown(k)}" for k in KEYS)
+        )
     else:
         lines.append("Settings: " + ", ".join(f"{k}={s.shown(k)}" for k in KEYS))
     return "\n".join(lines)
@@ -83,16 +97,28 @@ def status_text(r: Report) -> str:
 
 def _jobs_table(jobs: list[JobCounts], job_limit: int | None) -> list[str]:
     header = ("job", "name", "class", "requests", "held runs", "would-block runs")
-    rows = [(j.job_id, j.name or "-", j.call_class or "-",
-             f"{j.requests}/{job_limit}" if job_limit and j.call_class == "cron" else str(j.requests),
-             str(j.held_runs), str(j.would_block_runs)) for j in jobs]
+    rows = [
+        (
+            j.job_id,
+            j.name or "-",
+            j.call_class or "-",
+            f"{j.requests}/{job_limit}"
+            if job_limit and j.call_class == "cron"
+            else str(j.requests),
+            str(j.held_runs),
+            str(j.would_block_runs),
+        )
+        for j in jobs
+    ]
     rows = [tuple(cell if len(cell) <= 24 else cell[:23] + "…" for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     right = {3, 4, 5}
 
     def fmt(row: tuple[str, ...]) -> str:
-        return "  ".join(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-                         for i, cell in enumerate(row)).rstrip()
+        return "  ".join(
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ).rstrip()
 
     return [fmt(header), fmt(tuple("-" * n for n in widths)), *(fmt(row) for row in rows)]
 
@@ -103,20 +129,39 @@ def as_dict(r: Report) -> dict:
     return {
         "mode": r.settings.mode,
         "window": {"start": r.window.start_s, "end": r.window.end_s, "zone": r.window.zone},
-        "daily_limit": r.settings.daily_limit, "chat_reserve": r.settings.chat_reserve,
-        "background_cap": r.settings.background_cap, "job_limit": r.settings.job_limit,
+        "daily_limit": r.settings.daily_limit,
+        "chat_reserve": r.settings.chat_reserve,
+        "background_cap": r.settings.background_cap,
+        "job_limit": r.settings.job_limit,
         "used": c.total if c else None,
         "by_class": c.by_class() if c else None,
         "by_profile": c.by_profile() if c else None,
         "held": c.decisions(HELD) if c else None,
         "would_block": c.decisions(WOULD_BLOCK) if c else None,
         "uncounted": c.get("uncounted") if c else None,
-        "jobs": [{"job_id": j.job_id, "name": j.name, "class": j.call_class, "requests": j.requests,
-                  "held": j.held, "held_runs": j.held_runs, "would_block_runs": j.would_block_runs}
-                 for j in c.jobs()] if c else None,
-        "ledger": r.ledger, "ledger_error": r.ledger_error,
-        "failed_open": {"calls": r.failopen.calls, "last_at": r.failopen.last_at, "reason": r.failopen.reason}
-        if r.failopen else None,
+        "jobs": [
+            {
+                "job_id": j.job_id,
+                "name": j.name,
+                "class": j.call_class,
+                "requests": j.requests,
+                "held": j.held,
+                "held_runs": j.held_runs,
+                "would_block_runs": j.would_block_runs,
+            }
+            for j in c.jobs()
+        ]
+        if c
+        else None,
+        "ledger": r.ledger,
+        "ledger_error": r.ledger_error,
+        "failed_open": {
+            "calls": r.failopen.calls,
+            "last_at": r.failopen.last_at,
+            "reason": r.failopen.reason,
+        }
+        if r.failopen
+        else None,
         "settings": {k: r.settings.shown(k) for k in KEYS},
         "settings_error": r.settings_error,
     }

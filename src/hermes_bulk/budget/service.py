@@ -71,14 +71,21 @@ class Report:
     ledger: str  # where the ledger is, fit to print
     ledger_error: str | None
     now_s: float
-    settings_error: str | None = None  # budget.json cannot be used: the defaults are shown, calls fail open
+    settings_error: str | None = (
+        None  # budget.json cannot be used: the defaults are shown, calls fail open
+    )
 
 
 class Budget:
     """One budget directory (budget.json, the fail-open note, and by default the SQLite ledger)."""
 
-    def __init__(self, directory: Path, *, clock: Callable[[], float] = time.time,
-                 ledger_factory: Callable[[str], RequestLedger] = open_ledger) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        ledger_factory: Callable[[str], RequestLedger] = open_ledger,
+    ) -> None:
         self.directory = directory
         self.settings_file = SettingsFile(directory)
         self.notes = FailOpenNotes(directory)
@@ -132,15 +139,24 @@ class Budget:
             window = self.window(settings)
             if self.clock() < self._skip_until:
                 return self._failed_open(settings, window, self._skip_reason)
-            terms = policy.terms_for(call.call_class, call.model, call.job_id, mode=settings.mode,
-                                     daily_limit=settings.daily_limit, chat_reserve=settings.chat_reserve,
-                                     job_limit=settings.job_limit, models=settings.models)
+            terms = policy.terms_for(
+                call.call_class,
+                call.model,
+                call.job_id,
+                mode=settings.mode,
+                daily_limit=settings.daily_limit,
+                chat_reserve=settings.chat_reserve,
+                job_limit=settings.job_limit,
+                models=settings.models,
+            )
             admission = self.ledger(settings).admit(call, window, terms)
         except HermesBulkError as exc:
             return self._failed_open(settings, window, self._skip_for_a_while(str(exc)))
         except Exception as exc:  # a budget must never stop an agent: log it, let the call through
             log.exception("cron-budget accounting failed")
-            return self._failed_open(settings, window, self._skip_for_a_while(f"internal error ({type(exc).__name__})"))
+            return self._failed_open(
+                settings, window, self._skip_for_a_while(f"internal error ({type(exc).__name__})")
+            )
         return Outcome(admission.decision, window, settings, admission)
 
     def _skip_for_a_while(self, reason: str) -> str:
@@ -172,12 +188,23 @@ class Budget:
         location = ledger_location(settings, self.directory)
         try:
             # A look at the budget on a fresh machine makes no ledger file (the first count does).
-            counts = WindowCounts(window.start_s) if ledger_file_missing(location) else self.ledger(settings).counts(window)
+            counts = (
+                WindowCounts(window.start_s)
+                if ledger_file_missing(location)
+                else self.ledger(settings).counts(window)
+            )
         except HermesBulkError as exc:
             error = str(exc)
-        return Report(settings=settings, window=window, counts=counts,
-                      failopen=self.notes.read_since(window.start_s), ledger=public_url(location),
-                      ledger_error=error, now_s=self.clock(), settings_error=settings_error)
+        return Report(
+            settings=settings,
+            window=window,
+            counts=counts,
+            failopen=self.notes.read_since(window.start_s),
+            ledger=public_url(location),
+            ledger_error=error,
+            now_s=self.clock(),
+            settings_error=settings_error,
+        )
 
     def background_held_until(self, model: str | None) -> ZonedInstant | None:
         """When background calls of this model may go again, if the window's cap holds them now

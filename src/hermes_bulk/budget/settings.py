@@ -62,7 +62,9 @@ class BudgetSettings(BaseModel):
 
     mode: Literal["observe", "enforce"] = OBSERVE
     daily_limit: int = Field(1000, ge=1)  # provider requests per window, every profile together
-    chat_reserve: int = Field(300, ge=0)  # requests kept for chat: background work stops at the difference
+    chat_reserve: int = Field(
+        300, ge=0
+    )  # requests kept for chat: background work stops at the difference
     job_limit: int | None = Field(None, ge=1)  # requests one cron job may make per window
     reset: dt.time = dt.time(0, 0)  # local time at which the provider's window reopens
     timezone: str | None = None
@@ -72,7 +74,9 @@ class BudgetSettings(BaseModel):
     @field_validator("daily_limit", "chat_reserve", "job_limit", mode="before")
     @classmethod
     def _whole(cls, raw: Any, info) -> Any:
-        if info.field_name == "job_limit" and (raw is None or str(raw).lower() in ("off", "none", "")):
+        if info.field_name == "job_limit" and (
+            raw is None or str(raw).lower() in ("off", "none", "")
+        ):
             return None
         if isinstance(raw, bool):  # pydantic takes true as 1; a count of requests is never true
             raise PydanticCustomError("int_type", "not a whole number")
@@ -85,7 +89,9 @@ class BudgetSettings(BaseModel):
             return raw
         m = _TIME.match(str(raw))
         if not m:
-            raise ValueError(f"reset {raw!r} is not a time of day; use HH:MM on a 24-hour clock, e.g. 09:00.")
+            raise ValueError(
+                f"reset {raw!r} is not a time of day; use HH:MM on a 24-hour clock, e.g. 09:00."
+            )
         return dt.time(int(m.group(1)), int(m.group(2)))
 
     @field_validator("timezone", mode="before")
@@ -99,8 +105,10 @@ class BudgetSettings(BaseModel):
                 raise ValueError
             ZoneInfo(name)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"timezone {name!r} is not an IANA zone name; use one like Europe/Berlin, "
-                             "America/New_York or UTC.") from None
+            raise ValueError(
+                f"timezone {name!r} is not an IANA zone name; use one like Europe/Berlin, "
+                "America/New_York or UTC."
+            ) from None
         return name
 
     @field_validator("models", mode="before")
@@ -109,8 +117,10 @@ class BudgetSettings(BaseModel):
         globs = raw if isinstance(raw, list | tuple) else str(raw).split(",")
         globs = tuple(str(g).strip() for g in globs if str(g).strip())
         if not globs:
-            raise ValueError('models is empty; give model-name globs separated by commas, e.g. "*:free,gpt-*" '
-                             'or "*" for every model.')
+            raise ValueError(
+                'models is empty; give model-name globs separated by commas, e.g. "*:free,gpt-*" '
+                'or "*" for every model.'
+            )
         return globs
 
     @field_validator("ledger", mode="before")
@@ -119,15 +129,19 @@ class BudgetSettings(BaseModel):
         value = str(raw or "")
         scheme = value.split("://", 1)[0].lower() if "://" in value else ""
         if scheme and scheme not in ("redis", "rediss", "sqlite"):
-            raise ValueError(f"ledger {scheme}:// is not supported; give a redis:// URL, a SQLite file path, "
-                             "or an empty value for the local default.")
+            raise ValueError(
+                f"ledger {scheme}:// is not supported; give a redis:// URL, a SQLite file path, "
+                "or an empty value for the local default."
+            )
         return value
 
     @model_validator(mode="after")
     def _reserve_within_limit(self, info) -> BudgetSettings:
         if not (info.context or {}).get(_ALONE) and self.chat_reserve > self.daily_limit:
-            raise ValueError(f"chat_reserve ({self.chat_reserve}) is above daily_limit ({self.daily_limit}); "
-                             "lower chat_reserve or raise daily_limit first.")
+            raise ValueError(
+                f"chat_reserve ({self.chat_reserve}) is above daily_limit ({self.daily_limit}); "
+                "lower chat_reserve or raise daily_limit first."
+            )
         return self
 
     @property
@@ -190,8 +204,10 @@ def _one_line(key: str | None, error: Any) -> str:
     if kind == "extra_forbidden":
         return f"Unknown setting {key!r}; the settings are: {', '.join(KEYS)}."
     if key in ("daily_limit", "chat_reserve", "job_limit") and kind != "greater_than_equal":
-        return (f"{key} {raw!r} is not a whole number; give a number of requests, e.g. "
-                f"hermes cron-budget set {key} 1000.")
+        return (
+            f"{key} {raw!r} is not a whole number; give a number of requests, e.g. "
+            f"hermes cron-budget set {key} 1000."
+        )
     if kind == "greater_than_equal":
         return f"{key} must be at least {error['ctx']['ge']} (got {raw})."
     if kind == "literal_error":
@@ -221,8 +237,11 @@ def from_mapping(values: dict, *, source: str = SETTINGS_FILE) -> BudgetSettings
 def _with_fix(refused: _Refused) -> str:
     if refused.key is None:
         return str(refused)
-    how = (f"remove {refused.key!r} from the file" if refused.key not in KEYS
-           else f"fix it with: hermes cron-budget set {refused.key} VALUE")
+    how = (
+        f"remove {refused.key!r} from the file"
+        if refused.key not in KEYS
+        else f"fix it with: hermes cron-budget set {refused.key} VALUE"
+    )
     return f"{str(refused).rstrip('.')}; {how}."
 
 
@@ -354,7 +373,9 @@ class SettingsFile:
         values = self._stored()
         if isinstance(values.get("ledger"), str):
             with contextlib.suppress(ConfigError):  # a bad ledger value is named by validation
-                values["ledger"] = absolute_ledger(values["ledger"].strip(), root_of(self.directory))
+                values["ledger"] = absolute_ledger(
+                    values["ledger"].strip(), root_of(self.directory)
+                )
         return values
 
     def _stored(self) -> dict:
@@ -363,16 +384,26 @@ class SettingsFile:
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            raise ConfigError(f"Cannot read {self.path} ({exc.strerror}); check its permissions.") from None
+            raise ConfigError(
+                f"Cannot read {self.path} ({exc.strerror}); check its permissions."
+            ) from None
         try:
             values = json.loads(text)
         except ValueError as exc:
-            where = f" ({exc.msg} at line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
-            raise ConfigError(f"{self.path} is not valid JSON{where}; fix it by hand, or delete it "
-                              f"(rm {self.path}) to start from the defaults and set your keys again.") from None
+            where = (
+                f" ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+                if isinstance(exc, json.JSONDecodeError)
+                else ""
+            )
+            raise ConfigError(
+                f"{self.path} is not valid JSON{where}; fix it by hand, or delete it "
+                f"(rm {self.path}) to start from the defaults and set your keys again."
+            ) from None
         if not isinstance(values, dict):
-            raise ConfigError(f"{self.path} is not a JSON object; fix it by hand, or delete it "
-                              f"(rm {self.path}) to start from the defaults and set your keys again.")
+            raise ConfigError(
+                f"{self.path} is not a JSON object; fix it by hand, or delete it "
+                f"(rm {self.path}) to start from the defaults and set your keys again."
+            )
         return values
 
     def set(self, key: str, text: str) -> BudgetSettings:
@@ -384,12 +415,20 @@ class SettingsFile:
         with self._locked():
             values = self._values()
             parse_value(key, text)  # the new value alone, checked first
-            values[key] = absolute_ledger(text.strip(), root_of(self.directory)) if key == "ledger" else text
+            values[key] = (
+                absolute_ledger(text.strip(), root_of(self.directory)) if key == "ledger" else text
+            )
             try:
                 settings = _validated(values)
-            except _Refused as exc:  # a rule between keys is about the value just given: no file to name
-                raise ConfigError(str(exc) if exc.key is None else f"{self.path}: {_with_fix(exc)}") from None
-            write_private(self.path, json.dumps(settings.as_json(), indent=2, sort_keys=True) + "\n")
+            except (
+                _Refused
+            ) as exc:  # a rule between keys is about the value just given: no file to name
+                raise ConfigError(
+                    str(exc) if exc.key is None else f"{self.path}: {_with_fix(exc)}"
+                ) from None
+            write_private(
+                self.path, json.dumps(settings.as_json(), indent=2, sort_keys=True) + "\n"
+            )
             return settings
 
     @contextlib.contextmanager
@@ -414,7 +453,10 @@ def describe() -> list[tuple[str, str, str]]:
         "timezone": "IANA zone name of reset, e.g. Europe/Berlin",
         "models": "comma-separated model-name globs that count (others are recorded, not counted)",
         "ledger": "empty: SQLite beside budget.json; a path (relative: to the root Hermes home); "
-                  "a redis:// URL shares it between machines",
+        "a redis:// URL shares it between machines",
     }
     defaults = BudgetSettings()
-    return [(key, defaults.shown(key) if key != "timezone" else "machine zone", meaning[key]) for key in KEYS]
+    return [
+        (key, defaults.shown(key) if key != "timezone" else "machine zone", meaning[key])
+        for key in KEYS
+    ]

@@ -44,7 +44,10 @@ OPEN_BUSY_TIMEOUT_MS = ADMIT_BUSY_TIMEOUT_MS
 MIGRATIONS: list[tuple[str, str]] = []
 migration = MIGRATIONS.append
 
-migration(("m001_ledger", """
+migration(
+    (
+        "m001_ledger",
+        """
 CREATE TABLE requests (
     id INTEGER PRIMARY KEY,
     at REAL NOT NULL,
@@ -81,10 +84,14 @@ CREATE TABLE jobs (
     name TEXT NOT NULL,
     PRIMARY KEY (window_start, job_id)
 ) WITHOUT ROWID;
-"""))
+""",
+    )
+)
 
-_ENTRY_COLUMNS = ("at, window_start, call_class, profile, job_id, job_name, run_id, provider, model, "
-                  "api_mode, decision, counted")
+_ENTRY_COLUMNS = (
+    "at, window_start, call_class, profile, job_id, job_name, run_id, provider, model, "
+    "api_mode, decision, counted"
+)
 
 
 # One FileTurns (a lock-file descriptor and its thread) per ledger file per process, for the
@@ -110,8 +117,12 @@ class SqliteLedger:
         self.location = str(path)
         # The process's one database for this file, shared with any other ledger object on it
         # (the bulk plugin's budget and its gate each have one): invariant 10.
-        self.db = open_database(path, migrations=MIGRATIONS, busy_timeout_ms=OPEN_BUSY_TIMEOUT_MS,
-                                setting="the cron-budget ledger setting")
+        self.db = open_database(
+            path,
+            migrations=MIGRATIONS,
+            busy_timeout_ms=OPEN_BUSY_TIMEOUT_MS,
+            setting="the cron-budget ledger setting",
+        )
         self._closed = False
         # Connections made from now on wait briefly; the one that migrated is shortened too.
         self.db.busy_timeout_ms = ADMIT_BUSY_TIMEOUT_MS
@@ -128,65 +139,126 @@ class SqliteLedger:
         except TurnTimeout as exc:
             raise LedgerUnavailable(f"The cron-budget ledger is busy: {exc}.") from None
         except sqlite3.OperationalError as exc:  # locked past the busy timeout, disk I/O, …
-            raise LedgerUnavailable(f"The cron-budget ledger {self.path} is not answering ({exc}).") from None
+            raise LedgerUnavailable(
+                f"The cron-budget ledger {self.path} is not answering ({exc})."
+            ) from None
 
-    def _admit(self, conn: sqlite3.Connection, call: CallRecord, window: Window, terms: Terms,
-               now: float) -> Admission:
+    def _admit(
+        self, conn: sqlite3.Connection, call: CallRecord, window: Window, terms: Terms, now: float
+    ) -> Admission:
         start = window.start_s
         job_key = f"job:{call.job_id}:requests" if call.job_id else ""
         held_runs_key = f"job:{call.job_id}:held_runs" if call.job_id else ""
-        have = dict(conn.execute("SELECT key, n FROM counters WHERE window_start = ? AND key IN (?, ?, ?, ?)",
-                                 (start, "calls", "total", job_key, held_runs_key)).fetchall())
+        have = dict(
+            conn.execute(
+                "SELECT key, n FROM counters WHERE window_start = ? AND key IN (?, ?, ?, ?)",
+                (start, "calls", "total", job_key, held_runs_key),
+            ).fetchall()
+        )
         if "calls" not in have:
             self._prune(conn, now)  # the window's first call
-        decision = decide(call.call_class, terms, window_total=have.get("total", 0),
-                          job_requests=have.get(job_key, 0))
+        decision = decide(
+            call.call_class,
+            terms,
+            window_total=have.get("total", 0),
+            job_requests=have.get(job_key, 0),
+        )
         counted = counts_toward_total(decision, terms)
         keys = counter_updates(call, decision, counted)
         run_key = run_counter(call, decision)
-        new_run = bool(run_key) and conn.execute(
-            "INSERT OR IGNORE INTO runs VALUES (?, ?, ?)", (start, run_key, call.run_id)).rowcount == 1
+        new_run = (
+            bool(run_key)
+            and conn.execute(
+                "INSERT OR IGNORE INTO runs VALUES (?, ?, ?)", (start, run_key, call.run_id)
+            ).rowcount
+            == 1
+        )
         if new_run:
             keys.append(run_key)
         conn.executemany(
             "INSERT INTO counters VALUES (?, ?, ?, 1) ON CONFLICT (window_start, key) DO UPDATE SET n = n + 1",
-            [(start, window.end_s, k) for k in keys])
+            [(start, window.end_s, k) for k in keys],
+        )
         if call.job_id:
-            conn.execute("INSERT INTO jobs VALUES (?, ?, ?, ?) ON CONFLICT (window_start, job_id) "
-                         "DO UPDATE SET name = excluded.name WHERE excluded.name != ''",
-                         (start, call.job_id, call.call_class, call.job_name))
-        conn.execute(f"INSERT INTO requests ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     (now, start, call.call_class, call.profile, call.job_id, call.job_name, call.run_id,
-                      call.provider, call.model, call.api_mode, decision, int(counted)))
+            conn.execute(
+                "INSERT INTO jobs VALUES (?, ?, ?, ?) ON CONFLICT (window_start, job_id) "
+                "DO UPDATE SET name = excluded.name WHERE excluded.name != ''",
+                (start, call.job_id, call.call_class, call.job_name),
+            )
+        conn.execute(
+            f"INSERT INTO requests ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                now,
+                start,
+                call.call_class,
+                call.profile,
+                call.job_id,
+                call.job_name,
+                call.run_id,
+                call.provider,
+                call.model,
+                call.api_mode,
+                decision,
+                int(counted),
+            ),
+        )
         return Admission(
-            decision=decision, counted=counted, window_total=have.get("total", 0) + counted,
+            decision=decision,
+            counted=counted,
+            window_total=have.get("total", 0) + counted,
             job_requests=have.get(job_key, 0) + int(counted and bool(job_key)),
-            job_held_runs=have.get(held_runs_key, 0) + int(new_run and run_key == held_runs_key))
+            job_held_runs=have.get(held_runs_key, 0) + int(new_run and run_key == held_runs_key),
+        )
 
     def _prune(self, conn: sqlite3.Connection, now: float) -> None:
         """The first call of a window drops what ended more than KEEP_AFTER_WINDOW_S ago."""
         cutoff = now - KEEP_AFTER_WINDOW_S
-        old = [r[0] for r in conn.execute(
-            "SELECT DISTINCT window_start FROM counters WHERE window_end < ?", (cutoff,))]
+        old = [
+            r[0]
+            for r in conn.execute(
+                "SELECT DISTINCT window_start FROM counters WHERE window_end < ?", (cutoff,)
+            )
+        ]
         for start in old:
             for table in ("counters", "runs", "jobs", "requests"):
                 conn.execute(f"DELETE FROM {table} WHERE window_start = ?", (start,))
 
     def counts(self, window: Window) -> WindowCounts:
         try:
-            counters = {k: n for k, n in self.db.read(
-                "SELECT key, n FROM counters WHERE window_start = ?", (window.start_s,))}
-            jobs = {r[0]: (r[1], r[2]) for r in self.db.read(
-                "SELECT job_id, call_class, name FROM jobs WHERE window_start = ?", (window.start_s,))}
+            counters = {
+                k: n
+                for k, n in self.db.read(
+                    "SELECT key, n FROM counters WHERE window_start = ?", (window.start_s,)
+                )
+            }
+            jobs = {
+                r[0]: (r[1], r[2])
+                for r in self.db.read(
+                    "SELECT job_id, call_class, name FROM jobs WHERE window_start = ?",
+                    (window.start_s,),
+                )
+            }
         except sqlite3.OperationalError as exc:
-            raise LedgerUnavailable(f"The cron-budget ledger {self.path} is not answering ({exc}).") from None
+            raise LedgerUnavailable(
+                f"The cron-budget ledger {self.path} is not answering ({exc})."
+            ) from None
         return WindowCounts(window.start_s, counters, jobs)
 
     def entries(self, window: Window, limit: int = 1000) -> list[LedgerEntry]:
-        rows = self.db.read(f"SELECT {_ENTRY_COLUMNS} FROM requests WHERE window_start = ? ORDER BY id LIMIT ?",
-                            (window.start_s, limit))
-        return [LedgerEntry(at=r[0], window_start_s=r[1], call=CallRecord(*r[2:10]), decision=r[10],
-                            counted=bool(r[11])) for r in rows]
+        rows = self.db.read(
+            f"SELECT {_ENTRY_COLUMNS} FROM requests WHERE window_start = ? ORDER BY id LIMIT ?",
+            (window.start_s, limit),
+        )
+        return [
+            LedgerEntry(
+                at=r[0],
+                window_start_s=r[1],
+                call=CallRecord(*r[2:10]),
+                decision=r[10],
+                counted=bool(r[11]),
+            )
+            for r in rows
+        ]
 
     def close(self) -> None:
         if not self._closed:  # once per open: the database is shared with other users

@@ -64,8 +64,12 @@ class FileTurns:
                 self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
                 self._requests = queue.SimpleQueue()
                 self._pid = os.getpid()
-                threading.Thread(target=self._serve, args=(self._fd, self._requests),
-                                 name="cron-budget-turns", daemon=True).start()
+                threading.Thread(
+                    target=self._serve,
+                    args=(self._fd, self._requests),
+                    name="cron-budget-turns",
+                    daemon=True,
+                ).start()
             return self._requests
 
     @staticmethod

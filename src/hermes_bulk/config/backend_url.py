@@ -23,8 +23,18 @@ REDIS_SCHEMES = ("redis", "rediss")
 DEFAULT_PREFIX = "hermes-bulk"
 URL_SHAPE = "redis://[[user]:password@]host[:port][/db][?prefix=name]"
 #: Query options that need TLS, and ssl_cert_reqs' values (redis-py passes them to ssl).
-_TLS_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname",
-                "ssl_ca_path", "ssl_ca_data", "ssl_password", "ssl_min_version", "ssl_ciphers")
+_TLS_OPTIONS = (
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+    "ssl_ca_path",
+    "ssl_ca_data",
+    "ssl_password",
+    "ssl_min_version",
+    "ssl_ciphers",
+)
 _CERT_REQS = ("none", "optional", "required")
 
 
@@ -65,7 +75,9 @@ def parse_backend_url(url: str) -> SqliteUrl | RedisUrl:
         return SqliteUrl(_sqlite_path(url, BACKEND_SETTING, "bulk.db"))
     if scheme in REDIS_SCHEMES:
         return parse_redis_url(url, BACKEND_SETTING)
-    raise ConfigError(f"Invalid setting {BACKEND_SETTING}: unknown scheme {scheme!r}; use sqlite:// or redis://.")
+    raise ConfigError(
+        f"Invalid setting {BACKEND_SETTING}: unknown scheme {scheme!r}; use sqlite:// or redis://."
+    )
 
 
 def parse_ledger_url(location: str) -> SqliteUrl | RedisUrl:
@@ -78,8 +90,10 @@ def parse_ledger_url(location: str) -> SqliteUrl | RedisUrl:
         return parse_redis_url(location, LEDGER_REDIS_SETTING)
     if scheme in ("", "sqlite"):
         return SqliteUrl(_sqlite_path(location, LEDGER_SETTING, "ledger.db"))
-    raise ConfigError(f"Invalid setting {LEDGER_SETTING}: {scheme}:// is not a ledger location; use a SQLite "
-                      "file path or a redis:// URL.")
+    raise ConfigError(
+        f"Invalid setting {LEDGER_SETTING}: {scheme}:// is not a ledger location; use a SQLite "
+        "file path or a redis:// URL."
+    )
 
 
 def _scheme(url: str) -> str:
@@ -103,6 +117,7 @@ def parse_redis_url(url: str, setting: str) -> RedisUrl:
     ValueError deep inside it, a database that is not a number was silently taken as 0, and
     TLS options on redis:// raised TypeError at the first command.
     """
+
     def bad(what: str) -> ConfigError:
         return ConfigError(f"Invalid setting {setting}: {what}.")
 
@@ -116,7 +131,9 @@ def parse_redis_url(url: str, setting: str) -> RedisUrl:
     if port == 0 or (port is None and parts.netloc.endswith(":")):
         raise bad("the Redis port must be a whole number from 1 to 65535")
     if not parts.hostname:  # redis-py would quietly take localhost: say which server is meant
-        raise bad(f"the URL names no Redis host; write it, e.g. redis://localhost:6379/0 ({URL_SHAPE})")
+        raise bad(
+            f"the URL names no Redis host; write it, e.g. redis://localhost:6379/0 ({URL_SHAPE})"
+        )
     query = parse_qsl(parts.query, keep_blank_values=True)
     databases = [parts.path.strip("/")] + [v for k, v in query if k == "db"]
     for db in databases:
@@ -132,6 +149,14 @@ def parse_redis_url(url: str, setting: str) -> RedisUrl:
     prefix = prefixes[-1] if prefixes else DEFAULT_PREFIX
     if not prefix or any(c in prefix for c in "{} \t\r\n*?[]"):
         raise bad(f"prefix={prefix!r}; use letters, digits, '-', '_', '.' or ':'")
-    client_url = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query if k != "prefix"])))
-    return RedisUrl(client_url=client_url, prefix=prefix, host=parts.hostname or "localhost",
-                    port=port or 6379, database=parts.path.strip("/"), setting=setting)
+    client_url = urlunsplit(
+        parts._replace(query=urlencode([(k, v) for k, v in query if k != "prefix"]))
+    )
+    return RedisUrl(
+        client_url=client_url,
+        prefix=prefix,
+        host=parts.hostname or "localhost",
+        port=port or 6379,
+        database=parts.path.strip("/"),
+        setting=setting,
+    )

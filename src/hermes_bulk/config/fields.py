@@ -35,6 +35,7 @@ def env_name(field: str) -> str:
 
 # What a value means beyond its kind: a ValueError's text is the message after the setting's name.
 
+
 def check_backend(value: str) -> str:
     if value and value.split("://", 1)[0].lower() not in BACKEND_SCHEMES:
         raise ValueError("must start with sqlite://, redis:// or rediss://")
@@ -72,7 +73,9 @@ class Setting:
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
-    aliases: tuple[str, ...] = ()  #: environment names read instead of HERMES_BULK_<NAME>, first found wins
+    aliases: tuple[
+        str, ...
+    ] = ()  #: environment names read instead of HERMES_BULK_<NAME>, first found wins
     default_factory: Callable[[], Any] | None = None
     check: Callable[[str], str] | None = None
 
@@ -82,52 +85,172 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("home", "path", default_factory=default_home, description="Data directory (HERMES_BULK_HOME)."),
-    Setting("backend", "str", "", check=check_backend,
-            description="sqlite:///path, redis://… or rediss://…; default: SQLite in the data dir."),
-    Setting("base_url", "str", "https://api.openai.com/v1", check=check_base_url,
-            aliases=("HERMES_BULK_BASE_URL", "OPENAI_BASE_URL", "base_url"),
-            description="OpenAI-compatible endpoint (falls back to OPENAI_BASE_URL)."),
-    Setting("api_key", "secret", optional=True, aliases=("HERMES_BULK_API_KEY", "OPENAI_API_KEY", "api_key"),
-            description="API key (falls back to OPENAI_API_KEY). Never stored or printed."),
-    Setting("model", "str", optional=True, description="Model name sent with each request (HERMES_BULK_MODEL)."),
-    Setting("max_retries", "int", 2, ge=0, le=20, description="Default automatic retries per item."),
-    Setting("max_concurrency", "int", 16, ge=1, le=1024, description="The most items one job may run at once."),
-    Setting("default_concurrency", "int", 4, ge=1, le=1024, description="--concurrency when not given."),
-    Setting("rpm", "int", optional=True, ge=1, le=1_000_000,
-            description="Default requests per minute for pacing (none: no pacing)."),
-    Setting("tpm", "int", optional=True, ge=1, le=1_000_000_000,
-            description="Default tokens per minute for pacing (none: no pacing)."),
-    Setting("lease_seconds", "float", 30.0, ge=0.5, le=3600,
-            description="How long a claimed item stays owned without renewal."),
-    Setting("request_timeout_seconds", "float", 120.0, gt=0, le=3600, description="Timeout of one model request."),
-    Setting("output_tokens_estimate", "int", 512, ge=0, le=1_000_000,
-            description="Output allowance in token reservations."),
-    Setting("reuse", "bool", True,
-            description="Reuse answers of earlier jobs in this store (false: every create is --fresh)."),
-    Setting("max_output_tokens", "int", optional=True, ge=1, le=1_000_000,
-            description="max_tokens sent with each request (none: provider default)."),
-    Setting("resume_interrupted", "bool", False,
-            description="hermes-bulk worker: at start, continue the jobs a graceful worker stop cut off "
-                        "(worker --resume-interrupted), not only after run."),
-    Setting("batch_max_items", "int", 50_000, ge=1, le=50_000,
-            description="create --batch: the most items in one provider batch (the provider's limit is "
-                        "50,000 requests and 200 MB)."),
-    Setting("batch_poll_seconds", "float", 30.0, ge=0.05, le=3600,
-            description="create --batch: how often a worker asks the provider how a batch is doing."),
-    Setting("batch_window", "str", "24h", check=check_batch_window,
-            description="create --batch: the completion window asked of the provider."),
-    Setting("batch_max_line_bytes", "int", 8 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024,
-            description="create --batch: the longest line of a provider's output or error file that is "
-                        "read; a longer one is an invalid answer."),
-    Setting("dashboard_token", "secret", optional=True,
-            description="hermes-bulk dashboard: the access token (default: a new random one at each start, "
-                        "on a loopback address only)."),
-    Setting("max_item_bytes", "int", 4 * 1024 * 1024, ge=1, le=1024 * 1024 * 1024,
-            description="Larger files in a directory are left out, with an event."),
-    Setting("breaker_failures", "int", 5, ge=1, le=10_000,
-            description="Failures to connect to the endpoint in a row (requests in flight together count "
-                        "once) that pause a job instead of failing its items."),
+    Setting(
+        "home",
+        "path",
+        default_factory=default_home,
+        description="Data directory (HERMES_BULK_HOME).",
+    ),
+    Setting(
+        "backend",
+        "str",
+        "",
+        check=check_backend,
+        description="sqlite:///path, redis://… or rediss://…; default: SQLite in the data dir.",
+    ),
+    Setting(
+        "base_url",
+        "str",
+        "https://api.openai.com/v1",
+        check=check_base_url,
+        aliases=("HERMES_BULK_BASE_URL", "OPENAI_BASE_URL", "base_url"),
+        description="OpenAI-compatible endpoint (falls back to OPENAI_BASE_URL).",
+    ),
+    Setting(
+        "api_key",
+        "secret",
+        optional=True,
+        aliases=("HERMES_BULK_API_KEY", "OPENAI_API_KEY", "api_key"),
+        description="API key (falls back to OPENAI_API_KEY). Never stored or printed.",
+    ),
+    Setting(
+        "model",
+        "str",
+        optional=True,
+        description="Model name sent with each request (HERMES_BULK_MODEL).",
+    ),
+    Setting(
+        "max_retries", "int", 2, ge=0, le=20, description="Default automatic retries per item."
+    ),
+    Setting(
+        "max_concurrency",
+        "int",
+        16,
+        ge=1,
+        le=1024,
+        description="The most items one job may run at once.",
+    ),
+    Setting(
+        "default_concurrency", "int", 4, ge=1, le=1024, description="--concurrency when not given."
+    ),
+    Setting(
+        "rpm",
+        "int",
+        optional=True,
+        ge=1,
+        le=1_000_000,
+        description="Default requests per minute for pacing (none: no pacing).",
+    ),
+    Setting(
+        "tpm",
+        "int",
+        optional=True,
+        ge=1,
+        le=1_000_000_000,
+        description="Default tokens per minute for pacing (none: no pacing).",
+    ),
+    Setting(
+        "lease_seconds",
+        "float",
+        30.0,
+        ge=0.5,
+        le=3600,
+        description="How long a claimed item stays owned without renewal.",
+    ),
+    Setting(
+        "request_timeout_seconds",
+        "float",
+        120.0,
+        gt=0,
+        le=3600,
+        description="Timeout of one model request.",
+    ),
+    Setting(
+        "output_tokens_estimate",
+        "int",
+        512,
+        ge=0,
+        le=1_000_000,
+        description="Output allowance in token reservations.",
+    ),
+    Setting(
+        "reuse",
+        "bool",
+        True,
+        description="Reuse answers of earlier jobs in this store (false: every create is --fresh).",
+    ),
+    Setting(
+        "max_output_tokens",
+        "int",
+        optional=True,
+        ge=1,
+        le=1_000_000,
+        description="max_tokens sent with each request (none: provider default).",
+    ),
+    Setting(
+        "resume_interrupted",
+        "bool",
+        False,
+        description="hermes-bulk worker: at start, continue the jobs a graceful worker stop cut off "
+        "(worker --resume-interrupted), not only after run.",
+    ),
+    Setting(
+        "batch_max_items",
+        "int",
+        50_000,
+        ge=1,
+        le=50_000,
+        description="create --batch: the most items in one provider batch (the provider's limit is "
+        "50,000 requests and 200 MB).",
+    ),
+    Setting(
+        "batch_poll_seconds",
+        "float",
+        30.0,
+        ge=0.05,
+        le=3600,
+        description="create --batch: how often a worker asks the provider how a batch is doing.",
+    ),
+    Setting(
+        "batch_window",
+        "str",
+        "24h",
+        check=check_batch_window,
+        description="create --batch: the completion window asked of the provider.",
+    ),
+    Setting(
+        "batch_max_line_bytes",
+        "int",
+        8 * 1024 * 1024,
+        ge=1024,
+        le=1024 * 1024 * 1024,
+        description="create --batch: the longest line of a provider's output or error file that is "
+        "read; a longer one is an invalid answer.",
+    ),
+    Setting(
+        "dashboard_token",
+        "secret",
+        optional=True,
+        description="hermes-bulk dashboard: the access token (default: a new random one at each start, "
+        "on a loopback address only).",
+    ),
+    Setting(
+        "max_item_bytes",
+        "int",
+        4 * 1024 * 1024,
+        ge=1,
+        le=1024 * 1024 * 1024,
+        description="Larger files in a directory are left out, with an event.",
+    ),
+    Setting(
+        "breaker_failures",
+        "int",
+        5,
+        ge=1,
+        le=10_000,
+        description="Failures to connect to the endpoint in a row (requests in flight together count "
+        "once) that pause a job instead of failing its items.",
+    ),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}

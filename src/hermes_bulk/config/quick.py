@@ -70,7 +70,9 @@ def read(environ: Mapping[str, str]) -> QuickSettings | None:
     for key, value in environ.items():
         name = key.lower()
         if name in _READ_NAMES:
-            if name in given:  # the same name in two cases: which one pydantic-settings takes is its business
+            if (
+                name in given
+            ):  # the same name in two cases: which one pydantic-settings takes is its business
                 return None
             given[name] = value
     try:
@@ -87,8 +89,11 @@ def _value(setting: Setting, given: dict[str, str]) -> Any:
         if not (_DIGITS if setting.kind == "int" else _DECIMAL).fullmatch(raw):
             raise _Doubt
         number = int(raw) if setting.kind == "int" else float(raw)
-        if ((setting.ge is not None and number < setting.ge) or (setting.gt is not None and number <= setting.gt)
-                or (setting.le is not None and number > setting.le)):
+        if (
+            (setting.ge is not None and number < setting.ge)
+            or (setting.gt is not None and number <= setting.gt)
+            or (setting.le is not None and number > setting.le)
+        ):
             raise _Doubt
         return number
     if setting.kind == "bool":

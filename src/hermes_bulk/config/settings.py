@@ -32,8 +32,11 @@ from .fields import (
 def _field(name: str) -> Any:
     """The pydantic Field of a setting, from its row in settings_fields.SETTINGS."""
     setting = BY_NAME[name]
-    options: dict[str, Any] = {key: getattr(setting, key) for key in ("ge", "gt", "le")
-                               if getattr(setting, key) is not None}
+    options: dict[str, Any] = {
+        key: getattr(setting, key)
+        for key in ("ge", "gt", "le")
+        if getattr(setting, key) is not None
+    }
     if setting.aliases:
         options["validation_alias"] = AliasChoices(*setting.aliases)
     if setting.default_factory:
@@ -63,7 +66,10 @@ class Settings(BaseSettings, Places):
     field's default, bounds, environment names and description are its row in settings_fields."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True, frozen=True,
+        env_prefix=ENV_PREFIX,
+        extra="ignore",
+        populate_by_name=True,
+        frozen=True,
     )
 
     home: Path = _field("home")
@@ -106,8 +112,9 @@ class Settings(BaseSettings, Places):
         return check_batch_window(value)
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
-                                   dotenv_settings, file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         plugin = _MappingSource(settings_cls, _plugin_settings_for_load.get() or {})
         return (init_settings, env_settings, plugin)
 
@@ -115,7 +122,9 @@ class Settings(BaseSettings, Places):
 # Hermes' plugin settings are handed to the source through a context variable because
 # pydantic-settings builds sources from the class, not the instance; load_settings sets it. Each
 # thread has its own context, so a gateway loading two profiles' settings at once keeps them apart.
-_plugin_settings_for_load: ContextVar[dict[str, Any] | None] = ContextVar("plugin_settings_for_load", default=None)
+_plugin_settings_for_load: ContextVar[dict[str, Any] | None] = ContextVar(
+    "plugin_settings_for_load", default=None
+)
 
 
 def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: Any) -> Settings:
@@ -132,11 +141,16 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
         if field in plugin_settings and field not in overrides and name not in os.environ:
             name = f"plugins.entries.bulk.settings.{field}"
         got = err.get("input")
-        got = public_url(got) if isinstance(got, str) else got  # a rejected URL may still hold a password
-        shown = "" if field in ("api_key", "OPENAI_API_KEY") or isinstance(got, dict) else f" (got {got!r})"
+        got = (
+            public_url(got) if isinstance(got, str) else got
+        )  # a rejected URL may still hold a password
+        shown = (
+            ""
+            if field in ("api_key", "OPENAI_API_KEY") or isinstance(got, dict)
+            else f" (got {got!r})"
+        )
         raise ConfigError(f"Invalid setting {name}: {err['msg']}{shown}.") from None
     finally:
         _plugin_settings_for_load.reset(token)
     register_settings_secrets(settings)
     return settings
-

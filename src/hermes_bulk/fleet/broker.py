@@ -51,7 +51,9 @@ class Backend:
     store: JobStore
     limits: SharedLimits
     queue_errors: tuple[type[Exception], ...] = ()  # what the queue raises when the backend is gone
-    unavailable: Callable[[Exception], BackendUnavailable] = lambda exc: BackendUnavailable(str(exc))
+    unavailable: Callable[[Exception], BackendUnavailable] = lambda exc: BackendUnavailable(
+        str(exc)
+    )
     warnings: Callable[[], list[str]] = list  # e.g. Redis without persistence
     _queues: dict[str, tuple[Huey, TaskWrapper]] = field(default_factory=dict, init=False)
     _clients: dict[str, str] = field(default_factory=dict, init=False)  # job id -> its route
@@ -86,7 +88,9 @@ class Backend:
             return self.legacy_http_route
         return client
 
-    def trigger(self, job_id: str, index_hint: int = 0, count: int = 1, *, client: str | None = None) -> None:
+    def trigger(
+        self, job_id: str, index_hint: int = 0, count: int = 1, *, client: str | None = None
+    ) -> None:
         """Enqueue `count` triggers for a job (each one lets one more item start), on the queue
         of its kind of model client (looked up when not given; a deleted job gets none)."""
         client = client or self.client_of(job_id)
@@ -110,7 +114,10 @@ class Backend:
         self.store.close()
         with self._lock:
             queues, self._queues = list(self._queues.values()), {}
-        for huey, _ in queues:  # all at once: on SQLite they share one file (DESIGN.md invariant 10)
+        for (
+            huey,
+            _,
+        ) in queues:  # all at once: on SQLite they share one file (DESIGN.md invariant 10)
             close = getattr(huey.storage, "close", None)
             if close:
                 close()
@@ -174,9 +181,14 @@ def build_backend(url: str) -> Backend:
         except BackendUnavailable:
             db.close()
             raise
-        return Backend(url=url, make_queue=make_queue, store=SqliteJobStore(db), limits=SqliteLimits(db),
-                       queue_errors=sqlite_queue.QUEUE_ERRORS,
-                       unavailable=lambda exc: sqlite_queue.unusable(location.queue_path, exc))
+        return Backend(
+            url=url,
+            make_queue=make_queue,
+            store=SqliteJobStore(db),
+            limits=SqliteLimits(db),
+            queue_errors=sqlite_queue.QUEUE_ERRORS,
+            unavailable=lambda exc: sqlite_queue.unusable(location.queue_path, exc),
+        )
     # Imported here: a SQLite user never loads redis-py.
     from ..store.redis import queue as redis_queue
     from ..store.redis.connection import connect_redis, persistence_warning
@@ -184,6 +196,12 @@ def build_backend(url: str) -> Backend:
     from ..store.redis.limits import RedisLimits
 
     conn = connect_redis(location)
-    return Backend(url=url, make_queue=redis_queue.queue_maker(conn), store=RedisJobStore(conn),
-                   limits=RedisLimits(conn), queue_errors=redis_queue.QUEUE_ERRORS, unavailable=conn.unavailable,
-                   warnings=lambda: [w for w in [persistence_warning(conn)] if w])
+    return Backend(
+        url=url,
+        make_queue=redis_queue.queue_maker(conn),
+        store=RedisJobStore(conn),
+        limits=RedisLimits(conn),
+        queue_errors=redis_queue.QUEUE_ERRORS,
+        unavailable=conn.unavailable,
+        warnings=lambda: [w for w in [persistence_warning(conn)] if w],
+    )

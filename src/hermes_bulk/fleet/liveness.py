@@ -33,9 +33,9 @@ log = logging.getLogger("hermes_bulk.fleet.liveness")
 #: Why a job waits for `run`, by JobRecord.interrupted (its awaiting_recovery event says so).
 AWAITING_BECAUSE = {
     INTERRUPTED_WORKER_STOP: "its workers stopped gracefully before it finished (the items they held went back "
-                             "to the queue); run it to continue",
+    "to the queue); run it to continue",
     INTERRUPTED_ORPHANED: "its workers stopped without a graceful worker stop (a crash, a Hermes gateway or a "
-                          "run --wait that exited); run it to continue",
+    "run --wait that exited); run it to continue",
 }
 
 
@@ -88,7 +88,7 @@ def can_serve(worker: WorkerInfo, job: JobRecord) -> bool:
     for HTTP its endpoint and key), and serves every job or this one. An entry without a record
     (a worker older than it) serves the HTTP jobs that recorded no endpoint."""
     tokens = worker.serves.split(",") if worker.serves else [endpoints.HTTP]
-    only = [t[len(ONLY_JOB):] for t in tokens if t.startswith(ONLY_JOB)]
+    only = [t[len(ONLY_JOB) :] for t in tokens if t.startswith(ONLY_JOB)]
     return endpoints.route(job.spec) in tokens and (not only or job.job_id in only)
 
 
@@ -125,22 +125,33 @@ class Liveness:
 
     def live_workers(self) -> list[WorkerInfo]:
         """Live workers (entry fresh, and on this host their lock held), without holdings."""
-        return [w for w in self.store.live_workers(holding=False) if not self._lock_is_free(w.worker_id)]
+        return [
+            w for w in self.store.live_workers(holding=False) if not self._lock_is_free(w.worker_id)
+        ]
 
-    def capable_workers(self, job: JobRecord, live: list[WorkerInfo] | None = None) -> list[WorkerInfo]:
+    def capable_workers(
+        self, job: JobRecord, live: list[WorkerInfo] | None = None
+    ) -> list[WorkerInfo]:
         """The live workers that take this job's items (can_serve)."""
         return [w for w in (self.live_workers() if live is None else live) if can_serve(w, job)]
 
     def live_worker_ids(self) -> set[str]:
         # Without holdings: reading them would load every running item, a batch's 50,000 too,
         # every maintenance pass and status (benchmarks, row 12: the worker's RSS grew with them).
-        return {w.worker_id for w in self.store.live_workers(holding=False) if not self._lock_is_free(w.worker_id)}
+        return {
+            w.worker_id
+            for w in self.store.live_workers(holding=False)
+            if not self._lock_is_free(w.worker_id)
+        }
 
     def dead_owners(self, exclude: str | None = None) -> list[str]:
         """Owners of running items that are not live workers (a provider batch is no worker)."""
         live = self.live_worker_ids()
-        return [o for o in self.store.item_owners()
-                if o not in live and o != exclude and not o.startswith(BATCH_OWNER_PREFIX)]
+        return [
+            o
+            for o in self.store.item_owners()
+            if o not in live and o != exclude and not o.startswith(BATCH_OWNER_PREFIX)
+        ]
 
     def recover_dead(self, exclude: str | None = None) -> dict[str, int]:
         """Return the items of dead owners to pending; counts by job. Each such job is marked
@@ -175,8 +186,11 @@ class Recovery(NamedTuple):
 
 def stopped_gracefully(job: JobRecord) -> bool:
     """The job's last interruption is a graceful worker stop, and no item was claimed since."""
-    return (job.interrupted == INTERRUPTED_WORKER_STOP and job.interrupted_at is not None
-            and job.interrupted_at >= (job.last_claim_at or 0))
+    return (
+        job.interrupted == INTERRUPTED_WORKER_STOP
+        and job.interrupted_at is not None
+        and job.interrupted_at >= (job.last_claim_at or 0)
+    )
 
 
 def interruption(job: JobRecord) -> str | None:
@@ -191,7 +205,9 @@ def interruption(job: JobRecord) -> str | None:
     return None
 
 
-def recover_interrupted(liveness: Liveness, exclude: str | None = None, *, resume: bool = False) -> Recovery:
+def recover_interrupted(
+    liveness: Liveness, exclude: str | None = None, *, resume: bool = False
+) -> Recovery:
     """When Bulk starts (a worker, or the plugin in a Hermes process): items dead workers left
     running go back to the queue at once, whether or not other workers are alive (on this host
     a dead worker's lock file is free, so this needs no lease to lapse); with no other worker
@@ -212,20 +228,38 @@ def recover_interrupted(liveness: Liveness, exclude: str | None = None, *, resum
         store = liveness.store
         for job_id in store.active_job_ids():
             job = store.get_job(job_id)
-            if not (job and not job.finished and job.last_claim_at and job.last_claim_at >= (job.run_at or 0)):
+            if not (
+                job
+                and not job.finished
+                and job.last_claim_at
+                and job.last_claim_at >= (job.run_at or 0)
+            ):
                 continue
             graceful = stopped_gracefully(job)
             if resume and graceful:
-                if store.mark_interrupted(job_id, None, event=Event(
-                        "resumed", "continued after a graceful worker stop (worker --resume-interrupted)")):
+                if store.mark_interrupted(
+                    job_id,
+                    None,
+                    event=Event(
+                        "resumed",
+                        "continued after a graceful worker stop (worker --resume-interrupted)",
+                    ),
+                ):
                     resumed.append(job_id)
-                    log.info("job %s continues: its workers stopped gracefully and this worker resumes such jobs "
-                             "(--resume-interrupted)", job_id)
+                    log.info(
+                        "job %s continues: its workers stopped gracefully and this worker resumes such jobs "
+                        "(--resume-interrupted)",
+                        job_id,
+                    )
                 continue
             if not graceful:
                 store.mark_interrupted(job_id, INTERRUPTED_ORPHANED)
             reason = INTERRUPTED_WORKER_STOP if graceful else INTERRUPTED_ORPHANED
-            if store.set_state(job_id, AWAITING_RECOVERY, from_states=[RUNNING],
-                               event=Event("awaiting_recovery", AWAITING_BECAUSE[reason])):
+            if store.set_state(
+                job_id,
+                AWAITING_RECOVERY,
+                from_states=[RUNNING],
+                event=Event("awaiting_recovery", AWAITING_BECAUSE[reason]),
+            ):
                 log.info("job %s awaits recovery: %s", job_id, AWAITING_BECAUSE[reason])
     return Recovery(released, resumed)

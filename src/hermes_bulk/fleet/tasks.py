@@ -58,7 +58,9 @@ def register_process_item(huey: Huey) -> TaskWrapper:
     def process_item(job_id: str, index_hint: int) -> None:
         with _handlers_lock:
             handler = _handlers.get(huey)
-        if handler is None:  # only a consumer executes tasks, and every consumer's runtime serves its queue
+        if (
+            handler is None
+        ):  # only a consumer executes tasks, and every consumer's runtime serves its queue
             log.error("trigger for job %s arrived in a process without a worker runtime", job_id)
             return
         delay_s = handler.handle_trigger(job_id, index_hint)
@@ -70,9 +72,16 @@ def register_process_item(huey: Huey) -> TaskWrapper:
 
 
 def consumer_options(workers: int, **overrides) -> dict:
-    options = dict(workers=workers, worker_type="thread", periodic=False,
-                   initial_delay=POLL_INITIAL_DELAY_S, max_delay=POLL_MAX_DELAY_S, backoff=POLL_BACKOFF,
-                   check_worker_health=True, scheduler_interval=1)
+    options = dict(
+        workers=workers,
+        worker_type="thread",
+        periodic=False,
+        initial_delay=POLL_INITIAL_DELAY_S,
+        max_delay=POLL_MAX_DELAY_S,
+        backoff=POLL_BACKOFF,
+        check_worker_health=True,
+        scheduler_interval=1,
+    )
     options.update({k: v for k, v in overrides.items() if v is not None})
     return options
 
@@ -98,14 +107,22 @@ class QueuesConsumer(Consumer):
     threads are done: the runtime hands back what it holds there, before huey exits, or execs
     itself on SIGHUP (a restart), which would skip any code after run()."""
 
-    def __init__(self, queues: list[Huey], *, threads: list[int] | None = None,
-                 on_stopping: Callable[[], None] | None = None,
-                 on_stopped: Callable[[bool], None] | None = None, **options) -> None:
+    def __init__(
+        self,
+        queues: list[Huey],
+        *,
+        threads: list[int] | None = None,
+        on_stopping: Callable[[], None] | None = None,
+        on_stopped: Callable[[bool], None] | None = None,
+        **options,
+    ) -> None:
         """threads: worker threads per queue (queues' order); by default options' `workers` each."""
         counts = threads or [options["workers"]] * len(queues)
         super().__init__(queues[0], **{**options, "workers": counts[0]})
-        self.others = [EmbeddedConsumer(huey, **{**options, "workers": n})
-                       for huey, n in zip(queues[1:], counts[1:], strict=True)]
+        self.others = [
+            EmbeddedConsumer(huey, **{**options, "workers": n})
+            for huey, n in zip(queues[1:], counts[1:], strict=True)
+        ]
         self.on_stopping, self.on_stopped = on_stopping, on_stopped
 
     def start(self) -> None:

@@ -44,7 +44,9 @@ if TYPE_CHECKING:
 # in their handlers: `path`, `list` and `status` start without it.
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_PAUSED = 4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
+EXIT_PAUSED = (
+    4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
+)
 EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
 
 #: Commands that read the settings without loading pydantic when the environment leaves no doubt
@@ -58,14 +60,19 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:  # a mistyped command word
         say(f"hermes-bulk: {exc}")
         return EXIT_USAGE
-    if (width := terminal_width(sys.stdout)) and "--json" not in argv:  # help too: argparse prints it
+    if (
+        width := terminal_width(sys.stdout)
+    ) and "--json" not in argv:  # help too: argparse prints it
         sys.stdout = WrappedStdout(sys.stdout, width)  # type: ignore[assignment]
     parser = build_parser(command=argv[0] if argv else None)
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        say(f"hermes-bulk: {exc} See: hermes-bulk {argv[0] if argv and argv[0] in HANDLERS else ''} --help"
-                  .replace("  ", " "))
+        say(
+            f"hermes-bulk: {exc} See: hermes-bulk {argv[0] if argv and argv[0] in HANDLERS else ''} --help".replace(
+                "  ", " "
+            )
+        )
         return EXIT_USAGE
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -96,11 +103,15 @@ def main(argv: list[str] | None = None) -> int:
         if is_broken_pipe(exc):  # `hermes-bulk status … | head`: the reader has what it wanted
             return stdout_gone()
         if (full := disk_full_at(exc, settings.home if settings else None)) is not None:
-            say(f"hermes-bulk: the disk is full at {full}: free some space there (or choose another "
-                "place), then run the command again.")
+            say(
+                f"hermes-bulk: the disk is full at {full}: free some space there (or choose another "
+                "place), then run the command again."
+            )
             return EXIT_ERROR
         log_path = _save_traceback(settings)
-        saved = f"the traceback is in {log_path}" if log_path else "the traceback could not be saved"
+        saved = (
+            f"the traceback is in {log_path}" if log_path else "the traceback could not be saved"
+        )
         say(f"hermes-bulk: internal error ({type(exc).__name__}); {saved}. Please report it.")
         return EXIT_ERROR
 
@@ -122,8 +133,11 @@ def _save_traceback(settings: Settings | None) -> Path | None:
     path = home / "logs" / "errors.log"
     # The command line and the traceback can hold a key or a URL's password: appended masked.
     try:
-        logs.append_private(path, f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n"
-                                  f"{traceback.format_exc()}\n")
+        logs.append_private(
+            path,
+            f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(sys.argv)}\n"
+            f"{traceback.format_exc()}\n",
+        )
     except (OSError, HermesBulkError):
         return None
     return path
@@ -160,20 +174,46 @@ SHELL = replies.Place()  #: `hermes-bulk` in a shell
 
 
 def cmd_create(args: Namespace, settings: Settings) -> int:
-    progress = (lambda n: say(f"\rdiscovered {count(n, 'item')}…", end="")) if not args.json and sys.stderr.isatty() else None
-    reply = replies.create(_jobs(settings), replies.Place(on_progress=progress), **options_for(replies.create, args))
+    progress = (
+        (lambda n: say(f"\rdiscovered {count(n, 'item')}…", end=""))
+        if not args.json and sys.stderr.isatty()
+        else None
+    )
+    reply = replies.create(
+        _jobs(settings), replies.Place(on_progress=progress), **options_for(replies.create, args)
+    )
     if progress:
         say("")
     if args.json and isinstance(reply.data, Plan):
         plan = reply.data
-        print(json.dumps({"dry_run": True, "items": plan.items, "skipped": plan.skipped,
-                          "estimated_tokens": plan.estimated_tokens, "output_allowance": plan.output_allowance,
-                          "first_item": plan.first_item, "request": plan.request}))
+        print(
+            json.dumps(
+                {
+                    "dry_run": True,
+                    "items": plan.items,
+                    "skipped": plan.skipped,
+                    "estimated_tokens": plan.estimated_tokens,
+                    "output_allowance": plan.output_allowance,
+                    "first_item": plan.first_item,
+                    "request": plan.request,
+                }
+            )
+        )
     elif args.json:
         created = reply.data
-        print(json.dumps({"job_id": created.job.job_id, "items": created.job.total, "skipped": created.job.skipped,
-                          "reused": created.job.reused,
-                          "skipped_entries": [{"name": s.name, "reason": s.reason} for s in created.skipped]}))
+        print(
+            json.dumps(
+                {
+                    "job_id": created.job.job_id,
+                    "items": created.job.total,
+                    "skipped": created.job.skipped,
+                    "reused": created.job.reused,
+                    "skipped_entries": [
+                        {"name": s.name, "reason": s.reason} for s in created.skipped
+                    ],
+                }
+            )
+        )
     else:
         print(reply.text)
     return EXIT_OK
@@ -189,7 +229,12 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
         print(reply.text)
         return EXIT_OK
     job = reply.data
-    return _wait_here(jobs, settings, job.job_id, args.workers or min(job.spec.concurrency, settings.max_concurrency))
+    return _wait_here(
+        jobs,
+        settings,
+        job.job_id,
+        args.workers or min(job.spec.concurrency, settings.max_concurrency),
+    )
 
 
 def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
@@ -200,25 +245,34 @@ def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
         return  # another kind calls its own model (Hermes'); a finished job has nothing to run
     report = SHELL.doctor(job.spec.model, jobs.settings)
     if not report.usable:
-        raise InvalidTransition(f"Job {job.job_id} was not run: its endpoint cannot serve it now:\n{report.text()}\n"
-                                f"Correct that (hermes-bulk doctor checks it again), then run it again; or run it "
-                                f"anyway with --no-check.")
+        raise InvalidTransition(
+            f"Job {job.job_id} was not run: its endpoint cannot serve it now:\n{report.text()}\n"
+            f"Correct that (hermes-bulk doctor checks it again), then run it again; or run it "
+            f"anyway with --no-check."
+        )
 
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
     from ..runtime.process import worker_runtime
 
-    runtime, served = worker_runtime(jobs.backend, settings, threads, request_gate=request_gate(),
-                                     only_job=job_id)
+    runtime, served = worker_runtime(
+        jobs.backend, settings, threads, request_gate=request_gate(), only_job=job_id
+    )
     job = jobs.get(job_id)
-    if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever here
-        raise InvalidTransition(f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
-                                f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}")
+    if (
+        job.spec.client not in runtime.clients
+    ):  # its triggers would wait for another worker forever here
+        raise InvalidTransition(
+            f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
+            f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}"
+        )
     if not runtime.serves(job):  # made for another endpoint or key: its workers take it
-        raise InvalidTransition(f"Job {job_id} cannot be processed here: it was created for {job.spec.endpoint} "
-                                "with another endpoint or API key than HERMES_BULK_BASE_URL and the key here. "
-                                "It stays queued for a worker configured for that endpoint.")
+        raise InvalidTransition(
+            f"Job {job_id} cannot be processed here: it was created for {job.spec.endpoint} "
+            "with another endpoint or API key than HERMES_BULK_BASE_URL and the key here. "
+            "It stays queued for a worker configured for that endpoint."
+        )
     runtime.start()
     runtime.start_embedded_consumer()
     try:
@@ -230,7 +284,9 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
         return EXIT_INTERRUPTED
     runtime.stop(graceful=True)
     print(views.status_text(jobs.status(job_id)))
-    if st.state == "paused":  # at its token limit, or by a pause from elsewhere: the job is not done
+    if (
+        st.state == "paused"
+    ):  # at its token limit, or by a pause from elsewhere: the job is not done
         return EXIT_PAUSED
     return EXIT_OK if st.state == "completed" else EXIT_ERROR
 
@@ -240,7 +296,9 @@ def _follow(jobs: Jobs, job_id: str, *, until, timeout_s: float | None = None, q
     views.PROGRESS_LINE_EVERY_S elsewhere (a log, CI), nothing with --json; the last status."""
     if not quiet and sys.stderr.isatty():
         return views.follow(jobs, job_id, stderr_console(), until=until, timeout_s=timeout_s)
-    return views.follow_lines(jobs, job_id, (lambda line: None) if quiet else say, until=until, timeout_s=timeout_s)
+    return views.follow_lines(
+        jobs, job_id, (lambda line: None) if quiet else say, until=until, timeout_s=timeout_s
+    )
 
 
 def _print_jobs(reply: replies.Reply, as_json: bool) -> None:
@@ -264,8 +322,20 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
         args.job = job_id
     reply = replies.status(jobs, SHELL, **options_for(replies.status, args))
     if args.failed and args.json:
-        print(json.dumps([{"item": i.name, "number": i.index + 1, "error_type": i.error_type,
-                           "http_status": i.http_status, "message": i.error_message} for i in reply.data]))
+        print(
+            json.dumps(
+                [
+                    {
+                        "item": i.name,
+                        "number": i.index + 1,
+                        "error_type": i.error_type,
+                        "http_status": i.http_status,
+                        "message": i.error_message,
+                    }
+                    for i in reply.data
+                ]
+            )
+        )
         return EXIT_OK
     print(json.dumps(reply.data.as_dict()) if args.json else reply.text)
     return EXIT_OK
@@ -286,14 +356,22 @@ def cmd_resume(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     reply = replies.resume(jobs, SHELL, **options_for(replies.resume, args))
     print(reply.text)
-    return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
+    return (
+        _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings))
+        if args.wait
+        else EXIT_OK
+    )
 
 
 def cmd_retry(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     reply = replies.retry(jobs, SHELL, **options_for(replies.retry, args))
     print(reply.text)
-    return _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings)) if args.wait else EXIT_OK
+    return (
+        _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings))
+        if args.wait
+        else EXIT_OK
+    )
 
 
 def _threads_for(job, settings: Settings) -> int:
@@ -302,8 +380,9 @@ def _threads_for(job, settings: Settings) -> int:
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
     if args.output == "-":  # the terminal's own: /bulk has no standard output to write to
-        _jobs(settings).export_to_stream(args.job, sys.stdout, fmt=args.format, with_input=args.with_input,
-                                         only=args.only)
+        _jobs(settings).export_to_stream(
+            args.job, sys.stdout, fmt=args.format, with_input=args.with_input, only=args.only
+        )
     else:
         print(replies.export(_jobs(settings), SHELL, **options_for(replies.export, args)).text)
     return EXIT_OK
@@ -323,7 +402,10 @@ def cmd_delete(args: Namespace, settings: Settings) -> int:
     jobs = _jobs(settings)
     if not args.yes and sys.stdin.isatty():  # a person at a terminal; scripts (no terminal) proceed
         job = jobs.get(args.job)
-        say(f"Delete job {job.job_id} ({count(job.total, 'item')}, its results and folder)? [y/N] ", end="")
+        say(
+            f"Delete job {job.job_id} ({count(job.total, 'item')}, its results and folder)? [y/N] ",
+            end="",
+        )
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             say(f"Kept job {job.job_id}.")
             return EXIT_OK
@@ -344,8 +426,11 @@ def cmd_workers(args: Namespace, settings: Settings) -> int:
     if not workers:
         print("No live workers. Start one with: hermes-bulk worker")
     else:
-        print_table(views.workers_table(workers, store.now(),
-                                        heartbeat_s=heartbeat_interval(settings.lease_seconds)))
+        print_table(
+            views.workers_table(
+                workers, store.now(), heartbeat_s=heartbeat_interval(settings.lease_seconds)
+            )
+        )
     return EXIT_OK
 
 
@@ -355,8 +440,10 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
     job_id = jobs.resolve(args.job)
     st = _follow(jobs, job_id, until=views.has_ended, timeout_s=args.timeout)
     if not views.has_ended(st):
-        say(f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
-            f"(it is {state_label(st.state)}).")
+        say(
+            f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
+            f"(it is {state_label(st.state)})."
+        )
         return EXIT_TIMEOUT
     print(views.status_text(st))
     if st.state == "paused":
@@ -404,23 +491,49 @@ def cmd_worker(args: Namespace, settings: Settings) -> int:
     from ..runtime.process import run_worker
 
     _configure_logging(args)
-    run_worker(settings, request_gate=request_gate(), threads=args.workers, delay=args.delay,
-               max_delay=args.max_delay, backoff=args.backoff, shutdown_timeout=args.shutdown_timeout,
-               graceful_signal=args.graceful_signal, burst=args.burst, resume_interrupted=args.resume_interrupted,
-               metrics_port=args.metrics_port, metrics_host=args.metrics_host)
+    run_worker(
+        settings,
+        request_gate=request_gate(),
+        threads=args.workers,
+        delay=args.delay,
+        max_delay=args.max_delay,
+        backoff=args.backoff,
+        shutdown_timeout=args.shutdown_timeout,
+        graceful_signal=args.graceful_signal,
+        burst=args.burst,
+        resume_interrupted=args.resume_interrupted,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+    )
     return EXIT_OK
 
 
 def _configure_logging(args: Namespace) -> None:
-    logs.log_to_stream(logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
-                       args.logfile)
+    logs.log_to_stream(
+        logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
+        args.logfile,
+    )
 
 
 HANDLERS = {
-    "create": cmd_create, "run": cmd_run, "status": cmd_status, "pause": cmd_pause, "resume": cmd_resume,
-    "retry": cmd_retry, "export": cmd_export, "list": cmd_list, "events": cmd_events, "delete": cmd_delete,
-    "show": cmd_show, "worker": cmd_worker, "workers": cmd_workers, "path": cmd_path, "budget": cmd_budget, "wait": cmd_wait,
-    "dashboard": cmd_dashboard, "doctor": cmd_doctor,
+    "create": cmd_create,
+    "run": cmd_run,
+    "status": cmd_status,
+    "pause": cmd_pause,
+    "resume": cmd_resume,
+    "retry": cmd_retry,
+    "export": cmd_export,
+    "list": cmd_list,
+    "events": cmd_events,
+    "delete": cmd_delete,
+    "show": cmd_show,
+    "worker": cmd_worker,
+    "workers": cmd_workers,
+    "path": cmd_path,
+    "budget": cmd_budget,
+    "wait": cmd_wait,
+    "dashboard": cmd_dashboard,
+    "doctor": cmd_doctor,
 }
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,7 +16,9 @@ from ..store.sqlite.database import is_open_sqlite_file
 MAX_SCHEMA_BYTES = 1024 * 1024
 
 
-def _read_flag_file(path: Path, flag: str, kind: str, error: type[InputError | UsageError]) -> bytes:
+def _read_flag_file(
+    path: Path, flag: str, kind: str, error: type[InputError | UsageError]
+) -> bytes:
     """The bytes of a small file a flag names (a --schema, an --instruction-file); one line if not."""
     from ..sources import NotRegularFile, read_regular_file
 
@@ -29,7 +31,9 @@ def _read_flag_file(path: Path, flag: str, kind: str, error: type[InputError | U
     except InputError as exc:  # "<path>: cannot read it (<reason>)."
         raise error(f"{flag} {exc}") from None
     if data is None:
-        raise error(f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; give {kind} of a few kilobytes.")
+        raise error(
+            f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; give {kind} of a few kilobytes."
+        )
     return data
 
 
@@ -42,8 +46,12 @@ def read_schema(path: Path) -> str:
         raise InputError(f"--schema {path}: not a JSON file ({exc}).") from None
     except RecursionError:
         raise InputError(f"--schema {path}: nested too deeply to be a schema.") from None
-    if not isinstance(schema, dict) or schema.get("type", "object") != "object" or not isinstance(schema.get("properties"), dict):
-        raise InputError(f"--schema {path}: give a JSON schema of an object with \"properties\".")
+    if (
+        not isinstance(schema, dict)
+        or schema.get("type", "object") != "object"
+        or not isinstance(schema.get("properties"), dict)
+    ):
+        raise InputError(f'--schema {path}: give a JSON schema of an object with "properties".')
     from ..providers.answers import schema_problem
 
     if problem := schema_problem(schema):
@@ -59,7 +67,9 @@ def read_instruction(path: Path) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{flag} {path}: not UTF-8 text; convert it, e.g. iconv -t UTF-8.") from None
+        raise UsageError(
+            f"{flag} {path}: not UTF-8 text; convert it, e.g. iconv -t UTF-8."
+        ) from None
     if not text.strip():
         raise UsageError(f"{flag} {path}: the file is empty; write the instruction in it.")
     return text.strip()

@@ -39,7 +39,10 @@ def redact_record(record: logging.LogRecord) -> None:
     try:
         message = record.getMessage()
     except Exception:  # a bad format string: the handler reports it, with the raw parts masked
-        record.msg, record.args = redact(str(record.msg)), tuple(redact(str(a)) for a in record.args or ())
+        record.msg, record.args = (
+            redact(str(record.msg)),
+            tuple(redact(str(a)) for a in record.args or ()),
+        )
         return
     cleaned = redact(message)
     if cleaned != message:
@@ -82,7 +85,11 @@ class OutageFilter(logging.Filter):
             return False
         self._last = record.created
         record.msg, record.args, record.exc_info, record.exc_text = (
-            "%s: the backend is unreachable (%s); retrying", (record.getMessage(), type(exc).__name__), None, None)
+            "%s: the backend is unreachable (%s); retrying",
+            (record.getMessage(), type(exc).__name__),
+            None,
+            None,
+        )
         return True
 
 
@@ -124,17 +131,28 @@ def open_private_log(path: Path | str, *, flag: str = "-l") -> Path:
     after them from being written through or waited on."""
     path = Path(path)
     check_write_target(path, what="the log", flag=flag, devices=True)
-    flags = os.O_CREAT | os.O_APPEND | os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    flags = (
+        os.O_CREAT
+        | os.O_APPEND
+        | os.O_WRONLY
+        | os.O_NOFOLLOW
+        | os.O_NONBLOCK
+        | getattr(os, "O_CLOEXEC", 0)
+    )
     try:
         fd = os.open(path, flags, 0o600)
     except OSError as exc:
-        raise InputError(f"Cannot write the log to {path}: {os_reason(exc)}; choose another {flag}.") from None
+        raise InputError(
+            f"Cannot write the log to {path}: {os_reason(exc)}; choose another {flag}."
+        ) from None
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISREG(mode):
             os.fchmod(fd, 0o600)
         elif not stat.S_ISCHR(mode):
-            raise InputError(f"Cannot write the log to {path}: not a regular file; choose another {flag}.")
+            raise InputError(
+                f"Cannot write the log to {path}: not a regular file; choose another {flag}."
+            )
     finally:
         os.close(fd)
     return path
@@ -158,8 +176,10 @@ class _PrivateLogFile(logging.FileHandler):
         if not self._said_unwritable:
             self._said_unwritable = True
             with contextlib.suppress(OSError, ValueError):
-                sys.stderr.write(f"hermes-bulk: cannot write the log {self.baseFilename}; "
-                                 "later lines are lost until it can be written.\n")
+                sys.stderr.write(
+                    f"hermes-bulk: cannot write the log {self.baseFilename}; "
+                    "later lines are lost until it can be written.\n"
+                )
 
     _said_unwritable = False
 
@@ -173,10 +193,15 @@ def log_to_file(home: Path, level: int = logging.INFO) -> Path:
 
 def log_to_stream(level: int = logging.INFO, logfile: str | None = None) -> None:
     """The worker: stderr (or a file), like huey_consumer."""
-    handler = (logging.FileHandler(open_private_log(logfile), encoding="utf-8") if logfile
-               else logging.StreamHandler())
+    handler = (
+        logging.FileHandler(open_private_log(logfile), encoding="utf-8")
+        if logfile
+        else logging.StreamHandler()
+    )
     _install(handler, level)
-    if not logfile and (width := terminal_width(sys.stderr)):  # a person watching: lines fit the terminal
+    if not logfile and (
+        width := terminal_width(sys.stderr)
+    ):  # a person watching: lines fit the terminal
         handler.setFormatter(_Wrapped(FORMAT, width))
 
 
@@ -207,6 +232,7 @@ def guard_host_logging() -> None:
     """
     factory = logging.getLogRecordFactory()
     if not getattr(factory, "_hermes_bulk_redacts", False):
+
         def redacting_factory(*args, **kwargs):
             record = factory(*args, **kwargs)
             if record.name.startswith(OWN_LOGGERS):

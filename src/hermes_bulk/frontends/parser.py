@@ -22,8 +22,26 @@ from ..errors import UsageError
 from ..usage import Parser
 from .terminal import CHAT_WIDTH
 
-COMMANDS = ("create", "run", "status", "pause", "resume", "retry", "export", "list", "events", "show",
-            "delete", "worker", "workers", "path", "budget", "wait", "dashboard", "doctor")
+COMMANDS = (
+    "create",
+    "run",
+    "status",
+    "pause",
+    "resume",
+    "retry",
+    "export",
+    "list",
+    "events",
+    "show",
+    "delete",
+    "worker",
+    "workers",
+    "path",
+    "budget",
+    "wait",
+    "dashboard",
+    "doctor",
+)
 
 EPILOG = """\
 examples:
@@ -61,20 +79,29 @@ MAX_BACKOFF = 10.0
 
 def _whole(minimum: int, maximum: int):
     """An argparse type: a whole number from minimum to maximum, with a message that says so."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if not minimum <= value <= maximum:
-            shown = f"{value:,}" if len(str(value)) <= 24 else f"{str(value)[:12]}… ({len(str(value))} digits)"
-            raise argparse.ArgumentTypeError(f"{shown} is out of range; use {minimum:,} to {maximum:,}")
+            shown = (
+                f"{value:,}"
+                if len(str(value)) <= 24
+                else f"{str(value)[:12]}… ({len(str(value))} digits)"
+            )
+            raise argparse.ArgumentTypeError(
+                f"{shown} is out of range; use {minimum:,} to {maximum:,}"
+            )
         return value
+
     return parse
 
 
 def _number(minimum: float, maximum: float, *, above_minimum: bool = True):
     """An argparse type: a finite number in (minimum, maximum] (or [minimum, maximum])."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -85,6 +112,7 @@ def _number(minimum: float, maximum: float, *, above_minimum: bool = True):
             low = f"more than {minimum:g}" if above_minimum else f"from {minimum:g}"
             raise argparse.ArgumentTypeError(f"{text} is out of range; use {low} up to {maximum:g}")
         return value
+
     return parse
 
 
@@ -102,28 +130,50 @@ _seconds = _number(0, MAX_WAIT_S)
 def _duration(text: str) -> float:
     seconds = parse_duration(text)
     if seconds is None or not 0 < seconds <= 30 * 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration such as 90s, 30m, 6h or 2d (at most 30d)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration such as 90s, 30m, 6h or 2d (at most 30d)"
+        )
     return seconds
 
 
 def _add_job_controls(p: argparse.ArgumentParser) -> None:
     """run and resume: change how the job runs, recorded on it for every worker."""
-    p.add_argument("--concurrency", type=_concurrency, metavar="N",
-                   help="items at once from now on, 1 to max_concurrency (recorded on the job)")
-    p.add_argument("--rpm", type=_whole(1, MAX_RPM), metavar="N",
-                   help=f"pace requests to N per minute from now on ({_range(1, MAX_RPM)})")
-    p.add_argument("--tpm", type=_whole(1, MAX_TPM), metavar="N",
-                   help=f"pace tokens to N per minute from now on ({_range(1, MAX_TPM)})")
+    p.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        metavar="N",
+        help="items at once from now on, 1 to max_concurrency (recorded on the job)",
+    )
+    p.add_argument(
+        "--rpm",
+        type=_whole(1, MAX_RPM),
+        metavar="N",
+        help=f"pace requests to N per minute from now on ({_range(1, MAX_RPM)})",
+    )
+    p.add_argument(
+        "--tpm",
+        type=_whole(1, MAX_TPM),
+        metavar="N",
+        help=f"pace tokens to N per minute from now on ({_range(1, MAX_TPM)})",
+    )
 
 
-def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command: str | None = None) -> Parser:
+def build_parser(
+    prog: str = "hermes-bulk", *, for_slash: bool = False, command: str | None = None
+) -> Parser:
     """The parser of every command; given `command` (the first word typed), the budget's arguments
     are added only when it is `budget`."""
-    parser = Parser(prog=prog, description="Apply one instruction to many items, each its own model call, "
-                     "as a durable background job.", epilog=None if for_slash else EPILOG,
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog=prog,
+        description="Apply one instruction to many items, each its own model call, "
+        "as a durable background job.",
+        epilog=None if for_slash else EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     # In a chat the help has the chat's width, not that of the terminal the gateway started in.
-    parser_class = functools.partial(Parser, formatter_class=CHAT_FORMATTER) if for_slash else Parser
+    parser_class = (
+        functools.partial(Parser, formatter_class=CHAT_FORMATTER) if for_slash else Parser
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     parser.subcommands = sub.choices
     parser.command_help = {}
@@ -133,49 +183,115 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
         return sub.add_parser(name, **kwargs)
 
     p = add_command("create", help="create a job over a directory or file (no model calls)")
-    p.add_argument("instruction", nargs="?", help="what to do with each item (or --instruction-file)")
-    p.add_argument("--instruction-file", metavar="PATH", help="read the instruction from a UTF-8 text file")
-    p.add_argument("--dry-run", action="store_true",
-                   help="show the first item's request, the item count and the token estimate; create nothing")
-    p.add_argument("--over", required=True, metavar="PATH", help="a directory, .csv, .json, .jsonl or any file")
-    p.add_argument("--concurrency", type=_concurrency, metavar="N",
-                   help=f"items at once, 1 to max_concurrency (default 4; max_concurrency is at most {MAX_CONCURRENCY})")
-    p.add_argument("--retries", type=_retries, metavar="N",
-                   help=f"automatic retries per item, {_range(0, MAX_RETRIES)} (default max_retries)")
-    p.add_argument("--max-tokens", type=_max_tokens, metavar="N",
-                   help=f"pause the job before it goes over N tokens ({_range(1, MAX_TOKENS)})")
-    p.add_argument("--rpm", type=_whole(1, MAX_RPM), metavar="N",
-                   help=f"pace requests to N per minute, shared by all workers ({_range(1, MAX_RPM)})")
-    p.add_argument("--tpm", type=_whole(1, MAX_TPM), metavar="N",
-                   help=f"pace tokens to N per minute, shared by all workers ({_range(1, MAX_TPM)})")
-    p.add_argument("--schema", metavar="FILE", help="JSON schema file: structured answers, one export column per field")
-    p.add_argument("--fresh", action="store_true",
-                   help="ask the model for every item, reusing no earlier answer (default: HERMES_BULK_REUSE)")
-    p.add_argument("--batch", action="store_true",
-                   help="run through the provider's Batch API (about half the price, answers within its window) "
-                        "by a hermes-bulk worker")
-    p.add_argument("--batch-deadline", type=_duration, metavar="DURATION",
-                   help="with --batch: items still in a batch this long (e.g. 6h, 90m) are cancelled there and run live")
+    p.add_argument(
+        "instruction", nargs="?", help="what to do with each item (or --instruction-file)"
+    )
+    p.add_argument(
+        "--instruction-file", metavar="PATH", help="read the instruction from a UTF-8 text file"
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="show the first item's request, the item count and the token estimate; create nothing",
+    )
+    p.add_argument(
+        "--over", required=True, metavar="PATH", help="a directory, .csv, .json, .jsonl or any file"
+    )
+    p.add_argument(
+        "--concurrency",
+        type=_concurrency,
+        metavar="N",
+        help=f"items at once, 1 to max_concurrency (default 4; max_concurrency is at most {MAX_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--retries",
+        type=_retries,
+        metavar="N",
+        help=f"automatic retries per item, {_range(0, MAX_RETRIES)} (default max_retries)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=_max_tokens,
+        metavar="N",
+        help=f"pause the job before it goes over N tokens ({_range(1, MAX_TOKENS)})",
+    )
+    p.add_argument(
+        "--rpm",
+        type=_whole(1, MAX_RPM),
+        metavar="N",
+        help=f"pace requests to N per minute, shared by all workers ({_range(1, MAX_RPM)})",
+    )
+    p.add_argument(
+        "--tpm",
+        type=_whole(1, MAX_TPM),
+        metavar="N",
+        help=f"pace tokens to N per minute, shared by all workers ({_range(1, MAX_TPM)})",
+    )
+    p.add_argument(
+        "--schema",
+        metavar="FILE",
+        help="JSON schema file: structured answers, one export column per field",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="ask the model for every item, reusing no earlier answer (default: HERMES_BULK_REUSE)",
+    )
+    p.add_argument(
+        "--batch",
+        action="store_true",
+        help="run through the provider's Batch API (about half the price, answers within its window) "
+        "by a hermes-bulk worker",
+    )
+    p.add_argument(
+        "--batch-deadline",
+        type=_duration,
+        metavar="DURATION",
+        help="with --batch: items still in a batch this long (e.g. 6h, 90m) are cancelled there and run live",
+    )
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
-        p.add_argument("--json", action="store_true", help='print {"job_id", "items", "skipped", "skipped_entries"}')
+        p.add_argument(
+            "--json",
+            action="store_true",
+            help='print {"job_id", "items", "skipped", "skipped_entries"}',
+        )
 
     p = add_command("run", help="process the job's pending items")
     p.add_argument("job", metavar="JOB")
     _add_job_controls(p)
     if not for_slash:
-        p.add_argument("--wait", action="store_true", help="also run workers here until the job ends, with progress")
-        p.add_argument("-w", "--workers", type=_concurrency, metavar="N",
-                       help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's concurrency; "
-                            "more threads than it do not run more items: use --concurrency)")
-        p.add_argument("--no-check", action="store_true",
-                       help="do not check the endpoint, key and model first (as doctor does) before running")
+        p.add_argument(
+            "--wait",
+            action="store_true",
+            help="also run workers here until the job ends, with progress",
+        )
+        p.add_argument(
+            "-w",
+            "--workers",
+            type=_concurrency,
+            metavar="N",
+            help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's concurrency; "
+            "more threads than it do not run more items: use --concurrency)",
+        )
+        p.add_argument(
+            "--no-check",
+            action="store_true",
+            help="do not check the endpoint, key and model first (as doctor does) before running",
+        )
 
     p = add_command("status", help="one job, or the most recent jobs")
     p.add_argument("job", nargs="?", metavar="JOB")
-    p.add_argument("--events", type=_events, default=0, metavar="N",
-                   help=f"also show the last N events ({_range(0, MAX_LISTED)})")
-    p.add_argument("--failed", action="store_true", help="list the failed items by name, with their errors")
+    p.add_argument(
+        "--events",
+        type=_events,
+        default=0,
+        metavar="N",
+        help=f"also show the last N events ({_range(0, MAX_LISTED)})",
+    )
+    p.add_argument(
+        "--failed", action="store_true", help="list the failed items by name, with their errors"
+    )
     if not for_slash:
         p.add_argument("--json", action="store_true", help="machine-readable")
         p.add_argument("--watch", action="store_true", help="live view until the job ends")
@@ -184,105 +300,220 @@ def build_parser(prog: str = "hermes-bulk", *, for_slash: bool = False, command:
     p.add_argument("job", metavar="JOB")
     p = add_command("resume", help="continue a paused job")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--max-tokens", type=_max_tokens, metavar="N", help=f"a new token limit ({_range(1, MAX_TOKENS)})")
+    p.add_argument(
+        "--max-tokens",
+        type=_max_tokens,
+        metavar="N",
+        help=f"a new token limit ({_range(1, MAX_TOKENS)})",
+    )
     _add_job_controls(p)
     p = add_command("retry", help="return failed items to the queue and process them")
     p.add_argument("job", metavar="JOB")
     if not for_slash:
         for name in ("resume", "retry"):
-            sub.choices[name].add_argument("--wait", action="store_true", help="also run workers here until the job ends")
+            sub.choices[name].add_argument(
+                "--wait", action="store_true", help="also run workers here until the job ends"
+            )
 
     p = add_command("export", help="write all results to one file (no model calls)")
     p.add_argument("job", metavar="JOB")
     p.add_argument("--format", choices=("md", "csv", "jsonl"), default="md")
-    p.add_argument("--with-input", action="store_true",
-                   help="csv, jsonl: put each item's input beside its answer (a CSV's own columns, "
-                        "a JSON record as \"input\", a file's \"path\")")
-    p.add_argument("--output", metavar="PATH",
-                   help="a regular file to write (default: the job's folder)" + ("" if for_slash else "; - for standard output"))
-    p.add_argument("--only", choices=("failed", "completed"), help="only the items in this state (default: every item)")
+    p.add_argument(
+        "--with-input",
+        action="store_true",
+        help="csv, jsonl: put each item's input beside its answer (a CSV's own columns, "
+        'a JSON record as "input", a file\'s "path")',
+    )
+    p.add_argument(
+        "--output",
+        metavar="PATH",
+        help="a regular file to write (default: the job's folder)"
+        + ("" if for_slash else "; - for standard output"),
+    )
+    p.add_argument(
+        "--only",
+        choices=("failed", "completed"),
+        help="only the items in this state (default: every item)",
+    )
 
-    p = add_command("show", help="one item: its state, the content as sent, the answer, every attempt")
+    p = add_command(
+        "show", help="one item: its state, the content as sent, the answer, every attempt"
+    )
     p.add_argument("job", metavar="JOB")
-    p.add_argument("item", metavar="ITEM", help="the item's name as exports show it (2026/q1.txt, row:4) or its number")
+    p.add_argument(
+        "item",
+        metavar="ITEM",
+        help="the item's name as exports show it (2026/q1.txt, row:4) or its number",
+    )
     if not for_slash:
         p.add_argument("--json", action="store_true", help="machine-readable")
 
     p = add_command("list", help="the most recent jobs")
-    p.add_argument("--limit", type=_listed, default=20, metavar="N", help=f"at most N jobs ({_range(1, MAX_LISTED)})")
+    p.add_argument(
+        "--limit",
+        type=_listed,
+        default=20,
+        metavar="N",
+        help=f"at most N jobs ({_range(1, MAX_LISTED)})",
+    )
     if not for_slash:
         p.add_argument("--json", action="store_true")
 
     p = add_command("events", help="a job's history: skipped entries, failed attempts, waits")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--limit", type=_listed, default=50, metavar="N", help=f"the last N events ({_range(1, MAX_LISTED)})")
+    p.add_argument(
+        "--limit",
+        type=_listed,
+        default=50,
+        metavar="N",
+        help=f"the last N events ({_range(1, MAX_LISTED)})",
+    )
 
-    p = add_command("doctor", help="check that the endpoint answers, the key is accepted and the model is known",
-                       description="One line per check, from one cheap request (GET /models; a 1-token request "
-                                   "only when the model is not listed there). Exit status 0 when usable, else 1.")
+    p = add_command(
+        "doctor",
+        help="check that the endpoint answers, the key is accepted and the model is known",
+        description="One line per check, from one cheap request (GET /models; a 1-token request "
+        "only when the model is not listed there). Exit status 0 when usable, else 1.",
+    )
     if not for_slash:
-        p.add_argument("--model", metavar="NAME", help="check this model (default HERMES_BULK_MODEL)")
+        p.add_argument(
+            "--model", metavar="NAME", help="check this model (default HERMES_BULK_MODEL)"
+        )
 
     p = add_command("delete", help="remove a job, its results and its files")
     p.add_argument("job", metavar="JOB")
-    p.add_argument("--abandon-batches", action="store_true",
-                   help="a --batch job: delete it even when its open batches cannot be cancelled at the provider "
-                        "(they run on there, and are billed)")
+    p.add_argument(
+        "--abandon-batches",
+        action="store_true",
+        help="a --batch job: delete it even when its open batches cannot be cancelled at the provider "
+        "(they run on there, and are billed)",
+    )
     if not for_slash:
-        p.add_argument("-y", "--yes", action="store_true",
-                       help="do not ask first (it asks only when standard input is a terminal)")
+        p.add_argument(
+            "-y",
+            "--yes",
+            action="store_true",
+            help="do not ask first (it asks only when standard input is a terminal)",
+        )
 
     if not for_slash:
-        p = add_command("worker", help="run a worker (a Huey consumer) for the configured backend",
-                           description="Processes triggers of jobs that were run. Flags follow huey_consumer.")
-        p.add_argument("-w", "--workers", type=_concurrency, metavar="N",
-                       help=f"worker threads, {_range(1, MAX_CONCURRENCY)} (default max_concurrency)")
-        p.add_argument("-d", "--delay", type=_seconds, metavar="S",
-                       help=f"initial queue polling delay, more than 0 up to {MAX_WAIT_S:g} (SQLite)")
-        p.add_argument("-m", "--max-delay", type=_seconds, metavar="S",
-                       help=f"longest queue polling delay, more than 0 up to {MAX_WAIT_S:g} (SQLite)")
-        p.add_argument("-b", "--backoff", type=_number(1, MAX_BACKOFF, above_minimum=False), metavar="F",
-                       help=f"polling backoff factor, {_range(1.0, MAX_BACKOFF)} (SQLite)")
-        p.add_argument("-t", "--shutdown-timeout", type=_number(0, MAX_SHUTDOWN_S), metavar="S",
-                       help=f"bound the graceful shutdown, more than 0 up to {MAX_SHUTDOWN_S:g}")
-        p.add_argument("-g", "--graceful-signal", choices=("INT", "TERM"), default="INT",
-                       help="the signal that lets running items finish (the other stops at once)")
-        p.add_argument("--burst", action="store_true", help="exit once no running job has work left")
-        p.add_argument("--resume-interrupted", action="store_true", default=None,
-                       help="at start, continue jobs that a graceful worker stop (SIGINT, SIGTERM, SIGHUP) cut "
-                            "off, as in a rolling restart; never jobs cut off by a crash "
-                            "(default HERMES_BULK_RESUME_INTERRUPTED, else off: they wait for run)")
-        p.add_argument("--metrics-port", type=_whole(1, MAX_PORT), metavar="N",
-                       help=f"serve Prometheus metrics on this port ({_range(1, MAX_PORT)})")
-        p.add_argument("--metrics-host", default="127.0.0.1", metavar="ADDR",
-                       help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for a fleet)")
+        p = add_command(
+            "worker",
+            help="run a worker (a Huey consumer) for the configured backend",
+            description="Processes triggers of jobs that were run. Flags follow huey_consumer.",
+        )
+        p.add_argument(
+            "-w",
+            "--workers",
+            type=_concurrency,
+            metavar="N",
+            help=f"worker threads, {_range(1, MAX_CONCURRENCY)} (default max_concurrency)",
+        )
+        p.add_argument(
+            "-d",
+            "--delay",
+            type=_seconds,
+            metavar="S",
+            help=f"initial queue polling delay, more than 0 up to {MAX_WAIT_S:g} (SQLite)",
+        )
+        p.add_argument(
+            "-m",
+            "--max-delay",
+            type=_seconds,
+            metavar="S",
+            help=f"longest queue polling delay, more than 0 up to {MAX_WAIT_S:g} (SQLite)",
+        )
+        p.add_argument(
+            "-b",
+            "--backoff",
+            type=_number(1, MAX_BACKOFF, above_minimum=False),
+            metavar="F",
+            help=f"polling backoff factor, {_range(1.0, MAX_BACKOFF)} (SQLite)",
+        )
+        p.add_argument(
+            "-t",
+            "--shutdown-timeout",
+            type=_number(0, MAX_SHUTDOWN_S),
+            metavar="S",
+            help=f"bound the graceful shutdown, more than 0 up to {MAX_SHUTDOWN_S:g}",
+        )
+        p.add_argument(
+            "-g",
+            "--graceful-signal",
+            choices=("INT", "TERM"),
+            default="INT",
+            help="the signal that lets running items finish (the other stops at once)",
+        )
+        p.add_argument(
+            "--burst", action="store_true", help="exit once no running job has work left"
+        )
+        p.add_argument(
+            "--resume-interrupted",
+            action="store_true",
+            default=None,
+            help="at start, continue jobs that a graceful worker stop (SIGINT, SIGTERM, SIGHUP) cut "
+            "off, as in a rolling restart; never jobs cut off by a crash "
+            "(default HERMES_BULK_RESUME_INTERRUPTED, else off: they wait for run)",
+        )
+        p.add_argument(
+            "--metrics-port",
+            type=_whole(1, MAX_PORT),
+            metavar="N",
+            help=f"serve Prometheus metrics on this port ({_range(1, MAX_PORT)})",
+        )
+        p.add_argument(
+            "--metrics-host",
+            default="127.0.0.1",
+            metavar="ADDR",
+            help="address for --metrics-port (default 127.0.0.1; 0.0.0.0 for a fleet)",
+        )
         p.add_argument("-l", "--logfile", metavar="FILE", help="log to this file")
         group = p.add_mutually_exclusive_group()
         group.add_argument("-v", "--verbose", action="store_true", help="debug logging")
         group.add_argument("-q", "--quiet", action="store_true", help="warnings only")
 
         add_command("workers", help="list live workers and the items they hold")
-        p = add_command("wait", help="block until a job ends (for scripts)",
-                           description="Blocks until the job ends, with a progress bar on a terminal, then "
-                                       "prints its status. Runs no workers: something else processes the job.",
-                           epilog="exit status: 0 completed without failures, 1 completed with failed items or "
-                                  "failed, 4 paused (by a user or at its token limit), 124 --timeout passed, "
-                                  "2 bad usage, 3 backend unreachable")
+        p = add_command(
+            "wait",
+            help="block until a job ends (for scripts)",
+            description="Blocks until the job ends, with a progress bar on a terminal, then "
+            "prints its status. Runs no workers: something else processes the job.",
+            epilog="exit status: 0 completed without failures, 1 completed with failed items or "
+            "failed, 4 paused (by a user or at its token limit), 124 --timeout passed, "
+            "2 bad usage, 3 backend unreachable",
+        )
         p.add_argument("job", metavar="JOB")
-        p.add_argument("--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)")
+        p.add_argument(
+            "--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)"
+        )
         add_command("path", help="print the data directory")
-        p = add_command("dashboard", help="serve a live web dashboard of jobs and workers",
-                           description="Serves a web page of the jobs, one job and the workers, updated live, with "
-                                       "pause, resume, retry and export. Prints its URL with an access token "
-                                       "(HERMES_BULK_DASHBOARD_TOKEN, else a new one each start). Loopback only "
-                                       "unless HERMES_BULK_DASHBOARD_TOKEN is set.")
-        p.add_argument("--host", default="127.0.0.1", metavar="ADDR",
-                       help="address to listen on (default 127.0.0.1; another needs HERMES_BULK_DASHBOARD_TOKEN)")
-        p.add_argument("--port", type=_whole(0, MAX_PORT), default=8765, metavar="N",
-                       help=f"port to listen on ({_range(0, MAX_PORT)}, default 8765; 0: a free one)")
+        p = add_command(
+            "dashboard",
+            help="serve a live web dashboard of jobs and workers",
+            description="Serves a web page of the jobs, one job and the workers, updated live, with "
+            "pause, resume, retry and export. Prints its URL with an access token "
+            "(HERMES_BULK_DASHBOARD_TOKEN, else a new one each start). Loopback only "
+            "unless HERMES_BULK_DASHBOARD_TOKEN is set.",
+        )
+        p.add_argument(
+            "--host",
+            default="127.0.0.1",
+            metavar="ADDR",
+            help="address to listen on (default 127.0.0.1; another needs HERMES_BULK_DASHBOARD_TOKEN)",
+        )
+        p.add_argument(
+            "--port",
+            type=_whole(0, MAX_PORT),
+            default=8765,
+            metavar="N",
+            help=f"port to listen on ({_range(0, MAX_PORT)}, default 8765; 0: a free one)",
+        )
 
-        p = add_command("budget", help="the request budget that holds cron and bulk before the chat reserve",
-                           description="The cron-budget ledger (shared with Hermes' `hermes cron-budget`).")
+        p = add_command(
+            "budget",
+            help="the request budget that holds cron and bulk before the chat reserve",
+            description="The cron-budget ledger (shared with Hermes' `hermes cron-budget`).",
+        )
         if command in (None, "budget"):  # its help lists the budget's settings, which loads them
             from ..budget.grammar import add_budget_arguments
 
@@ -299,8 +530,18 @@ def commands_text(parser: Parser) -> str:
     made from the parser itself so that it names every flag the commands take."""
     blocks = []
     for name, sub in parser.subcommands.items():
-        first, *rest = sub.format_usage().removeprefix("usage: ").replace(" [-h]", "").rstrip().splitlines()
-        blocks.append("\n".join([first, *(line[len("usage: "):] for line in rest), f"    {parser.command_help[name]}"]))
+        first, *rest = (
+            sub.format_usage().removeprefix("usage: ").replace(" [-h]", "").rstrip().splitlines()
+        )
+        blocks.append(
+            "\n".join(
+                [
+                    first,
+                    *(line[len("usage: ") :] for line in rest),
+                    f"    {parser.command_help[name]}",
+                ]
+            )
+        )
     return "\n".join(blocks)
 
 
@@ -318,7 +559,11 @@ def normalise(argv: list[str]) -> list[str]:
 
     Without --over the request cannot be a `create`, so a first word close to a command name
     (`stauts`), or one bare lower-case word (`frobnicate`), is an unknown command."""
-    if argv and argv[0] not in COMMANDS and (not argv[0].startswith("-") or argv[0].startswith("--instruction-file")):
+    if (
+        argv
+        and argv[0] not in COMMANDS
+        and (not argv[0].startswith("-") or argv[0].startswith("--instruction-file"))
+    ):
         unknown_command(argv)
         return ["create", *argv]
     return argv

@@ -82,26 +82,58 @@ class Place:
         from ..providers import doctor
 
         key = settings.api_key.get_secret_value() if settings.api_key else None
-        return doctor.check_endpoint(settings.base_url, key, model or settings.model,
-                                     timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S))
+        return doctor.check_endpoint(
+            settings.base_url,
+            key,
+            model or settings.model,
+            timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S),
+        )
 
 
-def create(jobs: Jobs, place: Place, *, over: str, instruction: str | None = None,
-           instruction_file: str | None = None, schema: str | None = None, concurrency: int | None = None,
-           retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
-           tpm: int | None = None, fresh: bool = False, dry_run: bool = False, batch: bool = False,
-           batch_deadline: float | None = None, model: str | None = None) -> Reply:
+def create(
+    jobs: Jobs,
+    place: Place,
+    *,
+    over: str,
+    instruction: str | None = None,
+    instruction_file: str | None = None,
+    schema: str | None = None,
+    concurrency: int | None = None,
+    retries: int | None = None,
+    max_tokens: int | None = None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    fresh: bool = False,
+    dry_run: bool = False,
+    batch: bool = False,
+    batch_deadline: float | None = None,
+    model: str | None = None,
+) -> Reply:
     if instruction is not None and instruction_file:
         raise UsageError("Give the instruction or --instruction-file, not both.")
     if instruction_file:
         instruction = read_instruction(Path(place.path(instruction_file)))
     elif instruction is None:
-        raise UsageError(f"Give an instruction: {hints.create(place.cmd)}, or --instruction-file PATH.")
+        raise UsageError(
+            f"Give an instruction: {hints.create(place.cmd)}, or --instruction-file PATH."
+        )
     schema_text = read_schema(Path(place.path(schema))) if schema else None
-    created = jobs.create(instruction, place.path(over), concurrency=concurrency, retries=retries,
-                          max_tokens=max_tokens, rpm=rpm, tpm=tpm, schema=schema_text, fresh=fresh,
-                          on_progress=place.on_progress, dry_run=dry_run, batch=batch,
-                          batch_deadline_s=batch_deadline, **place.create_options(model=model, batch=batch))
+    created = jobs.create(
+        instruction,
+        place.path(over),
+        concurrency=concurrency,
+        retries=retries,
+        max_tokens=max_tokens,
+        rpm=rpm,
+        tpm=tpm,
+        schema=schema_text,
+        fresh=fresh,
+        on_progress=place.on_progress,
+        dry_run=dry_run,
+        batch=batch,
+        batch_deadline_s=batch_deadline,
+        **place.create_options(model=model, batch=batch),
+    )
     if isinstance(created, Plan):
         return Reply(views.plan_text(created), created)
     text = views.created_text(created, f"{place.cmd} run")
@@ -113,14 +145,27 @@ def create(jobs: Jobs, place: Place, *, over: str, instruction: str | None = Non
 def _batch_note(jobs: Jobs) -> str:
     """Who runs a batch job: a hermes-bulk worker with its own endpoint (Hermes' model has no batch call)."""
     live = len(jobs.liveness.live_worker_ids())
-    who = (f"{count(live, 'worker')} running now." if live else
-           "No worker is running now: start one where HERMES_BULK_BASE_URL and the key are set: hermes-bulk worker")
-    return ("It runs through the provider's Batch API (about half the price; answers within the batch window), "
-            f"submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch call. {who}")
+    who = (
+        f"{count(live, 'worker')} running now."
+        if live
+        else "No worker is running now: start one where HERMES_BULK_BASE_URL and the key are set: hermes-bulk worker"
+    )
+    return (
+        "It runs through the provider's Batch API (about half the price; answers within the batch window), "
+        f"submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch call. {who}"
+    )
 
 
-def run(jobs: Jobs, place: Place, *, job: str, concurrency: int | None = None, rpm: int | None = None,
-        tpm: int | None = None, wait: bool = False) -> Reply:
+def run(
+    jobs: Jobs,
+    place: Place,
+    *,
+    job: str,
+    concurrency: int | None = None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    wait: bool = False,
+) -> Reply:
     """wait: the workers are this process's (`hermes-bulk run --wait`), so none need naming."""
     named = jobs.get(job)  # the prefix is resolved once: what follows acts on this job alone
     if named.spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
@@ -128,31 +173,53 @@ def run(jobs: Jobs, place: Place, *, job: str, concurrency: int | None = None, r
     job = jobs.run(named.job_id, concurrency=concurrency, rpm=rpm, tpm=tpm)
     check = f"Check it with: {place.cmd} status {job.job_id}"
     if job.spec.mode == "batch" and not wait:
-        return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_batch_note(jobs)}"
-                     f"{place.next_step_sep}{check}", job)
+        return Reply(
+            f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_batch_note(jobs)}"
+            f"{place.next_step_sep}{check}",
+            job,
+        )
     if not place.processes_here:
-        return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
-                     f"{_who_picks_it_up(job, jobs)}{place.next_step_sep}{check}", job)
+        return Reply(
+            f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
+            f"{_who_picks_it_up(job, jobs)}{place.next_step_sep}{check}",
+            job,
+        )
     place.start_workers()
     place.watch(job.job_id)
     st = jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
-    return Reply("\n".join([
-        f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, "
-        f"up to {st.concurrency} at once.", *views.concurrency_notes(st), check]), job)
+    return Reply(
+        "\n".join(
+            [
+                f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, "
+                f"up to {st.concurrency} at once.",
+                *views.concurrency_notes(st),
+                check,
+            ]
+        ),
+        job,
+    )
 
 
 def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
-    if hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH:  # only where Hermes' model can be called
-        return ("Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
-                f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}.")
+    if (
+        hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH
+    ):  # only where Hermes' model can be called
+        return (
+            "Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
+            f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}."
+        )
     live = len(jobs.liveness.capable_workers(job))  # only those that serve its endpoint and key
     if live:
         return f"{count(live, 'live worker')} pick{'s' if live == 1 else ''} it up."
-    return (f"No worker is live to pick it up: start one with: hermes-bulk worker "
-            f"(or process it here: hermes-bulk run {job.job_id} --wait).")
+    return (
+        f"No worker is live to pick it up: start one with: hermes-bulk worker "
+        f"(or process it here: hermes-bulk run {job.job_id} --wait)."
+    )
 
 
-def status(jobs: Jobs, place: Place, *, job: str | None = None, events: int = 0, failed: bool = False) -> Reply:
+def status(
+    jobs: Jobs, place: Place, *, job: str | None = None, events: int = 0, failed: bool = False
+) -> Reply:
     """One job, or (no job given) the most recent ten."""
     if job is None:
         return jobs_list(jobs, place, limit=10)
@@ -161,7 +228,9 @@ def status(jobs: Jobs, place: Place, *, job: str | None = None, events: int = 0,
         return failed_items(st, jobs, place)
     if views.has_ended(st):
         place.unwatch(st.job.job_id)  # this reply is the news
-    return Reply(views.status_text(st, tokens_source=place.tokens_source(st.job), cmd=place.cmd), st)
+    return Reply(
+        views.status_text(st, tokens_source=place.tokens_source(st.job), cmd=place.cmd), st
+    )
 
 
 #: status --failed lists at most this many failed items; the export has them all.
@@ -188,22 +257,40 @@ def jobs_list(jobs: Jobs, place: Place, *, limit: int = 20) -> Reply:
 def pause(jobs: Jobs, place: Place, *, job: str) -> Reply:
     job = jobs.pause(job)
     place.unwatch(job.job_id)
-    return Reply(f"Job {job.job_id} paused: no new items start; items in progress may finish."
-                 f"{place.next_step_sep}Continue with: {hints.process(job, 'resume', place.cmd)}", job)
+    return Reply(
+        f"Job {job.job_id} paused: no new items start; items in progress may finish."
+        f"{place.next_step_sep}Continue with: {hints.process(job, 'resume', place.cmd)}",
+        job,
+    )
 
 
-def resume(jobs: Jobs, place: Place, *, job: str, max_tokens: int | None = None,
-           concurrency: int | None = None, rpm: int | None = None, tpm: int | None = None,
-           wait: bool = False) -> Reply:
+def resume(
+    jobs: Jobs,
+    place: Place,
+    *,
+    job: str,
+    max_tokens: int | None = None,
+    concurrency: int | None = None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    wait: bool = False,
+) -> Reply:
     named = jobs.get(job)
     place.check_servable(named.job_id)
-    job = jobs.resume(named.job_id, max_tokens=max_tokens, concurrency=concurrency, rpm=rpm, tpm=tpm)
+    job = jobs.resume(
+        named.job_id, max_tokens=max_tokens, concurrency=concurrency, rpm=rpm, tpm=tpm
+    )
     resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
-    if not place.processes_here:  # with --wait the workers are this process's: no one else to ask for
+    if (
+        not place.processes_here
+    ):  # with --wait the workers are this process's: no one else to ask for
         return Reply(resumed + "." + ("" if wait else f" {_who_picks_it_up(job, jobs)}"), job)
     place.start_workers()
     place.watch(job.job_id)
-    return Reply(f"{resumed}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
+    return Reply(
+        f"{resumed}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}",
+        job,
+    )
 
 
 def retry(jobs: Jobs, place: Place, *, job: str, wait: bool = False) -> Reply:
@@ -214,31 +301,55 @@ def retry(jobs: Jobs, place: Place, *, job: str, wait: bool = False) -> Reply:
     if not place.processes_here:
         return Reply(returned + ".", job)
     if job.state == PAUSED:
-        return Reply(f"{returned}. The job is paused; continue with: {place.cmd} resume {job.job_id}", job)
+        return Reply(
+            f"{returned}. The job is paused; continue with: {place.cmd} resume {job.job_id}", job
+        )
     place.start_workers()
     place.watch(job.job_id)
-    return Reply(f"{returned}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}", job)
+    return Reply(
+        f"{returned}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}",
+        job,
+    )
 
 
-def export(jobs: Jobs, place: Place, *, job: str, format: str = "md", output: str | None = None,
-           with_input: bool = False, only: str | None = None) -> Reply:
+def export(
+    jobs: Jobs,
+    place: Place,
+    *,
+    job: str,
+    format: str = "md",
+    output: str | None = None,
+    with_input: bool = False,
+    only: str | None = None,
+) -> Reply:
     """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
     if output == "-":
-        raise UsageError(f"{place.cmd} export cannot write to standard output; give a file name as --output.")
+        raise UsageError(
+            f"{place.cmd} export cannot write to standard output; give a file name as --output."
+        )
     named = jobs.get(job)
-    path = jobs.export(named.job_id, fmt=format, output=place.output_path(output), with_input=with_input, only=only)
+    path = jobs.export(
+        named.job_id, fmt=format, output=place.output_path(output), with_input=with_input, only=only
+    )
     if not place.export_summary:
         return Reply(str(path), path)
     job = jobs.get(named.job_id)
     unfinished = job.total - job.completed - job.failed
-    return Reply(f"Exported job {job.job_id} to {path}\n"
-                 f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, "
-                 f"of {count(job.total, 'item')}.", path)
+    return Reply(
+        f"Exported job {job.job_id} to {path}\n"
+        f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, "
+        f"of {count(job.total, 'item')}.",
+        path,
+    )
 
 
 def events(jobs: Jobs, place: Place, *, job: str, limit: int = 50) -> Reply:
     st = jobs.status(job, events=limit)
-    return Reply("\n".join(views.event_lines(st.events, st.event_names)) or f"Job {st.job.job_id} has no events yet.", st)
+    return Reply(
+        "\n".join(views.event_lines(st.events, st.event_names))
+        or f"Job {st.job.job_id} has no events yet.",
+        st,
+    )
 
 
 def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
@@ -247,9 +358,12 @@ def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
 
 
 def doctor_reply(report: Report) -> Reply:
-    verdict = ("Usable." if report.usable else
-               "Not usable: correct what the FAIL lines name, then check again (a job that paused for it "
-               "continues with resume).")
+    verdict = (
+        "Usable."
+        if report.usable
+        else "Not usable: correct what the FAIL lines name, then check again (a job that paused for it "
+        "continues with resume)."
+    )
     return Reply(f"{report.text()}\n{verdict}", report)
 
 
@@ -262,6 +376,16 @@ def delete(jobs: Jobs, place: Place, *, job: str, abandon_batches: bool = False)
 Handler = Callable[..., Reply]
 #: The commands both places have; the CLI adds worker, workers, wait, path and budget.
 HANDLERS: dict[str, Handler] = {
-    "create": create, "run": run, "status": status, "pause": pause, "resume": resume, "retry": retry,
-    "export": export, "list": jobs_list, "events": events, "delete": delete, "show": show, "doctor": doctor,
+    "create": create,
+    "run": run,
+    "status": status,
+    "pause": pause,
+    "resume": resume,
+    "retry": retry,
+    "export": export,
+    "list": jobs_list,
+    "events": events,
+    "delete": delete,
+    "show": show,
+    "doctor": doctor,
 }

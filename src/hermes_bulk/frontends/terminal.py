@@ -51,9 +51,16 @@ def wrap(text: str, width: int) -> str:
         if len(_ESCAPE.sub("", line)) <= width or _ESCAPE.search(line):
             out.append(line)
             continue
-        indent = line[:len(line) - len(line.lstrip(" "))]
-        out += textwrap.wrap(line, width, initial_indent="", subsequent_indent=indent or "  ",
-                             break_long_words=False, break_on_hyphens=False, drop_whitespace=True) or [line]
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        out += textwrap.wrap(
+            line,
+            width,
+            initial_indent="",
+            subsequent_indent=indent or "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+            drop_whitespace=True,
+        ) or [line]
     return "\n".join(out)
 
 
@@ -91,7 +98,9 @@ def stderr_console() -> Console:
 class Column:
     header: str
     justify: str = "left"  #: or "right"
-    max_width: int | None = None  #: longer cells end in "…"; on a narrow terminal it gives way first
+    max_width: int | None = (
+        None  #: longer cells end in "…"; on a narrow terminal it gives way first
+    )
     no_wrap: bool = True  #: on a narrow terminal, cut (True) or wrap (False) the cell
 
 
@@ -128,8 +137,11 @@ def shown(table: Table) -> Table:
     def clean(text: str) -> str:
         return _CONTROL.sub(lambda m: " " if m.group() in "\t\n\r" else "\ufffd", text)
 
-    return Table(clean(table.title), [replace(col, header=clean(col.header)) for col in table.columns],
-                 [[clean(cell) for cell in row] for row in table.rows])
+    return Table(
+        clean(table.title),
+        [replace(col, header=clean(col.header)) for col in table.columns],
+        [[clean(cell) for cell in row] for row in table.rows],
+    )
 
 
 #: A column that gives way on a narrow terminal keeps at least this many characters, or goes.
@@ -162,13 +174,18 @@ def fit_to_width(table: Table, width: int) -> Table:
     for i in keep:
         col = columns[i]
         if excess > 0 and not col.no_wrap:
-            longest = max(cell_len(word) for cell in [col.header, *(row[i] for row in table.rows)]
-                          for word in cell.split() or [""])
+            longest = max(
+                cell_len(word)
+                for cell in [col.header, *(row[i] for row in table.rows)]
+                for word in cell.split() or [""]
+            )
             give = min(excess, max(widths[i] - longest, 0))
             if give:
                 columns[i] = replace(col, max_width=widths[i] - give)
                 excess -= give
-    return Table(table.title, [columns[i] for i in keep], [[row[i] for i in keep] for row in table.rows])
+    return Table(
+        table.title, [columns[i] for i in keep], [[row[i] for i in keep] for row in table.rows]
+    )
 
 
 def draw_rich(table: Table) -> str:
@@ -177,8 +194,9 @@ def draw_rich(table: Table) -> str:
 
     drawn, out = rich_table(table), io.StringIO()
     width = _console_class()(width=100_000, markup=False, emoji=False).measure(drawn).maximum
-    _console_class()(file=out, width=max(width, 20), highlight=False, soft_wrap=True, markup=False,
-                     emoji=False).print(drawn)
+    _console_class()(
+        file=out, width=max(width, 20), highlight=False, soft_wrap=True, markup=False, emoji=False
+    ).print(drawn)
     return out.getvalue()
 
 
@@ -189,14 +207,24 @@ def draw_plain(table: Table) -> str | None:
     """The table as rich draws it at its natural width without a terminal (box HEAVY_HEAD, no
     styles), without loading rich; None where a cell is not printable ASCII, whose width on
     screen only rich knows. tests/test_terminal_tables.py holds the two drawings equal."""
-    cells = [table.title] + [c.header for c in table.columns] + [cell for row in table.rows for cell in row]
+    cells = (
+        [table.title]
+        + [c.header for c in table.columns]
+        + [cell for row in table.rows for cell in row]
+    )
     if not all(_PLAIN.fullmatch(cell) for cell in cells):
         return None
-    if any(col.max_width is not None and not col.no_wrap and len(cell.rstrip()) > col.max_width
-           for row in [[c.header for c in table.columns], *table.rows] for cell, col in zip(row, table.columns, strict=True)):
+    if any(
+        col.max_width is not None and not col.no_wrap and len(cell.rstrip()) > col.max_width
+        for row in [[c.header for c in table.columns], *table.rows]
+        for cell, col in zip(row, table.columns, strict=True)
+    ):
         return None  # rich wraps it over lines
     headers = [col.header for col in table.columns]
-    fitted = [[_fit(cell, col) for cell, col in zip(row, table.columns, strict=True)] for row in [headers, *table.rows]]
+    fitted = [
+        [_fit(cell, col) for cell, col in zip(row, table.columns, strict=True)]
+        for row in [headers, *table.rows]
+    ]
     widths = [max(len(text) for text in column) for column in zip(*fitted, strict=True)]
 
     def line(left: str, fill: str, cross: str, right: str) -> str:
@@ -204,12 +232,24 @@ def draw_plain(table: Table) -> str | None:
 
     def cells_line(edge: str, texts: list[str]) -> str:
         # Right-justified text loses its trailing spaces first (the width was measured with them).
-        padded = (_fit(text.rstrip(), col).rjust(width) if col.justify == "right" else _fit(text, col).ljust(width)
-                  for text, width, col in zip(texts, widths, table.columns, strict=True))
+        padded = (
+            _fit(text.rstrip(), col).rjust(width)
+            if col.justify == "right"
+            else _fit(text, col).ljust(width)
+            for text, width, col in zip(texts, widths, table.columns, strict=True)
+        )
         return edge + edge.join(f" {text} " for text in padded) + edge + "\n"
 
-    return "".join([table.title + "\n" if table.title else "", line("┏", "━", "┳", "┓"), cells_line("┃", headers),
-                    line("┡", "━", "╇", "┩"), *(cells_line("│", row) for row in table.rows), line("└", "─", "┴", "┘")])
+    return "".join(
+        [
+            table.title + "\n" if table.title else "",
+            line("┏", "━", "┳", "┓"),
+            cells_line("┃", headers),
+            line("┡", "━", "╇", "┩"),
+            *(cells_line("│", row) for row in table.rows),
+            line("└", "─", "┴", "┘"),
+        ]
+    )
 
 
 def _fit(text: str, column: Column) -> str:
@@ -219,7 +259,7 @@ def _fit(text: str, column: Column) -> str:
     if width is None or len(text) <= width:
         return text
     if column.no_wrap:
-        return text[:width - 1] + "…"
+        return text[: width - 1] + "…"
     return text[:width] if not text[width:].strip(" ") else text
 
 

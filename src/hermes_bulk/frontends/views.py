@@ -46,8 +46,11 @@ def end_notice(st: JobStatus, cmd: str) -> str:
         why = "paused at its token limit" if j.pause_reason == PAUSE_TOKEN_LIMIT else "paused"
         if j.pause_reason and j.pause_reason not in (PAUSE_TOKEN_LIMIT, PAUSE_USER):
             why = f"paused: {j.pause_reason}"
-        hint = (f"{cmd} resume {j.job_id} --max-tokens <n>" if j.pause_reason == PAUSE_TOKEN_LIMIT
-                else f"{cmd} resume {j.job_id}")
+        hint = (
+            f"{cmd} resume {j.job_id} --max-tokens <n>"
+            if j.pause_reason == PAUSE_TOKEN_LIMIT
+            else f"{cmd} resume {j.job_id}"
+        )
         return f"Job {j.job_id} {why} ({done}).\nContinue with: {hint}"
     hint = f"{cmd} retry {j.job_id}" if j.failed else f"{cmd} export {j.job_id}"
     return f"Job {j.job_id} ended: {state_label(st.state)} ({done}).\nNext: {hint}"
@@ -63,8 +66,10 @@ def _clock(at_s: float, now_s: float | None = None) -> str:
 def created_text(created: Created, run_command: str) -> str:
     job = created.job
     if job.reused:  # "with 1,010 items: 1,000 answered before (reused), 10 to run."
-        lines = [f"Created job {job.job_id} with {job.total:,} {plural(job.total, 'item')}: {job.reused:,} answered "
-                 f"before (reused), {job.total - job.reused:,} to run."]
+        lines = [
+            f"Created job {job.job_id} with {job.total:,} {plural(job.total, 'item')}: {job.reused:,} answered "
+            f"before (reused), {job.total - job.reused:,} to run."
+        ]
     else:
         lines = [f"Created job {job.job_id} with {count(job.total, 'item')}."]
     if job.skipped:
@@ -73,14 +78,20 @@ def created_text(created: Created, run_command: str) -> str:
             reasons[s.reason] = reasons.get(s.reason, 0) + 1
         shown = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
         more = "" if job.skipped <= len(created.skipped) else ", …"
-        lines.append(f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the job's events.")
+        lines.append(
+            f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the job's events."
+        )
     limit = job.spec.max_tokens
     if limit is not None and limit < job.estimated_tokens:
-        lines.append(f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} tokens for "
-                     "the whole job: it will pause at the limit; resume it then with a larger --max-tokens.")
+        lines.append(
+            f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} tokens for "
+            "the whole job: it will pause at the limit; resume it then with a larger --max-tokens."
+        )
     if job.finished:  # every item was answered before (reused): there is nothing to run
-        lines.append(f"Nothing to run: the job is completed. Export it with: "
-                     f"{run_command.rsplit(' ', 1)[0]} export {job.job_id}")
+        lines.append(
+            f"Nothing to run: the job is completed. Export it with: "
+            f"{run_command.rsplit(' ', 1)[0]} export {job.job_id}"
+        )
     else:
         lines.append(f"Start it with: {run_command} {job.job_id}")
     return "\n".join(lines)
@@ -89,12 +100,16 @@ def created_text(created: Created, run_command: str) -> str:
 def plan_text(plan: Plan) -> str:
     """create --dry-run: nothing was created; what the job would be and its first request."""
     left_out = f" ({count(plan.skipped, 'entry')} left out)" if plan.skipped else ""
-    lines = [f"Dry run: no job created. {count(plan.items, 'item')}{left_out}.",
-             f"Estimated tokens for the whole job: {plan.estimated_tokens} (allowing {plan.output_allowance} "
-             "output tokens an item; a running job learns the real figure from its completed items)"]
+    lines = [
+        f"Dry run: no job created. {count(plan.items, 'item')}{left_out}.",
+        f"Estimated tokens for the whole job: {plan.estimated_tokens} (allowing {plan.output_allowance} "
+        "output tokens an item; a running job learns the real figure from its completed items)",
+    ]
     if plan.max_tokens is not None and plan.max_tokens < plan.estimated_tokens:
-        lines.append(f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would pause at "
-                     "the limit; resume it then with a larger --max-tokens.")
+        lines.append(
+            f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would pause at "
+            "the limit; resume it then with a larger --max-tokens."
+        )
     lines.append(f"The request for the first item ({plan.first_item}):")
     lines.append(json.dumps(plan.request, indent=2, ensure_ascii=False))
     return "\n".join(lines)
@@ -106,13 +121,21 @@ def _estimate_basis(j) -> str:
     return f" (learned from {count(j.answered, 'completed item')}: {j.output_allowance} output tokens reserved an item)"
 
 
-def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str = "hermes-bulk") -> str:
+def status_text(
+    st: JobStatus, *, tokens_source: str = "the provider", cmd: str = "hermes-bulk"
+) -> str:
     """The status block (the seed's shape, plus what the user needs to act)."""
     j, spec = st.job, st.job.spec
-    summary = {"processing": "running", "not_started": "not started"}.get(st.state, state_label(st.state))
+    summary = {"processing": "running", "not_started": "not started"}.get(
+        st.state, state_label(st.state)
+    )
     # With no worker alive, items still marked running are not running: they were interrupted,
     # and go back to the queue when Bulk next starts or the job is run.
-    running = f"{j.running} interrupted" if st.state == "awaiting_recovery" and j.running else f"{j.running} running"
+    running = (
+        f"{j.running} interrupted"
+        if st.state == "awaiting_recovery" and j.running
+        else f"{j.running} running"
+    )
     lines = [
         f"Job {j.job_id}: {summary}",
         f"State: {state_label(st.state)}",
@@ -122,25 +145,42 @@ def status_text(st: JobStatus, *, tokens_source: str = "the provider", cmd: str 
         concurrency_line(st),
     ]
     if j.reused:
-        lines.insert(4, f"Reused answers: {j.reused} of {count(j.total, 'item')} answered before, "
-                        f"{j.tokens_saved} tokens saved")
+        lines.insert(
+            4,
+            f"Reused answers: {j.reused} of {count(j.total, 'item')} answered before, "
+            f"{j.tokens_saved} tokens saved",
+        )
     lines += concurrency_notes(st)
     if spec.mode == "batch":  # items "running" are in a provider batch
         open_ = [b for b in st.batches if b.open]
-        lines.append(f"Mode: batch (the provider's Batch API): {count(len(st.batches), 'batch')}, "
-                     f"{len(open_)} open" + "".join(f"; {b.provider_id or b.batch_id} {b.status.replace('_', ' ')}: "
-                                                    f"{b.completed + b.failed}/{b.items}" for b in open_[:5]))
+        lines.append(
+            f"Mode: batch (the provider's Batch API): {count(len(st.batches), 'batch')}, "
+            f"{len(open_)} open"
+            + "".join(
+                f"; {b.provider_id or b.batch_id} {b.status.replace('_', ' ')}: "
+                f"{b.completed + b.failed}/{b.items}"
+                for b in open_[:5]
+            )
+        )
     if spec.max_tokens is not None:
-        lines.append(f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} reserved)")
+        lines.append(
+            f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} reserved)"
+        )
     if st.rate_limit and st.state == "processing":
-        lines.append(f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait together)")
+        lines.append(
+            f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait together)"
+        )
     if st.budget_held_until:
         from ..budget.windows import ZonedInstant  # here: a read command never loads the budget
 
-        reopens = st.budget_held_until  # in the budget's zone, named, as the budget's status shows it
+        reopens = (
+            st.budget_held_until
+        )  # in the budget's zone, named, as the budget's status shows it
         reopens_at = reopens.shown() if isinstance(reopens, ZonedInstant) else _clock(reopens)
-        lines.append(f"Waiting for the request budget: the window reopens at {reopens_at} "
-                     "(requests are kept for chat)")
+        lines.append(
+            f"Waiting for the request budget: the window reopens at {reopens_at} "
+            "(requests are kept for chat)"
+        )
     lines += _next_step(st, cmd)
     if j.skipped:
         lines.append(f"Left out at create: {count(j.skipped, 'entry')}")
@@ -155,8 +195,10 @@ def concurrency_line(st: JobStatus) -> str:
     # The threads are named only when they, not the max_concurrency setting, are what holds it back.
     cap = min(st.job.spec.concurrency, st.max_concurrency or st.job.spec.concurrency)
     if st.live_threads and st.concurrency == st.live_threads < cap:
-        line += (f" (the job asks for {st.job.spec.concurrency}; the live workers that serve it have "
-                 f"{count(st.live_threads, 'thread')})")
+        line += (
+            f" (the job asks for {st.job.spec.concurrency}; the live workers that serve it have "
+            f"{count(st.live_threads, 'thread')})"
+        )
     elif st.concurrency < st.job.spec.concurrency:
         line += f" (the job asks for {st.job.spec.concurrency}; max_concurrency is {st.max_concurrency})"
     return line
@@ -167,8 +209,10 @@ def concurrency_notes(st: JobStatus) -> list[str]:
     now, in_force = st.max_concurrency_setting, st.max_concurrency
     if now is None or in_force is None or now == in_force:
         return []
-    return [f"max_concurrency is now {now}; the workers running this job started with {in_force} and keep it "
-            "until they stop. The new value applies when workers next start."]
+    return [
+        f"max_concurrency is now {now}; the workers running this job started with {in_force} and keep it "
+        "until they stop. The new value applies when workers next start."
+    ]
 
 
 def _next_step(st: JobStatus, cmd: str) -> list[str]:
@@ -176,16 +220,25 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
     j = st.job
     if st.state == "paused":
         if j.pause_reason == PAUSE_TOKEN_LIMIT:
-            return [f"Paused: token limit reached. Continue with: {hints.process(j, 'resume', cmd, '--max-tokens <n>')}"]
-        if j.pause_reason and j.pause_reason != PAUSE_USER:  # paused itself (its endpoint): why, in full
-            return [f"Paused: {j.pause_reason}.", f"Continue with: {hints.process(j, 'resume', cmd)}"]
+            return [
+                f"Paused: token limit reached. Continue with: {hints.process(j, 'resume', cmd, '--max-tokens <n>')}"
+            ]
+        if (
+            j.pause_reason and j.pause_reason != PAUSE_USER
+        ):  # paused itself (its endpoint): why, in full
+            return [
+                f"Paused: {j.pause_reason}.",
+                f"Continue with: {hints.process(j, 'resume', cmd)}",
+            ]
         return [f"Paused. Continue with: {hints.process(j, 'resume', cmd)}"]
     if st.state == "awaiting_recovery":
         if cmd == hints.CLI and hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
             return _awaiting_recovery_cli(st)
-        return ["No worker is running this job. Items that were in progress when its workers stopped go back to "
-                "the queue and are sent again only when the job runs.",
-                f"Continue with: {hints.process(j, 'run', cmd)}"]
+        return [
+            "No worker is running this job. Items that were in progress when its workers stopped go back to "
+            "the queue and are sent again only when the job runs.",
+            f"Continue with: {hints.process(j, 'run', cmd)}",
+        ]
     if st.state == "waiting_for_worker":
         return _waiting_for_worker(st, cmd)
     if st.state == "not_started":
@@ -199,32 +252,47 @@ def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
     """Run, nothing interrupted, and no live worker that can serve it: which worker it needs."""
     j = st.job
     if hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
-        needs = (f"a hermes-bulk worker for {j.spec.endpoint} with the API key the job was created with"
-                 if j.spec.endpoint else "a hermes-bulk worker")
-        return [f"Nothing was interrupted; it waits for {needs}.",
-                f"No live worker ({count(st.live_workers, 'live worker')}): start one with: hermes-bulk worker, "
-                f"or process it here: hermes-bulk run {j.job_id} --wait"]
-    return ["No live worker can serve this job: it needs Hermes' model (a Hermes process, or a hermes-bulk "
-            "worker with HERMES_HOME set to the profile it was created in).",
-            f"Process it with: {hints.process(j, 'run', cmd)}"]
+        needs = (
+            f"a hermes-bulk worker for {j.spec.endpoint} with the API key the job was created with"
+            if j.spec.endpoint
+            else "a hermes-bulk worker"
+        )
+        return [
+            f"Nothing was interrupted; it waits for {needs}.",
+            f"No live worker ({count(st.live_workers, 'live worker')}): start one with: hermes-bulk worker, "
+            f"or process it here: hermes-bulk run {j.job_id} --wait",
+        ]
+    return [
+        "No live worker can serve this job: it needs Hermes' model (a Hermes process, or a hermes-bulk "
+        "worker with HERMES_HOME set to the profile it was created in).",
+        f"Process it with: {hints.process(j, 'run', cmd)}",
+    ]
 
 
 def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
     """In a shell, `run` alone changes nothing while no worker is alive: say what is missing."""
     j, live = st.job, count(st.live_workers, "live worker")
     if st.live_workers:  # workers are alive: the job was cut off and waits for someone to run it
-        return [f"The job's workers stopped before it finished; it waits to be run again ({live} now).",
-                f"Continue with: hermes-bulk run {j.job_id}"]
+        return [
+            f"The job's workers stopped before it finished; it waits to be run again ({live} now).",
+            f"Continue with: hermes-bulk run {j.job_id}",
+        ]
     cut_off = j.state != RUNNING or (j.last_claim_at or 0) >= (j.run_at or 0)
     if not cut_off:  # run, but no worker has taken an item since: a worker is all it needs
-        return [f"No live worker ({live}): start one with: hermes-bulk worker, "
-                f"or process it here: hermes-bulk run {j.job_id} --wait"]
-    lines = ["No live worker (0 live workers). Items that were in progress when its workers stopped go back to the "
-             "queue and are sent again only when the job runs.",
-             f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
-             f"hermes-bulk run {j.job_id}"]
+        return [
+            f"No live worker ({live}): start one with: hermes-bulk worker, "
+            f"or process it here: hermes-bulk run {j.job_id} --wait"
+        ]
+    lines = [
+        "No live worker (0 live workers). Items that were in progress when its workers stopped go back to the "
+        "queue and are sent again only when the job runs.",
+        f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
+        f"hermes-bulk run {j.job_id}",
+    ]
     if st.interrupted == INTERRUPTED_WORKER_STOP and j.state == RUNNING:
-        lines.append("Its worker stopped gracefully: hermes-bulk worker --resume-interrupted continues it by itself.")
+        lines.append(
+            "Its worker stopped gracefully: hermes-bulk worker --resume-interrupted continues it by itself."
+        )
     return lines
 
 
@@ -233,8 +301,14 @@ def event_lines(events: list[Event], names: dict[int, str] | None = None) -> lis
     names = names or {}
     lines = []
     for e in events:
-        where = "" if e.item_index is None else f" {names.get(e.item_index) or f'item {e.item_index + 1}'}"
-        lines.append(f"{_clock(e.at)} {e.kind}{where}{_http(e.http_status, e.message)}: {_once(e.message)}")
+        where = (
+            ""
+            if e.item_index is None
+            else f" {names.get(e.item_index) or f'item {e.item_index + 1}'}"
+        )
+        lines.append(
+            f"{_clock(e.at)} {e.kind}{where}{_http(e.http_status, e.message)}: {_once(e.message)}"
+        )
     return lines
 
 
@@ -249,8 +323,11 @@ def _once(message: str) -> str:
 
 
 def item_error(item: ItemRecord) -> str:
-    status = f" HTTP {item.http_status}" if item.http_status and f"HTTP {item.http_status}" not in (
-        item.error_message or "") else ""
+    status = (
+        f" HTTP {item.http_status}"
+        if item.http_status and f"HTTP {item.http_status}" not in (item.error_message or "")
+        else ""
+    )
     return f"{item.error_type or 'error'}{status}: {item.error_message or ''}".rstrip(": ")
 
 
@@ -258,9 +335,13 @@ def failed_text(job_id: str, failed: list[ItemRecord], total_failed: int, cmd: s
     """`status --failed`: failed items by name with their recorded errors, capped."""
     if not failed:
         return f"Job {job_id} has no failed items."
-    lines = [f"Failed items of job {job_id}:"] + [f"  {item.name}: {item_error(item)}" for item in failed]
+    lines = [f"Failed items of job {job_id}:"] + [
+        f"  {item.name}: {item_error(item)}" for item in failed
+    ]
     if total_failed > len(failed):
-        lines.append(f"  … and {total_failed - len(failed):,} more: {cmd} export {job_id} --only failed")
+        lines.append(
+            f"  … and {total_failed - len(failed):,} more: {cmd} export {job_id} --only failed"
+        )
     lines.append(f"One item in full: {cmd} show {job_id} ITEM")
     return "\n".join(lines)
 
@@ -268,19 +349,25 @@ def failed_text(job_id: str, failed: list[ItemRecord], total_failed: int, cmd: s
 def show_text(shown: ItemShown) -> str:
     """`show JOB ITEM`: state, tokens, the content as sent (framed), the answer, every attempt."""
     item = shown.detail.item
-    lines = [f"Item {item.name} (number {item.index + 1} of job {shown.job.job_id})",
-             f"State: {state_label(item.status)}",
-             f"Tokens (reported by the provider): {item.tokens_in} in, {item.tokens_out} out"]
+    lines = [
+        f"Item {item.name} (number {item.index + 1} of job {shown.job.job_id})",
+        f"State: {state_label(item.status)}",
+        f"Tokens (reported by the provider): {item.tokens_in} in, {item.tokens_out} out",
+    ]
     if item.model or item.provider:
         lines.append(f"Answered by: {' '.join(x for x in (item.model, item.provider) if x)}")
     if item.status == "failed":
         lines.append(f"Error: {item_error(item)}")
     lines += ["", "Sent:"] + [f"[{m['role']}]\n{m['content']}" for m in shown.messages]
     if shown.detail.content is None:
-        lines.append(f"(not kept once the item completed: the file is {item.name} in {shown.job.spec.source})")
+        lines.append(
+            f"(not kept once the item completed: the file is {item.name} in {shown.job.spec.source})"
+        )
     lines += ["", "Answer:", item.result if item.result is not None else "(none yet)"]
     lines += ["", "Attempts and events:"]
-    lines += ["  " + line for line in event_lines(shown.attempts, {item.index: item.name})] or ["  (none)"]
+    lines += ["  " + line for line in event_lines(shown.attempts, {item.index: item.name})] or [
+        "  (none)"
+    ]
     return "\n".join(lines)
 
 
@@ -293,39 +380,85 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
         j = st.job
         instruction = j.spec.instruction.replace("\n", " ")
         instruction = instruction if len(instruction) <= 40 else instruction[:39] + "…"
-        lines.append(f"{j.job_id}  {state_label(st.state)}  {j.completed}/{j.total} completed, {j.failed} failed  "
-                     f"{datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  {instruction}")
+        lines.append(
+            f"{j.job_id}  {state_label(st.state)}  {j.completed}/{j.total} completed, {j.failed} failed  "
+            f"{datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  {instruction}"
+        )
     lines.append(f"Details of one job: {cmd} status <job_id>")
     return "\n".join(lines)
 
 
 def jobs_table(statuses: list[JobStatus]) -> Table:
     # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80 columns.
-    table = Table("Bulk jobs (newest first)", [
-        Column("job"), Column("state", no_wrap=False), Column("done", "right"), Column("failed", "right"), Column("total", "right"),
-        Column("created"), Column("instruction", max_width=40)])
+    table = Table(
+        "Bulk jobs (newest first)",
+        [
+            Column("job"),
+            Column("state", no_wrap=False),
+            Column("done", "right"),
+            Column("failed", "right"),
+            Column("total", "right"),
+            Column("created"),
+            Column("instruction", max_width=40),
+        ],
+    )
     for st in statuses:
         j = st.job
-        table.rows.append([j.job_id, state_label(st.state), str(j.completed), str(j.failed), str(j.total),
-                           datetime.datetime.fromtimestamp(j.created_at).strftime("%Y-%m-%d %H:%M"),
-                           j.spec.instruction.replace("\n", " ")])
+        table.rows.append(
+            [
+                j.job_id,
+                state_label(st.state),
+                str(j.completed),
+                str(j.failed),
+                str(j.total),
+                datetime.datetime.fromtimestamp(j.created_at).strftime("%Y-%m-%d %H:%M"),
+                j.spec.instruction.replace("\n", " "),
+            ]
+        )
     return table
 
 
 def workers_table(workers: list[WorkerInfo], now_s: float, *, heartbeat_s: float) -> Table:
-    table = Table("Workers", [Column(header, no_wrap=False)
-                              for header in ("worker", "host", "pid", "threads", "up", "last seen", "holding")])
+    table = Table(
+        "Workers",
+        [
+            Column(header, no_wrap=False)
+            for header in ("worker", "host", "pid", "threads", "up", "last seen", "holding")
+        ],
+    )
     for w in workers:
-        holding = ", ".join(f"{job}#{idx + 1}" for job, idx in w.holding[:6]) + (" …" if len(w.holding) > 6 else "")
+        holding = ", ".join(f"{job}#{idx + 1}" for job, idx in w.holding[:6]) + (
+            " …" if len(w.holding) > 6 else ""
+        )
         age_s = now_s - w.heartbeat_at
-        seen = f"{age_s:.1f}s ago" if answering(w, now_s, heartbeat_s=heartbeat_s) else f"not answering for {age_s:.0f} s"
-        table.rows.append([w.worker_id, w.host, str(w.pid), str(w.threads), f"{now_s - w.started_at:.0f}s",
-                           seen, holding or "-"])
+        seen = (
+            f"{age_s:.1f}s ago"
+            if answering(w, now_s, heartbeat_s=heartbeat_s)
+            else f"not answering for {age_s:.0f} s"
+        )
+        table.rows.append(
+            [
+                w.worker_id,
+                w.host,
+                str(w.pid),
+                str(w.threads),
+                f"{now_s - w.started_at:.0f}s",
+                seen,
+                holding or "-",
+            ]
+        )
     return table
 
 
-def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobStatus], bool],
-           interval_s: float = 0.5, timeout_s: float | None = None) -> JobStatus:
+def follow(
+    jobs: Jobs,
+    job_id: str,
+    console: Console,
+    *,
+    until: Callable[[JobStatus], bool],
+    interval_s: float = 0.5,
+    timeout_s: float | None = None,
+) -> JobStatus:
     """A live progress bar until `until(status)` or timeout_s; returns the last status."""
     deadline_s = None if timeout_s is None else time.monotonic() + timeout_s
     from rich.progress import (
@@ -349,16 +482,24 @@ def follow(jobs: Jobs, job_id: str, console: Console, *, until: Callable[[JobSta
             yield self.make_tasks_table(self.tasks)
 
     # Fixed widths: rich shrinks a column to "0:…" when the line is short of room.
-    columns = (BarColumn(bar_width=None), MofNCompleteColumn(table_column=RichColumn(no_wrap=True, min_width=9)),
-               TimeElapsedColumn(table_column=RichColumn(no_wrap=True, min_width=7)), TextColumn("left"),
-               TimeRemainingColumn(table_column=RichColumn(no_wrap=True, min_width=7)))
-    with TwoLines(*columns, console=console, transient=False, expand=console.width < 100) as progress:
+    columns = (
+        BarColumn(bar_width=None),
+        MofNCompleteColumn(table_column=RichColumn(no_wrap=True, min_width=9)),
+        TimeElapsedColumn(table_column=RichColumn(no_wrap=True, min_width=7)),
+        TextColumn("left"),
+        TimeRemainingColumn(table_column=RichColumn(no_wrap=True, min_width=7)),
+    )
+    with TwoLines(
+        *columns, console=console, transient=False, expand=console.width < 100
+    ) as progress:
         task = progress.add_task(job_id, total=None)
         while True:
             st = jobs.status(job_id)
             j = st.job
-            detail = (f"{job_id} {state_label(st.state)}: {j.failed} failed, {j.running} running, "
-                      f"{count(j.tokens_in + j.tokens_out, 'token')}")
+            detail = (
+                f"{job_id} {state_label(st.state)}: {j.failed} failed, {j.running} running, "
+                f"{count(j.tokens_in + j.tokens_out, 'token')}"
+            )
             if st.rate_limit:
                 detail += f"\nrate limited until {_clock(st.rate_limit.until)}"
             progress.header = Text(detail, no_wrap=False, overflow="fold")
@@ -377,7 +518,9 @@ PROGRESS_LINE_EVERY_S = 5.0
 def progress_line(st: JobStatus, rate_per_s: float | None) -> str:
     """One plain line of progress: done/failed/total, the rate and the time left at that rate."""
     j = st.job
-    line = f"job {j.job_id}: {j.completed}/{j.total} done, {j.failed} failed, {state_label(st.state)}"
+    line = (
+        f"job {j.job_id}: {j.completed}/{j.total} done, {j.failed} failed, {state_label(st.state)}"
+    )
     if rate_per_s:
         left_s = max(j.total - j.completed - j.failed, 0) / rate_per_s
         line += f", {rate_per_s:.1f} items/s, about {left_s:.0f} s left"
@@ -386,9 +529,16 @@ def progress_line(st: JobStatus, rate_per_s: float | None) -> str:
     return line
 
 
-def follow_lines(jobs: Jobs, job_id: str, write: Callable[[str], None], *, until: Callable[[JobStatus], bool],
-                 every_s: float = PROGRESS_LINE_EVERY_S, interval_s: float = 0.5,
-                 timeout_s: float | None = None) -> JobStatus:
+def follow_lines(
+    jobs: Jobs,
+    job_id: str,
+    write: Callable[[str], None],
+    *,
+    until: Callable[[JobStatus], bool],
+    every_s: float = PROGRESS_LINE_EVERY_S,
+    interval_s: float = 0.5,
+    timeout_s: float | None = None,
+) -> JobStatus:
     """follow() without a terminal: a progress line every every_s through write (`--json` passes
     one that drops it); returns the last status."""
     start_s = time.monotonic()
@@ -404,7 +554,9 @@ def follow_lines(jobs: Jobs, job_id: str, write: Callable[[str], None], *, until
             return st
         if now_s >= next_line_s:
             elapsed_s = now_s - first[0]
-            rate = (settled - first[1]) / elapsed_s if elapsed_s > 0 and settled > first[1] else None
+            rate = (
+                (settled - first[1]) / elapsed_s if elapsed_s > 0 and settled > first[1] else None
+            )
             write(progress_line(st, rate))
             next_line_s = now_s + every_s
         time.sleep(interval_s)

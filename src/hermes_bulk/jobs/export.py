@@ -45,8 +45,17 @@ def describe_error(item: ItemRecord) -> str:
     return f"{item.error_type}{status}: {item.error_message or ''}".rstrip(": ")
 
 
-def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_folder: bool = False,
-           private: bool = True, with_input: bool = False, only: str | None = None) -> None:
+def export(
+    store: JobStore,
+    job: JobRecord,
+    fmt: str,
+    target: Path,
+    *,
+    make_folder: bool = False,
+    private: bool = True,
+    with_input: bool = False,
+    only: str | None = None,
+) -> None:
     """Write the export to target, and nothing else.
 
     make_folder: create target's folder when missing (the job's own folder); a folder the user
@@ -60,8 +69,15 @@ def export(store: JobStore, job: JobRecord, fmt: str, target: Path, *, make_fold
         writer(f, job, _items(store, job, only, with_input))
 
 
-def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO, *, with_input: bool = False,
-                     only: str | None = None) -> None:
+def export_to_stream(
+    store: JobStore,
+    job: JobRecord,
+    fmt: str,
+    stream: TextIO,
+    *,
+    with_input: bool = False,
+    only: str | None = None,
+) -> None:
     """`--output -`: the export on standard output (no BOM: it is piped, not opened by Excel)."""
     _writer(fmt, with_input)(stream, job, _items(store, job, only, with_input))
     stream.flush()
@@ -71,7 +87,9 @@ def export_to_stream(store: JobStore, job: JobRecord, fmt: str, stream: TextIO, 
 ONLY = (COMPLETED, FAILED)
 
 
-def _items(store: JobStore, job: JobRecord, only: str | None, with_content: bool) -> Iterator[ItemRecord]:
+def _items(
+    store: JobStore, job: JobRecord, only: str | None, with_content: bool
+) -> Iterator[ItemRecord]:
     """The job's items in index order, streamed (with their captured content for --with-input);
     with only, those in that state."""
     if only is not None and only not in ONLY:
@@ -93,7 +111,9 @@ def _writer(fmt: str, with_input: bool = False):
 def check_target(target: Path, *, folder_must_exist: bool) -> None:
     """Refuse an export target that is not a regular file or a new name, before anything is written
     (files.check_write_target; `-` for standard output is the CLI's)."""
-    check_write_target(target, what="the export", flag="--output", folder_must_exist=folder_must_exist)
+    check_write_target(
+        target, what="the export", flag="--output", folder_must_exist=folder_must_exist
+    )
 
 
 def _reason(exc: OSError) -> str:
@@ -104,8 +124,10 @@ def _write_md(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
     spec = job.spec
     f.write(f"# Bulk job {spec.job_id}\n\n")
     f.write(f"- Instruction: {spec.instruction}\n- Source: {spec.source}\n")
-    f.write(f"- Items: {job.completed} completed, {job.failed} failed, "
-            f"{job.total - job.completed - job.failed} unfinished, of {job.total}\n\n")
+    f.write(
+        f"- Items: {job.completed} completed, {job.failed} failed, "
+        f"{job.total - job.completed - job.failed} unfinished, of {job.total}\n\n"
+    )
     for item in items:
         f.write(f"## {item.name}\n\n")
         if item.status == COMPLETED:
@@ -134,7 +156,13 @@ def _fields_of(item: ItemRecord) -> dict:
 
 
 def _cell(value) -> str:
-    return value if isinstance(value, str) else "" if value is None else json.dumps(value, ensure_ascii=False)
+    return (
+        value
+        if isinstance(value, str)
+        else ""
+        if value is None
+        else json.dumps(value, ensure_ascii=False)
+    )
 
 
 def _answer_header(job: JobRecord) -> list[str]:
@@ -144,8 +172,13 @@ def _answer_header(job: JobRecord) -> list[str]:
 def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
     result = item.result if item.status == COMPLETED and item.result is not None else ""
     data = _fields_of(item) if fields else {}
-    return [neutralise(item.name), item.status, neutralise(result), neutralise(describe_error(item)),
-            *(neutralise(_cell(data.get(name))) for name in fields)]
+    return [
+        neutralise(item.name),
+        item.status,
+        neutralise(result),
+        neutralise(describe_error(item)),
+        *(neutralise(_cell(data.get(name))) for name in fields),
+    ]
 
 
 def write_csv(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
@@ -193,18 +226,25 @@ def _write_csv_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]
         w.writerow([*(neutralise(v) for v in inputs), *_answer_cells(item, fields)])
 
 
-def write_jsonl(f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with_input: bool = False) -> None:
+def write_jsonl(
+    f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with_input: bool = False
+) -> None:
     structured = bool(job.spec.schema)
     key = INPUT_KEY.get(job.spec.source_kind, "input") or "input"
     for item in items:
         row = {key: _input_value(job, item)} if with_input else {}
         row |= {
-            "item": item.name, "index": item.index, "status": item.status,
+            "item": item.name,
+            "index": item.index,
+            "status": item.status,
             "result": item.result if item.status == COMPLETED else None,
-            "error": describe_error(item) or None, "tokens_in": item.tokens_in, "tokens_out": item.tokens_out,
+            "error": describe_error(item) or None,
+            "tokens_in": item.tokens_in,
+            "tokens_out": item.tokens_out,
             # Who answered: with Hermes' fallbacks it may not be the configured provider.
             # public_url again: items completed before endpoints were stored masked still hold them.
-            "provider": public_url(item.provider) if item.provider else None, "model": item.model,
+            "provider": public_url(item.provider) if item.provider else None,
+            "model": item.model,
         }
         if item.reused_from is not None:  # answered by an earlier job of this store (reuse)
             row["reused_from"] = {"job_id": item.reused_from[0], "item": item.reused_from[1] + 1}
@@ -231,7 +271,9 @@ def replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO
         if not private:
             os.fchmod(fd, replaced_mode(target))
     except OSError as exc:
-        raise InputError(f"Cannot write {target} ({_reason(exc)}); choose another --output.") from None
+        raise InputError(
+            f"Cannot write {target} ({_reason(exc)}); choose another --output."
+        ) from None
     # utf-8-sig: Excel reads a BOM-less CSV as the local code page and garbles non-ASCII text.
     encoding = "utf-8-sig" if target.suffix.lower() == ".csv" else "utf-8"
     try:
@@ -242,8 +284,10 @@ def replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO
     except OSError as exc:
         os.unlink(tmp)
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # the file it would replace is left as it was
-            raise InputError(f"Cannot write the export to {target}: the disk is full there; free some "
-                             "space or choose another --output.") from None
+            raise InputError(
+                f"Cannot write the export to {target}: the disk is full there; free some "
+                "space or choose another --output."
+            ) from None
         raise
     except BaseException:
         os.unlink(tmp)

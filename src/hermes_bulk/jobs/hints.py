@@ -17,10 +17,13 @@ SLASH = "/bulk"
 PROCESSED_BY = {"http": CLI, "hermes": SLASH}
 
 
-
 def create(cmd: str) -> str:
     """How a job is created where `cmd` is typed: a shell spells the command out, /bulk has none."""
-    return f'{cmd} create "<instruction>" --over PATH' if cmd == CLI else f'{cmd} "<instruction>" --over PATH'
+    return (
+        f'{cmd} create "<instruction>" --over PATH'
+        if cmd == CLI
+        else f'{cmd} "<instruction>" --over PATH'
+    )
 
 
 def process(job: JobRecord, verb: str, shown_in: str, args: str = "") -> str:

@@ -24,7 +24,9 @@ SYSTEM = (
 )
 
 
-def build_messages(instruction: str, item_name: str, content: str, content_hash: str) -> list[dict[str, str]]:
+def build_messages(
+    instruction: str, item_name: str, content: str, content_hash: str
+) -> list[dict[str, str]]:
     tag = content_hash.split(":")[-1][:12]
     user = (
         f"Instruction:\n{instruction}\n\n"
@@ -39,17 +41,33 @@ def estimate_tokens(content: str, instruction: str, output_allowance: int) -> in
     return (len(content) + len(instruction) + len(SYSTEM) + 80) // 3 + output_allowance
 
 
-def answer_key(*, model: str | None, client: str, instruction: str, schema: str | None,
-               max_output_tokens: int | None, sampling: dict | None, content_hash: str,
-               endpoint: str = "") -> str:
+def answer_key(
+    *,
+    model: str | None,
+    client: str,
+    instruction: str,
+    schema: str | None,
+    max_output_tokens: int | None,
+    sampling: dict | None,
+    content_hash: str,
+    endpoint: str = "",
+) -> str:
     """The hash of everything that shapes an item's answer (a reused answer must be the one this
     item would get): framing version, model client and model, instruction, --schema, the
     generation settings (output limit, sampling), the item's content, and the endpoint and
     account it is asked of (endpoints.identity: a hash of the public URL and of the key's
     fingerprint, never a credential; "" for a job that recorded none, whose keys stay as they
     were). Not its name: identical rows of a CSV (row:3, row:9) are the same question."""
-    shape = [PROMPT_VERSION, client, model or "", instruction, schema or "", max_output_tokens,
-             sorted((sampling or {}).items()), content_hash]
+    shape = [
+        PROMPT_VERSION,
+        client,
+        model or "",
+        instruction,
+        schema or "",
+        max_output_tokens,
+        sorted((sampling or {}).items()),
+        content_hash,
+    ]
     if endpoint:
         shape.append(endpoint)
     # 128 bits of sha256: collisions stay out of reach, and a million-row index stays small.

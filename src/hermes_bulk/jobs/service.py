@@ -64,8 +64,16 @@ SKIPPED_SHOWN = 20
 BatchCanceller = Callable[["Jobs", JobRecord], None]
 
 # States `status` shows (the seed's table).
-STATES = ("not_started", "processing", "paused", "waiting_for_worker", "awaiting_recovery", "completed",
-          "completed_with_errors", "failed")
+STATES = (
+    "not_started",
+    "processing",
+    "paused",
+    "waiting_for_worker",
+    "awaiting_recovery",
+    "completed",
+    "completed_with_errors",
+    "failed",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,19 +101,44 @@ class ItemShown:
 
     job: JobRecord
     detail: ItemDetail
-    messages: list[dict[str, str]]  # as prompt.build_messages frames the item; [] once its content is dropped
+    messages: list[
+        dict[str, str]
+    ]  # as prompt.build_messages frames the item; [] once its content is dropped
     attempts: list[Event]  # the item's recorded events: failed attempts, waits, its failure
 
     def as_dict(self) -> dict:
         """`show --json`."""
         item = self.detail.item
-        error = None if item.status != FAILED or not item.error_type else {
-            "error_type": item.error_type, "http_status": item.http_status, "message": item.error_message}
-        return {"job_id": self.job.job_id, "item": item.name, "number": item.index + 1, "status": item.status,
-                "tokens_in": item.tokens_in, "tokens_out": item.tokens_out, "result": item.result,
-                "error": error, "messages": self.messages,
-                "events": [{"kind": e.kind, "at": e.at, "error_type": e.error_type, "http_status": e.http_status,
-                            "message": e.message} for e in self.attempts]}
+        error = (
+            None
+            if item.status != FAILED or not item.error_type
+            else {
+                "error_type": item.error_type,
+                "http_status": item.http_status,
+                "message": item.error_message,
+            }
+        )
+        return {
+            "job_id": self.job.job_id,
+            "item": item.name,
+            "number": item.index + 1,
+            "status": item.status,
+            "tokens_in": item.tokens_in,
+            "tokens_out": item.tokens_out,
+            "result": item.result,
+            "error": error,
+            "messages": self.messages,
+            "events": [
+                {
+                    "kind": e.kind,
+                    "at": e.at,
+                    "error_type": e.error_type,
+                    "http_status": e.http_status,
+                    "message": e.message,
+                }
+                for e in self.attempts
+            ],
+        }
 
 
 @dataclass(frozen=True)
@@ -117,8 +150,12 @@ class JobStatus:
     events: list[Event] = field(default_factory=list)
     budget_held_until: float | None = None  # the request budget holds the job until then
     max_concurrency: int | None = None  # the cap in force where the job's items run
-    max_concurrency_setting: int | None = None  # the setting now: in force once those workers restart
-    event_names: dict[int, str] = field(default_factory=dict)  # item index -> name, for the events shown
+    max_concurrency_setting: int | None = (
+        None  # the setting now: in force once those workers restart
+    )
+    event_names: dict[int, str] = field(
+        default_factory=dict
+    )  # item index -> name, for the events shown
     #: awaiting recovery: why its workers stopped (worker_stop: gracefully; orphaned: a crash, a
     #: Hermes gateway or run --wait that exited); else None
     interrupted: str | None = None
@@ -137,26 +174,52 @@ class JobStatus:
         """The `status --json` shape (a binding contract: keys are only ever added)."""
         j = self.job
         return {
-            "job_id": j.job_id, "state": self.state, "total": j.total, "completed": j.completed,
-            "failed": j.failed, "pending": j.pending, "running": j.running,
-            "tokens_in": j.tokens_in, "tokens_out": j.tokens_out, "estimated_tokens": j.projected_tokens,
-            "concurrency": j.spec.concurrency, "skipped": j.skipped, "pause_reason": j.pause_reason,
-            "max_tokens": j.spec.max_tokens, "tokens_charged": j.tokens_charged,
-            "tokens_reserved": j.tokens_reserved, "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
-            "instruction": j.spec.instruction, "source": j.spec.source, "created_at": j.created_at,
-            "live_workers": self.live_workers, "budget_held_until": self.budget_held_until,
-            "rpm": j.spec.rpm, "tpm": j.spec.tpm, "interrupted": self.interrupted,
-            "reused": j.reused, "tokens_saved": j.tokens_saved,
-            "mode": j.spec.mode, "batches": [_batch_dict(b) for b in self.batches],
-            "concurrency_in_force": self.concurrency, "endpoint": j.spec.endpoint,
+            "job_id": j.job_id,
+            "state": self.state,
+            "total": j.total,
+            "completed": j.completed,
+            "failed": j.failed,
+            "pending": j.pending,
+            "running": j.running,
+            "tokens_in": j.tokens_in,
+            "tokens_out": j.tokens_out,
+            "estimated_tokens": j.projected_tokens,
+            "concurrency": j.spec.concurrency,
+            "skipped": j.skipped,
+            "pause_reason": j.pause_reason,
+            "max_tokens": j.spec.max_tokens,
+            "tokens_charged": j.tokens_charged,
+            "tokens_reserved": j.tokens_reserved,
+            "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
+            "instruction": j.spec.instruction,
+            "source": j.spec.source,
+            "created_at": j.created_at,
+            "live_workers": self.live_workers,
+            "budget_held_until": self.budget_held_until,
+            "rpm": j.spec.rpm,
+            "tpm": j.spec.tpm,
+            "interrupted": self.interrupted,
+            "reused": j.reused,
+            "tokens_saved": j.tokens_saved,
+            "mode": j.spec.mode,
+            "batches": [_batch_dict(b) for b in self.batches],
+            "concurrency_in_force": self.concurrency,
+            "endpoint": j.spec.endpoint,
         }
 
 
 def _batch_dict(b: BatchRecord) -> dict:
     """One batch in `status --json` (id: the provider's batch id once it has one; status: the
     provider's at its end once ingested, "done" for one closed before it reached the provider)."""
-    return {"id": b.provider_id or b.batch_id, "status": b.final_status or b.status, "items": b.items, "completed": b.completed,
-            "failed": b.failed, "submitted_at": b.submitted_at, "run_rest_live": b.run_rest_live}
+    return {
+        "id": b.provider_id or b.batch_id,
+        "status": b.final_status or b.status,
+        "items": b.items,
+        "completed": b.completed,
+        "failed": b.failed,
+        "submitted_at": b.submitted_at,
+        "run_rest_live": b.run_rest_live,
+    }
 
 
 def derive_state(job: JobRecord, live_workers: int) -> str:
@@ -181,10 +244,16 @@ class Jobs:
     `hermes-bulk` and HERMES_BULK_* on the command line, `/bulk` and config.yaml keys in Hermes.
     """
 
-    def __init__(self, settings: Settings, backend: Backend | None = None,
-                 request_gate: RequestGate | None = None, *, cmd: str = "hermes-bulk",
-                 setting_name: Callable[[str], str] = env_name,
-                 cancel_batches: BatchCanceller | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        backend: Backend | None = None,
+        request_gate: RequestGate | None = None,
+        *,
+        cmd: str = "hermes-bulk",
+        setting_name: Callable[[str], str] = env_name,
+        cancel_batches: BatchCanceller | None = None,
+    ) -> None:
         self.settings = settings
         #: How `delete` cancels a batch job's open batches at the provider. The jobs API speaks to
         #: no provider: a front end that can reach one hands in runtime.batch_driver's.
@@ -222,18 +291,34 @@ class Jobs:
         if self._backend is not None or (path := missing_database(self.settings)) is None:
             return False
         if self.settings.backend:
-            raise NoDatabase(f"There is no hermes-bulk database at {path}; check {self.setting_name('backend')}, "
-                             f"or create a job there first: {hints.create(self.cmd)}")
+            raise NoDatabase(
+                f"There is no hermes-bulk database at {path}; check {self.setting_name('backend')}, "
+                f"or create a job there first: {hints.create(self.cmd)}"
+            )
         return True
 
     # Creating ------------------------------------------------------------------------------
-    def create(self, instruction: str, over: str, *, concurrency: int | None = None,
-               retries: int | None = None, max_tokens: int | None = None, rpm: int | None = None,
-               tpm: int | None = None, model: str | None = None, client: str = "http",
-               provider: str | None = None, schema: str | None = None, fresh: bool = False,
-               on_progress: Callable[[int], None] | None = None, dry_run: bool = False,
-               batch: bool = False, batch_deadline_s: float | None = None,
-               bind_endpoint: bool = True) -> Created | Plan:
+    def create(
+        self,
+        instruction: str,
+        over: str,
+        *,
+        concurrency: int | None = None,
+        retries: int | None = None,
+        max_tokens: int | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        model: str | None = None,
+        client: str = "http",
+        provider: str | None = None,
+        schema: str | None = None,
+        fresh: bool = False,
+        on_progress: Callable[[int], None] | None = None,
+        dry_run: bool = False,
+        batch: bool = False,
+        batch_deadline_s: float | None = None,
+        bind_endpoint: bool = True,
+    ) -> Created | Plan:
         """Discover the items and record them; makes no model calls. Bad input creates nothing.
         With dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
         batch: the job runs through the provider's Batch API (runtime/batch_driver.py), with the rest left live
@@ -245,36 +330,63 @@ class Jobs:
         if batch_deadline_s is not None and not batch:
             raise UsageError("--batch-deadline is for batch jobs; add --batch.")
         if batch and client != "http":
-            raise UsageError("A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk worker's).")
+            raise UsageError(
+                "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk worker's)."
+            )
         concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
         if concurrency > s.max_concurrency:
-            raise UsageError(f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
-                             f"lower it, or raise {self.setting_name('max_concurrency')}.")
+            raise UsageError(
+                f"--concurrency {concurrency} is more than max_concurrency ({s.max_concurrency}); "
+                f"lower it, or raise {self.setting_name('max_concurrency')}."
+            )
         endpoint = key_fp = None
         if client == "http":
             model = model or s.model
             if not model:
-                raise ConfigError("No model configured: set HERMES_BULK_MODEL (and HERMES_BULK_BASE_URL, "
-                                  "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model.")
+                raise ConfigError(
+                    "No model configured: set HERMES_BULK_MODEL (and HERMES_BULK_BASE_URL, "
+                    "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model."
+                )
             api_key = s.api_key.get_secret_value() if s.api_key else None
             provider = provider or provider_key(s.base_url, api_key)
             if bind_endpoint:
-                endpoint, key_fp = endpoints.endpoint_url(s.base_url), endpoints.key_fingerprint(api_key)
+                endpoint, key_fp = (
+                    endpoints.endpoint_url(s.base_url),
+                    endpoints.key_fingerprint(api_key),
+                )
         from ..sources import Source
 
         source = Source(over, max_item_bytes=s.max_item_bytes)
         if dry_run:
-            return self._plan(instruction, over, source, model=model if client == "http" else None,
-                              max_tokens=max_tokens, schema=schema)
+            return self._plan(
+                instruction,
+                over,
+                source,
+                model=model if client == "http" else None,
+                max_tokens=max_tokens,
+                schema=schema,
+            )
         spec = JobSpec(
-            job_id=os.urandom(6).hex(), instruction=instruction, source=str(source.path),
-            source_kind=source.kind, concurrency=concurrency,
-            retries=s.max_retries if retries is None else retries, max_tokens=max_tokens,
-            rpm=rpm or s.rpm, tpm=tpm or s.tpm, model=model, client=client, provider_key=provider or "",
+            job_id=os.urandom(6).hex(),
+            instruction=instruction,
+            source=str(source.path),
+            source_kind=source.kind,
+            concurrency=concurrency,
+            retries=s.max_retries if retries is None else retries,
+            max_tokens=max_tokens,
+            rpm=rpm or s.rpm,
+            tpm=tpm or s.tpm,
+            model=model,
+            client=client,
+            provider_key=provider or "",
             output_tokens_estimate=s.max_output_tokens or s.output_tokens_estimate,
-            max_output_tokens=s.max_output_tokens, schema=schema, reuse=s.reuse and not fresh,
-            mode="batch" if batch else "live", batch_deadline_s=batch_deadline_s,
-            endpoint=endpoint, key_fingerprint=key_fp,
+            max_output_tokens=s.max_output_tokens,
+            schema=schema,
+            reuse=s.reuse and not fresh,
+            mode="batch" if batch else "live",
+            batch_deadline_s=batch_deadline_s,
+            endpoint=endpoint,
+            key_fingerprint=key_fp,
         )
         self.store.begin_job(spec)
         try:
@@ -282,15 +394,25 @@ class Jobs:
             job = self.store.finish_job(spec.job_id)
             if job.total == 0:
                 reasons = ", ".join(sorted({s.reason for s in skipped})) or "nothing found"
-                raise InputError(f"--over {over}: no items to process ({count(job.skipped, 'entry')} left out: {reasons}).")
+                raise InputError(
+                    f"--over {over}: no items to process ({count(job.skipped, 'entry')} left out: {reasons})."
+                )
         except BaseException:
             self.store.delete_job(spec.job_id)
             raise
         private_dir(self.job_dir(job.job_id))
         return Created(job=job, skipped=skipped)
 
-    def _plan(self, instruction: str, over: str, source: Source, *, model: str | None, max_tokens: int | None,
-              schema: str | None) -> Plan:
+    def _plan(
+        self,
+        instruction: str,
+        over: str,
+        source: Source,
+        *,
+        model: str | None,
+        max_tokens: int | None,
+        schema: str | None,
+    ) -> Plan:
         """What create would record and send first, read from the source alone (the store is not opened)."""
         from ..sources import Skipped, content_hash
 
@@ -305,8 +427,12 @@ class Jobs:
                 continue
             if request is None:
                 first = entry.name
-                request = {"model": model or "(Hermes' model)", "messages": prompt.build_messages(
-                    instruction, entry.name, entry.content, content_hash(entry.content))}
+                request = {
+                    "model": model or "(Hermes' model)",
+                    "messages": prompt.build_messages(
+                        instruction, entry.name, entry.content, content_hash(entry.content)
+                    ),
+                }
                 if s.max_output_tokens:
                     request["max_tokens"] = s.max_output_tokens
                 if schema:
@@ -314,9 +440,18 @@ class Jobs:
             items += 1
             estimate += prompt.estimate_tokens(entry.content, instruction, allowance)
         if items == 0:
-            raise InputError(f"--over {over}: no items to process ({count(skipped, 'entry')} left out).")
-        return Plan(items=items, skipped=skipped, estimated_tokens=estimate, output_allowance=allowance,
-                    max_tokens=max_tokens, first_item=first, request=request or {})
+            raise InputError(
+                f"--over {over}: no items to process ({count(skipped, 'entry')} left out)."
+            )
+        return Plan(
+            items=items,
+            skipped=skipped,
+            estimated_tokens=estimate,
+            output_allowance=allowance,
+            max_tokens=max_tokens,
+            first_item=first,
+            request=request or {},
+        )
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
         from ..sources import Skipped, content_hash
@@ -329,14 +464,26 @@ class Jobs:
             if isinstance(entry, Skipped):
                 if len(skipped) < SKIPPED_SHOWN:
                     skipped.append(entry)
-                self.store.add_events(spec.job_id, [Event("skipped", f"{entry.name}: {entry.reason}")])
+                self.store.add_events(
+                    spec.job_id, [Event("skipped", f"{entry.name}: {entry.reason}")]
+                )
                 continue
             digest = content_hash(entry.content)
-            batch.append(NewItem(
-                index=index, name=entry.name, content=entry.content, content_hash=digest,
-                origin=entry.origin, offset=entry.offset, stat_sig=entry.stat_sig,
-                estimated_tokens=prompt.estimate_tokens(entry.content, spec.instruction, spec.output_tokens_estimate),
-                answer_key=item_answer_key(spec, digest)))
+            batch.append(
+                NewItem(
+                    index=index,
+                    name=entry.name,
+                    content=entry.content,
+                    content_hash=digest,
+                    origin=entry.origin,
+                    offset=entry.offset,
+                    stat_sig=entry.stat_sig,
+                    estimated_tokens=prompt.estimate_tokens(
+                        entry.content, spec.instruction, spec.output_tokens_estimate
+                    ),
+                    answer_key=item_answer_key(spec, digest),
+                )
+            )
             index += 1
             batch_bytes += len(entry.content)
             if len(batch) >= ADD_BATCH or batch_bytes >= ADD_BATCH_BYTES:
@@ -359,13 +506,17 @@ class Jobs:
         delete whatever job happens to be newest.
         """
         if job_ref is not None and not job_ref.strip():
-            raise UsageError(f"The job id is empty; give a job id or a unique prefix of one. "
-                             f"List jobs with: {self.cmd} list")
+            raise UsageError(
+                f"The job id is empty; give a job id or a unique prefix of one. "
+                f"List jobs with: {self.cmd} list"
+            )
         no_database = self._no_database()
         if job_ref is None or no_database:
             jobs = [] if no_database else self.store.list_jobs(1)
             if not jobs:
-                raise JobNotFound(f"There are no jobs yet. Create one with: {hints.create(self.cmd)}")
+                raise JobNotFound(
+                    f"There are no jobs yet. Create one with: {hints.create(self.cmd)}"
+                )
             return jobs[0].job_id
         if self.store.get_job(job_ref):
             return job_ref
@@ -374,7 +525,9 @@ class Jobs:
             return matches[0]
         if not matches:
             raise JobNotFound(f"No job {job_ref!r}. List jobs with: {self.cmd} list")
-        raise JobNotFound(f"{job_ref!r} matches several jobs ({', '.join(matches[:5])}); give more of the id.")
+        raise JobNotFound(
+            f"{job_ref!r} matches several jobs ({', '.join(matches[:5])}); give more of the id."
+        )
 
     def get(self, job_ref: str | None) -> JobRecord:
         job_id = self.resolve(job_ref)  # first: with no database it raises before one is opened
@@ -389,21 +542,37 @@ class Jobs:
 
     def _status(self, job: JobRecord, workers: list[WorkerInfo], events: int = 0) -> JobStatus:
         now, beat = self.store.now(), heartbeat_interval(self.settings.lease_seconds)
-        capable = [w for w in self.liveness.capable_workers(job, workers) if answering(w, now, heartbeat_s=beat)]
+        capable = [
+            w
+            for w in self.liveness.capable_workers(job, workers)
+            if answering(w, now, heartbeat_s=beat)
+        ]
         live = len(capable)
-        rate_limit = self.backend.limits.pause_state(job.spec.provider_key) if job.spec.provider_key else None
+        rate_limit = (
+            self.backend.limits.pause_state(job.spec.provider_key)
+            if job.spec.provider_key
+            else None
+        )
         shown = self.store.list_events(job.job_id, events) if events else []
         # Names are looked up for the events shown only (by index), never the whole job's items.
-        names = self.store.item_names(job.job_id, [e.item_index for e in shown if e.item_index is not None])
+        names = self.store.item_names(
+            job.job_id, [e.item_index for e in shown if e.item_index is not None]
+        )
         state = derive_state(job, live)
-        return JobStatus(job=job, state=state, rate_limit=rate_limit, live_workers=live,
-                         events=shown, event_names=names,
-                         interrupted=interruption(job) if state == "awaiting_recovery" else None,
-                         budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
-                         max_concurrency=self.max_concurrency_for(job),
-                         live_threads=sum(w.threads for w in capable) if job.state == RUNNING else None,
-                         max_concurrency_setting=self.settings.max_concurrency,
-                         batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [])
+        return JobStatus(
+            job=job,
+            state=state,
+            rate_limit=rate_limit,
+            live_workers=live,
+            events=shown,
+            event_names=names,
+            interrupted=interruption(job) if state == "awaiting_recovery" else None,
+            budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
+            max_concurrency=self.max_concurrency_for(job),
+            live_threads=sum(w.threads for w in capable) if job.state == RUNNING else None,
+            max_concurrency_setting=self.settings.max_concurrency,
+            batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [],
+        )
 
     def item(self, job_ref: str | None, item_ref: str) -> ItemShown:
         """One item by its exact name or its number (1-based, the order of the export)."""
@@ -413,13 +582,24 @@ class Jobs:
             index = int(item_ref) - 1
         detail = self.store.get_item(job.job_id, index) if index is not None else None
         if detail is None:
-            raise InputError(f"Job {job.job_id} has no item {item_ref!r}; give an item's name as the export shows "
-                             f"it (a relative path, row:N, record:N or line:N) or its number, 1 to {job.total}.")
+            raise InputError(
+                f"Job {job.job_id} has no item {item_ref!r}; give an item's name as the export shows "
+                f"it (a relative path, row:N, record:N or line:N) or its number, 1 to {job.total}."
+            )
         # A completed file item's content is not kept (store/protocol.py drops_content): nothing to frame.
-        messages = ([] if detail.content is None else
-                    prompt.build_messages(job.spec.instruction, detail.item.name, detail.content, detail.content_hash))
-        return ItemShown(job=job, detail=detail, messages=messages,
-                         attempts=self.store.item_events(job.job_id, detail.item.index))
+        messages = (
+            []
+            if detail.content is None
+            else prompt.build_messages(
+                job.spec.instruction, detail.item.name, detail.content, detail.content_hash
+            )
+        )
+        return ItemShown(
+            job=job,
+            detail=detail,
+            messages=messages,
+            attempts=self.store.item_events(job.job_id, detail.item.index),
+        )
 
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
         """The first `limit` failed items in index order (the store reads no other item)."""
@@ -435,35 +615,68 @@ class Jobs:
         return self.settings.jobs_dir / job_id
 
     # Changing state ------------------------------------------------------------------------
-    def run(self, job_ref: str | None, *, concurrency: int | None = None, rpm: int | None = None,
-            tpm: int | None = None) -> JobRecord:
+    def run(
+        self,
+        job_ref: str | None,
+        *,
+        concurrency: int | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+    ) -> JobRecord:
         """Continue a job: return items of dead workers to the queue, mark it running, send triggers.
         concurrency, rpm, tpm: new values recorded on the job first (a running job takes them
         at its next claims, and a raised concurrency gets its extra triggers at once)."""
         job = self.get(job_ref)
         if job.finished:
-            raise InvalidTransition(f"Job {job.job_id} has no pending items"
-                                    + (f"; {job.failed} failed: run {hints.process(job, 'retry', self.cmd)}" if job.failed else "."))
+            raise InvalidTransition(
+                f"Job {job.job_id} has no pending items"
+                + (
+                    f"; {job.failed} failed: run {hints.process(job, 'retry', self.cmd)}"
+                    if job.failed
+                    else "."
+                )
+            )
         self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
         self.liveness.recover_dead()
         self.store.release_expired_leases()
-        updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY, PAUSED],
-                                       event=Event("run", "processing pending items"))
+        updated = self.store.set_state(
+            job.job_id,
+            RUNNING,
+            from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY, PAUSED],
+            event=Event("run", "processing pending items"),
+        )
         return self._start(updated or job)
 
-    def _change(self, job: JobRecord, *, concurrency: int | None, rpm: int | None, tpm: int | None) -> None:
+    def _change(
+        self, job: JobRecord, *, concurrency: int | None, rpm: int | None, tpm: int | None
+    ) -> None:
         """Record --concurrency, --rpm, --tpm on the job (every worker on every machine applies them)."""
         if concurrency is not None and concurrency > self.settings.max_concurrency:
-            raise UsageError(f"--concurrency {concurrency} is more than max_concurrency "
-                             f"({self.settings.max_concurrency}); lower it, or raise "
-                             f"{self.setting_name('max_concurrency')}.")
-        changes = {k: v for k, v in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm))
-                   if v is not None and v != getattr(job.spec, k)}
+            raise UsageError(
+                f"--concurrency {concurrency} is more than max_concurrency "
+                f"({self.settings.max_concurrency}); lower it, or raise "
+                f"{self.setting_name('max_concurrency')}."
+            )
+        changes = {
+            k: v
+            for k, v in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm))
+            if v is not None and v != getattr(job.spec, k)
+        }
         if not changes:
             return
         self.store.update_job(job.job_id, **changes)
-        self.store.add_events(job.job_id, [Event("changed", ", ".join(
-            f"{k} {v} (was {getattr(job.spec, k) or 'unset'})" for k, v in changes.items()))])
+        self.store.add_events(
+            job.job_id,
+            [
+                Event(
+                    "changed",
+                    ", ".join(
+                        f"{k} {v} (was {getattr(job.spec, k) or 'unset'})"
+                        for k, v in changes.items()
+                    ),
+                )
+            ],
+        )
 
     def _start(self, job: JobRecord) -> JobRecord:
         fresh = self.store.get_job(job.job_id) or job
@@ -475,43 +688,75 @@ class Jobs:
     def pause(self, job_ref: str | None) -> JobRecord:
         job = self.get(job_ref)
         if job.finished:  # nothing left to hold back: saying "paused" would be untrue
-            raise InvalidTransition(f"Job {job.job_id} is already {state_label(derive_state(job, 0))}; "
-                                    "nothing changed.")
-        updated = self.store.set_state(job.job_id, PAUSED, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY],
-                                       pause_reason=PAUSE_USER, event=Event("paused", "paused by the user"))
+            raise InvalidTransition(
+                f"Job {job.job_id} is already {state_label(derive_state(job, 0))}; nothing changed."
+            )
+        updated = self.store.set_state(
+            job.job_id,
+            PAUSED,
+            from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY],
+            pause_reason=PAUSE_USER,
+            event=Event("paused", "paused by the user"),
+        )
         if updated is None:
             raise InvalidTransition(f"Job {job.job_id} is already paused.")
         return updated
 
-    def resume(self, job_ref: str | None, *, max_tokens: int | None = None, concurrency: int | None = None,
-               rpm: int | None = None, tpm: int | None = None) -> JobRecord:
+    def resume(
+        self,
+        job_ref: str | None,
+        *,
+        max_tokens: int | None = None,
+        concurrency: int | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+    ) -> JobRecord:
         job = self.get(job_ref)
         if max_tokens is not None and max_tokens < job.tokens_charged + job.tokens_reserved:
-            raise InputError(f"--max-tokens {max_tokens} is below what the job has already used "
-                             f"({job.tokens_charged + job.tokens_reserved}); give a larger limit.")
+            raise InputError(
+                f"--max-tokens {max_tokens} is below what the job has already used "
+                f"({job.tokens_charged + job.tokens_reserved}); give a larger limit."
+            )
         # A limit the next item does not fit under beside what is charged would pause again at
         # once; one it fits under is fine even if the job paused there before.
         limit = job.spec.max_tokens if max_tokens is None else max_tokens
-        nxt = self.store.next_item_estimate(job.job_id) if limit is not None and job.state == PAUSED else None
+        nxt = (
+            self.store.next_item_estimate(job.job_id)
+            if limit is not None and job.state == PAUSED
+            else None
+        )
         nxt = None if nxt is None else job.reservation(nxt)  # with the learned output allowance
         if nxt is not None and job.tokens_charged + nxt > limit:
             if max_tokens is not None:
-                raise InputError(f"--max-tokens {max_tokens} leaves no room for the next item: {job.tokens_charged}"
-                                 f" charged + about {nxt} for it would exceed it; give at least "
-                                 f"{job.tokens_charged + nxt}.")
+                raise InputError(
+                    f"--max-tokens {max_tokens} leaves no room for the next item: {job.tokens_charged}"
+                    f" charged + about {nxt} for it would exceed it; give at least "
+                    f"{job.tokens_charged + nxt}."
+                )
             if job.pause_reason == PAUSE_TOKEN_LIMIT:
-                raise InputError(f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
-                                 f"with a larger one: {hints.process(job, 'resume', self.cmd, '--max-tokens N')}")
+                raise InputError(
+                    f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
+                    f"with a larger one: {hints.process(job, 'resume', self.cmd, '--max-tokens N')}"
+                )
         if job.state != PAUSED:
-            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: "
-                                    f"{hints.process(job, 'run', self.cmd)}")
+            raise InvalidTransition(
+                f"Job {job.job_id} is not paused; to continue it, run: "
+                f"{hints.process(job, 'run', self.cmd)}"
+            )
         self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
         note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
-        updated = self.store.set_state(job.job_id, RUNNING, from_states=[PAUSED], max_tokens=max_tokens,
-                                       event=Event("resumed", "resumed" + note))
+        updated = self.store.set_state(
+            job.job_id,
+            RUNNING,
+            from_states=[PAUSED],
+            max_tokens=max_tokens,
+            event=Event("resumed", "resumed" + note),
+        )
         if updated is None:
-            raise InvalidTransition(f"Job {job.job_id} is not paused; to continue it, run: "
-                                    f"{hints.process(job, 'run', self.cmd)}")
+            raise InvalidTransition(
+                f"Job {job.job_id} is not paused; to continue it, run: "
+                f"{hints.process(job, 'run', self.cmd)}"
+            )
         return self._start(updated)
 
     def retry(self, job_ref: str | None) -> tuple[JobRecord, int]:
@@ -520,10 +765,14 @@ class Jobs:
         n = self.store.retry_failed(job.job_id)
         if n == 0:
             raise InvalidTransition(f"Job {job.job_id} has no failed items.")
-        self.store.add_events(job.job_id, [Event("retry", f"{count(n, 'failed item')} returned to the queue")])
+        self.store.add_events(
+            job.job_id, [Event("retry", f"{count(n, 'failed item')} returned to the queue")]
+        )
         if job.state == PAUSED:
             return self.get(job.job_id), n
-        updated = self.store.set_state(job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY])
+        updated = self.store.set_state(
+            job.job_id, RUNNING, from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY]
+        )
         return self._start(updated or job), n
 
     def delete(self, job_ref: str, *, abandon_batches: bool = False) -> str:
@@ -539,7 +788,8 @@ class Jobs:
                 raise InvalidTransition(
                     f"Job {job.job_id} was not deleted: its batches may still run at the provider, and "
                     f"{self.cmd} cannot cancel them here; delete it with hermes-bulk delete, or cancel them at "
-                    f"the provider and delete it with --abandon-batches.")
+                    f"the provider and delete it with --abandon-batches."
+                )
         self.store.delete_job(job.job_id)
         from . import export as export_mod
 
@@ -547,8 +797,15 @@ class Jobs:
         return job.job_id
 
     # Results -------------------------------------------------------------------------------
-    def export(self, job_ref: str | None, *, fmt: str = "md", output: str | None = None,
-               with_input: bool = False, only: str | None = None) -> Path:
+    def export(
+        self,
+        job_ref: str | None,
+        *,
+        fmt: str = "md",
+        output: str | None = None,
+        with_input: bool = False,
+        only: str | None = None,
+    ) -> Path:
         """Write the export to output (a regular file, or a new name in an existing folder), by
         default results.<fmt> in the job's folder; returns the path written."""
         from . import export as export_mod
@@ -558,33 +815,59 @@ class Jobs:
             raise UsageError("--output is empty; give a file name (or - for standard output).")
         if output:
             target = Path(output).expanduser()
-            if is_open_sqlite_file(target):  # replacing it would take the database from under every process
-                raise InputError(f"--output {output}: a hermes-bulk database in use; choose another --output.")
+            if is_open_sqlite_file(
+                target
+            ):  # replacing it would take the database from under every process
+                raise InputError(
+                    f"--output {output}: a hermes-bulk database in use; choose another --output."
+                )
             # A file the user names keeps the mode it had; a new one, and all under the data
             # directory, is owner-only.
-            inside = Path(os.path.realpath(self.settings.home)) in Path(os.path.realpath(target)).parents
-            export_mod.export(self.store, job, fmt, target, private=inside, with_input=with_input, only=only)
+            inside = (
+                Path(os.path.realpath(self.settings.home)) in Path(os.path.realpath(target)).parents
+            )
+            export_mod.export(
+                self.store, job, fmt, target, private=inside, with_input=with_input, only=only
+            )
             return target
         target = self.job_dir(job.job_id) / f"results.{fmt}"
-        export_mod.export(self.store, job, fmt, target, make_folder=True, with_input=with_input, only=only)
+        export_mod.export(
+            self.store, job, fmt, target, make_folder=True, with_input=with_input, only=only
+        )
         return target
 
-    def export_to_stream(self, job_ref: str | None, stream: TextIO, *, fmt: str = "md",
-                         with_input: bool = False, only: str | None = None) -> None:
+    def export_to_stream(
+        self,
+        job_ref: str | None,
+        stream: TextIO,
+        *,
+        fmt: str = "md",
+        with_input: bool = False,
+        only: str | None = None,
+    ) -> None:
         """The export written to stream (`--output -`)."""
         from . import export as export_mod
 
-        export_mod.export_to_stream(self.store, self.get(job_ref), fmt, stream, with_input=with_input, only=only)
+        export_mod.export_to_stream(
+            self.store, self.get(job_ref), fmt, stream, with_input=with_input, only=only
+        )
 
 
 def item_answer_key(spec: JobSpec, item_content_hash: str) -> str:
     """The answer key of an item of this job (prompt.answer_key): what reuse matches on, across
     jobs of one store (when spec.reuse) and among the job's own items (always)."""
-    return prompt.answer_key(model=spec.model, client=spec.client, instruction=spec.instruction,
-                             schema=spec.schema, max_output_tokens=spec.max_output_tokens, sampling=None,
-                             content_hash=item_content_hash,
-                             endpoint=endpoints.identity(spec.endpoint, spec.key_fingerprint or "")
-                             if spec.endpoint is not None else "")
+    return prompt.answer_key(
+        model=spec.model,
+        client=spec.client,
+        instruction=spec.instruction,
+        schema=spec.schema,
+        max_output_tokens=spec.max_output_tokens,
+        sampling=None,
+        content_hash=item_content_hash,
+        endpoint=endpoints.identity(spec.endpoint, spec.key_fingerprint or "")
+        if spec.endpoint is not None
+        else "",
+    )
 
 
 def missing_database(settings: Settings) -> Path | None:
@@ -597,4 +880,3 @@ def missing_database(settings: Settings) -> Path | None:
 
 def state_label(state: str) -> str:
     return "waiting for a worker" if state == "waiting_for_worker" else state.replace("_", " ")
-

@@ -84,8 +84,9 @@ def recover_at_start(settings: Settings) -> None:
     recover_interrupted(Liveness(backend.store, settings.home / "workers"))
 
 
-def ensure_running(settings: Settings, backend: Backend, *, clients: dict[str, ClientFactory],
-                   gate: RequestGate) -> WorkerRuntime:
+def ensure_running(
+    settings: Settings, backend: Backend, *, clients: dict[str, ClientFactory], gate: RequestGate
+) -> WorkerRuntime:
     """The embedded worker for this backend, started if there is none (returns at once)."""
     global _atexit_registered
     with _lock:
@@ -93,18 +94,27 @@ def ensure_running(settings: Settings, backend: Backend, *, clients: dict[str, C
         if runtime is not None:
             return runtime
         _quiet_huey()
-        runtime = WorkerRuntime(backend, settings, threads=settings.max_concurrency, clients=clients,
-                                request_gate=gate)
+        runtime = WorkerRuntime(
+            backend, settings, threads=settings.max_concurrency, clients=clients, request_gate=gate
+        )
         runtime.start()
         runtime.start_embedded_consumer()
         _runtimes[backend.url] = runtime
         if not _atexit_registered:
             atexit.register(stop_all)
             _atexit_registered = True
-        threading.Thread(target=_supervise, args=(backend.url, runtime), name="hermes-bulk-supervisor",
-                         daemon=True).start()
-        log.info("bulk: worker %s started in this process (%d threads) on %s", runtime.worker_id,
-                 runtime.threads, public_url(backend.url))
+        threading.Thread(
+            target=_supervise,
+            args=(backend.url, runtime),
+            name="hermes-bulk-supervisor",
+            daemon=True,
+        ).start()
+        log.info(
+            "bulk: worker %s started in this process (%d threads) on %s",
+            runtime.worker_id,
+            runtime.threads,
+            public_url(backend.url),
+        )
         return runtime
 
 

@@ -85,8 +85,9 @@ def register(ctx: Any) -> None:
     ctx.register_command("bulk", handle, description=DESCRIPTION, args_hint=ARGS_HINT)
     # On a thread: Hermes' start must not wait on Bulk's store (a Redis backend may be far).
     context = contextvars.copy_context()
-    _recovery = threading.Thread(target=context.run, args=(_recover_at_start,), name="hermes-bulk-recovery",
-                                 daemon=True)
+    _recovery = threading.Thread(
+        target=context.run, args=(_recover_at_start,), name="hermes-bulk-recovery", daemon=True
+    )
     _recovery.start()
 
 
@@ -114,7 +115,9 @@ class _Command:
     def start(self) -> None:
         # The profile of a multiplexed gateway is a context variable: carry it onto the thread.
         context = contextvars.copy_context()
-        threading.Thread(target=context.run, args=(self._run,), name="hermes-bulk-command", daemon=True).start()
+        threading.Thread(
+            target=context.run, args=(self._run,), name="hermes-bulk-command", daemon=True
+        ).start()
 
     def _run(self) -> None:
         before = set(notices.watched(self.profile))  # not a job this very command starts
@@ -129,7 +132,9 @@ class _Command:
             self.answer = text
             if self.abandoned:
                 with _late_lock:
-                    late_answers.setdefault(self.profile, []).append(f"Earlier {CMD} {self.raw_args}:\n{text}")
+                    late_answers.setdefault(self.profile, []).append(
+                        f"Earlier {CMD} {self.raw_args}:\n{text}"
+                    )
         self.done.set()
 
     def _progress(self, found: int) -> None:
@@ -141,8 +146,10 @@ class _Command:
                 return self.answer
             self.abandoned = True
         found = f" ({count(self.items_found, 'item')} found so far)" if self.items_found else ""
-        return (f"Still working on it{found}. It goes on in the background; the answer comes with your "
-                f"next {CMD} command.")
+        return (
+            f"Still working on it{found}. It goes on in the background; the answer comes with your "
+            f"next {CMD} command."
+        )
 
 
 async def handle(raw_args: str) -> str:
@@ -155,14 +162,22 @@ async def handle(raw_args: str) -> str:
     # closed as soon as it returns, and the thread may outlive it.
     while not command.done.is_set() and time.monotonic() < deadline:
         await asyncio.sleep(_POLL_S)
-    text = command.answer if command.done.is_set() and command.answer is not None else command.give_up()
+    text = (
+        command.answer
+        if command.done.is_set() and command.answer is not None
+        else command.give_up()
+    )
     with _late_lock:
         late = late_answers.pop(profile, [])
     return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask: 80 columns
 
 
-def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
-           sessions: list[_Session] | None = None) -> str:
+def answer(
+    raw_args: str,
+    *,
+    on_progress: Callable[[int], None] | None = None,
+    sessions: list[_Session] | None = None,
+) -> str:
     """One /bulk command, start to finish, as the text to show. Never raises, never a traceback."""
     first = raw_args.split(None, 1)[0] if raw_args.strip() else ""
     if first in ("", "help", "-h", "--help"):
@@ -179,15 +194,19 @@ def answer(raw_args: str, *, on_progress: Callable[[int], None] | None = None,
         handler = HANDLERS[args.command]
         return handler(session.jobs, session, **options_for(handler, args)).text
     except UsageError as exc:
-        if not exc.usage:  # a value the parser took but the command cannot use: the line says it all
+        if (
+            not exc.usage
+        ):  # a value the parser took but the command cannot use: the line says it all
             return str(exc)
         return f"{exc}\n{exc.usage.strip()}\nSee: {CMD} help".replace("\n\n", "\n")
     except HermesBulkError as exc:
         return str(exc)
     except Exception as exc:  # a bug: keep the traceback for the log, give the user one line
         log.exception("bulk: %s %s failed", CMD, raw_args)
-        return (f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes log "
-                f"({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it.")
+        return (
+            f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes log "
+            f"({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it."
+        )
 
 
 def watch(profile: str, job_id: str) -> None:
@@ -239,7 +258,9 @@ def _ensure_poster() -> None:
         if _poster is not None and _poster.is_alive():
             return
         context = contextvars.copy_context()
-        _poster = threading.Thread(target=context.run, args=(_post_ends,), name="hermes-bulk-notices", daemon=True)
+        _poster = threading.Thread(
+            target=context.run, args=(_post_ends,), name="hermes-bulk-notices", daemon=True
+        )
         _poster.start()
 
 
@@ -258,7 +279,11 @@ def _post_ends() -> None:
                 if line and not hermes.post_to_session(_ctx, line, session_key):
                     notices.watch(profile, job_id, "")  # taken, not told: back, for the next reply
         except Exception:
-            log.warning("bulk: posting job ends failed; they come with the next %s reply", CMD, exc_info=True)
+            log.warning(
+                "bulk: posting job ends failed; they come with the next %s reply",
+                CMD,
+                exc_info=True,
+            )
         time.sleep(NOTICE_POLL_S)
 
 
@@ -285,8 +310,14 @@ class _Session(replies.Place):
         self.settings = _settings()
         self.backend = open_backend(self.settings)
         self.gate = background.request_gate(self.settings)
-        self.jobs = Jobs(self.settings, self.backend, self.gate, cmd=CMD, cancel_batches=cancel_batches,
-                         setting_name=lambda field: f"plugins.entries.{hermes.PLUGIN_ID}.settings.{field}")
+        self.jobs = Jobs(
+            self.settings,
+            self.backend,
+            self.gate,
+            cmd=CMD,
+            cancel_batches=cancel_batches,
+            setting_name=lambda field: f"plugins.entries.{hermes.PLUGIN_ID}.settings.{field}",
+        )
         self.jobs.max_concurrency_for = self.max_concurrency_for
         self.profile = str(hermes.profile_home())
 
@@ -302,8 +333,15 @@ class _Session(replies.Place):
         # each item goes to Hermes' own model (`--model` is not in /bulk's grammar)
         model = hermes.configured_model()
         if batch:  # a batch job: a hermes-bulk worker's endpoint (ctx.llm has no batch call)
-            return {"model": model.model or None, "bind_endpoint": False}  # whichever worker's it is
-        return {"client": hermes.CLIENT, "provider": model.provider_key, "model": model.model or None}
+            return {
+                "model": model.model or None,
+                "bind_endpoint": False,
+            }  # whichever worker's it is
+        return {
+            "client": hermes.CLIENT,
+            "provider": model.provider_key,
+            "model": model.model or None,
+        }
 
     def tokens_source(self, job: JobRecord) -> str:
         return "Hermes" if job.spec.client == hermes.CLIENT else "the provider"
@@ -324,8 +362,12 @@ class _Session(replies.Place):
         return self.settings.max_concurrency
 
     def start_workers(self) -> None:
-        factory = hermes.client_factory(lambda: _ctx.llm, settings=self.settings, profile=hermes.profile_name(),
-                                        home=hermes.profile_home())
+        factory = hermes.client_factory(
+            lambda: _ctx.llm,
+            settings=self.settings,
+            profile=hermes.profile_name(),
+            home=hermes.profile_home(),
+        )
         clients = {hermes.CLIENT: factory}
         background.ensure_running(self.settings, self.backend, clients=clients, gate=self.gate)
 
@@ -336,15 +378,23 @@ class _Session(replies.Place):
         from ..providers.doctor import FAIL, OK, Report
 
         model = hermes.configured_model()
-        named = "/".join(part for part in (model.provider, model.model) if part) or "(none configured)"
+        named = (
+            "/".join(part for part in (model.provider, model.model) if part) or "(none configured)"
+        )
         report = Report(f"Hermes' model {named}")
-        client = hermes.HermesLlmClient(_ctx.llm, provider_key=model.provider_key, home=hermes.profile_home(),
-                                        timeout_s=min(settings.request_timeout_seconds, 30.0))
+        client = hermes.HermesLlmClient(
+            _ctx.llm,
+            provider_key=model.provider_key,
+            home=hermes.profile_home(),
+            timeout_s=min(settings.request_timeout_seconds, 30.0),
+        )
         try:
             client.complete([{"role": "user", "content": "Say OK."}], max_tokens=1)
         except ModelError as exc:
             if exc.http_status != 200:  # 200: it answered, with nothing in one token
-                report.add("model", FAIL, f"Hermes' model {named} did not answer a 1-token request: {exc}")
+                report.add(
+                    "model", FAIL, f"Hermes' model {named} did not answer a 1-token request: {exc}"
+                )
                 return report
         report.add("model", OK, f"Hermes' model {named} answered a 1-token request")
         return report
@@ -353,18 +403,24 @@ class _Session(replies.Place):
         """Raises unless the workers in this process can run the job."""
         job = self.jobs.get(job_ref)
         if job.spec.client != hermes.CLIENT:
-            raise InvalidTransition(f"Job {job.job_id} was created by hermes-bulk create and calls the endpoint "
-                                    f"set in HERMES_BULK_*, not Hermes' model. Process it with: hermes-bulk run "
-                                    f"{job.job_id} --wait")
+            raise InvalidTransition(
+                f"Job {job.job_id} was created by hermes-bulk create and calls the endpoint "
+                f"set in HERMES_BULK_*, not Hermes' model. Process it with: hermes-bulk run "
+                f"{job.job_id} --wait"
+            )
         created_in, here = hermes.profile_of(job.spec.provider_key), hermes.profile_name()
         if created_in != here:
-            raise InvalidTransition(f"Job {job.job_id} was created in Hermes profile {created_in!r}; run it from "
-                                    f"that profile (this is {here!r}).")
+            raise InvalidTransition(
+                f"Job {job.job_id} was created in Hermes profile {created_in!r}; run it from "
+                f"that profile (this is {here!r})."
+            )
 
 
 def _settings() -> Settings:
     """This profile's settings: config.yaml's plugins.entries.bulk.settings over the defaults."""
-    return load_settings(plugin_settings={"home": str(hermes.data_dir()), **hermes.plugin_settings(_ctx)})
+    return load_settings(
+        plugin_settings={"home": str(hermes.data_dir()), **hermes.plugin_settings(_ctx)}
+    )
 
 
 #: The commands /bulk has, answered as frontends/replies.py answers them here (the Session says how).

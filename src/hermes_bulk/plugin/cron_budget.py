@@ -61,12 +61,18 @@ def classify(context: dict[str, Any]):
     from .hermes_budget import active_profile, cron_job_name
 
     session_id = str(context.get("session_id") or "")
-    common = {"profile": active_profile(), "provider": str(context.get("provider") or ""),
-              "model": str(context.get("model") or ""), "api_mode": str(context.get("api_mode") or "")}
+    common = {
+        "profile": active_profile(),
+        "provider": str(context.get("provider") or ""),
+        "model": str(context.get("model") or ""),
+        "api_mode": str(context.get("api_mode") or ""),
+    }
     job_id = cron_job_id(session_id)
     if context.get("platform") == "cron" or job_id:
         job_id = job_id or session_id
-        return CallRecord("cron", job_id=job_id, job_name=cron_job_name(job_id), run_id=session_id, **common)
+        return CallRecord(
+            "cron", job_id=job_id, job_name=cron_job_name(job_id), run_id=session_id, **common
+        )
     if context.get("task"):  # newer Hermes sends auxiliary calls through this middleware too
         return CallRecord("auxiliary", **common)
     return CallRecord("chat", **common)
@@ -82,15 +88,21 @@ def held_text(outcome) -> str:
     s, w, a = outcome.settings, outcome.window, outcome.admission
     reopens = w.end_local.strftime("%Y-%m-%d %H:%M %Z")
     if outcome.held_because == HELD_FOR_JOB_LIMIT:
-        why = (f"it has used {a.job_requests} of its job_limit of {count(s.job_limit, 'request')} "
-               "in this window")
+        why = (
+            f"it has used {a.job_requests} of its job_limit of {count(s.job_limit, 'request')} "
+            "in this window"
+        )
     else:
         kept = f"{s.chat_reserve} {'is' if s.chat_reserve == 1 else 'are'} kept for chat"
-        why = (f"this window has used {a.window_total} of its {count(s.daily_limit, 'request')}, "
-               f"and cron and bulk jobs stop at {s.background_cap} ({kept})")
-    return (f"Held by cron-budget: this run was not sent to the model because {why}. "
-            f"The job keeps its schedule and runs normally after the window resets at {reopens}; "
-            "later runs until then stay silent. See: hermes cron-budget status")
+        why = (
+            f"this window has used {a.window_total} of its {count(s.daily_limit, 'request')}, "
+            f"and cron and bulk jobs stop at {s.background_cap} ({kept})"
+        )
+    return (
+        f"Held by cron-budget: this run was not sent to the model because {why}. "
+        f"The job keeps its schedule and runs normally after the window resets at {reopens}; "
+        "later runs until then stay silent. See: hermes cron-budget status"
+    )
 
 
 def llm_execution(request, next_call, **context):
@@ -117,8 +129,11 @@ def _count_auxiliary(model: str, provider: str = "", api_mode: str = "") -> None
     from ..budget.ledger import CallRecord
     from .hermes_budget import active_profile
 
-    budget().admit(CallRecord("auxiliary", profile=active_profile(), provider=provider, model=model,
-                              api_mode=api_mode))
+    budget().admit(
+        CallRecord(
+            "auxiliary", profile=active_profile(), provider=provider, model=model, api_mode=api_mode
+        )
+    )
 
 
 def on_pre_auxiliary_call(**kwargs) -> None:
@@ -126,8 +141,11 @@ def on_pre_auxiliary_call(**kwargs) -> None:
     try:
         if not kwargs.get("aux_task") and _precharged():
             return
-        _count_auxiliary(str(kwargs.get("model") or ""), str(kwargs.get("provider") or ""),
-                         str(kwargs.get("api_mode") or ""))
+        _count_auxiliary(
+            str(kwargs.get("model") or ""),
+            str(kwargs.get("provider") or ""),
+            str(kwargs.get("api_mode") or ""),
+        )
     except Exception:
         log.exception("cron-budget: counting an auxiliary call failed")
 
@@ -186,11 +204,20 @@ def register(ctx) -> None:
         ctx.register_hook("pre_auxiliary_call", on_pre_auxiliary_call)
         _aux_via_hook = True
     elif not observe_auxiliary_responses(on_auxiliary_response):
-        log.warning("cron-budget: this Hermes offers no way to see auxiliary calls; they are not counted")
-    ctx.register_command("cron-budget", slash_command,
-                         description="Request budget: the window, use by class and job, held runs",
-                         args_hint="[status | set KEY VALUE]")
-    ctx.register_cli_command("cron-budget", "Request budget that holds cron jobs before the chat reserve",
-                             cli_setup, cli_run,
-                             description="Counts provider requests across profiles; holds cron at "
-                                         "daily_limit - chat_reserve.")
+        log.warning(
+            "cron-budget: this Hermes offers no way to see auxiliary calls; they are not counted"
+        )
+    ctx.register_command(
+        "cron-budget",
+        slash_command,
+        description="Request budget: the window, use by class and job, held runs",
+        args_hint="[status | set KEY VALUE]",
+    )
+    ctx.register_cli_command(
+        "cron-budget",
+        "Request budget that holds cron jobs before the chat reserve",
+        cli_setup,
+        cli_run,
+        description="Counts provider requests across profiles; holds cron at "
+        "daily_limit - chat_reserve.",
+    )

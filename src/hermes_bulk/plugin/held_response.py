@@ -37,28 +37,71 @@ def held_response(api_mode: str, text: str) -> Any:
 def _chat_completion(text: str) -> Any:
     from openai.types.chat import ChatCompletion
 
-    return ChatCompletion.model_validate({
-        "id": "cron-budget-held", "object": "chat.completion", "created": int(time.time()), "model": HELD_MODEL,
-        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}})
+    return ChatCompletion.model_validate(
+        {
+            "id": "cron-budget-held",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": HELD_MODEL,
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": text},
+                }
+            ],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        }
+    )
 
 
 def _responses(text: str) -> Any:
     from openai.types.responses import Response
 
-    return Response.model_validate({
-        "id": "resp_cron_budget_held", "object": "response", "created_at": time.time(), "model": HELD_MODEL,
-        "status": "completed", "parallel_tool_calls": False, "tool_choice": "auto", "tools": [],
-        "output": [{"type": "message", "id": "msg_cron_budget_held", "role": "assistant", "status": "completed",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0,
-                  "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}})
+    return Response.model_validate(
+        {
+            "id": "resp_cron_budget_held",
+            "object": "response",
+            "created_at": time.time(),
+            "model": HELD_MODEL,
+            "status": "completed",
+            "parallel_tool_calls": False,
+            "tool_choice": "auto",
+            "tools": [],
+            "output": [
+                {
+                    "type": "message",
+                    "id": "msg_cron_budget_held",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}],
+                }
+            ],
+            "usage": {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "total_tokens": 0,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+    )
 
 
 def _anthropic(text: str) -> Any:
     # The anthropic SDK is optional in Hermes; its transport reads these attributes only.
     return SimpleNamespace(
-        id="msg_cron_budget_held", type="message", role="assistant", model=HELD_MODEL,
-        content=[SimpleNamespace(type="text", text=text)], stop_reason="end_turn", stop_sequence=None,
-        usage=SimpleNamespace(input_tokens=0, output_tokens=0, cache_read_input_tokens=0,
-                              cache_creation_input_tokens=0))
+        id="msg_cron_budget_held",
+        type="message",
+        role="assistant",
+        model=HELD_MODEL,
+        content=[SimpleNamespace(type="text", text=text)],
+        stop_reason="end_turn",
+        stop_sequence=None,
+        usage=SimpleNamespace(
+            input_tokens=0,
+            output_tokens=0,
+            cache_read_input_tokens=0,
+            cache_creation_input_tokens=0,
+        ),
+    )

@@ -59,7 +59,7 @@ def profile_home() -> Path:
 
 
 def profile_name() -> str:
-    """"default", a profile's name, or "custom" when HERMES_HOME is somewhere else."""
+    """ "default", a profile's name, or "custom" when HERMES_HOME is somewhere else."""
     from hermes_cli.profiles import get_active_profile_name
 
     return get_active_profile_name()
@@ -160,7 +160,9 @@ def register_model_secrets() -> None:
             register_secret(str(section.get("api_key") or ""))
             register_url(str(section.get("base_url") or ""))
     for name, value in os.environ.items():
-        if name.endswith(("_API_KEY", "_TOKEN")) and len(value) >= 12:  # not flags like USE_TOKEN=true
+        if (
+            name.endswith(("_API_KEY", "_TOKEN")) and len(value) >= 12
+        ):  # not flags like USE_TOKEN=true
             register_secret(value)
 
 
@@ -168,7 +170,7 @@ def profile_of(provider_key: str) -> str | None:
     """The Hermes profile a job was created in, from its provider key."""
     if not provider_key.startswith(_KEY_PREFIX):
         return None
-    return provider_key[len(_KEY_PREFIX):].split(":", 1)[0]
+    return provider_key[len(_KEY_PREFIX) :].split(":", 1)[0]
 
 
 def classify_error(exc: BaseException) -> ModelError:
@@ -188,18 +190,21 @@ def classify_error(exc: BaseException) -> ModelError:
     if isinstance(exc, connection_errors):
         return TransientModelError(f"connection error ({type(exc).__name__})")
     if isinstance(exc, PermissionError):  # agent.plugin_llm.PluginLlmTrustError
-        return PermanentModelError("Hermes refused the call (plugins.entries.bulk.llm); the details are in "
-                                   "the Hermes log")
+        return PermanentModelError(
+            "Hermes refused the call (plugins.entries.bulk.llm); the details are in the Hermes log"
+        )
     # call_llm raises a plain RuntimeError when no provider is configured or it has no key. A
     # library's subclass of it is no such verdict: pydantic's PydanticUserError, raised once in
     # CI by the first calls of three threads at once inside Hermes, is retried like any other.
     if type(exc) is RuntimeError:
-        return PermanentModelError(f"Hermes could not call a model: {SETUP_FIX}; the details are in the "
-                                   "Hermes log")
+        return PermanentModelError(
+            f"Hermes could not call a model: {SETUP_FIX}; the details are in the Hermes log"
+        )
     if isinstance(exc, ValueError):  # complete_structured: the answer does not match --schema
         return InvalidAnswer("the answer does not match --schema", http_status=200)
-    return TransientModelError(f"Hermes' model call failed ({type(exc).__name__}); the details are in the "
-                               "Hermes log")
+    return TransientModelError(
+        f"Hermes' model call failed ({type(exc).__name__}); the details are in the Hermes log"
+    )
 
 
 @functools.cache
@@ -241,11 +246,18 @@ class HermesLlmClient:
     answer is returned as JSON text, and pipeline.structured() holds it to the job's schema.
     """
 
-    def __init__(self, llm: Any, *, provider_key: str, timeout_s: float, home: Path | None = None) -> None:
+    def __init__(
+        self, llm: Any, *, provider_key: str, timeout_s: float, home: Path | None = None
+    ) -> None:
         self.llm, self.provider_key, self.timeout_s, self.home = llm, provider_key, timeout_s, home
 
-    def complete(self, messages: list[dict[str, str]], *, max_tokens: int | None,
-                 json_schema: dict[str, Any] | None = None) -> Completion:
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int | None,
+        json_schema: dict[str, Any] | None = None,
+    ) -> Completion:
         try:
             with in_profile(self.home):
                 result = self._call(messages, max_tokens, json_schema)
@@ -253,7 +265,9 @@ class HermesLlmClient:
             raise classify_error(exc) from None
         return self._completion(result, max_tokens, json_schema)
 
-    def _completion(self, result: Any, max_tokens: int | None, json_schema: dict[str, Any] | None) -> Completion:
+    def _completion(
+        self, result: Any, max_tokens: int | None, json_schema: dict[str, Any] | None
+    ) -> Completion:
         """What ctx.llm returned, held to what model.parse_completion asks of an HTTP answer where
         Hermes passes the facts on: the text is a string, the counts are counts. Hermes 0.19.0
         gives no finish_reason and sends the output limit to a few providers only (Anthropic-
@@ -272,24 +286,48 @@ class HermesLlmClient:
             raise truncated(max_tokens)
         if not text.strip():
             raise TransientModelError("the provider returned an empty answer", http_status=200)
-        reported = bool(tokens_in or tokens_out)  # Hermes reports 0/0 when the provider said nothing
-        return Completion(text=text, usage=Usage(tokens_in if reported else None, tokens_out if reported else None),
-                          provider=_name(getattr(result, "provider", None)), model=_name(getattr(result, "model", None)))
+        reported = bool(
+            tokens_in or tokens_out
+        )  # Hermes reports 0/0 when the provider said nothing
+        return Completion(
+            text=text,
+            usage=Usage(tokens_in if reported else None, tokens_out if reported else None),
+            provider=_name(getattr(result, "provider", None)),
+            model=_name(getattr(result, "model", None)),
+        )
 
-    def _call(self, messages: list[dict[str, str]], max_tokens: int | None, json_schema: dict[str, Any] | None):
-        with one_attempt():  # Bulk retries (and charges) each attempt itself: Hermes must not retry unseen
+    def _call(
+        self,
+        messages: list[dict[str, str]],
+        max_tokens: int | None,
+        json_schema: dict[str, Any] | None,
+    ):
+        with (
+            one_attempt()
+        ):  # Bulk retries (and charges) each attempt itself: Hermes must not retry unseen
             return self._call_once(messages, max_tokens, json_schema)
 
-    def _call_once(self, messages: list[dict[str, str]], max_tokens: int | None,
-                   json_schema: dict[str, Any] | None):
+    def _call_once(
+        self,
+        messages: list[dict[str, str]],
+        max_tokens: int | None,
+        json_schema: dict[str, Any] | None,
+    ):
         if json_schema is None:
-            return self.llm.complete(messages, max_tokens=max_tokens, timeout=self.timeout_s, purpose=PURPOSE)
+            return self.llm.complete(
+                messages, max_tokens=max_tokens, timeout=self.timeout_s, purpose=PURPOSE
+            )
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         user = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
         return self.llm.complete_structured(
-            instructions=user, input=[{"type": "text", "text": "Answer for this item with one JSON object."}],
-            json_schema=json_schema, system_prompt=system or None, max_tokens=max_tokens,
-            timeout=self.timeout_s, purpose=PURPOSE)
+            instructions=user,
+            input=[{"type": "text", "text": "Answer for this item with one JSON object."}],
+            json_schema=json_schema,
+            system_prompt=system or None,
+            max_tokens=max_tokens,
+            timeout=self.timeout_s,
+            purpose=PURPOSE,
+        )
 
     def close(self) -> None:
         """Nothing to release: Hermes owns the connections."""
@@ -334,8 +372,10 @@ def _wrap_transient_retries() -> bool:
             return False
         original = getattr(aux, "_transient_retry_count", None)
         if not callable(original):
-            log.info("bulk: this Hermes has no _transient_retry_count; its own retries of ctx.llm calls "
-                     "are not counted by the request budget")
+            log.info(
+                "bulk: this Hermes has no _transient_retry_count; its own retries of ctx.llm calls "
+                "are not counted by the request budget"
+            )
             return False
 
         def transient_retry_count() -> int:
@@ -346,8 +386,9 @@ def _wrap_transient_retries() -> bool:
         return True
 
 
-def client_factory(make_llm: Callable[[], Any], *, settings: Settings, profile: str,
-                   home: Path | None) -> ClientFactory:
+def client_factory(
+    make_llm: Callable[[], Any], *, settings: Settings, profile: str, home: Path | None
+) -> ClientFactory:
     """The model client for each job created in Hermes that this process may serve.
 
     A job is served only by a process running the profile it was created in: another profile
@@ -361,8 +402,10 @@ def client_factory(make_llm: Callable[[], Any], *, settings: Settings, profile: 
     def client_for(job: JobRecord) -> HermesLlmClient:
         created_in = profile_of(job.spec.provider_key)
         if created_in != profile:
-            raise ClientUnavailable(f"it was created in Hermes profile {created_in!r} and this worker runs "
-                                    f"profile {profile!r}; run it where HERMES_HOME is that profile")
+            raise ClientUnavailable(
+                f"it was created in Hermes profile {created_in!r} and this worker runs "
+                f"profile {profile!r}; run it where HERMES_HOME is that profile"
+            )
         with lock:
             client = clients.get(job.spec.provider_key)
             if client is None:
@@ -370,8 +413,11 @@ def client_factory(make_llm: Callable[[], Any], *, settings: Settings, profile: 
                     made.append(make_llm())
                     register_model_secrets()
                 client = clients[job.spec.provider_key] = HermesLlmClient(
-                    made[0], provider_key=job.spec.provider_key, timeout_s=settings.request_timeout_seconds,
-                    home=home)
+                    made[0],
+                    provider_key=job.spec.provider_key,
+                    timeout_s=settings.request_timeout_seconds,
+                    home=home,
+                )
             return client
 
     return client_for
@@ -403,17 +449,24 @@ def worker_clients(settings: Settings) -> tuple[dict[str, ClientFactory], str]:
     arrives. The second value says which, for the worker's log.
     """
     if importlib.util.find_spec("agent") is None or importlib.util.find_spec("hermes_cli") is None:
-        return {}, "does not serve jobs created in Hermes: hermes-agent is not installed in this Python"
+        return (
+            {},
+            "does not serve jobs created in Hermes: hermes-agent is not installed in this Python",
+        )
     home = profile_home()
     if not (home / "config.yaml").is_file():  # checked first: Hermes' load_config creates a home
         return {}, f"does not serve jobs created in Hermes: no Hermes configuration at {home}"
     model = configured_model()
     if not model.configured:
-        return {}, (f"does not serve jobs created in Hermes: Hermes profile {model.profile!r} at {home} "
-                    "has no model configured")
+        return {}, (
+            f"does not serve jobs created in Hermes: Hermes profile {model.profile!r} at {home} "
+            "has no model configured"
+        )
     factory = client_factory(standalone_llm, settings=settings, profile=model.profile, home=home)
-    return {CLIENT: factory}, (f"serves jobs created in Hermes profile {model.profile!r} through Hermes' model "
-                               f"configuration ({model.provider or 'auto'} / {model.model or 'default'})")
+    return {CLIENT: factory}, (
+        f"serves jobs created in Hermes profile {model.profile!r} through Hermes' model "
+        f"configuration ({model.provider or 'auto'} / {model.model or 'default'})"
+    )
 
 
 # Posting into a session ------------------------------------------------------------------------

@@ -92,6 +92,10 @@ def bedrock_response(text: str) -> Any:
     """A Bedrock Converse answer as Hermes' dispatch hands it on: normalised to the OpenAI shape."""
     from agent.bedrock_adapter import normalize_converse_response
 
-    return normalize_converse_response({
-        "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
-        "stopReason": "end_turn", "usage": {"inputTokens": 0, "outputTokens": 0}})
+    return normalize_converse_response(
+        {
+            "output": {"message": {"role": "assistant", "content": [{"text": text}]}},
+            "stopReason": "end_turn",
+            "usage": {"inputTokens": 0, "outputTokens": 0},
+        }
+    )

@@ -29,31 +29,62 @@ CHAT_COMPLETION: dict[str, Any] = {
     "type": "object",
     "required": ["choices"],
     "properties": {
-        "choices": {"type": "array", "minItems": 1, "prefixItems": [{
-            "type": "object",
-            "required": ["message"],
-            "properties": {
-                "message": {"type": "object", "properties": {
-                    "content": {"type": ["string", "null"]},
-                    "refusal": {"type": ["string", "null"]},
-                }},
-                "finish_reason": {"type": ["string", "null"], "maxLength": 64},
-            },
-        }]},
+        "choices": {
+            "type": "array",
+            "minItems": 1,
+            "prefixItems": [
+                {
+                    "type": "object",
+                    "required": ["message"],
+                    "properties": {
+                        "message": {
+                            "type": "object",
+                            "properties": {
+                                "content": {"type": ["string", "null"]},
+                                "refusal": {"type": ["string", "null"]},
+                            },
+                        },
+                        "finish_reason": {"type": ["string", "null"], "maxLength": 64},
+                    },
+                }
+            ],
+        },
         "usage": {"type": ["object", "null"]},
         "model": {"type": ["string", "null"], "maxLength": 200},
     },
 }
 
 #: Keywords OpenAI's strict mode accepts (its documented subset of JSON Schema).
-_STRICT_KEYWORDS = frozenset({
-    "type", "properties", "required", "additionalProperties", "items", "enum", "const", "anyOf",
-    "$ref", "$defs", "definitions", "description", "title", "pattern", "format", "minimum",
-    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems", "maxItems",
-})
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "const",
+        "anyOf",
+        "$ref",
+        "$defs",
+        "definitions",
+        "description",
+        "title",
+        "pattern",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minItems",
+        "maxItems",
+    }
+)
 #: Annotations with no effect on which answers are valid: left out of the strict form.
-_ANNOTATIONS = frozenset({"$schema", "$comment", "default", "examples", "deprecated", "readOnly",
-                          "writeOnly"})
+_ANNOTATIONS = frozenset(
+    {"$schema", "$comment", "default", "examples", "deprecated", "readOnly", "writeOnly"}
+)
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
@@ -75,8 +106,11 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
     except RecursionError:
         return "not a valid JSON schema: it is nested too deeply"
     here = "urn:hermes-bulk:schema"
-    resolver = Registry().with_resource(here, Resource.from_contents(
-        schema, default_specification=DRAFT202012)).resolver(here)
+    resolver = (
+        Registry()
+        .with_resource(here, Resource.from_contents(schema, default_specification=DRAFT202012))
+        .resolver(here)
+    )
     for ref in _refs(schema):
         if not ref.startswith("#"):
             return f"the $ref {_one_line(ref)} points outside the file; keep every definition in it ($defs)"
@@ -120,12 +154,20 @@ def _strict(node: Any) -> dict[str, Any] | None:
 def _close(node: dict[str, Any]) -> bool:
     """Make an object schema closed (no other properties, all required); False if it cannot be."""
     kinds = node.get("type")
-    if not (kinds == "object" or (isinstance(kinds, list) and "object" in kinds) or "properties" in node):
+    if not (
+        kinds == "object" or (isinstance(kinds, list) and "object" in kinds) or "properties" in node
+    ):
         return True
     props, required = node.get("properties"), node.get("required", [])
-    if not isinstance(props, dict) or not props or node.get("additionalProperties", False) is not False:
+    if (
+        not isinstance(props, dict)
+        or not props
+        or node.get("additionalProperties", False) is not False
+    ):
         return False
-    if not isinstance(required, list) or not all(isinstance(n, str) and n in props for n in required):
+    if not isinstance(required, list) or not all(
+        isinstance(n, str) and n in props for n in required
+    ):
         return False  # a required name with no schema: strict mode cannot ask for it
     node["additionalProperties"], node["required"] = False, list(props)
     return True
@@ -153,8 +195,16 @@ def _response_format_text(schema_text: str) -> str:
     """Once per schema, not per request (a copy comes back: a caller may change its body)."""
     schema = json.loads(schema_text)
     strict = strict_form(schema)
-    return json.dumps({"type": "json_schema", "json_schema": {
-        "name": SCHEMA_NAME, "schema": schema if strict is None else strict, "strict": strict is not None}})
+    return json.dumps(
+        {
+            "type": "json_schema",
+            "json_schema": {
+                "name": SCHEMA_NAME,
+                "schema": schema if strict is None else strict,
+                "strict": strict is not None,
+            },
+        }
+    )
 
 
 def loads(text: str | bytes, what: str) -> Any:
@@ -200,10 +250,14 @@ def plainly_valid(data: Any) -> bool:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return False
     message, finish = choices[0].get("message"), choices[0].get("finish_reason")
-    return (isinstance(message, dict) and _text_or_none(message.get("content"))
-            and _text_or_none(message.get("refusal")) and _text_or_none(finish, 64)
-            and (data.get("usage") is None or isinstance(data["usage"], dict))
-            and _text_or_none(data.get("model"), 200))
+    return (
+        isinstance(message, dict)
+        and _text_or_none(message.get("content"))
+        and _text_or_none(message.get("refusal"))
+        and _text_or_none(finish, 64)
+        and (data.get("usage") is None or isinstance(data["usage"], dict))
+        and _text_or_none(data.get("model"), 200)
+    )
 
 
 def _text_or_none(value: Any, longest: int | None = None) -> bool:
@@ -222,7 +276,9 @@ def _check(validator: Any, data: Any, what: str) -> None:
         error = exceptions.best_match(validator.iter_errors(data))
     except RecursionError:  # nested thousands deep: no answer we asked for looks like that
         raise InvalidAnswer(f"{what}: it is nested too deeply", http_status=200) from None
-    raise InvalidAnswer(f"{what}: {_path(error.absolute_path)} {_in_our_words(error)}", http_status=200)
+    raise InvalidAnswer(
+        f"{what}: {_path(error.absolute_path)} {_in_our_words(error)}", http_status=200
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -249,14 +305,31 @@ def _in_our_words(error: Any) -> str:
         return "is not one of the values the schema allows"
     if rule in ("additionalProperties", "unevaluatedProperties"):
         return "has a property the schema does not allow"
-    if rule in ("minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum",
-                "exclusiveMinimum", "exclusiveMaximum", "minProperties", "maxProperties"):
+    if rule in (
+        "minItems",
+        "maxItems",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minProperties",
+        "maxProperties",
+    ):
         return f"breaks {rule} {_one_line(json.dumps(wanted))}"
     return f"breaks the schema's {_one_line(str(rule))} rule"
 
 
-_A = {"object": "an object", "array": "a list", "string": "a string", "integer": "an integer",
-      "number": "a number", "boolean": "true or false", "null": "null"}
+_A = {
+    "object": "an object",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
 
 _PLAIN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,39}$")
 
@@ -274,7 +347,7 @@ def _path(parts: Any) -> str:
 
 def _one_line(text: str, limit: int = 120) -> str:
     text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _refs(node: Any):

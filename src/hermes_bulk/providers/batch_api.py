@@ -107,18 +107,29 @@ def remote_batch(data: object, *, expect_id: str | None = None) -> RemoteBatch:
         raise BatchAnswerInvalid(f"the provider answered about another batch than {expect_id}")
     status = data.get("status")
     if status not in STATUSES:
-        raise BatchAnswerInvalid(f"the provider's answer about batch {batch_id} has an unknown status")
+        raise BatchAnswerInvalid(
+            f"the provider's answer about batch {batch_id} has an unknown status"
+        )
     counts = data.get("request_counts")
     if counts is not None and not isinstance(counts, dict):
-        raise BatchAnswerInvalid(f"the provider's answer about batch {batch_id} has unreadable request counts")
-    completed, failed = _count((counts or {}).get("completed")), _count((counts or {}).get("failed"))
+        raise BatchAnswerInvalid(
+            f"the provider's answer about batch {batch_id} has unreadable request counts"
+        )
+    completed, failed = (
+        _count((counts or {}).get("completed")),
+        _count((counts or {}).get("failed")),
+    )
     if completed is None or failed is None:
-        raise BatchAnswerInvalid(f"the provider's answer about batch {batch_id} has unreadable request counts")
+        raise BatchAnswerInvalid(
+            f"the provider's answer about batch {batch_id} has unreadable request counts"
+        )
     files = []
     for key in ("output_file_id", "error_file_id"):
         value = data.get(key)
         if value is not None and _remote_id(value) is None:
-            raise BatchAnswerInvalid(f"the provider's answer about batch {batch_id} has an unusable {key}")
+            raise BatchAnswerInvalid(
+                f"the provider's answer about batch {batch_id} has an unusable {key}"
+            )
         files.append(value)
     return RemoteBatch(batch_id, str(status), completed, failed, files[0], files[1])
 
@@ -133,7 +144,9 @@ class FileLine:
     problem: str | None = None
 
 
-def read_line(raw: bytes, *, overlong: bool = False, max_bytes: int = DEFAULT_MAX_LINE_BYTES) -> FileLine:
+def read_line(
+    raw: bytes, *, overlong: bool = False, max_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> FileLine:
     """A line as read (the start only, when overlong), checked for the shape OpenAI writes:
     an object with a string custom_id, a `response` (null or an object with an integer
     status_code and, for 200, an object body) and an `error` (null or an object)."""
@@ -199,9 +212,18 @@ def bounded_lines(chunks: Iterable[bytes], max_bytes: int) -> Iterator[tuple[byt
 class BatchApi:
     """One endpoint's Batch API, for one worker (its calls share the key's limits with live calls)."""
 
-    def __init__(self, *, base_url: str, api_key: str | None, provider_key: str, limits: SharedLimits,
-                 timeout_s: float, rpm: int | None = None, sleep: Callable[[float], None] = time.sleep,
-                 max_wait_s: float = float("inf")) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        provider_key: str,
+        limits: SharedLimits,
+        timeout_s: float,
+        rpm: int | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_wait_s: float = float("inf"),
+    ) -> None:
         """max_wait_s: the longest a call sits out the key's shared wait (a 429 pause may last an
         hour); past it the call raises LongWait. A worker waits as long as it takes; a command
         at a terminal does not."""
@@ -211,7 +233,9 @@ class BatchApi:
         self.gate = ProviderGate(limits, provider_key, rpm=rpm, tpm=None, sleep=sleep)
         self.sleep = sleep
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
+        self._http = httpx.Client(
+            headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -237,10 +261,19 @@ class BatchApi:
                 raise TransientModelError(f"connection error ({type(exc).__name__})") from None
             if response.status_code == 429:
                 until = self.gate.rate_limited(retry_after_seconds(response.headers))
-                log.info("Batch API rate limited (HTTP 429); every worker on this key waits until %.0f", until)
+                log.info(
+                    "Batch API rate limited (HTTP 429); every worker on this key waits until %.0f",
+                    until,
+                )
                 continue
             if response.status_code >= 400:
-                log.warning("HTTP %s from %s %s: %s", response.status_code, method, path, response.text[:2000])
+                log.warning(
+                    "HTTP %s from %s %s: %s",
+                    response.status_code,
+                    method,
+                    path,
+                    response.text[:2000],
+                )
                 raise classify_status(response.status_code, response.headers)
             self.gate.succeeded()
             return response
@@ -258,17 +291,30 @@ class BatchApi:
     def upload(self, path: Path) -> str:
         """Upload a JSONL file of requests (streamed from disk); its file id."""
         with path.open("rb") as handle:
-            data = self._json("POST", "files", data={"purpose": "batch"},
-                              files={"file": (path.name, handle, "application/jsonl")})
+            data = self._json(
+                "POST",
+                "files",
+                data={"purpose": "batch"},
+                files={"file": (path.name, handle, "application/jsonl")},
+            )
         file_id = _remote_id(data.get("id"))
         if file_id is None:
             raise BatchAnswerInvalid("the provider's answer to an upload has no usable file id")
         return file_id
 
     def create(self, input_file: str, *, window: str, metadata: dict[str, str]) -> RemoteBatch:
-        return remote_batch(self._json("POST", "batches", json={
-            "input_file_id": input_file, "endpoint": "/v1/chat/completions", "completion_window": window,
-            "metadata": metadata}))
+        return remote_batch(
+            self._json(
+                "POST",
+                "batches",
+                json={
+                    "input_file_id": input_file,
+                    "endpoint": "/v1/chat/completions",
+                    "completion_window": window,
+                    "metadata": metadata,
+                },
+            )
+        )
 
     def get(self, batch_id: str) -> RemoteBatch:
         return remote_batch(self._json("GET", f"batches/{batch_id}"), expect_id=batch_id)
@@ -294,14 +340,18 @@ class BatchApi:
                     try:
                         return remote_batch(batch)
                     except BatchAnswerInvalid as exc:
-                        log.warning("batch %s found at the provider but unusable: %s", batch_id, exc)
+                        log.warning(
+                            "batch %s found at the provider but unusable: %s", batch_id, exc
+                        )
             last = found[-1] if found else None
             after = _remote_id(last.get("id")) if isinstance(last, dict) else None
             if page.get("has_more") is not True or after is None:
                 return None
         return None
 
-    def lines(self, file_id: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> Iterator[FileLine]:
+    def lines(
+        self, file_id: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Iterator[FileLine]:
         """The lines of a file, read as they arrive, each checked (read_line): one line of at
         most max_line_bytes in memory at a time. BatchAnswerInvalid when the file cannot be
         read (an HTTP error: the file is named, not the endpoint or model)."""
@@ -315,8 +365,10 @@ class BatchApi:
                         assert isinstance(error, RateLimited)
                         self.gate.rate_limited(error.retry_after_s)
                         raise error
-                    raise BatchFileUnreadable(f"file {file_id} could not be read (HTTP {response.status_code})",
-                                              http_status=response.status_code)
+                    raise BatchFileUnreadable(
+                        f"file {file_id} could not be read (HTTP {response.status_code})",
+                        http_status=response.status_code,
+                    )
                 for raw, overlong in bounded_lines(response.iter_bytes(), max_line_bytes):
                     yield read_line(raw, overlong=overlong, max_bytes=max_line_bytes)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -324,7 +376,9 @@ class BatchApi:
         except httpx.TimeoutException:
             raise BatchFileUnreadable(f"reading file {file_id} timed out") from None
         except httpx.TransportError as exc:
-            raise BatchFileUnreadable(f"reading file {file_id} broke off ({type(exc).__name__})") from None
+            raise BatchFileUnreadable(
+                f"reading file {file_id} broke off ({type(exc).__name__})"
+            ) from None
 
 
 class BatchFileUnreadable(TransientModelError):

@@ -61,16 +61,22 @@ class ModelClient(Protocol):
     #: Identifies the provider quota this client draws on (a hash; never the key itself).
     provider_key: str
 
-    def complete(self, messages: list[dict[str, str]], *, max_tokens: int | None,
-                 json_schema: dict[str, Any] | None = None) -> Completion:
+    def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        max_tokens: int | None,
+        json_schema: dict[str, Any] | None = None,
+    ) -> Completion:
         """One model call; raises RateLimited, TransientModelError or PermanentModelError."""
 
     def close(self) -> None:
         """Release connections."""
 
 
-def retry_after_seconds(headers: Mapping[str, str] | None,
-                        now: datetime.datetime | None = None) -> float | None:
+def retry_after_seconds(
+    headers: Mapping[str, str] | None, now: datetime.datetime | None = None
+) -> float | None:
     """A provider's wait: `retry-after-ms`, else `Retry-After` in seconds or as an HTTP date."""
     if not headers:
         return None
@@ -97,7 +103,9 @@ def retry_after_seconds(headers: Mapping[str, str] | None,
     return max(0.0, (when - now).total_seconds())
 
 
-def classify_status(status: int, headers: Mapping[str, str] | None, *, setup_fix: str | None = None) -> ModelError:
+def classify_status(
+    status: int, headers: Mapping[str, str] | None, *, setup_fix: str | None = None
+) -> ModelError:
     """The error class for an HTTP error status (shared by every client).
 
     setup_fix: where the user fixes credentials or the model name, when it is not HERMES_BULK_*
@@ -108,14 +116,21 @@ def classify_status(status: int, headers: Mapping[str, str] | None, *, setup_fix
     if status in TRANSIENT_STATUS or status >= 500:
         return TransientModelError(f"the provider answered HTTP {status}", http_status=status)
     if status in (401, 403):
-        return PermanentModelError(f"the provider refused the credentials (HTTP {status}); "
-                                   f"{setup_fix or 'check HERMES_BULK_API_KEY or OPENAI_API_KEY'}", http_status=status)
+        return PermanentModelError(
+            f"the provider refused the credentials (HTTP {status}); "
+            f"{setup_fix or 'check HERMES_BULK_API_KEY or OPENAI_API_KEY'}",
+            http_status=status,
+        )
     if status == 404:
-        return PermanentModelError("the provider does not know this endpoint or model (HTTP 404); "
-                                   f"{setup_fix or 'check HERMES_BULK_BASE_URL and HERMES_BULK_MODEL'}",
-                                   http_status=status)
-    return PermanentModelError(f"the provider rejected the request (HTTP {status}); the details "
-                               "are in the log", http_status=status)
+        return PermanentModelError(
+            "the provider does not know this endpoint or model (HTTP 404); "
+            f"{setup_fix or 'check HERMES_BULK_BASE_URL and HERMES_BULK_MODEL'}",
+            http_status=status,
+        )
+    return PermanentModelError(
+        f"the provider rejected the request (HTTP {status}); the details are in the log",
+        http_status=status,
+    )
 
 
 class HttpModelClient:
@@ -127,8 +142,15 @@ class HttpModelClient:
     row 2). At most max_connections requests are in flight at once, as before.
     """
 
-    def __init__(self, *, base_url: str, api_key: str | None, model: str, timeout_s: float,
-                 max_connections: int = 16) -> None:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str | None,
+        model: str,
+        timeout_s: float,
+        max_connections: int = 16,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         #: The endpoint as logged and stored with each result: no password, no secret query values.
         self.endpoint = public_url(self.base_url)
@@ -149,8 +171,11 @@ class HttpModelClient:
         client = getattr(self._local, "client", None)
         if client is None:
             client = self._local.client = httpx.Client(
-                headers=self._headers, timeout=self._timeout, verify=self._ssl,
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
+                headers=self._headers,
+                timeout=self._timeout,
+                verify=self._ssl,
+                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+            )
             with self._lock:
                 self._clients.append(client)
         return client
@@ -174,26 +199,42 @@ class HttpModelClient:
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
             # Before the other timeouts: no connection means nothing reached the endpoint.
             log.warning("cannot connect to %s: %r", self.endpoint, exc)
-            raise EndpointUnreachable(f"cannot connect to {self.endpoint} ({type(exc).__name__})") from None
+            raise EndpointUnreachable(
+                f"cannot connect to {self.endpoint} ({type(exc).__name__})"
+            ) from None
         except httpx.TimeoutException:
             raise TransientModelError("the request timed out") from None
         except httpx.TransportError as exc:  # a dropped connection, a body that is not valid gzip …
             log.warning("connection error talking to %s: %r", self.endpoint, exc)
             raise TransientModelError(f"connection error ({type(exc).__name__})") from None
         if response.status_code != 200:
-            log.warning("HTTP %s from %s: %s", response.status_code, self.endpoint,
-                        raw[:2000].decode("utf-8", "replace"))
+            log.warning(
+                "HTTP %s from %s: %s",
+                response.status_code,
+                self.endpoint,
+                raw[:2000].decode("utf-8", "replace"),
+            )
             raise classify_status(response.status_code, response.headers)
         if not whole:
-            log.warning("an answer of more than %d bytes from %s: not read", MAX_ANSWER_BYTES, self.endpoint)
-            raise InvalidAnswer(f"the provider's answer is larger than {MAX_ANSWER_BYTES // 2**20} MiB",
-                                http_status=200)
+            log.warning(
+                "an answer of more than %d bytes from %s: not read", MAX_ANSWER_BYTES, self.endpoint
+            )
+            raise InvalidAnswer(
+                f"the provider's answer is larger than {MAX_ANSWER_BYTES // 2**20} MiB",
+                http_status=200,
+            )
         try:  # HTML from a proxy, a cut body, nesting no answer has, a key given twice
             data = answers.loads(raw, "the provider's answer")
         except InvalidAnswer:
-            log.warning("unreadable answer from %s: %s", self.endpoint, raw[:2000].decode("utf-8", "replace"))
+            log.warning(
+                "unreadable answer from %s: %s",
+                self.endpoint,
+                raw[:2000].decode("utf-8", "replace"),
+            )
             raise
-        return parse_completion(data, endpoint=self.endpoint, model=self.model, max_tokens=max_tokens)
+        return parse_completion(
+            data, endpoint=self.endpoint, model=self.model, max_tokens=max_tokens
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -202,7 +243,9 @@ class HttpModelClient:
             client.close()
 
 
-def parse_completion(data: Any, *, endpoint: str, model: str, max_tokens: int | None = None) -> Completion:
+def parse_completion(
+    data: Any, *, endpoint: str, model: str, max_tokens: int | None = None
+) -> Completion:
     """A chat-completions answer body (a live response's, or a batch output line's) as a Completion,
     once it passes answers.CHAT_COMPLETION; raises InvalidAnswer (malformed), TruncatedAnswer,
     PermanentModelError (content filter, refusal) or TransientModelError (empty).
@@ -219,26 +262,41 @@ def parse_completion(data: Any, *, endpoint: str, model: str, max_tokens: int | 
     usage = data.get("usage") or {}
     tokens_out = token_count(usage.get("completion_tokens"))
     if finish == "content_filter":
-        raise PermanentModelError("the provider's content filter withheld the answer", http_status=200)
-    if finish in TRUNCATED or (finish is None and max_tokens and tokens_out is not None and tokens_out >= max_tokens):
+        raise PermanentModelError(
+            "the provider's content filter withheld the answer", http_status=200
+        )
+    if finish in TRUNCATED or (
+        finish is None and max_tokens and tokens_out is not None and tokens_out >= max_tokens
+    ):
         raise truncated(max_tokens)
     text = message.get("content")
     if message.get("refusal") and not (text or "").strip():
         log.warning("the model refused an item at %s: %s", endpoint, str(message["refusal"])[:2000])
-        raise PermanentModelError("the model refused to answer this item (the refusal is in the log)",
-                                  http_status=200)
+        raise PermanentModelError(
+            "the model refused to answer this item (the refusal is in the log)", http_status=200
+        )
     if not isinstance(text, str) or not text.strip():
         raise TransientModelError("the provider returned an empty answer", http_status=200)
-    return Completion(text=text, usage=Usage(token_count(usage.get("prompt_tokens")), tokens_out),
-                      provider=endpoint, model=data.get("model") or model)
+    return Completion(
+        text=text,
+        usage=Usage(token_count(usage.get("prompt_tokens")), tokens_out),
+        provider=endpoint,
+        model=data.get("model") or model,
+    )
 
 
 def truncated(max_tokens: int | None) -> TruncatedAnswer:
     """The error of an answer cut at the output limit, saying which limit to raise."""
-    limit = (f"the output limit of {max_tokens} tokens; raise the max_output_tokens setting"
-             if max_tokens else "the model's own output limit; ask for less per item")
-    return TruncatedAnswer(f"truncated: the answer stopped at {limit} and create the job again "
-                           "(a cut answer is never kept or reused)", http_status=200)
+    limit = (
+        f"the output limit of {max_tokens} tokens; raise the max_output_tokens setting"
+        if max_tokens
+        else "the model's own output limit; ask for less per item"
+    )
+    return TruncatedAnswer(
+        f"truncated: the answer stopped at {limit} and create the job again "
+        "(a cut answer is never kept or reused)",
+        http_status=200,
+    )
 
 
 def endpoint_url(base_url: str, path: str) -> str:

@@ -59,8 +59,14 @@ class Report:
         self.checks.append(Check(name, mark, text))
 
 
-def check_endpoint(base_url: str, api_key: str | None, model: str | None, *,
-                   timeout_s: float = CHECK_TIMEOUT_S, transport: httpx.BaseTransport | None = None) -> Report:
+def check_endpoint(
+    base_url: str,
+    api_key: str | None,
+    model: str | None,
+    *,
+    timeout_s: float = CHECK_TIMEOUT_S,
+    transport: httpx.BaseTransport | None = None,
+) -> Report:
     """The three checks against an OpenAI-compatible endpoint; never raises for what it finds."""
     shown = public_url(base_url.rstrip("/"))
     report = Report(shown)
@@ -73,8 +79,14 @@ def check_endpoint(base_url: str, api_key: str | None, model: str | None, *,
     return report
 
 
-def _check(http: httpx.Client, base_url: str, shown: str, api_key: str | None, model: str | None,
-           report: Report) -> None:
+def _check(
+    http: httpx.Client,
+    base_url: str,
+    shown: str,
+    api_key: str | None,
+    model: str | None,
+    report: Report,
+) -> None:
     listed = _request(http, "GET", endpoint_url(base_url, "models"), shown, report)
     if listed is None:  # the endpoint line says why; nothing else can be told
         report.add("key", SKIP, "not checked (no answer)")
@@ -95,8 +107,18 @@ def _check(http: httpx.Client, base_url: str, shown: str, api_key: str | None, m
         return
     # Not confirmed by /models: ask for one output token.
     why = "not listed by GET /models" if status == 200 else f"GET /models answered HTTP {status}"
-    answered = _request(http, "POST", endpoint_url(base_url, "chat/completions"), shown, report,
-                        json={"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1})
+    answered = _request(
+        http,
+        "POST",
+        endpoint_url(base_url, "chat/completions"),
+        shown,
+        report,
+        json={
+            "model": model,
+            "messages": [{"role": "user", "content": "Say OK."}],
+            "max_tokens": 1,
+        },
+    )
     if answered is None:
         return
     status, _ = answered
@@ -104,38 +126,62 @@ def _check(http: httpx.Client, base_url: str, shown: str, api_key: str | None, m
         _key_refused(report, status, api_key)
     elif status == 404:
         report.add("key", OK if api_key else WARN, _key_text(api_key, 200))
-        report.add("model", FAIL, f"{model!r} is unknown to the endpoint ({why}; a 1-token request answered "
-                   "HTTP 404): correct HERMES_BULK_MODEL (or --model), or HERMES_BULK_BASE_URL if it is the wrong "
-                   "endpoint (OpenAI-compatible ones usually end in /v1)")
+        report.add(
+            "model",
+            FAIL,
+            f"{model!r} is unknown to the endpoint ({why}; a 1-token request answered "
+            "HTTP 404): correct HERMES_BULK_MODEL (or --model), or HERMES_BULK_BASE_URL if it is the wrong "
+            "endpoint (OpenAI-compatible ones usually end in /v1)",
+        )
     elif status == 200:
         report.add("key", OK, _key_text(api_key, 200))
         report.add("model", OK, f"{model!r} answered a 1-token request ({why})")
     else:
-        report.add("key", WARN if status >= 500 or status == 429 else OK, _key_text(api_key, status))
-        report.add("model", WARN, f"{model!r} not confirmed: a 1-token request answered HTTP {status} ({why}; "
-                   "the provider's text is in the log)")
+        report.add(
+            "key", WARN if status >= 500 or status == 429 else OK, _key_text(api_key, status)
+        )
+        report.add(
+            "model",
+            WARN,
+            f"{model!r} not confirmed: a 1-token request answered HTTP {status} ({why}; "
+            "the provider's text is in the log)",
+        )
 
 
-def _request(http: httpx.Client, method: str, url: str, shown: str, report: Report,
-             **kwargs: Any) -> tuple[int, Any] | None:
+def _request(
+    http: httpx.Client, method: str, url: str, shown: str, report: Report, **kwargs: Any
+) -> tuple[int, Any] | None:
     """(status, JSON body or None); None when no answer came (the endpoint line says why)."""
     try:
         response = http.request(method, url, **kwargs)
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
         log.warning("doctor: cannot connect to %s: %r", shown, exc)
-        report.add("endpoint", FAIL, f"{shown} cannot be reached ({type(exc).__name__}): start it, or correct "
-                   "HERMES_BULK_BASE_URL (or OPENAI_BASE_URL)")
+        report.add(
+            "endpoint",
+            FAIL,
+            f"{shown} cannot be reached ({type(exc).__name__}): start it, or correct "
+            "HERMES_BULK_BASE_URL (or OPENAI_BASE_URL)",
+        )
         return None
     except httpx.TimeoutException:
         report.add("endpoint", FAIL, f"{shown} did not answer within {http.timeout.read:g} s")
         return None
     except httpx.HTTPError as exc:
         log.warning("doctor: request to %s failed: %r", shown, exc)
-        report.add("endpoint", FAIL, f"{shown}: the request failed ({type(exc).__name__}); the details are in "
-                   "the log")
+        report.add(
+            "endpoint",
+            FAIL,
+            f"{shown}: the request failed ({type(exc).__name__}); the details are in the log",
+        )
         return None
     if response.status_code != 200:
-        log.warning("doctor: HTTP %s from %s %s: %s", response.status_code, method, shown, response.text[:2000])
+        log.warning(
+            "doctor: HTTP %s from %s %s: %s",
+            response.status_code,
+            method,
+            shown,
+            response.text[:2000],
+        )
     try:
         body = response.json()
     except ValueError:
@@ -158,8 +204,14 @@ def _key_text(api_key: str | None, status: int) -> str:
 
 def _key_refused(report: Report, status: int, api_key: str | None) -> None:
     if api_key:
-        report.add("key", FAIL, f"refused (HTTP {status}): correct HERMES_BULK_API_KEY (or OPENAI_API_KEY)")
+        report.add(
+            "key", FAIL, f"refused (HTTP {status}): correct HERMES_BULK_API_KEY (or OPENAI_API_KEY)"
+        )
     else:
-        report.add("key", FAIL, f"none set, and the endpoint wants one (HTTP {status}): set HERMES_BULK_API_KEY "
-                   "(or OPENAI_API_KEY)")
+        report.add(
+            "key",
+            FAIL,
+            f"none set, and the endpoint wants one (HTTP {status}): set HERMES_BULK_API_KEY "
+            "(or OPENAI_API_KEY)",
+        )
     report.add("model", SKIP, "not checked (the key was refused)")

@@ -63,8 +63,15 @@ class LongWait(Exception):
 class ProviderGate:
     """One provider key's shared wait and pacing, as one worker uses it."""
 
-    def __init__(self, limits: SharedLimits, key: str, *, rpm: int | None, tpm: int | None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        limits: SharedLimits,
+        key: str,
+        *,
+        rpm: int | None,
+        tpm: int | None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.limits, self.key, self.rpm, self.tpm, self.sleep = limits, key, rpm, tpm, sleep
         self.epoch = 0  # of the last turn taken: a 429 to it hands this back
 
@@ -83,8 +90,13 @@ class ProviderGate:
         """Record a 429 to the last turn for every worker on this key; returns when the shared
         wait ends. Only a 429 to a request sent after the key's last slow-down slows it again."""
         seconds = None if retry_after_s is None else min(retry_after_s, RETRY_AFTER_CAP_S)
-        return self.limits.pause(self.key, seconds=seconds, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S,
-                                 epoch=self.epoch)
+        return self.limits.pause(
+            self.key,
+            seconds=seconds,
+            base_s=RATE_LIMIT_BASE_S,
+            cap_s=RATE_LIMIT_CAP_S,
+            epoch=self.epoch,
+        )
 
     def succeeded(self) -> None:
         self.limits.clear_backoff(self.key)

@@ -148,25 +148,52 @@ class _Tally:
 def runs_live(store: JobStore, job: JobRecord) -> bool:
     """Whether the job's pending items are for live calls: a live job, or a batch job one of whose
     batches passed --batch-deadline (its rest runs live)."""
-    return job.spec.mode != MODE_BATCH or any(b.run_rest_live for b in store.list_batches(job.job_id))
+    return job.spec.mode != MODE_BATCH or any(
+        b.run_rest_live for b in store.list_batches(job.job_id)
+    )
 
 
 class BatchDriver:
     """Drives the batch jobs one worker can serve (see the module docstring)."""
 
-    def __init__(self, *, store: JobStore, worker_id: str, api_for: Callable[[JobRecord], BatchApi],
-                 client_for: Callable[[JobRecord], HttpModelClient], jobs_dir: Path, max_items: int,
-                 poll_s: float, window: str, lease_s: float, trigger: Callable[[str, int], None],
-                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
-                 live_workers: Callable[[], set[str]] | None = None,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 serves: Callable[[JobRecord], bool] | None = None,
-                 breaker_failures: int = DEFAULT_FAILURES) -> None:
-        self.store, self.worker_id, self.api_for, self.client_for = store, worker_id, api_for, client_for
-        self.serves = serves  #: whether this worker serves a job (its endpoint, run JOB --wait); None: all
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        worker_id: str,
+        api_for: Callable[[JobRecord], BatchApi],
+        client_for: Callable[[JobRecord], HttpModelClient],
+        jobs_dir: Path,
+        max_items: int,
+        poll_s: float,
+        window: str,
+        lease_s: float,
+        trigger: Callable[[str, int], None],
+        max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
+        live_workers: Callable[[], set[str]] | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        serves: Callable[[JobRecord], bool] | None = None,
+        breaker_failures: int = DEFAULT_FAILURES,
+    ) -> None:
+        self.store, self.worker_id, self.api_for, self.client_for = (
+            store,
+            worker_id,
+            api_for,
+            client_for,
+        )
+        self.serves = (
+            serves  #: whether this worker serves a job (its endpoint, run JOB --wait); None: all
+        )
         self.breaker_failures = breaker_failures
-        self._unreachable: dict[str, tuple[int, float]] = {}  #: job -> (polls in a row that reached nothing, when)
-        self.jobs_dir, self.max_items, self.poll_s, self.window = jobs_dir, max_items, poll_s, window
+        self._unreachable: dict[
+            str, tuple[int, float]
+        ] = {}  #: job -> (polls in a row that reached nothing, when)
+        self.jobs_dir, self.max_items, self.poll_s, self.window = (
+            jobs_dir,
+            max_items,
+            poll_s,
+            window,
+        )
         window_s = parse_duration(window) or 86400.0
         #: How long items stay in a batch before the reaper could take them back: past the
         #: provider's window (a batch ends by then), with a day to spare.
@@ -205,7 +232,9 @@ class BatchDriver:
                         continue
                     self._drive(job)
                 except HermesBulkError as exc:  # the store, mostly: the next pass tries again
-                    log.warning("job %s: batch step failed (%s); trying again at the next pass", job_id, exc)
+                    log.warning(
+                        "job %s: batch step failed (%s); trying again at the next pass", job_id, exc
+                    )
                 except Exception as exc:  # a fault of ours: the other jobs go on
                     log.exception("job %s: batch step failed; the other jobs go on", job_id)
                     self._report(job_id, job_id, exc)
@@ -216,12 +245,24 @@ class BatchDriver:
         with self._lock:
             for job_id in self.store.batch_job_ids():
                 job = self.store.get_job(job_id)
-                if job is None or job.state != PAUSED or job.spec.mode != MODE_BATCH or job.spec.client != "http":
+                if (
+                    job is None
+                    or job.state != PAUSED
+                    or job.spec.mode != MODE_BATCH
+                    or job.spec.client != "http"
+                ):
                     continue
-                if self.serves is not None and not self.serves(job):  # run JOB --wait: that job only
+                if self.serves is not None and not self.serves(
+                    job
+                ):  # run JOB --wait: that job only
                     continue
                 for batch in self.store.list_batches(job_id):
-                    if batch.open and batch.provider_id and not batch.cancel_sent and batch.status not in TERMINAL:
+                    if (
+                        batch.open
+                        and batch.provider_id
+                        and not batch.cancel_sent
+                        and batch.status not in TERMINAL
+                    ):
                         self._guarded(job, batch, lambda j=job, b=batch: self._look_after(j, b))
 
     def _report(self, job_id: str, about: str, exc: BaseException) -> None:
@@ -230,8 +271,16 @@ class BatchDriver:
             return
         self._reported.add((about, type(exc).__name__))
         with contextlib.suppress(HermesBulkError):
-            self.store.add_events(job_id, [Event("batch_error", f"an internal error ({type(exc).__name__}) while "
-                                                 "handling a batch; the details are in the worker's log")])
+            self.store.add_events(
+                job_id,
+                [
+                    Event(
+                        "batch_error",
+                        f"an internal error ({type(exc).__name__}) while "
+                        "handling a batch; the details are in the worker's log",
+                    )
+                ],
+            )
 
     def _drive(self, job: JobRecord) -> None:
         batches = self.store.list_batches(job.job_id)
@@ -270,12 +319,20 @@ class BatchDriver:
     def _submit(self, job: JobRecord, *, take_from: str | None = None) -> bool:
         """Open (or take over) a batch and get it to the provider; False when none was opened.
         take_from: the dead worker whose preparing batch may be taken at once (_dead_holder)."""
-        opened = self.store.open_batch(job.job_id, self.worker_id, batch_id=new_batch_id(),
-                                       max_items=self.max_items, lease_s=self.lease_s, hold_s=self.hold_s,
-                                       take_from=take_from)
+        opened = self.store.open_batch(
+            job.job_id,
+            self.worker_id,
+            batch_id=new_batch_id(),
+            max_items=self.max_items,
+            lease_s=self.lease_s,
+            hold_s=self.hold_s,
+            take_from=take_from,
+        )
         if isinstance(opened, ClaimRefused):
             if opened.reason == "token_limit":
-                log.info("job %s paused at its token limit before a batch would go over it", job.job_id)
+                log.info(
+                    "job %s paused at its token limit before a batch would go over it", job.job_id
+                )
             return False
         return self._guarded(job, opened, lambda: self._send_batch(job, opened), failed=False)
 
@@ -287,7 +344,11 @@ class BatchDriver:
             # Taken over after its worker stopped: the batch may exist at the provider already.
             found = api.find(batch.batch_id)
             if found is not None:
-                log.info("job %s: batch %s found at the provider by its metadata and adopted", job.job_id, found.id)
+                log.info(
+                    "job %s: batch %s found at the provider by its metadata and adopted",
+                    job.job_id,
+                    found.id,
+                )
                 self._record(job, batch, found, provider_id=found.id, submitted_at=self.store.now())
                 return True
         current = self.store.get_job(job.job_id)
@@ -303,29 +364,44 @@ class BatchDriver:
                 file_id = api.upload(path)
             finally:
                 path.unlink(missing_ok=True)
-            batch = self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, input_file=file_id)
+            batch = self.store.update_batch(
+                job.job_id, batch.batch_id, self.worker_id, input_file=file_id
+            )
             if batch is None:
                 return False  # the lease was lost: the worker that took it over submits it
-        batch = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s)
+        batch = self.store.lease_batch(
+            job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s
+        )
         if batch is None:
             return False
         try:
-            created = api.create(batch.input_file or "", window=self.window,
-                                 metadata={META_BATCH: batch.batch_id, META_JOB: job.job_id})
+            created = api.create(
+                batch.input_file or "",
+                window=self.window,
+                metadata={META_BATCH: batch.batch_id, META_JOB: job.job_id},
+            )
         except BatchAnswerInvalid as exc:
             # The batch may exist all the same: look for it by its metadata. Not found, it is given
             # up at once (creating it again could pay for it twice): its items get an attempt each.
             found = api.find(batch.batch_id)
             if found is None:
-                self._give_up(job, batch, f"batch {batch.batch_id} was given up: {exc}", attempt=True)
+                self._give_up(
+                    job, batch, f"batch {batch.batch_id} was given up: {exc}", attempt=True
+                )
                 return False
             created = found
-        recorded = self._record(job, batch, created, provider_id=created.id, submitted_at=self.store.now())
+        recorded = self._record(
+            job, batch, created, provider_id=created.id, submitted_at=self.store.now()
+        )
         if recorded is not None:
             self._forget(batch.batch_id)
-            log.info("job %s: batch %s submitted with %d items", job.job_id, created.id, recorded.items)
-            self.store.add_events(job.job_id, [Event("batch_submitted", f"batch {created.id} submitted: "
-                                                      f"{recorded.items} items")])
+            log.info(
+                "job %s: batch %s submitted with %d items", job.job_id, created.id, recorded.items
+            )
+            self.store.add_events(
+                job.job_id,
+                [Event("batch_submitted", f"batch {created.id} submitted: {recorded.items} items")],
+            )
         return True
 
     def _write_file(self, job: JobRecord, batch: BatchRecord) -> Path | None:
@@ -345,10 +421,24 @@ class BatchDriver:
                 if error is not None:
                     self.store.fail_item(job.job_id, item.index, batch.owner, error)
                     continue
-                messages = prompt.build_messages(spec.instruction, item.name, item.content, item.content_hash)
-                body = client.request_body(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
-                line = json.dumps({"custom_id": custom_id(job.job_id, batch.batch_id, item.index), "method": "POST",
-                                   "url": "/v1/chat/completions", "body": body}, ensure_ascii=False) + "\n"
+                messages = prompt.build_messages(
+                    spec.instruction, item.name, item.content, item.content_hash
+                )
+                body = client.request_body(
+                    messages, max_tokens=spec.max_output_tokens, json_schema=schema
+                )
+                line = (
+                    json.dumps(
+                        {
+                            "custom_id": custom_id(job.job_id, batch.batch_id, item.index),
+                            "method": "POST",
+                            "url": "/v1/chat/completions",
+                            "body": body,
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
                 encoded = len(line.encode("utf-8"))
                 if size + encoded > MAX_BATCH_BYTES:
                     self.store.release_item(job.job_id, item.index, batch.owner)
@@ -364,20 +454,44 @@ class BatchDriver:
     def _source_error(self, job: JobRecord, item) -> ItemError | None:
         spec = job.spec
         try:
-            changed = sources.source_changed(spec.source_kind, spec.source, item.origin, item.offset, item.index,
-                                             item.stat_sig, item.content_hash, max_item_bytes=self.max_item_bytes)
+            changed = sources.source_changed(
+                spec.source_kind,
+                spec.source,
+                item.origin,
+                item.offset,
+                item.index,
+                item.stat_sig,
+                item.content_hash,
+                max_item_bytes=self.max_item_bytes,
+            )
         except SourceUnusable as exc:
             return ItemError(SourceUnusable.error_type, str(exc))
-        return ItemError("SourceChanged", "source content changed since the job was created") if changed else None
+        return (
+            ItemError("SourceChanged", "source content changed since the job was created")
+            if changed
+            else None
+        )
 
     def _close(self, job: JobRecord, batch: BatchRecord, why: str) -> None:
         n = self.store.release_batch_items(job.job_id, batch.batch_id)
         self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE)
-        log.info("job %s: batch %s closed (%s); %d items back to pending", job.job_id, batch.batch_id, why, n)
+        log.info(
+            "job %s: batch %s closed (%s); %d items back to pending",
+            job.job_id,
+            batch.batch_id,
+            why,
+            n,
+        )
 
     # Polling, cancelling, ingesting ---------------------------------------------------------
-    def _guarded(self, job: JobRecord, batch: BatchRecord, step: Callable[[], bool | None], *,
-                 failed: bool | None = None) -> bool | None:
+    def _guarded(
+        self,
+        job: JobRecord,
+        batch: BatchRecord,
+        step: Callable[[], bool | None],
+        *,
+        failed: bool | None = None,
+    ) -> bool | None:
         """One step of one batch, whatever goes wrong in it: what the provider answered wrong
         counts a strike against the batch (MAX_STRIKES of them, a poll apart, and it is given
         up); a fault of ours is logged with its traceback, recorded once, and counts too. Nothing
@@ -387,9 +501,16 @@ class BatchDriver:
             done = step()
             self._unreachable.pop(job.job_id, None)
             return done
-        except (BatchUnreachable, RateLimited) as exc:  # no answer, or the key's shared wait: no strike
-            log.warning("job %s: batch %s: %s; trying again at the next poll", job.job_id,
-                        batch.provider_id or batch.batch_id, exc)
+        except (
+            BatchUnreachable,
+            RateLimited,
+        ) as exc:  # no answer, or the key's shared wait: no strike
+            log.warning(
+                "job %s: batch %s: %s; trying again at the next poll",
+                job.job_id,
+                batch.provider_id or batch.batch_id,
+                exc,
+            )
             self._retry_at[batch.batch_id] = self.store.now() + self.poll_s
             if isinstance(exc, BatchUnreachable):
                 self._count_unreachable(job)
@@ -401,13 +522,21 @@ class BatchDriver:
                 self._pause_for_endpoint(job, exc)
                 return failed
             what = _what(exc)
-            log.warning("job %s: batch %s: %s", job.job_id, batch.provider_id or batch.batch_id, what)
+            log.warning(
+                "job %s: batch %s: %s", job.job_id, batch.provider_id or batch.batch_id, what
+            )
         except HermesBulkError as exc:  # the store: the next pass tries again
-            log.warning("job %s: batch %s step failed (%s); trying again at the next pass", job.job_id,
-                        batch.batch_id, exc)
+            log.warning(
+                "job %s: batch %s step failed (%s); trying again at the next pass",
+                job.job_id,
+                batch.batch_id,
+                exc,
+            )
             return failed
         except Exception as exc:
-            log.exception("job %s: batch %s: a step failed", job.job_id, batch.provider_id or batch.batch_id)
+            log.exception(
+                "job %s: batch %s: a step failed", job.job_id, batch.provider_id or batch.batch_id
+            )
             self._report(job.job_id, batch.batch_id, exc)
             what = f"an internal error ({type(exc).__name__}); the details are in the worker's log"
         self._strike(job, batch, what)
@@ -424,10 +553,14 @@ class BatchDriver:
         if streak >= self.breaker_failures:
             self._unreachable.pop(job.job_id, None)
             endpoint = self.api_for(job).endpoint
-            self._pause_for_endpoint(job, EndpointUnreachable(f"cannot connect to {endpoint}"), streak=streak)
+            self._pause_for_endpoint(
+                job, EndpointUnreachable(f"cannot connect to {endpoint}"), streak=streak
+            )
 
     def _pause_for_endpoint(self, job: JobRecord, exc: ModelError, *, streak: int = 0) -> None:
-        reason = pause_reason(exc, endpoint=self.api_for(job).endpoint, model=job.spec.model, streak=streak)
+        reason = pause_reason(
+            exc, endpoint=self.api_for(job).endpoint, model=job.spec.model, streak=streak
+        )
         pause_job(self.store, job.job_id, reason)
 
     def _strike(self, job: JobRecord, batch: BatchRecord, what: str) -> None:
@@ -435,15 +568,22 @@ class BatchDriver:
         self._retry_at[batch.batch_id] = self.store.now() + self.poll_s
         if strikes >= MAX_STRIKES:
             name = batch.provider_id or batch.batch_id
-            self._give_up(job, batch, f"batch {name} was given up after {strikes} tries: {what}", attempt=True)
+            self._give_up(
+                job, batch, f"batch {name} was given up after {strikes} tries: {what}", attempt=True
+            )
 
     def _give_up(self, job: JobRecord, batch: BatchRecord, why: str, *, attempt: bool) -> None:
         """Close a batch the provider will not end usably: a cancel is sent if none was (best
         effort: it may be paid for), then its items get a failed attempt each (attempt) or go
         back as they are (a cancel not honoured: not their fault); past --batch-deadline they
         run live. Lines it answers later are never read (the batch is done)."""
-        leased = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s,
-                                        take_from=self._dead_holder(batch))
+        leased = self.store.lease_batch(
+            job.job_id,
+            batch.batch_id,
+            self.worker_id,
+            lease_s=self.lease_s,
+            take_from=self._dead_holder(batch),
+        )
         if leased is None:
             return  # another worker has it now
         batch = leased
@@ -451,21 +591,47 @@ class BatchDriver:
             try:
                 self.api_for(job).cancel(batch.provider_id)
             except Exception as exc:  # noqa: BLE001 - best effort; the batch is given up either way
-                log.warning("job %s: batch %s could not be cancelled (%s)", job.job_id, batch.provider_id, exc)
+                log.warning(
+                    "job %s: batch %s could not be cancelled (%s)",
+                    job.job_id,
+                    batch.provider_id,
+                    exc,
+                )
         if attempt:
             error = ItemError(BATCH_UNUSABLE, why)
-            for index in [item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)]:
-                self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
+            for index in [
+                item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)
+            ]:
+                self.store.settle_failed_attempt(
+                    job.job_id, index, batch.owner, error, retries=job.spec.retries
+                )
         deadline = job.spec.batch_deadline_s
-        live = batch.run_rest_live or bool(deadline and batch.submitted_at
-                                           and self.store.now() > batch.submitted_at + deadline)
+        live = batch.run_rest_live or bool(
+            deadline and batch.submitted_at and self.store.now() > batch.submitted_at + deadline
+        )
         back = self.store.release_batch_items(job.job_id, batch.batch_id)
-        if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE,
-                                   final_status=ABANDONED, run_rest_live=live) is None:
+        if (
+            self.store.update_batch(
+                job.job_id,
+                batch.batch_id,
+                self.worker_id,
+                status=BATCH_DONE,
+                final_status=ABANDONED,
+                run_rest_live=live,
+            )
+            is None
+        ):
             return
         self._forget(batch.batch_id)
-        self.store.add_events(job.job_id, [Event("batch_abandoned", f"{why}; {back} items back to pending"
-                                                  + (", to run live" if live else ""))])
+        self.store.add_events(
+            job.job_id,
+            [
+                Event(
+                    "batch_abandoned",
+                    f"{why}; {back} items back to pending" + (", to run live" if live else ""),
+                )
+            ],
+        )
         log.warning("job %s: %s; %d items back to pending", job.job_id, why, back)
         if back and live:
             self.trigger(job.job_id, back)
@@ -477,15 +643,26 @@ class BatchDriver:
     def _look_after(self, job: JobRecord, batch: BatchRecord) -> None:
         now = self.store.now()
         deadline = job.spec.batch_deadline_s
-        past_deadline = bool(deadline and batch.submitted_at and now > batch.submitted_at + deadline)
-        cancel = batch.status not in TERMINAL and not batch.cancel_sent and (job.state == PAUSED or past_deadline)
+        past_deadline = bool(
+            deadline and batch.submitted_at and now > batch.submitted_at + deadline
+        )
+        cancel = (
+            batch.status not in TERMINAL
+            and not batch.cancel_sent
+            and (job.state == PAUSED or past_deadline)
+        )
         due = now - self._polled.get(batch.batch_id, 0.0) >= self.poll_s
         if self._retry_at.get(batch.batch_id, 0.0) > now and not cancel:
             return  # its last step failed: it waits a poll
         if not (cancel or due or batch.status in TERMINAL):
             return
-        leased = self.store.lease_batch(job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s,
-                                        take_from=self._dead_holder(batch))
+        leased = self.store.lease_batch(
+            job.job_id,
+            batch.batch_id,
+            self.worker_id,
+            lease_s=self.lease_s,
+            take_from=self._dead_holder(batch),
+        )
         if leased is None or not leased.provider_id:
             return
         batch, api = leased, self.api_for(job)
@@ -493,16 +670,35 @@ class BatchDriver:
             self._polled[batch.batch_id] = now
             api.cancel(batch.provider_id)
             self._cancel_seen[batch.batch_id] = now
-            why = "its --batch-deadline passed; the rest run live" if past_deadline and job.state == RUNNING \
+            why = (
+                "its --batch-deadline passed; the rest run live"
+                if past_deadline and job.state == RUNNING
                 else "the job was paused"
-            batch = self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, cancel_sent=True,
-                                            run_rest_live=past_deadline and job.state == RUNNING) or batch
-            self.store.add_events(job.job_id, [Event("batch_cancelled", f"batch {batch.provider_id} cancelled: {why}")])
+            )
+            batch = (
+                self.store.update_batch(
+                    job.job_id,
+                    batch.batch_id,
+                    self.worker_id,
+                    cancel_sent=True,
+                    run_rest_live=past_deadline and job.state == RUNNING,
+                )
+                or batch
+            )
+            self.store.add_events(
+                job.job_id,
+                [Event("batch_cancelled", f"batch {batch.provider_id} cancelled: {why}")],
+            )
         if batch.cancel_sent and batch.status not in TERMINAL:
             sent = self._cancel_seen.setdefault(batch.batch_id, now)
             if now - sent > self.cancel_grace_s:
-                self._give_up(job, batch, f"batch {batch.provider_id} did not end within {self.cancel_grace_s:.0f} s"
-                              " of its cancel", attempt=False)
+                self._give_up(
+                    job,
+                    batch,
+                    f"batch {batch.provider_id} did not end within {self.cancel_grace_s:.0f} s"
+                    " of its cancel",
+                    attempt=False,
+                )
                 return
         if batch.status not in TERMINAL or not (batch.output_file or batch.error_file):
             # Also an ended batch whose files are not recorded yet (one that ended before its
@@ -511,15 +707,27 @@ class BatchDriver:
             batch = self._record(job, batch, api.get(batch.provider_id))
             if batch is None:
                 return
-            self._strikes.pop(batch.batch_id, None)  # a usable answer: the strikes were not in a row
+            self._strikes.pop(
+                batch.batch_id, None
+            )  # a usable answer: the strikes were not in a row
         if batch.status in TERMINAL:
             self._ingest(job, batch, api)
 
-    def _record(self, job: JobRecord, batch: BatchRecord, remote: RemoteBatch, **more) -> BatchRecord | None:
+    def _record(
+        self, job: JobRecord, batch: BatchRecord, remote: RemoteBatch, **more
+    ) -> BatchRecord | None:
         """What the provider says of the batch (status, counts, its files: checked), recorded on it."""
         return self.store.update_batch(
-            job.job_id, batch.batch_id, self.worker_id, status=remote.status, completed=remote.completed,
-            failed=remote.failed, output_file=remote.output_file, error_file=remote.error_file, **more)
+            job.job_id,
+            batch.batch_id,
+            self.worker_id,
+            status=remote.status,
+            completed=remote.completed,
+            failed=remote.failed,
+            output_file=remote.output_file,
+            error_file=remote.error_file,
+            **more,
+        )
 
     def _ingest(self, job: JobRecord, batch: BatchRecord, api: BatchApi) -> None:
         """Read the batch's output and error files into the store; then settle what it still
@@ -533,40 +741,93 @@ class BatchDriver:
             for line in api.lines(file_id, max_line_bytes=self.max_line_bytes):
                 self._line(job, batch, api, line, tally)
                 seen += 1
-                if seen % RENEW_EVERY_LINES == 0 and self.store.lease_batch(
-                        job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s) is None:
+                if (
+                    seen % RENEW_EVERY_LINES == 0
+                    and self.store.lease_batch(
+                        job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s
+                    )
+                    is None
+                ):
                     return  # another worker took the batch over; it ingests again, idempotently
         if tally.foreign or tally.unbound:
-            log.warning("job %s: batch %s: %d lines for requests not sent in it and %d unreadable lines were "
-                        "ignored", job.job_id, batch.provider_id, tally.foreign, tally.unbound)
-            self.store.add_events(job.job_id, [Event("batch_lines_ignored", f"batch {batch.provider_id}: "
-                                                      f"{tally.foreign} lines for requests not sent in it and "
-                                                      f"{tally.unbound} unreadable lines ignored")])
+            log.warning(
+                "job %s: batch %s: %d lines for requests not sent in it and %d unreadable lines were "
+                "ignored",
+                job.job_id,
+                batch.provider_id,
+                tally.foreign,
+                tally.unbound,
+            )
+            self.store.add_events(
+                job.job_id,
+                [
+                    Event(
+                        "batch_lines_ignored",
+                        f"batch {batch.provider_id}: "
+                        f"{tally.foreign} lines for requests not sent in it and "
+                        f"{tally.unbound} unreadable lines ignored",
+                    )
+                ],
+            )
         final = batch.status
         ended_by_us = batch.cancel_sent and final == "cancelled"
         error: ItemError | None = None
         if final == "failed":
-            error = ItemError(UNANSWERED, f"the provider failed the whole batch {batch.provider_id}")
+            error = ItemError(
+                UNANSWERED, f"the provider failed the whole batch {batch.provider_id}"
+            )
         elif final == "completed":
-            error = ItemError(UNANSWERED, f"batch {batch.provider_id} completed without a usable answer for this item")
+            error = ItemError(
+                UNANSWERED,
+                f"batch {batch.provider_id} completed without a usable answer for this item",
+            )
         elif not ended_by_us and not tally.settled:
-            error = ItemError(UNANSWERED, f"batch {batch.provider_id} {final} without answering any item")
+            error = ItemError(
+                UNANSWERED, f"batch {batch.provider_id} {final} without answering any item"
+            )
         if error is not None:
-            for index in [item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)]:
-                self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries)
+            for index in [
+                item.index for item in self.store.iter_batch_items(job.job_id, batch.batch_id)
+            ]:
+                self.store.settle_failed_attempt(
+                    job.job_id, index, batch.owner, error, retries=job.spec.retries
+                )
         back = self.store.release_batch_items(job.job_id, batch.batch_id)
-        if self.store.update_batch(job.job_id, batch.batch_id, self.worker_id, status=BATCH_DONE,
-                                   final_status=batch.status) is None:
+        if (
+            self.store.update_batch(
+                job.job_id,
+                batch.batch_id,
+                self.worker_id,
+                status=BATCH_DONE,
+                final_status=batch.status,
+            )
+            is None
+        ):
             return
         self._forget(batch.batch_id)
-        self.store.add_events(job.job_id, [Event("batch_done", f"batch {batch.provider_id} {batch.status}: "
-                                                  f"ingested; {back} items back to pending")])
-        log.info("job %s: batch %s %s, ingested; %d items back to pending", job.job_id, batch.provider_id,
-                 batch.status, back)
+        self.store.add_events(
+            job.job_id,
+            [
+                Event(
+                    "batch_done",
+                    f"batch {batch.provider_id} {batch.status}: "
+                    f"ingested; {back} items back to pending",
+                )
+            ],
+        )
+        log.info(
+            "job %s: batch %s %s, ingested; %d items back to pending",
+            job.job_id,
+            batch.provider_id,
+            batch.status,
+            back,
+        )
         if back and batch.run_rest_live:
             self.trigger(job.job_id, back)
 
-    def _line(self, job: JobRecord, batch: BatchRecord, api: BatchApi, read: FileLine, tally: _Tally) -> None:
+    def _line(
+        self, job: JobRecord, batch: BatchRecord, api: BatchApi, read: FileLine, tally: _Tally
+    ) -> None:
         """One checked line: bound to a request of this batch, or ignored (and counted)."""
         index = bound_index(read.custom_id, job.job_id, batch.batch_id)
         if index is None:
@@ -578,28 +839,49 @@ class BatchDriver:
         if self._bound_line(job, batch, api, index, read):
             tally.settled += 1
 
-    def _bound_line(self, job: JobRecord, batch: BatchRecord, api: BatchApi, index: int, read: FileLine) -> bool:
+    def _bound_line(
+        self, job: JobRecord, batch: BatchRecord, api: BatchApi, index: int, read: FileLine
+    ) -> bool:
         """A line of a request sent in this batch; whether it settled an item the batch held (a
         line ingested again, or naming an item the batch never held, changes nothing)."""
         line = read.data
         if line is None:
-            return self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} "
-                                                                                   f"answered this item with "
-                                                                                   f"{read.problem}"))
+            return self._failed_attempt(
+                job,
+                batch,
+                index,
+                ItemError(
+                    INVALID_LINE,
+                    f"batch {batch.provider_id} answered this item with {read.problem}",
+                ),
+            )
         response = line.get("response") or {}
         status = response.get("status_code")
         error = line.get("error")
         if status == 200 and not error:
             try:
-                completion = parse_completion(response.get("body"), endpoint=api.endpoint,
-                                              model=job.spec.model or "")
+                completion = parse_completion(
+                    response.get("body"), endpoint=api.endpoint, model=job.spec.model or ""
+                )
                 if job.spec.schema:
                     completion = structured(completion, job.spec.schema)
             except ModelError as exc:
-                return self._failed_attempt(job, batch, index, _item_error(exc), permanent=isinstance(
-                    exc, PermanentModelError))
-            if self.store.complete_item(job.job_id, index, batch.owner, completion.text, completion.usage,
-                                        provider=completion.provider, model=completion.model):
+                return self._failed_attempt(
+                    job,
+                    batch,
+                    index,
+                    _item_error(exc),
+                    permanent=isinstance(exc, PermanentModelError),
+                )
+            if self.store.complete_item(
+                job.job_id,
+                index,
+                batch.owner,
+                completion.text,
+                completion.usage,
+                provider=completion.provider,
+                model=completion.model,
+            ):
                 write_private(output_path(self.jobs_dir, job.job_id, index), completion.text + "\n")
                 return True
             return False
@@ -608,15 +890,30 @@ class BatchDriver:
             return False  # the batch's end, not the item's: settled with what the batch still holds
         if isinstance(status, int) and status >= 400:
             exc = classify_status(status, None)
-            return self._failed_attempt(job, batch, index, _item_error(exc),
-                                        permanent=isinstance(exc, PermanentModelError))
+            return self._failed_attempt(
+                job, batch, index, _item_error(exc), permanent=isinstance(exc, PermanentModelError)
+            )
         what = f" ({code})" if isinstance(code, str) and _SAFE_CODE.match(code) else ""
-        return self._failed_attempt(job, batch, index, ItemError(INVALID_LINE, f"batch {batch.provider_id} answered "
-                                                                               f"this item with no answer{what}",
-                                                                 status))
+        return self._failed_attempt(
+            job,
+            batch,
+            index,
+            ItemError(
+                INVALID_LINE,
+                f"batch {batch.provider_id} answered this item with no answer{what}",
+                status,
+            ),
+        )
 
-    def _failed_attempt(self, job: JobRecord, batch: BatchRecord, index: int, error: ItemError, *,
-                        permanent: bool = False) -> bool:
+    def _failed_attempt(
+        self,
+        job: JobRecord,
+        batch: BatchRecord,
+        index: int,
+        error: ItemError,
+        *,
+        permanent: bool = False,
+    ) -> bool:
         """A failed line, classified as live errors are: permanent fails; transient (a 429 line
         too, and a line that was not valid) counts an attempt and goes back to pending for a
         later batch, within --retries."""
@@ -624,10 +921,17 @@ class BatchDriver:
             return bool(self.store.fail_item(job.job_id, index, batch.owner, error))
         # One store step: a worker killed in it leaves the attempt counted and the item settled,
         # or neither; a line ingested again finds the item no longer the batch's (-1).
-        return self.store.settle_failed_attempt(job.job_id, index, batch.owner, error, retries=job.spec.retries) >= 0
+        return (
+            self.store.settle_failed_attempt(
+                job.job_id, index, batch.owner, error, retries=job.spec.retries
+            )
+            >= 0
+        )
 
 
-_SAFE_CODE = re.compile(r"^[a-z_]{1,40}$")  # an error code, never free text (which may echo credentials)
+_SAFE_CODE = re.compile(
+    r"^[a-z_]{1,40}$"
+)  # an error code, never free text (which may echo credentials)
 
 
 def _item_error(exc: ModelError) -> ItemError:
@@ -654,14 +958,23 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
     worker may have created it before it was killed: looked for by its metadata). Raises,
     naming the batches, when the provider cannot be asked (docs/decisions.md). The Jobs of every
     front end that can reach a provider (`hermes-bulk`, `/bulk`, the dashboard) delete with this."""
-    open_ = [b for b in jobs.store.list_batches(job.job_id)
-             if b.open and (b.provider_id and b.status not in TERMINAL or not b.provider_id and b.input_file)]
+    open_ = [
+        b
+        for b in jobs.store.list_batches(job.job_id)
+        if b.open
+        and (b.provider_id and b.status not in TERMINAL or not b.provider_id and b.input_file)
+    ]
     if not open_:
         return
     ids = ", ".join(b.provider_id or b.batch_id for b in open_)
-    api = BatchApi(base_url=jobs.settings.base_url, provider_key=job.spec.provider_key, limits=jobs.backend.limits,
-                   api_key=jobs.settings.api_key.get_secret_value() if jobs.settings.api_key else None,
-                   timeout_s=min(jobs.settings.request_timeout_seconds, 30.0), max_wait_s=DELETE_WAIT_S)
+    api = BatchApi(
+        base_url=jobs.settings.base_url,
+        provider_key=job.spec.provider_key,
+        limits=jobs.backend.limits,
+        api_key=jobs.settings.api_key.get_secret_value() if jobs.settings.api_key else None,
+        timeout_s=min(jobs.settings.request_timeout_seconds, 30.0),
+        max_wait_s=DELETE_WAIT_S,
+    )
     try:
         for batch in open_:
             remote_id = batch.provider_id
@@ -681,11 +994,13 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
             f"Job {job.job_id} was not deleted: the provider asked every worker on this key to wait "
             f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} ({ids}) can be "
             f"cancelled; delete it again then, or cancel them at the provider and delete it with "
-            f"--abandon-batches.") from None
+            f"--abandon-batches."
+        ) from None
     except ModelError as exc:
         raise InvalidTransition(
             f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider ({ids}) could "
             f"not be cancelled ({exc}); check {jobs.setting_name('base_url')} and delete it again, or cancel "
-            f"them at the provider and delete it with --abandon-batches.") from None
+            f"them at the provider and delete it with --abandon-batches."
+        ) from None
     finally:
         api.close()

@@ -71,8 +71,13 @@ class _Endpoint:
 class EndpointBreaker:
     """One per worker process, shared by its threads; endpoints by key (ModelClient.provider_key)."""
 
-    def __init__(self, failures: int = DEFAULT_FAILURES, *, spacing_s: float = SPACING_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        failures: int = DEFAULT_FAILURES,
+        *,
+        spacing_s: float = SPACING_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.failures, self.spacing_s = failures, spacing_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -104,7 +109,11 @@ class EndpointBreaker:
             if now - endpoint.last_counted_at >= self.spacing_s:  # else: the same moment's failure
                 endpoint.streak += 1
                 endpoint.last_counted_at = now
-            return Verdict(endpoint.streak >= self.failures, endpoint.streak, endpoint.answers != attempt.answers)
+            return Verdict(
+                endpoint.streak >= self.failures,
+                endpoint.streak,
+                endpoint.answers != attempt.answers,
+            )
 
 
 def trips(exc: ModelError) -> bool:
@@ -112,8 +121,14 @@ def trips(exc: ModelError) -> bool:
     return not isinstance(exc, EndpointUnreachable) and exc.http_status in TRIPPING_STATUS
 
 
-def pause_reason(exc: ModelError, *, endpoint: str | None, model: str | None, streak: int = 0,
-                 http_client: bool = True) -> str:
+def pause_reason(
+    exc: ModelError,
+    *,
+    endpoint: str | None,
+    model: str | None,
+    streak: int = 0,
+    http_client: bool = True,
+) -> str:
     """Why the job paused and what to do, in our own words: the endpoint's public URL (no
     credentials), the model, the HTTP status; never the provider's text. http_client: the job
     calls the endpoint in HERMES_BULK_* (else Hermes' model, whose errors say where to fix it)."""
@@ -125,19 +140,35 @@ def pause_reason(exc: ModelError, *, endpoint: str | None, model: str | None, st
     # job"): what to do is fix that endpoint or account, or create the job again with other ones.
     again = "or create the job again with the right HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or --model"
     if isinstance(exc, EndpointUnreachable):
-        return (f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, {then}; "
-                f"{again} (a job keeps the endpoint it was created with)")
+        return (
+            f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, {then}; "
+            f"{again} (a job keeps the endpoint it was created with)"
+        )
     if exc.http_status in (401, 403):
-        return (f"{where} refused the API key this job was created with (HTTP {exc.http_status}); restore "
-                f"that key's access, {then}; {again} (a job keeps its endpoint and key)")
+        return (
+            f"{where} refused the API key this job was created with (HTTP {exc.http_status}); restore "
+            f"that key's access, {then}; {again} (a job keeps its endpoint and key)"
+        )
     named = f"the model {model!r}" if model else "the model"
-    return (f"{where} does not know {named} (HTTP {exc.http_status}); {then} once it does; {again} "
-            "(a job keeps the endpoint and model it was created with)")
+    return (
+        f"{where} does not know {named} (HTTP {exc.http_status}); {then} once it does; {again} "
+        "(a job keeps the endpoint and model it was created with)"
+    )
 
 
 def pause_job(store: JobStore, job_id: str, reason: str) -> None:
     """Pause the running job with the reason, once: the live and batch paths (and the other
     threads that trip at the same moment) find it paused and change nothing."""
-    if store.set_state(job_id, PAUSED, from_states=[RUNNING], pause_reason=reason,
-                       event=Event("paused", reason)) is not None:
-        logging.getLogger("hermes_bulk.runtime.breaker").warning("job %s paused: %s", job_id, reason)
+    if (
+        store.set_state(
+            job_id,
+            PAUSED,
+            from_states=[RUNNING],
+            pause_reason=reason,
+            event=Event("paused", reason),
+        )
+        is not None
+    ):
+        logging.getLogger("hermes_bulk.runtime.breaker").warning(
+            "job %s paused: %s", job_id, reason
+        )

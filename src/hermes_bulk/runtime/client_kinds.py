@@ -48,7 +48,9 @@ def served(settings: Settings) -> Served:
             offer: Served = entry.load()(settings)
         except Exception:  # a broken kind costs its jobs, not the worker
             log.warning("model-client kind %s could not be loaded", entry.name, exc_info=True)
-            notes.append(f"does not serve {entry.name} jobs: that kind failed to load (see the log)")
+            notes.append(
+                f"does not serve {entry.name} jobs: that kind failed to load (see the log)"
+            )
             unserved[entry.name] = notes[-1]
             continue
         clients.update(offer.clients)
@@ -69,7 +71,8 @@ def start_line(served: Served, running_kinds: dict[str, list[str]]) -> str:
     parts += [note for note in served.serving if note]
     for kind, reason in sorted(served.unserved.items()):
         if running_kinds.get(kind):
-            shown = ", ".join(running_kinds[kind][:3]) + (", …" if len(running_kinds[kind]) > 3 else "")
+            shown = ", ".join(running_kinds[kind][:3]) + (
+                ", …" if len(running_kinds[kind]) > 3 else ""
+            )
             parts.append(f"{reason} (running: {shown}, waiting for a worker that serves them)")
     return "; ".join(parts)
-

@@ -35,7 +35,9 @@ class WorkerCounters:
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
-            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+            return {
+                f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")
+            }
 
 
 _COUNTER_HELP = {
@@ -52,20 +54,38 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def render(worker_id: str, counters: dict[str, int], in_flight: int, queue_depth: int | None,
-           jobs: list[tuple[str, dict[str, int]]]) -> str:
+def render(
+    worker_id: str,
+    counters: dict[str, int],
+    in_flight: int,
+    queue_depth: int | None,
+    jobs: list[tuple[str, dict[str, int]]],
+) -> str:
     """The text exposition format (version 0.0.4)."""
     w = f'worker="{_escape(worker_id)}"'
     out: list[str] = []
     for name, help_text in _COUNTER_HELP.items():
         metric = f"hermes_bulk_{name}_total"
-        out += [f"# HELP {metric} {help_text}", f"# TYPE {metric} counter", f"{metric}{{{w}}} {counters[name]}"]
-    out += ["# HELP hermes_bulk_items_in_flight Items this worker is processing now.",
-            "# TYPE hermes_bulk_items_in_flight gauge", f"hermes_bulk_items_in_flight{{{w}}} {in_flight}"]
+        out += [
+            f"# HELP {metric} {help_text}",
+            f"# TYPE {metric} counter",
+            f"{metric}{{{w}}} {counters[name]}",
+        ]
+    out += [
+        "# HELP hermes_bulk_items_in_flight Items this worker is processing now.",
+        "# TYPE hermes_bulk_items_in_flight gauge",
+        f"hermes_bulk_items_in_flight{{{w}}} {in_flight}",
+    ]
     if queue_depth is not None:
-        out += ["# HELP hermes_bulk_queue_depth Triggers waiting on the queues this worker serves.",
-                "# TYPE hermes_bulk_queue_depth gauge", f"hermes_bulk_queue_depth {queue_depth}"]
-    out += ["# HELP hermes_bulk_job_items Items of each running job (run, not paused, not finished), by state.", "# TYPE hermes_bulk_job_items gauge"]
+        out += [
+            "# HELP hermes_bulk_queue_depth Triggers waiting on the queues this worker serves.",
+            "# TYPE hermes_bulk_queue_depth gauge",
+            f"hermes_bulk_queue_depth {queue_depth}",
+        ]
+    out += [
+        "# HELP hermes_bulk_job_items Items of each running job (run, not paused, not finished), by state.",
+        "# TYPE hermes_bulk_job_items gauge",
+    ]
     for job_id, counts in jobs:
         for state, n in counts.items():
             out.append(f'hermes_bulk_job_items{{job="{_escape(job_id)}",state="{state}"}} {n}')

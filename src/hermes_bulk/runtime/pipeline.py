@@ -100,33 +100,57 @@ def output_path(jobs_dir: Path, job_id: str, index: int) -> Path:
 class ItemProcessor:
     """Processes triggers for one worker (one id, shared by its threads)."""
 
-    def __init__(self, *, store: JobStore, limits: SharedLimits, worker_id: str,
-                 client_for: Callable[[JobRecord], ModelClient], jobs_dir: Path,
-                 lease_s: float, concurrency_cap: int, request_gate: RequestGate | None = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
-                 on_claim: Callable[[JobRecord], None] | None = None,
-                 breaker: EndpointBreaker | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        limits: SharedLimits,
+        worker_id: str,
+        client_for: Callable[[JobRecord], ModelClient],
+        jobs_dir: Path,
+        lease_s: float,
+        concurrency_cap: int,
+        request_gate: RequestGate | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
+        on_claim: Callable[[JobRecord], None] | None = None,
+        breaker: EndpointBreaker | None = None,
+    ) -> None:
         self.store, self.limits, self.worker_id = store, limits, worker_id
         self.request_gate = request_gate or OpenGate()
         self.counters = WorkerCounters()
-        self._held: set[tuple[str, int]] = set()  # items this worker is working on: their leases are renewed
+        self._held: set[tuple[str, int]] = (
+            set()
+        )  # items this worker is working on: their leases are renewed
         self._held_lock = threading.Lock()
         self.client_for, self.jobs_dir = client_for, jobs_dir
         self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
         self.max_item_bytes = max_item_bytes  # the most a source-change check reads for one item
         self._told_cannot_serve: set[str] = set()  # job ids that have the event already
-        self.on_claim = on_claim  # told of every claim, with the job as the claim saw it (the worker's log)
+        self.on_claim = (
+            on_claim  # told of every claim, with the job as the claim saw it (the worker's log)
+        )
         self.breaker = breaker or EndpointBreaker()  # this process's, shared by its threads
 
-    def handle(self, job_id: str, index_hint: int, *, claim: Claim | ClaimRefused | None = None,
-               chain: Callable[[], bool] | None = None) -> Outcome:
+    def handle(
+        self,
+        job_id: str,
+        index_hint: int,
+        *,
+        claim: Claim | ClaimRefused | None = None,
+        chain: Callable[[], bool] | None = None,
+    ) -> Outcome:
         """One item: claimed here, or `claim` when a completion claimed it already. `chain`, asked
         as the item completes: true when the caller goes on with the job, and then the completion
         claims the next item in the same store operation (Outcome.next)."""
         if claim is None:
-            claim = self.store.claim_item(job_id, index_hint, self.worker_id, lease_s=self.lease_s,
-                                          max_running=self.concurrency_cap)
+            claim = self.store.claim_item(
+                job_id,
+                index_hint,
+                self.worker_id,
+                lease_s=self.lease_s,
+                max_running=self.concurrency_cap,
+            )
         if isinstance(claim, ClaimRefused):
             again = TOKENS_IN_FLIGHT_RETRY_S if claim.reason == "tokens_in_flight" else None
             return Outcome(claimed=False, refused=claim.reason, reschedule_in=again)
@@ -145,7 +169,9 @@ class ItemProcessor:
             # trigger back on the queue, where a worker that can serve the job will take it.
             self.store.release_item(job_id, claim.index, self.worker_id)
             self._tell_cannot_serve(job_id, exc)
-            return Outcome(claimed=True, reschedule_in=CLIENT_UNAVAILABLE_RETRY_S, index=claim.index)
+            return Outcome(
+                claimed=True, reschedule_in=CLIENT_UNAVAILABLE_RETRY_S, index=claim.index
+            )
         except EndpointBroken as exc:
             # No item can succeed there now: pause the job first (so nothing claims the item
             # again), then give the item back with no attempt charged for it.
@@ -155,12 +181,20 @@ class ItemProcessor:
             log.info("job %s item %s: lease lost; another worker has it", job_id, claim.index)
         except BackendUnavailable as exc:
             # Its lease runs out and a live worker returns it to the queue; nothing else to do.
-            log.warning("job %s item %s: %s; the item goes back to the queue when its lease ends",
-                        job_id, claim.index, exc)
+            log.warning(
+                "job %s item %s: %s; the item goes back to the queue when its lease ends",
+                job_id,
+                claim.index,
+                exc,
+            )
         except Exception:
             log.exception("job %s item %s: unexpected error", job_id, claim.index)
-            self.store.fail_item(job_id, claim.index, self.worker_id,
-                                 ItemError("InternalError", "unexpected error in the worker; see the worker log"))
+            self.store.fail_item(
+                job_id,
+                claim.index,
+                self.worker_id,
+                ItemError("InternalError", "unexpected error in the worker; see the worker log"),
+            )
         finally:
             with self._held_lock:
                 self._held.discard((job_id, claim.index))
@@ -179,18 +213,33 @@ class ItemProcessor:
             return list(self._held)
 
     # The steps -----------------------------------------------------------------------------
-    def _process(self, claim: Claim, chain: Callable[[], bool] | None = None) -> Claim | ClaimRefused | None:
+    def _process(
+        self, claim: Claim, chain: Callable[[], bool] | None = None
+    ) -> Claim | ClaimRefused | None:
         """The item's steps; returns what its completion claimed next (see handle), if anything."""
         spec = claim.job.spec
-        client = self.client_for(claim.job)  # first: a worker that cannot serve the job reads nothing
+        client = self.client_for(
+            claim.job
+        )  # first: a worker that cannot serve the job reads nothing
         try:
-            changed = sources.source_changed(spec.source_kind, spec.source, claim.origin, claim.offset, claim.index,
-                                             claim.stat_sig, claim.content_hash, max_item_bytes=self.max_item_bytes)
+            changed = sources.source_changed(
+                spec.source_kind,
+                spec.source,
+                claim.origin,
+                claim.offset,
+                claim.index,
+                claim.stat_sig,
+                claim.content_hash,
+                max_item_bytes=self.max_item_bytes,
+            )
         except SourceUnusable as exc:
             self._fail(claim, ItemError(SourceUnusable.error_type, str(exc)))
             return
         if changed:
-            self._fail(claim, ItemError("SourceChanged", "source content changed since the job was created"))
+            self._fail(
+                claim,
+                ItemError("SourceChanged", "source content changed since the job was created"),
+            )
             return None
         try:
             completion = self._call_with_retries(claim, client)
@@ -210,8 +259,14 @@ class ItemProcessor:
         names = {"provider": completion.provider, "model": completion.model}
         taken = None
         if chain is not None and chain():
-            done, taken = self._persist(self.store.complete_and_claim, *args, **names, index_hint=claim.index + 1,
-                                        lease_s=self.lease_s, max_running=self.concurrency_cap)
+            done, taken = self._persist(
+                self.store.complete_and_claim,
+                *args,
+                **names,
+                index_hint=claim.index + 1,
+                lease_s=self.lease_s,
+                max_running=self.concurrency_cap,
+            )
         else:
             done = self._persist(self.store.complete_item, *args, **names)
         if not done:
@@ -220,9 +275,14 @@ class ItemProcessor:
             with self._held_lock:  # its lease is renewed from now on
                 self._held.add((spec.job_id, taken.index))
         try:
-            self.counters.add(items_completed=1, tokens_in=completion.usage.tokens_in or 0,
-                              tokens_out=completion.usage.tokens_out or 0)
-            write_private(output_path(self.jobs_dir, spec.job_id, claim.index), completion.text + "\n")
+            self.counters.add(
+                items_completed=1,
+                tokens_in=completion.usage.tokens_in or 0,
+                tokens_out=completion.usage.tokens_out or 0,
+            )
+            write_private(
+                output_path(self.jobs_dir, spec.job_id, claim.index), completion.text + "\n"
+            )
         except BaseException:
             if isinstance(taken, Claim):
                 self.give_back(taken)
@@ -234,19 +294,37 @@ class ItemProcessor:
         to connect while the endpoint answers nobody is retried every CONNECT_RETRY_S without
         using up retries, until the breaker pauses the job (EndpointBroken) or a request goes through."""
         retries = claim.job.spec.retries
-        counted = [0]  # attempts charged to the item (a failure to connect while nobody is answered is not)
+        counted = [
+            0
+        ]  # attempts charged to the item (a failure to connect while nobody is answered is not)
 
         def record(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
             if isinstance(exc, _NotConnected):  # an event, not an attempt of the item
-                self.store.add_events(claim.job.job_id, [Event(
-                    "attempt_failed", f"{exc} (not counted against retries: the endpoint answers nobody)",
-                    claim.index, exc.error_type)])
+                self.store.add_events(
+                    claim.job.job_id,
+                    [
+                        Event(
+                            "attempt_failed",
+                            f"{exc} (not counted against retries: the endpoint answers nobody)",
+                            claim.index,
+                            exc.error_type,
+                        )
+                    ],
+                )
                 return
             counted[0] += 1
-            if isinstance(exc, ModelError) and self.store.record_attempt(
-                    claim.job.job_id, claim.index, self.worker_id, _item_error(exc),
-                    rate_limited=False) < 0:
+            if (
+                isinstance(exc, ModelError)
+                and self.store.record_attempt(
+                    claim.job.job_id,
+                    claim.index,
+                    self.worker_id,
+                    _item_error(exc),
+                    rate_limited=False,
+                )
+                < 0
+            ):
                 raise _LostClaim()
 
         def stop(state: RetryCallState) -> bool:
@@ -256,22 +334,36 @@ class ItemProcessor:
             exc = state.outcome.exception() if state.outcome else None
             return CONNECT_RETRY_S if isinstance(exc, _NotConnected) else RETRY_WAIT(state)
 
-        retrying = Retrying(retry=retry_if_exception_type(TransientModelError), stop=stop, wait=wait,
-                            after=record, sleep=self.sleep, reraise=True)
+        retrying = Retrying(
+            retry=retry_if_exception_type(TransientModelError),
+            stop=stop,
+            wait=wait,
+            after=record,
+            sleep=self.sleep,
+            reraise=True,
+        )
         return retrying(self._call_through_limits, claim, client)
 
     def _call_through_limits(self, claim: Claim, client: ModelClient) -> Completion:
         """One attempt: wait for the shared limiter, call; a 429 pauses everyone and loops."""
         spec = claim.job.spec
-        gate = ProviderGate(self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep)
-        messages = prompt.build_messages(spec.instruction, claim.name, claim.content, claim.content_hash)
-        estimate = prompt.estimate_tokens(claim.content, spec.instruction, claim.job.output_allowance)
+        gate = ProviderGate(
+            self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep
+        )
+        messages = prompt.build_messages(
+            spec.instruction, claim.name, claim.content, claim.content_hash
+        )
+        estimate = prompt.estimate_tokens(
+            claim.content, spec.instruction, claim.job.output_allowance
+        )
         schema = json.loads(spec.schema) if spec.schema else None
         while True:
             gate.wait_for_turn(estimate)
             held_s = self.request_gate.admit(claim.job)
             if held_s > 0:
-                raise LongWait(held_s)  # the budget window is spent: give the item back until it reopens
+                raise LongWait(
+                    held_s
+                )  # the budget window is spent: give the item back until it reopens
             self.counters.add(requests=1)
             attempt = self.breaker.attempt(client.provider_key)
             try:
@@ -279,24 +371,38 @@ class ItemProcessor:
             except RateLimited as exc:
                 self.counters.add(rate_limit_waits=1)
                 until = gate.rate_limited(exc.retry_after_s)
-                waits = self.store.record_attempt(spec.job_id, claim.index, self.worker_id, ItemError(
-                    "RateLimitError", f"rate limited (HTTP 429); all workers wait until {_clock(until)}", 429),
-                    rate_limited=True)
+                waits = self.store.record_attempt(
+                    spec.job_id,
+                    claim.index,
+                    self.worker_id,
+                    ItemError(
+                        "RateLimitError",
+                        f"rate limited (HTTP 429); all workers wait until {_clock(until)}",
+                        429,
+                    ),
+                    rate_limited=True,
+                )
                 if waits < 0:
                     raise _LostClaim() from None
                 if spec.retries == 0 or waits >= MAX_RATE_LIMIT_WAITS:
-                    raise RateLimited(f"rate limited (HTTP 429) {count(waits, 'time')} in a row; run retry "
-                                      "later or lower --concurrency") from None
+                    raise RateLimited(
+                        f"rate limited (HTTP 429) {count(waits, 'time')} in a row; run retry "
+                        "later or lower --concurrency"
+                    ) from None
                 continue
             gate.succeeded()
             return structured(completion, spec.schema) if spec.schema else completion
 
-    def _call_once(self, claim: Claim, client: ModelClient, attempt, messages, schema) -> Completion:
+    def _call_once(
+        self, claim: Claim, client: ModelClient, attempt, messages, schema
+    ) -> Completion:
         """client.complete, told to the breaker: an HTTP answer resets it; a refused key or an
         unknown model trips it (EndpointBroken), so does the last of its count of failures to connect."""
         spec = claim.job.spec
         try:
-            completion = client.complete(messages, max_tokens=spec.max_output_tokens, json_schema=schema)
+            completion = client.complete(
+                messages, max_tokens=spec.max_output_tokens, json_schema=schema
+            )
         except EndpointUnreachable as exc:
             verdict = self.breaker.unreachable(attempt)
             if verdict.tripped:
@@ -315,19 +421,33 @@ class ItemProcessor:
 
     def _reason(self, claim: Claim, client: ModelClient, exc: ModelError, streak: int = 0) -> str:
         spec = claim.job.spec
-        return pause_reason(exc, endpoint=getattr(client, "endpoint", None), model=spec.model, streak=streak,
-                            http_client=spec.client == "http")
+        return pause_reason(
+            exc,
+            endpoint=getattr(client, "endpoint", None),
+            model=spec.model,
+            streak=streak,
+            http_client=spec.client == "http",
+        )
 
     def _tell_cannot_serve(self, job_id: str, exc: ClientUnavailable) -> None:
         if job_id in self._told_cannot_serve:
             return
         self._told_cannot_serve.add(job_id)
         log.warning("job %s: worker %s leaves it to other workers: %s", job_id, self.worker_id, exc)
-        self.store.add_events(job_id, [Event("worker_cannot_serve", f"worker {self.worker_id} leaves this job "
-                                             f"to other workers: {exc}")])
+        self.store.add_events(
+            job_id,
+            [
+                Event(
+                    "worker_cannot_serve",
+                    f"worker {self.worker_id} leaves this job to other workers: {exc}",
+                )
+            ],
+        )
 
     def _fail(self, claim: Claim, error: ItemError) -> None:
-        if not self._persist(self.store.fail_item, claim.job.job_id, claim.index, self.worker_id, error):
+        if not self._persist(
+            self.store.fail_item, claim.job.job_id, claim.index, self.worker_id, error
+        ):
             raise _LostClaim()
         self.counters.add(items_failed=1)
 
@@ -338,8 +458,13 @@ class ItemProcessor:
         model again. Past a lease the item may have been handed to another worker anyway, and
         the store refuses a non-owner's write.
         """
-        retrying = Retrying(retry=retry_if_exception_type(BackendUnavailable), reraise=True, sleep=self.sleep,
-                            wait=wait_exponential(multiplier=0.25, max=5), stop=stop_after_delay(self.lease_s))
+        retrying = Retrying(
+            retry=retry_if_exception_type(BackendUnavailable),
+            reraise=True,
+            sleep=self.sleep,
+            wait=wait_exponential(multiplier=0.25, max=5),
+            stop=stop_after_delay(self.lease_s),
+        )
         return retrying(write, *args, **kwargs)
 
 
@@ -353,7 +478,12 @@ def structured(completion: Completion, schema: str) -> Completion:
     if not isinstance(data, dict):
         raise InvalidAnswer("the answer is not a JSON object as --schema asks", http_status=200)
     answers.check_answer(data, schema)
-    return Completion(json.dumps(data, ensure_ascii=False), completion.usage, completion.provider, completion.model)
+    return Completion(
+        json.dumps(data, ensure_ascii=False),
+        completion.usage,
+        completion.provider,
+        completion.model,
+    )
 
 
 def _item_error(exc: ModelError) -> ItemError:

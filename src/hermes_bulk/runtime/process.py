@@ -30,8 +30,9 @@ BURST_POLL_S = 0.5
 BURST_IDLE_S = 1.0
 
 
-def worker_runtime(backend: Backend, settings: Settings, threads: int, *, request_gate: RequestGate,
-                   **options) -> tuple[WorkerRuntime, Served]:
+def worker_runtime(
+    backend: Backend, settings: Settings, threads: int, *, request_gate: RequestGate, **options
+) -> tuple[WorkerRuntime, Served]:
     """A worker for every kind of job this machine can serve, and a line saying which.
 
     Jobs created by `hermes-bulk create` call the endpoint in HERMES_BULK_*; other kinds (jobs
@@ -43,17 +44,32 @@ def worker_runtime(backend: Backend, settings: Settings, threads: int, *, reques
     from .worker import WorkerRuntime
 
     served = client_kinds.served(settings)
-    runtime = WorkerRuntime(backend, settings, threads=threads, request_gate=served.request_gate or request_gate,
-                            **options)
+    runtime = WorkerRuntime(
+        backend,
+        settings,
+        threads=threads,
+        request_gate=served.request_gate or request_gate,
+        **options,
+    )
     runtime.clients.update(served.clients)
     return runtime, served
 
 
-def run_worker(settings: Settings, *, request_gate: RequestGate, threads: int | None = None,
-               delay: float | None = None, max_delay: float | None = None, backoff: float | None = None,
-               shutdown_timeout: float | None = None, graceful_signal: str = "INT", burst: bool = False,
-               resume_interrupted: bool | None = None, metrics_port: int | None = None,
-               metrics_host: str = "127.0.0.1") -> None:
+def run_worker(
+    settings: Settings,
+    *,
+    request_gate: RequestGate,
+    threads: int | None = None,
+    delay: float | None = None,
+    max_delay: float | None = None,
+    backoff: float | None = None,
+    shutdown_timeout: float | None = None,
+    graceful_signal: str = "INT",
+    burst: bool = False,
+    resume_interrupted: bool | None = None,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
+) -> None:
     """Run a worker until it is stopped (a signal), or with burst until no job it serves has work."""
     from ..fleet.broker import open_backend
     from ..fleet.tasks import QueuesConsumer, consumer_options
@@ -62,12 +78,28 @@ def run_worker(settings: Settings, *, request_gate: RequestGate, threads: int | 
     threads = threads or settings.max_concurrency
     backend = open_backend(settings)
     resume = settings.resume_interrupted if resume_interrupted is None else resume_interrupted
-    runtime, served = worker_runtime(backend, settings, threads, request_gate=request_gate, stops_gracefully=True,
-                                     resume_interrupted=resume)
-    consumer = QueuesConsumer(runtime.queues(), threads=runtime.queue_threads(), on_stopping=runtime.stopping,
-                              on_stopped=lambda graceful: runtime.stop(graceful=False), **consumer_options(
-        threads, initial_delay=delay, max_delay=max_delay, backoff=backoff,
-        shutdown_timeout=shutdown_timeout, graceful_signal=graceful_signal))
+    runtime, served = worker_runtime(
+        backend,
+        settings,
+        threads,
+        request_gate=request_gate,
+        stops_gracefully=True,
+        resume_interrupted=resume,
+    )
+    consumer = QueuesConsumer(
+        runtime.queues(),
+        threads=runtime.queue_threads(),
+        on_stopping=runtime.stopping,
+        on_stopped=lambda graceful: runtime.stop(graceful=False),
+        **consumer_options(
+            threads,
+            initial_delay=delay,
+            max_delay=max_delay,
+            backoff=backoff,
+            shutdown_timeout=shutdown_timeout,
+            graceful_signal=graceful_signal,
+        ),
+    )
     for warning in backend.warnings():  # once, in the worker's log (stderr unless -l FILE)
         log.warning("%s", warning)
     runtime.start()
@@ -76,14 +108,22 @@ def run_worker(settings: Settings, *, request_gate: RequestGate, threads: int | 
             metrics.serve(metrics_host, metrics_port, runtime.metrics_page)
         except OSError as exc:
             runtime.stop(graceful=False)
-            raise InputError(f"--metrics-port {metrics_port}: cannot listen on {metrics_host} "
-                             f"({exc.strerror}); choose another port.") from None
+            raise InputError(
+                f"--metrics-port {metrics_port}: cannot listen on {metrics_host} "
+                f"({exc.strerror}); choose another port."
+            ) from None
     if burst:
-        threading.Thread(target=stop_when_idle, args=(backend, consumer, runtime), daemon=True).start()
+        threading.Thread(
+            target=stop_when_idle, args=(backend, consumer, runtime), daemon=True
+        ).start()
     log.info(
-        "worker %s: %s on %s; %s%s", runtime.worker_id, count(threads, "thread"), public_url(settings.backend_url),
+        "worker %s: %s on %s; %s%s",
+        runtime.worker_id,
+        count(threads, "thread"),
+        public_url(settings.backend_url),
         client_kinds.start_line(served, running_kinds(backend.store, runtime.clients)),
-        "; resumes jobs a graceful worker stop cut off (--resume-interrupted)" if resume else "")
+        "; resumes jobs a graceful worker stop cut off (--resume-interrupted)" if resume else "",
+    )
     try:
         consumer.run()
     finally:
@@ -106,8 +146,11 @@ def stop_when_idle(backend: Backend, consumer, runtime: WorkerRuntime) -> None:
     store, idle_since = backend.store, None
     while True:
         time.sleep(BURST_POLL_S)
-        busy = any(j.pending or j.running for j in (store.get_job(i) for i in store.active_job_ids())
-                   if j and runtime.serves(j))
+        busy = any(
+            j.pending or j.running
+            for j in (store.get_job(i) for i in store.active_job_ids())
+            if j and runtime.serves(j)
+        )
         if busy or backend.queue_length(runtime.routes()):
             idle_since = None
         elif idle_since is None:

@@ -68,9 +68,9 @@ ClientFactory = Callable[[JobRecord], ModelClient]
 #: Why a worker without a client for a job's kind leaves the job to others (job.spec.client).
 _CANNOT_SERVE = {
     "http": "it was created by hermes-bulk create, and this worker serves only jobs created in Hermes; "
-            "process it with: hermes-bulk run JOB --wait, or a hermes-bulk worker",
+    "process it with: hermes-bulk run JOB --wait, or a hermes-bulk worker",
     "hermes": "it was created in Hermes, and this worker cannot call Hermes' model (that needs hermes-agent "
-              "installed here and HERMES_HOME set to the profile the job was created in)",
+    "installed here and HERMES_HOME set to the profile the job was created in)",
 }
 
 #: How long a trigger of a job that a `run JOB --wait` does not serve waits before it is queued again.
@@ -84,11 +84,19 @@ REAP_EVERY_S = 1.0
 class WorkerRuntime:
     """The per-process worker: processes triggers, and keeps leases and recovery going."""
 
-    def __init__(self, backend: Backend, settings: Settings, *, threads: int,
-                 clients: Mapping[str, ClientFactory] | None = None,
-                 client_for: ClientFactory | None = None,
-                 request_gate: RequestGate | None = None, stops_gracefully: bool = False,
-                 resume_interrupted: bool = False, only_job: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        settings: Settings,
+        *,
+        threads: int,
+        clients: Mapping[str, ClientFactory] | None = None,
+        client_for: ClientFactory | None = None,
+        request_gate: RequestGate | None = None,
+        stops_gracefully: bool = False,
+        resume_interrupted: bool = False,
+        only_job: str | None = None,
+    ) -> None:
         """`clients`: a model-client factory per kind of job (job.spec.client) this worker serves;
         by default only "http", the endpoint in HERMES_BULK_*. A job of another kind is left to
         workers that serve it. `client_for` replaces the routing altogether.
@@ -100,7 +108,9 @@ class WorkerRuntime:
         `only_job`: this worker serves that job alone (`run JOB --wait`): a trigger of another
         job goes back to the queues' schedule for the workers that serve every job."""
         self.backend, self.settings, self.threads = backend, settings, threads
-        self.clients: dict[str, ClientFactory] = dict(clients) if clients is not None else {"http": self.http_client_for}
+        self.clients: dict[str, ClientFactory] = (
+            dict(clients) if clients is not None else {"http": self.http_client_for}
+        )
         self.worker_id = new_worker_id()
         self.started_at = time.time()
         self.liveness = Liveness(backend.store, settings.home / "workers")
@@ -108,10 +118,16 @@ class WorkerRuntime:
         self._clients_lock = threading.Lock()
         self.request_gate = request_gate or OpenGate()
         self.processor = ItemProcessor(
-            store=backend.store, limits=backend.limits, worker_id=self.worker_id,
-            client_for=client_for or self.client_for, jobs_dir=settings.jobs_dir,
-            lease_s=settings.lease_seconds, concurrency_cap=settings.max_concurrency,
-            request_gate=self.request_gate, max_item_bytes=settings.max_item_bytes, on_claim=self._took,
+            store=backend.store,
+            limits=backend.limits,
+            worker_id=self.worker_id,
+            client_for=client_for or self.client_for,
+            jobs_dir=settings.jobs_dir,
+            lease_s=settings.lease_seconds,
+            concurrency_cap=settings.max_concurrency,
+            request_gate=self.request_gate,
+            max_item_bytes=settings.max_item_bytes,
+            on_claim=self._took,
             breaker=EndpointBreaker(settings.breaker_failures),
         )
         self.interval_s = heartbeat_interval(settings.lease_seconds)
@@ -124,20 +140,36 @@ class WorkerRuntime:
         #: The queue of jobs made for this worker's endpoint and key (fleet/endpoints.py).
         self.own_route = endpoints.own_route(settings.base_url, api_key)
         self._told_unserved: set[str] = set()  # jobs whose endpoint is not this worker's: said once
-        self._taken: set[str] = set()  # jobs this worker works on now: said when taken up, until they end
+        self._taken: set[str] = (
+            set()
+        )  # jobs this worker works on now: said when taken up, until they end
         self._worked: set[str] = set()  # every job it claimed items of (marked at a graceful stop)
         self._taken_lock = threading.Lock()
         self._lock_fd: int | None = None
         self._maintenance: threading.Thread | None = None
         self.consumers: list[EmbeddedConsumer] = []
         #: Batch jobs (create --batch) need the HTTP endpoint's Batch API: only a worker that has it runs them.
-        self.batch_driver = BatchDriver(
-            store=backend.store, worker_id=self.worker_id, api_for=self._batch_api_for, client_for=self.http_client_for,
-            jobs_dir=settings.jobs_dir, max_items=settings.batch_max_items, poll_s=settings.batch_poll_seconds,
-            window=settings.batch_window, lease_s=settings.lease_seconds, max_item_bytes=settings.max_item_bytes,
-            live_workers=self.liveness.live_worker_ids, max_line_bytes=settings.batch_max_line_bytes,
-            serves=self.serves, breaker_failures=settings.breaker_failures,
-            trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n)) if "http" in self.clients else None
+        self.batch_driver = (
+            BatchDriver(
+                store=backend.store,
+                worker_id=self.worker_id,
+                api_for=self._batch_api_for,
+                client_for=self.http_client_for,
+                jobs_dir=settings.jobs_dir,
+                max_items=settings.batch_max_items,
+                poll_s=settings.batch_poll_seconds,
+                window=settings.batch_window,
+                lease_s=settings.lease_seconds,
+                max_item_bytes=settings.max_item_bytes,
+                live_workers=self.liveness.live_worker_ids,
+                max_line_bytes=settings.batch_max_line_bytes,
+                serves=self.serves,
+                breaker_failures=settings.breaker_failures,
+                trigger=lambda job_id, n: self.backend.trigger(job_id, 0, n),
+            )
+            if "http" in self.clients
+            else None
+        )
         self._batch_thread: threading.Thread | None = None
         self._batch_apis: dict[str, BatchApi] = {}
 
@@ -168,7 +200,9 @@ class WorkerRuntime:
         goes_on = self._chain_slices(job_id, client)
         taken = None  # what the last completion claimed (complete_and_claim), or its refusal
         while True:
-            if self._stopping.is_set():  # stopping: claim nothing more, the chain stays on the queue
+            if (
+                self._stopping.is_set()
+            ):  # stopping: claim nothing more, the chain stays on the queue
                 if isinstance(taken, Claim):
                     self.processor.give_back(taken)
                 # ... unless it has ended: its last completion found nothing more to claim
@@ -178,7 +212,11 @@ class WorkerRuntime:
                 return None
             outcome = self.processor.handle(job_id, index_hint, claim=taken, chain=goes_on)
             taken = outcome.next
-            if not outcome.claimed and outcome.refused not in (None, "at_capacity", "tokens_in_flight"):
+            if not outcome.claimed and outcome.refused not in (
+                None,
+                "at_capacity",
+                "tokens_in_flight",
+            ):
                 self._report_end(job_id)  # done, paused, deleted: say so once
             if outcome.reschedule_in is not None:  # nothing was completed: nothing claimed next
                 return outcome.reschedule_in
@@ -204,6 +242,7 @@ class WorkerRuntime:
                 return False
             ends = time.monotonic() + CHAIN_SLICE_S
             return True
+
         return goes_on
 
     def _turn_is_wanted(self, job_id: str, client: str) -> bool:
@@ -247,10 +286,17 @@ class WorkerRuntime:
             return
         self._told_unserved.add(job.job_id)
         own = endpoints.endpoint_url(self.settings.base_url)
-        why = ("with another API key than this worker's" if job.spec.endpoint == own
-               else f"and this worker calls {own}")
-        log.info("job %s is left to workers of its endpoint: it was created for %s %s",
-                 job.job_id, job.spec.endpoint, why)
+        why = (
+            "with another API key than this worker's"
+            if job.spec.endpoint == own
+            else f"and this worker calls {own}"
+        )
+        log.info(
+            "job %s is left to workers of its endpoint: it was created for %s %s",
+            job.job_id,
+            job.spec.endpoint,
+            why,
+        )
 
     def _api_key(self) -> str | None:
         return self.settings.api_key.get_secret_value() if self.settings.api_key else None
@@ -267,9 +313,13 @@ class WorkerRuntime:
             if job.job_id in self._taken:
                 return
             self._taken.add(job.job_id)
-        log.info("job %s taken up: %s left of %d, up to %d at once", job.job_id,
-                 count(job.pending + job.running, "item"), job.total,
-                 min(job.spec.concurrency, self.settings.max_concurrency))
+        log.info(
+            "job %s taken up: %s left of %d, up to %d at once",
+            job.job_id,
+            count(job.pending + job.running, "item"),
+            job.total,
+            min(job.spec.concurrency, self.settings.max_concurrency),
+        )
 
     def _report_end(self, job_id: str) -> None:
         """One line when a job this worker took up finishes, pauses or is deleted (else nothing)."""
@@ -298,23 +348,32 @@ class WorkerRuntime:
         """The model client for a job; ClientUnavailable when this worker does not serve its kind."""
         factory = self.clients.get(job.spec.client)
         if factory is None:
-            raise ClientUnavailable(_CANNOT_SERVE.get(job.spec.client, f"this worker has no {job.spec.client!r} "
-                                                      "model client"))
+            raise ClientUnavailable(
+                _CANNOT_SERVE.get(
+                    job.spec.client, f"this worker has no {job.spec.client!r} model client"
+                )
+            )
         return factory(job)
 
     def http_client_for(self, job: JobRecord) -> ModelClient:
         """The endpoint in HERMES_BULK_* (jobs created by `hermes-bulk create`)."""
         model = job.spec.model or self.settings.model
         if not model:
-            raise ConfigError("No model configured: set HERMES_BULK_MODEL or pass --model to create.")
+            raise ConfigError(
+                "No model configured: set HERMES_BULK_MODEL or pass --model to create."
+            )
         api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
         key = (self.settings.base_url, model)
         with self._clients_lock:
             client = self._clients.get(key)
             if client is None:
                 client = self._clients[key] = HttpModelClient(
-                    base_url=self.settings.base_url, api_key=api_key, model=model,
-                    timeout_s=self.settings.request_timeout_seconds, max_connections=max(4, self.threads))
+                    base_url=self.settings.base_url,
+                    api_key=api_key,
+                    model=model,
+                    timeout_s=self.settings.request_timeout_seconds,
+                    max_connections=max(4, self.threads),
+                )
             return client
 
     def _batch_api_for(self, job: JobRecord) -> BatchApi:
@@ -322,10 +381,17 @@ class WorkerRuntime:
         with self._clients_lock:
             api = self._batch_apis.get(self.settings.base_url)
             if api is None:
-                api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
+                api_key = (
+                    self.settings.api_key.get_secret_value() if self.settings.api_key else None
+                )
                 api = self._batch_apis[self.settings.base_url] = BatchApi(
-                    base_url=self.settings.base_url, api_key=api_key, provider_key=job.spec.provider_key,
-                    limits=self.backend.limits, timeout_s=self.settings.request_timeout_seconds, rpm=job.spec.rpm)
+                    base_url=self.settings.base_url,
+                    api_key=api_key,
+                    provider_key=job.spec.provider_key,
+                    limits=self.backend.limits,
+                    timeout_s=self.settings.request_timeout_seconds,
+                    rpm=job.spec.rpm,
+                )
             return api
 
     def _drive_batches(self) -> None:
@@ -350,10 +416,14 @@ class WorkerRuntime:
         if endpoints.HTTP in self.clients:
             self.backend.legacy_http_route = self.own_route
         serve(self.queues(), self)  # triggers of these queues, run here, come to this runtime
-        self._maintenance = threading.Thread(target=self._maintain, name="hermes-bulk-maintenance", daemon=True)
+        self._maintenance = threading.Thread(
+            target=self._maintain, name="hermes-bulk-maintenance", daemon=True
+        )
         self._maintenance.start()
         if self.batch_driver is not None:
-            self._batch_thread = threading.Thread(target=self._drive_batches, name="hermes-bulk-batches", daemon=True)
+            self._batch_thread = threading.Thread(
+                target=self._drive_batches, name="hermes-bulk-batches", daemon=True
+            )
             self._batch_thread.start()
 
     def queues(self) -> list:
@@ -368,8 +438,10 @@ class WorkerRuntime:
 
     def start_embedded_consumer(self) -> None:
         """Consumer threads inside this process, `threads` per queue; the host keeps its signal handlers."""
-        self.consumers = [EmbeddedConsumer(huey, **consumer_options(n))
-                          for huey, n in zip(self.queues(), self.queue_threads(), strict=True)]
+        self.consumers = [
+            EmbeddedConsumer(huey, **consumer_options(n))
+            for huey, n in zip(self.queues(), self.queue_threads(), strict=True)
+        ]
         for consumer in self.consumers:
             consumer.start()
 
@@ -393,8 +465,12 @@ class WorkerRuntime:
         if self._maintenance is not None:
             self._maintenance.join(5)
         if self._batch_thread is not None:
-            self._batch_thread.join(30)  # a pass ends at a step's end: a batch is never left half-recorded
-        if self.batch_driver is not None:  # a job paused while this process ran it: its batches cancelled
+            self._batch_thread.join(
+                30
+            )  # a pass ends at a step's end: a batch is never left half-recorded
+        if (
+            self.batch_driver is not None
+        ):  # a job paused while this process ran it: its batches cancelled
             try:
                 self.batch_driver.cancel_paused()
             except HermesBulkError as exc:
@@ -410,10 +486,15 @@ class WorkerRuntime:
         except HermesBulkError as exc:
             log.warning("could not deregister worker %s: %s", self.worker_id, exc)
         went_back = sum(released.values())
-        log.info("worker %s stopped: %s went back to the queue%s%s", self.worker_id,
-                 "no items" if not went_back else count(went_back, "item"),
-                 "".join(f"; job {j}: {n}" for j, n in sorted(released.items())) if len(released) > 1 else "",
-                 f"; unfinished: {', '.join(left)}" if left else "")
+        log.info(
+            "worker %s stopped: %s went back to the queue%s%s",
+            self.worker_id,
+            "no items" if not went_back else count(went_back, "item"),
+            "".join(f"; job {j}: {n}" for j, n in sorted(released.items()))
+            if len(released) > 1
+            else "",
+            f"; unfinished: {', '.join(left)}" if left else "",
+        )
         stop_serving(self)
         for client in self._clients.values():
             client.close()
@@ -437,9 +518,15 @@ class WorkerRuntime:
             left.append(job_id)
             if self.stops_gracefully:
                 n = released.get(job_id, 0)
-                self.backend.store.mark_interrupted(job_id, INTERRUPTED_WORKER_STOP, event=Event(
-                    "worker_stopped", f"worker {self.worker_id} stopped gracefully"
-                    + (f"; {count(n, 'item')} it held went back to the queue" if n else "")))
+                self.backend.store.mark_interrupted(
+                    job_id,
+                    INTERRUPTED_WORKER_STOP,
+                    event=Event(
+                        "worker_stopped",
+                        f"worker {self.worker_id} stopped gracefully"
+                        + (f"; {count(n, 'item')} it held went back to the queue" if n else ""),
+                    ),
+                )
         return left
 
     def _recover_at_start(self) -> None:
@@ -447,7 +534,9 @@ class WorkerRuntime:
         running: a worker restarted after a crash gets its predecessor's items back at once, not
         at the next maintenance pass of whichever worker is alive. With resume_interrupted, jobs
         cut off by a graceful worker stop get their chains back too."""
-        released, resumed = recover_interrupted(self.liveness, exclude=self.worker_id, resume=self.resume_interrupted)
+        released, resumed = recover_interrupted(
+            self.liveness, exclude=self.worker_id, resume=self.resume_interrupted
+        )
         if released:
             running = set(self.backend.store.active_job_ids())
             self._send_triggers({job_id: n for job_id, n in released.items() if job_id in running})
@@ -464,27 +553,54 @@ class WorkerRuntime:
         jobs = []
         for job_id in store.active_job_ids():
             job = store.get_job(job_id)
-            if job is not None and not job.finished:  # a finished job keeps its run state; it is not running
-                jobs.append((job_id, {"pending": job.pending, "running": job.running,
-                                      "completed": job.completed, "failed": job.failed}))
-        return metrics.render(self.worker_id, self.processor.counters.snapshot(), len(self.processor.held_items()),
-                              self.backend.queue_length(self.routes()), jobs)
+            if (
+                job is not None and not job.finished
+            ):  # a finished job keeps its run state; it is not running
+                jobs.append(
+                    (
+                        job_id,
+                        {
+                            "pending": job.pending,
+                            "running": job.running,
+                            "completed": job.completed,
+                            "failed": job.failed,
+                        },
+                    )
+                )
+        return metrics.render(
+            self.worker_id,
+            self.processor.counters.snapshot(),
+            len(self.processor.held_items()),
+            self.backend.queue_length(self.routes()),
+            jobs,
+        )
 
     # Maintenance ---------------------------------------------------------------------------
     def _heartbeat(self) -> None:
         self.backend.store.heartbeat_worker(
-            WorkerInfo(self.worker_id, this_host(), os.getpid(), self.started_at, 0.0, self.threads,
-                       serves_record(self.routes(), self.only_job)),
-            ttl_s=self.settings.lease_seconds)
-        self.backend.store.renew_leases(self.worker_id, self.processor.held_items(),
-                                        lease_s=self.settings.lease_seconds)
+            WorkerInfo(
+                self.worker_id,
+                this_host(),
+                os.getpid(),
+                self.started_at,
+                0.0,
+                self.threads,
+                serves_record(self.routes(), self.only_job),
+            ),
+            ttl_s=self.settings.lease_seconds,
+        )
+        self.backend.store.renew_leases(
+            self.worker_id, self.processor.held_items(), lease_s=self.settings.lease_seconds
+        )
 
     def _maintain(self) -> None:
         # Everything every interval_s, the first time at once; in between, expired leases every
         # REAP_EVERY_S, so an item of a worker that died on another machine is back within about
         # a second of its lease ending, rather than up to interval_s (5 s) later (benchmarks, row 6).
         due = time.monotonic()
-        while not self._stop.wait(min(self.interval_s, REAP_EVERY_S, max(0.0, due - time.monotonic()))):
+        while not self._stop.wait(
+            min(self.interval_s, REAP_EVERY_S, max(0.0, due - time.monotonic()))
+        ):
             try:
                 if time.monotonic() >= due:
                     due = time.monotonic() + self.interval_s
@@ -536,6 +652,8 @@ class WorkerRuntime:
             free = min(job.spec.concurrency, self.settings.max_concurrency) - job.running
             if free <= 0 or now - (job.last_claim_at or 0) < stall_s:
                 continue
-            if self.backend.limits.pause_state(job.spec.provider_key) or self.request_gate.held_until(job):
+            if self.backend.limits.pause_state(
+                job.spec.provider_key
+            ) or self.request_gate.held_until(job):
                 continue  # the provider is paused or the budget spent; triggers would only wait
             self.backend.trigger(job_id, 0, free, client=self.route_of(job))

@@ -23,5 +23,17 @@ from .items import DEFAULT_MAX_ITEM_BYTES, WHOLE_FILE, Skipped, SourceItem, cont
 from .regular_files import NotRegularFile, read_regular_file
 from .rows import render_csv_row
 
-__all__ = ["DEFAULT_MAX_ITEM_BYTES", "WHOLE_FILE", "NotRegularFile", "Skipped", "Source", "SourceItem",
-           "content_hash", "kind_of", "read_regular_file", "render_csv_row", "source_changed", "stat_sig"]
+__all__ = [
+    "DEFAULT_MAX_ITEM_BYTES",
+    "WHOLE_FILE",
+    "NotRegularFile",
+    "Skipped",
+    "Source",
+    "SourceItem",
+    "content_hash",
+    "kind_of",
+    "read_regular_file",
+    "render_csv_row",
+    "source_changed",
+    "stat_sig",
+]

@@ -15,8 +15,17 @@ from .regular_files import NotRegularFile, decode_text, open_file
 from .rows import JSON_CHECK, RECORD_READERS, JsonArrayReader, csv_header, csv_rows, render_csv_row
 
 
-def source_changed(kind: str, source: str, origin: str, offset: int, number: int, recorded_sig: str,
-                   expected_hash: str, *, max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES) -> bool:
+def source_changed(
+    kind: str,
+    source: str,
+    origin: str,
+    offset: int,
+    number: int,
+    recorded_sig: str,
+    expected_hash: str,
+    *,
+    max_item_bytes: int = DEFAULT_MAX_ITEM_BYTES,
+) -> bool:
     """True when the item's source is readable here and now holds other content for it.
 
     An unreadable source (deleted, or on another machine) is not a change: the content captured
@@ -45,12 +54,15 @@ def source_changed(kind: str, source: str, origin: str, offset: int, number: int
             if content_hash(_record_at(kind, f, path, offset, max_item_bytes)) == expected_hash:
                 return False
     except NotRegularFile as exc:
-        raise SourceUnusable(f"the source {path} is {exc.reason}; only regular files are read") from None
+        raise SourceUnusable(
+            f"the source {path} is {exc.reason}; only regular files are read"
+        ) from None
     except InputError:
         return False
     digests = record_digests(kind, path, sig)
-    return number >= len(digests) // DIGEST_SIZE or \
-        digests[number * DIGEST_SIZE:(number + 1) * DIGEST_SIZE] != bytes.fromhex(expected_hash[3:])
+    return number >= len(digests) // DIGEST_SIZE or digests[
+        number * DIGEST_SIZE : (number + 1) * DIGEST_SIZE
+    ] != bytes.fromhex(expected_hash[3:])
 
 
 def bounded_window(f: BinaryIO, offset: int, size: int) -> BinaryIO:
@@ -99,7 +111,9 @@ def record_digests(kind: str, path: Path, sig: str) -> bytes:
             if stat_sig(os.fstat(f.fileno())) != sig:
                 return b""  # changed again since it was looked at: its records are not known
             for item in RECORD_READERS[kind](f, path, sig):
-                out += hashlib.blake2b(item.content.encode("utf-8"), digest_size=DIGEST_SIZE).digest()
+                out += hashlib.blake2b(
+                    item.content.encode("utf-8"), digest_size=DIGEST_SIZE
+                ).digest()
     except InputError:
         pass  # a file that no longer parses: the records past the damage count as changed
     with digest_lock:

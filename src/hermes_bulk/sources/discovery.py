@@ -38,7 +38,9 @@ class Source:
         except FileNotFoundError:
             raise InputError(f"--over {path}: no such file or directory.") from None
         except RuntimeError:  # Path.resolve reports a symlink loop this way
-            raise InputError(f"--over {path}: symbolic link loop; point --over at the real path.") from None
+            raise InputError(
+                f"--over {path}: symbolic link loop; point --over at the real path."
+            ) from None
         except OSError as exc:
             raise InputError(f"--over {path}: cannot read it ({os_reason(exc)}).") from None
         if not (stat_mod.S_ISDIR(st.st_mode) or stat_mod.S_ISREG(st.st_mode)):
@@ -112,16 +114,19 @@ def _whole_file(path: Path, f: BinaryIO, sig: str, max_item_bytes: int) -> Sourc
     if size == 0:
         raise InputError(f"{path}: the file is empty; there is nothing to process.")
     if size > max_item_bytes:
-        raise InputError(f"{path}: {size} bytes is more than max_item_bytes ({max_item_bytes}); "
-                         "split it, or raise HERMES_BULK_MAX_ITEM_BYTES.")
+        raise InputError(
+            f"{path}: {size} bytes is more than max_item_bytes ({max_item_bytes}); "
+            "split it, or raise HERMES_BULK_MAX_ITEM_BYTES."
+        )
     data = f.read(max_item_bytes + 1)  # bounded: the file may grow after fstat
     if len(data) > max_item_bytes:
-        raise InputError(f"{path}: it grew past max_item_bytes ({max_item_bytes}) while being read; "
-                         "try again once it is written.")
+        raise InputError(
+            f"{path}: it grew past max_item_bytes ({max_item_bytes}) while being read; "
+            "try again once it is written."
+        )
     if is_binary(data):
         raise InputError(binary_message(path))
     text = decode_text(data)
     if text is None:
         raise InputError(f"{path}: not UTF-8 text; convert it (for example with iconv -t UTF-8).")
     return SourceItem(path.name, text, "", WHOLE_FILE, sig)
-

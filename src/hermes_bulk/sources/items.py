@@ -36,4 +36,3 @@ def content_hash(text: str) -> str:
 
 def stat_sig(st: os.stat_result) -> str:
     return f"{st.st_size}:{st.st_mtime_ns}"
-

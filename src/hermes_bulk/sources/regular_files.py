@@ -22,9 +22,13 @@ class NotRegularFile(InputError):
         self.reason = reason
 
 
-_KINDS = ((stat_mod.S_ISDIR, "a directory"), (stat_mod.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat_mod.S_ISCHR, "a character device"), (stat_mod.S_ISBLK, "a block device"),
-          (stat_mod.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat_mod.S_ISDIR, "a directory"),
+    (stat_mod.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat_mod.S_ISCHR, "a character device"),
+    (stat_mod.S_ISBLK, "a block device"),
+    (stat_mod.S_ISSOCK, "a socket"),
+)
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -48,7 +52,9 @@ def open_file(path: Path, *, follow: bool = True) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat_mod.S_ISREG(mode):
-            raise NotRegularFile(path, next((name for test, name in _KINDS if test(mode)), "not a regular file"))
+            raise NotRegularFile(
+                path, next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            )
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
@@ -83,8 +89,10 @@ def file_start(f: BinaryIO, size: int = 8192) -> bytes:
 
 
 def binary_message(path: Path) -> str:
-    return (f"{path}: a binary file (it contains NUL bytes), not UTF-8 text; give a text file, "
-            "or a folder of text files.")
+    return (
+        f"{path}: a binary file (it contains NUL bytes), not UTF-8 text; give a text file, "
+        "or a folder of text files."
+    )
 
 
 def decode_text(data: bytes) -> str | None:

@@ -18,8 +18,10 @@ csv.field_size_limit(2**31 - 1)  # a CSV cell may be as large as an item may be
 
 
 def too_large(path: Path, line: int, limit: int) -> InputError:
-    return InputError(f"{path}: the record at line {line} is larger than max_item_bytes ({limit} bytes); "
-                      "split it, or raise HERMES_BULK_MAX_ITEM_BYTES.")
+    return InputError(
+        f"{path}: the record at line {line} is larger than max_item_bytes ({limit} bytes); "
+        "split it, or raise HERMES_BULK_MAX_ITEM_BYTES."
+    )
 
 
 class _Lines:
@@ -55,13 +57,19 @@ class _Lines:
         try:
             return raw.decode("utf-8-sig" if self.line_no == 1 else "utf-8")
         except UnicodeDecodeError:
-            if is_binary(raw) or is_binary(file_start(self.f)):  # a PNG's first "line" has no NUL yet
+            if is_binary(raw) or is_binary(
+                file_start(self.f)
+            ):  # a PNG's first "line" has no NUL yet
                 raise InputError(binary_message(self.path)) from None
-            raise InputError(f"{self.path}: line {self.line_no} is not UTF-8 text; convert the "
-                             "file to UTF-8 (for example with iconv -t UTF-8).") from None
+            raise InputError(
+                f"{self.path}: line {self.line_no} is not UTF-8 text; convert the "
+                "file to UTF-8 (for example with iconv -t UTF-8)."
+            ) from None
 
 
-def csv_rows(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[tuple[int, list[str], _Lines]]:
+def csv_rows(
+    f: BinaryIO, path: Path, limit: int | None = None
+) -> Iterator[tuple[int, list[str], _Lines]]:
     """(start offset, fields, line tracker) per record, blank lines skipped."""
     lines = _Lines(f, path, limit)
     reader = csv.reader(lines, strict=True)
@@ -73,16 +81,22 @@ def csv_rows(f: BinaryIO, path: Path, limit: int | None = None) -> Iterator[tupl
         except StopIteration:
             return
         except csv.Error as exc:
-            if str(exc) == _CSV_EOF_IN_QUOTES:  # found at the end of the file; the user needs where it opened
+            if (
+                str(exc) == _CSV_EOF_IN_QUOTES
+            ):  # found at the end of the file; the user needs where it opened
                 line = _open_quote_line(f, start, start_line)
-                raise InputError(f"{path}: malformed CSV at line {line}: a quoted field opened on that line "
-                                 'is never closed; close it (a quote inside a quoted field is written "").') from None
+                raise InputError(
+                    f"{path}: malformed CSV at line {line}: a quoted field opened on that line "
+                    'is never closed; close it (a quote inside a quoted field is written "").'
+                ) from None
             raise InputError(f"{path}: malformed CSV at line {lines.line_no}: {exc}.") from None
         if fields:
             yield start, fields, lines
 
 
-_CSV_EOF_IN_QUOTES = "unexpected end of data"  # the csv module's error for a quote still open at the end
+_CSV_EOF_IN_QUOTES = (
+    "unexpected end of data"  # the csv module's error for a quote still open at the end
+)
 
 
 def _open_quote_line(f: BinaryIO, start: int, start_line: int) -> int:
@@ -129,9 +143,11 @@ def _read_csv(f: BinaryIO, path: Path, sig: str, limit: int | None = None) -> It
     header = csv_header(first[1])
     n = 0
     for start, fields, lines in rows:
-        if len(fields) > len(header) and any(v.strip() for v in fields[len(header):]):
-            raise InputError(f"{path}: malformed CSV at line {lines.line_no}: the row has "
-                             f"{len(fields)} fields but the header has {len(header)}.")
+        if len(fields) > len(header) and any(v.strip() for v in fields[len(header) :]):
+            raise InputError(
+                f"{path}: malformed CSV at line {lines.line_no}: the row has "
+                f"{len(fields)} fields but the header has {len(header)}."
+            )
         n += 1
         yield SourceItem(f"row:{n}", render_csv_row(header, fields[: len(header)]), "", start, sig)
     if n == 0:
@@ -144,7 +160,9 @@ JSON_CHECK = json.JSONDecoder(parse_int=str)
 _TOO_DEEP = "nested too deeply to read"
 
 
-def _read_jsonl(f: BinaryIO, path: Path, sig: str, limit: int | None = None) -> Iterator[SourceItem]:
+def _read_jsonl(
+    f: BinaryIO, path: Path, sig: str, limit: int | None = None
+) -> Iterator[SourceItem]:
     lines = _Lines(f, path, limit)
     n = 0
     while True:
@@ -159,8 +177,10 @@ def _read_jsonl(f: BinaryIO, path: Path, sig: str, limit: int | None = None) -> 
         try:
             JSON_CHECK.decode(text)
         except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: line {lines.line_no} is not valid JSON "
-                             f"({exc.msg.removesuffix(' at')} at column {exc.colno}).") from None
+            raise InputError(
+                f"{path}: line {lines.line_no} is not valid JSON "
+                f"({exc.msg.removesuffix(' at')} at column {exc.colno})."
+            ) from None
         except RecursionError:
             raise InputError(f"{path}: line {lines.line_no} is {_TOO_DEEP}.") from None
         n += 1
@@ -200,8 +220,10 @@ class JsonArrayReader:
         except UnicodeDecodeError:
             if is_binary(chunk):
                 raise InputError(binary_message(self.path)) from None
-            raise InputError(f"{self.path}: not UTF-8 text near line {self._line(len(self.buf))}; "
-                             "convert it (for example with iconv -t UTF-8).") from None
+            raise InputError(
+                f"{self.path}: not UTF-8 text near line {self._line(len(self.buf))}; "
+                "convert it (for example with iconv -t UTF-8)."
+            ) from None
         self.eof = not chunk
         return not self.eof
 
@@ -210,7 +232,7 @@ class JsonArrayReader:
         self.byte_base += len(consumed.encode("utf-8"))
         self.buf_bytes -= len(consumed.encode("utf-8"))
         self.line_base += consumed.count("\n")
-        self.buf, self.i = self.buf[self.i:], 0
+        self.buf, self.i = self.buf[self.i :], 0
 
     def _line(self, pos: int) -> int:
         return self.line_base + self.buf.count("\n", 0, pos)
@@ -231,8 +253,10 @@ class JsonArrayReader:
     def elements(self) -> Iterator[tuple[int, str]]:
         decoder = JSON_CHECK
         if self._skip_ws() != "[":
-            raise InputError(f"{self.path}: the top-level JSON value is not an array; Bulk makes one "
-                             "item per array element (use .jsonl for one record per line).")
+            raise InputError(
+                f"{self.path}: the top-level JSON value is not an array; Bulk makes one "
+                "item per array element (use .jsonl for one record per line)."
+            )
         self.i += 1
         first = True
         while True:
@@ -262,8 +286,10 @@ class JsonArrayReader:
                     return start_byte, self.buf[:end]
             except json.JSONDecodeError as exc:
                 if self.eof:  # the buffer starts at the element: its lines count from line_base
-                    raise InputError(f"{self.path}: malformed JSON at line {self.line_base + exc.lineno - 1}: "
-                                     f"{_json_problem(exc)}.") from None
+                    raise InputError(
+                        f"{self.path}: malformed JSON at line {self.line_base + exc.lineno - 1}: "
+                        f"{_json_problem(exc)}."
+                    ) from None
             except RecursionError:
                 raise self._error(f"an element is {_TOO_DEEP}") from None
             if self.limit is not None and self.buf_bytes > self.limit + _READ_CHUNK:
@@ -304,4 +330,3 @@ def _json_problem(exc: json.JSONDecodeError) -> str:
     """json's message without its dangling "at" ("Unterminated string starting at"), for a
     caller that gives the line only."""
     return exc.msg.removesuffix(" at").removesuffix(" starting")
-

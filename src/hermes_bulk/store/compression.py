@@ -34,7 +34,9 @@ def _compressor() -> zstandard.ZstdCompressor:
         # No checksum (the backends keep what they are given) and no dictionary id: 6 bytes less a value.
         import zstandard
 
-        c = _local.c = zstandard.ZstdCompressor(level=LEVEL, write_checksum=False, write_dict_id=False)
+        c = _local.c = zstandard.ZstdCompressor(
+            level=LEVEL, write_checksum=False, write_dict_id=False
+        )
     return c
 
 

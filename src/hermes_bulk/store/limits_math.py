@@ -49,12 +49,32 @@ class LimitState:
     decreases: int = 0  # adaptive decreases so far: the epoch a grant carries
 
     #: The stored names (a contract of the store's data, so they keep their unit-less spelling).
-    COLUMNS = ("request_tat", "token_tat", "pause_until", "backoff_step", "auto_interval",
-               "auto_since", "window_start", "window_count", "previous_count", "decreases")
+    COLUMNS = (
+        "request_tat",
+        "token_tat",
+        "pause_until",
+        "backoff_step",
+        "auto_interval",
+        "auto_since",
+        "window_start",
+        "window_count",
+        "previous_count",
+        "decreases",
+    )
 
     def values(self) -> tuple:
-        return (self.request_tat_s, self.token_tat_s, self.pause_until_s, self.backoff_step, self.auto_interval_s,
-                self.auto_since_s, self.window_start_s, self.window_count, self.previous_count, self.decreases)
+        return (
+            self.request_tat_s,
+            self.token_tat_s,
+            self.pause_until_s,
+            self.backoff_step,
+            self.auto_interval_s,
+            self.auto_since_s,
+            self.window_start_s,
+            self.window_count,
+            self.previous_count,
+            self.decreases,
+        )
 
 
 def gcra(tat_s: float, now_s: float, interval_s: float, cost: int) -> tuple[float, float]:
@@ -81,11 +101,15 @@ def auto_interval_s(state: LimitState, now_s: float) -> float:
     """The learned interval now: it halves every AUTO_RECOVERY_DOUBLING_S after the wait."""
     if not state.auto_interval_s:
         return 0.0
-    interval_s = state.auto_interval_s * 2.0 ** (-max(0.0, now_s - state.auto_since_s) / AUTO_RECOVERY_DOUBLING_S)
+    interval_s = state.auto_interval_s * 2.0 ** (
+        -max(0.0, now_s - state.auto_since_s) / AUTO_RECOVERY_DOUBLING_S
+    )
     return interval_s if interval_s >= AUTO_OFF_BELOW_S else 0.0
 
 
-def acquire(state: LimitState, now_s: float, *, rpm: int | None, tpm: int | None, tokens: int) -> float:
+def acquire(
+    state: LimitState, now_s: float, *, rpm: int | None, tpm: int | None, tokens: int
+) -> float:
     """0.0 and state updated when a request may go now; else the seconds to wait (state as was)."""
     if state.pause_until_s > now_s:
         return state.pause_until_s - now_s
@@ -105,7 +129,9 @@ def acquire(state: LimitState, now_s: float, *, rpm: int | None, tpm: int | None
 
 def unpaced(state: LimitState, now_s: float, *, rpm: int | None, tpm: int | None) -> bool:
     """True when acquire would grant at once and change nothing but the request count."""
-    return not rpm and not tpm and not auto_interval_s(state, now_s) and state.pause_until_s <= now_s
+    return (
+        not rpm and not tpm and not auto_interval_s(state, now_s) and state.pause_until_s <= now_s
+    )
 
 
 def clean(state: LimitState) -> bool:
@@ -126,11 +152,18 @@ def backoff_wait_s(state: LimitState, *, base_s: float, cap_s: float, doubling: 
     a generation (which then grows the step); a 429 to a request sent before that one (a stale
     one) gets the wait already chosen, base · 2^(step-1), so one burst doubles the wait once."""
     step = state.backoff_step if doubling else max(0, state.backoff_step - 1)
-    return min(cap_s, base_s * 2 ** step)
+    return min(cap_s, base_s * 2**step)
 
 
-def rate_limited(state: LimitState, now_s: float, *, retry_after_s: float | None, base_s: float,
-                 cap_s: float, epoch: int) -> None:
+def rate_limited(
+    state: LimitState,
+    now_s: float,
+    *,
+    retry_after_s: float | None,
+    base_s: float,
+    cap_s: float,
+    epoch: int,
+) -> None:
     """A 429 to a request granted at `epoch`: start or extend the shared wait, and, if the
     request was granted after the last decrease (the first 429 of its generation), halve the
     request rate and double the next wait without Retry-After (backoff_wait_s)."""
@@ -138,7 +171,9 @@ def rate_limited(state: LimitState, now_s: float, *, retry_after_s: float | None
     if decrease:
         learned_s = auto_interval_s(state, now_s)
         rate_per_s = 1.0 / learned_s if learned_s else observed_rate_per_s(state, now_s)
-        state.auto_interval_s = min(AUTO_MAX_INTERVAL_S, 1.0 / max(rate_per_s * AIMD_DECREASE, 1.0 / AUTO_MAX_INTERVAL_S))
+        state.auto_interval_s = min(
+            AUTO_MAX_INTERVAL_S, 1.0 / max(rate_per_s * AIMD_DECREASE, 1.0 / AUTO_MAX_INTERVAL_S)
+        )
         state.decreases += 1
     if retry_after_s is None:
         retry_after_s = backoff_wait_s(state, base_s=base_s, cap_s=cap_s, doubling=decrease)

@@ -121,7 +121,9 @@ class JobStore(Protocol):
     def active_job_ids(self) -> list[str]:
         """Jobs in state running: what a worker's maintenance loop looks after."""
 
-    def iter_items(self, job_id: str, batch: int = 1000, *, with_content: bool = False) -> Iterator[ItemRecord]:
+    def iter_items(
+        self, job_id: str, batch: int = 1000, *, with_content: bool = False
+    ) -> Iterator[ItemRecord]:
         """Every item in index order, with results; streams in batches (memory stays flat).
         with_content: each record also holds the content the item was given (export --with-input)."""
 
@@ -147,9 +149,16 @@ class JobStore(Protocol):
         """The newest events of one item, oldest first (on Redis, among the job's kept events)."""
 
     # Job state -----------------------------------------------------------------------------
-    def set_state(self, job_id: str, state: str, *, from_states: Iterable[str],
-                  pause_reason: str | None = None, max_tokens: int | None = None,
-                  event: Event | None = None) -> JobRecord | None:
+    def set_state(
+        self,
+        job_id: str,
+        state: str,
+        *,
+        from_states: Iterable[str],
+        pause_reason: str | None = None,
+        max_tokens: int | None = None,
+        event: Event | None = None,
+    ) -> JobRecord | None:
         """Move the job to `state` if it is in one of from_states (and set max_tokens if given).
 
         Moving to RUNNING records run_at = now and clears `interrupted` (someone ran it).
@@ -165,14 +174,22 @@ class JobStore(Protocol):
         it at its new epoch.
         """
 
-    def mark_interrupted(self, job_id: str, reason: str | None, *, event: Event | None = None) -> bool:
+    def mark_interrupted(
+        self, job_id: str, reason: str | None, *, event: Event | None = None
+    ) -> bool:
         """Record why a running job's workers stopped (an INTERRUPTED_* reason, at now), or clear
         it (None), and add the event if given. False (nothing changed) unless the job is running.
 
         One step on both backends."""
 
-    def update_job(self, job_id: str, *, concurrency: int | None = None, rpm: int | None = None,
-                   tpm: int | None = None) -> JobRecord | None:
+    def update_job(
+        self,
+        job_id: str,
+        *,
+        concurrency: int | None = None,
+        rpm: int | None = None,
+        tpm: int | None = None,
+    ) -> JobRecord | None:
         """Set the job's concurrency, rpm and tpm where given (None leaves a field as it is).
 
         One step on both backends (SQLite: one transaction; Redis: one script). Every claim
@@ -192,8 +209,9 @@ class JobStore(Protocol):
         """
 
     # Items: the atomic life of one item ---------------------------------------------------
-    def claim_item(self, job_id: str, index_hint: int, worker_id: str, *, lease_s: float,
-                   max_running: int) -> Claim | ClaimRefused:
+    def claim_item(
+        self, job_id: str, index_hint: int, worker_id: str, *, lease_s: float, max_running: int
+    ) -> Claim | ClaimRefused:
         """Atomically give one pending item of a running job to worker_id until now + lease_s.
 
         Prefers item index_hint when it is pending, else the lowest pending index. Refuses, with
@@ -218,7 +236,9 @@ class JobStore(Protocol):
         next item would not fit under. Two reads on Redis: a claim in between may make it
         stale, which the claim's own check covers."""
 
-    def renew_leases(self, worker_id: str, items: Iterable[tuple[str, int]], *, lease_s: float) -> int:
+    def renew_leases(
+        self, worker_id: str, items: Iterable[tuple[str, int]], *, lease_s: float
+    ) -> int:
         """Extend to now + lease_s the leases of these (job id, index) items that worker_id holds.
 
         Only items the worker is still working on are named, so an item it owns but lost track
@@ -231,8 +251,17 @@ class JobStore(Protocol):
         to the queue (at-least-once: what a dead worker's leases do anyway).
         """
 
-    def complete_item(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage,
-                      *, provider: str | None = None, model: str | None = None) -> bool:
+    def complete_item(
+        self,
+        job_id: str,
+        index: int,
+        worker_id: str,
+        result: str,
+        usage: Usage,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+    ) -> bool:
         """Save the result and mark the item completed, releasing its reservation.
 
         Only the current owner of a running item may complete it; a completed item is never
@@ -249,9 +278,20 @@ class JobStore(Protocol):
         keep theirs (retry).
         """
 
-    def complete_and_claim(self, job_id: str, index: int, worker_id: str, result: str, usage: Usage, *,
-                           provider: str | None = None, model: str | None = None, index_hint: int,
-                           lease_s: float, max_running: int) -> tuple[bool, Claim | ClaimRefused | None]:
+    def complete_and_claim(
+        self,
+        job_id: str,
+        index: int,
+        worker_id: str,
+        result: str,
+        usage: Usage,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        index_hint: int,
+        lease_s: float,
+        max_running: int,
+    ) -> tuple[bool, Claim | ClaimRefused | None]:
         """complete_item, then, when it completed, claim_item of the same job for the same worker
         (index_hint, lease_s, max_running as there), in one step: a worker thread's steady state
         is one write per item. Returns (completed, claim): (False, None) when the completion
@@ -274,8 +314,9 @@ class JobStore(Protocol):
 
         One step on both backends."""
 
-    def record_attempt(self, job_id: str, index: int, worker_id: str, error: ItemError, *,
-                       rate_limited: bool) -> int:
+    def record_attempt(
+        self, job_id: str, index: int, worker_id: str, error: ItemError, *, rate_limited: bool
+    ) -> int:
         """Count a failed attempt of the owner's item and record it as an event.
 
         rate_limited: counts a consecutive 429 (does not use up retries); otherwise a transient
@@ -283,8 +324,9 @@ class JobStore(Protocol):
         One step on both backends.
         """
 
-    def settle_failed_attempt(self, job_id: str, index: int, worker_id: str, error: ItemError, *,
-                              retries: int) -> int:
+    def settle_failed_attempt(
+        self, job_id: str, index: int, worker_id: str, error: ItemError, *, retries: int
+    ) -> int:
         """A transient failure of the owner's item, settled: record_attempt (not rate limited),
         then, when the new count is over retries, fail_item with the error, else release_item
         (back to pending). Returns the new count, or -1 if worker_id does not own the item
@@ -322,8 +364,17 @@ class JobStore(Protocol):
         """Append events to a job's history. One step on both backends."""
 
     # Provider batches (docs/decisions.md "Provider batches") ---------------------------------
-    def open_batch(self, job_id: str, worker_id: str, *, batch_id: str, max_items: int, lease_s: float,
-                   hold_s: float, take_from: str | None = None) -> BatchRecord | ClaimRefused:
+    def open_batch(
+        self,
+        job_id: str,
+        worker_id: str,
+        *,
+        batch_id: str,
+        max_items: int,
+        lease_s: float,
+        hold_s: float,
+        take_from: str | None = None,
+    ) -> BatchRecord | ClaimRefused:
         """Start a batch of a running job, or take over the one being prepared, leased to worker_id.
 
         A job has at most one batch in state preparing. When it has one whose lease is held by
@@ -342,8 +393,15 @@ class JobStore(Protocol):
         calls at once). One step on both backends.
         """
 
-    def lease_batch(self, job_id: str, batch_id: str, worker_id: str, *, lease_s: float,
-                    take_from: str | None = None) -> BatchRecord | None:
+    def lease_batch(
+        self,
+        job_id: str,
+        batch_id: str,
+        worker_id: str,
+        *,
+        lease_s: float,
+        take_from: str | None = None,
+    ) -> BatchRecord | None:
         """Lease an open batch to worker_id until now + lease_s if its lease is free, expired,
         already worker_id's (a renewal) or held by take_from (a worker the caller found dead:
         its lease is taken without waiting for it to expire); None otherwise (another worker has
@@ -351,7 +409,9 @@ class JobStore(Protocol):
         under it. One step: the holder is compared and replaced together, so a lease renewed or
         taken by anyone else in between is left alone."""
 
-    def update_batch(self, job_id: str, batch_id: str, worker_id: str, **changes) -> BatchRecord | None:
+    def update_batch(
+        self, job_id: str, batch_id: str, worker_id: str, **changes
+    ) -> BatchRecord | None:
         """Set fields of BATCH_FIELDS on a batch whose lease worker_id holds; None (nothing
         changed) when it does not. Status BATCH_DONE also ends the lease. One step."""
 
@@ -415,8 +475,9 @@ class SharedLimits(Protocol):
         there.
         """
 
-    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
-              epoch: int) -> float:
+    def pause(
+        self, key: str, *, seconds: float | None, base_s: float, cap_s: float, epoch: int
+    ) -> float:
         """A 429: start or extend (never shorten) the shared wait of key; returns its end time.
 
         A provider's Retry-After is passed as seconds. A 429 to a request granted at the key's

@@ -69,12 +69,16 @@ class JobSpec:
     max_output_tokens: int | None = None
     schema: str | None = None  # JSON schema text (structured output), or None
     reuse: bool = True  # answers of earlier jobs are reused (create --fresh: False)
-    mode: str = "live"  # live (one call per item) | batch (the provider's Batch API; create --batch)
+    mode: str = (
+        "live"  # live (one call per item) | batch (the provider's Batch API; create --batch)
+    )
     batch_deadline_s: float | None = None  # batch: items still in a batch this long are run live
     #: http: the endpoint it was created for, its public URL (fleet/endpoints.py); None in a job made
     #: before endpoints were recorded (any HTTP worker serves it)
     endpoint: str | None = None
-    key_fingerprint: str | None = None  # http: endpoints.key_fingerprint of the key it was created with
+    key_fingerprint: str | None = (
+        None  # http: endpoints.key_fingerprint of the key it was created with
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -180,7 +184,9 @@ class JobRecord:
         allowance) is `estimate`: the learned allowance in its place, and never less than the
         learned allowance itself (or the estimate, when that is smaller)."""
         allowance = self.output_allowance
-        return max(estimate + allowance - self.spec.output_tokens_estimate, min(allowance, estimate))
+        return max(
+            estimate + allowance - self.spec.output_tokens_estimate, min(allowance, estimate)
+        )
 
     @property
     def projected_tokens(self) -> int:
@@ -242,7 +248,9 @@ class ItemRecord:
 class BatchRecord:
     """One provider batch of a job: which items it holds (those owned by `owner`) and where it is."""
 
-    batch_id: str  # ours; also the provider batch's metadata, which is how an unrecorded one is found
+    batch_id: (
+        str  # ours; also the provider batch's metadata, which is how an unrecorded one is found
+    )
     job_id: str
     status: str  # BATCH_PREPARING, a provider status, or BATCH_DONE
     items: int
@@ -273,8 +281,19 @@ class BatchRecord:
 
 
 #: The fields update_batch may change.
-BATCH_FIELDS = ("status", "provider_id", "input_file", "output_file", "error_file", "completed", "failed",
-                "submitted_at", "cancel_sent", "run_rest_live", "final_status")
+BATCH_FIELDS = (
+    "status",
+    "provider_id",
+    "input_file",
+    "output_file",
+    "error_file",
+    "completed",
+    "failed",
+    "submitted_at",
+    "cancel_sent",
+    "run_rest_live",
+    "final_status",
+)
 
 
 class BatchItem(NamedTuple):

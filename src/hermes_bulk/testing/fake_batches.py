@@ -45,8 +45,16 @@ ABSENT = "<absent>"
 #:   bad_body            status 200 and a body that is a list
 #:   huge                the answer padded to huge_line_bytes (custom_id first), then a newline
 #:   huge_unterminated   the same, last in the file, with no newline after it
-LINE_FAULTS = ("not_object", "not_json", "no_custom_id", "missing", "bad_status", "bad_body", "huge",
-               "huge_unterminated")
+LINE_FAULTS = (
+    "not_object",
+    "not_json",
+    "no_custom_id",
+    "missing",
+    "bad_status",
+    "bad_body",
+    "huge",
+    "huge_unterminated",
+)
 
 
 @dataclass
@@ -70,8 +78,6 @@ def _dressed(batch: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-
-
 class FakeBatches:
     def __init__(self, provider: Any) -> None:
         self.provider = provider
@@ -83,7 +89,9 @@ class FakeBatches:
         self.created: list[str] = []
         self.lines: list[Any] = []
         self.processing_s = 0.0
-        self.busy: list[tuple[float, float]] = []  # (start, end) of each batch's processing, monotonic
+        self.busy: list[
+            tuple[float, float]
+        ] = []  # (start, end) of each batch's processing, monotonic
         self._threads: list[threading.Thread] = []
         self._closing = False
         self.faults = BatchFaults()
@@ -138,7 +146,10 @@ class FakeBatches:
                 self.file_gets.append(parts[1])
             if self.faults.files_missing or path_ is None:
                 return 404, {"error": {"message": "no such file"}}
-            return 200, path_  # streamed from disk (a file may be far larger than memory should hold)
+            return (
+                200,
+                path_,
+            )  # streamed from disk (a file may be far larger than memory should hold)
         if method == "POST" and parts == ["batches"]:
             status, answer = self._create(json.loads(body or b"{}"))
             return status, _dressed(answer, self.faults.create_fields) if status == 200 else answer
@@ -152,7 +163,11 @@ class FakeBatches:
                 if method == "POST" and parts[2:] == ["cancel"]:
                     self.cancels.append(parts[1])
                     if not self.faults.ignore_cancel and batch["status"] not in (
-                            "completed", "failed", "expired", "cancelled"):
+                        "completed",
+                        "failed",
+                        "expired",
+                        "cancelled",
+                    ):
                         batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
                 return 200, _dressed(batch, self.faults.poll_fields)
         return 404, {"error": {"message": "not found"}}
@@ -176,38 +191,75 @@ class FakeBatches:
         path.write_bytes(content)
         with self.lock:
             self.files[file_id] = path
-            self.uploaded[file_id] = content.count(b"\n") + (0 if content.endswith(b"\n") or not content else 1)
-        return 200, {"id": file_id, "object": "file", "bytes": len(content), "purpose": "batch",
-                     "created_at": int(time.time()), "filename": "batch.jsonl"}
+            self.uploaded[file_id] = content.count(b"\n") + (
+                0 if content.endswith(b"\n") or not content else 1
+            )
+        return 200, {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(content),
+            "purpose": "batch",
+            "created_at": int(time.time()),
+            "filename": "batch.jsonl",
+        }
 
     def _create(self, req: dict[str, Any]):
-        if req.get("input_file_id") not in self.files or req.get("endpoint") != "/v1/chat/completions":
+        if (
+            req.get("input_file_id") not in self.files
+            or req.get("endpoint") != "/v1/chat/completions"
+        ):
             return 400, {"error": {"message": "unknown input file or endpoint"}}
         batch_id = "batch_" + secrets.token_hex(8)
-        batch = {"id": batch_id, "object": "batch", "endpoint": req["endpoint"], "input_file_id": req["input_file_id"],
-                 "completion_window": req.get("completion_window"), "status": "validating",
-                 "output_file_id": None, "error_file_id": None, "created_at": int(time.time()),
-                 "in_progress_at": None, "completed_at": None, "expired_at": None, "cancelled_at": None,
-                 "request_counts": {"total": self.uploaded[req["input_file_id"]], "completed": 0, "failed": 0},
-                 "metadata": req.get("metadata") or {}}
+        batch = {
+            "id": batch_id,
+            "object": "batch",
+            "endpoint": req["endpoint"],
+            "input_file_id": req["input_file_id"],
+            "completion_window": req.get("completion_window"),
+            "status": "validating",
+            "output_file_id": None,
+            "error_file_id": None,
+            "created_at": int(time.time()),
+            "in_progress_at": None,
+            "completed_at": None,
+            "expired_at": None,
+            "cancelled_at": None,
+            "request_counts": {
+                "total": self.uploaded[req["input_file_id"]],
+                "completed": 0,
+                "failed": 0,
+            },
+            "metadata": req.get("metadata") or {},
+        }
         with self.lock:
             self.batches[batch_id] = batch
             self.created.append(batch_id)
-        thread = threading.Thread(target=self._process, args=(batch_id,), daemon=True, name="fake-batch")
+        thread = threading.Thread(
+            target=self._process, args=(batch_id,), daemon=True, name="fake-batch"
+        )
         self._threads.append(thread)
         thread.start()
         return 200, dict(batch)
 
     def _list(self, target: str) -> dict[str, Any]:
-        query = dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p) if "?" in target else {}
+        query = (
+            dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p)
+            if "?" in target
+            else {}
+        )
         limit = int(query.get("limit", 20))
         with self.lock:
             ids = list(reversed(self.created))
             if query.get("after") in ids:
-                ids = ids[ids.index(query["after"]) + 1:]
+                ids = ids[ids.index(query["after"]) + 1 :]
             page = [_dressed(self.batches[i], self.faults.poll_fields) for i in ids[:limit]]
-        return {"object": "list", "data": page, "has_more": len(ids) > limit,
-                "first_id": page[0]["id"] if page else None, "last_id": page[-1]["id"] if page else None}
+        return {
+            "object": "list",
+            "data": page,
+            "has_more": len(ids) > limit,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+        }
 
     # Processing ---------------------------------------------------------------------------
     def _status(self, batch_id: str) -> str:
@@ -220,23 +272,55 @@ class FakeBatches:
         status, body = self.provider.line_answer(line["body"], self.lines)
         entry = {"id": "batch_req_" + secrets.token_hex(6), "custom_id": line["custom_id"]}
         item = self.provider.item_of(line["body"])
-        fault = next((kind for marker, kind in self.faults.line_faults.items() if marker in item), None)
+        fault = next(
+            (kind for marker, kind in self.faults.line_faults.items() if marker in item), None
+        )
         if fault is not None:
             self._write_fault(fault, entry, body, out, last)
             return status
         if status == 200:
-            out.write(json.dumps({**entry, "response": {"status_code": 200, "request_id": "req_x",
-                                                        "body": body}, "error": None}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        **entry,
+                        "response": {"status_code": 200, "request_id": "req_x", "body": body},
+                        "error": None,
+                    }
+                )
+                + "\n"
+            )
         elif status == 0:
-            err.write(json.dumps({**entry, "response": None,
-                                  "error": {"code": "server_error", "message": "fake: dropped"}}) + "\n")
+            err.write(
+                json.dumps(
+                    {
+                        **entry,
+                        "response": None,
+                        "error": {"code": "server_error", "message": "fake: dropped"},
+                    }
+                )
+                + "\n"
+            )
         else:
-            err.write(json.dumps({**entry, "response": {"status_code": status, "request_id": "req_x",
-                                                        "body": body}, "error": None}) + "\n")
+            err.write(
+                json.dumps(
+                    {
+                        **entry,
+                        "response": {"status_code": status, "request_id": "req_x", "body": body},
+                        "error": None,
+                    }
+                )
+                + "\n"
+            )
         return status
 
-    def _write_fault(self, fault: str, entry: dict[str, Any], body: Any, out, last: list[bytes]) -> None:
-        answer = {**entry, "response": {"status_code": 200, "request_id": "req_x", "body": body}, "error": None}
+    def _write_fault(
+        self, fault: str, entry: dict[str, Any], body: Any, out, last: list[bytes]
+    ) -> None:
+        answer = {
+            **entry,
+            "response": {"status_code": 200, "request_id": "req_x", "body": body},
+            "error": None,
+        }
         if fault == "missing":
             return
         if fault == "not_object":
@@ -246,9 +330,14 @@ class FakeBatches:
         elif fault == "no_custom_id":
             out.write(json.dumps({k: v for k, v in answer.items() if k != "custom_id"}) + "\n")
         elif fault == "bad_status":
-            out.write(json.dumps({**answer, "response": {**answer["response"], "status_code": "200"}}) + "\n")
+            out.write(
+                json.dumps({**answer, "response": {**answer["response"], "status_code": "200"}})
+                + "\n"
+            )
         elif fault == "bad_body":
-            out.write(json.dumps({**answer, "response": {**answer["response"], "body": [1, 2, 3]}}) + "\n")
+            out.write(
+                json.dumps({**answer, "response": {**answer["response"], "body": [1, 2, 3]}}) + "\n"
+            )
         else:  # huge, huge_unterminated: the start of a well-formed line, then padding far past any limit
             head = json.dumps(entry)[:-1] + ', "response": {"status_code": 200, "body": {"pad": "'
             if fault == "huge":
@@ -275,13 +364,17 @@ class FakeBatches:
         chunk = "x" * (1024 * 1024)
         left = max(0, size - len(head))
         while left:
-            out.write(chunk[:min(left, len(chunk))])
+            out.write(chunk[: min(left, len(chunk))])
             left -= min(left, len(chunk))
 
     def _process(self, batch_id: str) -> None:
         cfg = self.provider.config
         deadline = time.monotonic() + cfg.batch_delay_s
-        while time.monotonic() < deadline and not self._closing and self._status(batch_id) == "validating":
+        while (
+            time.monotonic() < deadline
+            and not self._closing
+            and self._status(batch_id) == "validating"
+        ):
             time.sleep(0.01)
         with self.lock:
             batch = self.batches[batch_id]
@@ -291,23 +384,40 @@ class FakeBatches:
         out_path, err_path = self.dir / f"{batch_id}.out", self.dir / f"{batch_id}.err"
         done = expired = 0
         last: list[bytes] = []
-        with self.files[batch["input_file_id"]].open() as lines, out_path.open("w") as out, err_path.open("w") as err:
+        with (
+            self.files[batch["input_file_id"]].open() as lines,
+            out_path.open("w") as out,
+            err_path.open("w") as err,
+        ):
             self._write_foreign(batch_id, out)
             owed = 0.0
             for raw in lines:
                 if not raw.strip():
                     continue
-                while cfg.batch_hold and not self._closing and self._status(batch_id) == "in_progress":
+                while (
+                    cfg.batch_hold and not self._closing and self._status(batch_id) == "in_progress"
+                ):
                     time.sleep(0.01)
                 if self._closing or self._status(batch_id) != "in_progress":
                     break  # cancelled: the lines not processed are not answered
                 line = json.loads(raw)
                 if cfg.batch_expire_after is not None and done >= cfg.batch_expire_after:
                     expired += 1
-                    err.write(json.dumps({"id": "req_" + secrets.token_hex(6), "custom_id": line["custom_id"],
-                                          "response": None, "error": {"code": "batch_expired",
-                                                                      "message": "This request could not be executed "
-                                                                                 "before the completion window expired."}}) + "\n")
+                    err.write(
+                        json.dumps(
+                            {
+                                "id": "req_" + secrets.token_hex(6),
+                                "custom_id": line["custom_id"],
+                                "response": None,
+                                "error": {
+                                    "code": "batch_expired",
+                                    "message": "This request could not be executed "
+                                    "before the completion window expired.",
+                                },
+                            }
+                        )
+                        + "\n"
+                    )
                     continue
                 status = self._answer_line(line, out, err, last)
                 done += 1

@@ -119,10 +119,18 @@ class FakeConfig:
     fail_once: dict[str, str] = field(default_factory=dict)
     batch_delay_s: float = 0.0  # before a batch starts processing (validating)
     batch_line_s: float = 0.0  # processing time per line
-    batch_expire_after: int | None = None  # lines after which a batch expires (the rest: batch_expired)
-    batch_hold: bool = False  # batches stay in_progress without processing (until released or cancelled)
-    batch_upload_delay_s: float = 0.0  # an upload is stored, then answered this late (a kill mid-upload)
-    batch_create_delay_s: float = 0.0  # a batch is created, then answered this late (a kill before it is recorded)
+    batch_expire_after: int | None = (
+        None  # lines after which a batch expires (the rest: batch_expired)
+    )
+    batch_hold: bool = (
+        False  # batches stay in_progress without processing (until released or cancelled)
+    )
+    batch_upload_delay_s: float = (
+        0.0  # an upload is stored, then answered this late (a kill mid-upload)
+    )
+    batch_create_delay_s: float = (
+        0.0  # a batch is created, then answered this late (a kill before it is recorded)
+    )
     require_key: str | None = None  # the only API key accepted (else 401)
     models: list[str] | None = None  # the models known (else 404 for a chat request); None: any
 
@@ -191,6 +199,7 @@ class FakeProvider:
             assert self._gate_open is not None
             self._gate_open.set() if is_open else self._gate_open.clear()
             done.set()
+
         self._loop.call_soon_threadsafe(flip)
         if not done.wait(10):
             raise RuntimeError("the fake provider's loop did not answer")
@@ -206,16 +215,20 @@ class FakeProvider:
         """Block until at least n chat requests have arrived (answered or held); their records."""
         with self._arrived:
             if not self._arrived.wait_for(lambda: len(self.requests) >= n, timeout):
-                raise AssertionError(f"{len(self.requests)} requests reached the fake provider in {timeout}s, "
-                                     f"not {n}")
+                raise AssertionError(
+                    f"{len(self.requests)} requests reached the fake provider in {timeout}s, "
+                    f"not {n}"
+                )
             return list(self.requests)
 
     def wait_held(self, n: int, timeout: float = 60.0) -> None:
         """Block until n chat requests wait at the closed gate."""
         with self._arrived:
             if not self._arrived.wait_for(lambda: self.held >= n, timeout):
-                raise AssertionError(f"{self.held} requests wait at the fake provider's gate after {timeout}s, "
-                                     f"not {n}")
+                raise AssertionError(
+                    f"{self.held} requests wait at the fake provider's gate after {timeout}s, "
+                    f"not {n}"
+                )
 
     def reset_records(self) -> None:
         with self._lock:
@@ -229,13 +242,20 @@ class FakeProvider:
             by_status: dict[str, int] = {}
             for r in self.requests:
                 by_status[str(r.status)] = by_status.get(str(r.status), 0) + 1
-            stats = {"requests": len(self.requests), "by_status": by_status, "max_in_flight": self.max_in_flight,
-                     "batches": len(self.batches.created), "batch_lines": len(self.batches.lines)}
+            stats = {
+                "requests": len(self.requests),
+                "by_status": by_status,
+                "max_in_flight": self.max_in_flight,
+                "batches": len(self.batches.created),
+                "batch_lines": len(self.batches.lines),
+            }
         stats["batch_busy_s"] = self.batches.busy_s()
         return stats
 
     # Decisions -----------------------------------------------------------------------------
-    def _decide(self, item: str, records: list[RequestRecord] | None = None) -> tuple[str, RequestRecord]:
+    def _decide(
+        self, item: str, records: list[RequestRecord] | None = None
+    ) -> tuple[str, RequestRecord]:
         """The fault (or "ok") for this request, and its record (in records: requests by default),
         under the lock."""
         cfg = self.config
@@ -250,7 +270,9 @@ class FakeProvider:
                 fault = cfg.script.pop(0)
             if fault == "ok" and cfg.rate_per_s:
                 now = time.monotonic()
-                self._tokens = min(cfg.rate_per_s, self._tokens + (now - self._tokens_at) * cfg.rate_per_s)
+                self._tokens = min(
+                    cfg.rate_per_s, self._tokens + (now - self._tokens_at) * cfg.rate_per_s
+                )
                 self._tokens_at = now
                 if self._tokens >= 1.0:
                     self._tokens -= 1.0
@@ -259,7 +281,9 @@ class FakeProvider:
                     fault = f"429:ms={wait_ms}"
             if fault == "ok" and cfg.fail_rate and self._rng.random() < cfg.fail_rate:
                 fault = self._rng.choice(cfg.fail_kinds)
-            record = RequestRecord(at=time.time(), item=digest(item), status=0, fault=None if fault == "ok" else fault)
+            record = RequestRecord(
+                at=time.time(), item=digest(item), status=0, fault=None if fault == "ok" else fault
+            )
             (self.requests if records is None else records).append(record)
             self._arrived.notify_all()
             return fault, record
@@ -275,13 +299,20 @@ class FakeProvider:
                 head = await reader.readuntil(b"\r\n\r\n")
                 lines = head.decode("latin-1").split("\r\n")
                 method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, v in
-                           (line.split(":", 1) for line in lines[1:] if ":" in line)}
+                headers = {
+                    k.strip().lower(): v.strip()
+                    for k, v in (line.split(":", 1) for line in lines[1:] if ":" in line)
+                }
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
                 keep_going = await self._route(method, path, body, writer, headers)
                 if not keep_going or headers.get("connection", "").lower() == "close":
                     break
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+        except (
+            asyncio.IncompleteReadError,
+            ConnectionError,
+            asyncio.LimitOverrunError,
+            ValueError,
+        ):
             pass
         except asyncio.CancelledError:
             pass  # stop() cancels open connections; a cancelled handler would be logged as an error
@@ -290,15 +321,25 @@ class FakeProvider:
             if not writer.is_closing():
                 writer.close()
 
-    async def _route(self, method: str, target: str, body: bytes, writer: asyncio.StreamWriter,
-                     headers: dict[str, str] | None = None) -> bool:
+    async def _route(
+        self,
+        method: str,
+        target: str,
+        body: bytes,
+        writer: asyncio.StreamWriter,
+        headers: dict[str, str] | None = None,
+    ) -> bool:
         path = target.split("?", 1)[0]  # a base URL may carry a query (…/v1?api-key=…)
         refused = self._refused(path, body, headers or {})
         if refused is not None:
             return self._send(writer, *refused)
         if method == "GET" and path.endswith("/models"):
             known = self.config.models if self.config.models is not None else ["fake-model"]
-            return self._send(writer, 200, {"object": "list", "data": [{"id": m, "object": "model"} for m in known]})
+            return self._send(
+                writer,
+                200,
+                {"object": "list", "data": [{"id": m, "object": "model"} for m in known]},
+            )
         if method == "GET" and path == "/_stats":
             return self._send(writer, 200, self.stats())
         if method == "POST" and path == "/_control":
@@ -318,11 +359,19 @@ class FakeProvider:
             with self._lock:
                 return self._send(writer, 200, [r.__dict__ for r in self.requests])
         if method == "POST" and path.endswith("/chat/completions"):
-            return await self._chat(json.loads(body or b"{}"), writer, self._echo(target, headers or {}))
+            return await self._chat(
+                json.loads(body or b"{}"), writer, self._echo(target, headers or {})
+            )
         if "/files" in path or "/batches" in path:
             status, obj = self.batches.route(method, path, target, body, headers or {})
-            delay = {"files": self.config.batch_upload_delay_s, "batches": self.config.batch_create_delay_s}.get(
-                path.rstrip("/").rsplit("/", 1)[-1], 0.0) if method == "POST" else 0.0
+            delay = (
+                {
+                    "files": self.config.batch_upload_delay_s,
+                    "batches": self.config.batch_create_delay_s,
+                }.get(path.rstrip("/").rsplit("/", 1)[-1], 0.0)
+                if method == "POST"
+                else 0.0
+            )
             if delay:
                 await asyncio.sleep(delay)
             if isinstance(obj, bytes):
@@ -339,9 +388,16 @@ class FakeProvider:
         key = self.config.require_key
         if key is not None and headers.get("authorization", "") != f"Bearer {key}":
             with self._lock:
-                self.requests.append(RequestRecord(at=time.time(), item="", status=401, fault="401"))
+                self.requests.append(
+                    RequestRecord(at=time.time(), item="", status=401, fault="401")
+                )
                 self._arrived.notify_all()
-            return 401, {"error": {"message": "Incorrect API key provided: sk-LEAKED-1234", "code": "invalid_api_key"}}
+            return 401, {
+                "error": {
+                    "message": "Incorrect API key provided: sk-LEAKED-1234",
+                    "code": "invalid_api_key",
+                }
+            }
         if self.config.models is not None and path.endswith("/chat/completions"):
             try:
                 model = json.loads(body or b"{}").get("model")
@@ -349,19 +405,30 @@ class FakeProvider:
                 model = None
             if model not in self.config.models:
                 with self._lock:
-                    self.requests.append(RequestRecord(at=time.time(), item="", status=404, fault="404"))
+                    self.requests.append(
+                        RequestRecord(at=time.time(), item="", status=404, fault="404")
+                    )
                     self._arrived.notify_all()
-                return 404, {"error": {"message": f"The model {model} does not exist (key sk-LEAKED-1234)",
-                                       "code": "model_not_found"}}
+                return 404, {
+                    "error": {
+                        "message": f"The model {model} does not exist (key sk-LEAKED-1234)",
+                        "code": "model_not_found",
+                    }
+                }
         return None
 
     def _echo(self, target: str, headers: dict[str, str]) -> str:
         """What error bodies quote besides the usual text (echo_credentials, error_echo)."""
-        parts = [f"request {target} with Authorization: {headers.get('authorization', '')}"] \
-            if self.config.echo_credentials else []
+        parts = (
+            [f"request {target} with Authorization: {headers.get('authorization', '')}"]
+            if self.config.echo_credentials
+            else []
+        )
         return "".join(f"; {part}" for part in [*parts, self.config.error_echo] if part)
 
-    async def _chat(self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = "") -> bool:
+    async def _chat(
+        self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = ""
+    ) -> bool:
         self.in_flight += 1  # the event loop is one thread: no lock needed
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -369,9 +436,13 @@ class FakeProvider:
         finally:
             self.in_flight -= 1
 
-    async def _answer(self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = "") -> bool:
+    async def _answer(
+        self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = ""
+    ) -> bool:
         messages = req.get("messages") or []
-        prompt = "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user")
+        prompt = "\n".join(
+            _content_text(m.get("content")) for m in messages if m.get("role") == "user"
+        )
         item = item_text(prompt)
         fault, record = self._decide(item)
         assert self._gate_open is not None
@@ -398,42 +469,84 @@ class FakeProvider:
             headers = []
             if fault.startswith("429:ms="):
                 ms = int(fault.split("=", 1)[1])
-                headers = [("retry-after-ms", str(ms)), ("Retry-After", str(max(1, -(-ms // 1000))))]
+                headers = [
+                    ("retry-after-ms", str(ms)),
+                    ("Retry-After", str(max(1, -(-ms // 1000)))),
+                ]
             elif ":" in fault:
                 headers = [("Retry-After", fault.split(":", 1)[1])]
-            return self._send(writer, 429, {"error": {"message": "Rate limit reached for fake-model (secret "
-                                                                 f"sk-LEAKED-1234){echo}",
-                                                      "type": "rate_limit_exceeded"}}, headers)
+            return self._send(
+                writer,
+                429,
+                {
+                    "error": {
+                        "message": "Rate limit reached for fake-model (secret "
+                        f"sk-LEAKED-1234){echo}",
+                        "type": "rate_limit_exceeded",
+                    }
+                },
+                headers,
+            )
         if fault.isdigit():
             record.status = int(fault)
-            return self._send(writer, int(fault), {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 "
-                                                                        f"invalid{echo}"}})
+            return self._send(
+                writer,
+                int(fault),
+                {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 invalid{echo}"}},
+            )
         record.status = 200
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
         if req.get("stream"):
             return await self._stream(writer, base, answer, usage)
-        body = hostile_body(fault, req, {**base, "object": "chat.completion", "usage": usage, "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]})
+        body = hostile_body(
+            fault,
+            req,
+            {
+                **base,
+                "object": "chat.completion",
+                "usage": usage,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer},
+                    }
+                ],
+            },
+        )
         if isinstance(body, bytes):
-            return self._send_bytes(writer, 200, body, "text/html" if fault == "html" else "application/json")
+            return self._send_bytes(
+                writer, 200, body, "text/html" if fault == "html" else "application/json"
+            )
         return self._send(writer, 200, body)
 
     @staticmethod
     def item_of(req: dict[str, Any]) -> str:
         """The item a chat-completions request body asks about."""
         messages = req.get("messages") or []
-        return item_text("\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user"))
+        return item_text(
+            "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user")
+        )
 
-    def line_answer(self, req: dict[str, Any], records: list[RequestRecord]) -> tuple[int, dict[str, Any]]:
+    def line_answer(
+        self, req: dict[str, Any], records: list[RequestRecord]
+    ) -> tuple[int, dict[str, Any]]:
         """A batch line's response, (status code, body), with the faults a live call would get;
         0 for a line that failed without a response (a timeout or reset live)."""
         messages = req.get("messages") or []
-        prompt = "\n".join(_content_text(m.get("content")) for m in messages if m.get("role") == "user")
+        prompt = "\n".join(
+            _content_text(m.get("content")) for m in messages if m.get("role") == "user"
+        )
         item = item_text(prompt)
         fault, record = self._decide(item, records)
         if fault.startswith("429"):
             record.status = 429
-            return 429, {"error": {"message": "Rate limit reached (secret sk-LEAKED-1234)", "type": "rate_limit"}}
+            return 429, {
+                "error": {
+                    "message": "Rate limit reached (secret sk-LEAKED-1234)",
+                    "type": "rate_limit",
+                }
+            }
         if fault.isdigit():
             record.status = int(fault)
             return int(fault), {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 invalid"}}
@@ -441,28 +554,69 @@ class FakeProvider:
             return 0, {}
         record.status = 200
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
-        body = hostile_body(fault, req, {**base, "object": "chat.completion", "usage": usage, "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": answer}}]})
+        body = hostile_body(
+            fault,
+            req,
+            {
+                **base,
+                "object": "chat.completion",
+                "usage": usage,
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": answer},
+                    }
+                ],
+            },
+        )
         return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
 
     def answer_parts(self, req: dict[str, Any], item: str, prompt: str, fault: str):
         """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base fields."""
         answer = "" if fault == "empty" else expected_answer(item)
-        if req.get("response_format", {}).get("type") == "json_schema" and answer and fault != "prose":
+        if (
+            req.get("response_format", {}).get("type") == "json_schema"
+            and answer
+            and fault != "prose"
+        ):
             schema = req["response_format"]["json_schema"].get("schema", {})
             answer = json.dumps(_schema_answer(schema, item, off=fault == "off_schema"))
-        usage = {"prompt_tokens": max(1, len(prompt) // 4), "completion_tokens": max(1, len(answer) // 4)}
+        usage = {
+            "prompt_tokens": max(1, len(prompt) // 4),
+            "completion_tokens": max(1, len(answer) // 4),
+        }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         usage = self.config.usage if self.config.usage is not None else usage
-        base = {"id": f"chatcmpl-{digest(item)}", "created": int(time.time()), "model": req.get("model") or "fake-model"}
+        base = {
+            "id": f"chatcmpl-{digest(item)}",
+            "created": int(time.time()),
+            "model": req.get("model") or "fake-model",
+        }
         return answer, usage, base
 
     async def _stream(self, writer, base, answer, usage) -> bool:
-        chunks = [[{"index": 0, "delta": {"role": "assistant", "content": answer}, "finish_reason": None}],
-                  [{"index": 0, "delta": {}, "finish_reason": "stop"}], []]
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n")
+        chunks = [
+            [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": answer},
+                    "finish_reason": None,
+                }
+            ],
+            [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            [],
+        ]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        )
         for choices in chunks:
-            chunk = {**base, "object": "chat.completion.chunk", "choices": choices, **({} if choices else {"usage": usage})}
+            chunk = {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": choices,
+                **({} if choices else {"usage": usage}),
+            }
             writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         writer.write(b"data: [DONE]\n\n")
         await writer.drain()
@@ -471,24 +625,38 @@ class FakeProvider:
     @staticmethod
     def _send(writer: asyncio.StreamWriter, status: int, obj: Any, headers=()) -> bool:
         body = json.dumps(obj).encode()
-        lines = [f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}", "Content-Type: application/json",
-                 f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers)]
+        lines = [
+            f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+            *(f"{k}: {v}" for k, v in headers),
+        ]
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
         return True
 
     @staticmethod
-    def _send_bytes(writer: asyncio.StreamWriter, status: int, body: bytes,
-                    content_type: str = "application/jsonl") -> bool:
-        head = (f"HTTP/1.1 {status} OK\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
+    def _send_bytes(
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: bytes,
+        content_type: str = "application/jsonl",
+    ) -> bool:
+        head = (
+            f"HTTP/1.1 {status} OK\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
         writer.write(head + body)
         return True
 
     @staticmethod
     async def _send_file(writer: asyncio.StreamWriter, status: int, path: Path) -> bool:
         """A file's content, streamed from disk a MiB at a time."""
-        writer.write((f"HTTP/1.1 {status} OK\r\nContent-Type: application/jsonl\r\n"
-                      f"Content-Length: {path.stat().st_size}\r\n\r\n").encode())
+        writer.write(
+            (
+                f"HTTP/1.1 {status} OK\r\nContent-Type: application/jsonl\r\n"
+                f"Content-Length: {path.stat().st_size}\r\n\r\n"
+            ).encode()
+        )
         with path.open("rb") as handle:
             while chunk := handle.read(1024 * 1024):
                 writer.write(chunk)
@@ -502,16 +670,18 @@ class FakeProvider:
             self._gate_open.set()
         self._loop = asyncio.get_running_loop()
         self._loop.set_exception_handler(_quiet_about_cancelled)
-        self._server = await asyncio.start_server(self._handle, self.host, self.port, backlog=2048,
-                                                  reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._handle, self.host, self.port, backlog=2048, reuse_address=True
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         self._ready.set()
         async with self._server:
             await self._server.serve_forever()
 
     def start(self) -> FakeProvider:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve_quietly()), daemon=True,
-                                        name="fake-provider")
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._serve_quietly()), daemon=True, name="fake-provider"
+        )
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("fake provider did not start")
@@ -537,11 +707,13 @@ class FakeProvider:
     def stop(self) -> None:
         loop, server = self._loop, self._server
         if loop and server:
+
             def shut_down() -> None:  # runs on the server's own loop, so the sets are its own
                 self._stopping = True
                 server.close()
                 for writer in list(self._open):
                     writer.transport.abort()  # a handler still waiting is cancelled as the loop ends
+
             # Closing the server can end asyncio.run() (and close the loop) before this call:
             # then there is nothing left to stop.
             with contextlib.suppress(RuntimeError):
@@ -564,8 +736,11 @@ def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, A
 def _content_text(content: Any) -> str:
     """A message's text: a string, or the text parts of a list of content parts."""
     if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) for part in content
-                         if isinstance(part, dict) and part.get("type") == "text")
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
     return str(content or "")
 
 
@@ -602,7 +777,9 @@ def _fit(schema: Any, item: str, name: str) -> Any:
     kind = schema.get("type")
     kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
     if kind == "object" or "properties" in schema:
-        return {key: _fit(prop, item, key) for key, prop in (schema.get("properties") or {}).items()}
+        return {
+            key: _fit(prop, item, key) for key, prop in (schema.get("properties") or {}).items()
+        }
     if kind == "array":
         return [_fit(schema.get("items"), item, name)]
     if kind in ("integer", "number"):
@@ -648,7 +825,8 @@ _RESHAPE = {
     "choice_not_object": lambda b: b.update(choices=["sk-LEAKED-1234"]),
     "message_not_object": lambda b: b["choices"][0].update(message="sk-LEAKED-1234"),
     "content_list": lambda b: b["choices"][0]["message"].update(
-        content=[{"type": "text", "text": b["choices"][0]["message"]["content"]}]),
+        content=[{"type": "text", "text": b["choices"][0]["message"]["content"]}]
+    ),
     "content_number": lambda b: b["choices"][0]["message"].update(content=42),
     "usage_string": lambda b: b.update(usage="sk-LEAKED-1234"),
     "finish_reason_number": lambda b: b["choices"][0].update(finish_reason=7),
@@ -661,9 +839,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--latency", type=float, default=0.0)
-    parser.add_argument("--rate", type=float, default=None, help="provider limit, requests per second")
+    parser.add_argument(
+        "--rate", type=float, default=None, help="provider limit, requests per second"
+    )
     args = parser.parse_args()
-    server = FakeProvider(args.host, args.port, latency_s=args.latency, rate_per_s=args.rate).start()
+    server = FakeProvider(
+        args.host, args.port, latency_s=args.latency, rate_per_s=args.rate
+    ).start()
     print(server.base_url, flush=True)
     try:
         threading.Event().wait()

@@ -42,12 +42,16 @@ def choose_token(configured: str | None, host: str) -> tuple[str, bool]:
     if configured is not None and configured.strip():
         token = configured.strip()
         if len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token):
-            raise UsageError(f"{TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters without spaces; "
-                             "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))'")
+            raise UsageError(
+                f"{TOKEN_ENV} must be at least {MIN_TOKEN_CHARS} characters without spaces; "
+                "make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(24))'"
+            )
         return token, False
     if not is_loopback(host):
-        raise UsageError(f"--host {host} is not a loopback address: set {TOKEN_ENV} (at least {MIN_TOKEN_CHARS} "
-                         "characters) to serve the dashboard beyond this machine.")
+        raise UsageError(
+            f"--host {host} is not a loopback address: set {TOKEN_ENV} (at least {MIN_TOKEN_CHARS} "
+            "characters) to serve the dashboard beyond this machine."
+        )
     return secrets.token_urlsafe(24), True
 
 
@@ -59,8 +63,10 @@ class Verdict:
     from_query: bool = False
 
 
-REFUSED = ("This dashboard needs its access token: open the URL it printed when it started "
-           "(http://HOST:PORT/?token=…), or send the header Authorization: Bearer <token>.")
+REFUSED = (
+    "This dashboard needs its access token: open the URL it printed when it started "
+    "(http://HOST:PORT/?token=…), or send the header Authorization: Bearer <token>."
+)
 CROSS_SITE = "Refused: an action must come from the dashboard's own page (same origin)."
 
 
@@ -73,8 +79,13 @@ class Access:
     def _matches(self, given: str | None) -> bool:
         return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def check(self, method: str, headers: Mapping[str, str], cookies: Mapping[str, str],
-              query: Mapping[str, str]) -> Verdict:
+    def check(
+        self,
+        method: str,
+        headers: Mapping[str, str],
+        cookies: Mapping[str, str],
+        query: Mapping[str, str],
+    ) -> Verdict:
         auth = headers.get("authorization", "")
         by_header = auth[:7].lower() == "bearer " and self._matches(auth[7:].strip())
         by_cookie = self._matches(cookies.get(self.cookie_name))

@@ -48,8 +48,11 @@ EXPORT_FORMATS = {"md": "text/markdown", "csv": "text/csv", "jsonl": "applicatio
 #: Sent with every response: scripts, styles and fetches from this origin only; no framing; the
 #: token in a URL never leaves in a Referer.
 SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-                                 b"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+        b"img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),
@@ -74,16 +77,27 @@ class Guarded:
             await send(message)
 
         request = Request(scope)
-        verdict = self.access.check(request.method, request.headers, request.cookies, request.query_params)
+        verdict = self.access.check(
+            request.method, request.headers, request.cookies, request.query_params
+        )
         if not verdict.allowed:
             await PlainTextResponse(verdict.reason, status_code=403)(scope, receive, send_secured)
-        elif verdict.from_query:  # keep the token out of the address bar and history: a cookie from now on
+        elif (
+            verdict.from_query
+        ):  # keep the token out of the address bar and history: a cookie from now on
             rest = URL(scope=scope).remove_query_params("token")
             # One leading slash: `//host/x` (or a slash then a backslash) names another site.
             path = "/" + rest.path.lstrip("/\\")
-            response = RedirectResponse(path + (f"?{rest.query}" if rest.query else ""), status_code=303)
-            response.set_cookie(self.access.cookie_name, self.access.token, httponly=True, samesite="strict",
-                                path="/")
+            response = RedirectResponse(
+                path + (f"?{rest.query}" if rest.query else ""), status_code=303
+            )
+            response.set_cookie(
+                self.access.cookie_name,
+                self.access.token,
+                httponly=True,
+                samesite="strict",
+                path="/",
+            )
             await response(scope, receive, send_secured)
         else:
             await self.app(scope, receive, send_secured)
@@ -106,7 +120,9 @@ def build_app(jobs: Jobs, figures: Figures, access: Access) -> ASGIApp:
         action = request.path_params["action"]
         act = {"pause": _pause, "resume": _resume, "retry": _retry}.get(action)
         if act is None:
-            return JSONResponse({"error": f"No action {action!r}; the actions are pause, resume and retry."}, 404)
+            return JSONResponse(
+                {"error": f"No action {action!r}; the actions are pause, resume and retry."}, 404
+            )
         return await _answer(lambda: {"message": act(jobs, _job_id(request))})
 
     async def api_export(request: Request) -> StreamingResponse | JSONResponse:
@@ -117,12 +133,19 @@ def build_app(jobs: Jobs, figures: Figures, access: Access) -> ASGIApp:
             job = await run_in_threadpool(lambda: jobs.get(_job_id(request)))
         except HermesBulkError as exc:
             return _failure(exc)
-        return StreamingResponse(_export_chunks(jobs, job.job_id, fmt), media_type=EXPORT_FORMATS[fmt] + "; charset=utf-8",
-                                 headers={"content-disposition": f'attachment; filename="job-{job.job_id}.{fmt}"'})
+        return StreamingResponse(
+            _export_chunks(jobs, job.job_id, fmt),
+            media_type=EXPORT_FORMATS[fmt] + "; charset=utf-8",
+            headers={"content-disposition": f'attachment; filename="job-{job.job_id}.{fmt}"'},
+        )
 
     routes = [
-        Route("/", page), Route("/workers", page), Route("/jobs/{job_id}", page),
-        Route("/api/jobs", api_jobs), Route("/api/workers", api_workers), Route("/api/jobs/{job_id}", api_job),
+        Route("/", page),
+        Route("/workers", page),
+        Route("/jobs/{job_id}", page),
+        Route("/api/jobs", api_jobs),
+        Route("/api/workers", api_workers),
+        Route("/api/jobs/{job_id}", api_job),
         Route("/api/jobs/{job_id}/export", api_export),
         Route("/api/jobs/{job_id}/{action}", api_action, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC)),
@@ -154,8 +177,13 @@ async def _answer(read, *args) -> JSONResponse:
 
 def _failure(exc: HermesBulkError) -> JSONResponse:
     """Unknown job 404; an action the job's state refuses 409; the backend out of reach 503."""
-    status = (404 if isinstance(exc, JobNotFound | NoDatabase) else
-              409 if isinstance(exc, InvalidTransition | InputError) else 503)
+    status = (
+        404
+        if isinstance(exc, JobNotFound | NoDatabase)
+        else 409
+        if isinstance(exc, InvalidTransition | InputError)
+        else 503
+    )
     return JSONResponse({"error": describe_failure(exc)}, status)
 
 
@@ -175,14 +203,19 @@ def _resume(jobs: Jobs, job_id: str) -> str:
 def _retry(jobs: Jobs, job_id: str) -> str:
     job, n = jobs.retry(job_id)
     returned = f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue."
-    return f"{returned} The job is paused: press Resume to continue." if job.state == "paused" else (
-        f"{returned} {_who_takes_it(jobs)}")
+    return (
+        f"{returned} The job is paused: press Resume to continue."
+        if job.state == "paused"
+        else (f"{returned} {_who_takes_it(jobs)}")
+    )
 
 
 def _who_takes_it(jobs: Jobs) -> str:
     live = len(jobs.liveness.live_worker_ids())
     if live:
-        return f"{count(live, 'live worker')} {'takes' if live == 1 else 'take'} it up (see Workers)."
+        return (
+            f"{count(live, 'live worker')} {'takes' if live == 1 else 'take'} it up (see Workers)."
+        )
     return "No worker is live: the job waits until a worker starts (see Workers)."
 
 
@@ -225,8 +258,12 @@ def _export_chunks(jobs: Jobs, job_id: str, fmt: str) -> Iterator[bytes]:
             writer.flush()
         except BrokenPipeError:
             pass
-        except Exception as exc:  # the backend went away mid-download: the download ends short, the log says why
-            log.warning("dashboard: the export of job %s stopped (%s)", job_id, describe_failure(exc))
+        except (
+            Exception
+        ) as exc:  # the backend went away mid-download: the download ends short, the log says why
+            log.warning(
+                "dashboard: the export of job %s stopped (%s)", job_id, describe_failure(exc)
+            )
         finally:
             while not stop.is_set():
                 try:

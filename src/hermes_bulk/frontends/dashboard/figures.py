@@ -57,7 +57,9 @@ class Samples:
         with self._lock:
             return list(self._by_job.get(job_id, ()))
 
-    def per_minute(self, job_id: str, now_s: float, window_s: float = RATE_WINDOW_S) -> float | None:
+    def per_minute(
+        self, job_id: str, now_s: float, window_s: float = RATE_WINDOW_S
+    ) -> float | None:
         """Items settled (completed or failed) per minute over the last window_s, or None when
         the samples span less than MIN_RATE_SPAN_S."""
         recent = [s for s in self.series(job_id) if s[0] >= now_s - window_s]
@@ -101,7 +103,9 @@ class Figures:
             while not self._stop.is_set():
                 try:
                     self.sample()
-                except Exception as exc:  # a backend outage must not end the sampling: the pages say it
+                except (
+                    Exception
+                ) as exc:  # a backend outage must not end the sampling: the pages say it
                     log.warning("dashboard: sampling failed (%s)", type(exc).__name__)
                 self._stop.wait(every_s)
 
@@ -128,19 +132,38 @@ class Figures:
         self.samples.add(st.job, now)
         failed = self.jobs.failed_items(st.job.job_id, FAILED_SHOWN) if st.job.failed else []
         return {
-            "now": now, "job": self._job_row(st, now),
+            "now": now,
+            "job": self._job_row(st, now),
             "series": self.samples.series(st.job.job_id),
-            "events": [{"at": e.at, "kind": e.kind, "message": e.message, "error_type": e.error_type,
-                        "http_status": e.http_status,
-                        "item": None if e.item_index is None else st.event_names.get(e.item_index, f"item {e.item_index + 1}")}
-                       for e in reversed(st.events)],
-            "failed_items": [{"number": i.index + 1, "name": i.name, "error": item_error(i), "attempts": i.attempts}
-                             for i in failed],
+            "events": [
+                {
+                    "at": e.at,
+                    "kind": e.kind,
+                    "message": e.message,
+                    "error_type": e.error_type,
+                    "http_status": e.http_status,
+                    "item": None
+                    if e.item_index is None
+                    else st.event_names.get(e.item_index, f"item {e.item_index + 1}"),
+                }
+                for e in reversed(st.events)
+            ],
+            "failed_items": [
+                {
+                    "number": i.index + 1,
+                    "name": i.name,
+                    "error": item_error(i),
+                    "attempts": i.attempts,
+                }
+                for i in failed
+            ],
             "failed_shown": len(failed),
         }
 
     def workers_page(self) -> dict:
-        if missing_database(self.jobs.settings) is not None:  # no database: no worker ever started here
+        if (
+            missing_database(self.jobs.settings) is not None
+        ):  # no database: no worker ever started here
             return {"now": self.clock(), "workers": [], "heartbeat_s": None}
         store = self.jobs.store
         now = store.now()
@@ -148,12 +171,22 @@ class Figures:
         workers = []
         for w in sorted(store.live_workers(), key=lambda w: (w.host, w.worker_id)):
             age_s = max(now - w.heartbeat_at, 0.0)
-            workers.append({
-                "id": w.worker_id, "host": w.host, "pid": w.pid, "threads": w.threads, "started_at": w.started_at,
-                "heartbeat_at": w.heartbeat_at, "heartbeat_age_s": age_s,
-                "answering": answering(w, now, heartbeat_s=beat_s), "holding": len(w.holding),
-                "holding_shown": [f"{job}#{index + 1}" for job, index in w.holding[:HOLDING_SHOWN]],
-            })
+            workers.append(
+                {
+                    "id": w.worker_id,
+                    "host": w.host,
+                    "pid": w.pid,
+                    "threads": w.threads,
+                    "started_at": w.started_at,
+                    "heartbeat_at": w.heartbeat_at,
+                    "heartbeat_age_s": age_s,
+                    "answering": answering(w, now, heartbeat_s=beat_s),
+                    "holding": len(w.holding),
+                    "holding_shown": [
+                        f"{job}#{index + 1}" for job, index in w.holding[:HOLDING_SHOWN]
+                    ],
+                }
+            )
         return {"now": now, "workers": workers, "heartbeat_s": beat_s}
 
     def _job_row(self, st: JobStatus, now: float) -> dict:
@@ -164,21 +197,35 @@ class Figures:
         rate = self.samples.per_minute(j.job_id, now)
         left = max(j.total - settled, 0)
         processing = st.state == "processing"
-        waiting = st.rate_limit.until if st.rate_limit and st.rate_limit.until > now and processing else None
-        row.update({
-            "state_label": state_label(st.state),
-            "progress": settled / j.total if j.total else 0.0,
-            "items_per_minute": rate,
-            "eta_s": left * 60.0 / rate if rate and left and processing else None,
-            "tokens_used": j.tokens_charged,
-            "rate_limited_until": waiting,
-            "actions": {"pause": not j.finished and st.state in ("not_started", "processing", "waiting_for_worker",
-                                                                 "awaiting_recovery"),
-                        "resume": st.state == "paused", "retry": j.failed > 0},
-        })
+        waiting = (
+            st.rate_limit.until
+            if st.rate_limit and st.rate_limit.until > now and processing
+            else None
+        )
+        row.update(
+            {
+                "state_label": state_label(st.state),
+                "progress": settled / j.total if j.total else 0.0,
+                "items_per_minute": rate,
+                "eta_s": left * 60.0 / rate if rate and left and processing else None,
+                "tokens_used": j.tokens_charged,
+                "rate_limited_until": waiting,
+                "actions": {
+                    "pause": not j.finished
+                    and st.state
+                    in ("not_started", "processing", "waiting_for_worker", "awaiting_recovery"),
+                    "resume": st.state == "paused",
+                    "retry": j.failed > 0,
+                },
+            }
+        )
         return row
 
 
 def describe_failure(exc: BaseException) -> str:
     """What a page shows when the backend could not answer: our own message, never a traceback."""
-    return str(exc) if isinstance(exc, HermesBulkError) else f"the backend could not answer ({type(exc).__name__})"
+    return (
+        str(exc)
+        if isinstance(exc, HermesBulkError)
+        else f"the backend could not answer ({type(exc).__name__})"
+    )

@@ -34,14 +34,22 @@ def bind(host: str, port: int) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise InputError(f"--host {host} --port {port}: cannot listen there ({exc.strerror}); "
-                         "choose another port (or --port 0 for a free one).") from None
+        raise InputError(
+            f"--host {host} --port {port}: cannot listen there ({exc.strerror}); "
+            "choose another port (or --port 0 for a free one)."
+        ) from None
     sock.set_inheritable(True)
     return sock
 
 
 def url_of(host: str, port: int) -> str:
-    shown = "127.0.0.1" if host in ("", "0.0.0.0") else f"[{host}]" if ":" in host and host != "::" else host
+    shown = (
+        "127.0.0.1"
+        if host in ("", "0.0.0.0")
+        else f"[{host}]"
+        if ":" in host and host != "::"
+        else host
+    )
     return f"http://{'[::1]' if host == '::' else shown}:{port}/"
 
 
@@ -53,15 +61,26 @@ def _say(line: str) -> None:
     print(line, flush=True)  # a pipe (a test, a service log) sees the URL at once
 
 
-def serve(jobs: Jobs, *, host: str, port: int, token: str | None, say: Callable[[str], None] = _say) -> None:
+def serve(
+    jobs: Jobs, *, host: str, port: int, token: str | None, say: Callable[[str], None] = _say
+) -> None:
     """Serve until SIGINT/SIGTERM. token: HERMES_BULK_DASHBOARD_TOKEN, or None (a new one)."""
     chosen, made = choose_token(token, host)
     sock = bind(host, port)
     port = sock.getsockname()[1]
     figures = Figures(jobs)
     app = build_app(jobs, figures, Access(chosen, cookie_name(port)))
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", loop="asyncio",
-                            http="h11", ws="none", timeout_graceful_shutdown=2, server_header=False)
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        loop="asyncio",
+        http="h11",
+        ws="none",
+        timeout_graceful_shutdown=2,
+        server_header=False,
+    )
     server = uvicorn.Server(config)
     sampler = figures.start_sampling()
     url = url_of(host, port)

@@ -22,13 +22,24 @@ from . import codec
 def _batch(raw) -> BatchRecord:
     data = json.loads(raw)
     return BatchRecord(
-        batch_id=data["batch_id"], job_id=data["job_id"], status=data["status"], items=int(data["items"]),
-        created_at=float(data["created_at"]), provider_id=data.get("provider_id"),
-        input_file=data.get("input_file"), output_file=data.get("output_file"), error_file=data.get("error_file"),
-        completed=int(data.get("completed", 0)), failed=int(data.get("failed", 0)),
-        submitted_at=data.get("submitted_at"), cancel_sent=bool(data.get("cancel_sent", False)),
-        run_rest_live=bool(data.get("run_rest_live", False)), lease_owner=data.get("lease_owner"),
-        lease_until=float(data.get("lease_until", 0)), final_status=data.get("final_status"))
+        batch_id=data["batch_id"],
+        job_id=data["job_id"],
+        status=data["status"],
+        items=int(data["items"]),
+        created_at=float(data["created_at"]),
+        provider_id=data.get("provider_id"),
+        input_file=data.get("input_file"),
+        output_file=data.get("output_file"),
+        error_file=data.get("error_file"),
+        completed=int(data.get("completed", 0)),
+        failed=int(data.get("failed", 0)),
+        submitted_at=data.get("submitted_at"),
+        cancel_sent=bool(data.get("cancel_sent", False)),
+        run_rest_live=bool(data.get("run_rest_live", False)),
+        lease_owner=data.get("lease_owner"),
+        lease_until=float(data.get("lease_until", 0)),
+        final_status=data.get("final_status"),
+    )
 
 
 class RedisBatches:
@@ -37,25 +48,41 @@ class RedisBatches:
     def _batch_keys(self, job_id: str) -> list[str]:
         return [self.keys.job_key(job_id, "batches"), self.keys.jobs_batched]
 
-    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None):
-        reply = self.lua.open_batch(keys=[*self.keys.job(job_id), *self._batch_keys(job_id)], args=[
-            batch_id, worker_id, max_items, lease_s * 1000, hold_s * 1000, LEARN_AFTER, BATCH_OWNER_PREFIX, job_id,
-            take_from or ""])
+    def open_batch(
+        self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None
+    ):
+        reply = self.lua.open_batch(
+            keys=[*self.keys.job(job_id), *self._batch_keys(job_id)],
+            args=[
+                batch_id,
+                worker_id,
+                max_items,
+                lease_s * 1000,
+                hold_s * 1000,
+                LEARN_AFTER,
+                BATCH_OWNER_PREFIX,
+                job_id,
+                take_from or "",
+            ],
+        )
         if reply[0] != b"ok":
             return ClaimRefused(codec.text(reply[0]))
         return _batch(reply[1])
 
     def lease_batch(self, job_id, batch_id, worker_id, *, lease_s, take_from=None):
-        raw = self.lua.lease_batch(keys=self._batch_keys(job_id)[:1], args=[batch_id, worker_id, lease_s * 1000,
-                                                                              take_from or ""])
+        raw = self.lua.lease_batch(
+            keys=self._batch_keys(job_id)[:1],
+            args=[batch_id, worker_id, lease_s * 1000, take_from or ""],
+        )
         return _batch(raw) if raw else None
 
     def update_batch(self, job_id, batch_id, worker_id, **changes):
         unknown = set(changes) - set(BATCH_FIELDS)
         if unknown:
             raise ValueError(f"update_batch: unknown fields {sorted(unknown)}")
-        raw = self.lua.update_batch(keys=self._batch_keys(job_id), args=[batch_id, worker_id, json.dumps(changes),
-                                                                          job_id])
+        raw = self.lua.update_batch(
+            keys=self._batch_keys(job_id), args=[batch_id, worker_id, json.dumps(changes), job_id]
+        )
         return _batch(raw) if raw else None
 
     def list_batches(self, job_id):
@@ -67,18 +94,35 @@ class RedisBatches:
 
     def iter_batch_items(self, job_id, batch_id, page: int = 500) -> Iterator[BatchItem]:
         owner = (BATCH_OWNER_PREFIX + batch_id).encode()
-        indexes = sorted(int(i) for i, o in self.r.hscan_iter(self.keys.job_key(job_id, "owners"), count=1000)
-                         if o == owner)
+        indexes = sorted(
+            int(i)
+            for i, o in self.r.hscan_iter(self.keys.job_key(job_id, "owners"), count=1000)
+            if o == owner
+        )
         contents = self.keys.job_key(job_id, "contents")
         for low in range(0, len(indexes), page):
-            chunk = indexes[low:low + page]
-            heads, names, sources, _meta = self._records(job_id, ("items", "names", "sources"), chunk)
+            chunk = indexes[low : low + page]
+            heads, names, sources, _meta = self._records(
+                job_id, ("items", "names", "sources"), chunk
+            )
             hashes = [codec.parse_head(h)[1] for h in heads]
-            for index, field, name, source, text in zip(chunk, hashes, names, sources,
-                                                        self.r.hmget(contents, hashes), strict=True):
+            for index, field, name, source, text in zip(
+                chunk, hashes, names, sources, self.r.hmget(contents, hashes), strict=True
+            ):
                 origin, offset, stat_sig = codec.parse_source(source)
-                yield BatchItem(index, codec.text(name), codec.stored_text(text), codec.content_hash_of(field), origin,
-                                offset, stat_sig)
+                yield BatchItem(
+                    index,
+                    codec.text(name),
+                    codec.stored_text(text),
+                    codec.content_hash_of(field),
+                    origin,
+                    offset,
+                    stat_sig,
+                )
 
     def release_batch_items(self, job_id, batch_id):
-        return int(self.lua.release_worker_items(keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]))
+        return int(
+            self.lua.release_worker_items(
+                keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]
+            )
+        )

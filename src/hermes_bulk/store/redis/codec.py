@@ -65,19 +65,43 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
     spec = spec_from_json(meta["spec"])
     max_tokens = int(meta["max_tokens"]) if meta.get("max_tokens") else None
     # What run/resume may change lives in META beside the spec (update_job.lua).
-    changed = {"max_tokens": max_tokens, "concurrency": int(meta.get("concurrency") or spec.concurrency),
-               "rpm": int(meta["rpm"]) if meta.get("rpm") else spec.rpm,
-               "tpm": int(meta["tpm"]) if meta.get("tpm") else spec.tpm}
+    changed = {
+        "max_tokens": max_tokens,
+        "concurrency": int(meta.get("concurrency") or spec.concurrency),
+        "rpm": int(meta["rpm"]) if meta.get("rpm") else spec.rpm,
+        "tpm": int(meta["tpm"]) if meta.get("tpm") else spec.tpm,
+    }
     if any(getattr(spec, k) != v for k, v in changed.items()):
         spec = replace(spec, **changed)
-    n = {k: int(meta[k]) for k in ("total", "pending", "running", "completed", "failed", "tokens_in",
-                                   "tokens_out", "tokens_charged", "tokens_reserved",
-                                   "estimated_tokens", "skipped")}
-    return JobRecord(spec=spec, created_at=float(meta["created_at_ms"]) / 1000, state=meta["state"],
-                     pause_reason=meta.get("pause_reason"), last_claim_at=seconds(meta.get("last_claim_at_ms")),
-                     run_at=seconds(meta.get("run_at_ms")), interrupted=meta.get("interrupted"),
-                     interrupted_at=seconds(meta.get("interrupted_at_ms")), reused=int(meta.get("reused") or 0),
-                     tokens_saved=int(meta.get("tokens_saved") or 0), **n)
+    n = {
+        k: int(meta[k])
+        for k in (
+            "total",
+            "pending",
+            "running",
+            "completed",
+            "failed",
+            "tokens_in",
+            "tokens_out",
+            "tokens_charged",
+            "tokens_reserved",
+            "estimated_tokens",
+            "skipped",
+        )
+    }
+    return JobRecord(
+        spec=spec,
+        created_at=float(meta["created_at_ms"]) / 1000,
+        state=meta["state"],
+        pause_reason=meta.get("pause_reason"),
+        last_claim_at=seconds(meta.get("last_claim_at_ms")),
+        run_at=seconds(meta.get("run_at_ms")),
+        interrupted=meta.get("interrupted"),
+        interrupted_at=seconds(meta.get("interrupted_at_ms")),
+        reused=int(meta.get("reused") or 0),
+        tokens_saved=int(meta.get("tokens_saved") or 0),
+        **n,
+    )
 
 
 def content_field(content_hash: str) -> bytes:
@@ -149,4 +173,3 @@ def parse_event(raw: bytes) -> Event:
     at_ms, body = text(raw).split("\t", 1)
     kind, message, index, error_type, http_status = json.loads(body)
     return Event(kind, message, index, error_type, http_status, at=float(at_ms) / 1000)
-

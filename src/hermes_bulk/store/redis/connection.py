@@ -49,13 +49,18 @@ class RedisConnection:
         if isinstance(exc, redis.AuthenticationError):
             return BackendUnavailable(
                 f"Redis at {self.where} did not accept the credentials (authentication failed or "
-                f"required); check the username and password in {self.setting}.")
+                f"required); check the username and password in {self.setting}."
+            )
         if isinstance(exc, redis.BusyLoadingError):
-            return BackendUnavailable(f"Redis at {self.where} is loading its data (it has just restarted); "
-                                      "try again in a moment.")
+            return BackendUnavailable(
+                f"Redis at {self.where} is loading its data (it has just restarted); "
+                "try again in a moment."
+            )
         what = "Lost the connection to" if lost else "Cannot reach"
-        return BackendUnavailable(f"{what} Redis at {self.where} ({self._reason(exc)}). Start it, or "
-                                  "use the sqlite:// backend for a single machine.")
+        return BackendUnavailable(
+            f"{what} Redis at {self.where} ({self._reason(exc)}). Start it, or "
+            "use the sqlite:// backend for a single machine."
+        )
 
     def _reason(self, exc: Exception) -> str:
         """A few words on why: redis-py's "Error 111 connecting to host:port. Connection refused."
@@ -100,8 +105,13 @@ class RedisConnection:
         self.pool.disconnect()
 
 
-def connect_redis(location: RedisUrl, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                  socket_timeout_s: float = SOCKET_TIMEOUT_S, clock_key: str | None = None) -> RedisConnection:
+def connect_redis(
+    location: RedisUrl,
+    *,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
+    socket_timeout_s: float = SOCKET_TIMEOUT_S,
+    clock_key: str | None = None,
+) -> RedisConnection:
     """A pinged connection pool for a parsed redis:// or rediss:// URL (config/backend_url.py).
 
     clock_key: tests only (RedisConnection.clock_key).
@@ -113,29 +123,43 @@ def connect_redis(location: RedisUrl, *, connect_timeout_s: float = CONNECT_TIME
         # No retries: a script whose reply was lost must not run a second time (a claim would
         # take a second item). A stale pooled connection is replaced at checkout instead.
         pool = redis.ConnectionPool.from_url(
-            location.client_url, socket_connect_timeout=connect_timeout_s, socket_timeout=socket_timeout_s,
-            health_check_interval=HEALTH_CHECK_INTERVAL_S)
+            location.client_url,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=socket_timeout_s,
+            health_check_interval=HEALTH_CHECK_INTERVAL_S,
+        )
     except (ValueError, TypeError):
-        raise ConfigError(f"Invalid setting {setting}: not a redis:// or rediss:// URL "
-                          f"({URL_SHAPE}).") from None
-    conn = RedisConnection(pool=pool, client=redis.Redis(connection_pool=pool), prefix=location.prefix,
-                           where=location.where, setting=setting, clock_key=clock_key)
+        raise ConfigError(
+            f"Invalid setting {setting}: not a redis:// or rediss:// URL ({URL_SHAPE})."
+        ) from None
+    conn = RedisConnection(
+        pool=pool,
+        client=redis.Redis(connection_pool=pool),
+        prefix=location.prefix,
+        where=location.where,
+        setting=setting,
+        clock_key=clock_key,
+    )
     try:
         _ping_once_loaded(conn.client)
     except redis.ResponseError as exc:
         pool.disconnect()
         if "DB index is out of range" in str(exc):
-            raise ConfigError(f"Invalid setting {setting}: database {location.database} is out of range for "
-                              f"Redis at {conn.where} (it has databases 0 to 15 unless its `databases` "
-                              "setting says otherwise).") from None
+            raise ConfigError(
+                f"Invalid setting {setting}: database {location.database} is out of range for "
+                f"Redis at {conn.where} (it has databases 0 to 15 unless its `databases` "
+                "setting says otherwise)."
+            ) from None
         raise conn.unavailable(exc, lost=False) from None
     except redis.RedisError as exc:
         pool.disconnect()
         raise conn.unavailable(exc, lost=False) from None
     except TypeError as exc:  # an option redis-py passes on to a connection that does not take it
         pool.disconnect()
-        raise ConfigError(f"Invalid setting {setting}: an option in the URL is not one Redis connections "
-                          f"take ({str(exc).rsplit(' ', 1)[-1]}).") from None
+        raise ConfigError(
+            f"Invalid setting {setting}: an option in the URL is not one Redis connections "
+            f"take ({str(exc).rsplit(' ', 1)[-1]})."
+        ) from None
     return conn
 
 
@@ -162,12 +186,14 @@ def map_connection_errors(cls):
 
     def wrap(fn):
         if inspect.isgeneratorfunction(fn):
+
             @functools.wraps(fn)
             def gen(self, *args, **kwargs):
                 try:
                     yield from fn(self, *args, **kwargs)
                 except errors as exc:
                     raise self.conn.unavailable(exc) from exc
+
             return gen
 
         @functools.wraps(fn)
@@ -176,6 +202,7 @@ def map_connection_errors(cls):
                 return fn(self, *args, **kwargs)
             except errors as exc:
                 raise self.conn.unavailable(exc) from exc
+
         return call
 
     for name, fn in list(vars(cls).items()):
@@ -196,5 +223,7 @@ def persistence_warning(conn: RedisConnection) -> str | None:
         return None
     if str(info.get("aof_enabled", "1")) == "1":
         return None
-    return (f"Redis at {conn.where} does not persist with an append-only file (appendonly no): a Redis "
-            "restart would lose jobs. Turn it on: redis-server --appendonly yes (docker/compose.yaml does).")
+    return (
+        f"Redis at {conn.where} does not persist with an append-only file (appendonly no): a Redis "
+        "restart would lose jobs. Turn it on: redis-server --appendonly yes (docker/compose.yaml does)."
+    )

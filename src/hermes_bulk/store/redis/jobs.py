@@ -82,9 +82,19 @@ class RedisJobStore(RedisBatches):
         # NX: a clashing id must not move the existing job in list_jobs.
         pipe.zadd(self.keys.jobs_created, {spec.job_id: created_ms}, nx=True)
         pipe.zadd(self.keys.jobs_ids, {spec.job_id: 0})
-        self.lua.begin_job(keys=self.keys.job(spec.job_id), client=pipe, args=[
-            f"{created_ms:.3f}", json.dumps(asdict(spec)), codec.opt(spec.max_tokens), spec.concurrency,
-            spec.output_tokens_estimate, codec.opt(spec.max_output_tokens), int(drops_content(spec))])
+        self.lua.begin_job(
+            keys=self.keys.job(spec.job_id),
+            client=pipe,
+            args=[
+                f"{created_ms:.3f}",
+                json.dumps(asdict(spec)),
+                codec.opt(spec.max_tokens),
+                spec.concurrency,
+                spec.output_tokens_estimate,
+                codec.opt(spec.max_output_tokens),
+                int(drops_content(spec)),
+            ],
+        )
         try:
             pipe.execute()
         except redis.ResponseError as exc:
@@ -119,7 +129,11 @@ class RedisJobStore(RedisBatches):
         wanted = sorted({it.answer_key for it in batch if it.answer_key}) if reuse else []
         if wanted:
             stored = self.r.hmget(self.keys.answers, [codec.answer_field(k) for k in wanted])
-            hits = [(k, codec.text(v).split("\t")) for k, v in zip(wanted, stored, strict=True) if v is not None]
+            hits = [
+                (k, codec.text(v).split("\t"))
+                for k, v in zip(wanted, stored, strict=True)
+                if v is not None
+            ]
             if hits:
                 pipe = self.r.pipeline(transaction=False)
                 for _, (job, idx, _tokens) in hits:
@@ -130,10 +144,17 @@ class RedisJobStore(RedisBatches):
         args: list = []
         for it in batch:
             found = answers.get(it.answer_key)
-            args += [it.index, codec.item_head(it), it.name, codec.item_source(it), codec.content_field(it.content_hash),
-                     "" if found and drops else codec.stored(it.content), it.estimated_tokens,
-                     codec.answer_field(it.answer_key) if it.answer_key else "",
-                     *(found if found else ("", "", "", ""))]
+            args += [
+                it.index,
+                codec.item_head(it),
+                it.name,
+                codec.item_source(it),
+                codec.content_field(it.content_hash),
+                "" if found and drops else codec.stored(it.content),
+                it.estimated_tokens,
+                codec.answer_field(it.answer_key) if it.answer_key else "",
+                *(found if found else ("", "", "", "")),
+            ]
         return args
 
     def _add_batch(self, keys: list[str], args: list) -> None:
@@ -164,7 +185,9 @@ class RedisJobStore(RedisBatches):
 
     # Reading -------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord | None:
-        return codec.job_from_meta(codec.decode_hash(self.r.hgetall(self.keys.job_key(job_id, "meta"))))
+        return codec.job_from_meta(
+            codec.decode_hash(self.r.hgetall(self.keys.job_key(job_id, "meta")))
+        )
 
     def _metas(self, job_ids: list[str]) -> list[dict[str, str]]:
         pipe = self.r.pipeline(transaction=False)
@@ -183,8 +206,12 @@ class RedisJobStore(RedisBatches):
         found: list[str] = []
         offset = 0
         while len(found) < FIND_LIMIT:
-            ids = [codec.text(i) for i in self.r.zrange(self.keys.jobs_ids, low, high, bylex=True,
-                                                   offset=offset, num=INDEX_PAGE)]
+            ids = [
+                codec.text(i)
+                for i in self.r.zrange(
+                    self.keys.jobs_ids, low, high, bylex=True, offset=offset, num=INDEX_PAGE
+                )
+            ]
             found += [i for i, s in zip(ids, self._states(ids), strict=True) if s and s != CREATING]
             if len(ids) < INDEX_PAGE:
                 break
@@ -195,12 +222,15 @@ class RedisJobStore(RedisBatches):
         jobs: list[JobRecord] = []
         start = 0
         while len(jobs) < limit:
-            ids = [codec.text(i) for i in self.r.zrevrange(self.keys.jobs_created, start, start + INDEX_PAGE - 1)]
+            ids = [
+                codec.text(i)
+                for i in self.r.zrevrange(self.keys.jobs_created, start, start + INDEX_PAGE - 1)
+            ]
             jobs += [j for j in map(codec.job_from_meta, self._metas(ids)) if j is not None]
             if len(ids) < INDEX_PAGE:
                 break
             start += INDEX_PAGE
-        return jobs[:max(limit, 0)]
+        return jobs[: max(limit, 0)]
 
     def _active_ids(self) -> list[str]:
         return [codec.text(i) for i in self.r.zrange(self.keys.jobs_active, 0, -1)]
@@ -223,41 +253,65 @@ class RedisJobStore(RedisBatches):
         replies = pipe.execute()
         found: list[list] = []
         for f in range(len(families)):
-            values = dict(zip((i for group in buckets.values() for i in group),
-                              (v for reply in replies[f * len(buckets):(f + 1) * len(buckets)] for v in reply),
-                              strict=True))
+            values = dict(
+                zip(
+                    (i for group in buckets.values() for i in group),
+                    (
+                        v
+                        for reply in replies[f * len(buckets) : (f + 1) * len(buckets)]
+                        for v in reply
+                    ),
+                    strict=True,
+                )
+            )
             found.append([values[i] for i in indexes])
         return [*found, codec.decode_hash(replies[-1])]
 
-    def iter_items(self, job_id: str, batch: int = 1000, *, with_content: bool = False) -> Iterator[ItemRecord]:
+    def iter_items(
+        self, job_id: str, batch: int = 1000, *, with_content: bool = False
+    ) -> Iterator[ItemRecord]:
         # Indexes are positions in the source (0..n-1), so a page is a range of bucket fields.
         max_index = self.r.hget(self.keys.job_key(job_id, "meta"), "max_index")
         if max_index is None:
             return
         for low in range(0, int(max_index) + 1, max(batch, 1)):
             page = list(range(low, min(low + batch, int(max_index) + 1)))
-            heads, names, states, results, meta = self._records(job_id, ("items", "names", "states", "results"), page)
-            hashes = [codec.parse_head(h)[1] for h in heads if h is not None] if with_content else []
+            heads, names, states, results, meta = self._records(
+                job_id, ("items", "names", "states", "results"), page
+            )
+            hashes = (
+                [codec.parse_head(h)[1] for h in heads if h is not None] if with_content else []
+            )
             contents = self.r.hmget(self.keys.job_key(job_id, "contents"), hashes) if hashes else []
             by_hash = dict(zip(hashes, contents, strict=True))
-            for index, head, name, state, result in zip(page, heads, names, states, results, strict=True):
+            for index, head, name, state, result in zip(
+                page, heads, names, states, results, strict=True
+            ):
                 if head is None:
                     continue
-                record = self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
+                record = self._item_record(
+                    index, codec.text(name), codec.parse_state(state, meta), result
+                )
                 if with_content:
-                    record = replace(record, content=codec.stored_text(by_hash[codec.parse_head(head)[1]]))
+                    record = replace(
+                        record, content=codec.stored_text(by_hash[codec.parse_head(head)[1]])
+                    )
                 yield record
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         if limit <= 0:
             return []
-        return [codec.parse_event(e) for e in self.r.lrange(self.keys.job_key(job_id, "events"), -limit, -1)]
+        return [
+            codec.parse_event(e)
+            for e in self.r.lrange(self.keys.job_key(job_id, "events"), -limit, -1)
+        ]
 
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
         if index < 0:
             return None
-        [head], [name], [state], [result], meta = self._records(job_id, ("items", "names", "states", "results"),
-                                                                 [index])
+        [head], [name], [state], [result], meta = self._records(
+            job_id, ("items", "names", "states", "results"), [index]
+        )
         if head is None or not meta:  # no such item, or deleted in the meantime
             return None
         _, field = codec.parse_head(head)
@@ -268,11 +322,21 @@ class RedisJobStore(RedisBatches):
 
     @staticmethod
     def _item_record(index: int, name: str, st: dict, result) -> ItemRecord:
-        return ItemRecord(index=index, name=name, status=st.get("s", PENDING), result=codec.stored_text(result),
-                          error_type=st.get("et"), http_status=st.get("hs"), error_message=st.get("em"),
-                          tokens_in=st.get("ti", 0), tokens_out=st.get("to", 0),
-                          attempts=st.get("a", 0), provider=st.get("pv"), model=st.get("md"),
-                          reused_from=(st["rj"], st["ri"]) if "rj" in st else None)
+        return ItemRecord(
+            index=index,
+            name=name,
+            status=st.get("s", PENDING),
+            result=codec.stored_text(result),
+            error_type=st.get("et"),
+            http_status=st.get("hs"),
+            error_message=st.get("em"),
+            tokens_in=st.get("ti", 0),
+            tokens_out=st.get("to", 0),
+            attempts=st.get("a", 0),
+            provider=st.get("pv"),
+            model=st.get("md"),
+            reused_from=(st["rj"], st["ri"]) if "rj" in st else None,
+        )
 
     def find_item(self, job_id: str, name: str) -> int | None:
         # No index on names: the names buckets are read FIND_BUCKETS a round trip, lowest first.
@@ -294,10 +358,16 @@ class RedisJobStore(RedisBatches):
         indexes = [int(i) for i in self.r.zrange(self.keys.job_key(job_id, "failed"), 0, limit - 1)]
         if not indexes:
             return []
-        heads, names, states, results, meta = self._records(job_id, ("items", "names", "states", "results"), indexes)
-        return [self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
-                for index, head, name, state, result in zip(indexes, heads, names, states, results, strict=True)
-                if head is not None]
+        heads, names, states, results, meta = self._records(
+            job_id, ("items", "names", "states", "results"), indexes
+        )
+        return [
+            self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
+            for index, head, name, state, result in zip(
+                indexes, heads, names, states, results, strict=True
+            )
+            if head is not None
+        ]
 
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         wanted = sorted({i for i in indexes if i >= 0})
@@ -309,12 +379,19 @@ class RedisJobStore(RedisBatches):
     def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
         if limit <= 0:
             return []
-        events = [e for e in map(codec.parse_event, self.r.lrange(self.keys.job_key(job_id, "events"), 0, -1))
-                  if e.item_index == index]
+        events = [
+            e
+            for e in map(
+                codec.parse_event, self.r.lrange(self.keys.job_key(job_id, "events"), 0, -1)
+            )
+            if e.item_index == index
+        ]
         return events[-limit:]
 
     # Job state -----------------------------------------------------------------------------
-    def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):
+    def set_state(
+        self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None
+    ):
         args = [state, codec.opt(pause_reason), codec.opt(max_tokens)]
         args += codec.event_args([event]) if event is not None else [0, ""]
         pipe = self.r.pipeline(transaction=True)
@@ -332,7 +409,9 @@ class RedisJobStore(RedisBatches):
 
     def mark_interrupted(self, job_id, reason, *, event=None):
         body = codec.event_body(event) if event is not None else ""
-        return bool(self.lua.mark_interrupted(keys=self.keys.job(job_id), args=[codec.opt(reason), body]))
+        return bool(
+            self.lua.mark_interrupted(keys=self.keys.job(job_id), args=[codec.opt(reason), body])
+        )
 
     def update_job(self, job_id, *, concurrency=None, rpm=None, tpm=None):
         args = [codec.opt(concurrency), codec.opt(rpm), codec.opt(tpm)]
@@ -359,8 +438,10 @@ class RedisJobStore(RedisBatches):
 
     # Items ---------------------------------------------------------------------------------
     def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
-        reply = self.lua.claim_item(keys=self.keys.job(job_id),
-                                    args=[index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER])
+        reply = self.lua.claim_item(
+            keys=self.keys.job(job_id),
+            args=[index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER],
+        )
         return self._claimed(reply)
 
     @staticmethod
@@ -371,14 +452,26 @@ class RedisJobStore(RedisBatches):
         _, meta, index, content_hash, name, source, raw_state, content = reply
         origin, offset, stat_sig = codec.parse_source(source)
         st = json.loads(raw_state) if raw_state else {}  # attempts and waits only: no names to read
-        return Claim(job=codec.job_from_meta(codec.decode_hash(meta)), index=int(index), name=codec.text(name),
-                     content=codec.stored_text(content), content_hash=codec.content_hash_of(content_hash), origin=origin,
-                     offset=offset,
-                     stat_sig=stat_sig, attempts=st.get("a", 0), rate_limit_waits=st.get("w", 0))
+        return Claim(
+            job=codec.job_from_meta(codec.decode_hash(meta)),
+            index=int(index),
+            name=codec.text(name),
+            content=codec.stored_text(content),
+            content_hash=codec.content_hash_of(content_hash),
+            origin=origin,
+            offset=offset,
+            stat_sig=stat_sig,
+            attempts=st.get("a", 0),
+            rate_limit_waits=st.get("w", 0),
+        )
 
     def next_item_estimate(self, job_id: str) -> int | None:
         first = self.r.zrange(self.keys.job_key(job_id, "pending"), 0, 0)
-        raw = self.r.hget(self.keys.bucket(job_id, "items", int(first[0])), first[0]) if first else None
+        raw = (
+            self.r.hget(self.keys.bucket(job_id, "items", int(first[0])), first[0])
+            if first
+            else None
+        )
         return codec.parse_head(raw)[0] if raw is not None else None
 
     def renew_leases(self, worker_id, items, *, lease_s):
@@ -389,42 +482,106 @@ class RedisJobStore(RedisBatches):
             return 0
         pipe = self.r.pipeline(transaction=False)
         for job_id, indexes in by_job.items():
-            self.lua.renew_leases(keys=self.keys.job(job_id), args=[worker_id, lease_s * 1000, *indexes], client=pipe)
+            self.lua.renew_leases(
+                keys=self.keys.job(job_id), args=[worker_id, lease_s * 1000, *indexes], client=pipe
+            )
         return sum(int(n) for n in pipe.execute())
 
-    def complete_item(self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None):
-        return bool(self.lua.complete_item(keys=self.keys.job(job_id), args=self._complete_args(
-            job_id, index, worker_id, result, usage, provider, model)))
+    def complete_item(
+        self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None
+    ):
+        return bool(
+            self.lua.complete_item(
+                keys=self.keys.job(job_id),
+                args=self._complete_args(job_id, index, worker_id, result, usage, provider, model),
+            )
+        )
 
     @staticmethod
     def _complete_args(job_id, index, worker_id, result, usage: Usage, provider, model) -> list:
         """complete_item.lua's ARGV: the one place a result is encoded for Redis (codec.stored)."""
-        return [index, worker_id, codec.stored(result), codec.opt(usage.tokens_in), codec.opt(usage.tokens_out),
-                codec.opt(provider), codec.opt(model), job_id]
+        return [
+            index,
+            worker_id,
+            codec.stored(result),
+            codec.opt(usage.tokens_in),
+            codec.opt(usage.tokens_out),
+            codec.opt(provider),
+            codec.opt(model),
+            job_id,
+        ]
 
-    def complete_and_claim(self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None,
-                           index_hint, lease_s, max_running):
-        reply = self.lua.complete_and_claim(keys=self.keys.job(job_id), args=[
-            *self._complete_args(job_id, index, worker_id, result, usage, provider, model),
-            index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER])
+    def complete_and_claim(
+        self,
+        job_id,
+        index,
+        worker_id,
+        result,
+        usage: Usage,
+        *,
+        provider=None,
+        model=None,
+        index_hint,
+        lease_s,
+        max_running,
+    ):
+        reply = self.lua.complete_and_claim(
+            keys=self.keys.job(job_id),
+            args=[
+                *self._complete_args(job_id, index, worker_id, result, usage, provider, model),
+                index_hint,
+                worker_id,
+                lease_s * 1000,
+                max_running,
+                LEARN_AFTER,
+            ],
+        )
         if not reply[0]:
             return False, None
         return True, self._claimed(reply[1])
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
-        return bool(self.lua.fail_item(keys=self.keys.job(job_id), args=[
-            index, worker_id, error.error_type, codec.opt(error.http_status), error.message]))
+        return bool(
+            self.lua.fail_item(
+                keys=self.keys.job(job_id),
+                args=[
+                    index,
+                    worker_id,
+                    error.error_type,
+                    codec.opt(error.http_status),
+                    error.message,
+                ],
+            )
+        )
 
     def release_item(self, job_id, index, worker_id):
         return bool(self.lua.release_item(keys=self.keys.job(job_id), args=[index, worker_id]))
 
     def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
-        return self.lua.record_attempt(keys=self.keys.job(job_id), args=[
-            index, worker_id, int(rate_limited), error.error_type, codec.opt(error.http_status), error.message])
+        return self.lua.record_attempt(
+            keys=self.keys.job(job_id),
+            args=[
+                index,
+                worker_id,
+                int(rate_limited),
+                error.error_type,
+                codec.opt(error.http_status),
+                error.message,
+            ],
+        )
 
     def settle_failed_attempt(self, job_id, index, worker_id, error: ItemError, *, retries):
-        return self.lua.settle_failed_attempt(keys=self.keys.job(job_id), args=[
-            index, worker_id, error.error_type, codec.opt(error.http_status), error.message, retries])
+        return self.lua.settle_failed_attempt(
+            keys=self.keys.job(job_id),
+            args=[
+                index,
+                worker_id,
+                error.error_type,
+                codec.opt(error.http_status),
+                error.message,
+                retries,
+            ],
+        )
 
     # What the SQLite store does in one statement across jobs, this store does one atomic
     # script per job on the active-jobs index (pipelined: one round trip). Each job's release
@@ -439,7 +596,9 @@ class RedisJobStore(RedisBatches):
     def release_expired_leases(self) -> dict[str, int]:
         released: dict[str, int] = {}
         idle: list[tuple[str, int]] = []
-        for job_id, (n, is_idle, epoch) in self._each_active_job(self.lua.release_expired, []).items():
+        for job_id, (n, is_idle, epoch) in self._each_active_job(
+            self.lua.release_expired, []
+        ).items():
             if n:
                 released[job_id] = n
             if is_idle:
@@ -448,7 +607,9 @@ class RedisJobStore(RedisBatches):
             # Jobs not running and holding nothing leave the index, unless run again meanwhile.
             pipe = self.r.pipeline(transaction=False)
             for job_id, epoch in idle:
-                self.lua.prune_active(keys=[self.keys.jobs_active], args=[job_id, epoch], client=pipe)
+                self.lua.prune_active(
+                    keys=[self.keys.jobs_active], args=[job_id, epoch], client=pipe
+                )
             pipe.execute()
         return released
 
@@ -482,13 +643,24 @@ class RedisJobStore(RedisBatches):
         events = list(events)
         if events:
             skipped = sum(e.kind == "skipped" for e in events)
-            self.lua.add_events(keys=self.keys.job(job_id), args=[skipped, *codec.event_args(events)])
+            self.lua.add_events(
+                keys=self.keys.job(job_id), args=[skipped, *codec.event_args(events)]
+            )
 
     # Workers -------------------------------------------------------------------------------
     def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
-        self.lua.heartbeat(keys=[self.keys.workers, self.keys.worker(info.worker_id)], args=[
-            info.worker_id, info.host, info.pid, repr(float(info.started_at)), info.threads, ttl_s * 1000,
-            info.serves])
+        self.lua.heartbeat(
+            keys=[self.keys.workers, self.keys.worker(info.worker_id)],
+            args=[
+                info.worker_id,
+                info.host,
+                info.pid,
+                repr(float(info.started_at)),
+                info.threads,
+                ttl_s * 1000,
+                info.serves,
+            ],
+        )
 
     def remove_worker(self, worker_id: str) -> None:
         pipe = self.r.pipeline(transaction=True)  # one slot: {P:workers}
@@ -513,8 +685,16 @@ class RedisJobStore(RedisBatches):
         for worker_id, raw in zip(ids, pipe.execute(), strict=True):
             w = codec.decode_hash(raw)
             if w:
-                workers.append(WorkerInfo(worker_id, w["host"], int(w["pid"]), float(w["started_at"]),
-                                          float(w["heartbeat_at_ms"]) / 1000, int(w["threads"]), w.get("serves", ""),
-                                          holding=held.get(worker_id, [])))
+                workers.append(
+                    WorkerInfo(
+                        worker_id,
+                        w["host"],
+                        int(w["pid"]),
+                        float(w["started_at"]),
+                        float(w["heartbeat_at_ms"]) / 1000,
+                        int(w["threads"]),
+                        w.get("serves", ""),
+                        holding=held.get(worker_id, []),
+                    )
+                )
         return sorted(workers, key=lambda w: w.started_at)
-

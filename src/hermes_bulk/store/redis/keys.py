@@ -109,8 +109,20 @@ LAYOUT = "2"
 #: A provider key's pacing and backoff state is kept this long after it was last needed.
 LIMIT_IDLE_KEEP_MS = 86_400_000
 
-JOB_KEY_SUFFIXES = ("meta", "items", "states", "contents", "results", "pending", "leases",
-                    "owners", "failed", "events", "keys", "dups")
+JOB_KEY_SUFFIXES = (
+    "meta",
+    "items",
+    "states",
+    "contents",
+    "results",
+    "pending",
+    "leases",
+    "owners",
+    "failed",
+    "events",
+    "keys",
+    "dups",
+)
 
 
 class RedisKeys:
@@ -142,4 +154,3 @@ class RedisKeys:
 
     def limit(self, provider_key: str) -> str:
         return f"{{{self.prefix}:limit:{provider_key}}}"
-

@@ -31,7 +31,11 @@ def ensure_layout(conn: RedisConnection, keys: RedisKeys) -> int:
             continue
         top = int(client.hget(keys.job_key(job_id, "meta"), "max_index") or -1)
         for low in range(0, top + 1, PAGE_ITEMS):
-            moved += int(lua.migrate_layout(keys=keys.job(job_id), args=[low, min(low + PAGE_ITEMS, top + 1) - 1]))
+            moved += int(
+                lua.migrate_layout(
+                    keys=keys.job(job_id), args=[low, min(low + PAGE_ITEMS, top + 1) - 1]
+                )
+            )
     cursor = b"0"
     while True:  # the answer index: hex keys to their bytes
         cursor = lua.migrate_answers(keys=[keys.answers], args=[cursor])

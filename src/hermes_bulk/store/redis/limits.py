@@ -23,19 +23,37 @@ class RedisLimits:
         self._clean: dict[str, bool] = {}
 
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> Turn:
-        wait_ms, clean, epoch = self.lua.acquire(keys=[self.keys.limit(key)], args=[
-            rpm or 0, tpm or 0, tokens, limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000])
+        wait_ms, clean, epoch = self.lua.acquire(
+            keys=[self.keys.limit(key)],
+            args=[
+                rpm or 0,
+                tpm or 0,
+                tokens,
+                limits_math.AUTO_RECOVERY_DOUBLING_S * 1000,
+                limits_math.AUTO_OFF_BELOW_S * 1000,
+            ],
+        )
         self._clean[key] = bool(clean)
         return Turn(float(wait_ms) / 1000, int(epoch))
 
-    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
-              epoch: int) -> float:
+    def pause(
+        self, key: str, *, seconds: float | None, base_s: float, cap_s: float, epoch: int
+    ) -> float:
         self._clean[key] = False
         wait_ms = "" if seconds is None else seconds * 1000
-        until_ms = self.lua.pause(keys=[self.keys.limit(key)], args=[
-            wait_ms, base_s * 1000, cap_s * 1000, limits_math.AIMD_DECREASE, limits_math.AUTO_MAX_INTERVAL_S * 1000,
-            limits_math.AUTO_RECOVERY_DOUBLING_S * 1000, limits_math.AUTO_OFF_BELOW_S * 1000,
-            epoch])
+        until_ms = self.lua.pause(
+            keys=[self.keys.limit(key)],
+            args=[
+                wait_ms,
+                base_s * 1000,
+                cap_s * 1000,
+                limits_math.AIMD_DECREASE,
+                limits_math.AUTO_MAX_INTERVAL_S * 1000,
+                limits_math.AUTO_RECOVERY_DOUBLING_S * 1000,
+                limits_math.AUTO_OFF_BELOW_S * 1000,
+                epoch,
+            ],
+        )
         return float(until_ms) / 1000
 
     def clear_backoff(self, key: str) -> None:

@@ -12,7 +12,10 @@ from huey import RedisHuey
 
 from .connection import RedisConnection
 
-QUEUE_ERRORS = (redis.ConnectionError, redis.TimeoutError)  #: what Huey's RedisStorage raises when Redis is gone
+QUEUE_ERRORS = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+)  #: what Huey's RedisStorage raises when Redis is gone
 
 
 def queue_maker(conn: RedisConnection) -> Callable[[str], RedisHuey]:
@@ -21,7 +24,12 @@ def queue_maker(conn: RedisConnection) -> Callable[[str], RedisHuey]:
     def make_queue(name: str) -> RedisHuey:
         # results=False: nothing reads Huey results (the store has them), and RedisHuey's results
         # hash would grow forever. clean_name=False keeps the prefix readable in Huey's key names.
-        return RedisHuey(name=f"{conn.prefix}.{name}", connection_pool=conn.pool, results=False,
-                         utc=True, clean_name=False)
+        return RedisHuey(
+            name=f"{conn.prefix}.{name}",
+            connection_pool=conn.pool,
+            results=False,
+            utc=True,
+            clean_name=False,
+        )
 
     return make_queue

@@ -19,41 +19,63 @@ from ..protocol import (
     ClaimRefused,
 )
 
-_COLUMNS = ("id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, completed,"
-            " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until, final_status")
+_COLUMNS = (
+    "id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, completed,"
+    " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until, final_status"
+)
 
 
 def _batch(row) -> BatchRecord:
-    return BatchRecord(*row[:12], cancel_sent=bool(row[12]), run_rest_live=bool(row[13]), lease_owner=row[14],
-                       lease_until=row[15], final_status=row[16])
+    return BatchRecord(
+        *row[:12],
+        cancel_sent=bool(row[12]),
+        run_rest_live=bool(row[13]),
+        lease_owner=row[14],
+        lease_until=row[15],
+        final_status=row[16],
+    )
 
 
 class SqliteBatches:
     """The batch half of SqliteJobStore (self.db, self.now, _job_row and _refuse_claim come from it)."""
 
-    def open_batch(self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None):
+    def open_batch(
+        self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None
+    ):
         now = self.now()
         with self.db.write() as conn:
-            row = conn.execute(f"SELECT {self._job_columns} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = conn.execute(
+                f"SELECT {self._job_columns} FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
             if row is None:
                 return ClaimRefused("no_job")
             job = self._job_from_row(row)
             if job.state != RUNNING:
                 return ClaimRefused("not_running")
-            found = conn.execute(f"SELECT {_COLUMNS} FROM batches WHERE job_id = ? AND status = ?",
-                                 (job_id, BATCH_PREPARING)).fetchone()
+            found = conn.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE job_id = ? AND status = ?",
+                (job_id, BATCH_PREPARING),
+            ).fetchone()
             if found is not None:
                 batch = _batch(found)
-                if batch.lease_owner not in (None, worker_id, take_from) and batch.lease_until >= now:
+                if (
+                    batch.lease_owner not in (None, worker_id, take_from)
+                    and batch.lease_until >= now
+                ):
                     return ClaimRefused("batch_preparing")
-                conn.execute("UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
-                             (worker_id, now + lease_s, batch.batch_id))
+                conn.execute(
+                    "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
+                    (worker_id, now + lease_s, batch.batch_id),
+                )
                 return _batch((*found[:14], worker_id, now + lease_s, *found[16:]))
             # Set-wise, so a batch of 50,000 holds no list of its items here: each item's reservation
             # (JobRecord.reservation, as claim_item reckons it in SQL) and the running sum of them
             # in index order, taken while it fits under --max-tokens.
             owner = BATCH_OWNER_PREFIX + batch_id
-            delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
+            delta, floor = (
+                job.output_allowance - job.spec.output_tokens_estimate,
+                job.output_allowance,
+            )
             limit, used = job.spec.max_tokens, job.tokens_charged + job.tokens_reserved
             taken = conn.execute(
                 "WITH c AS (SELECT idx, max(estimate + ?, min(?, estimate)) AS r FROM items"
@@ -61,31 +83,77 @@ class SqliteBatches:
                 " s AS (SELECT idx, r, sum(r) OVER (ORDER BY idx) AS cum FROM c)"
                 " UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = s.r FROM s"
                 " WHERE items.job_id = ? AND items.idx = s.idx AND (? IS NULL OR ? + s.cum <= ?)",
-                (delta, floor, job_id, max_items, CLAIMED, owner, now + hold_s, job_id, limit, used, limit))
-            (taken,) = conn.execute("SELECT changes()").fetchone()  # rowcount is -1 for a statement opening WITH
+                (
+                    delta,
+                    floor,
+                    job_id,
+                    max_items,
+                    CLAIMED,
+                    owner,
+                    now + hold_s,
+                    job_id,
+                    limit,
+                    used,
+                    limit,
+                ),
+            )
+            (taken,) = conn.execute(
+                "SELECT changes()"
+            ).fetchone()  # rowcount is -1 for a statement opening WITH
             if not taken:
-                first = conn.execute("SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx"
-                                     " LIMIT 1", (job_id,)).fetchone()
-                return ClaimRefused("no_pending") if first is None else self._refuse_claim(conn, job, first[0])
-            (reserved,) = conn.execute("SELECT coalesce(sum(reserved), 0) FROM items WHERE job_id = ? AND owner = ?"
-                                       " AND status = ?", (job_id, owner, CLAIMED)).fetchone()
-            conn.execute("UPDATE jobs SET pending = pending - ?, running = running + ?,"
-                         " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
-                         (taken, taken, reserved, now, job_id))
-            conn.execute("INSERT INTO batches (id, job_id, status, items, created_at, lease_owner, lease_until)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (batch_id, job_id, BATCH_PREPARING, taken, now, worker_id, now + lease_s))
-            return BatchRecord(batch_id, job_id, BATCH_PREPARING, taken, now, lease_owner=worker_id,
-                               lease_until=now + lease_s)
+                first = conn.execute(
+                    "SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx"
+                    " LIMIT 1",
+                    (job_id,),
+                ).fetchone()
+                return (
+                    ClaimRefused("no_pending")
+                    if first is None
+                    else self._refuse_claim(conn, job, first[0])
+                )
+            (reserved,) = conn.execute(
+                "SELECT coalesce(sum(reserved), 0) FROM items WHERE job_id = ? AND owner = ?"
+                " AND status = ?",
+                (job_id, owner, CLAIMED),
+            ).fetchone()
+            conn.execute(
+                "UPDATE jobs SET pending = pending - ?, running = running + ?,"
+                " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
+                (taken, taken, reserved, now, job_id),
+            )
+            conn.execute(
+                "INSERT INTO batches (id, job_id, status, items, created_at, lease_owner, lease_until)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (batch_id, job_id, BATCH_PREPARING, taken, now, worker_id, now + lease_s),
+            )
+            return BatchRecord(
+                batch_id,
+                job_id,
+                BATCH_PREPARING,
+                taken,
+                now,
+                lease_owner=worker_id,
+                lease_until=now + lease_s,
+            )
 
     def lease_batch(self, job_id, batch_id, worker_id, *, lease_s, take_from=None):
         now = self.now()
         with self.db.write() as conn:
             row = conn.execute(
                 "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND job_id = ? AND status != ?"
-                " AND (lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until < ?) RETURNING " + _COLUMNS,
-                (worker_id, now + lease_s, batch_id, job_id, BATCH_DONE, worker_id, take_from or worker_id,
-                 now)).fetchone()
+                " AND (lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until < ?) RETURNING "
+                + _COLUMNS,
+                (
+                    worker_id,
+                    now + lease_s,
+                    batch_id,
+                    job_id,
+                    BATCH_DONE,
+                    worker_id,
+                    take_from or worker_id,
+                    now,
+                ),
+            ).fetchone()
         return None if row is None else _batch(row)
 
     def update_batch(self, job_id, batch_id, worker_id, **changes):
@@ -99,16 +167,29 @@ class SqliteBatches:
         if not sets:
             sets.append("id = id")
         with self.db.write() as conn:
-            row = conn.execute(f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND job_id = ? AND lease_owner = ?"
-                               " RETURNING " + _COLUMNS, (*values, batch_id, job_id, worker_id)).fetchone()
+            row = conn.execute(
+                f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND job_id = ? AND lease_owner = ?"
+                " RETURNING " + _COLUMNS,
+                (*values, batch_id, job_id, worker_id),
+            ).fetchone()
         return None if row is None else _batch(row)
 
     def list_batches(self, job_id):
-        return [_batch(r) for r in self.db.read(f"SELECT {_COLUMNS} FROM batches WHERE job_id = ?"
-                                                 " ORDER BY created_at, id", (job_id,))]
+        return [
+            _batch(r)
+            for r in self.db.read(
+                f"SELECT {_COLUMNS} FROM batches WHERE job_id = ? ORDER BY created_at, id",
+                (job_id,),
+            )
+        ]
 
     def batch_job_ids(self):
-        return [r[0] for r in self.db.read("SELECT DISTINCT job_id FROM batches WHERE status != ?", (BATCH_DONE,))]
+        return [
+            r[0]
+            for r in self.db.read(
+                "SELECT DISTINCT job_id FROM batches WHERE status != ?", (BATCH_DONE,)
+            )
+        ]
 
     def iter_batch_items(self, job_id, batch_id, page: int = 500) -> Iterator[BatchItem]:
         owner, last = BATCH_OWNER_PREFIX + batch_id, -1
@@ -116,14 +197,20 @@ class SqliteBatches:
             rows = self.db.read(
                 "SELECT i.idx, i.name, c.text, i.content_hash, i.origin, i.byte_offset, i.stat_sig FROM items i JOIN contents c"
                 " ON c.job_id = i.job_id AND c.hash = i.content_hash WHERE i.job_id = ? AND i.owner = ?"
-                " AND i.status = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, owner, CLAIMED, last, page))
+                " AND i.status = ? AND i.idx > ? ORDER BY i.idx LIMIT ?",
+                (job_id, owner, CLAIMED, last, page),
+            )
             for r in rows:
-                yield BatchItem(r[0], r[1], unpack(r[2]), *r[3:])  # contents are stored packed (store/compression.py)
+                yield BatchItem(
+                    r[0], r[1], unpack(r[2]), *r[3:]
+                )  # contents are stored packed (store/compression.py)
             if len(rows) < page:
                 return
             last = rows[-1][0]
 
     def release_batch_items(self, job_id, batch_id):
-        released = self._release("job_id = ? AND status = ? AND owner = ?",
-                                 (job_id, CLAIMED, BATCH_OWNER_PREFIX + batch_id))
+        released = self._release(
+            "job_id = ? AND status = ? AND owner = ?",
+            (job_id, CLAIMED, BATCH_OWNER_PREFIX + batch_id),
+        )
         return released.get(job_id, 0)

@@ -24,14 +24,22 @@ from .schema import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 30_000
 
+
 class SqliteDatabase:
     """One SQLite file: per-thread connections, migrations, and the write-transaction helper.
 
     Made only by `open_database`, which keeps one per file per process (DESIGN.md invariant 10).
     """
 
-    def __init__(self, path: Path, identity: tuple[int, int], *, migrations: list[tuple[str, str]],
-                 busy_timeout_ms: int, setting: str) -> None:
+    def __init__(
+        self,
+        path: Path,
+        identity: tuple[int, int],
+        *,
+        migrations: list[tuple[str, str]],
+        busy_timeout_ms: int,
+        setting: str,
+    ) -> None:
         self.path = path
         self.identity = identity  # (st_dev, st_ino): the registry's key
         self.clock: Callable[[], float] = time.time
@@ -55,8 +63,12 @@ class SqliteDatabase:
     def connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_ms / 1000,
-                                   isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
             conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives process crashes; only power loss can undo the last commits.
@@ -108,14 +120,18 @@ class SqliteDatabase:
 
     def _migrate(self) -> None:
         with self.write() as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)"
+            )
             done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
             for name, sql in self.migrations:
                 if name not in done:
                     for statement in sql.split(";"):
                         if statement.strip():
                             conn.execute(statement)
-                    conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (name, self.clock()))
+                    conn.execute(
+                        "INSERT INTO schema_migrations VALUES (?, ?)", (name, self.clock())
+                    )
 
     def schema_version(self) -> list[str]:
         return [r[0] for r in self.read("SELECT name FROM schema_migrations ORDER BY name")]
@@ -167,8 +183,13 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None,
-                  busy_timeout_ms: int = BUSY_TIMEOUT_MS, setting: str = "HERMES_BULK_BACKEND") -> SqliteDatabase:
+def open_database(
+    path: Path,
+    *,
+    migrations: list[tuple[str, str]] | None = None,
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    setting: str = "HERMES_BULK_BACKEND",
+) -> SqliteDatabase:
     """This process's one open database for the file at path (made owner-only if missing), migrated.
 
     A symlink, hard link or another spelling of the path gives the same object. Every call is
@@ -181,8 +202,13 @@ def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None
             identity = sqlite_file_identity(path)
             db = _databases.get(identity)
             if db is None:
-                db = SqliteDatabase(path, identity, migrations=migrations, busy_timeout_ms=busy_timeout_ms,
-                                    setting=setting)
+                db = SqliteDatabase(
+                    path,
+                    identity,
+                    migrations=migrations,
+                    busy_timeout_ms=busy_timeout_ms,
+                    setting=setting,
+                )
                 try:
                     db._migrate()
                 except BaseException:
@@ -191,17 +217,25 @@ def open_database(path: Path, *, migrations: list[tuple[str, str]] | None = None
                 _databases[identity] = db
         except (OSError, sqlite3.Error) as exc:
             if (folder := not_a_folder(Path(path).parent)) is not None:
-                raise BackendUnavailable(f"Cannot open the SQLite database {path}: {folder}; point "
-                                         f"{setting} (or HERMES_BULK_HOME) at a folder.") from None
+                raise BackendUnavailable(
+                    f"Cannot open the SQLite database {path}: {folder}; point "
+                    f"{setting} (or HERMES_BULK_HOME) at a folder."
+                ) from None
             if disk_is_full(Path(path).parent):  # SQLite says only "disk I/O error" then
-                raise BackendUnavailable(f"Cannot open the SQLite database {path}: the disk is full at "
-                                         f"{Path(path).parent}; free some space there, then run the "
-                                         "command again.") from None
-            raise BackendUnavailable(f"Cannot open the SQLite database {path} ({exc}); check the "
-                                     f"path in {setting} and its permissions.") from None
+                raise BackendUnavailable(
+                    f"Cannot open the SQLite database {path}: the disk is full at "
+                    f"{Path(path).parent}; free some space there, then run the "
+                    "command again."
+                ) from None
+            raise BackendUnavailable(
+                f"Cannot open the SQLite database {path} ({exc}); check the "
+                f"path in {setting} and its permissions."
+            ) from None
         if [name for name, _ in db.migrations] != [name for name, _ in migrations]:
-            raise BackendUnavailable(f"The SQLite database {path} is already open in this process as "
-                                     f"{db.path} for {db.setting}; give {setting} a file of its own.")
+            raise BackendUnavailable(
+                f"The SQLite database {path} is already open in this process as "
+                f"{db.path} for {db.setting}; give {setting} a file of its own."
+            )
         db._users += 1
         return db
 
@@ -231,7 +265,11 @@ def is_open_sqlite_file(path: Path) -> bool:
     if not (str(path).endswith(_SIDE_FILE_SUFFIXES) or os.path.islink(path)):
         return False
     real = os.path.realpath(path)
-    return any(real == os.path.realpath(file) + suffix for file, _ in held for suffix in _SIDE_FILE_SUFFIXES)
+    return any(
+        real == os.path.realpath(file) + suffix
+        for file, _ in held
+        for suffix in _SIDE_FILE_SUFFIXES
+    )
 
 
 def sqlite_file_identity(path: Path) -> tuple[int, int]:
@@ -244,7 +282,9 @@ def sqlite_file_identity(path: Path) -> tuple[int, int]:
     real = Path(os.path.realpath(path))  # a dangling link: the file is made where it points
     private_dir(real.parent)
     try:
-        fd = os.open(real, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(
+            real, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        )
     except FileExistsError:
         pass
     else:
@@ -263,8 +303,13 @@ def not_a_folder(folder: Path) -> str | None:
         except OSError:
             continue
         if not stat.S_ISDIR(st.st_mode):
-            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else \
-                "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a file"
+            kind = (
+                "a FIFO (named pipe)"
+                if stat.S_ISFIFO(st.st_mode)
+                else "a device"
+                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a file"
+            )
             return f"{place} is {kind}, not a folder"
         return None
     return None

@@ -35,28 +35,52 @@ from ..protocol import (
 from .batches import SqliteBatches
 from .database import SqliteDatabase
 
-_JOB_COLUMNS = ("id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
-                "completed, failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, "
-                "estimated_tokens, skipped, last_claim_at, run_at, interrupted, interrupted_at, "
-                "reused, tokens_saved")
+_JOB_COLUMNS = (
+    "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
+    "completed, failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, "
+    "estimated_tokens, skipped, last_claim_at, run_at, interrupted, interrupted_at, "
+    "reused, tokens_saved"
+)
 
 
 def _job_from_row(row: tuple) -> JobRecord:
     spec = spec_from_json(row[2])
     if spec.max_tokens != row[5]:
         spec = JobSpec(**{**asdict(spec), "max_tokens": row[5]})
-    return JobRecord(spec=spec, created_at=row[1], state=row[3], pause_reason=row[4],
-                     total=row[6], pending=row[7], running=row[8], completed=row[9], failed=row[10],
-                     tokens_in=row[11], tokens_out=row[12], tokens_charged=row[13],
-                     tokens_reserved=row[14], estimated_tokens=row[15], skipped=row[16],
-                     last_claim_at=row[17], run_at=row[18], interrupted=row[19], interrupted_at=row[20],
-                     reused=row[21], tokens_saved=row[22])
+    return JobRecord(
+        spec=spec,
+        created_at=row[1],
+        state=row[3],
+        pause_reason=row[4],
+        total=row[6],
+        pending=row[7],
+        running=row[8],
+        completed=row[9],
+        failed=row[10],
+        tokens_in=row[11],
+        tokens_out=row[12],
+        tokens_charged=row[13],
+        tokens_reserved=row[14],
+        estimated_tokens=row[15],
+        skipped=row[16],
+        last_claim_at=row[17],
+        run_at=row[18],
+        interrupted=row[19],
+        interrupted_at=row[20],
+        reused=row[21],
+        tokens_saved=row[22],
+    )
 
 
 def _item_record(r) -> ItemRecord:
     """An ItemRecord from the 14 columns iter_items selects (and the content, if a 15th)."""
-    return ItemRecord(*r[:3], unpack(r[3]), *r[4:12], content=unpack(r[14]) if len(r) > 14 else None,
-                      reused_from=None if r[12] is None else (r[12], r[13]))
+    return ItemRecord(
+        *r[:3],
+        unpack(r[3]),
+        *r[4:12],
+        content=unpack(r[14]) if len(r) > 14 else None,
+        reused_from=None if r[12] is None else (r[12], r[13]),
+    )
 
 
 class SqliteJobStore(SqliteBatches):
@@ -80,30 +104,65 @@ class SqliteJobStore(SqliteBatches):
     # Creating ------------------------------------------------------------------------------
     def begin_job(self, spec: JobSpec) -> None:
         with self.db.write() as conn:
-            conn.execute("INSERT INTO jobs (id, created_at, spec, state, max_tokens, drop_content)"
-                         " VALUES (?, ?, ?, ?, ?, ?)", (spec.job_id, self.now(), json.dumps(asdict(spec)), CREATING,
-                                                       spec.max_tokens, int(drops_content(spec))))
+            conn.execute(
+                "INSERT INTO jobs (id, created_at, spec, state, max_tokens, drop_content)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    spec.job_id,
+                    self.now(),
+                    json.dumps(asdict(spec)),
+                    CREATING,
+                    spec.max_tokens,
+                    int(drops_content(spec)),
+                ),
+            )
 
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
         items = list(items)
         if not items:
             return
         with self.db.write() as conn:
-            reuse, drop = conn.execute("SELECT json_extract(spec, '$.reuse'), drop_content FROM jobs WHERE id = ?",
-                                       (job_id,)).fetchone()
+            reuse, drop = conn.execute(
+                "SELECT json_extract(spec, '$.reuse'), drop_content FROM jobs WHERE id = ?",
+                (job_id,),
+            ).fetchone()
             conn.executemany(
                 "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate,"
                 " answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(job_id, it.index, it.name, it.content_hash, it.origin, it.offset, it.stat_sig,
-                  it.estimated_tokens, it.answer_key) for it in items])
-            reused = self._settle_reuse(conn, job_id, min(it.index for it in items), max(it.index for it in items),
-                                        reuse=reuse is None or bool(reuse))  # a spec from before reuse reuses too
+                [
+                    (
+                        job_id,
+                        it.index,
+                        it.name,
+                        it.content_hash,
+                        it.origin,
+                        it.offset,
+                        it.stat_sig,
+                        it.estimated_tokens,
+                        it.answer_key,
+                    )
+                    for it in items
+                ],
+            )
+            reused = self._settle_reuse(
+                conn,
+                job_id,
+                min(it.index for it in items),
+                max(it.index for it in items),
+                reuse=reuse is None or bool(reuse),
+            )  # a spec from before reuse reuses too
             # An item completed from an earlier answer is never processed, so where the job drops
             # a completed item's content (complete_item) its bytes are not stored at all. Any other
             # item with that content stores them itself (INSERT OR IGNORE), in this batch or a later one.
             unstored = reused if drop else set()
-            conn.executemany("INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
-                             [(job_id, it.content_hash, pack(it.content)) for it in items if it.index not in unstored])
+            conn.executemany(
+                "INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
+                [
+                    (job_id, it.content_hash, pack(it.content))
+                    for it in items
+                    if it.index not in unstored
+                ],
+            )
 
     @staticmethod
     def _settle_reuse(conn, job_id: str, lo: int, hi: int, *, reuse: bool) -> set[int]:
@@ -114,75 +173,120 @@ class SqliteJobStore(SqliteBatches):
         batch = "items.job_id = ? AND items.idx BETWEEN ? AND ? AND items.answer_key != ''"
         reused: set[int] = set()
         if reuse:
-            reused = {r[0] for r in conn.execute(
-                "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = a.idx,"
-                f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = items.answer_key"
-                " RETURNING items.idx", (job_id, lo, hi))}
+            reused = {
+                r[0]
+                for r in conn.execute(
+                    "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = a.idx,"
+                    f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = items.answer_key"
+                    " RETURNING items.idx",
+                    (job_id, lo, hi),
+                )
+            }
             conn.execute(
                 "INSERT INTO results (job_id, idx, text) SELECT items.job_id, items.idx, r.text FROM items"
                 " JOIN results r ON r.job_id = items.reused_job AND r.idx = items.reused_idx"
-                f" WHERE {batch} AND items.reused_job IS NOT NULL", (job_id, lo, hi))
+                f" WHERE {batch} AND items.reused_job IS NOT NULL",
+                (job_id, lo, hi),
+            )
         conn.execute(
             "INSERT OR IGNORE INTO item_keys (job_id, key, idx) SELECT job_id, answer_key, min(idx) FROM items"
-            f" WHERE {batch} AND status = 'pending' GROUP BY answer_key", (job_id, lo, hi))
+            f" WHERE {batch} AND status = 'pending' GROUP BY answer_key",
+            (job_id, lo, hi),
+        )
         conn.execute(
             "UPDATE items SET status = 'waiting', dup_of = k.idx FROM item_keys k"
             f" WHERE {batch} AND items.status = 'pending' AND k.job_id = items.job_id"
-            " AND k.key = items.answer_key AND k.idx != items.idx", (job_id, lo, hi))
+            " AND k.key = items.answer_key AND k.idx != items.idx",
+            (job_id, lo, hi),
+        )
         return reused
 
     def finish_job(self, job_id: str) -> JobRecord:
         with self.db.write() as conn:
             total, estimated, reused, saved = conn.execute(
                 "SELECT count(*), coalesce(sum(estimate), 0), count(reused_job), coalesce(sum(tokens_saved), 0)"
-                " FROM items WHERE job_id = ?", (job_id,)).fetchone()
+                " FROM items WHERE job_id = ?",
+                (job_id,),
+            ).fetchone()
             (skipped,) = conn.execute(
-                "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'skipped'", (job_id,)).fetchone()
-            conn.execute("UPDATE jobs SET state = ?, total = ?, pending = ?, completed = ?, estimated_tokens = ?,"
-                         " skipped = ?, reused = ?, tokens_saved = ? WHERE id = ? AND state = ?",
-                         (NOT_STARTED, total, total - reused, reused, estimated, skipped, reused, saved,
-                          job_id, CREATING))
+                "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'skipped'", (job_id,)
+            ).fetchone()
+            conn.execute(
+                "UPDATE jobs SET state = ?, total = ?, pending = ?, completed = ?, estimated_tokens = ?,"
+                " skipped = ?, reused = ?, tokens_saved = ? WHERE id = ? AND state = ?",
+                (
+                    NOT_STARTED,
+                    total,
+                    total - reused,
+                    reused,
+                    estimated,
+                    skipped,
+                    reused,
+                    saved,
+                    job_id,
+                    CREATING,
+                ),
+            )
         job = self.get_job(job_id)
         assert job is not None
         return job
 
     def delete_job(self, job_id: str) -> bool:
         with self.db.write() as conn:
-            for table, column in (("items", "job_id"), ("contents", "job_id"), ("results", "job_id"),
-                                  ("events", "job_id"), ("item_keys", "job_id"), ("answers", "job_id"),
-                                  ("batches", "job_id")):
+            for table, column in (
+                ("items", "job_id"),
+                ("contents", "job_id"),
+                ("results", "job_id"),
+                ("events", "job_id"),
+                ("item_keys", "job_id"),
+                ("answers", "job_id"),
+                ("batches", "job_id"),
+            ):
                 conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (job_id,))
             return conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,)).rowcount > 0
 
     # Reading -------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord | None:
-        rows = self.db.read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND state != ?", (job_id, CREATING))
+        rows = self.db.read(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ? AND state != ?", (job_id, CREATING)
+        )
         return _job_from_row(rows[0]) if rows else None
 
     def find_job_ids(self, prefix: str) -> list[str]:
         escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        rows = self.db.read("SELECT id FROM jobs WHERE id LIKE ? ESCAPE '\\' AND state != ? LIMIT 10",
-                            (escaped + "%", CREATING))
+        rows = self.db.read(
+            "SELECT id FROM jobs WHERE id LIKE ? ESCAPE '\\' AND state != ? LIMIT 10",
+            (escaped + "%", CREATING),
+        )
         return [r[0] for r in rows]
 
     def list_jobs(self, limit: int = 20) -> list[JobRecord]:
-        rows = self.db.read(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state != ? ORDER BY created_at DESC LIMIT ?",
-                            (CREATING, limit))
+        rows = self.db.read(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state != ? ORDER BY created_at DESC LIMIT ?",
+            (CREATING, limit),
+        )
         return [_job_from_row(r) for r in rows]
 
     def active_job_ids(self) -> list[str]:
         return [r[0] for r in self.db.read("SELECT id FROM jobs WHERE state = ?", (RUNNING,))]
 
-    def iter_items(self, job_id: str, batch: int = 1000, *, with_content: bool = False) -> Iterator[ItemRecord]:
+    def iter_items(
+        self, job_id: str, batch: int = 1000, *, with_content: bool = False
+    ) -> Iterator[ItemRecord]:
         last = -1
-        content, join = ((", c.text", " LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash")
-                         if with_content else ("", ""))
+        content, join = (
+            (", c.text", " LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash")
+            if with_content
+            else ("", "")
+        )
         while True:
             rows = self.db.read(
                 "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
                 f" i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx{content}"
                 f" FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx{join}"
-                " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?", (job_id, last, batch))
+                " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?",
+                (job_id, last, batch),
+            )
             for r in rows:
                 yield _item_record(r)
             if len(rows) < batch:
@@ -192,7 +296,9 @@ class SqliteJobStore(SqliteBatches):
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         rows = self.db.read(
             "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
-            " WHERE job_id = ? ORDER BY id DESC LIMIT ?", (job_id, limit))
+            " WHERE job_id = ? ORDER BY id DESC LIMIT ?",
+            (job_id, limit),
+        )
         return [Event(*r) for r in reversed(rows)]
 
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
@@ -202,14 +308,18 @@ class SqliteJobStore(SqliteBatches):
             " c.text, i.content_hash"
             " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
             " LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash"
-            " WHERE i.job_id = ? AND i.idx = ?", (job_id, index))
+            " WHERE i.job_id = ? AND i.idx = ?",
+            (job_id, index),
+        )
         if not rows:
             return None
         *record, content, content_hash = rows[0]
         return ItemDetail(_item_record(record), unpack(content), content_hash)
 
     def find_item(self, job_id: str, name: str) -> int | None:
-        rows = self.db.read("SELECT min(idx) FROM items WHERE job_id = ? AND name = ?", (job_id, name))
+        rows = self.db.read(
+            "SELECT min(idx) FROM items WHERE job_id = ? AND name = ?", (job_id, name)
+        )
         return rows[0][0] if rows else None
 
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
@@ -217,25 +327,33 @@ class SqliteJobStore(SqliteBatches):
             "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
             " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx"
             " FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
-            " WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx LIMIT ?", (job_id, max(limit, 0)))
+            " WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx LIMIT ?",
+            (job_id, max(limit, 0)),
+        )
         return [_item_record(r) for r in rows]
 
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         wanted = sorted(set(indexes))
         if not wanted:
             return {}
-        rows = self.db.read(f"SELECT idx, name FROM items WHERE job_id = ? AND idx IN ({','.join('?' * len(wanted))})",
-                            (job_id, *wanted))
+        rows = self.db.read(
+            f"SELECT idx, name FROM items WHERE job_id = ? AND idx IN ({','.join('?' * len(wanted))})",
+            (job_id, *wanted),
+        )
         return dict(rows)
 
     def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
         rows = self.db.read(
             "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
-            " WHERE job_id = ? AND item_idx = ? ORDER BY id DESC LIMIT ?", (job_id, index, limit))
+            " WHERE job_id = ? AND item_idx = ? ORDER BY id DESC LIMIT ?",
+            (job_id, index, limit),
+        )
         return [Event(*r) for r in reversed(rows)]
 
     # Job state -----------------------------------------------------------------------------
-    def set_state(self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None):
+    def set_state(
+        self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None
+    ):
         from_states = tuple(from_states)
         marks = ",".join("?" * len(from_states))
         with self.db.write() as conn:
@@ -246,8 +364,10 @@ class SqliteJobStore(SqliteBatches):
             if state == RUNNING:
                 sets += ", run_at = ?, interrupted = NULL, interrupted_at = NULL"
                 params.append(self.now())
-            changed = conn.execute(f"UPDATE jobs SET {sets} WHERE id = ? AND state IN ({marks})",
-                                   (*params, job_id, *from_states)).rowcount
+            changed = conn.execute(
+                f"UPDATE jobs SET {sets} WHERE id = ? AND state IN ({marks})",
+                (*params, job_id, *from_states),
+            ).rowcount
             if not changed:
                 return None
             if event is not None:
@@ -256,20 +376,31 @@ class SqliteJobStore(SqliteBatches):
 
     def mark_interrupted(self, job_id, reason, *, event=None):
         with self.db.write() as conn:
-            changed = conn.execute("UPDATE jobs SET interrupted = ?, interrupted_at = ? WHERE id = ? AND state = ?",
-                                   (reason, None if reason is None else self.now(), job_id, RUNNING)).rowcount
+            changed = conn.execute(
+                "UPDATE jobs SET interrupted = ?, interrupted_at = ? WHERE id = ? AND state = ?",
+                (reason, None if reason is None else self.now(), job_id, RUNNING),
+            ).rowcount
             if changed and event is not None:
                 self._insert_events(conn, job_id, [event])
         return bool(changed)
 
     def update_job(self, job_id, *, concurrency=None, rpm=None, tpm=None):
-        changes = {k: v for k, v in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm)) if v is not None}
+        changes = {
+            k: v
+            for k, v in (("concurrency", concurrency), ("rpm", rpm), ("tpm", tpm))
+            if v is not None
+        }
         with self.db.write() as conn:  # read and rewrite the spec in one transaction
-            row = conn.execute("SELECT spec FROM jobs WHERE id = ? AND state != ?", (job_id, CREATING)).fetchone()
+            row = conn.execute(
+                "SELECT spec FROM jobs WHERE id = ? AND state != ?", (job_id, CREATING)
+            ).fetchone()
             if row is None:
                 return None
             if changes:
-                conn.execute("UPDATE jobs SET spec = ? WHERE id = ?", (json.dumps({**json.loads(row[0]), **changes}), job_id))
+                conn.execute(
+                    "UPDATE jobs SET spec = ? WHERE id = ?",
+                    (json.dumps({**json.loads(row[0]), **changes}), job_id),
+                )
         return self.get_job(job_id)
 
     def retry_failed(self, job_id: str) -> int:
@@ -277,45 +408,87 @@ class SqliteJobStore(SqliteBatches):
             n = conn.execute(
                 "UPDATE items SET status = CASE WHEN dup_of IS NULL THEN ? ELSE ? END, attempts = 0,"
                 " rate_limit_waits = 0, error_type = NULL, http_status = NULL, error_message = NULL"
-                " WHERE job_id = ? AND status = ?", (PENDING, WAITING, job_id, FAILED)).rowcount
-            conn.execute("UPDATE jobs SET failed = failed - ?, pending = pending + ? WHERE id = ?", (n, n, job_id))
+                " WHERE job_id = ? AND status = ?",
+                (PENDING, WAITING, job_id, FAILED),
+            ).rowcount
+            conn.execute(
+                "UPDATE jobs SET failed = failed - ?, pending = pending + ? WHERE id = ?",
+                (n, n, job_id),
+            )
             return n
 
     # Items ---------------------------------------------------------------------------------
     def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
         with self.db.write() as conn:
-            taken = self._claim(conn, job_id, index_hint, worker_id, lease_s=lease_s, max_running=max_running)
+            taken = self._claim(
+                conn, job_id, index_hint, worker_id, lease_s=lease_s, max_running=max_running
+            )
         return self._claimed(job_id, taken)
 
-    def complete_and_claim(self, job_id, index, worker_id, result, usage, *, provider=None, model=None,
-                           index_hint, lease_s, max_running):
+    def complete_and_claim(
+        self,
+        job_id,
+        index,
+        worker_id,
+        result,
+        usage,
+        *,
+        provider=None,
+        model=None,
+        index_hint,
+        lease_s,
+        max_running,
+    ):
         with self.db.write() as conn:  # one transaction: the steady state's one write per item
             job_row = self._complete(conn, job_id, index, worker_id, result, usage, provider, model)
             if job_row is None:
                 return False, None
-            taken = self._claim(conn, job_id, index_hint, worker_id, lease_s=lease_s, max_running=max_running,
-                                job_row=job_row)
+            taken = self._claim(
+                conn,
+                job_id,
+                index_hint,
+                worker_id,
+                lease_s=lease_s,
+                max_running=max_running,
+                job_row=job_row,
+            )
         return True, self._claimed(job_id, taken)
 
-    def _claimed(self, job_id: str, taken: tuple[JobRecord, tuple] | ClaimRefused) -> Claim | ClaimRefused:
+    def _claimed(
+        self, job_id: str, taken: tuple[JobRecord, tuple] | ClaimRefused
+    ) -> Claim | ClaimRefused:
         """The Claim of what _claim took, with its content (read after the transaction)."""
         if isinstance(taken, ClaimRefused):
             return taken
         job, row = taken
         # Contents never change once added, so they are read after the write lock is released.
-        contents = self.db.read("SELECT text FROM contents WHERE job_id = ? AND hash = ?", (job_id, row[2]))
+        contents = self.db.read(
+            "SELECT text FROM contents WHERE job_id = ? AND hash = ?", (job_id, row[2])
+        )
         if not contents:
             return ClaimRefused("no_job")  # deleted in the meantime
         content = unpack(contents[0][0])
-        return Claim(job=job, index=row[0], name=row[1], content=content, content_hash=row[2], origin=row[3],
-                     offset=row[4], stat_sig=row[5], attempts=row[7], rate_limit_waits=row[8])
+        return Claim(
+            job=job,
+            index=row[0],
+            name=row[1],
+            content=content,
+            content_hash=row[2],
+            origin=row[3],
+            offset=row[4],
+            stat_sig=row[5],
+            attempts=row[7],
+            rate_limit_waits=row[8],
+        )
 
     def _claim(self, conn, job_id, index_hint, worker_id, *, lease_s, max_running, job_row=None):
         """claim_item's writes in conn: (the job as the claim saw it, the item's row) or the refusal.
         job_row: the job's _JOB_COLUMNS as this transaction just wrote them (a statement less)."""
         now = self.now()
         if job_row is None:
-            job_row = conn.execute(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            job_row = conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
         if job_row is None:
             return ClaimRefused("no_job")
         job = _job_from_row(job_row)
@@ -337,14 +510,31 @@ class SqliteJobStore(SqliteBatches):
             " AND (? IS NULL OR ? + max(estimate + ?, min(?, estimate)) <= ?)"
             " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, reserved, attempts,"
             " rate_limit_waits",
-            (CLAIMED, worker_id, now + lease_s, delta, floor, job_id, job_id, index_hint, job_id, limit, used,
-             delta, floor, limit)).fetchone()
+            (
+                CLAIMED,
+                worker_id,
+                now + lease_s,
+                delta,
+                floor,
+                job_id,
+                job_id,
+                index_hint,
+                job_id,
+                limit,
+                used,
+                delta,
+                floor,
+                limit,
+            ),
+        ).fetchone()
         if row is None:
             return self._refuse_claim(conn, job, index_hint)
         estimate = row[6]
-        conn.execute("UPDATE jobs SET pending = pending - 1, running = running + 1,"
-                     " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
-                     (estimate, now, job_id))
+        conn.execute(
+            "UPDATE jobs SET pending = pending - 1, running = running + 1,"
+            " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
+            (estimate, now, job_id),
+        )
         return job, row
 
     def _refuse_claim(self, conn, job: JobRecord, index_hint: int) -> ClaimRefused:
@@ -360,15 +550,30 @@ class SqliteJobStore(SqliteBatches):
         idx, estimate = row[0], job.reservation(row[1])
         if job.spec.max_tokens is None or job.tokens_charged + estimate <= job.spec.max_tokens:
             return ClaimRefused("tokens_in_flight")
-        conn.execute("UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?", (PAUSED, PAUSE_TOKEN_LIMIT, job.job_id))
-        self._insert_events(conn, job.job_id, [Event(
-            "paused", f"token limit reached: {job.tokens_charged} charged + {estimate} for item {idx + 1}"
-            f" would exceed --max-tokens {job.spec.max_tokens}", idx)])
+        conn.execute(
+            "UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?",
+            (PAUSED, PAUSE_TOKEN_LIMIT, job.job_id),
+        )
+        self._insert_events(
+            conn,
+            job.job_id,
+            [
+                Event(
+                    "paused",
+                    f"token limit reached: {job.tokens_charged} charged + {estimate} for item {idx + 1}"
+                    f" would exceed --max-tokens {job.spec.max_tokens}",
+                    idx,
+                )
+            ],
+        )
         return ClaimRefused("token_limit")
 
     def next_item_estimate(self, job_id: str) -> int | None:
-        rows = self.db.read("SELECT estimate FROM items WHERE job_id = ? AND status = 'pending'"
-                            " ORDER BY idx LIMIT 1", (job_id,))
+        rows = self.db.read(
+            "SELECT estimate FROM items WHERE job_id = ? AND status = 'pending'"
+            " ORDER BY idx LIMIT 1",
+            (job_id,),
+        )
         return rows[0][0] if rows else None
 
     def renew_leases(self, worker_id, items, *, lease_s):
@@ -377,9 +582,14 @@ class SqliteJobStore(SqliteBatches):
             return 0
         until = self.now() + lease_s
         with self.db.write() as conn:
-            return sum(conn.execute("UPDATE items SET lease_until = ? WHERE job_id = ? AND idx = ? AND owner = ?"
-                                    " AND status = ?", (until, job_id, idx, worker_id, CLAIMED)).rowcount
-                       for job_id, idx in items)
+            return sum(
+                conn.execute(
+                    "UPDATE items SET lease_until = ? WHERE job_id = ? AND idx = ? AND owner = ?"
+                    " AND status = ?",
+                    (until, job_id, idx, worker_id, CLAIMED),
+                ).rowcount
+                for job_id, idx in items
+            )
 
     def _finish_owned(self, conn, job_id, index, worker_id, status, extra_sets="", extra=()):
         """Move the owner's running item to status; returns its reservation, or None if not owner.
@@ -387,16 +597,23 @@ class SqliteJobStore(SqliteBatches):
         An item's `reserved` is the estimate its claim reserved; it counts only while the item
         runs, so it is left as it is here and RETURNING can give it back in one statement.
         """
-        row = conn.execute(f"UPDATE items SET status = ?, owner = NULL, lease_until = NULL{extra_sets}"
-                           " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING reserved",
-                           (status, *extra, job_id, index, worker_id, CLAIMED)).fetchone()
+        row = conn.execute(
+            f"UPDATE items SET status = ?, owner = NULL, lease_until = NULL{extra_sets}"
+            " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING reserved",
+            (status, *extra, job_id, index, worker_id, CLAIMED),
+        ).fetchone()
         return None if row is None else row[0]
 
     def complete_item(self, job_id, index, worker_id, result, usage, *, provider=None, model=None):
         with self.db.write() as conn:
-            return self._complete(conn, job_id, index, worker_id, result, usage, provider, model) is not None
+            return (
+                self._complete(conn, job_id, index, worker_id, result, usage, provider, model)
+                is not None
+            )
 
-    def _complete(self, conn, job_id, index, worker_id, result, usage, provider, model) -> tuple | None:
+    def _complete(
+        self, conn, job_id, index, worker_id, result, usage, provider, model
+    ) -> tuple | None:
         """complete_item's writes in conn (the one complete path: complete_and_claim calls it too);
         the job's _JOB_COLUMNS after it, or None when worker_id does not hold the item.
 
@@ -404,34 +621,56 @@ class SqliteJobStore(SqliteBatches):
         threads take turns at it), so the job's counters are updated and read back in one."""
         tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
         reserved = self._finish_owned(
-            conn, job_id, index, worker_id, COMPLETED,
+            conn,
+            job_id,
+            index,
+            worker_id,
+            COMPLETED,
             ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
-            (tokens_in, tokens_out, provider or None, model or None))  # "" is none, as on Redis
+            (tokens_in, tokens_out, provider or None, model or None),
+        )  # "" is none, as on Redis
         if reserved is None:
             return None
         charged = tokens_in + tokens_out if usage.reported else reserved
         result = pack(result)  # the one place a result is encoded (store/compression.py)
-        conn.execute("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result))
+        conn.execute(
+            "INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result)
+        )
         # Its duplicates take the answer (nothing charged), and the index points at it.
-        dups = [r[0] for r in conn.execute(
-            "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of = ?"
-            " AND status = ? RETURNING idx", (COMPLETED, provider or None, model or None, job_id, index, WAITING))]
+        dups = [
+            r[0]
+            for r in conn.execute(
+                "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of = ?"
+                " AND status = ? RETURNING idx",
+                (COMPLETED, provider or None, model or None, job_id, index, WAITING),
+            )
+        ]
         if dups:
-            conn.executemany("INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)",
-                             [(job_id, i, result) for i in dups])
-        conn.execute("INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, ?"
-                     " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''", (charged, job_id, index))
+            conn.executemany(
+                "INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)",
+                [(job_id, i, result) for i in dups],
+            )
+        conn.execute(
+            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, ?"
+            " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''",
+            (charged, job_id, index),
+        )
         job_row = conn.execute(
             "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = pending - ?,"
             " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
             f" tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING {_JOB_COLUMNS},"
-            " drop_content", (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id)).fetchone()
+            " drop_content",
+            (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id),
+        ).fetchone()
         if job_row[-1]:
             # Nothing reads a completed item's content again (protocol: complete_item): the bytes
             # go where the job drops them and no other item needs them (its answer key is set:
             # the items with its content are its duplicates, completed just above).
-            conn.execute("DELETE FROM contents WHERE job_id = ? AND hash = (SELECT content_hash FROM items"
-                         " WHERE job_id = ? AND idx = ? AND answer_key != '')", (job_id, job_id, index))
+            conn.execute(
+                "DELETE FROM contents WHERE job_id = ? AND hash = (SELECT content_hash FROM items"
+                " WHERE job_id = ? AND idx = ? AND answer_key != '')",
+                (job_id, job_id, index),
+            )
         return job_row[:-1]
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
@@ -440,19 +679,32 @@ class SqliteJobStore(SqliteBatches):
 
     def _fail(self, conn, job_id, index, worker_id, error: ItemError) -> bool:
         """fail_item's writes in conn (settle_failed_attempt calls it too)."""
-        reserved = self._finish_owned(conn, job_id, index, worker_id, FAILED,
-                                      ", error_type = ?, http_status = ?, error_message = ?",
-                                      (error.error_type, error.http_status, error.message))
+        reserved = self._finish_owned(
+            conn,
+            job_id,
+            index,
+            worker_id,
+            FAILED,
+            ", error_type = ?, http_status = ?, error_message = ?",
+            (error.error_type, error.http_status, error.message),
+        )
         if reserved is None:
             return False
-        dups = conn.execute("UPDATE items SET status = ?, error_type = ?, http_status = ?, error_message = ?"
-                            " WHERE job_id = ? AND dup_of = ? AND status = ?",
-                            (FAILED, error.error_type, error.http_status, error.message, job_id, index,
-                             WAITING)).rowcount
-        conn.execute("UPDATE jobs SET running = running - 1, failed = failed + 1 + ?, pending = pending - ?,"
-                     " tokens_reserved = tokens_reserved - ? WHERE id = ?", (dups, dups, reserved, job_id))
-        self._insert_events(conn, job_id, [Event("item_failed", error.message, index, error.error_type,
-                                                 error.http_status)])
+        dups = conn.execute(
+            "UPDATE items SET status = ?, error_type = ?, http_status = ?, error_message = ?"
+            " WHERE job_id = ? AND dup_of = ? AND status = ?",
+            (FAILED, error.error_type, error.http_status, error.message, job_id, index, WAITING),
+        ).rowcount
+        conn.execute(
+            "UPDATE jobs SET running = running - 1, failed = failed + 1 + ?, pending = pending - ?,"
+            " tokens_reserved = tokens_reserved - ? WHERE id = ?",
+            (dups, dups, reserved, job_id),
+        )
+        self._insert_events(
+            conn,
+            job_id,
+            [Event("item_failed", error.message, index, error.error_type, error.http_status)],
+        )
         return True
 
     def release_item(self, job_id, index, worker_id):
@@ -469,24 +721,34 @@ class SqliteJobStore(SqliteBatches):
 
     def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
         with self.db.write() as conn:
-            return self._record_attempt(conn, job_id, index, worker_id, error, rate_limited=rate_limited)
+            return self._record_attempt(
+                conn, job_id, index, worker_id, error, rate_limited=rate_limited
+            )
 
-    def _record_attempt(self, conn, job_id, index, worker_id, error: ItemError, *, rate_limited) -> int:
+    def _record_attempt(
+        self, conn, job_id, index, worker_id, error: ItemError, *, rate_limited
+    ) -> int:
         """record_attempt's writes in conn (settle_failed_attempt calls it too)."""
         column = "rate_limit_waits" if rate_limited else "attempts"
         reset = "" if rate_limited else ", rate_limit_waits = 0"
-        row = conn.execute(f"UPDATE items SET {column} = {column} + 1{reset}"
-                           " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING " + column,
-                           (job_id, index, worker_id, CLAIMED)).fetchone()
+        row = conn.execute(
+            f"UPDATE items SET {column} = {column} + 1{reset}"
+            " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING " + column,
+            (job_id, index, worker_id, CLAIMED),
+        ).fetchone()
         if row is None:
             return -1
         kind = "rate_limited" if rate_limited else "attempt_failed"
-        self._insert_events(conn, job_id, [Event(kind, error.message, index, error.error_type, error.http_status)])
+        self._insert_events(
+            conn, job_id, [Event(kind, error.message, index, error.error_type, error.http_status)]
+        )
         return row[0]
 
     def settle_failed_attempt(self, job_id, index, worker_id, error: ItemError, *, retries):
         with self.db.write() as conn:  # one transaction: a kill between the two leaves neither
-            attempts = self._record_attempt(conn, job_id, index, worker_id, error, rate_limited=False)
+            attempts = self._record_attempt(
+                conn, job_id, index, worker_id, error, rate_limited=False
+            )
             if attempts < 0:
                 return -1
             if attempts > retries:
@@ -502,31 +764,47 @@ class SqliteJobStore(SqliteBatches):
         return self._release("status = ? AND owner = ?", (CLAIMED, worker_id), worker=worker_id)
 
     def item_owners(self) -> dict[str, int]:
-        rows = self.db.read("SELECT owner, count(*) FROM items WHERE status = ? GROUP BY owner", (CLAIMED,))
+        rows = self.db.read(
+            "SELECT owner, count(*) FROM items WHERE status = ? GROUP BY owner", (CLAIMED,)
+        )
         return dict(rows)
 
     def _release(self, where: str, params: tuple, worker: str | None = None) -> dict[str, int]:
         """worker: whose items these are, when known (the recovered event names it)."""
         with self.db.write() as conn:
             # `reserved` is left as it is (see _finish_owned), so RETURNING gives each reservation.
-            rows = conn.execute(f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL"
-                                f" WHERE {where} RETURNING job_id, reserved", params).fetchall()
+            rows = conn.execute(
+                f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL"
+                f" WHERE {where} RETURNING job_id, reserved",
+                params,
+            ).fetchall()
             per_job: dict[str, tuple[int, int]] = {}
             for job_id, reserved in rows:
                 n, r = per_job.get(job_id, (0, 0))
                 per_job[job_id] = (n + 1, r + reserved)
             self._count_released(conn, per_job)
             for job_id, (n, _) in per_job.items():
-                self._insert_events(conn, job_id, [Event(
-                    "recovered", f"{count(n, 'interrupted item')} returned to the queue"
-                    + (f" from worker {worker}" if worker else ""))])
+                self._insert_events(
+                    conn,
+                    job_id,
+                    [
+                        Event(
+                            "recovered",
+                            f"{count(n, 'interrupted item')} returned to the queue"
+                            + (f" from worker {worker}" if worker else ""),
+                        )
+                    ],
+                )
         return {job_id: n for job_id, (n, _) in per_job.items()}
 
     @staticmethod
     def _count_released(conn, per_job: dict[str, tuple[int, int]]) -> None:
         for job_id, (n, reserved) in per_job.items():
-            conn.execute("UPDATE jobs SET running = running - ?, pending = pending + ?,"
-                         " tokens_reserved = tokens_reserved - ? WHERE id = ?", (n, n, reserved, job_id))
+            conn.execute(
+                "UPDATE jobs SET running = running - ?, pending = pending + ?,"
+                " tokens_reserved = tokens_reserved - ? WHERE id = ?",
+                (n, n, reserved, job_id),
+            )
 
     def add_events(self, job_id: str, events: Iterable[Event]) -> None:
         with self.db.write() as conn:
@@ -536,18 +814,32 @@ class SqliteJobStore(SqliteBatches):
         now = self.now()
         conn.executemany(
             "INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(job_id, e.at or now, e.kind, e.item_index, e.message, e.error_type, e.http_status) for e in events])
+            [
+                (job_id, e.at or now, e.kind, e.item_index, e.message, e.error_type, e.http_status)
+                for e in events
+            ],
+        )
 
     # Workers -------------------------------------------------------------------------------
     def heartbeat_worker(self, info: WorkerInfo, *, ttl_s: float) -> None:
         now = self.now()
         with self.db.write() as conn:
-            conn.execute("INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads, serves)"
-                         " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
-                         " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
-                         " threads = excluded.threads, serves = excluded.serves",
-                         (info.worker_id, info.host, info.pid, info.started_at, now, now + ttl_s, info.threads,
-                          info.serves))
+            conn.execute(
+                "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads, serves)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+                " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
+                " threads = excluded.threads, serves = excluded.serves",
+                (
+                    info.worker_id,
+                    info.host,
+                    info.pid,
+                    info.started_at,
+                    now,
+                    now + ttl_s,
+                    info.threads,
+                    info.serves,
+                ),
+            )
             conn.execute("DELETE FROM workers WHERE expires_at < ?", (now - 3600,))
 
     def remove_worker(self, worker_id: str) -> None:
@@ -556,8 +848,11 @@ class SqliteJobStore(SqliteBatches):
 
     def live_workers(self, *, holding: bool = True) -> list[WorkerInfo]:
         now = self.now()
-        rows = self.db.read("SELECT id, host, pid, started_at, heartbeat_at, threads, serves FROM workers"
-                            " WHERE expires_at >= ? ORDER BY started_at", (now,))
+        rows = self.db.read(
+            "SELECT id, host, pid, started_at, heartbeat_at, threads, serves FROM workers"
+            " WHERE expires_at >= ? ORDER BY started_at",
+            (now,),
+        )
         if not holding:
             return [WorkerInfo(*r) for r in rows]
         held: dict[str, list[tuple[str, int]]] = {}
@@ -565,7 +860,9 @@ class SqliteJobStore(SqliteBatches):
         # of every job (0.12 s at a million), than sort the few running ones. Only the listed
         # workers' items: a provider batch's (owner "batch:…", up to 50,000) are no worker's.
         for owner, job_id, idx in self.db.read(
-                f"SELECT owner, job_id, idx FROM items INDEXED BY items_owned WHERE status = '{CLAIMED}'"
-                " AND owner IN (SELECT id FROM workers WHERE expires_at >= ?) ORDER BY job_id, idx", (now,)):
+            f"SELECT owner, job_id, idx FROM items INDEXED BY items_owned WHERE status = '{CLAIMED}'"
+            " AND owner IN (SELECT id FROM workers WHERE expires_at >= ?) ORDER BY job_id, idx",
+            (now,),
+        ):
             held.setdefault(owner, []).append((job_id, idx))
         return [WorkerInfo(*r, holding=held.get(r[0], [])) for r in rows]

@@ -42,25 +42,41 @@ class SqliteLimits:
             return n
 
     def _row(self, conn, key: str) -> LimitState:
-        row = conn.execute(f"SELECT {', '.join(LimitState.COLUMNS)} FROM limits WHERE key = ?", (key,)).fetchone()
+        row = conn.execute(
+            f"SELECT {', '.join(LimitState.COLUMNS)} FROM limits WHERE key = ?", (key,)
+        ).fetchone()
         return LimitState(*row) if row else LimitState()
 
     def _save(self, conn, key: str, state: LimitState) -> None:
         cols = ", ".join(LimitState.COLUMNS)
         marks = ", ".join("?" * len(LimitState.COLUMNS))
         updates = ", ".join(f"{c} = excluded.{c}" for c in LimitState.COLUMNS)
-        conn.execute(f"INSERT INTO limits (key, {cols}) VALUES (?, {marks}) ON CONFLICT (key) DO UPDATE SET {updates}",
-                     (key, *state.values()))
+        conn.execute(
+            f"INSERT INTO limits (key, {cols}) VALUES (?, {marks}) ON CONFLICT (key) DO UPDATE SET {updates}",
+            (key, *state.values()),
+        )
 
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> Turn:
         now_s = self.db.clock()
         if not rpm and not tpm:
             # Unpaced: a read (no write lock) says whether the key is waiting or adaptively paced;
             # when it is neither, the grant only needs counting, which is batched.
-            rows = self.db.read("SELECT pause_until, auto_interval, auto_since, backoff_step, decreases"
-                                " FROM limits WHERE key = ?", (key,))
-            seen = LimitState(pause_until_s=rows[0][0], auto_interval_s=rows[0][1], auto_since_s=rows[0][2],
-                              backoff_step=rows[0][3], decreases=rows[0][4]) if rows else LimitState()
+            rows = self.db.read(
+                "SELECT pause_until, auto_interval, auto_since, backoff_step, decreases"
+                " FROM limits WHERE key = ?",
+                (key,),
+            )
+            seen = (
+                LimitState(
+                    pause_until_s=rows[0][0],
+                    auto_interval_s=rows[0][1],
+                    auto_since_s=rows[0][2],
+                    backoff_step=rows[0][3],
+                    decreases=rows[0][4],
+                )
+                if rows
+                else LimitState()
+            )
             self._clean[key] = limits_math.clean(seen)
             if limits_math.unpaced(seen, now_s, rpm=rpm, tpm=tpm):
                 n = self._take_uncounted(key, now_s, plus=1)
@@ -78,8 +94,9 @@ class SqliteLimits:
                 self._save(conn, key, state)
             return Turn(wait_s, state.decreases)
 
-    def pause(self, key: str, *, seconds: float | None, base_s: float, cap_s: float,
-              epoch: int) -> float:
+    def pause(
+        self, key: str, *, seconds: float | None, base_s: float, cap_s: float, epoch: int
+    ) -> float:
         now_s = self.db.clock()
         self._clean[key] = False
         with self.db.write() as conn:
@@ -87,7 +104,9 @@ class SqliteLimits:
             uncounted = self._take_uncounted(key, now_s, force=True)
             if uncounted:  # the rate seen before this 429 includes them
                 limits_math.count(state, now_s, uncounted)
-            limits_math.rate_limited(state, now_s, retry_after_s=seconds, base_s=base_s, cap_s=cap_s, epoch=epoch)
+            limits_math.rate_limited(
+                state, now_s, retry_after_s=seconds, base_s=base_s, cap_s=cap_s, epoch=epoch
+            )
             self._save(conn, key, state)
             return state.pause_until_s
 
@@ -107,5 +126,3 @@ class SqliteLimits:
         if rows and rows[0][0] > self.db.clock():
             return PauseState(until=rows[0][0], backoff_step=rows[0][1])
         return None
-
-

@@ -14,11 +14,15 @@ from .database import SqliteDatabase, sqlite_file_identity
 if TYPE_CHECKING:
     from huey import SqliteHuey
 
-QUEUE_ERRORS = (sqlite3.OperationalError,)  #: what Huey's SqliteStorage raises when the file is unusable
+QUEUE_ERRORS = (
+    sqlite3.OperationalError,
+)  #: what Huey's SqliteStorage raises when the file is unusable
 
 
 def unusable(path: Path, exc: Exception) -> BackendUnavailable:
-    return BackendUnavailable(f"The queue database {path} is unusable ({exc}); check the disk and permissions.")
+    return BackendUnavailable(
+        f"The queue database {path} is unusable ({exc}); check the disk and permissions."
+    )
 
 
 def queue_maker(path: Path, db: SqliteDatabase) -> Callable[[str], SqliteHuey]:
@@ -30,7 +34,9 @@ def queue_maker(path: Path, db: SqliteDatabase) -> Callable[[str], SqliteHuey]:
         path.chmod(0o600)
     except OSError as exc:
         raise unusable(path, exc) from None
-    db.companions.append((path, identity))  # so nothing in this process reads it (is_open_sqlite_file)
+    db.companions.append(
+        (path, identity)
+    )  # so nothing in this process reads it (is_open_sqlite_file)
     made: list[str] = []
 
     def make_queue(name: str) -> SqliteHuey:
@@ -38,8 +44,14 @@ def queue_maker(path: Path, db: SqliteDatabase) -> Callable[[str], SqliteHuey]:
 
         # The first queue creates the tables; the others share them.
         try:
-            huey = SqliteHuey(name, filename=str(path), fsync=False, results=False, utc=True,
-                              create_tables=not made)
+            huey = SqliteHuey(
+                name,
+                filename=str(path),
+                fsync=False,
+                results=False,
+                utc=True,
+                create_tables=not made,
+            )
         except sqlite3.Error as exc:
             raise unusable(path, exc) from None
         made.append(name)

@@ -6,7 +6,10 @@ from __future__ import annotations
 MIGRATIONS: list[tuple[str, str]] = []
 migration = MIGRATIONS.append
 
-migration(("m001_initial", """
+migration(
+    (
+        "m001_initial",
+        """
 CREATE TABLE jobs (
     id TEXT PRIMARY KEY,
     created_at REAL NOT NULL,
@@ -99,13 +102,18 @@ CREATE TABLE limits (
     window_count INTEGER NOT NULL DEFAULT 0,
     previous_count INTEGER NOT NULL DEFAULT 0
 );
-"""))
+""",
+    )
+)
 
 # Adaptive pacing that relaxes with time (auto_since) and slows down once per generation of
 # requests (decreases). Databases made earlier have limits with or without auto_since (one
 # version of main added it to m001), so the table is rebuilt rather than altered: its state is
 # short-lived (waits, pacing, a two-second rate window).
-migration(("m002_limits_decrease_epochs", """
+migration(
+    (
+        "m002_limits_decrease_epochs",
+        """
 DROP TABLE limits;
 CREATE TABLE limits (
     key TEXT PRIMARY KEY,
@@ -120,21 +128,31 @@ CREATE TABLE limits (
     previous_count INTEGER NOT NULL DEFAULT 0,
     decreases INTEGER NOT NULL DEFAULT 0
 );
-"""))
+""",
+    )
+)
 
 # Why a running job's workers stopped (JobRecord.interrupted): a graceful worker stop, or found
 # orphaned; only the first is continued by a worker started with --resume-interrupted.
-migration(("m003_jobs_interrupted", """
+migration(
+    (
+        "m003_jobs_interrupted",
+        """
 ALTER TABLE jobs ADD COLUMN interrupted TEXT;
 ALTER TABLE jobs ADD COLUMN interrupted_at REAL;
-"""))
+""",
+    )
+)
 
 # Reuse: each item's answer key; a duplicate waits on the first item of its job with
 # that key (dup_of); an item completed from an earlier job's answer says which (reused_job,
 # reused_idx) and how many tokens that answer cost (tokens_saved). item_keys holds the first
 # item of each key of a job (in-job duplicates find it); answers is the store's answer index:
 # key -> the completed item that answered it (deleted with its job).
-migration(("m004_reuse", """
+migration(
+    (
+        "m004_reuse",
+        """
 ALTER TABLE items ADD COLUMN answer_key TEXT NOT NULL DEFAULT '';
 ALTER TABLE items ADD COLUMN dup_of INTEGER;
 ALTER TABLE items ADD COLUMN reused_job TEXT;
@@ -156,12 +174,17 @@ CREATE TABLE answers (
     tokens INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX answers_by_job ON answers (job_id);
-"""))
+""",
+    )
+)
 
 # Provider batches: one row per batch of a job; its items are the running items owned
 # by "batch:<id>" (protocol.BATCH_OWNER_PREFIX). lease_owner/lease_until: the worker submitting,
 # polling or ingesting it now.
-migration(("m005_batches", """
+migration(
+    (
+        "m005_batches",
+        """
 CREATE TABLE batches (
     id TEXT PRIMARY KEY,
     job_id TEXT NOT NULL,
@@ -182,29 +205,51 @@ CREATE TABLE batches (
 );
 CREATE INDEX batches_by_job ON batches (job_id, created_at);
 CREATE INDEX batches_open ON batches (job_id) WHERE status != 'done';
-"""))
+""",
+    )
+)
 
 # A job over files drops an item's captured content once the item completes (its hash
 # stays on the item: change checks, reuse); older jobs keep theirs (0). Contents and results are
 # stored compressed from now on (store/compression.py), which needs no migration: a value
 # written before reads back as it is.
-migration(("m006_content_codec", """
+migration(
+    (
+        "m006_content_codec",
+        """
 ALTER TABLE jobs ADD COLUMN drop_content INTEGER NOT NULL DEFAULT 0;
-"""))
+""",
+    )
+)
 
 # The dashboard and `status --failed` list a job's first failed items: without an
 # index that is a scan of every item of the job (a quarter of a second at a million items).
-migration(("m007_dashboard", """
+migration(
+    (
+        "m007_dashboard",
+        """
 CREATE INDEX items_failed ON items (job_id, idx) WHERE status = 'failed';
-"""))
+""",
+    )
+)
 
 # A batch's own status becomes "done" once it is ingested; the provider's status at its
 # end (completed, expired, cancelled, failed) is kept beside it for `status`. Batches that ended
 # before this have none (NULL), and show "done" as they did.
-migration(("m008_batch_final_status", """
+migration(
+    (
+        "m008_batch_final_status",
+        """
 ALTER TABLE batches ADD COLUMN final_status TEXT;
-"""))
+""",
+    )
+)
 
-migration(("m009_worker_serves", """
+migration(
+    (
+        "m009_worker_serves",
+        """
 ALTER TABLE workers ADD COLUMN serves TEXT NOT NULL DEFAULT '';
-"""))
+""",
+    )
+)
