@@ -139,7 +139,8 @@ def write_csv(path: Path, n: int, seed: int = 1) -> Path:
         for i in range(n):
             name = f"{rng.choice(_WORDS).title()} {rng.choice(_WORDS).title()}"
             f.write(
-                f'{i},{name},user{i}@example.com,{rng.choice(_CITIES)},"{_sentence(rng, 6)}, {_sentence(rng, 3)}"\n'
+                f'{i},{name},user{i}@example.com,{rng.choice(_CITIES)},"{_sentence(rng, 6)}, '
+                f'{_sentence(rng, 3)}"\n'
             )
     return path
 

@@ -1,7 +1,8 @@
 """Dispatch before and after: one job run by `bench.drive run` (the embedded consumer) under two
 checkouts, rounds interleaved, or under this one at several thread counts beside the bare pool.
 
-    python bench/dispatch_ab.py ab OLD_SRC [--rounds 4] [--items 3200] [--threads 64] [--latency 0.2]
+    python bench/dispatch_ab.py ab OLD_SRC [--rounds 4] [--items 3200] [--threads 64] [--latency
+    0.2]
     python bench/dispatch_ab.py threads [--items 4000] [--threads 1,4,16,64] [--latency 0]
 
 OLD_SRC is the `src` folder of another checkout (`git worktree add /tmp/old <commit>`). Each
@@ -139,14 +140,16 @@ def main() -> None:
                 )
         else:
             print(
-                "| threads | hermes-bulk items/s | its CPU ms/item | bare pool items/s | its CPU ms/item | ratio |"
+                "| threads | hermes-bulk items/s | its CPU ms/item | bare pool items/s | its CPU "
+                "ms/item | ratio |"
             )
             print("|---|---|---|---|---|---|")
             for threads in (int(t) for t in args.threads.split(",")):
                 ours = run_job(ROOT / "src", source, args.items, threads, provider.base_url)
                 pool = bare_pool(source, args.items, threads, provider.base_url)
                 print(
-                    f"| {threads} | {ours[0]:,.0f} | {ours[1]:.2f} | {pool[0]:,.0f} | {pool[1]:.2f} | "
+                    f"| {threads} | {ours[0]:,.0f} | {ours[1]:.2f} | {pool[0]:,.0f} | "
+                    f"{pool[1]:.2f} | "
                     f"{ours[0] / pool[0]:.2f} |  (load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )

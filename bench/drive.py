@@ -1,9 +1,12 @@
 """What a benchmark runs in a child process (each measured side has a process of its own).
 
     python -m bench.drive pool --source F --threads N       the bare thread-pool baseline (--client)
-    python -m bench.drive run JOB --threads N               hermes-bulk `run --wait`, timed by the store
-    python -m bench.drive run JOB --external K              `run`, with K `hermes-bulk worker`s already up
-    python -m bench.drive fill JOB                          complete every item through the store API
+    python -m bench.drive run JOB --threads N               hermes-bulk `run --wait`, timed by the
+    store
+    python -m bench.drive run JOB --external K              `run`, with K `hermes-bulk worker`s
+    already up
+    python -m bench.drive fill JOB                          complete every item through the store
+    API
     python -m bench.drive admit --factory M:F …             time budget admissions (row 5)
 
 Each prints one JSON object on its last line. Settings come from the environment
@@ -139,7 +142,8 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def fill(args: argparse.Namespace) -> dict:
-    """Give every item of a job a result through the store's own claim and complete_and_claim (no model
+    """Give every item of a job a result through the store's own claim and complete_and_claim (no
+    model
     calls): how the export benchmark gets a million completed results in minutes."""
     from hermes_bulk.config.settings import load_settings
     from hermes_bulk.fleet.broker import open_backend
@@ -188,17 +192,20 @@ def answer_all(args: argparse.Namespace) -> dict:
             (args.job,),
         ).rowcount
         conn.execute(
-            "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM items"
+            "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM "
+            "items"
             " WHERE job_id = ?",
             (args.job,),
         )
         conn.execute(
-            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, 60"
+            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, "
+            "job_id, idx, 60"
             " FROM items WHERE job_id = ? AND answer_key != '' AND dup_of IS NULL",
             (args.job,),
         )
         conn.execute(
-            "UPDATE jobs SET completed = total, pending = 0, tokens_charged = 60 * total WHERE id = ?",
+            "UPDATE jobs SET completed = total, pending = 0, tokens_charged = 60 * total WHERE "
+            "id = ?",
             (args.job,),
         )
     return {"elapsed_s": time.perf_counter() - t0, "items": n}
@@ -231,7 +238,8 @@ def partial(args: argparse.Namespace) -> dict:
             (args.job, upto, every),
         )
         conn.execute(
-            "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM items"
+            "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM "
+            "items"
             " WHERE job_id = ? AND status = 'completed'",
             (args.job,),
         )

@@ -94,7 +94,8 @@ class FakeProviderProc:
             return json.loads(resp.read())
 
     def configure(self, **changes) -> None:
-        """Settings as FakeConfig names them (latency_s, rate_per_s, …); always clears the records."""
+        """Settings as FakeConfig names them (latency_s, rate_per_s, …); always clears the
+        records."""
         self._call("POST", "/_control", {"reset_records": True, **changes})
 
     def stats(self) -> dict:

@@ -126,7 +126,8 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
 def prefilter(session: Path, work: Path, target: dict) -> tuple[int, int]:
     """Mark as skipped, before anything runs: every mutant outside the functions the target's
     `only` names (a part of a module too big to mutate whole in one sitting), and every mutant
-    of an annotation (never evaluated, so it cannot change behaviour: no test run is spent on it). Returns (outside `only`, in annotations)."""
+    of an annotation (never evaluated, so it cannot change behaviour: no test run is spent on it).
+    Returns (outside `only`, in annotations)."""
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -264,7 +265,8 @@ _LUA_TOKEN = re.compile(
 
 def _lua_code_spans(line: str) -> list[tuple[int, int]]:
     """The parts of one line of Lua that are code: not a '…' or "…" string, not a -- comment.
-    Long brackets (`[[…]]`, `--[[…]]`) are not read: no script of ours uses them (a test says so)."""
+    Long brackets (`[[…]]`, `--[[…]]`) are not read: no script of ours uses them (a test says
+    so)."""
     spans, start, i, quote = [], 0, 0, ""
     while i < len(line):
         ch = line[i]
@@ -368,12 +370,14 @@ def run_lua(
                 path.write_text(original)
             outcome = "broke the test run" if passed is None else "SURVIVED" if passed else "KILLED"
             block = (
-                f"{module} {number}:{column} {before.strip() or before!r} -> {after.strip() or after!r}\n"
+                f"{module} {number}:{column} {before.strip() or before!r} -> "
+                f"{after.strip() or after!r}\n"
                 f"test outcome: {outcome}\n-{line.rstrip()}\n+{lines[number - 1].rstrip()}\n"
             )
             report.append(block)
             print(
-                f"[{done}/{len(mutants)}] {outcome.lower()}: {module.rsplit('/', 1)[-1]} line {number}: "
+                f"[{done}/{len(mutants)}] {outcome.lower()}: {module.rsplit('/', 1)[-1]} line "
+                f"{number}: "
                 f"{before.strip() or before!r} -> {after.strip() or after!r}",
                 flush=True,
             )
@@ -397,7 +401,8 @@ def run_lua(
         )
         print(
             f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants: {killed} killed, "
-            f"{len(survivors)} survived{broke}: score {score:.0%}{before} ({time.monotonic() - started:.0f} s); "
+            f"{len(survivors)} survived{broke}: score {score:.0%}{before} "
+            f"({time.monotonic() - started:.0f} s); "
             f"mutation-reports/{name}{suffix}.txt"
         )
         for block in survivors[:3]:
@@ -471,7 +476,8 @@ def run(
         if count_only:
             total = len(_work_items(work / "session.sqlite"))
             print(
-                f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants to run"
+                f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants "
+                "to run"
                 f" ({annotated} in annotations, {outside} outside `only`: not run)"
             )
             return {}
@@ -516,7 +522,8 @@ def run(
             (out / f"{name}.survivors.txt").write_text("\n[job-id]".join(survivors))
             score = (killed_before + killed) / max(1, killed_before + killed + survived)
             print(
-                f"{name}: the {len(again)} survivors of mutation-reports/{name}.txt again: {killed} "
+                f"{name}: the {len(again)} survivors of mutation-reports/{name}.txt again: "
+                f"{killed} "
                 f"killed now, {survived} survive{broke}: score {score:.0%} with the "
                 f"{killed_before} killed before {took}; mutation-reports/{name}.rerun.txt"
             )

@@ -260,7 +260,8 @@ class Cli:
             )
         if check and proc.returncode != 0:
             raise AssertionError(
-                f"hermes-bulk {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+                f"hermes-bulk {' '.join(args)} exited "
+                f"{proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
             )
         return proc
 

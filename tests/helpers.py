@@ -166,13 +166,15 @@ def worker_passes(jobs: Jobs, job_id: str, passes: int = 2, timeout: float = 60.
         passed,
         timeout=timeout,
         interval=0.02,
-        message=f"{passes} maintenance passes of every live worker (heartbeats since {since}: {beats})",
+        message=f"{passes} maintenance passes of every live worker (heartbeats since {since}: "
+        f"{beats})",
     )
 
 
 def kill_worker_holding_an_item(cli, fake_provider, **extra_env: str) -> None:
     """Start a worker, let it send an item to a provider that holds it, then SIGKILL the worker:
-    the item stays claimed by a dead worker (a crash mid-call). The provider answers at once after."""
+    the item stays claimed by a dead worker (a crash mid-call). The provider answers at once
+    after."""
     fake_provider.hold()
     worker = cli.spawn_worker(HERMES_BULK_LEASE_SECONDS="60", **extra_env)
     try:

@@ -39,7 +39,8 @@ FAST = {"HERMES_BULK_LEASE_SECONDS": "0.5"}  # a killed worker's batch is taken 
 
 
 def _kill(proc, cli, job_id, env) -> None:
-    """kill -9, then `run` the job: after a crash a job waits for someone to run it (invariant 9)."""
+    """kill -9, then `run` the job: after a crash a job waits for someone to run it (invariant
+    9)."""
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     cli("run", job_id, **env)

@@ -23,7 +23,8 @@ from .test_batch_mode import _finish, _rows, _source
 
 BACKENDS = ["sqlite", "redis"]
 FAST = {"HERMES_BULK_BATCH_POLL_SECONDS": "0.1"}
-#: Every hostile scenario ends well within this (its bounds: MAX_STRIKES polls, retries, a cancel grace).
+#: Every hostile scenario ends well within this (its bounds: MAX_STRIKES polls, retries, a cancel
+#: grace).
 ENDS_WITHIN_S = 60
 
 

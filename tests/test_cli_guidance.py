@@ -32,7 +32,8 @@ def stop(worker: subprocess.Popen) -> None:
     worker.wait(30)
 
 
-# 1. Advice that says what is missing ---------------------------------------------------------------
+# 1. Advice that says what is missing
+# ---------------------------------------------------------------
 
 
 def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_path, fake_provider):
@@ -100,7 +101,8 @@ def test_a_job_cut_off_mid_run_asks_for_run_and_a_worker_until_one_is_live(
         stop(worker)
 
 
-# 2. Progress without a terminal --------------------------------------------------------------------
+# 2. Progress without a terminal
+# --------------------------------------------------------------------
 
 PROGRESS = r"job {job}: \d+/{total} done, 0 failed, processing, \d+\.\d items/s, about \d+ s left"
 
@@ -151,11 +153,13 @@ def test_status_watch_prints_lines_into_a_log_and_only_json_with_json(cli, tmp_p
     assert json.loads(json_out)["state"] == "completed"
 
 
-# 9. delete asks a person, not a script -------------------------------------------------------------
+# 9. delete asks a person, not a script
+# -------------------------------------------------------------
 
 
 def delete(cli, job: str, *flags: str, answer: str | None = None) -> subprocess.CompletedProcess:
-    """`hermes-bulk delete`, with standard input a pseudo-terminal answering `answer` (or no terminal)."""
+    """`hermes-bulk delete`, with standard input a pseudo-terminal answering `answer` (or no
+    terminal)."""
     cmd = [sys.executable, "-m", "hermes_bulk", "delete", job, *flags]
     if answer is None:
         return subprocess.run(

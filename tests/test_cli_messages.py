@@ -15,7 +15,10 @@ import pytest
 from tests.helpers import kill_worker_holding_an_item
 from tests.test_cli_errors import assert_one_line_error
 
-PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+PNG = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+    b"\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+)
 
 
 def create(cli, over: Path, *flags: str, **env: str):

@@ -128,7 +128,8 @@ needs_root = pytest.mark.skipif(
 
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
-    """A folder uid 10001 can reach (pytest's tmp_path sits under a root-only folder), as /data is."""
+    """A folder uid 10001 can reach (pytest's tmp_path sits under a root-only folder), as /data
+    is."""
     path = Path(tempfile.mkdtemp(prefix="hermes-bulk-init-"))
     path.chmod(0o755)
     yield path

@@ -1,5 +1,6 @@
 """An endpoint that is down, a key it refuses or a model it does not know pauses the job (the
-breaker per endpoint, runtime/breaker.py) instead of failing its items one by one; `resume` continues it
+breaker per endpoint, runtime/breaker.py) instead of failing its items one by one; `resume`
+continues it
 once the endpoint is fixed, with nothing lost and no attempt charged.
 
 Through the real CLI (`run --wait`, `resume --wait`) and a real `hermes-bulk worker`, on SQLite
@@ -230,7 +231,8 @@ def test_doctor_says_what_it_found_one_line_per_check(cli, fake_provider):
     down = cli("doctor", check=False, HERMES_BULK_BASE_URL=url)
     assert down.returncode == 1
     assert down.stdout.splitlines()[:3] == [
-        f"FAIL endpoint {url} cannot be reached (ConnectError): start it, or correct HERMES_BULK_BASE_URL "
+        f"FAIL endpoint {url} cannot be reached (ConnectError): start it, or correct "
+        "HERMES_BULK_BASE_URL "
         "(or OPENAI_BASE_URL)",
         "--   key      not checked (no answer)",
         "--   model    not checked (no answer)",

@@ -93,8 +93,8 @@ def test_show_one_item_by_name_or_number(backend_cli, tmp_path, fake_provider):
     assert tokens in done and exported["2026/q1.txt"]["tokens_in"] > 0
     # a completed file's content is not kept: show says where the file is instead
     assert (
-        f"Sent:\n(not kept once the item completed: the file is 2026/q1.txt in {tmp_path / 'reports'})"
-        in done
+        "Sent:\n(not kept once the item completed: the file is 2026/q1.txt in "
+        f"{tmp_path / 'reports'})" in done
     )
     assert "BEGIN ITEM" not in done.split("Answer:", 1)[0], "nothing framed: the content is gone"
 

@@ -76,7 +76,8 @@ SHAPES = [
     "\t1",
     "1\n",
 ]
-#: What an environment value can hold: any text but NUL (the kernel's terminator) and lone surrogates.
+#: What an environment value can hold: any text but NUL (the kernel's terminator) and lone
+#: surrogates.
 ENV_TEXT = st.text(
     st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",)), max_size=8
 )

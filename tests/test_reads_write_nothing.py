@@ -30,7 +30,8 @@ Snapshot = dict[str, tuple]
 
 
 def _files(root: Path) -> Snapshot:
-    """Every path under root: kind and mode, and for a file its size, mtime and a digest of its bytes.
+    """Every path under root: kind and mode, and for a file its size, mtime and a digest of its
+    bytes.
 
     A folder's own mtime is left out: SQLite makes and removes its -wal/-shm beside the database
     whenever a process opens it, which touches the folder but leaves no path behind.

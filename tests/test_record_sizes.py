@@ -77,7 +77,8 @@ def _peak_rss_kib(cli, src: Path) -> int:
     # test process's own peak.
     code = (
         "import re, sys; from hermes_bulk.frontends.cli import main; main(sys.argv[1:]); "
-        "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1], file=sys.stderr)"
+        "print(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1], "
+        "file=sys.stderr)"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, "create", "Do", "--over", str(src), "--dry-run"],

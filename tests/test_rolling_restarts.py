@@ -48,7 +48,8 @@ class Worker:
         return self.path.read_text()
 
     def stop(self, sig: int = signal.SIGINT, then=None) -> str:
-        """Signal the worker (then call `then`, e.g. to let held requests go) and wait for its exit."""
+        """Signal the worker (then call `then`, e.g. to let held requests go) and wait for its
+        exit."""
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         if then is not None:
@@ -102,7 +103,8 @@ def _start_and_stop_mid_job(cli, fake_provider, tmp_path, env, sig, *flags):
     try:
         worker = Worker(cli, tmp_path / "first.stderr", *flags, **env)
         fake_provider.wait_held(2)  # the four answers are recorded: their chains claimed these two
-        # SIGINT lets the two in progress finish: their answers are let through once it stops. SIGTERM
+        # SIGINT lets the two in progress finish: their answers are let through once it stops.
+        # SIGTERM
         # stops at once: they stay held until it has exited, so they cannot complete meanwhile.
         graceful = sig == signal.SIGINT
         log = worker.stop(
@@ -139,13 +141,15 @@ def test_a_flagged_worker_continues_a_job_that_a_graceful_stop_cut_off(
         cli, fake_provider, tmp_path, env, sig, "--resume-interrupted"
     )
     _one(
-        r"INFO hermes_bulk: worker \S+: 2 threads on \S+; serves jobs created by hermes-bulk create; "
+        r"INFO hermes_bulk: worker \S+: 2 threads on \S+; serves jobs created by hermes-bulk "
+        r"create; "
         r"resumes jobs a graceful worker stop cut off \(--resume-interrupted\)$",
         log,
     )
     _one(rf"job {job_id} taken up: \d+ items left of 24, up to 2 at once$", log)
     stopped = _one(
-        rf"worker \S+ stopped: (no items|(\d+) items?) went back to the queue; unfinished: {job_id}$",
+        r"worker \S+ stopped: (no items|(\d+) items?) went back to the queue; unfinished: "
+        rf"{job_id}$",
         log,
     )
     went_back = int(stopped.group(2) or 0)

@@ -95,8 +95,10 @@ ALL_READS = (
 def _run_a_leaky_job(
     cli, tmp_path, fake_provider, key: str, *, runner: str, reads=(), **extra_env: str
 ):
-    """A job whose failing items' error bodies quote the key; returns (job id, what the terminal got)."""
-    # 422, not 401: a refused key pauses the whole job (runtime/breaker.py); here items fail one by one.
+    """A job whose failing items' error bodies quote the key; returns (job id, what the terminal
+    got)."""
+    # 422, not 401: a refused key pauses the whole job (runtime/breaker.py); here items fail one by
+    # one.
     fake_provider.configure(
         item_faults={"LEAK-401": "422", "LEAK-400": "400"},
         echo_credentials=True,
@@ -129,7 +131,8 @@ RUNS = [(shape, ("worker -l FILE", "run --wait")[i % 2]) for i, shape in enumera
 def test_a_key_the_provider_echoes_is_nowhere_hermes_bulk_writes(
     cli, tmp_path, home, fake_provider, shape, runner
 ):
-    """Each shape once (one runner or the other); the arbitrary one with both, and every read command."""
+    """Each shape once (one runner or the other); the arbitrary one with both, and every read
+    command."""
     key = KEYS[shape]
     reads = ALL_READS if shape == "words" else ()
     _, terminal = _run_a_leaky_job(cli, tmp_path, fake_provider, key, runner=runner, reads=reads)
@@ -369,10 +372,12 @@ def test_other_code_logging_through_the_root_logger_in_a_worker_is_masked(env, t
     """`hermes-bulk worker` serving Hermes jobs runs Hermes' code, which logs to the root logger:
     with no handler there, Python's last-resort handler writes it to stderr."""
     script = (
-        "from hermes_bulk.config import settings as config; from hermes_bulk.frontends import logs; "
+        "from hermes_bulk.config import settings as config; from hermes_bulk.frontends import "
+        "logs; "
         "import logging; config.load_settings(); "
         "logs.log_to_stream(logfile=None); "
-        "logging.getLogger('agent.auxiliary_client').warning('provider said %s', 'my-plain-key-0042')"
+        "logging.getLogger('agent.auxiliary_client').warning('provider said %s', "
+        "'my-plain-key-0042')"
     )
     proc = subprocess.run(
         [sys.executable, "-c", script],

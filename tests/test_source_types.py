@@ -165,7 +165,8 @@ def test_the_change_check_refuses_what_is_not_a_regular_file(tmp_path, swap, wha
 
 
 def test_the_change_check_refuses_a_device_behind_a_replaced_folder(tmp_path):
-    """O_NOFOLLOW guards the last name only; fstat catches a device reached through a folder link."""
+    """O_NOFOLLOW guards the last name only; fstat catches a device reached through a folder
+    link."""
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "zero").write_text("zero")
     source = Source(tmp_path, max_item_bytes=MAX)

@@ -50,8 +50,8 @@ from hermes_bulk.budget.windows import window_at
 role, path, rundir, n = sys.argv[1], sys.argv[2], Path(sys.argv[3]), int(sys.argv[4])
 window = window_at(time.time(), dt.time(0, 0), ZoneInfo("UTC"))
 call = CallRecord("chat", profile=role, provider="custom", model="m", api_mode="chat_completions")
-terms = policy.terms_for("chat", "m", "", mode="enforce", daily_limit=10, chat_reserve=4, job_limit=None,
-                         models=("*",))
+terms = policy.terms_for("chat", "m", "", mode="enforce", daily_limit=10, chat_reserve=4,
+                         job_limit=None, models=("*",))
 
 def handles():
     out = []
@@ -496,7 +496,8 @@ def test_a_database_closed_by_its_last_user_is_open_again_on_the_next_open(tmp_p
         again.close()
 
 
-# Defect 2: settings loaded in one thread stay in that thread ---------------------------------------
+# Defect 2: settings loaded in one thread stay in that thread
+# ---------------------------------------
 
 
 def test_threads_loading_settings_for_different_homes_never_get_each_others(tmp_path, monkeypatch):

@@ -211,7 +211,8 @@ def test_list_on_a_terminal_keeps_every_count_whole(rows, width):
 
 
 def test_the_list_table_is_the_one_measured():
-    """jobs_table's columns are the ones the test above fits (a changed column must change it too)."""
+    """jobs_table's columns are the ones the test above fits (a changed column must change it
+    too)."""
     assert [(c.header, c.justify, c.max_width) for c in jobs_table([]).columns] == [
         ("job", "left", None),
         ("state", "left", None),

@@ -177,21 +177,29 @@ def run(ctx: Context) -> RowResult:
     for n in sizes:
         data[n] = d = _one_size(ctx, Hosts, n)
         ctx.log(
-            f"  {n:,} items: {d['items_per_s']:,.0f} items/s ({d['completed']:,} completed, {d['failed']} failed), "
-            f"Redis peak {d['redis_peak'] / 1e6:,.0f} MB, worker peak RSS {max(d['worker_rss_mb']):.0f} MB"
+            f"  {n:,} items: {d['items_per_s']:,.0f} items/s ({d['completed']:,} completed, "
+            f"{d['failed']} failed), "
+            f"Redis peak {d['redis_peak'] / 1e6:,.0f} MB, worker peak RSS "
+            f"{max(d['worker_rss_mb']):.0f} MB"
         )
     result = RowResult(
         row=ROW,
         title=TITLE,
         compared_with="the same fleet at the smaller size (memory flat as items grow)",
-        goal=f"the largest job finishes, every item completed; worker peak RSS at the largest size <= {FLAT} x at the "
+        goal="the largest job finishes, every item completed; worker peak RSS at the largest "
+        f"size <= {FLAT} x at the "
         "smallest",
         setup=(
-            f"{' and '.join(f'{n:,}' for n in sizes)} JSONL items (about 120 bytes each); redis-server on its own "
-            f"network namespace, {PROCS_PER_HOST} `hermes-bulk worker -w {THREADS}` on each of {len(HOSTS)} other "
-            f"namespaces (job --concurrency {PROCS_PER_HOST * len(HOSTS) * THREADS}), the loopback provider "
-            "answering at once on the bridge; create and the watching `run` on the bench's namespace. items/s "
-            "from `run` to the store's count of finished items; Redis peak used_memory from INFO (a fresh "
+            f"{' and '.join(f'{n:,}' for n in sizes)} JSONL items (about 120 bytes each); "
+            "redis-server on its own "
+            f"network namespace, {PROCS_PER_HOST} `hermes-bulk worker -w {THREADS}` on each of "
+            f"{len(HOSTS)} other "
+            f"namespaces (job --concurrency {PROCS_PER_HOST * len(HOSTS) * THREADS}), the "
+            "loopback provider "
+            "answering at once on the bridge; create and the watching `run` on the bench's "
+            "namespace. items/s "
+            "from `run` to the store's count of finished items; Redis peak used_memory from INFO "
+            "(a fresh "
             "server per size); worker peak RSS is VmHWM at the end."
         ),
         raw={str(k): v for k, v in data.items()},

@@ -76,7 +76,8 @@ def run(ctx: Context) -> RowResult:
         job_id = env.create(src)
         made = env.drive("partial", job_id, "--share", "0.6", "--fail-every", "1000")
         ctx.log(
-            f"  {n:,} items: created and 60% settled in {time.perf_counter() - t0:.0f} s ({made['failed']:,} failed)"
+            f"  {n:,} items: created and 60% settled in {time.perf_counter() - t0:.0f} s "
+            f"({made['failed']:,} failed)"
         )
         proc, base = _start(env)
         try:
@@ -120,7 +121,8 @@ def run(ctx: Context) -> RowResult:
         ctx.log(
             f"  {n:,}: p95 "
             + ", ".join(f"{k} {v:.0f} ms" for k, v in data[str(n)]["p95_ms"].items())
-            + f"; RSS {pages_mb:.0f} MB after the pages, {peak_mb:.0f} MB after a {size / 1e6:.0f} MB export "
+            + f"; RSS {pages_mb:.0f} MB after the pages, {peak_mb:.0f} MB after a "
+            f"{size / 1e6:.0f} MB export "
             f"in {export_s:.1f} s"
         )
 
@@ -128,12 +130,16 @@ def run(ctx: Context) -> RowResult:
         row=ROW,
         title=TITLE,
         compared_with=f"the same reads over {small:,} items",
-        goal=f"every page's read p95 < {GOAL_MS:.0f} ms at {large:,} items; the dashboard's peak RSS at {large:,} "
+        goal=f"every page's read p95 < {GOAL_MS:.0f} ms at {large:,} items; the dashboard's peak "
+        f"RSS at {large:,} "
         f"<= {FLAT} x at {small:,}, the export download included",
         setup=(
-            f"SQLite jobs of {small:,} and {large:,} CSV rows, 60% settled (one in a thousand failed) set-wise by "
-            "bench.drive partial, the job running; `hermes-bulk dashboard --port 0` as a child process; each read "
-            f"{rounds} times after one warm-up, over HTTP with the Bearer token (httpx, keep-alive); peak RSS is "
+            f"SQLite jobs of {small:,} and {large:,} CSV rows, 60% settled (one in a thousand "
+            "failed) set-wise by "
+            "bench.drive partial, the job running; `hermes-bulk dashboard --port 0` as a child "
+            "process; each read "
+            f"{rounds} times after one warm-up, over HTTP with the Bearer token (httpx, "
+            "keep-alive); peak RSS is "
             "the dashboard's VmHWM; then `GET /api/jobs/ID/export?format=csv` streamed to the end."
         ),
         raw=data,
@@ -169,7 +175,8 @@ def run(ctx: Context) -> RowResult:
                 [
                     name,
                     *(
-                        f"{data[str(n)]['median_ms'][name]:.1f} / {data[str(n)]['p95_ms'][name]:.1f} ms"
+                        f"{data[str(n)]['median_ms'][name]:.1f} / "
+                        f"{data[str(n)]['p95_ms'][name]:.1f} ms"
                         for n in (small, large)
                     ),
                 ]

@@ -85,7 +85,8 @@ def run(ctx: Context) -> RowResult:
         provider.stop()
     for d in data.values():
         ctx.log(
-            f"  {d['items']:,} items: {d['total_s']:.1f} s create-to-completed, provider {d['provider_s']:.1f} s, "
+            f"  {d['items']:,} items: {d['total_s']:.1f} s create-to-completed, provider "
+            f"{d['provider_s']:.1f} s, "
             f"worker {d['worker_mb']:.0f} MB, {d['batches']} batches"
         )
     a, b = data[str(small)], data[str(large)]
@@ -93,13 +94,18 @@ def run(ctx: Context) -> RowResult:
         row=ROW,
         title=TITLE,
         compared_with="the provider's own processing time",
-        goal=f"hermes-bulk's own time (create to completed minus the provider's batch time) <= {GOAL_OVERHEAD_S:.0f} s "
+        goal="hermes-bulk's own time (create to completed minus the provider's batch time) <= "
+        f"{GOAL_OVERHEAD_S:.0f} s "
         f"at {large:,} items; worker peak RSS at {large:,} <= {FLAT} x at {small:,}",
         setup=(
-            f"JSONL of {small:,} and {large:,} items; create --batch, run, one `hermes-bulk worker -w 4` "
-            "(HERMES_BULK_BATCH_POLL_SECONDS=0.5); SQLite; the loopback provider in its own process, answering "
-            "batch lines without delay and reporting the seconds it spent processing batches; batches of "
-            "50,000 (the default). Timed from the start of create to the status that shows every item done."
+            f"JSONL of {small:,} and {large:,} items; create --batch, run, one `hermes-bulk "
+            "worker -w 4` "
+            "(HERMES_BULK_BATCH_POLL_SECONDS=0.5); SQLite; the loopback provider in its own "
+            "process, answering "
+            "batch lines without delay and reporting the seconds it spent processing batches; "
+            "batches of "
+            "50,000 (the default). Timed from the start of create to the status that shows every "
+            "item done."
         ),
         raw=data,
     )

@@ -81,8 +81,10 @@ def run(ctx: Context) -> RowResult:
                 )
                 runs[key].append(out)
                 ctx.log(
-                    f"  round {r + 1} {key}: {out['items_per_s']:,.0f} items/s of {out['ideal']:,.0f}, "
-                    f"{out['cores_busy']:.2f} cores busy ({', '.join(f'{k} {v:.2f}' for k, v in out['cores'].items())})"
+                    f"  round {r + 1} {key}: {out['items_per_s']:,.0f} items/s of "
+                    f"{out['ideal']:,.0f}, "
+                    f"{out['cores_busy']:.2f} cores busy "
+                    f"({', '.join(f'{k} {v:.2f}' for k, v in out['cores'].items())})"
                 )
     finally:
         provider.stop()
@@ -94,7 +96,8 @@ def run(ctx: Context) -> RowResult:
         f"= {conc / latency:,.0f} items/s per {conc} in flight)",
         goal=">= 0.9 of it (SQLite); Redis with 2 worker processes x 64: >= 0.9 of 640/s",
         setup=(
-            f"Provider latency {latency} s; {waves} waves of items (n = {waves} x concurrency); timed from "
+            f"Provider latency {latency} s; {waves} waves of items (n = {waves} x concurrency); "
+            "timed from "
             f"`run` to the store's count of finished items; median of {rounds} round(s)."
         ),
         raw=runs,
@@ -124,7 +127,8 @@ def run(ctx: Context) -> RowResult:
                     f"{o['n'] / (o['ideal']):.2f}",
                     f"{o['first_done_s']:.2f}",
                     str(o["max_in_flight"]),
-                    f"{o['cores_busy']:.2f} of {os.cpu_count()} (hermes-bulk {o['cores']['hermes-bulk']:.2f})",
+                    f"{o['cores_busy']:.2f} of {os.cpu_count()} (hermes-bulk "
+                    f"{o['cores']['hermes-bulk']:.2f})",
                 ]
             )
     result.details.append(

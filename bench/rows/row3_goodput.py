@@ -46,7 +46,8 @@ def run(ctx: Context) -> RowResult:
             out["share_429"] = out["rejected"] / max(1, out["requests"])
             runs[key] = out
             ctx.log(
-                f"  {key}: {out['goodput']:.1f}/s, {out['rejected']} of {out['requests']} requests got 429"
+                f"  {key}: {out['goodput']:.1f}/s, {out['rejected']} of {out['requests']} "
+                "requests got 429"
             )
     finally:
         provider.stop()
@@ -54,11 +55,13 @@ def run(ctx: Context) -> RowResult:
     result = RowResult(
         row=ROW,
         title=TITLE,
-        compared_with=f"the limit ({limit:g} requests/s); the same job with pacing off (429 and wait only)",
+        compared_with=f"the limit ({limit:g} requests/s); the same job with pacing off (429 and "
+        "wait only)",
         goal=f">= 0.95 of the limit with <= {MAX_429_SHARE:.0%} of requests answered 429; "
         "the no-pacing figures reported too",
         setup=(
-            f"{n:,} items, --concurrency {conc}, provider latency {latency} s and a token bucket of "
+            f"{n:,} items, --concurrency {conc}, provider latency {latency} s and a token bucket "
+            "of "
             f"{limit:g}/s with one second of burst (full at the start of each run); paced = "
             f"`--rpm {int(limit * 60)}`."
         ),
@@ -67,7 +70,10 @@ def run(ctx: Context) -> RowResult:
     for key, o in runs.items():
         backend, mode = key.split("-")
         ratio = o["goodput"] / limit
-        label = f"{'SQLite' if backend == 'sqlite' else 'Redis'}, {'paced (--rpm)' if mode == 'paced' else 'no pacing'}"
+        label = (
+            f"{'SQLite' if backend == 'sqlite' else 'Redis'}, "
+            f"{'paced (--rpm)' if mode == 'paced' else 'no pacing'}"
+        )
         measured = f"{fmt_rate(o['goodput'])}, {o['share_429']:.1%} 429"
         if mode == "paced":
             goal, met = at_least(ratio, 0.95)
@@ -95,5 +101,6 @@ def run(ctx: Context) -> RowResult:
             ],
         )
     )
-    _ = median  # (one run per case: the runs are long and the limit, not the machine, sets the pace)
+    # (one run per case: the runs are long and the limit, not the machine, sets the pace)
+    _ = median
     return result

@@ -40,7 +40,8 @@ def run(ctx: Context) -> RowResult:
             data[f"create {name} {n}"] = {"s": m.wall_s, "mb": m.max_rss_mb, "n": n}
             ctx.log(f"  create {name} {n:,}: {m.wall_s:.1f} s, {m.max_rss_mb:.0f} MB")
             if name != "sqlite":
-                continue  # a million results through Redis' claim/complete takes ~7 min; SQLite only
+                # a million results through Redis' claim/complete takes ~7 min; SQLite only
+                continue
             fill = env.drive("fill", job)
             data[f"fill {name} {n}"] = {"s": fill["elapsed_s"], "n": fill["items"]}
             ctx.log(f"  fill {n:,}: {fill['elapsed_s']:.1f} s")
@@ -56,11 +57,14 @@ def run(ctx: Context) -> RowResult:
         row=ROW,
         title=TITLE,
         compared_with="-",
-        goal=f"each <= {LIMIT_S:.0f} s and <= {LIMIT_MB:.0f} MB peak RSS, with memory flat as rows grow "
+        goal=f"each <= {LIMIT_S:.0f} s and <= {LIMIT_MB:.0f} MB peak RSS, with memory flat as "
+        "rows grow "
         f"(flat: peak RSS at {large:,} <= {FLAT} x at {small:,})",
         setup=(
-            f"A {large:,}-row CSV (5 columns, about 110 bytes a row) and a {small:,}-row one; each command is "
-            f"a `hermes-bulk` child process, timed from start to exit (interpreter start included); peak RSS "
+            f"A {large:,}-row CSV (5 columns, about 110 bytes a row) and a {small:,}-row one; "
+            "each command is "
+            "a `hermes-bulk` child process, timed from start to exit (interpreter start "
+            "included); peak RSS "
             f"from wait4. Ratios are measured / limit. Results were produced with bench.drive fill "
             f"(complete_and_claim through the store API, {_rate(data, large)} items/s)."
         ),

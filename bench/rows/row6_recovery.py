@@ -109,7 +109,8 @@ def run(ctx: Context) -> RowResult:
                 "leases_end_s": leases_end - started_wall,
             }
             ctx.log(
-                f"  {key}: {held} items held by the dead, their leases end by {_s(runs[key]['leases_end_s'])}; after "
+                f"  {key}: {held} items held by the dead, their leases end by "
+                f"{_s(runs[key]['leases_end_s'])}; after "
                 f"`run`: claimed {_s(t_claim)}, completed {_s(t_done)}, recovered {_s(t_recovered)}"
             )
     finally:
@@ -121,11 +122,16 @@ def run(ctx: Context) -> RowResult:
         compared_with=f"the lease length (HERMES_BULK_LEASE_SECONDS = {lease:g})",
         goal="the job continues within one lease of `run`",
         setup=(
-            f"{n:,} items, provider latency {latency} s, --concurrency {conc}, {procs} `hermes-bulk worker` "
-            f"processes x {conc // procs} threads, lease {lease:g} s. After {3 * conc}+ items completed every "
-            f"worker got SIGKILL; at once `hermes-bulk run JOB` (a child process; its start is time 0), then "
-            f"{procs} new workers. Continued = the job's first claim after `run` (an item is being processed "
-            f"again); the first completion, {latency} s of provider latency later, is in the table below; "
+            f"{n:,} items, provider latency {latency} s, --concurrency {conc}, {procs} "
+            "`hermes-bulk worker` "
+            f"processes x {conc // procs} threads, lease {lease:g} s. After {3 * conc}+ items "
+            "completed every "
+            "worker got SIGKILL; at once `hermes-bulk run JOB` (a child process; its start is "
+            "time 0), then "
+            f"{procs} new workers. Continued = the job's first claim after `run` (an item is "
+            "being processed "
+            f"again); the first completion, {latency} s of provider latency later, is in the "
+            "table below; "
             "recovered = no item is held by a dead worker any more."
         ),
         raw=runs,

@@ -50,7 +50,8 @@ def run(ctx: Context) -> RowResult:
             "items": reused["items"],
         }
         ctx.log(
-            f"  create with the index {n:,}: {m.wall_s:.1f} s, {m.max_rss_mb:.0f} MB, {reused['reused']:,} reused"
+            f"  create with the index {n:,}: {m.wall_s:.1f} s, {m.max_rss_mb:.0f} MB, "
+            f"{reused['reused']:,} reused"
         )
         m = env.cli("create", "Summarize this row in one line", "--over", str(grown), "--json")
         more = json.loads(m.stdout)
@@ -61,19 +62,24 @@ def run(ctx: Context) -> RowResult:
             "items": more["items"],
         }
         ctx.log(
-            f"  create over +1% {n:,}: {more['items'] - more['reused']:,} of {more['items']:,} to run"
+            f"  create over +1% {n:,}: {more['items'] - more['reused']:,} of {more['items']:,} "
+            "to run"
         )
 
     result = RowResult(
         row=ROW,
         title=TITLE,
         compared_with="plain create",
-        goal=f"create with a full index <= {GOAL} x a plain create, memory flat (RSS at {large:,} <= {FLAT} x at "
+        goal=f"create with a full index <= {GOAL} x a plain create, memory flat (RSS at "
+        f"{large:,} <= {FLAT} x at "
         f"{small:,}); after 1% new rows, 1% of the items left to run",
         setup=(
-            f"CSVs of {small:,} and {large:,} rows (about 110 bytes a row) and the same plus 1% new rows; SQLite; "
-            "each command a `hermes-bulk` child process, timed start to exit; peak RSS from wait4. The earlier "
-            "job's answers were written set-wise by bench.drive answer-all (as its completions would leave them)."
+            f"CSVs of {small:,} and {large:,} rows (about 110 bytes a row) and the same plus 1% "
+            "new rows; SQLite; "
+            "each command a `hermes-bulk` child process, timed start to exit; peak RSS from "
+            "wait4. The earlier "
+            "job's answers were written set-wise by bench.drive answer-all (as its completions "
+            "would leave them)."
         ),
         raw=data,
     )
@@ -84,7 +90,8 @@ def run(ctx: Context) -> RowResult:
     result.lines.append(
         Line(
             f"create, every row answered before, {large:,} rows",
-            f"{fmt_s(b['s'])}, {b['mb']:.0f} MB (RSS x{growth:.2f} from {small:,}), {b['reused']:,} reused",
+            f"{fmt_s(b['s'])}, {b['mb']:.0f} MB (RSS x{growth:.2f} from {small:,}), "
+            f"{b['reused']:,} reused",
             f"plain create {fmt_s(p['s'])}",
             ratio,
             f"<= {GOAL}, RSS x <= {FLAT}",

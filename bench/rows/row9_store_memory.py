@@ -184,7 +184,8 @@ def run(ctx: Context) -> RowResult:
                 "left": left,
             }
             ctx.log(
-                f"  {name}: {created / n:,.0f} B/item after create, {done / n:,.0f} B/item after completion "
+                f"  {name}: {created / n:,.0f} B/item after create, {done / n:,.0f} B/item after "
+                "completion "
                 f"(results {results / n:,.0f} B/item stored), after delete {left}; keys: "
                 + ", ".join(
                     f"{k} {v / n:,.0f}" for k, v in sorted(keys.items(), key=lambda kv: -kv[1])
@@ -201,13 +202,17 @@ def run(ctx: Context) -> RowResult:
         title=TITLE,
         compared_with="the raw content bytes; the results as stored",
         goal=(
-            f"Redis used_memory after create <= {CONTENT_SHARE} x the raw content bytes + {PER_ITEM} B/item; "
+            f"Redis used_memory after create <= {CONTENT_SHARE} x the raw content bytes + "
+            f"{PER_ITEM} B/item; "
             f"after completion <= the stored (compressed) result bytes + {PER_ITEM} B/item"
         ),
         setup=(
-            f"{n:,} English text files of about {FILE_CHARS:,} characters ({raw_bytes / n:,.0f} bytes each, "
-            f"{raw_bytes / 1e6:,.1f} MB in all; see the module docstring), `create --fresh`, then run --wait "
-            f"with {threads} threads against the loopback provider with no latency. Redis: the change of "
+            f"{n:,} English text files of about {FILE_CHARS:,} characters ({raw_bytes / n:,.0f} "
+            "bytes each, "
+            f"{raw_bytes / 1e6:,.1f} MB in all; see the module docstring), `create --fresh`, "
+            "then run --wait "
+            f"with {threads} threads against the loopback provider with no latency. Redis: the "
+            "change of "
             "used_memory; SQLite: the size of bulk.db and its -wal."
         ),
         raw=data,
@@ -219,7 +224,8 @@ def run(ctx: Context) -> RowResult:
         Line(
             "Redis, after create",
             f"{r['created'] / 1e6:,.2f} MB ({r['created'] / n:,.0f} B/item)",
-            f"{CONTENT_SHARE} x {r['raw'] / 1e6:,.1f} MB + {PER_ITEM} B/item = {allowed / 1e6:,.2f} MB",
+            f"{CONTENT_SHARE} x {r['raw'] / 1e6:,.1f} MB + {PER_ITEM} B/item = "
+            f"{allowed / 1e6:,.2f} MB",
             r["created"] / allowed,
             goal,
             met,
@@ -298,7 +304,8 @@ def _key_bytes(client, url: str) -> dict[str, int]:
 
 
 def _redis_result_bytes(client, url: str, job: str, n: int) -> int:
-    """The stored (compressed) size of the job's results: HSTRLEN of each in its bucket (keys.py)."""
+    """The stored (compressed) size of the job's results: HSTRLEN of each in its bucket
+    (keys.py)."""
     from hermes_bulk.store.redis.keys import RedisKeys
 
     keys = RedisKeys(url.rsplit("prefix=", 1)[1])

@@ -18,7 +18,8 @@ __all__ = ["Settings", "load_settings", "HermesBulkError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    # Settings loads pydantic-settings, which costs more than a read command may (docs/benchmarks.md, row 7):
+    # Settings loads pydantic-settings, which costs more than a read command may
+    # (docs/benchmarks.md, row 7):
     # it is loaded when asked for, not with the package.
     if name in ("Settings", "load_settings"):
         from .config import settings as config

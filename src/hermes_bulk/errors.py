@@ -2,7 +2,8 @@
 
 User-facing errors carry a message that says what is wrong and what to do; the CLI and the
 `/bulk` command print `str(exc)` of these and nothing else. Model errors are classified once,
-at the client boundary (`providers/client.py`), and never carry provider text: a provider's error body
+at the client boundary (`providers/client.py`), and never carry provider text: a provider's error
+body
 can echo credentials, so it goes to the log only.
 """
 
@@ -37,7 +38,8 @@ class BackendUnavailable(HermesBulkError):
 
 
 class NoDatabase(HermesBulkError):
-    """A command that only reads was pointed at a SQLite file that does not exist; nothing was made."""
+    """A command that only reads was pointed at a SQLite file that does not exist; nothing was
+    made."""
 
 
 class JobNotFound(HermesBulkError):
@@ -93,7 +95,8 @@ class TransientModelError(ModelError):
 
 class EndpointUnreachable(TransientModelError):
     """No connection to the endpoint could be made (refused, no route, DNS, a connect timeout):
-    nothing was sent, so it says nothing about the item; runtime/breaker.py counts it for the endpoint."""
+    nothing was sent, so it says nothing about the item; runtime/breaker.py counts it for the
+    endpoint."""
 
 
 class PermanentModelError(ModelError):

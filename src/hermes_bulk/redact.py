@@ -74,7 +74,8 @@ def register_secret(value: str | None) -> None:
 
 
 def register_url(url: str | None) -> None:
-    """Mask the credentials a URL carries: its password (or lone userinfo token), secret query values."""
+    """Mask the credentials a URL carries: its password (or lone userinfo token), secret query
+    values."""
     for value in url_secrets(url or ""):
         register_secret(value)
 

@@ -88,7 +88,7 @@ def test_a_locked_ledger_fails_the_first_call_of_a_process_open_within_about_a_s
     assert "⚠ Accounting failed" in status and "those calls went through uncounted" in status
 
 
-def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and_warning_and_set_repairs_it(
+def test_a_broken_budget_json_lets_calls_through_status_warns_and_set_repairs_it(
     hermes,
 ):
     path = hermes.root / "plugin-data" / "cron-budget" / "budget.json"
@@ -101,7 +101,8 @@ def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and
     assert status.returncode == 0
     assert "Cron budget: observe mode" in status.stdout  # the defaults are what is in force
     assert (
-        f"⚠ Settings cannot be read, so calls go through uncounted until they can: {path}: daily_limit "
+        f"⚠ Settings cannot be read, so calls go through uncounted until they can: {path}: "
+        "daily_limit "
         "'lots' is not a whole number"
     ) in status.stdout
     assert "fix it with: hermes cron-budget set daily_limit VALUE." in status.stdout
@@ -124,8 +125,10 @@ def test_a_broken_budget_json_lets_calls_through_status_shows_defaults_error_and
     refused = hermes("cron-budget", "set", "mode", "observe", check=False)
     assert refused.returncode == 1
     assert refused.stderr.strip() == (
-        f"hermes cron-budget: {path} is not valid JSON (Expecting property name enclosed in double quotes at "
-        f"line 1, column 2); fix it by hand, or delete it (rm {path}) to start from the defaults and set your "
+        f"hermes cron-budget: {path} is not valid JSON (Expecting property name enclosed in "
+        "double quotes at "
+        f"line 1, column 2); fix it by hand, or delete it (rm {path}) to start from the defaults "
+        "and set your "
         "keys again."
     )
     path.unlink()

@@ -1,4 +1,5 @@
-"""BudgetGate: a bulk job charges each model request as class bulk and waits, not fails, at the cap."""
+"""BudgetGate: a bulk job charges each model request as class bulk and waits, not fails, at the
+cap."""
 
 from __future__ import annotations
 

@@ -132,7 +132,7 @@ def test_the_held_answer_of_each_api_mode_passes_its_real_transport():
         assert (usage.input_tokens, usage.output_tokens) == (0, 0), mode
 
 
-def test_cron_over_the_cap_never_reaches_the_provider_explains_once_then_stays_silent_and_chat_still_goes(
+def test_cron_over_the_cap_never_reaches_the_provider_explains_once_and_chat_still_goes(
     hermes,
 ):
     hermes("cron-budget", "set", "mode", "enforce")
@@ -212,7 +212,7 @@ def test_cron_over_the_cap_never_reaches_the_provider_explains_once_then_stays_s
     )
 
 
-def test_inside_hermes_auxiliary_calls_count_a_bulk_charged_ctx_llm_call_does_not_and_every_api_mode_is_held(
+def test_auxiliary_calls_count_a_bulk_charged_ctx_llm_call_does_not_every_api_mode_is_held(
     hermes,
 ):
     b = hermes.budget()

@@ -1,4 +1,5 @@
-"""The plugin's glue, called with exactly the keyword arguments Hermes passes (hermes_cli.middleware,
+"""The plugin's glue, called with exactly the keyword arguments Hermes passes
+(hermes_cli.middleware,
 agent/auxiliary_hooks.py), including the newer-Hermes paths 0.19.0 cannot run."""
 
 from __future__ import annotations
@@ -200,6 +201,6 @@ def test_a_held_run_counts_its_words_one_request_one_is_kept(budget):
         **MAIN_LOOP,
     )
     assert (
-        "this window has used 2 of its 3 requests, and cron and bulk jobs stop at 2 (1 is kept for chat)"
-        in other.choices[0].message.content
+        "this window has used 2 of its 3 requests, and cron and bulk jobs stop at 2 (1 is kept "
+        "for chat)" in other.choices[0].message.content
     )

@@ -1,4 +1,5 @@
-"""Budget, the service every front end uses: settings follow budget.json, and accounting fails open."""
+"""Budget, the service every front end uses: settings follow budget.json, and accounting fails
+open."""
 
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
 
 
 @pytest.mark.alone  # bounds a latency
-def test_the_first_call_of_a_process_fails_open_within_a_second_on_a_locked_ledger_and_opens_it_later(
+def test_a_first_call_fails_open_within_a_second_on_a_locked_ledger_and_opens_it_later(
     budget_dir,
 ):
     first = Budget(budget_dir)
@@ -164,7 +165,7 @@ def test_a_redis_ledger_that_goes_down_fails_open_and_counts_again_once_it_is_ba
         server.kill()
 
 
-def test_a_broken_budget_json_fails_calls_open_and_status_shows_the_defaults_the_error_and_the_warning(
+def test_a_broken_budget_json_fails_open_and_status_shows_the_defaults_error_and_warning(
     budget, budget_dir
 ):
     from hermes_bulk.budget.commands import run_budget_command

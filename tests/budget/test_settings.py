@@ -211,7 +211,8 @@ def test_the_machine_zone_is_kept_until_tz_or_the_zone_files_change(monkeypatch,
 
 @pytest.mark.parametrize("stored", [True, 1.5, 1e300, "٣", [1000], {"n": 1}, None])
 def test_a_count_in_budget_json_that_is_not_a_whole_number_is_named(tmp_path, stored):
-    """JSON can hold what `set` never writes; pydantic would take true as 1, and 1e300 is not a count."""
+    """JSON can hold what `set` never writes; pydantic would take true as 1, and 1e300 is not a
+    count."""
     f = SettingsFile(tmp_path)
     f.path.write_text(json.dumps({"daily_limit": stored}))
     with pytest.raises(ConfigError) as err:

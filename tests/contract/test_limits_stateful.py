@@ -140,7 +140,8 @@ class LimitsMachine(RuleBasedStateMachine):
         pick=st.integers(0, 5),
     )
     def pause(self, name, seconds, base_s, cap_s, pick):
-        """A 429 to one of the key's granted requests (the newest, or an earlier, maybe stale one)."""
+        """A 429 to one of the key's granted requests (the newest, or an earlier, maybe stale
+        one)."""
         k, now_s = self.keys[name], self.clock()
         epoch = k.epochs[-1 - pick % len(k.epochs)] if k.epochs else 0
         before = k.state.pause_until_s

@@ -34,7 +34,8 @@ LONG = "The quick brown fox jumps over the lazy dog, and then it rests. " * 40 +
 
 
 def _job(store, contents, *, kind="directory", keys=True, **spec_kw) -> str:
-    """A running job whose items have answer keys (as create gives them): equal contents wait on the first."""
+    """A running job whose items have answer keys (as create gives them): equal contents wait on the
+    first."""
     job_id = f"cc{abs(hash((tuple(contents), kind, str(spec_kw)))) % 10**10:010d}"
     spec = JobSpec(
         job_id=job_id,
@@ -105,7 +106,8 @@ def _overwrite(store, raw, url, job_id, kind, field, text):
 
 
 def _redis_key(store, job_id, kind, field) -> str:
-    """Contents: the job's hash by content hash; results: the bucket of the item's index (keys.py)."""
+    """Contents: the job's hash by content hash; results: the bucket of the item's index
+    (keys.py)."""
     return (
         store.keys.bucket(job_id, kind, field)
         if kind == "results"
@@ -295,7 +297,8 @@ def test_threads_draining_a_job_by_complete_and_claim_complete_each_item_once(st
     assert [i.result for i in store.iter_items(job_id)] == [f"r{i}" for i in range(n)]
 
 
-# Stored compressed, read from either form -----------------------------------------------------------
+# Stored compressed, read from either form
+# -----------------------------------------------------------
 
 
 def test_contents_and_results_are_stored_compressed_and_read_back_whole(

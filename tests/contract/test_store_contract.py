@@ -895,7 +895,8 @@ def test_token_pacing_lets_a_large_item_through_an_empty_bucket(limits):
 
 
 def _granted_within(c: ClockedBackend, key: str, seconds: float) -> int:
-    """Unpaced requests granted in the next `seconds` of the test's clock, asking again when told."""
+    """Unpaced requests granted in the next `seconds` of the test's clock, asking again when
+    told."""
     granted, end = 0, c.clock.ms + round(seconds * 1000)
     while c.clock.ms < end:
         wait = c.limits.acquire(key, rpm=None, tpm=None, tokens=1).wait

@@ -548,7 +548,8 @@ class StoreMachine(RuleBasedStateMachine):
                 self.store.remove_worker(self.w(name))
 
     def _pick(self, aim: bool, pick: int, worker: str, index: int) -> tuple[str, int]:
-        """(owner id, index): a running item and its owner, or a worker of this example and any index."""
+        """(owner id, index): a running item and its owner, or a worker of this example and any
+        index."""
         running = [(it.owner, i) for i, it in enumerate(self.m.items) if it.status == CLAIMED]
         return running[pick % len(running)] if aim and running else (self.w(worker), index)
 
@@ -586,7 +587,8 @@ class StoreMachine(RuleBasedStateMachine):
         ends = sorted(e + past for e in ends if now < e + past < now + 10**7)
         if ends:
             self.clock.set_ms(ends[pick % len(ends)])
-            self.release_expired()  # the reaper's pass right then (the check after it reads live workers)
+            # the reaper's pass right then (the check after it reads live workers)
+            self.release_expired()
 
     # Job state -------------------------------------------------------------------------------
     @precondition(lambda self: self.m is not None and self.m.state != RUNNING)
@@ -926,7 +928,8 @@ class StoreMachine(RuleBasedStateMachine):
         pid=st.integers(0, 3),
     )
     def heartbeat(self, worker, ttl, threads, serves, host, pid):
-        """A beat: live for ttl from now; the first beat of a worker fixes its host, pid and start."""
+        """A beat: live for ttl from now; the first beat of a worker fixes its host, pid and
+        start."""
         self._beat(worker, ttl, threads=threads, serves=serves, host=host, pid=pid)
 
     def _beat(self, worker, ttl, *, threads, serves, host, pid):
@@ -997,7 +1000,8 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.m is not None and self.m.batches)
     @rule(pick=st.integers(0, 20), worker=batch_owners, lease=LEASES, take_from=take_froms)
     def lease_batch(self, pick, worker, lease, take_from):
-        """Submit/poll/ingest take the batch's lease: free, expired, one's own, or taken from a dead worker."""
+        """Submit/poll/ingest take the batch's lease: free, expired, one's own, or taken from a dead
+        worker."""
         batch_id = self._batch_pick(pick)
         wid = self.w(worker) if worker in WORKERS else worker
         take = self._taken_from(take_from, self.m.batches[batch_id])
@@ -1243,7 +1247,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert [r.index for r in records] == list(range(len(m.items)))
         for r, it in zip(records, m.items, strict=True):
             self._check_item(r, it)
-        # failed_items reads the failed ones alone (a partial index, the failed set): the same records
+        # failed_items reads the failed ones alone (a partial index, the failed set): the same
+        # records
         assert self.store.failed_items(self.job_id, len(m.items) + 1) == [
             r for r in records if r.status == FAILED
         ]

@@ -1,4 +1,5 @@
-"""The worker registry records what each worker serves, alike on both backends (liveness.can_serve)."""
+"""The worker registry records what each worker serves, alike on both backends
+(liveness.can_serve)."""
 
 from __future__ import annotations
 

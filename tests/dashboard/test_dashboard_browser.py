@@ -44,7 +44,8 @@ def settled(browser: Browser, job_id: str) -> int | None:
 def test_a_person_watches_a_running_job_pauses_it_and_nothing_hostile_runs(
     backend_env, cli, jobs, fake_provider, dashboard, browser, tmp_path
 ):
-    # Given a job of 41 items that takes some seconds (two at a time, 0.4 s each), running on a worker
+    # Given a job of 41 items that takes some seconds (two at a time, 0.4 s each), running on a
+    # worker
     fake_provider.configure(item_faults={"PERMANENT-400": "400"}, latency_s=0.4)
     job_id = cli.create(
         "Summarize <b>this</b>",
@@ -145,7 +146,8 @@ def test_a_person_watches_a_running_job_pauses_it_and_nothing_hostile_runs(
             + "'></form><script>fetch('"
             + action
             + "', {method: "
-            "'POST', mode: 'no-cors', credentials: 'include'}).finally(() => document.forms[0].submit())"
+            "'POST', mode: 'no-cors', credentials: 'include'}).finally(() => "
+            "document.forms[0].submit())"
             "</script>"
         )
         browser.navigate("data:text/html," + urllib.parse.quote(hostile_page))

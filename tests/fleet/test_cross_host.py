@@ -1,7 +1,8 @@
 """The fleet across hosts, without Docker: five network namespaces run what compose.yaml declares.
 
 Redis on one host, a worker on each of two others, the CLI on a fourth, the dashboard on a fifth,
-each with its own data directory (so nothing is shared but Redis), the provider on the bridge. The commands and the
+each with its own data directory (so nothing is shared but Redis), the provider on the bridge. The
+commands and the
 environment come from docker/compose.yaml itself, so the stack and this test cannot drift.
 A worker is killed with -9 and Redis is restarted mid-job; every item must complete exactly
 once. Skipped, with the reason, where network namespaces are not permitted (CI runs as root).
@@ -113,7 +114,8 @@ class Hosts:
             )
             self._ip("netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             self._ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
-            # `ip netns exec` bind-mounts /etc/netns/<ns>/hosts over /etc/hosts: names resolve per host.
+            # `ip netns exec` bind-mounts /etc/netns/<ns>/hosts over /etc/hosts: names resolve per
+            # host.
             Path(f"/etc/netns/{ns}").mkdir(parents=True, exist_ok=True)
             Path(f"/etc/netns/{ns}/hosts").write_text(hosts_file)
         return self
@@ -306,7 +308,8 @@ def test_a_fleet_on_four_hosts_loses_nothing_to_a_killed_worker_and_a_redis_rest
     assert "worker" in cli("workers")
     provider.wait_held(1)
 
-    # Redis restarts mid-job (a graceful shutdown writes the append-only file; then the same command).
+    # Redis restarts mid-job (a graceful shutdown writes the append-only file; then the same
+    # command).
     before_restart = completed()
     worker2_log = tmp_path / "worker2.log"
     noticed = worker2_log.read_text().count("Redis at")  # what it said of Redis before the restart

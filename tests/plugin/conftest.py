@@ -157,7 +157,8 @@ class Gateway:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AssertionError(
-                    f"no answer from the gateway in {timeout}s; its stderr: {self.log.read_text()[-2000:]}"
+                    f"no answer from the gateway in {timeout}s; its stderr: "
+                    f"{self.log.read_text()[-2000:]}"
                 )
             try:
                 line = self._lines.get(timeout=remaining)
@@ -217,7 +218,8 @@ class Gateway:
 
 @pytest.fixture
 def gateway(hermes_home, tmp_path):
-    """gateway(cwd=, argv=, **env) starts a Hermes TUI gateway on hermes_home; all stop at the end."""
+    """gateway(cwd=, argv=, **env) starts a Hermes TUI gateway on hermes_home; all stop at the
+    end."""
     started: list[Gateway] = []
 
     def start(cwd: Path | None = None, argv: list[str] | None = None, **extra_env: str) -> Gateway:

@@ -158,7 +158,8 @@ def test_work_goes_on_in_the_background_and_pause_and_resume_take_effect(
             f"Continue with: /bulk resume {job}"
         )
         with local_jobs(data_dir(gw)) as jobs:
-            hermes_provider.release()  # the two in progress finish; their chains find the job paused
+            # the two in progress finish; their chains find the job paused
+            hermes_provider.release()
             wait_for(
                 lambda: job_status(jobs, job)["running"] == 0,
                 message="the items in progress to finish",
@@ -294,7 +295,8 @@ def test_answers_are_text_help_usage_errors_and_settings(
     )
     http_job = json.loads(cli.stdout)["job_id"]
     assert " ".join(gw.bulk(f"run {http_job}").split()) == (
-        f"Job {http_job} was created by hermes-bulk create and calls the endpoint set in HERMES_BULK_*, not "
+        f"Job {http_job} was created by hermes-bulk create and calls the endpoint set in "
+        "HERMES_BULK_*, not "
         f"Hermes' model. Process it with: hermes-bulk run {http_job} --wait"
     )
     assert "State: not started" in gw.bulk(f"status {http_job}")
@@ -305,7 +307,8 @@ HIDE_ENTRY_POINT = """
 import importlib.metadata as metadata, runpy, sys
 _entry_points = metadata.entry_points
 def entry_points(*args, **kwargs):  # as if hermes-bulk had not been installed with pip
-    return metadata.EntryPoints(ep for ep in _entry_points(*args, **kwargs) if ep.group != "hermes_agent.plugins")
+    found = _entry_points(*args, **kwargs)
+    return metadata.EntryPoints(ep for ep in found if ep.group != "hermes_agent.plugins")
 metadata.entry_points = entry_points
 {extra}
 runpy.run_module("tui_gateway.entry", run_name="__main__", alter_sys=True)

@@ -48,14 +48,16 @@ def status_json(env, job: str) -> dict:
 
 
 def line_of(status: str, prefix: str) -> str:
-    """The line that starts with prefix, with the continuation lines a reply wraps it onto (80 columns)."""
+    """The line that starts with prefix, with the continuation lines a reply wraps it onto (80
+    columns)."""
     lines = status.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith(prefix))
     end = next((i for i in range(at + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
     return " ".join(line.strip() for line in lines[at:end])
 
 
-# 1. The concurrency shown is the one in force ------------------------------------------------------
+# 1. The concurrency shown is the one in force
+# ------------------------------------------------------
 
 
 def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(
@@ -84,7 +86,8 @@ def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(
         "Concurrency: up to 2 items at once (the job asks for 6; max_concurrency is 2)"
     )
     assert (
-        "max_concurrency is now 8; the workers running this job started with 2 and keep it until they "
+        "max_concurrency is now 8; the workers running this job started with 2 and keep it until "
+        "they "
         "stop. The new value applies when workers next start."
     ) in " ".join(status.split())
     again = gw.bulk(f"run {job}")
@@ -93,7 +96,8 @@ def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(
     assert hermes_provider.max_in_flight == 2, "what was shown is what ran"
 
 
-# 2. Every next step works from where it is shown ---------------------------------------------------
+# 2. Every next step works from where it is shown
+# ---------------------------------------------------
 
 
 def test_hints_for_a_job_made_by_the_cli_name_commands_that_work_from_hermes(
@@ -143,12 +147,14 @@ def test_hints_for_a_job_made_by_the_cli_name_commands_that_work_from_hermes(
     ran = bulk_cli(env, "run", hermes_job).stdout
     assert "(start one with: hermes-bulk worker)" not in ran
     assert (
-        f"a hermes-bulk worker with HERMES_HOME set to the profile it was created in, or Hermes itself: "
+        "a hermes-bulk worker with HERMES_HOME set to the profile it was created in, or Hermes "
+        "itself: "
         f"/bulk run {hermes_job} (in Hermes, in the profile the job was created in)."
     ) in ran
 
 
-# 3. A worker that cannot serve a job never takes its triggers --------------------------------------
+# 3. A worker that cannot serve a job never takes its triggers
+# --------------------------------------
 
 
 def test_the_gateways_worker_does_not_slow_a_cli_job(
@@ -157,7 +163,8 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(
     hermes_provider.configure(latency_s=0.1)
     env = cli_env(hermes_home, hermes_provider)
     gw = gateway()
-    # The gateway's embedded worker starts with a /bulk job, and lives on (a minute after its last job).
+    # The gateway's embedded worker starts with a /bulk job, and lives on (a minute after its last
+    # job).
     hermes_job = job_id_of(gw.bulk(f'"Do" --over {rows_jsonl(2, tmp_path / "h.jsonl")}'))
     gw.bulk(f"run {hermes_job}")
     wait_for_state(gw, hermes_job, "completed")
@@ -177,7 +184,8 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(
     gw.close()
     without_job, without = run_cli_job("without-gateway")
     print(
-        f"\nhermes-bulk run --wait, 24 items: {with_gateway:.2f} s with the gateway's worker alive, "
+        f"\nhermes-bulk run --wait, 24 items: {with_gateway:.2f} s with the gateway's worker "
+        "alive, "
         f"{without:.2f} s without"
     )
 
@@ -193,7 +201,8 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(
         )
 
 
-# 4. Interrupted items are not shown as running -----------------------------------------------------
+# 4. Interrupted items are not shown as running
+# -----------------------------------------------------
 
 
 def gateway_killed_with_two_items_in_flight(

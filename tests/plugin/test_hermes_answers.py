@@ -20,7 +20,8 @@ MESSAGES = [
     {"role": "system", "content": "You apply one instruction."},
     {
         "role": "user",
-        "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 -----",
+        "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 "
+        "-----",
     },
 ]
 LABEL = {

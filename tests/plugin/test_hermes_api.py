@@ -44,7 +44,8 @@ def profile(hermes_home, monkeypatch):
     yield hermes_home
     from agent.auxiliary_client import shutdown_cached_clients
 
-    shutdown_cached_clients()  # Hermes keeps a client per provider for the process; not across tests
+    # Hermes keeps a client per provider for the process; not across tests
+    shutdown_cached_clients()
     with warnings.catch_warnings():  # and drops some after errors without closing them
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
@@ -86,7 +87,8 @@ MESSAGES = [
     {"role": "system", "content": "You apply one instruction."},
     {
         "role": "user",
-        "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 -----",
+        "content": "Instruction:\nDo\n\n----- BEGIN ITEM ab12 -----\nalpha\n----- END ITEM ab12 "
+        "-----",
     },
 ]
 

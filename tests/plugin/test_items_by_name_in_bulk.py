@@ -1,4 +1,5 @@
-"""/bulk names items as `hermes-bulk` does: events, `show JOB ITEM`, `status --failed` (real Hermes)."""
+"""/bulk names items as `hermes-bulk` does: events, `show JOB ITEM`, `status --failed` (real
+Hermes)."""
 
 from __future__ import annotations
 

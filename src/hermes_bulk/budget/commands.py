@@ -1,4 +1,5 @@
-"""`status` and `set`: what `hermes cron-budget`, `hermes-bulk budget` and `/cron-budget` do (their grammar: grammar.py).
+"""`status` and `set`: what `hermes cron-budget`, `hermes-bulk budget` and `/cron-budget` do (their
+grammar: grammar.py).
 
 The handler returns (exit status, text) and prints nothing, so the Hermes CLI command, the
 standalone CLI and the slash command (whose reply is the text) all say the same thing.
@@ -45,7 +46,8 @@ def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -
 
 
 def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSettings) -> str:
-    """Counts belong to a window; a new reset or zone starts a different one, so say what happens."""
+    """Counts belong to a window; a new reset or zone starts a different one, so say what
+    happens."""
     old, new = budget.window(before), budget.window(after)
     if old.start_s == new.start_s:
         return ""
@@ -56,14 +58,17 @@ def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSett
     if not used:
         return ""
     return (
-        f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the {count(used, 'request')} counted "
-        "so far stay with the old window, and counting starts afresh. Lower daily_limit for today if the "
+        f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the "
+        f"{count(used, 'request')} counted "
+        "so far stay with the old window, and counting starts afresh. Lower daily_limit for "
+        "today if the "
         "provider's own window did not reset."
     )
 
 
 def _reachability_note(budget: Budget, settings: BudgetSettings) -> str:
-    """A new ledger is saved even when it cannot be reached now; say so, since calls then go uncounted."""
+    """A new ledger is saved even when it cannot be reached now; say so, since calls then go
+    uncounted."""
     try:
         budget.ledger(settings)
     except HermesBulkError as exc:

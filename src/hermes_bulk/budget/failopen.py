@@ -72,7 +72,8 @@ class FailOpenNotes:
         )
 
     def read(self, window_start_s: int) -> FailOpenNote | None:
-        """The note for this window, or None (no failure in it, or the note is of an older window)."""
+        """The note for this window, or None (no failure in it, or the note is of an older
+        window)."""
         note = self._load()
         return note if note and note.window_start_s == window_start_s else None
 

@@ -18,6 +18,11 @@ BAR_WIDTH = 30
 JOBS_SHOWN = 20
 
 
+#: What each mode does, in the status block's first line
+ENFORCE_DOES = "cron and bulk are held at the cap"
+OBSERVE_DOES = "nothing is held; would-block runs are recorded"
+
+
 def use_bar(used: int, limit: int, cap: int, width: int = BAR_WIDTH) -> str:
     """█ used, ░ free, with │ where background work stops (the chat reserve is to its right)."""
     limit = max(limit, 1)
@@ -42,8 +47,9 @@ def _clock(local: dt.datetime) -> str:
 def status_text(r: Report) -> str:
     s, w = r.settings, r.window
     lines = [
-        f"Cron budget: {s.mode} mode ({'cron and bulk are held at the cap' if s.mode == ENFORCE else 'nothing is held; would-block runs are recorded'})",
-        f"Window: {_clock(w.start_local)} → {_clock(w.end_local)} ({w.zone}); resets in {_duration(w.end_s - r.now_s)}",
+        f"Cron budget: {s.mode} mode ({ENFORCE_DOES if s.mode == ENFORCE else OBSERVE_DOES})",
+        f"Window: {_clock(w.start_local)} → {_clock(w.end_local)} ({w.zone}); resets in "
+        f"{_duration(w.end_s - r.now_s)}",
     ]
     if r.counts is None:
         lines.append(f"Ledger: {r.ledger} cannot be read now: {r.ledger_error}")
@@ -51,7 +57,8 @@ def status_text(r: Report) -> str:
         c = r.counts
         pct = 100 * c.total / max(s.daily_limit, 1)
         lines.append(
-            f"Used: {c.total} of {count(s.daily_limit, 'request')} [{use_bar(c.total, s.daily_limit, s.background_cap)}] {pct:.0f}%"
+            f"Used: {c.total} of {count(s.daily_limit, 'request')} "
+            f"[{use_bar(c.total, s.daily_limit, s.background_cap)}] {pct:.0f}%"
         )
         lines.append(
             f"Cron and bulk stop at {s.background_cap} ({s.chat_reserve} kept for chat); "
@@ -84,7 +91,8 @@ def status_text(r: Report) -> str:
     lines.append("")
     if r.settings_error:
         lines.append(
-            f"⚠ Settings cannot be read, so calls go through uncounted until they can: {r.settings_error}"
+            "⚠ Settings cannot be read, so calls go through uncounted until they can: "
+            f"{r.settings_error}"
         )
         lines.append(
             "Settings (defaults, not in budget.json): "

@@ -177,7 +177,8 @@ class Budget:
 
     # Reading --------------------------------------------------------------------------------
     def report(self) -> Report:
-        """The current window's counts; a ledger or a budget.json that cannot be read is reported, not raised.
+        """The current window's counts; a ledger or a budget.json that cannot be read is reported,
+        not raised.
 
         With a broken budget.json every call fails open (its settings are unknown), so the
         defaults shown here are what status can say, marked as such, with the file's error.

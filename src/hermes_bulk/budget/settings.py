@@ -55,7 +55,8 @@ _ALONE = "alone"  # validation context: one key on its own, without the rules be
 class BudgetSettings(BaseModel):
     """What the budget is told. `timezone` None follows the machine's zone.
 
-    The keys given (pydantic's `model_fields_set`) are what budget.json stores; equality ignores them.
+    The keys given (pydantic's `model_fields_set`) are what budget.json stores; equality ignores
+    them.
     """
 
     model_config = {"frozen": True, "extra": "forbid"}
@@ -188,7 +189,8 @@ class _Refused(ConfigError):
 
 
 def _validated(values: dict, *, alone: bool = False) -> BudgetSettings:
-    """Settings from keys as `set` takes them or budget.json stores them; _Refused names the first problem."""
+    """Settings from keys as `set` takes them or budget.json stores them; _Refused names the first
+    problem."""
     values = {k: v.strip() if isinstance(v, str) else v for k, v in values.items()}
     try:
         return BudgetSettings.model_validate(values, context={_ALONE: alone})
@@ -211,7 +213,10 @@ def _one_line(key: str | None, error: Any) -> str:
     if kind == "greater_than_equal":
         return f"{key} must be at least {error['ctx']['ge']} (got {raw})."
     if kind == "literal_error":
-        return f"mode {raw!r} is not observe or enforce; observe records what would be held, enforce holds it."
+        return (
+            f"mode {raw!r} is not observe or enforce; observe records what would be held, "
+            "enforce holds it."
+        )
     if kind == "value_error":
         return str(error["ctx"]["error"])
     return f"{key} {raw!r} is not valid ({error['msg']}); see hermes cron-budget --help."
@@ -249,7 +254,8 @@ def _with_fix(refused: _Refused) -> str:
 
 
 def root_home() -> Path:
-    """The root Hermes home outside Hermes, resolved as hermes_constants.get_default_hermes_root does.
+    """The root Hermes home outside Hermes, resolved as hermes_constants.get_default_hermes_root
+    does.
 
     ~/.hermes when HERMES_HOME is under it; `<root>` when HERMES_HOME is `<root>/profiles/<name>`;
     else HERMES_HOME itself; ~/.hermes when it is unset. Inside Hermes the plugin asks Hermes.
@@ -268,7 +274,8 @@ def root_home() -> Path:
 
 
 def budget_dir(root: Path | None = None) -> Path:
-    """Where budget.json, the SQLite ledger and the fail-open warning live: shared by every profile."""
+    """Where budget.json, the SQLite ledger and the fail-open warning live: shared by every
+    profile."""
     return (root or root_home()) / "plugin-data" / "cron-budget"
 
 

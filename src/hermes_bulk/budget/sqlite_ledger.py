@@ -176,7 +176,8 @@ class SqliteLedger:
         if new_run:
             keys.append(run_key)
         conn.executemany(
-            "INSERT INTO counters VALUES (?, ?, ?, 1) ON CONFLICT (window_start, key) DO UPDATE SET n = n + 1",
+            "INSERT INTO counters VALUES (?, ?, ?, 1) ON CONFLICT (window_start, key) DO UPDATE "
+            "SET n = n + 1",
             [(start, window.end_s, k) for k in keys],
         )
         if call.job_id:

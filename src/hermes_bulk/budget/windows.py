@@ -61,7 +61,8 @@ class ZonedInstant(float):
         return instant
 
     def shown(self, now_s: float | None = None) -> str:
-        """ "09:00 JST"; with the date when that is not today in the zone: "2026-12-04 09:00 JST"."""
+        """ "09:00 JST"; with the date when that is not today in the zone: "2026-12-04 09:00
+        JST"."""
         zone = ZoneInfo(self.zone)
         local = dt.datetime.fromtimestamp(float(self), zone)
         today = dt.datetime.fromtimestamp(time.time() if now_s is None else now_s, zone).date()

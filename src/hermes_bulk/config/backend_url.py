@@ -1,6 +1,7 @@
 """What a backend URL names: `sqlite:///path` or `redis[s]://…`, parsed and checked in one place.
 
-The job store with its queues (fleet/broker.py) and the budget ledger (budget/ledger.py) are each found
+The job store with its queues (fleet/broker.py) and the budget ledger (budget/ledger.py) are each
+found
 by such a URL. Both turn it into a `SqliteUrl` or a `RedisUrl` here, so the scheme dispatch, the
 path rules, the Redis URL checks and the key prefix are decided once; the openers take the result.
 Every URL parsed here is registered with redact.py first: an error or a log line may quote it,
@@ -101,7 +102,8 @@ def _scheme(url: str) -> str:
 
 
 def _sqlite_path(url: str, setting: str, example: str) -> Path:
-    """The file of a sqlite:// URL: three slashes and a relative path, or four and an absolute one."""
+    """The file of a sqlite:// URL: three slashes and a relative path, or four and an absolute
+    one."""
     parts = urlsplit(url)
     raw = parts.path[1:] if parts.path.startswith("/") else parts.path
     if parts.netloc or not raw:

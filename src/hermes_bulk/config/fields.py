@@ -23,7 +23,8 @@ BACKEND_SCHEMES = ("sqlite", "redis", "rediss")
 
 
 def default_home() -> Path:
-    """`$HERMES_HOME/plugin-data/bulk`, else `~/.hermes/plugin-data/bulk`: where Hermes keeps it too."""
+    """`$HERMES_HOME/plugin-data/bulk`, else `~/.hermes/plugin-data/bulk`: where Hermes keeps it
+    too."""
     hermes_home = os.environ.get("HERMES_HOME")
     base = Path(hermes_home).expanduser() if hermes_home else Path.home() / ".hermes"
     return base / "plugin-data" / "bulk"
@@ -191,7 +192,8 @@ SETTINGS: tuple[Setting, ...] = (
         "resume_interrupted",
         "bool",
         False,
-        description="hermes-bulk worker: at start, continue the jobs a graceful worker stop cut off "
+        description="hermes-bulk worker: at start, continue the jobs a graceful worker stop cut "
+        "off "
         "(worker --resume-interrupted), not only after run.",
     ),
     Setting(
@@ -231,7 +233,8 @@ SETTINGS: tuple[Setting, ...] = (
         "dashboard_token",
         "secret",
         optional=True,
-        description="hermes-bulk dashboard: the access token (default: a new random one at each start, "
+        description="hermes-bulk dashboard: the access token (default: a new random one at each "
+        "start, "
         "on a loopback address only).",
     ),
     Setting(
@@ -248,7 +251,8 @@ SETTINGS: tuple[Setting, ...] = (
         5,
         ge=1,
         le=10_000,
-        description="Failures to connect to the endpoint in a row (requests in flight together count "
+        description="Failures to connect to the endpoint in a row (requests in flight together "
+        "count "
         "once) that pause a job instead of failing its items.",
     ),
 )

@@ -41,7 +41,8 @@ def endpoint_url(base_url: str) -> str:
 
 
 def identity(url: str, fingerprint: str) -> str:
-    """The route of an endpoint: the queue of its jobs' triggers (a hash: a URL makes no queue name)."""
+    """The route of an endpoint: the queue of its jobs' triggers (a hash: a URL makes no queue
+    name)."""
     return HTTP + "@" + hashlib.sha256(f"{url}\0{fingerprint}".encode()).hexdigest()[:16]
 
 

@@ -2,8 +2,10 @@
 
 A worker is live while its registry entry in the store is fresh (it heartbeats every
 `heartbeat_interval`), except that on this host a worker whose lock file is free is dead at once,
-without waiting for its entry to lapse. Both the service API (`jobs/service.py`: status, run, delete)
-and the worker runtime (`runtime/worker.py`) ask this module; it depends on the store protocol alone.
+without waiting for its entry to lapse. Both the service API (`jobs/service.py`: status, run,
+delete)
+and the worker runtime (`runtime/worker.py`) ask this module; it depends on the store protocol
+alone.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ log = logging.getLogger("hermes_bulk.fleet.liveness")
 
 #: Why a job waits for `run`, by JobRecord.interrupted (its awaiting_recovery event says so).
 AWAITING_BECAUSE = {
-    INTERRUPTED_WORKER_STOP: "its workers stopped gracefully before it finished (the items they held went back "
+    INTERRUPTED_WORKER_STOP: "its workers stopped gracefully before it finished (the items they "
+    "held went back "
     "to the queue); run it to continue",
-    INTERRUPTED_ORPHANED: "its workers stopped without a graceful worker stop (a crash, a Hermes gateway or a "
+    INTERRUPTED_ORPHANED: "its workers stopped without a graceful worker stop (a crash, a Hermes "
+    "gateway or a "
     "run --wait that exited); run it to continue",
 }
 
@@ -247,7 +251,8 @@ def recover_interrupted(
                 ):
                     resumed.append(job_id)
                     log.info(
-                        "job %s continues: its workers stopped gracefully and this worker resumes such jobs "
+                        "job %s continues: its workers stopped gracefully and this worker "
+                        "resumes such jobs "
                         "(--resume-interrupted)",
                         job_id,
                     )

@@ -1,6 +1,7 @@
 """`hermes-bulk`: the command line over the jobs API. One handler per command.
 
-The answers of the commands `/bulk` shares are frontends/replies.py's; this module adds what belongs to a
+The answers of the commands `/bulk` shares are frontends/replies.py's; this module adds what belongs
+to a
 terminal: progress bars, tables, `--json`, standard output, exit codes, and the commands only a
 shell has (worker, workers, wait, path, budget).
 
@@ -50,7 +51,8 @@ EXIT_PAUSED = (
 EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
 
 #: Commands that read the settings without loading pydantic when the environment leaves no doubt
-#: (quick_settings): reads a user types often, which should answer at once (docs/benchmarks.md, row 7).
+#: (quick_settings): reads a user types often, which should answer at once (docs/benchmarks.md, row
+#: 7).
 QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
 
 
@@ -69,9 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except UsageError as exc:
         say(
-            f"hermes-bulk: {exc} See: hermes-bulk {argv[0] if argv and argv[0] in HANDLERS else ''} --help".replace(
-                "  ", " "
-            )
+            f"hermes-bulk: {exc} See: hermes-bulk "
+            f"{argv[0] if argv and argv[0] in HANDLERS else ''} --help".replace("  ", " ")
         )
         return EXIT_USAGE
     except SystemExit as exc:  # --help
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
             return stdout_gone()
         if (full := disk_full_at(exc, settings.home if settings else None)) is not None:
             say(
-                f"hermes-bulk: the disk is full at {full}: free some space there (or choose another "
+                f"hermes-bulk: the disk is full at {full}: free some space there (or choose "
+                "another "
                 "place), then run the command again."
             )
             return EXIT_ERROR
@@ -128,7 +130,8 @@ def load_settings_for(command: str) -> Settings:
 
 
 def _save_traceback(settings: Settings | None) -> Path | None:
-    """Where the traceback was appended, or None when it could not be (a full disk, a bad folder)."""
+    """Where the traceback was appended, or None when it could not be (a full disk, a bad
+    folder)."""
     home = settings.home if settings else Path.home() / ".hermes" / "plugin-data" / "bulk"
     path = home / "logs" / "errors.log"
     # The command line and the traceback can hold a key or a URL's password: appended masked.
@@ -239,7 +242,8 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
 
 def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
     """Before a job of HERMES_BULK_*'s endpoint is run: doctor's checks, with the job's model. An
-    endpoint that is down, a refused key or an unknown model would only pause the job (runtime/breaker.py):
+    endpoint that is down, a refused key or an unknown model would only pause the job
+    (runtime/breaker.py):
     say so now, and run nothing."""
     if job.spec.client != "http" or job.finished:
         return  # another kind calls its own model (Hermes'); a finished job has nothing to run

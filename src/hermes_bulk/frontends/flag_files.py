@@ -19,7 +19,8 @@ MAX_SCHEMA_BYTES = 1024 * 1024
 def _read_flag_file(
     path: Path, flag: str, kind: str, error: type[InputError | UsageError]
 ) -> bytes:
-    """The bytes of a small file a flag names (a --schema, an --instruction-file); one line if not."""
+    """The bytes of a small file a flag names (a --schema, an --instruction-file); one line if
+    not."""
     from ..sources import NotRegularFile, read_regular_file
 
     if is_open_sqlite_file(path.expanduser()):  # reading it would drop this process's SQLite locks
@@ -32,7 +33,8 @@ def _read_flag_file(
         raise error(f"{flag} {exc}") from None
     if data is None:
         raise error(
-            f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; give {kind} of a few kilobytes."
+            f"{flag} {path}: larger than {MAX_SCHEMA_BYTES:,} bytes; give {kind} of a few "
+            "kilobytes."
         )
     return data
 

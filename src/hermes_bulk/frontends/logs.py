@@ -106,7 +106,8 @@ FORMAT = "[%(asctime)s] %(levelname)s %(name)s: %(message)s"
 
 
 def _install(handler: logging.Handler, level: int) -> None:
-    _filter_host_handlers()  # Hermes' code in a worker serving Hermes jobs logs through the root logger
+    # Hermes' code in a worker serving Hermes jobs logs through the root logger
+    _filter_host_handlers()
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(OutageFilter())
     handler.addFilter(RedactingFilter())

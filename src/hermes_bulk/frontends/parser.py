@@ -201,7 +201,8 @@ def build_parser(
         "--concurrency",
         type=_concurrency,
         metavar="N",
-        help=f"items at once, 1 to max_concurrency (default 4; max_concurrency is at most {MAX_CONCURRENCY})",
+        help="items at once, 1 to max_concurrency (default 4; max_concurrency is at most "
+        f"{MAX_CONCURRENCY})",
     )
     p.add_argument(
         "--retries",
@@ -240,14 +241,16 @@ def build_parser(
     p.add_argument(
         "--batch",
         action="store_true",
-        help="run through the provider's Batch API (about half the price, answers within its window) "
+        help="run through the provider's Batch API (about half the price, answers within its "
+        "window) "
         "by a hermes-bulk worker",
     )
     p.add_argument(
         "--batch-deadline",
         type=_duration,
         metavar="DURATION",
-        help="with --batch: items still in a batch this long (e.g. 6h, 90m) are cancelled there and run live",
+        help="with --batch: items still in a batch this long (e.g. 6h, 90m) are cancelled there "
+        "and run live",
     )
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
@@ -271,7 +274,8 @@ def build_parser(
             "--workers",
             type=_concurrency,
             metavar="N",
-            help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's concurrency; "
+            help=f"threads with --wait, {_range(1, MAX_CONCURRENCY)} (default: the job's "
+            "concurrency; "
             "more threads than it do not run more items: use --concurrency)",
         )
         p.add_argument(
@@ -385,7 +389,8 @@ def build_parser(
     p.add_argument(
         "--abandon-batches",
         action="store_true",
-        help="a --batch job: delete it even when its open batches cannot be cancelled at the provider "
+        help="a --batch job: delete it even when its open batches cannot be cancelled at the "
+        "provider "
         "(they run on there, and are billed)",
     )
     if not for_slash:
@@ -451,7 +456,8 @@ def build_parser(
             "--resume-interrupted",
             action="store_true",
             default=None,
-            help="at start, continue jobs that a graceful worker stop (SIGINT, SIGTERM, SIGHUP) cut "
+            help="at start, continue jobs that a graceful worker stop (SIGINT, SIGTERM, SIGHUP) "
+            "cut "
             "off, as in a rolling restart; never jobs cut off by a crash "
             "(default HERMES_BULK_RESUME_INTERRUPTED, else off: they wait for run)",
         )
@@ -490,7 +496,8 @@ def build_parser(
         p = add_command(
             "dashboard",
             help="serve a live web dashboard of jobs and workers",
-            description="Serves a web page of the jobs, one job and the workers, updated live, with "
+            description="Serves a web page of the jobs, one job and the workers, updated live, "
+            "with "
             "pause, resume, retry and export. Prints its URL with an access token "
             "(HERMES_BULK_DASHBOARD_TOKEN, else a new one each start). Loopback only "
             "unless HERMES_BULK_DASHBOARD_TOKEN is set.",
@@ -499,7 +506,8 @@ def build_parser(
             "--host",
             default="127.0.0.1",
             metavar="ADDR",
-            help="address to listen on (default 127.0.0.1; another needs HERMES_BULK_DASHBOARD_TOKEN)",
+            help="address to listen on (default 127.0.0.1; another needs "
+            "HERMES_BULK_DASHBOARD_TOKEN)",
         )
         p.add_argument(
             "--port",

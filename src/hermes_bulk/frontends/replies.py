@@ -1,8 +1,10 @@
 """What each command answers, once for `hermes-bulk` and `/bulk`: one handler per command.
 
 A handler takes the jobs API, the Place the command was typed in and the command's options as
-keyword parameters (named as the grammar's flags: `--max-tokens` is max_tokens; frontends/parser.py's
-options_for picks them from a parse), does the command, and returns its Reply: the text to show and the record behind it (for `--json`
+keyword parameters (named as the grammar's flags: `--max-tokens` is max_tokens;
+frontends/parser.py's
+options_for picks them from a parse), does the command, and returns its Reply: the text to show and
+the record behind it (for `--json`
 and for what the CLI goes on to do, such as `--wait`). Where the two places answer differently,
 the Place says how, so no answer is written twice. What belongs to a terminal (progress bars,
 tables, exit codes, `--json`, standard output) stays in cli.py; what belongs to Hermes (threads,
@@ -44,7 +46,8 @@ class Place:
     #: run, resume and retry start workers in this process and answer at once (/bulk); in a
     #: shell workers elsewhere (or `--wait`) pick the job up.
     processes_here: bool = False
-    #: The export answer says what the file holds (/bulk); a shell prints the path alone, for scripts.
+    #: The export answer says what the file holds (/bulk); a shell prints the path alone, for
+    #: scripts.
     export_summary: bool = False
 
     def __init__(self, *, on_progress: Callable[[int], None] | None = None) -> None:
@@ -78,7 +81,8 @@ class Place:
         """The user has seen the job end, or stopped it: its end is no news."""
 
     def doctor(self, model: str | None, settings: Settings) -> Report:
-        """The checks of the model its jobs call: here the endpoint, key and model in HERMES_BULK_*."""
+        """The checks of the model its jobs call: here the endpoint, key and model in
+        HERMES_BULK_*."""
         from ..providers import doctor
 
         key = settings.api_key.get_secret_value() if settings.api_key else None
@@ -143,16 +147,20 @@ def create(
 
 
 def _batch_note(jobs: Jobs) -> str:
-    """Who runs a batch job: a hermes-bulk worker with its own endpoint (Hermes' model has no batch call)."""
+    """Who runs a batch job: a hermes-bulk worker with its own endpoint (Hermes' model has no batch
+    call)."""
     live = len(jobs.liveness.live_worker_ids())
     who = (
         f"{count(live, 'worker')} running now."
         if live
-        else "No worker is running now: start one where HERMES_BULK_BASE_URL and the key are set: hermes-bulk worker"
+        else "No worker is running now: start one where HERMES_BULK_BASE_URL and the key are "
+        "set: hermes-bulk worker"
     )
     return (
-        "It runs through the provider's Batch API (about half the price; answers within the batch window), "
-        f"submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch call. {who}"
+        "It runs through the provider's Batch API (about half the price; answers within the "
+        "batch window), "
+        "submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch "
+        f"call. {who}"
     )
 
 
@@ -174,7 +182,8 @@ def run(
     check = f"Check it with: {place.cmd} status {job.job_id}"
     if job.spec.mode == "batch" and not wait:
         return Reply(
-            f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. {_batch_note(jobs)}"
+            f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
+            f"{_batch_note(jobs)}"
             f"{place.next_step_sep}{check}",
             job,
         )
@@ -190,7 +199,8 @@ def run(
     return Reply(
         "\n".join(
             [
-                f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} pending, "
+                f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} "
+                "pending, "
                 f"up to {st.concurrency} at once.",
                 *views.concurrency_notes(st),
                 check,
@@ -205,8 +215,10 @@ def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
         hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH
     ):  # only where Hermes' model can be called
         return (
-            "Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME set to "
-            f"the profile it was created in, or Hermes itself: {hints.process(job, 'run', hints.CLI)}."
+            "Workers that can call Hermes' model pick it up: a hermes-bulk worker with "
+            "HERMES_HOME set to "
+            "the profile it was created in, or Hermes itself: "
+            f"{hints.process(job, 'run', hints.CLI)}."
         )
     live = len(jobs.liveness.capable_workers(job))  # only those that serve its endpoint and key
     if live:
@@ -307,7 +319,8 @@ def retry(jobs: Jobs, place: Place, *, job: str, wait: bool = False) -> Reply:
     place.start_workers()
     place.watch(job.job_id)
     return Reply(
-        f"{returned}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}",
+        f"{returned}, processing in the background.\nCheck it with: {place.cmd} status "
+        f"{job.job_id}",
         job,
     )
 
@@ -353,7 +366,8 @@ def events(jobs: Jobs, place: Place, *, job: str, limit: int = 50) -> Reply:
 
 
 def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
-    """Can the model the jobs made here call be reached, with this key and model? One line a check."""
+    """Can the model the jobs made here call be reached, with this key and model? One line a
+    check."""
     return doctor_reply(place.doctor(model, jobs.settings))
 
 
@@ -361,7 +375,8 @@ def doctor_reply(report: Report) -> Reply:
     verdict = (
         "Usable."
         if report.usable
-        else "Not usable: correct what the FAIL lines name, then check again (a job that paused for it "
+        else "Not usable: correct what the FAIL lines name, then check again (a job that paused "
+        "for it "
         "continues with resume)."
     )
     return Reply(f"{report.text()}\n{verdict}", report)

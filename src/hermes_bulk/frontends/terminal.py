@@ -281,7 +281,8 @@ def _console_class() -> type[Console]:
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:
-            """Rich exits 1 on its own; cli.main ends every closed pipe the same way (141, quietly)."""
+            """Rich exits 1 on its own; cli.main ends every closed pipe the same way (141,
+            quietly)."""
             raise BrokenPipeError
 
     return _Console

@@ -67,7 +67,8 @@ def created_text(created: Created, run_command: str) -> str:
     job = created.job
     if job.reused:  # "with 1,010 items: 1,000 answered before (reused), 10 to run."
         lines = [
-            f"Created job {job.job_id} with {job.total:,} {plural(job.total, 'item')}: {job.reused:,} answered "
+            f"Created job {job.job_id} with {job.total:,} {plural(job.total, 'item')}: "
+            f"{job.reused:,} answered "
             f"before (reused), {job.total - job.reused:,} to run."
         ]
     else:
@@ -79,12 +80,14 @@ def created_text(created: Created, run_command: str) -> str:
         shown = ", ".join(f"{r}: {n}" for r, n in sorted(reasons.items()))
         more = "" if job.skipped <= len(created.skipped) else ", …"
         lines.append(
-            f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the job's events."
+            f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the "
+            "job's events."
         )
     limit = job.spec.max_tokens
     if limit is not None and limit < job.estimated_tokens:
         lines.append(
-            f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} tokens for "
+            f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} "
+            "tokens for "
             "the whole job: it will pause at the limit; resume it then with a larger --max-tokens."
         )
     if job.finished:  # every item was answered before (reused): there is nothing to run
@@ -102,12 +105,14 @@ def plan_text(plan: Plan) -> str:
     left_out = f" ({count(plan.skipped, 'entry')} left out)" if plan.skipped else ""
     lines = [
         f"Dry run: no job created. {count(plan.items, 'item')}{left_out}.",
-        f"Estimated tokens for the whole job: {plan.estimated_tokens} (allowing {plan.output_allowance} "
+        f"Estimated tokens for the whole job: {plan.estimated_tokens} (allowing "
+        f"{plan.output_allowance} "
         "output tokens an item; a running job learns the real figure from its completed items)",
     ]
     if plan.max_tokens is not None and plan.max_tokens < plan.estimated_tokens:
         lines.append(
-            f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would pause at "
+            f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would "
+            "pause at "
             "the limit; resume it then with a larger --max-tokens."
         )
     lines.append(f"The request for the first item ({plan.first_item}):")
@@ -118,7 +123,10 @@ def plan_text(plan: Plan) -> str:
 def _estimate_basis(j) -> str:
     if j.projected_tokens == j.estimated_tokens:
         return f" (allowing {j.spec.output_tokens_estimate} output tokens an item)"
-    return f" (learned from {count(j.answered, 'completed item')}: {j.output_allowance} output tokens reserved an item)"
+    return (
+        f" (learned from {count(j.answered, 'completed item')}: {j.output_allowance} output "
+        "tokens reserved an item)"
+    )
 
 
 def status_text(
@@ -139,7 +147,8 @@ def status_text(
     lines = [
         f"Job {j.job_id}: {summary}",
         f"State: {state_label(st.state)}",
-        f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, {running}",
+        f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, "
+        f"{running}",
         f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in, {j.tokens_out} out",
         f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
         concurrency_line(st),
@@ -164,11 +173,13 @@ def status_text(
         )
     if spec.max_tokens is not None:
         lines.append(
-            f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} reserved)"
+            f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} "
+            "reserved)"
         )
     if st.rate_limit and st.state == "processing":
         lines.append(
-            f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait together)"
+            f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait "
+            "together)"
         )
     if st.budget_held_until:
         from ..budget.windows import ZonedInstant  # here: a read command never loads the budget
@@ -200,28 +211,35 @@ def concurrency_line(st: JobStatus) -> str:
             f"{count(st.live_threads, 'thread')})"
         )
     elif st.concurrency < st.job.spec.concurrency:
-        line += f" (the job asks for {st.job.spec.concurrency}; max_concurrency is {st.max_concurrency})"
+        line += (
+            f" (the job asks for {st.job.spec.concurrency}; max_concurrency is "
+            f"{st.max_concurrency})"
+        )
     return line
 
 
 def concurrency_notes(st: JobStatus) -> list[str]:
-    """When the setting changed under running workers: what is in force, and when the new value is."""
+    """When the setting changed under running workers: what is in force, and when the new value
+    is."""
     now, in_force = st.max_concurrency_setting, st.max_concurrency
     if now is None or in_force is None or now == in_force:
         return []
     return [
-        f"max_concurrency is now {now}; the workers running this job started with {in_force} and keep it "
+        f"max_concurrency is now {now}; the workers running this job started with {in_force} and "
+        "keep it "
         "until they stop. The new value applies when workers next start."
     ]
 
 
 def _next_step(st: JobStatus, cmd: str) -> list[str]:
-    """The command to act on the job, one that works where the status is shown (frontends/hints.py)."""
+    """The command to act on the job, one that works where the status is shown
+    (frontends/hints.py)."""
     j = st.job
     if st.state == "paused":
         if j.pause_reason == PAUSE_TOKEN_LIMIT:
             return [
-                f"Paused: token limit reached. Continue with: {hints.process(j, 'resume', cmd, '--max-tokens <n>')}"
+                "Paused: token limit reached. Continue with: "
+                f"{hints.process(j, 'resume', cmd, '--max-tokens <n>')}"
             ]
         if (
             j.pause_reason and j.pause_reason != PAUSE_USER
@@ -235,7 +253,8 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
         if cmd == hints.CLI and hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
             return _awaiting_recovery_cli(st)
         return [
-            "No worker is running this job. Items that were in progress when its workers stopped go back to "
+            "No worker is running this job. Items that were in progress when its workers stopped "
+            "go back to "
             "the queue and are sent again only when the job runs.",
             f"Continue with: {hints.process(j, 'run', cmd)}",
         ]
@@ -259,11 +278,13 @@ def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
         )
         return [
             f"Nothing was interrupted; it waits for {needs}.",
-            f"No live worker ({count(st.live_workers, 'live worker')}): start one with: hermes-bulk worker, "
+            f"No live worker ({count(st.live_workers, 'live worker')}): start one with: "
+            "hermes-bulk worker, "
             f"or process it here: hermes-bulk run {j.job_id} --wait",
         ]
     return [
-        "No live worker can serve this job: it needs Hermes' model (a Hermes process, or a hermes-bulk "
+        "No live worker can serve this job: it needs Hermes' model (a Hermes process, or a "
+        "hermes-bulk "
         "worker with HERMES_HOME set to the profile it was created in).",
         f"Process it with: {hints.process(j, 'run', cmd)}",
     ]
@@ -284,14 +305,16 @@ def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
             f"or process it here: hermes-bulk run {j.job_id} --wait"
         ]
     lines = [
-        "No live worker (0 live workers). Items that were in progress when its workers stopped go back to the "
+        "No live worker (0 live workers). Items that were in progress when its workers stopped "
+        "go back to the "
         "queue and are sent again only when the job runs.",
         f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
         f"hermes-bulk run {j.job_id}",
     ]
     if st.interrupted == INTERRUPTED_WORKER_STOP and j.state == RUNNING:
         lines.append(
-            "Its worker stopped gracefully: hermes-bulk worker --resume-interrupted continues it by itself."
+            "Its worker stopped gracefully: hermes-bulk worker --resume-interrupted continues it "
+            "by itself."
         )
     return lines
 
@@ -361,7 +384,8 @@ def show_text(shown: ItemShown) -> str:
     lines += ["", "Sent:"] + [f"[{m['role']}]\n{m['content']}" for m in shown.messages]
     if shown.detail.content is None:
         lines.append(
-            f"(not kept once the item completed: the file is {item.name} in {shown.job.spec.source})"
+            f"(not kept once the item completed: the file is {item.name} in "
+            f"{shown.job.spec.source})"
         )
     lines += ["", "Answer:", item.result if item.result is not None else "(none yet)"]
     lines += ["", "Attempts and events:"]
@@ -381,15 +405,18 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
         instruction = j.spec.instruction.replace("\n", " ")
         instruction = instruction if len(instruction) <= 40 else instruction[:39] + "…"
         lines.append(
-            f"{j.job_id}  {state_label(st.state)}  {j.completed}/{j.total} completed, {j.failed} failed  "
-            f"{datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  {instruction}"
+            f"{j.job_id}  {state_label(st.state)}  {j.completed}/{j.total} completed, {j.failed} "
+            "failed  "
+            f"{datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  "
+            f"{instruction}"
         )
     lines.append(f"Details of one job: {cmd} status <job_id>")
     return "\n".join(lines)
 
 
 def jobs_table(statuses: list[JobStatus]) -> Table:
-    # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80 columns.
+    # Every column no_wrap: rich squeezes wrappable columns first, and the counts vanished in 80
+    # columns.
     table = Table(
         "Bulk jobs (newest first)",
         [

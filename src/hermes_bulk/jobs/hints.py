@@ -33,5 +33,8 @@ def process(job: JobRecord, verb: str, shown_in: str, args: str = "") -> str:
     if by == shown_in:
         return f"{by} {verb} {job.job_id}{tail}"
     if by == CLI:  # shown in Hermes: the work runs where HERMES_BULK_* reaches its endpoint
-        return f"{CLI} {verb} {job.job_id}{tail} --wait (in a shell, or keep a hermes-bulk worker running)"
+        return (
+            f"{CLI} {verb} {job.job_id}{tail} --wait (in a shell, or keep a hermes-bulk "
+            "worker running)"
+        )
     return f"{SLASH} {verb} {job.job_id}{tail} (in Hermes, in the profile the job was created in)"

@@ -292,7 +292,8 @@ class Jobs:
             return False
         if self.settings.backend:
             raise NoDatabase(
-                f"There is no hermes-bulk database at {path}; check {self.setting_name('backend')}, "
+                f"There is no hermes-bulk database at {path}; check "
+                f"{self.setting_name('backend')}, "
                 f"or create a job there first: {hints.create(self.cmd)}"
             )
         return True
@@ -320,8 +321,10 @@ class Jobs:
         bind_endpoint: bool = True,
     ) -> Created | Plan:
         """Discover the items and record them; makes no model calls. Bad input creates nothing.
-        With dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
-        batch: the job runs through the provider's Batch API (runtime/batch_driver.py), with the rest left live
+        With dry_run, only discover them: the Plan (first request, count, estimate), nothing
+        written.
+        batch: the job runs through the provider's Batch API (runtime/batch_driver.py), with the
+        rest left live
         after batch_deadline_s. bind_endpoint=False: any worker's endpoint serves the job (a
         `/bulk … --batch` job, made where no endpoint of its own is configured)."""
         s = self.settings
@@ -331,7 +334,8 @@ class Jobs:
             raise UsageError("--batch-deadline is for batch jobs; add --batch.")
         if batch and client != "http":
             raise UsageError(
-                "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk worker's)."
+                "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk "
+                "worker's)."
             )
         concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
         if concurrency > s.max_concurrency:
@@ -395,7 +399,8 @@ class Jobs:
             if job.total == 0:
                 reasons = ", ".join(sorted({s.reason for s in skipped})) or "nothing found"
                 raise InputError(
-                    f"--over {over}: no items to process ({count(job.skipped, 'entry')} left out: {reasons})."
+                    f"--over {over}: no items to process ({count(job.skipped, 'entry')} left "
+                    f"out: {reasons})."
                 )
         except BaseException:
             self.store.delete_job(spec.job_id)
@@ -413,7 +418,8 @@ class Jobs:
         max_tokens: int | None,
         schema: str | None,
     ) -> Plan:
-        """What create would record and send first, read from the source alone (the store is not opened)."""
+        """What create would record and send first, read from the source alone (the store is not
+        opened)."""
         from ..sources import Skipped, content_hash
 
         s = self.settings
@@ -583,10 +589,12 @@ class Jobs:
         detail = self.store.get_item(job.job_id, index) if index is not None else None
         if detail is None:
             raise InputError(
-                f"Job {job.job_id} has no item {item_ref!r}; give an item's name as the export shows "
+                f"Job {job.job_id} has no item {item_ref!r}; give an item's name as the export "
+                "shows "
                 f"it (a relative path, row:N, record:N or line:N) or its number, 1 to {job.total}."
             )
-        # A completed file item's content is not kept (store/protocol.py drops_content): nothing to frame.
+        # A completed file item's content is not kept (store/protocol.py drops_content): nothing to
+        # frame.
         messages = (
             []
             if detail.content is None
@@ -623,7 +631,8 @@ class Jobs:
         rpm: int | None = None,
         tpm: int | None = None,
     ) -> JobRecord:
-        """Continue a job: return items of dead workers to the queue, mark it running, send triggers.
+        """Continue a job: return items of dead workers to the queue, mark it running, send
+        triggers.
         concurrency, rpm, tpm: new values recorded on the job first (a running job takes them
         at its next claims, and a raised concurrency gets its extra triggers at once)."""
         job = self.get(job_ref)
@@ -650,7 +659,8 @@ class Jobs:
     def _change(
         self, job: JobRecord, *, concurrency: int | None, rpm: int | None, tpm: int | None
     ) -> None:
-        """Record --concurrency, --rpm, --tpm on the job (every worker on every machine applies them)."""
+        """Record --concurrency, --rpm, --tpm on the job (every worker on every machine applies
+        them)."""
         if concurrency is not None and concurrency > self.settings.max_concurrency:
             raise UsageError(
                 f"--concurrency {concurrency} is more than max_concurrency "
@@ -729,13 +739,15 @@ class Jobs:
         if nxt is not None and job.tokens_charged + nxt > limit:
             if max_tokens is not None:
                 raise InputError(
-                    f"--max-tokens {max_tokens} leaves no room for the next item: {job.tokens_charged}"
+                    f"--max-tokens {max_tokens} leaves no room for the next item: "
+                    f"{job.tokens_charged}"
                     f" charged + about {nxt} for it would exceed it; give at least "
                     f"{job.tokens_charged + nxt}."
                 )
             if job.pause_reason == PAUSE_TOKEN_LIMIT:
                 raise InputError(
-                    f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
+                    f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume "
+                    "it "
                     f"with a larger one: {hints.process(job, 'resume', self.cmd, '--max-tokens N')}"
                 )
         if job.state != PAUSED:
@@ -786,8 +798,10 @@ class Jobs:
                 self.cancel_batches(self, job)
             elif any(b.open for b in self.store.list_batches(job.job_id)):
                 raise InvalidTransition(
-                    f"Job {job.job_id} was not deleted: its batches may still run at the provider, and "
-                    f"{self.cmd} cannot cancel them here; delete it with hermes-bulk delete, or cancel them at "
+                    f"Job {job.job_id} was not deleted: its batches may still run at the "
+                    "provider, and "
+                    f"{self.cmd} cannot cancel them here; delete it with hermes-bulk delete, or "
+                    "cancel them at "
                     f"the provider and delete it with --abandon-batches."
                 )
         self.store.delete_job(job.job_id)

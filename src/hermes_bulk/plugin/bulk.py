@@ -1,8 +1,11 @@
-"""`/bulk` in Hermes Agent: `register(ctx)` and the slash command, over the same jobs API as the CLI.
+"""`/bulk` in Hermes Agent: `register(ctx)` and the slash command, over the same jobs API as the
+CLI.
 
 What it wires into Hermes, and nothing else:
-- `/bulk …` takes the grammar of `hermes-bulk` (frontends/parser.py: one parser serves both) and answers
-  as the CLI does (frontends/replies.py: one handler per command serves both), commands spelled `/bulk`;
+- `/bulk …` takes the grammar of `hermes-bulk` (frontends/parser.py: one parser serves both) and
+answers
+  as the CLI does (frontends/replies.py: one handler per command serves both), commands spelled
+  `/bulk`;
 - Hermes calls the handler on its event loop (in the gateway), so the handler is a coroutine:
   the command runs on a thread of its own, and the loop is free while it does;
 - `/bulk run`, `resume` and `retry` start the embedded workers in this process
@@ -80,7 +83,8 @@ def register(ctx: Any) -> None:
     """Hermes' plugin entry point."""
     global _ctx, _recovery
     _ctx = ctx
-    logs.guard_host_logging()  # before any session exists our lines go to stderr: masked from here on
+    # before any session exists our lines go to stderr: masked from here on
+    logs.guard_host_logging()
     hermes.register_model_secrets()
     ctx.register_command("bulk", handle, description=DESCRIPTION, args_hint=ARGS_HINT)
     # On a thread: Hermes' start must not wait on Bulk's store (a Redis backend may be far).
@@ -204,7 +208,8 @@ def answer(
     except Exception as exc:  # a bug: keep the traceback for the log, give the user one line
         log.exception("bulk: %s %s failed", CMD, raw_args)
         return (
-            f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes log "
+            f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes "
+            "log "
             f"({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it."
         )
 
@@ -322,7 +327,8 @@ class _Session(replies.Place):
         self.profile = str(hermes.profile_home())
 
     def path(self, text: str) -> str:
-        """Relative to Hermes' working directory (where the user's files are), not this process's."""
+        """Relative to Hermes' working directory (where the user's files are), not this
+        process's."""
         path = Path(text).expanduser()
         return str(path if path.is_absolute() else hermes.working_directory() / path)
 
@@ -423,5 +429,6 @@ def _settings() -> Settings:
     )
 
 
-#: The commands /bulk has, answered as frontends/replies.py answers them here (the Session says how).
+#: The commands /bulk has, answered as frontends/replies.py answers them here (the Session says
+#: how).
 HANDLERS = replies.HANDLERS

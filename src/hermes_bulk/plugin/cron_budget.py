@@ -180,7 +180,8 @@ def cli_setup(parser) -> None:
 
 
 def cli_run(args) -> None:
-    """`hermes cron-budget …`: Hermes ignores the return value, so the exit status is ours to set."""
+    """`hermes cron-budget …`: Hermes ignores the return value, so the exit status is ours to
+    set."""
     from ..broken_pipe import stdout_gone
     from ..budget.commands import run_budget_command
 
@@ -197,7 +198,8 @@ def register(ctx) -> None:
     from ..frontends.logs import guard_host_logging
     from .hermes_budget import has_hook, observe_auxiliary_responses
 
-    guard_host_logging()  # our lines may quote a provider's error: masked whichever handler writes them
+    # our lines may quote a provider's error: masked whichever handler writes them
+    guard_host_logging()
     ctx.register_middleware("llm_execution", llm_execution)
     _registered = True
     if has_hook("pre_auxiliary_call"):

@@ -113,7 +113,10 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
     )
     for ref in _refs(schema):
         if not ref.startswith("#"):
-            return f"the $ref {_one_line(ref)} points outside the file; keep every definition in it ($defs)"
+            return (
+                f"the $ref {_one_line(ref)} points outside the file; keep every definition in "
+                "it ($defs)"
+            )
         try:
             resolver.lookup(ref)
         except ref_errors.Unresolvable:

@@ -210,7 +210,8 @@ def bounded_lines(chunks: Iterable[bytes], max_bytes: int) -> Iterator[tuple[byt
 
 
 class BatchApi:
-    """One endpoint's Batch API, for one worker (its calls share the key's limits with live calls)."""
+    """One endpoint's Batch API, for one worker (its calls share the key's limits with live
+    calls)."""
 
     def __init__(
         self,

@@ -36,7 +36,8 @@ class RequestGate(Protocol):
     """Decides, before each model request, whether the job may spend one (the cron budget)."""
 
     def admit(self, job: JobRecord) -> float:
-        """Count one request for job; 0.0 to send it now, else seconds until it may be (nothing counted)."""
+        """Count one request for job; 0.0 to send it now, else seconds until it may be (nothing
+        counted)."""
 
     def held_until(self, job: JobRecord) -> float | None:
         """When the job may send again, if it is being held now; for status and the pump."""

@@ -199,7 +199,8 @@ class BatchDriver:
         #: provider's window (a batch ends by then), with a day to spare.
         self.hold_s = 2 * window_s + 86400.0
         #: The lease of one step: ten item leases (5 min by default), long enough for an upload of
-        #: 200 MB, renewed along the way; what a killed worker's batch waits before another takes it.
+        #: 200 MB, renewed along the way; what a killed worker's batch waits before another takes
+        #: it.
         self.lease_s = 10 * lease_s
         self.trigger, self.max_item_bytes = trigger, max_item_bytes
         #: The ids of live workers (liveness.Liveness.live_worker_ids): a batch leased to a worker
@@ -289,7 +290,8 @@ class BatchDriver:
                 self._guarded(job, batch, lambda b=batch: self._look_after(job, b))
         job = self.store.get_job(job.job_id) or job
         live = any(b.run_rest_live for b in self.store.list_batches(job.job_id))
-        # A batch left preparing by a worker that stopped is taken over even when nothing is pending.
+        # A batch left preparing by a worker that stopped is taken over even when nothing is
+        # pending.
         preparing = next((b for b in batches if b.status == BATCH_PREPARING), None)
         if preparing is not None and self._retry_at.get(preparing.batch_id, 0.0) > self.store.now():
             return  # its last step failed: it waits a poll
@@ -716,7 +718,8 @@ class BatchDriver:
     def _record(
         self, job: JobRecord, batch: BatchRecord, remote: RemoteBatch, **more
     ) -> BatchRecord | None:
-        """What the provider says of the batch (status, counts, its files: checked), recorded on it."""
+        """What the provider says of the batch (status, counts, its files: checked), recorded on
+        it."""
         return self.store.update_batch(
             job.job_id,
             batch.batch_id,
@@ -751,7 +754,8 @@ class BatchDriver:
                     return  # another worker took the batch over; it ingests again, idempotently
         if tally.foreign or tally.unbound:
             log.warning(
-                "job %s: batch %s: %d lines for requests not sent in it and %d unreadable lines were "
+                "job %s: batch %s: %d lines for requests not sent in it and %d unreadable lines "
+                "were "
                 "ignored",
                 job.job_id,
                 batch.provider_id,
@@ -991,15 +995,19 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
                     raise
     except LongWait as wait:
         raise InvalidTransition(
-            f"Job {job.job_id} was not deleted: the provider asked every worker on this key to wait "
-            f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} ({ids}) can be "
+            f"Job {job.job_id} was not deleted: the provider asked every worker on this key to "
+            "wait "
+            f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} "
+            f"({ids}) can be "
             f"cancelled; delete it again then, or cancel them at the provider and delete it with "
             f"--abandon-batches."
         ) from None
     except ModelError as exc:
         raise InvalidTransition(
-            f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider ({ids}) could "
-            f"not be cancelled ({exc}); check {jobs.setting_name('base_url')} and delete it again, or cancel "
+            f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider "
+            f"({ids}) could "
+            f"not be cancelled ({exc}); check {jobs.setting_name('base_url')} and delete it "
+            "again, or cancel "
             f"them at the provider and delete it with --abandon-batches."
         ) from None
     finally:

@@ -69,7 +69,8 @@ class _Endpoint:
 
 
 class EndpointBreaker:
-    """One per worker process, shared by its threads; endpoints by key (ModelClient.provider_key)."""
+    """One per worker process, shared by its threads; endpoints by key
+    (ModelClient.provider_key)."""
 
     def __init__(
         self,
@@ -117,7 +118,8 @@ class EndpointBreaker:
 
 
 def trips(exc: ModelError) -> bool:
-    """An HTTP answer that trips the breaker at once: the key refused, the model or endpoint unknown."""
+    """An HTTP answer that trips the breaker at once: the key refused, the model or endpoint
+    unknown."""
     return not isinstance(exc, EndpointUnreachable) and exc.http_status in TRIPPING_STATUS
 
 
@@ -138,15 +140,20 @@ def pause_reason(
     then = "check with: hermes-bulk doctor, then resume the job"
     # A job keeps the endpoint, key and model it was created with (docs/decisions.md, "Who serves a
     # job"): what to do is fix that endpoint or account, or create the job again with other ones.
-    again = "or create the job again with the right HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or --model"
+    again = (
+        "or create the job again with the right HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or "
+        "--model"
+    )
     if isinstance(exc, EndpointUnreachable):
         return (
-            f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, {then}; "
+            f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, "
+            f"{then}; "
             f"{again} (a job keeps the endpoint it was created with)"
         )
     if exc.http_status in (401, 403):
         return (
-            f"{where} refused the API key this job was created with (HTTP {exc.http_status}); restore "
+            f"{where} refused the API key this job was created with (HTTP {exc.http_status}); "
+            "restore "
             f"that key's access, {then}; {again} (a job keeps its endpoint and key)"
         )
     named = f"the model {model!r}" if model else "the model"

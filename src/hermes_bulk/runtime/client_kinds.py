@@ -31,7 +31,8 @@ class Served:
     #: The gate the calls of a worker serving these clients go through (the kind's budget); None:
     #: the machine's own.
     request_gate: RequestGate | None = None
-    #: kind -> why this machine does not serve it (a kind that offered no clients, or failed to load)
+    #: kind -> why this machine does not serve it (a kind that offered no clients, or failed to
+    #: load)
     unserved: dict[str, str] = field(default_factory=dict)
     serving: list[str] = field(default_factory=list)  #: the notes of the kinds it serves
 

@@ -44,7 +44,8 @@ _COUNTER_HELP = {
     "items_completed": "Items this worker completed.",
     "items_failed": "Items this worker marked failed.",
     "requests": "Model requests this worker sent.",
-    "rate_limit_waits": "HTTP 429 answers this worker received (each starts or extends a shared wait).",
+    "rate_limit_waits": "HTTP 429 answers this worker received (each starts or extends a shared "
+    "wait).",
     "tokens_in": "Input tokens the provider reported for this worker's completed items.",
     "tokens_out": "Output tokens the provider reported for this worker's completed items.",
 }
@@ -83,7 +84,8 @@ def render(
             f"hermes_bulk_queue_depth {queue_depth}",
         ]
     out += [
-        "# HELP hermes_bulk_job_items Items of each running job (run, not paused, not finished), by state.",
+        "# HELP hermes_bulk_job_items Items of each running job (run, not paused, not finished), "
+        "by state.",
         "# TYPE hermes_bulk_job_items gauge",
     ]
     for job_id, counts in jobs:

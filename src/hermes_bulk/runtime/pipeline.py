@@ -71,7 +71,8 @@ CONNECT_RETRY_S = SPACING_S
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What became of a trigger: `claimed` (an item was worked on), `reschedule_in` seconds;
-    `next`: what the completion claimed after it (complete_and_claim), for the chain to go on with."""
+    `next`: what the completion claimed after it (complete_and_claim), for the chain to go on
+    with."""
 
     claimed: bool
     refused: str | None = None
@@ -292,7 +293,8 @@ class ItemProcessor:
     def _call_with_retries(self, claim: Claim, client: ModelClient) -> Completion:
         """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries. A failure
         to connect while the endpoint answers nobody is retried every CONNECT_RETRY_S without
-        using up retries, until the breaker pauses the job (EndpointBroken) or a request goes through."""
+        using up retries, until the breaker pauses the job (EndpointBroken) or a request goes
+        through."""
         retries = claim.job.spec.retries
         counted = [
             0
@@ -397,7 +399,8 @@ class ItemProcessor:
         self, claim: Claim, client: ModelClient, attempt, messages, schema
     ) -> Completion:
         """client.complete, told to the breaker: an HTTP answer resets it; a refused key or an
-        unknown model trips it (EndpointBroken), so does the last of its count of failures to connect."""
+        unknown model trips it (EndpointBroken), so does the last of its count of failures to
+        connect."""
         spec = claim.job.spec
         try:
             completion = client.complete(
@@ -487,7 +490,8 @@ def structured(completion: Completion, schema: str) -> Completion:
 
 
 def _item_error(exc: ModelError) -> ItemError:
-    # An attempt's event kind (attempt_failed) says it was an attempt: the message does not repeat it.
+    # An attempt's event kind (attempt_failed) says it was an attempt: the message does not repeat
+    # it.
     return ItemError(exc.error_type, str(exc), exc.http_status)
 
 

@@ -70,7 +70,8 @@ def run_worker(
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
 ) -> None:
-    """Run a worker until it is stopped (a signal), or with burst until no job it serves has work."""
+    """Run a worker until it is stopped (a signal), or with burst until no job it serves has
+    work."""
     from ..fleet.broker import open_backend
     from ..fleet.tasks import QueuesConsumer, consumer_options
     from . import client_kinds, metrics

@@ -67,17 +67,21 @@ ClientFactory = Callable[[JobRecord], ModelClient]
 
 #: Why a worker without a client for a job's kind leaves the job to others (job.spec.client).
 _CANNOT_SERVE = {
-    "http": "it was created by hermes-bulk create, and this worker serves only jobs created in Hermes; "
+    "http": "it was created by hermes-bulk create, and this worker serves only jobs created in "
+    "Hermes; "
     "process it with: hermes-bulk run JOB --wait, or a hermes-bulk worker",
-    "hermes": "it was created in Hermes, and this worker cannot call Hermes' model (that needs hermes-agent "
+    "hermes": "it was created in Hermes, and this worker cannot call Hermes' model (that needs "
+    "hermes-agent "
     "installed here and HERMES_HOME set to the profile the job was created in)",
 }
 
-#: How long a trigger of a job that a `run JOB --wait` does not serve waits before it is queued again.
+#: How long a trigger of a job that a `run JOB --wait` does not serve waits before it is queued
+#: again.
 FOREIGN_TRIGGER_DELAY_S = 1.0
 #: How long one trigger keeps claiming the next item of its job before it re-enqueues itself.
 CHAIN_SLICE_S = 1.0
-#: How often expired leases are looked for (the rest of the maintenance runs every lease/3, 5 s at most).
+#: How often expired leases are looked for (the rest of the maintenance runs every lease/3, 5 s at
+#: most).
 REAP_EVERY_S = 1.0
 
 
@@ -148,7 +152,8 @@ class WorkerRuntime:
         self._lock_fd: int | None = None
         self._maintenance: threading.Thread | None = None
         self.consumers: list[EmbeddedConsumer] = []
-        #: Batch jobs (create --batch) need the HTTP endpoint's Batch API: only a worker that has it runs them.
+        #: Batch jobs (create --batch) need the HTTP endpoint's Batch API: only a worker that has it
+        #: runs them.
         self.batch_driver = (
             BatchDriver(
                 store=backend.store,
@@ -273,7 +278,8 @@ class WorkerRuntime:
         return endpoints.route(job.spec, self.own_route)
 
     def serves(self, job: JobRecord) -> bool:
-        """Whether this worker takes the job's items: its kind and endpoint, and (run JOB --wait) its id."""
+        """Whether this worker takes the job's items: its kind and endpoint, and (run JOB --wait)
+        its id."""
         if self.only_job is not None and job.job_id != self.only_job:
             return False
         return job.spec.client in self.clients and self.route_of(job) in self.routes()
@@ -345,7 +351,8 @@ class WorkerRuntime:
         log.info("%s", line)
 
     def client_for(self, job: JobRecord) -> ModelClient:
-        """The model client for a job; ClientUnavailable when this worker does not serve its kind."""
+        """The model client for a job; ClientUnavailable when this worker does not serve its
+        kind."""
         factory = self.clients.get(job.spec.client)
         if factory is None:
             raise ClientUnavailable(
@@ -377,7 +384,8 @@ class WorkerRuntime:
             return client
 
     def _batch_api_for(self, job: JobRecord) -> BatchApi:
-        """The Batch API of the endpoint in HERMES_BULK_* (one per worker; its calls share the key's limits)."""
+        """The Batch API of the endpoint in HERMES_BULK_* (one per worker; its calls share the key's
+        limits)."""
         with self._clients_lock:
             api = self._batch_apis.get(self.settings.base_url)
             if api is None:
@@ -395,7 +403,8 @@ class WorkerRuntime:
             return api
 
     def _drive_batches(self) -> None:
-        """The batch driver's thread: a pass every second (it polls each batch every batch_poll_seconds)."""
+        """The batch driver's thread: a pass every second (it polls each batch every
+        batch_poll_seconds)."""
         assert self.batch_driver is not None
         while not self._stopping.is_set():
             try:
@@ -437,7 +446,8 @@ class WorkerRuntime:
         return [1 if route == endpoints.HTTP else self.threads for route in self.routes()]
 
     def start_embedded_consumer(self) -> None:
-        """Consumer threads inside this process, `threads` per queue; the host keeps its signal handlers."""
+        """Consumer threads inside this process, `threads` per queue; the host keeps its signal
+        handlers."""
         self.consumers = [
             EmbeddedConsumer(huey, **consumer_options(n))
             for huey, n in zip(self.queues(), self.queue_threads(), strict=True)
@@ -596,7 +606,8 @@ class WorkerRuntime:
     def _maintain(self) -> None:
         # Everything every interval_s, the first time at once; in between, expired leases every
         # REAP_EVERY_S, so an item of a worker that died on another machine is back within about
-        # a second of its lease ending, rather than up to interval_s (5 s) later (benchmarks, row 6).
+        # a second of its lease ending, rather than up to interval_s (5 s) later (benchmarks, row
+        # 6).
         due = time.monotonic()
         while not self._stop.wait(
             min(self.interval_s, REAP_EVERY_S, max(0.0, due - time.monotonic()))

@@ -76,7 +76,8 @@ _TEXT_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, cod
 
 def is_binary(data: bytes) -> bool:
     """NUL bytes outside UTF-16/32 text (which starts with its byte order mark): an image, an
-    archive, a program. Such a file needs another file, not a conversion (git decides the same way)."""
+    archive, a program. Such a file needs another file, not a conversion (git decides the same
+    way)."""
     return b"\x00" in data and not data.startswith(_TEXT_BOMS)
 
 

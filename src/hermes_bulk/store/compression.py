@@ -31,7 +31,8 @@ _local = threading.local()  # zstandard's (de)compressor objects are not thread-
 def _compressor() -> zstandard.ZstdCompressor:
     c = getattr(_local, "c", None)
     if c is None:
-        # No checksum (the backends keep what they are given) and no dictionary id: 6 bytes less a value.
+        # No checksum (the backends keep what they are given) and no dictionary id: 6 bytes less a
+        # value.
         import zstandard
 
         c = _local.c = zstandard.ZstdCompressor(

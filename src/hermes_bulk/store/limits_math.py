@@ -35,7 +35,8 @@ AUTO_OFF_BELOW_S = 0.001  #: above 1,000 requests a second adaptive pacing switc
 
 @dataclass
 class LimitState:
-    """One provider key's state; SQLite keeps it in the `limits` columns COLUMNS (values() order)."""
+    """One provider key's state; SQLite keeps it in the `limits` columns COLUMNS (values()
+    order)."""
 
     request_tat_s: float = 0.0  # theoretical arrival time of the next request (GCRA)
     token_tat_s: float = 0.0

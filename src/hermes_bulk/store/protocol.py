@@ -125,7 +125,8 @@ class JobStore(Protocol):
         self, job_id: str, batch: int = 1000, *, with_content: bool = False
     ) -> Iterator[ItemRecord]:
         """Every item in index order, with results; streams in batches (memory stays flat).
-        with_content: each record also holds the content the item was given (export --with-input)."""
+        with_content: each record also holds the content the item was given (export
+        --with-input)."""
 
     def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
         """The newest events of a job, oldest first."""
@@ -143,7 +144,8 @@ class JobStore(Protocol):
         others, so a million-item job with a few failures answers at once."""
 
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
-        """The names of these items (unknown indexes are left out): one read for a page of events."""
+        """The names of these items (unknown indexes are left out): one read for a page of
+        events."""
 
     def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
         """The newest events of one item, oldest first (on Redis, among the job's kept events)."""
@@ -379,7 +381,8 @@ class JobStore(Protocol):
 
         A job has at most one batch in state preparing. When it has one whose lease is held by
         another worker and not expired, the refusal is batch_preparing, unless that worker is
-        take_from (one the caller found dead: fleet/liveness.py), whose lease is taken at once. When its
+        take_from (one the caller found dead: fleet/liveness.py), whose lease is taken at once. When
+        its
         lease has expired or is take_from's (its worker died between taking the items and
         recording the provider's batch), it is
         leased to worker_id and returned as it is: the caller looks for it at the provider by its

@@ -73,7 +73,8 @@ class JobSpec:
         "live"  # live (one call per item) | batch (the provider's Batch API; create --batch)
     )
     batch_deadline_s: float | None = None  # batch: items still in a batch this long are run live
-    #: http: the endpoint it was created for, its public URL (fleet/endpoints.py); None in a job made
+    #: http: the endpoint it was created for, its public URL (fleet/endpoints.py); None in a job
+    #: made
     #: before endpoints were recorded (any HTTP worker serves it)
     endpoint: str | None = None
     key_fingerprint: str | None = (
@@ -147,7 +148,8 @@ class JobRecord:
     skipped: int
     last_claim_at: float | None  # when an item was last claimed
     run_at: float | None  # when the job last moved to running
-    #: Why its workers stopped (INTERRUPTED_*), recorded by mark_interrupted; cleared when it is run.
+    #: Why its workers stopped (INTERRUPTED_*), recorded by mark_interrupted; cleared when it is
+    #: run.
     interrupted: str | None = None
     interrupted_at: float | None = None  # when that was recorded (the backend's clock)
     reused: int = 0  # items completed at create with an earlier job's answer
@@ -159,7 +161,8 @@ class JobRecord:
 
     @property
     def answered(self) -> int:
-        """Completed items that were answered in this job (not reused from an earlier one at create).
+        """Completed items that were answered in this job (not reused from an earlier one at
+        create).
 
         In-job duplicates are counted (no counter tells them apart), which lowers the learned
         allowance in a job of many repeats; docs/decisions.md says why that is accepted."""
@@ -191,7 +194,8 @@ class JobRecord:
     @property
     def projected_tokens(self) -> int:
         """The whole job's estimate: the sum of the item estimates until LEARN_AFTER items are done,
-        then what is charged and reserved plus the pending items at the mean cost of a completed one."""
+        then what is charged and reserved plus the pending items at the mean cost of a completed
+        one."""
         if self.answered < LEARN_AFTER or self.tokens_out <= 0:
             return self.estimated_tokens
         per_item = -(-self.tokens_charged // self.answered)
@@ -246,7 +250,8 @@ class ItemRecord:
 
 @dataclass(frozen=True, slots=True)
 class BatchRecord:
-    """One provider batch of a job: which items it holds (those owned by `owner`) and where it is."""
+    """One provider batch of a job: which items it holds (those owned by `owner`) and where it
+    is."""
 
     batch_id: (
         str  # ours; also the provider batch's metadata, which is how an unrecorded one is found

@@ -12,7 +12,8 @@ error file, as OpenAI writes them.
 Hostile modes (`FakeBatches.configure(**BatchFaults fields)`), the ways a buggy or hostile
 Batch API (or a proxy before it) answers: `line_faults` {substring of an item: kind} writes that
 item's output line wrong (LINE_FAULTS); `create_fields` / `poll_fields` are merged into the
-answer to a create / every other answer about a batch: poll, cancel, list (ABSENT drops a field); `files_missing` answers 404 for every file's
+answer to a create / every other answer about a batch: poll, cancel, list (ABSENT drops a field);
+`files_missing` answers 404 for every file's
 content; `ignore_cancel` answers a cancel but goes on; `foreign_lines` writes the first batch's
 output lines (another job's answers) at the start of every later batch's output file.
 
@@ -268,7 +269,8 @@ class FakeBatches:
 
     def _answer_line(self, line: dict[str, Any], out, err, last: list[bytes]) -> int:
         """Answer one line into the output (a success) or error file; its status code. A line
-        fault of the item writes it wrong (an unterminated line goes in `last`, written at the end)."""
+        fault of the item writes it wrong (an unterminated line goes in `last`, written at the
+        end)."""
         status, body = self.provider.line_answer(line["body"], self.lines)
         entry = {"id": "batch_req_" + secrets.token_hex(6), "custom_id": line["custom_id"]}
         item = self.provider.item_of(line["body"])
@@ -338,7 +340,8 @@ class FakeBatches:
             out.write(
                 json.dumps({**answer, "response": {**answer["response"], "body": [1, 2, 3]}}) + "\n"
             )
-        else:  # huge, huge_unterminated: the start of a well-formed line, then padding far past any limit
+        # huge, huge_unterminated: the start of a well-formed line, then padding far past any limit
+        else:
             head = json.dumps(entry)[:-1] + ', "response": {"status_code": 200, "body": {"pad": "'
             if fault == "huge":
                 self._pad(out, head, self.faults.huge_line_bytes)
@@ -347,7 +350,8 @@ class FakeBatches:
                 last.append(head.encode())
 
     def _write_foreign(self, batch_id: str, out) -> None:
-        """foreign_lines: the first batch's output (another job's answers), before this batch's own."""
+        """foreign_lines: the first batch's output (another job's answers), before this batch's
+        own."""
         if self.faults.foreign_lines and self.created and self.created[0] != batch_id:
             first = self.batches[self.created[0]].get("output_file_id")
             if first in self.files:

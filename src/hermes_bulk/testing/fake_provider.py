@@ -76,7 +76,8 @@ def expected_answer(item: str) -> str:
 HOSTILE = {
     "length": "finish_reason length, the text cut in half, all of max_tokens used",
     "length_silent": "no finish_reason, and completion_tokens equal to the request's max_tokens",
-    "off_schema": "a --schema answer that breaks the schema (a value outside its enum, or the wrong type)",
+    "off_schema": "a --schema answer that breaks the schema (a value outside its enum, or the "
+    "wrong type)",
     "prose": "text that is not JSON, for a --schema request",
     "refusal": "content null and a refusal",
     "no_choices": "choices is an empty list",
@@ -573,7 +574,8 @@ class FakeProvider:
         return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
 
     def answer_parts(self, req: dict[str, Any], item: str, prompt: str, fault: str):
-        """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base fields."""
+        """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base
+        fields."""
         answer = "" if fault == "empty" else expected_answer(item)
         if (
             req.get("response_format", {}).get("type") == "json_schema"
@@ -712,7 +714,8 @@ class FakeProvider:
                 self._stopping = True
                 server.close()
                 for writer in list(self._open):
-                    writer.transport.abort()  # a handler still waiting is cancelled as the loop ends
+                    # a handler still waiting is cancelled as the loop ends
+                    writer.transport.abort()
 
             # Closing the server can end asyncio.run() (and close the loop) before this call:
             # then there is nothing left to stop.
@@ -755,7 +758,8 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 def _schema_answer(schema: dict[str, Any], item: str, *, off: bool = False) -> dict[str, Any]:
     """A structured answer that fits an object schema (nested objects, lists, enums, consts);
-    with `off`, its first property breaks the schema (a value outside the enum, else the wrong type)."""
+    with `off`, its first property breaks the schema (a value outside the enum, else the wrong
+    type)."""
     out = _fit(schema, item, "")
     props = list((schema.get("properties") or {}).items())
     if off and props:

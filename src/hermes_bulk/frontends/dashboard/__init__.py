@@ -1,4 +1,5 @@
-"""The web dashboard, `hermes-bulk dashboard`: jobs, one job, workers, live, with pause/resume/retry.
+"""The web dashboard, `hermes-bulk dashboard`: jobs, one job, workers, live, with
+pause/resume/retry.
 
 - `access`: the access token and the rules every request meets (token; same origin for actions).
 - `figures`: what the pages show, read through the jobs API (never every item of a job), and

@@ -192,7 +192,10 @@ def _failure(exc: HermesBulkError) -> JSONResponse:
 
 def _pause(jobs: Jobs, job_id: str) -> str:
     replies.pause(jobs, replies.Place(), job=job_id)
-    return f"Job {job_id} paused: no new items start; items in progress may finish. Press Resume to continue."
+    return (
+        f"Job {job_id} paused: no new items start; items in progress may finish. Press Resume "
+        "to continue."
+    )
 
 
 def _resume(jobs: Jobs, job_id: str) -> str:

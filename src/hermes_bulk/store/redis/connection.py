@@ -225,5 +225,6 @@ def persistence_warning(conn: RedisConnection) -> str | None:
         return None
     return (
         f"Redis at {conn.where} does not persist with an append-only file (appendonly no): a Redis "
-        "restart would lose jobs. Turn it on: redis-server --appendonly yes (docker/compose.yaml does)."
+        "restart would lose jobs. Turn it on: redis-server --appendonly yes (docker/compose.yaml "
+        "does)."
     )

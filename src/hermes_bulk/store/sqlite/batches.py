@@ -20,7 +20,8 @@ from ..protocol import (
 )
 
 _COLUMNS = (
-    "id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, completed,"
+    "id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, "
+    "completed,"
     " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until, final_status"
 )
 
@@ -37,7 +38,8 @@ def _batch(row) -> BatchRecord:
 
 
 class SqliteBatches:
-    """The batch half of SqliteJobStore (self.db, self.now, _job_row and _refuse_claim come from it)."""
+    """The batch half of SqliteJobStore (self.db, self.now, _job_row and _refuse_claim come from
+    it)."""
 
     def open_batch(
         self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None
@@ -68,7 +70,8 @@ class SqliteBatches:
                     (worker_id, now + lease_s, batch.batch_id),
                 )
                 return _batch((*found[:14], worker_id, now + lease_s, *found[16:]))
-            # Set-wise, so a batch of 50,000 holds no list of its items here: each item's reservation
+            # Set-wise, so a batch of 50,000 holds no list of its items here: each item's
+            # reservation
             # (JobRecord.reservation, as claim_item reckons it in SQL) and the running sum of them
             # in index order, taken while it fits under --max-tokens.
             owner = BATCH_OWNER_PREFIX + batch_id
@@ -122,7 +125,8 @@ class SqliteBatches:
                 (taken, taken, reserved, now, job_id),
             )
             conn.execute(
-                "INSERT INTO batches (id, job_id, status, items, created_at, lease_owner, lease_until)"
+                "INSERT INTO batches (id, job_id, status, items, created_at, lease_owner, "
+                "lease_until)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (batch_id, job_id, BATCH_PREPARING, taken, now, worker_id, now + lease_s),
             )
@@ -140,7 +144,8 @@ class SqliteBatches:
         now = self.now()
         with self.db.write() as conn:
             row = conn.execute(
-                "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND job_id = ? AND status != ?"
+                "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ? AND job_id = ? "
+                "AND status != ?"
                 " AND (lease_owner IS NULL OR lease_owner IN (?, ?) OR lease_until < ?) RETURNING "
                 + _COLUMNS,
                 (
@@ -168,7 +173,8 @@ class SqliteBatches:
             sets.append("id = id")
         with self.db.write() as conn:
             row = conn.execute(
-                f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND job_id = ? AND lease_owner = ?"
+                f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND job_id = ? AND "
+                "lease_owner = ?"
                 " RETURNING " + _COLUMNS,
                 (*values, batch_id, job_id, worker_id),
             ).fetchone()
@@ -195,8 +201,10 @@ class SqliteBatches:
         owner, last = BATCH_OWNER_PREFIX + batch_id, -1
         while True:
             rows = self.db.read(
-                "SELECT i.idx, i.name, c.text, i.content_hash, i.origin, i.byte_offset, i.stat_sig FROM items i JOIN contents c"
-                " ON c.job_id = i.job_id AND c.hash = i.content_hash WHERE i.job_id = ? AND i.owner = ?"
+                "SELECT i.idx, i.name, c.text, i.content_hash, i.origin, i.byte_offset, "
+                "i.stat_sig FROM items i JOIN contents c"
+                " ON c.job_id = i.job_id AND c.hash = i.content_hash WHERE i.job_id = ? AND "
+                "i.owner = ?"
                 " AND i.status = ? AND i.idx > ? ORDER BY i.idx LIMIT ?",
                 (job_id, owner, CLAIMED, last, page),
             )

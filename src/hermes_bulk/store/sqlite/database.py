@@ -71,7 +71,8 @@ class SqliteDatabase:
             )
             conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode survives process crashes; only power loss can undo the last commits.
+            # NORMAL in WAL mode survives process crashes; only power loss can undo the last
+            # commits.
             conn.execute("PRAGMA synchronous=NORMAL")
             with self._lock:
                 self._close_connections_of_ended_threads()
@@ -103,7 +104,8 @@ class SqliteDatabase:
 
     @contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
-        """One atomic operation: BEGIN IMMEDIATE takes the write lock up front (no upgrade deadlock)."""
+        """One atomic operation: BEGIN IMMEDIATE takes the write lock up front (no upgrade
+        deadlock)."""
         conn = self.connection()
         with self._write_turn:
             conn.execute("BEGIN IMMEDIATE")
@@ -121,7 +123,8 @@ class SqliteDatabase:
     def _migrate(self) -> None:
         with self.write() as conn:
             conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)"
+                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at "
+                "REAL)"
             )
             done = {r[0] for r in conn.execute("SELECT name FROM schema_migrations")}
             for name, sql in self.migrations:

@@ -127,7 +127,8 @@ class SqliteJobStore(SqliteBatches):
                 (job_id,),
             ).fetchone()
             conn.executemany(
-                "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, stat_sig, estimate,"
+                "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, "
+                "stat_sig, estimate,"
                 " answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
@@ -153,7 +154,8 @@ class SqliteJobStore(SqliteBatches):
             )  # a spec from before reuse reuses too
             # An item completed from an earlier answer is never processed, so where the job drops
             # a completed item's content (complete_item) its bytes are not stored at all. Any other
-            # item with that content stores them itself (INSERT OR IGNORE), in this batch or a later one.
+            # item with that content stores them itself (INSERT OR IGNORE), in this batch or a later
+            # one.
             unstored = reused if drop else set()
             conn.executemany(
                 "INSERT OR IGNORE INTO contents (job_id, hash, text) VALUES (?, ?, ?)",
@@ -176,20 +178,24 @@ class SqliteJobStore(SqliteBatches):
             reused = {
                 r[0]
                 for r in conn.execute(
-                    "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = a.idx,"
-                    f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = items.answer_key"
+                    "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = "
+                    "a.idx,"
+                    f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = "
+                    "items.answer_key"
                     " RETURNING items.idx",
                     (job_id, lo, hi),
                 )
             }
             conn.execute(
-                "INSERT INTO results (job_id, idx, text) SELECT items.job_id, items.idx, r.text FROM items"
+                "INSERT INTO results (job_id, idx, text) SELECT items.job_id, items.idx, r.text "
+                "FROM items"
                 " JOIN results r ON r.job_id = items.reused_job AND r.idx = items.reused_idx"
                 f" WHERE {batch} AND items.reused_job IS NOT NULL",
                 (job_id, lo, hi),
             )
         conn.execute(
-            "INSERT OR IGNORE INTO item_keys (job_id, key, idx) SELECT job_id, answer_key, min(idx) FROM items"
+            "INSERT OR IGNORE INTO item_keys (job_id, key, idx) SELECT job_id, answer_key, "
+            "min(idx) FROM items"
             f" WHERE {batch} AND status = 'pending' GROUP BY answer_key",
             (job_id, lo, hi),
         )
@@ -204,7 +210,8 @@ class SqliteJobStore(SqliteBatches):
     def finish_job(self, job_id: str) -> JobRecord:
         with self.db.write() as conn:
             total, estimated, reused, saved = conn.execute(
-                "SELECT count(*), coalesce(sum(estimate), 0), count(reused_job), coalesce(sum(tokens_saved), 0)"
+                "SELECT count(*), coalesce(sum(estimate), 0), count(reused_job), "
+                "coalesce(sum(tokens_saved), 0)"
                 " FROM items WHERE job_id = ?",
                 (job_id,),
             ).fetchone()
@@ -212,7 +219,8 @@ class SqliteJobStore(SqliteBatches):
                 "SELECT count(*) FROM events WHERE job_id = ? AND kind = 'skipped'", (job_id,)
             ).fetchone()
             conn.execute(
-                "UPDATE jobs SET state = ?, total = ?, pending = ?, completed = ?, estimated_tokens = ?,"
+                "UPDATE jobs SET state = ?, total = ?, pending = ?, completed = ?, "
+                "estimated_tokens = ?,"
                 " skipped = ?, reused = ?, tokens_saved = ? WHERE id = ? AND state = ?",
                 (
                     NOT_STARTED,
@@ -281,8 +289,10 @@ class SqliteJobStore(SqliteBatches):
         )
         while True:
             rows = self.db.read(
-                "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-                f" i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx{content}"
+                "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, "
+                "i.error_message,"
+                " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
+                f"i.reused_idx{content}"
                 f" FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx{join}"
                 " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?",
                 (job_id, last, batch),
@@ -304,7 +314,8 @@ class SqliteJobStore(SqliteBatches):
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
         rows = self.db.read(
             "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx,"
+            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
+            "i.reused_idx,"
             " c.text, i.content_hash"
             " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
             " LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash"
@@ -325,8 +336,10 @@ class SqliteJobStore(SqliteBatches):
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
         rows = self.db.read(
             "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx"
-            " FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
+            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
+            "i.reused_idx"
+            " FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = i.job_id "
+            "AND r.idx = i.idx"
             " WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx LIMIT ?",
             (job_id, max(limit, 0)),
         )
@@ -337,7 +350,8 @@ class SqliteJobStore(SqliteBatches):
         if not wanted:
             return {}
         rows = self.db.read(
-            f"SELECT idx, name FROM items WHERE job_id = ? AND idx IN ({','.join('?' * len(wanted))})",
+            "SELECT idx, name FROM items WHERE job_id = ? AND idx IN "
+            f"({','.join('?' * len(wanted))})",
             (job_id, *wanted),
         )
         return dict(rows)
@@ -406,7 +420,8 @@ class SqliteJobStore(SqliteBatches):
     def retry_failed(self, job_id: str) -> int:
         with self.db.write() as conn:
             n = conn.execute(
-                "UPDATE items SET status = CASE WHEN dup_of IS NULL THEN ? ELSE ? END, attempts = 0,"
+                "UPDATE items SET status = CASE WHEN dup_of IS NULL THEN ? ELSE ? END, attempts "
+                "= 0,"
                 " rate_limit_waits = 0, error_type = NULL, http_status = NULL, error_message = NULL"
                 " WHERE job_id = ? AND status = ?",
                 (PENDING, WAITING, job_id, FAILED),
@@ -482,7 +497,8 @@ class SqliteJobStore(SqliteBatches):
         )
 
     def _claim(self, conn, job_id, index_hint, worker_id, *, lease_s, max_running, job_row=None):
-        """claim_item's writes in conn: (the job as the claim saw it, the item's row) or the refusal.
+        """claim_item's writes in conn: (the job as the claim saw it, the item's row) or the
+        refusal.
         job_row: the job's _JOB_COLUMNS as this transaction just wrote them (a statement less)."""
         now = self.now()
         if job_row is None:
@@ -503,7 +519,8 @@ class SqliteJobStore(SqliteBatches):
         # The learned output allowance replaces the configured one (JobRecord.reservation).
         delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
         row = conn.execute(
-            "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + ?, min(?, estimate))"
+            "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + "
+            "?, min(?, estimate))"
             " WHERE job_id = ? AND status = 'pending' AND idx = coalesce("
             "(SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?),"
             " (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1))"
@@ -560,7 +577,8 @@ class SqliteJobStore(SqliteBatches):
             [
                 Event(
                     "paused",
-                    f"token limit reached: {job.tokens_charged} charged + {estimate} for item {idx + 1}"
+                    f"token limit reached: {job.tokens_charged} charged + {estimate} for item "
+                    f"{idx + 1}"
                     f" would exceed --max-tokens {job.spec.max_tokens}",
                     idx,
                 )
@@ -640,7 +658,8 @@ class SqliteJobStore(SqliteBatches):
         dups = [
             r[0]
             for r in conn.execute(
-                "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of = ?"
+                "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND "
+                "dup_of = ?"
                 " AND status = ? RETURNING idx",
                 (COMPLETED, provider or None, model or None, job_id, index, WAITING),
             )
@@ -651,14 +670,17 @@ class SqliteJobStore(SqliteBatches):
                 [(job_id, i, result) for i in dups],
             )
         conn.execute(
-            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, idx, ?"
+            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, "
+            "job_id, idx, ?"
             " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''",
             (charged, job_id, index),
         )
         job_row = conn.execute(
-            "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = pending - ?,"
+            "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = "
+            "pending - ?,"
             " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
-            f" tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING {_JOB_COLUMNS},"
+            " tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING "
+            f"{_JOB_COLUMNS},"
             " drop_content",
             (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id),
         ).fetchone()
@@ -813,7 +835,8 @@ class SqliteJobStore(SqliteBatches):
     def _insert_events(self, conn, job_id: str, events: Iterable[Event]) -> None:
         now = self.now()
         conn.executemany(
-            "INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO events (job_id, at, kind, item_idx, message, error_type, http_status) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
                 (job_id, e.at or now, e.kind, e.item_index, e.message, e.error_type, e.http_status)
                 for e in events
@@ -825,7 +848,8 @@ class SqliteJobStore(SqliteBatches):
         now = self.now()
         with self.db.write() as conn:
             conn.execute(
-                "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, threads, serves)"
+                "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, "
+                "threads, serves)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
                 " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
                 " threads = excluded.threads, serves = excluded.serves",
@@ -860,7 +884,8 @@ class SqliteJobStore(SqliteBatches):
         # of every job (0.12 s at a million), than sort the few running ones. Only the listed
         # workers' items: a provider batch's (owner "batch:…", up to 50,000) are no worker's.
         for owner, job_id, idx in self.db.read(
-            f"SELECT owner, job_id, idx FROM items INDEXED BY items_owned WHERE status = '{CLAIMED}'"
+            "SELECT owner, job_id, idx FROM items INDEXED BY items_owned WHERE status = "
+            f"'{CLAIMED}'"
             " AND owner IN (SELECT id FROM workers WHERE expires_at >= ?) ORDER BY job_id, idx",
             (now,),
         ):

@@ -28,7 +28,8 @@ class SqliteLimits:
         self._counted_at: dict[str, float] = {}
         self._count_lock = threading.Lock()
         # Per key: this process's last acquire found no backoff step, and it has not seen a 429
-        # since, so a success has nothing to clear (clear_backoff skips its read). A 429 elsewhere in between is cleared by the next success after its wait.
+        # since, so a success has nothing to clear (clear_backoff skips its read). A 429 elsewhere
+        # in between is cleared by the next success after its wait.
         self._clean: dict[str, bool] = {}
 
     def _take_uncounted(self, key: str, now_s: float, *, plus: int = 0, force: bool = False) -> int:
@@ -52,7 +53,8 @@ class SqliteLimits:
         marks = ", ".join("?" * len(LimitState.COLUMNS))
         updates = ", ".join(f"{c} = excluded.{c}" for c in LimitState.COLUMNS)
         conn.execute(
-            f"INSERT INTO limits (key, {cols}) VALUES (?, {marks}) ON CONFLICT (key) DO UPDATE SET {updates}",
+            f"INSERT INTO limits (key, {cols}) VALUES (?, {marks}) ON CONFLICT (key) DO UPDATE "
+            f"SET {updates}",
             (key, *state.values()),
         )
 
