@@ -2,8 +2,7 @@
 checkouts, rounds interleaved, or under this one at several thread counts beside the bare pool.
 
     python bench/dispatch_ab.py ab OLD_SRC [--rounds 4] [--items 3200] [--threads 64] [--latency
-    0.2]
-    python bench/dispatch_ab.py threads [--items 4000] [--threads 1,4,16,64] [--latency 0]
+    0.2] python bench/dispatch_ab.py threads [--items 4000] [--threads 1,4,16,64] [--latency 0]
 
 OLD_SRC is the `src` folder of another checkout (`git worktree add /tmp/old <commit>`). Each
 run gets a fresh SQLite data directory whose job its own code created; the loopback provider

@@ -143,8 +143,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def fill(args: argparse.Namespace) -> dict:
     """Give every item of a job a result through the store's own claim and complete_and_claim (no
-    model
-    calls): how the export benchmark gets a million completed results in minutes."""
+    model calls): how the export benchmark gets a million completed results in minutes."""
     from hermes_bulk.config.settings import load_settings
     from hermes_bulk.fleet.broker import open_backend
     from hermes_bulk.store.protocol import NOT_STARTED, RUNNING, ClaimRefused, Usage

@@ -124,10 +124,10 @@ def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]
 
 
 def prefilter(session: Path, work: Path, target: dict) -> tuple[int, int]:
-    """Mark as skipped, before anything runs: every mutant outside the functions the target's
-    `only` names (a part of a module too big to mutate whole in one sitting), and every mutant
-    of an annotation (never evaluated, so it cannot change behaviour: no test run is spent on it).
-    Returns (outside `only`, in annotations)."""
+    """Mark as skipped, before anything runs: every mutant outside the functions the target's `only`
+    names (a part of a module too big to mutate whole in one sitting), and every mutant of an
+    annotation (never evaluated, so it cannot change behaviour: no test run is spent on it). Returns
+    (outside `only`, in annotations)."""
     from cosmic_ray.work_db import use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -264,9 +264,8 @@ _LUA_TOKEN = re.compile(
 
 
 def _lua_code_spans(line: str) -> list[tuple[int, int]]:
-    """The parts of one line of Lua that are code: not a '…' or "…" string, not a -- comment.
-    Long brackets (`[[…]]`, `--[[…]]`) are not read: no script of ours uses them (a test says
-    so)."""
+    """The parts of one line of Lua that are code: not a '…' or "…" string, not a -- comment. Long
+    brackets (`[[…]]`, `--[[…]]`) are not read: no script of ours uses them (a test says so)."""
     spans, start, i, quote = [], 0, 0, ""
     while i < len(line):
         ch = line[i]

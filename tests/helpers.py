@@ -172,9 +172,8 @@ def worker_passes(jobs: Jobs, job_id: str, passes: int = 2, timeout: float = 60.
 
 
 def kill_worker_holding_an_item(cli, fake_provider, **extra_env: str) -> None:
-    """Start a worker, let it send an item to a provider that holds it, then SIGKILL the worker:
-    the item stays claimed by a dead worker (a crash mid-call). The provider answers at once
-    after."""
+    """Start a worker, let it send an item to a provider that holds it, then SIGKILL the worker: the
+    item stays claimed by a dead worker (a crash mid-call). The provider answers at once after."""
     fake_provider.hold()
     worker = cli.spawn_worker(HERMES_BULK_LEASE_SECONDS="60", **extra_env)
     try:

@@ -1,7 +1,6 @@
 """An endpoint that is down, a key it refuses or a model it does not know pauses the job (the
 breaker per endpoint, runtime/breaker.py) instead of failing its items one by one; `resume`
-continues it
-once the endpoint is fixed, with nothing lost and no attempt charged.
+continues it once the endpoint is fixed, with nothing lost and no attempt charged.
 
 Through the real CLI (`run --wait`, `resume --wait`) and a real `hermes-bulk worker`, on SQLite
 and Redis, against the loopback provider (and a port where nothing listens).

@@ -1,9 +1,7 @@
 """The arrows point down: what a module loads, checked in a fresh interpreter.
 
 jobs/service.py (the service API) sits above the store and below the worker runtime, which consumes
-it;
-fleet/liveness.py (who is alive) sits below both, on the store protocol alone.
-"""
+it; fleet/liveness.py (who is alive) sits below both, on the store protocol alone."""
 
 from __future__ import annotations
 

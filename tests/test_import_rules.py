@@ -471,3 +471,23 @@ def test_no_test_reaches_into_a_private_name_of_hermes_bulk():
 def test_a_planted_private_reach_is_caught():
     planted = "from hermes_bulk.fleet import broker\nbroker._build('sqlite:///x')\n"
     assert private_reaches(ast.parse(planted)) == ["broker._build (line 2)"]
+
+
+#: Above this many lines a module names its one concept in README's layout section.
+LONG_MODULE_LINES = 400
+
+
+def test_every_module_over_400_lines_names_its_one_concept_in_the_readme():
+    text = README.read_text()
+    section = text[text.index("Modules over 400 lines") :].split("\n\n", 2)[1]
+    named = {
+        m.group(1): m.group(2).strip()
+        for m in re.finditer(r"^\| `([^`]+)` \| (.+) \|$", section, re.M)
+    }
+    long = {
+        p.relative_to(SRC).as_posix()
+        for p in SRC.rglob("*.py")
+        if len(p.read_text().splitlines()) > LONG_MODULE_LINES
+    }
+    assert (sorted(long - set(named)), [m for m in named if not (SRC / m).exists()]) == ([], [])
+    assert all(named.values())

@@ -1,11 +1,9 @@
 """Every error hermes-bulk raises on purpose, in one small hierarchy.
 
-User-facing errors carry a message that says what is wrong and what to do; the CLI and the
-`/bulk` command print `str(exc)` of these and nothing else. Model errors are classified once,
-at the client boundary (`providers/client.py`), and never carry provider text: a provider's error
-body
-can echo credentials, so it goes to the log only.
-"""
+User-facing errors carry a message that says what is wrong and what to do; the CLI and the `/bulk`
+command print `str(exc)` of these and nothing else. Model errors are classified once, at the client
+boundary (`providers/client.py`), and never carry provider text: a provider's error body can echo
+credentials, so it goes to the log only."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The plugin's glue, called with exactly the keyword arguments Hermes passes
-(hermes_cli.middleware,
-agent/auxiliary_hooks.py), including the newer-Hermes paths 0.19.0 cannot run."""
+(hermes_cli.middleware, agent/auxiliary_hooks.py), including the newer-Hermes paths 0.19.0 cannot
+run."""
 
 from __future__ import annotations
 

@@ -2,11 +2,9 @@
 
 Redis on one host, a worker on each of two others, the CLI on a fourth, the dashboard on a fifth,
 each with its own data directory (so nothing is shared but Redis), the provider on the bridge. The
-commands and the
-environment come from docker/compose.yaml itself, so the stack and this test cannot drift.
-A worker is killed with -9 and Redis is restarted mid-job; every item must complete exactly
-once. Skipped, with the reason, where network namespaces are not permitted (CI runs as root).
-"""
+commands and the environment come from docker/compose.yaml itself, so the stack and this test cannot
+drift. A worker is killed with -9 and Redis is restarted mid-job; every item must complete exactly
+once. Skipped, with the reason, where network namespaces are not permitted (CI runs as root)."""
 
 from __future__ import annotations
 

@@ -56,8 +56,7 @@ class BudgetSettings(BaseModel):
     """What the budget is told. `timezone` None follows the machine's zone.
 
     The keys given (pydantic's `model_fields_set`) are what budget.json stores; equality ignores
-    them.
-    """
+    them."""
 
     model_config = {"frozen": True, "extra": "forbid"}
 

@@ -1,12 +1,10 @@
 """What a backend URL names: `sqlite:///path` or `redis[s]://…`, parsed and checked in one place.
 
 The job store with its queues (fleet/broker.py) and the budget ledger (budget/ledger.py) are each
-found
-by such a URL. Both turn it into a `SqliteUrl` or a `RedisUrl` here, so the scheme dispatch, the
-path rules, the Redis URL checks and the key prefix are decided once; the openers take the result.
-Every URL parsed here is registered with redact.py first: an error or a log line may quote it,
-password and all.
-"""
+found by such a URL. Both turn it into a `SqliteUrl` or a `RedisUrl` here, so the scheme dispatch,
+the path rules, the Redis URL checks and the key prefix are decided once; the openers take the
+result. Every URL parsed here is registered with redact.py first: an error or a log line may quote
+it, password and all."""
 
 from __future__ import annotations
 

@@ -6,11 +6,9 @@ names; this is the only place that maps it to classes, and nothing above it bran
 
 One Huey queue per route (endpoints.route: the kind of model client, and for HTTP jobs their
 endpoint and key): a trigger goes only to workers that can call the job's model at the job's
-endpoint, so a worker that cannot (the Hermes gateway's, for a job made by `hermes-bulk create`;
-one configured for another endpoint) never takes it and makes it wait. Both backends key a queue by
-its Huey
-name (Redis: in the key names; SQLite: the `queue` column of one file).
-"""
+endpoint, so a worker that cannot (the Hermes gateway's, for a job made by `hermes-bulk create`; one
+configured for another endpoint) never takes it and makes it wait. Both backends key a queue by its
+Huey name (Redis: in the key names; SQLite: the `queue` column of one file)."""
 
 from __future__ import annotations
 

@@ -3,10 +3,8 @@
 A worker is live while its registry entry in the store is fresh (it heartbeats every
 `heartbeat_interval`), except that on this host a worker whose lock file is free is dead at once,
 without waiting for its entry to lapse. Both the service API (`jobs/service.py`: status, run,
-delete)
-and the worker runtime (`runtime/worker.py`) ask this module; it depends on the store protocol
-alone.
-"""
+delete) and the worker runtime (`runtime/worker.py`) ask this module; it depends on the store
+protocol alone."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """`hermes-bulk`: the command line over the jobs API. One handler per command.
 
 The answers of the commands `/bulk` shares are frontends/replies.py's; this module adds what belongs
-to a
-terminal: progress bars, tables, `--json`, standard output, exit codes, and the commands only a
+to a terminal: progress bars, tables, `--json`, standard output, exit codes, and the commands only a
 shell has (worker, workers, wait, path, budget).
 
 Errors hermes-bulk understands print one line and exit non-zero; anything unexpected prints one
@@ -243,8 +242,7 @@ def cmd_run(args: Namespace, settings: Settings) -> int:
 def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
     """Before a job of HERMES_BULK_*'s endpoint is run: doctor's checks, with the job's model. An
     endpoint that is down, a refused key or an unknown model would only pause the job
-    (runtime/breaker.py):
-    say so now, and run nothing."""
+    (runtime/breaker.py): say so now, and run nothing."""
     if job.spec.client != "http" or job.finished:
         return  # another kind calls its own model (Hermes'); a finished job has nothing to run
     report = SHELL.doctor(job.spec.model, jobs.settings)

@@ -2,14 +2,12 @@
 
 A handler takes the jobs API, the Place the command was typed in and the command's options as
 keyword parameters (named as the grammar's flags: `--max-tokens` is max_tokens;
-frontends/parser.py's
-options_for picks them from a parse), does the command, and returns its Reply: the text to show and
-the record behind it (for `--json`
-and for what the CLI goes on to do, such as `--wait`). Where the two places answer differently,
-the Place says how, so no answer is written twice. What belongs to a terminal (progress bars,
-tables, exit codes, `--json`, standard output) stays in cli.py; what belongs to Hermes (threads,
-late answers, its model and working directory) in plugin/bulk.py.
-"""
+frontends/parser.py's options_for picks them from a parse), does the command, and returns its Reply:
+the text to show and the record behind it (for `--json` and for what the CLI goes on to do, such as
+`--wait`). Where the two places answer differently, the Place says how, so no answer is written
+twice. What belongs to a terminal (progress bars, tables, exit codes, `--json`, standard output)
+stays in cli.py; what belongs to Hermes (threads, late answers, its model and working directory) in
+plugin/bulk.py."""
 
 from __future__ import annotations
 

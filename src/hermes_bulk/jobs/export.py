@@ -3,14 +3,12 @@
 An export only reads the store and writes the one file asked for (DESIGN.md invariant 13); the
 per-item outputs/NNNNNN.md are the worker's, written on its own disk as it completes an item
 (runtime/pipeline.py). Exports stream items from the store in batches, so a million results export
-in flat memory,
-and are written to a temporary file then renamed over the target: running export again
-replaces the file whole. Only a regular file (or a new name in an existing folder) is ever
-replaced: a device, FIFO, directory or symbolic link at the target is refused, and so is a
-missing folder for an `--output` the user named (DESIGN.md invariant 11). No model calls.
-CSV cells that a spreadsheet would run as a formula (starting with =, +, -, @, tab or carriage
-return) get a leading apostrophe.
-"""
+in flat memory, and are written to a temporary file then renamed over the target: running export
+again replaces the file whole. Only a regular file (or a new name in an existing folder) is ever
+replaced: a device, FIFO, directory or symbolic link at the target is refused, and so is a missing
+folder for an `--output` the user named (DESIGN.md invariant 11). No model calls. CSV cells that a
+spreadsheet would run as a formula (starting with =, +, -, @, tab or carriage return) get a leading
+apostrophe."""
 
 from __future__ import annotations
 

@@ -320,13 +320,11 @@ class Jobs:
         batch_deadline_s: float | None = None,
         bind_endpoint: bool = True,
     ) -> Created | Plan:
-        """Discover the items and record them; makes no model calls. Bad input creates nothing.
-        With dry_run, only discover them: the Plan (first request, count, estimate), nothing
-        written.
+        """Discover the items and record them; makes no model calls. Bad input creates nothing. With
+        dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
         batch: the job runs through the provider's Batch API (runtime/batch_driver.py), with the
-        rest left live
-        after batch_deadline_s. bind_endpoint=False: any worker's endpoint serves the job (a
-        `/bulk … --batch` job, made where no endpoint of its own is configured)."""
+        rest left live after batch_deadline_s. bind_endpoint=False: any worker's endpoint serves the
+        job (a `/bulk … --batch` job, made where no endpoint of its own is configured)."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
@@ -632,9 +630,8 @@ class Jobs:
         tpm: int | None = None,
     ) -> JobRecord:
         """Continue a job: return items of dead workers to the queue, mark it running, send
-        triggers.
-        concurrency, rpm, tpm: new values recorded on the job first (a running job takes them
-        at its next claims, and a raised concurrency gets its extra triggers at once)."""
+        triggers. concurrency, rpm, tpm: new values recorded on the job first (a running job takes
+        them at its next claims, and a raised concurrency gets its extra triggers at once)."""
         job = self.get(job_ref)
         if job.finished:
             raise InvalidTransition(

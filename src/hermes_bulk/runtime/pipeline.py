@@ -70,9 +70,8 @@ CONNECT_RETRY_S = SPACING_S
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What became of a trigger: `claimed` (an item was worked on), `reschedule_in` seconds;
-    `next`: what the completion claimed after it (complete_and_claim), for the chain to go on
-    with."""
+    """What became of a trigger: `claimed` (an item was worked on), `reschedule_in` seconds; `next`:
+    what the completion claimed after it (complete_and_claim), for the chain to go on with."""
 
     claimed: bool
     refused: str | None = None
@@ -292,9 +291,8 @@ class ItemProcessor:
 
     def _call_with_retries(self, claim: Claim, client: ModelClient) -> Completion:
         """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries. A failure
-        to connect while the endpoint answers nobody is retried every CONNECT_RETRY_S without
-        using up retries, until the breaker pauses the job (EndpointBroken) or a request goes
-        through."""
+        to connect while the endpoint answers nobody is retried every CONNECT_RETRY_S without using
+        up retries, until the breaker pauses the job (EndpointBroken) or a request goes through."""
         retries = claim.job.spec.retries
         counted = [
             0

@@ -382,19 +382,16 @@ class JobStore(Protocol):
         A job has at most one batch in state preparing. When it has one whose lease is held by
         another worker and not expired, the refusal is batch_preparing, unless that worker is
         take_from (one the caller found dead: fleet/liveness.py), whose lease is taken at once. When
-        its
-        lease has expired or is take_from's (its worker died between taking the items and
-        recording the provider's batch), it is
-        leased to worker_id and returned as it is: the caller looks for it at the provider by its
-        metadata before submitting anything. Otherwise up to max_items pending items, lowest index
-        first, become running items owned by "batch:<batch_id>" until now + hold_s, each with its
-        reservation (JobRecord.reservation), as claim_item's; the new batch (status preparing,
-        lease until now + lease_s) is returned. --max-tokens: items are taken while charged +
-        reserved + their reservation fits; when not even the first fits, the refusal and the
-        pause are claim_item's (tokens_in_flight, or token_limit and the job paused). Refusals
-        otherwise: no_job, not_running, no_pending. Concurrency does not apply (a batch is not
-        calls at once). One step on both backends.
-        """
+        its lease has expired or is take_from's (its worker died between taking the items and
+        recording the provider's batch), it is leased to worker_id and returned as it is: the caller
+        looks for it at the provider by its metadata before submitting anything. Otherwise up to
+        max_items pending items, lowest index first, become running items owned by
+        "batch:<batch_id>" until now + hold_s, each with its reservation (JobRecord.reservation), as
+        claim_item's; the new batch (status preparing, lease until now + lease_s) is returned.
+        --max-tokens: items are taken while charged + reserved + their reservation fits; when not
+        even the first fits, the refusal and the pause are claim_item's (tokens_in_flight, or
+        token_limit and the job paused). Refusals otherwise: no_job, not_running, no_pending.
+        Concurrency does not apply (a batch is not calls at once). One step on both backends."""
 
     def lease_batch(
         self,

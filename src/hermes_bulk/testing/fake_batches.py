@@ -9,13 +9,13 @@ expired: the rest go to the error file as batch_expired), batch_hold (stays in p
 cancelled or released by configuring it off). Output lines succeed, failed lines go to the
 error file, as OpenAI writes them.
 
-Hostile modes (`FakeBatches.configure(**BatchFaults fields)`), the ways a buggy or hostile
-Batch API (or a proxy before it) answers: `line_faults` {substring of an item: kind} writes that
-item's output line wrong (LINE_FAULTS); `create_fields` / `poll_fields` are merged into the
-answer to a create / every other answer about a batch: poll, cancel, list (ABSENT drops a field);
-`files_missing` answers 404 for every file's
-content; `ignore_cancel` answers a cancel but goes on; `foreign_lines` writes the first batch's
-output lines (another job's answers) at the start of every later batch's output file.
+Hostile modes (`FakeBatches.configure(**BatchFaults fields)`), the ways a buggy or hostile Batch API
+(or a proxy before it) answers: `line_faults` {substring of an item: kind} writes that item's output
+line wrong (LINE_FAULTS); `create_fields` / `poll_fields` are merged into the answer to a create /
+every other answer about a batch: poll, cancel, list (ABSENT drops a field); `files_missing` answers
+404 for every file's content; `ignore_cancel` answers a cancel but goes on; `foreign_lines` writes
+the first batch's output lines (another job's answers) at the start of every later batch's output
+file.
 
 What a test checks is recorded: `lines` (one RequestRecord per line processed), `uploaded`
 (file id -> its number of lines), `created` (every batch created, in order) and
@@ -268,9 +268,8 @@ class FakeBatches:
             return self.batches[batch_id]["status"]
 
     def _answer_line(self, line: dict[str, Any], out, err, last: list[bytes]) -> int:
-        """Answer one line into the output (a success) or error file; its status code. A line
-        fault of the item writes it wrong (an unterminated line goes in `last`, written at the
-        end)."""
+        """Answer one line into the output (a success) or error file; its status code. A line fault
+        of the item writes it wrong (an unterminated line goes in `last`, written at the end)."""
         status, body = self.provider.line_answer(line["body"], self.lines)
         entry = {"id": "batch_req_" + secrets.token_hex(6), "custom_id": line["custom_id"]}
         item = self.provider.item_of(line["body"])

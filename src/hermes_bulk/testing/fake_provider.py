@@ -757,9 +757,8 @@ def _reset(writer: asyncio.StreamWriter) -> None:
 
 
 def _schema_answer(schema: dict[str, Any], item: str, *, off: bool = False) -> dict[str, Any]:
-    """A structured answer that fits an object schema (nested objects, lists, enums, consts);
-    with `off`, its first property breaks the schema (a value outside the enum, else the wrong
-    type)."""
+    """A structured answer that fits an object schema (nested objects, lists, enums, consts); with
+    `off`, its first property breaks the schema (a value outside the enum, else the wrong type)."""
     out = _fit(schema, item, "")
     props = list((schema.get("properties") or {}).items())
     if off and props:

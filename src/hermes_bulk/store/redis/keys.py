@@ -32,10 +32,10 @@ One job's keys share the hash tag {P:job:ID}, so each job's script touches one c
         results:<B>  the result text (compressed as contents are)
         keys:<B>     the item's answer key as its 16 bytes (codec.answer_field), for the
                      first item of each key (delete_job finds the job's answers by it)
-    {P:job:ID}:contents  HASH  content field (as in items:<B>) -> text (store/compression.py: a zstd
-    frame, or the
-                               text itself): identical contents are stored once per job; where
-                               drop_content, an item's content goes when it completes
+    {P:job:ID}:contents  HASH  content field (as in items:<B>) -> text (store/compression.py: a
+                               zstd frame, or the text itself): identical contents are stored
+                               once per job; where drop_content, an item's content goes when
+                               it completes
     {P:job:ID}:pending   ZSET  pending indexes scored by index: claiming the lowest is O(log n)
     {P:job:ID}:leases    ZSET  running indexes scored by lease expiry
     {P:job:ID}:owners    HASH  running index -> worker id (at most the job's concurrency)
@@ -68,8 +68,8 @@ Across jobs:
     P:jobs:active            ZSET  job id scored by run epoch: every job that is running or may
                                    hold leases (a superset, pruned by release_expired_leases)
     {P:workers}              ZSET  worker id scored by expiry; PEXPIREs after its last entry
-    {P:workers}:<worker id>  HASH  host, pid, started_at, heartbeat_at_ms, threads, serves; PEXPIRE
-    ttl
+    {P:workers}:<worker id>  HASH  host, pid, started_at, heartbeat_at_ms, threads, serves;
+                                   PEXPIRE ttl
     {P:limit:<provider key>} HASH  request_tat_ms, token_tat_ms, pause_until_ms, backoff_step,
                                    auto_interval_ms, auto_since_ms, window_start_ms, window_count,
                                    previous_count;

@@ -498,8 +498,8 @@ class SqliteJobStore(SqliteBatches):
 
     def _claim(self, conn, job_id, index_hint, worker_id, *, lease_s, max_running, job_row=None):
         """claim_item's writes in conn: (the job as the claim saw it, the item's row) or the
-        refusal.
-        job_row: the job's _JOB_COLUMNS as this transaction just wrote them (a statement less)."""
+        refusal. job_row: the job's _JOB_COLUMNS as this transaction just wrote them (a statement
+        less)."""
         now = self.now()
         if job_row is None:
             job_row = conn.execute(
