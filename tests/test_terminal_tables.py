@@ -285,3 +285,18 @@ def test_a_control_character_never_reaches_the_terminal():
     table = shown(Table("t", [Column("instruction")], [["a\x1b[2Jb\x7fc\td\ne\x9b"]]))
     assert table.rows == [["a\ufffd[2Jb\ufffdc d e\ufffd"]]
     assert "\x1b" not in draw_rich(table) and draw_plain(table) is None
+
+
+def test_the_plain_drawing_uses_the_characters_of_richs_box_of_the_one_style():
+    from rich import box
+
+    from hermes_bulk.frontends.terminal import BOX_LINES, BOX_NAME
+
+    b = getattr(box, BOX_NAME)
+    assert {
+        "top": b.top_left + b.top + b.top_divider + b.top_right,
+        "head": b.head_left + " " + b.head_vertical + b.head_right,
+        "head_row": b.head_row_left + b.head_row_horizontal + b.head_row_cross + b.head_row_right,
+        "row": b.mid_left + " " + b.mid_vertical + b.mid_right,
+        "bottom": b.bottom_left + b.bottom + b.bottom_divider + b.bottom_right,
+    } == BOX_LINES

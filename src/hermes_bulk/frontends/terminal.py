@@ -202,6 +202,12 @@ def draw_rich(table: Table) -> str:
 
 _PLAIN = re.compile(r"[ -~]*")  # printable ASCII: one character, one column
 
+#: The one style of every table, however it is drawn: rich's box of this name, whose characters
+#: draw_plain draws (left, fill, cross, right of each line; tests/test_terminal_tables.py holds
+#: them equal to rich's).
+BOX_NAME = "HEAVY_HEAD"
+BOX_LINES = {"top": "┏━┳┓", "head": "┃ ┃┃", "head_row": "┡━╇┩", "row": "│ ││", "bottom": "└─┴┘"}
+
 
 def draw_plain(table: Table) -> str | None:
     """The table as rich draws it at its natural width without a terminal (box HEAVY_HEAD, no
@@ -227,10 +233,12 @@ def draw_plain(table: Table) -> str | None:
     ]
     widths = [max(len(text) for text in column) for column in zip(*fitted, strict=True)]
 
-    def line(left: str, fill: str, cross: str, right: str) -> str:
+    def line(name: str) -> str:
+        left, fill, cross, right = BOX_LINES[name]
         return left + cross.join(fill * (width + 2) for width in widths) + right + "\n"
 
-    def cells_line(edge: str, texts: list[str]) -> str:
+    def cells_line(name: str, texts: list[str]) -> str:
+        left, _, between, right = BOX_LINES[name]
         # Right-justified text loses its trailing spaces first (the width was measured with them).
         padded = (
             _fit(text.rstrip(), col).rjust(width)
@@ -238,16 +246,16 @@ def draw_plain(table: Table) -> str | None:
             else _fit(text, col).ljust(width)
             for text, width, col in zip(texts, widths, table.columns, strict=True)
         )
-        return edge + edge.join(f" {text} " for text in padded) + edge + "\n"
+        return left + between.join(f" {text} " for text in padded) + right + "\n"
 
     return "".join(
         [
             table.title + "\n" if table.title else "",
-            line("┏", "━", "┳", "┓"),
-            cells_line("┃", headers),
-            line("┡", "━", "╇", "┩"),
-            *(cells_line("│", row) for row in table.rows),
-            line("└", "─", "┴", "┘"),
+            line("top"),
+            cells_line("head", headers),
+            line("head_row"),
+            *(cells_line("row", row) for row in table.rows),
+            line("bottom"),
         ]
     )
 
@@ -264,9 +272,10 @@ def _fit(text: str, column: Column) -> str:
 
 
 def rich_table(table: Table):
+    from rich import box
     from rich.table import Table as RichTable
 
-    drawn = RichTable(title=table.title)
+    drawn = RichTable(title=table.title, box=getattr(box, BOX_NAME))
     for col in table.columns:
         options = {"overflow": "ellipsis", "max_width": col.max_width} if col.max_width else {}
         drawn.add_column(col.header, justify=col.justify, no_wrap=col.no_wrap, **options)
