@@ -173,7 +173,10 @@ class JobRecord:
         """The output tokens a claim reserves for one item: learned once LEARN_AFTER items are done.
 
         Twice the mean output of the completed items (capped at max_output_tokens), else the
-        configured allowance. The same rule is in SQL (sqlite claim_item) and Lua (claim_item.lua).
+        configured allowance. The reservation rule has three copies, each naming the others:
+        this and reservation() (SQLite's claims use both), learned_allowance() and reservation()
+        in store/redis/lua/_job.lua; tests/contract/test_reservation_rule.py and the stateful
+        model hold them to one rule.
         """
         fixed = self.spec.output_tokens_estimate
         if self.answered < LEARN_AFTER or self.tokens_out <= 0:

@@ -516,7 +516,8 @@ class SqliteJobStore(SqliteBatches):
         # under --max-tokens (fewer statements: less time holding the write lock).
         limit = job.spec.max_tokens
         used = job.tokens_charged + job.tokens_reserved
-        # The learned output allowance replaces the configured one (JobRecord.reservation).
+        # The reservation rule (JobRecord.reservation, a copy of it is in _job.lua): the
+        # learned output allowance replaces the configured one, at least min(learned, estimate).
         delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
         row = conn.execute(
             "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + "

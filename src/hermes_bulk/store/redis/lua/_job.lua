@@ -112,9 +112,11 @@ local function released_event(now, n, worker)
     .. (worker and (' from worker ' .. worker) or ''))
 end
 
--- The learned output allowance (JobRecord.output_allowance), for claim_item and open_batch:
--- after learn_after completed items that reported output, twice their mean output (capped at
--- max_output_tokens) replaces the configured allowance the stored estimate was made with.
+-- The learned output allowance, for claim_item and open_batch: a copy of the reservation rule
+-- of JobRecord.output_allowance and reservation (store/records.py), held to it by
+-- tests/contract/test_reservation_rule.py and the stateful model. After learn_after completed
+-- items that reported output, twice their mean output (capped at max_output_tokens) replaces
+-- the configured allowance the stored estimate was made with.
 -- Items completed with an earlier job's answer at create cost nothing here: they are not
 -- counted. Returns (learned, fixed), or nil before learning starts.
 local function learned_allowance(job, learn_after)
