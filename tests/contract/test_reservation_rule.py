@@ -77,33 +77,32 @@ def test_before_the_third_answer_an_item_reserves_its_estimate(store):
     assert [reserved_by_next_claim(store, job_id, i) for i in (2, 3)] == [600, 5]
 
 
+def refused_after_learning(store, max_tokens: int) -> tuple[str, object]:
+    """Items of estimates 1, 1, 1, 8, 5: the first four claimed before learning (11 reserved),
+    the first three answered (26 charged, 8 left in flight); then the claim of the fifth."""
+    job_id = make_job(
+        store, 5, estimate=[1, 1, 1, 8, 5], output_tokens_estimate=512, max_tokens=max_tokens
+    )
+    for i in range(4):
+        assert claim(store, job_id, hint=i).index == i
+    for i in range(3):
+        assert store.complete_item(job_id, i, "w1", f"answer {i}", Usage(1, OUTPUTS[i]))
+    return job_id, claim(store, job_id, hint=4)
+
+
 def test_a_refused_claim_waits_when_the_item_fits_beside_what_is_charged(store):
     """Charged 26, item 3 in flight (8 reserved before learning), --max-tokens 36: the next item
     (estimate 5) reserves min(16, 5) = 5 and does not fit beside the 8 in flight (39), but fits
     beside what is charged alone (31), so the claim waits and the job keeps running. Reserving
     the learned 16 instead would pause it (42 > 36)."""
-    job_id = make_job(
-        store, 5, estimate=[1, 1, 1, 8, 5], output_tokens_estimate=512, max_tokens=CHARGED + 10
-    )
-    for i in range(4):  # all four claimed before learning: 1 + 1 + 1 + 8 reserved
-        assert claim(store, job_id, hint=i).index == i
-    for i in range(3):
-        assert store.complete_item(job_id, i, "w1", f"answer {i}", Usage(1, OUTPUTS[i]))
-    refused = claim(store, job_id, hint=4)
+    job_id, refused = refused_after_learning(store, CHARGED + 10)
     assert getattr(refused, "reason", None) == "tokens_in_flight", refused
     assert store.get_job(job_id).state == RUNNING
 
 
 def test_a_refused_claim_pauses_when_the_item_would_not_fit_beside_what_is_charged(store):
     """As above with --max-tokens 30: 26 charged + 5 > 30, so the job pauses at its limit."""
-    job_id = make_job(
-        store, 5, estimate=[1, 1, 1, 8, 5], output_tokens_estimate=512, max_tokens=CHARGED + 4
-    )
-    for i in range(4):
-        assert claim(store, job_id, hint=i).index == i
-    for i in range(3):
-        assert store.complete_item(job_id, i, "w1", f"answer {i}", Usage(1, OUTPUTS[i]))
-    refused = claim(store, job_id, hint=4)
+    job_id, refused = refused_after_learning(store, CHARGED + 4)
     assert getattr(refused, "reason", None) == "token_limit", refused
     job = store.get_job(job_id)
     assert (job.state, job.pause_reason) == (PAUSED, PAUSE_TOKEN_LIMIT)
