@@ -148,8 +148,7 @@ def main() -> None:
                 pool = bare_pool(source, args.items, threads, provider.base_url)
                 print(
                     f"| {threads} | {ours[0]:,.0f} | {ours[1]:.2f} | {pool[0]:,.0f} | "
-                    f"{pool[1]:.2f} | "
-                    f"{ours[0] / pool[0]:.2f} |  (load {os.getloadavg()[0]:.1f})",
+                    f"{pool[1]:.2f} | {ours[0] / pool[0]:.2f} |  (load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )
     finally:

@@ -192,14 +192,12 @@ def answer_all(args: argparse.Namespace) -> dict:
         ).rowcount
         conn.execute(
             "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM "
-            "items"
-            " WHERE job_id = ?",
+            "items WHERE job_id = ?",
             (args.job,),
         )
         conn.execute(
-            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, "
-            "job_id, idx, 60"
-            " FROM items WHERE job_id = ? AND answer_key != '' AND dup_of IS NULL",
+            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, "
+            "idx, 60 FROM items WHERE job_id = ? AND answer_key != '' AND dup_of IS NULL",
             (args.job,),
         )
         conn.execute(
@@ -238,8 +236,7 @@ def partial(args: argparse.Namespace) -> dict:
         )
         conn.execute(
             "INSERT INTO results (job_id, idx, text) SELECT job_id, idx, 'answer ' || idx FROM "
-            "items"
-            " WHERE job_id = ? AND status = 'completed'",
+            "items WHERE job_id = ? AND status = 'completed'",
             (args.job,),
         )
         conn.execute(

@@ -376,8 +376,7 @@ def run_lua(
             report.append(block)
             print(
                 f"[{done}/{len(mutants)}] {outcome.lower()}: {module.rsplit('/', 1)[-1]} line "
-                f"{number}: "
-                f"{before.strip() or before!r} -> {after.strip() or after!r}",
+                f"{number}: {before.strip() or before!r} -> {after.strip() or after!r}",
                 flush=True,
             )
             if passed is None:
@@ -401,8 +400,7 @@ def run_lua(
         print(
             f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants: {killed} killed, "
             f"{len(survivors)} survived{broke}: score {score:.0%}{before} "
-            f"({time.monotonic() - started:.0f} s); "
-            f"mutation-reports/{name}{suffix}.txt"
+            f"({time.monotonic() - started:.0f} s); mutation-reports/{name}{suffix}.txt"
         )
         for block in survivors[:3]:
             print("  survivor: " + block.strip().replace("\n", "\n  "))
@@ -476,8 +474,7 @@ def run(
             total = len(_work_items(work / "session.sqlite"))
             print(
                 f"{name}: {', '.join(modules_of(target))}: {total - outside - annotated} mutants "
-                "to run"
-                f" ({annotated} in annotations, {outside} outside `only`: not run)"
+                f"to run ({annotated} in annotations, {outside} outside `only`: not run)"
             )
             return {}
         if survivors_only:
@@ -522,8 +519,7 @@ def run(
             score = (killed_before + killed) / max(1, killed_before + killed + survived)
             print(
                 f"{name}: the {len(again)} survivors of mutation-reports/{name}.txt again: "
-                f"{killed} "
-                f"killed now, {survived} survive{broke}: score {score:.0%} with the "
+                f"{killed} killed now, {survived} survive{broke}: score {score:.0%} with the "
                 f"{killed_before} killed before {took}; mutation-reports/{name}.rerun.txt"
             )
         else:

@@ -94,9 +94,8 @@ def test_the_item_is_framed_between_lines_tagged_with_its_hash():
         {
             "role": "user",
             "content": (
-                "Instruction:\nSummarise\n\n"
-                "Item r001.txt (between the BEGIN and END lines):\n"
-                "----- BEGIN ITEM 0123456789ab -----\nline one\nline two\n----- END ITEM "
+                "Instruction:\nSummarise\n\nItem r001.txt (between the BEGIN and END "
+                "lines):\n----- BEGIN ITEM 0123456789ab -----\nline one\nline two\n----- END ITEM "
                 "0123456789ab -----"
             ),
         },

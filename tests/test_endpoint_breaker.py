@@ -231,8 +231,7 @@ def test_doctor_says_what_it_found_one_line_per_check(cli, fake_provider):
     assert down.returncode == 1
     assert down.stdout.splitlines()[:3] == [
         f"FAIL endpoint {url} cannot be reached (ConnectError): start it, or correct "
-        "HERMES_BULK_BASE_URL "
-        "(or OPENAI_BASE_URL)",
+        "HERMES_BULK_BASE_URL (or OPENAI_BASE_URL)",
         "--   key      not checked (no answer)",
         "--   model    not checked (no answer)",
     ]

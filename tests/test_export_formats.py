@@ -17,6 +17,7 @@ import stat
 import pytest
 
 from hermes_bulk.errors import InputError, UsageError
+from hermes_bulk.files import remove_tree
 from hermes_bulk.fleet import broker
 from hermes_bulk.jobs import export
 from hermes_bulk.store.protocol import (
@@ -116,13 +117,10 @@ def _stream(store, job_id, fmt, **kw) -> str:
 
 def test_markdown_holds_the_job_and_every_item_in_order(store, mixed):
     assert _stream(store, mixed, "md") == (
-        "# Bulk job mixed0001\n\n"
-        "- Instruction: Summarise\n- Source: /in\n"
-        "- Items: 1 completed, 2 failed, 1 unfinished, of 4\n\n"
-        "## =a.txt\n\n-1 point\n\n"
-        "## b.txt\n\n_Failed: http_error (HTTP 400): bad request_\n\n"
-        "## c.txt\n\n_Not processed yet (pending)._\n\n"
-        "## d.txt\n\n_Failed: timeout_\n\n"
+        "# Bulk job mixed0001\n\n- Instruction: Summarise\n- Source: /in\n- Items: 1 completed, 2 "
+        "failed, 1 unfinished, of 4\n\n## =a.txt\n\n-1 point\n\n## b.txt\n\n_Failed: http_error "
+        "(HTTP 400): bad request_\n\n## c.txt\n\n_Not processed yet (pending)._\n\n## "
+        "d.txt\n\n_Failed: timeout_\n\n"
     )
 
 
@@ -356,13 +354,13 @@ def test_remove_tree_deletes_only_under_the_data_directory(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     with pytest.raises(InputError, match="outside"):
-        export.remove_tree(outside, data)
+        remove_tree(outside, data)
     with pytest.raises(InputError):
-        export.remove_tree(data, data)
+        remove_tree(data, data)
     assert outside.exists()
-    export.remove_tree(data / "jobs" / "j1", data)
+    remove_tree(data / "jobs" / "j1", data)
     assert not (data / "jobs" / "j1").exists() and (data / "jobs").exists()
-    export.remove_tree(data / "jobs" / "j1", data)  # gone already: nothing to do, no error
+    remove_tree(data / "jobs" / "j1", data)  # gone already: nothing to do, no error
 
 
 def _record(status, result, index=0, error_type=None):

@@ -387,8 +387,7 @@ def test_a_planted_upward_import_and_cycle_are_caught(monkeypatch):
 def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
     code = (
         "import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = "
-        "cli.main([sys.argv[1]])\n"
-        "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+        "cli.main([sys.argv[1]])\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
     )
     # A user's environment as the README sets it up: the endpoint, the key, a model, a limit.
     env = {

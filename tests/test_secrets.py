@@ -373,9 +373,7 @@ def test_other_code_logging_through_the_root_logger_in_a_worker_is_masked(env, t
     with no handler there, Python's last-resort handler writes it to stderr."""
     script = (
         "from hermes_bulk.config import settings as config; from hermes_bulk.frontends import "
-        "logs; "
-        "import logging; config.load_settings(); "
-        "logs.log_to_stream(logfile=None); "
+        "logs; import logging; config.load_settings(); logs.log_to_stream(logfile=None); "
         "logging.getLogger('agent.auxiliary_client').warning('provider said %s', "
         "'my-plain-key-0042')"
     )

@@ -178,8 +178,7 @@ def run(ctx: Context) -> RowResult:
         data[n] = d = _one_size(ctx, Hosts, n)
         ctx.log(
             f"  {n:,} items: {d['items_per_s']:,.0f} items/s ({d['completed']:,} completed, "
-            f"{d['failed']} failed), "
-            f"Redis peak {d['redis_peak'] / 1e6:,.0f} MB, worker peak RSS "
+            f"{d['failed']} failed), Redis peak {d['redis_peak'] / 1e6:,.0f} MB, worker peak RSS "
             f"{max(d['worker_rss_mb']):.0f} MB"
         )
     result = RowResult(
@@ -191,16 +190,12 @@ def run(ctx: Context) -> RowResult:
         "smallest",
         setup=(
             f"{' and '.join(f'{n:,}' for n in sizes)} JSONL items (about 120 bytes each); "
-            "redis-server on its own "
-            f"network namespace, {PROCS_PER_HOST} `hermes-bulk worker -w {THREADS}` on each of "
-            f"{len(HOSTS)} other "
-            f"namespaces (job --concurrency {PROCS_PER_HOST * len(HOSTS) * THREADS}), the "
-            "loopback provider "
-            "answering at once on the bridge; create and the watching `run` on the bench's "
-            "namespace. items/s "
-            "from `run` to the store's count of finished items; Redis peak used_memory from INFO "
-            "(a fresh "
-            "server per size); worker peak RSS is VmHWM at the end."
+            f"redis-server on its own network namespace, {PROCS_PER_HOST} `hermes-bulk worker -w "
+            f"{THREADS}` on each of {len(HOSTS)} other namespaces (job --concurrency "
+            f"{PROCS_PER_HOST * len(HOSTS) * THREADS}), the loopback provider answering at once on "
+            "the bridge; create and the watching `run` on the bench's namespace. items/s from "
+            "`run` to the store's count of finished items; Redis peak used_memory from INFO (a "
+            "fresh server per size); worker peak RSS is VmHWM at the end."
         ),
         raw={str(k): v for k, v in data.items()},
     )

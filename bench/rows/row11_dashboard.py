@@ -135,12 +135,10 @@ def run(ctx: Context) -> RowResult:
         f"<= {FLAT} x at {small:,}, the export download included",
         setup=(
             f"SQLite jobs of {small:,} and {large:,} CSV rows, 60% settled (one in a thousand "
-            "failed) set-wise by "
-            "bench.drive partial, the job running; `hermes-bulk dashboard --port 0` as a child "
-            "process; each read "
-            f"{rounds} times after one warm-up, over HTTP with the Bearer token (httpx, "
-            "keep-alive); peak RSS is "
-            "the dashboard's VmHWM; then `GET /api/jobs/ID/export?format=csv` streamed to the end."
+            "failed) set-wise by bench.drive partial, the job running; `hermes-bulk dashboard "
+            f"--port 0` as a child process; each read {rounds} times after one warm-up, over HTTP "
+            "with the Bearer token (httpx, keep-alive); peak RSS is the dashboard's VmHWM; then "
+            "`GET /api/jobs/ID/export?format=csv` streamed to the end."
         ),
         raw=data,
     )

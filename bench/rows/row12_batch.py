@@ -86,8 +86,7 @@ def run(ctx: Context) -> RowResult:
     for d in data.values():
         ctx.log(
             f"  {d['items']:,} items: {d['total_s']:.1f} s create-to-completed, provider "
-            f"{d['provider_s']:.1f} s, "
-            f"worker {d['worker_mb']:.0f} MB, {d['batches']} batches"
+            f"{d['provider_s']:.1f} s, worker {d['worker_mb']:.0f} MB, {d['batches']} batches"
         )
     a, b = data[str(small)], data[str(large)]
     result = RowResult(
@@ -98,14 +97,11 @@ def run(ctx: Context) -> RowResult:
         f"{GOAL_OVERHEAD_S:.0f} s "
         f"at {large:,} items; worker peak RSS at {large:,} <= {FLAT} x at {small:,}",
         setup=(
-            f"JSONL of {small:,} and {large:,} items; create --batch, run, one `hermes-bulk "
-            "worker -w 4` "
-            "(HERMES_BULK_BATCH_POLL_SECONDS=0.5); SQLite; the loopback provider in its own "
-            "process, answering "
-            "batch lines without delay and reporting the seconds it spent processing batches; "
-            "batches of "
-            "50,000 (the default). Timed from the start of create to the status that shows every "
-            "item done."
+            f"JSONL of {small:,} and {large:,} items; create --batch, run, one `hermes-bulk worker "
+            "-w 4` (HERMES_BULK_BATCH_POLL_SECONDS=0.5); SQLite; the loopback provider in its own "
+            "process, answering batch lines without delay and reporting the seconds it spent "
+            "processing batches; batches of 50,000 (the default). Timed from the start of create "
+            "to the status that shows every item done."
         ),
         raw=data,
     )

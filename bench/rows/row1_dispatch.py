@@ -68,17 +68,13 @@ def run(ctx: Context) -> RowResult:
         goal=f"hermes-bulk >= {GOALS['sqlite']} (SQLite) and >= {GOALS['redis']} (Redis) of the "
         "bare pool's items/s",
         setup=(
-            f"{n:,} items, {threads} threads (job --concurrency {threads}), loopback provider "
-            "with no latency "
-            f"in its own process; {ctx.rounds} interleaved round(s); the ratio is the median of "
-            "each round's "
-            "hermes-bulk / bare-pool ratio. The bare pool (bench.drive pool) is a "
-            "ThreadPoolExecutor calling "
-            "hermes-bulk's own HttpModelClient (httpx, one connection per thread) with the same "
-            "request "
-            "body, so the gap is all dispatch; a pool sharing one httpx.Client of the same size, "
-            "as one "
-            "would write it by hand, is shown too."
+            f"{n:,} items, {threads} threads (job --concurrency {threads}), loopback provider with "
+            f"no latency in its own process; {ctx.rounds} interleaved round(s); the ratio is the "
+            "median of each round's hermes-bulk / bare-pool ratio. The bare pool (bench.drive "
+            "pool) is a ThreadPoolExecutor calling hermes-bulk's own HttpModelClient (httpx, one "
+            "connection per thread) with the same request body, so the gap is all dispatch; a pool "
+            "sharing one httpx.Client of the same size, as one would write it by hand, is shown "
+            "too."
         ),
         raw=runs,
     )

@@ -82,8 +82,7 @@ def run(ctx: Context) -> RowResult:
                 runs[key].append(out)
                 ctx.log(
                     f"  round {r + 1} {key}: {out['items_per_s']:,.0f} items/s of "
-                    f"{out['ideal']:,.0f}, "
-                    f"{out['cores_busy']:.2f} cores busy "
+                    f"{out['ideal']:,.0f}, {out['cores_busy']:.2f} cores busy "
                     f"({', '.join(f'{k} {v:.2f}' for k, v in out['cores'].items())})"
                 )
     finally:
@@ -97,8 +96,7 @@ def run(ctx: Context) -> RowResult:
         goal=">= 0.9 of it (SQLite); Redis with 2 worker processes x 64: >= 0.9 of 640/s",
         setup=(
             f"Provider latency {latency} s; {waves} waves of items (n = {waves} x concurrency); "
-            "timed from "
-            f"`run` to the store's count of finished items; median of {rounds} round(s)."
+            f"timed from `run` to the store's count of finished items; median of {rounds} round(s)."
         ),
         raw=runs,
     )

@@ -61,8 +61,7 @@ def run(ctx: Context) -> RowResult:
         "the no-pacing figures reported too",
         setup=(
             f"{n:,} items, --concurrency {conc}, provider latency {latency} s and a token bucket "
-            "of "
-            f"{limit:g}/s with one second of burst (full at the start of each run); paced = "
+            f"of {limit:g}/s with one second of burst (full at the start of each run); paced = "
             f"`--rpm {int(limit * 60)}`."
         ),
         raw=runs,

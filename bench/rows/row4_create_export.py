@@ -61,12 +61,11 @@ def run(ctx: Context) -> RowResult:
         "rows grow "
         f"(flat: peak RSS at {large:,} <= {FLAT} x at {small:,})",
         setup=(
-            f"A {large:,}-row CSV (5 columns, about 110 bytes a row) and a {small:,}-row one; "
-            "each command is "
-            "a `hermes-bulk` child process, timed from start to exit (interpreter start "
-            "included); peak RSS "
-            f"from wait4. Ratios are measured / limit. Results were produced with bench.drive fill "
-            f"(complete_and_claim through the store API, {_rate(data, large)} items/s)."
+            f"A {large:,}-row CSV (5 columns, about 110 bytes a row) and a {small:,}-row one; each "
+            "command is a `hermes-bulk` child process, timed from start to exit (interpreter "
+            "start included); peak RSS from wait4. Ratios are measured / limit. Results were "
+            "produced with bench.drive fill (complete_and_claim through the store API, "
+            f"{_rate(data, large)} items/s)."
         ),
         raw=data,
     )

@@ -143,12 +143,10 @@ def run(ctx: Context) -> RowResult:
         goal="p99 <= 2 ms (SQLite), <= 1 ms (Redis); exactly the cap admitted",
         setup=(
             f"{processes} processes x {per_process:,} admissions, started together and back to "
-            "back, "
-            f"against a cap of {cap:,} (the row's case, judged). For context, on fresh ledgers: "
-            "one "
-            f"process alone, {per_process:,} admissions back to back; and {processes} processes at "
-            f"{paced_rate:g} admissions a second each ({per_process // 4:,} each), concurrent but "
-            "without saturating the cores."
+            f"back, against a cap of {cap:,} (the row's case, judged). For context, on fresh "
+            f"ledgers: one process alone, {per_process:,} admissions back to back; and {processes} "
+            f"processes at {paced_rate:g} admissions a second each ({per_process // 4:,} each), "
+            "concurrent but without saturating the cores."
         ),
         raw=runs,
     )
@@ -223,12 +221,10 @@ def run(ctx: Context) -> RowResult:
     )
     result.details.append(
         "p50, p99 and max leave out each process's first admission, which opens the ledger (its "
-        "connection, schema check and scripts); the slowest first admission is shown apart. "
-        "CPU ms per admission: the admitting processes' CPU (user + system) over their "
-        "admissions. Cores busy: "
-        "their CPU and redis-server's over the case's wall time. Back to back, eight processes "
-        "keep every "
-        "core busy, so an admission's latency includes waiting for a core (and, on SQLite, for the "
-        "process holding the write lock to be scheduled again)."
+        "connection, schema check and scripts); the slowest first admission is shown apart. CPU ms "
+        "per admission: the admitting processes' CPU (user + system) over their admissions. Cores "
+        "busy: their CPU and redis-server's over the case's wall time. Back to back, eight "
+        "processes keep every core busy, so an admission's latency includes waiting for a core "
+        "(and, on SQLite, for the process holding the write lock to be scheduled again)."
     )
     return result

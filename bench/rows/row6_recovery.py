@@ -123,16 +123,12 @@ def run(ctx: Context) -> RowResult:
         goal="the job continues within one lease of `run`",
         setup=(
             f"{n:,} items, provider latency {latency} s, --concurrency {conc}, {procs} "
-            "`hermes-bulk worker` "
-            f"processes x {conc // procs} threads, lease {lease:g} s. After {3 * conc}+ items "
-            "completed every "
-            "worker got SIGKILL; at once `hermes-bulk run JOB` (a child process; its start is "
-            "time 0), then "
-            f"{procs} new workers. Continued = the job's first claim after `run` (an item is "
-            "being processed "
-            f"again); the first completion, {latency} s of provider latency later, is in the "
-            "table below; "
-            "recovered = no item is held by a dead worker any more."
+            f"`hermes-bulk worker` processes x {conc // procs} threads, lease {lease:g} s. After "
+            f"{3 * conc}+ items completed every worker got SIGKILL; at once `hermes-bulk run JOB` "
+            f"(a child process; its start is time 0), then {procs} new workers. Continued = the "
+            "job's first claim after `run` (an item is being processed again); the first "
+            f"completion, {latency} s of provider latency later, is in the table below; recovered "
+            "= no item is held by a dead worker any more."
         ),
         raw=runs,
     )

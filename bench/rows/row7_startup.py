@@ -66,11 +66,9 @@ def run(ctx: Context) -> RowResult:
         goal=f"<= {GOAL_S:g} s for path, list and status on SQLite",
         setup=(
             f"A SQLite data directory with {len(jobs)} jobs of 100 items; each command run "
-            f"{rounds} times, "
-            "the rounds interleaved; bytecode compiled first, as an install does; wall time from "
-            "spawning the "
-            "process to its exit, stdout to /dev/null "
-            "(so `list` prints its table at full width, as into a pipe); median per command."
+            f"{rounds} times, the rounds interleaved; bytecode compiled first, as an install does; "
+            "wall time from spawning the process to its exit, stdout to /dev/null (so `list` "
+            "prints its table at full width, as into a pipe); median per command."
         ),
         raw={"seconds": times},
     )
@@ -104,11 +102,9 @@ def run(ctx: Context) -> RowResult:
     )
     result.details.append(
         f"Importing pydantic-settings alone takes {avoided * 1000:,.0f} ms here, "
-        f"{avoided / GOAL_S:.2f} of the goal: "
-        "these commands read their settings with quick_settings instead, and load "
-        "pydantic-settings only for a "
-        "value it cannot judge. They load nothing else they do not use "
-        "(tests/test_import_rules.py: no pydantic, "
-        "huey, redis, httpx, tenacity or rich)."
+        f"{avoided / GOAL_S:.2f} of the goal: these commands read their settings with "
+        "quick_settings instead, and load pydantic-settings only for a value it cannot judge. They "
+        "load nothing else they do not use (tests/test_import_rules.py: no pydantic, huey, redis, "
+        "httpx, tenacity or rich)."
     )
     return result

@@ -75,11 +75,9 @@ def run(ctx: Context) -> RowResult:
         f"{small:,}); after 1% new rows, 1% of the items left to run",
         setup=(
             f"CSVs of {small:,} and {large:,} rows (about 110 bytes a row) and the same plus 1% "
-            "new rows; SQLite; "
-            "each command a `hermes-bulk` child process, timed start to exit; peak RSS from "
-            "wait4. The earlier "
-            "job's answers were written set-wise by bench.drive answer-all (as its completions "
-            "would leave them)."
+            "new rows; SQLite; each command a `hermes-bulk` child process, timed start to exit; "
+            "peak RSS from wait4. The earlier job's answers were written set-wise by bench.drive "
+            "answer-all (as its completions would leave them)."
         ),
         raw=data,
     )

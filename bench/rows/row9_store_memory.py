@@ -208,12 +208,10 @@ def run(ctx: Context) -> RowResult:
         ),
         setup=(
             f"{n:,} English text files of about {FILE_CHARS:,} characters ({raw_bytes / n:,.0f} "
-            "bytes each, "
-            f"{raw_bytes / 1e6:,.1f} MB in all; see the module docstring), `create --fresh`, "
-            "then run --wait "
-            f"with {threads} threads against the loopback provider with no latency. Redis: the "
-            "change of "
-            "used_memory; SQLite: the size of bulk.db and its -wal."
+            f"bytes each, {raw_bytes / 1e6:,.1f} MB in all; see the module docstring), `create "
+            f"--fresh`, then run --wait with {threads} threads against the loopback provider with "
+            "no latency. Redis: the change of used_memory; SQLite: the size of bulk.db and its "
+            "-wal."
         ),
         raw=data,
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 import threading
 from pathlib import Path
@@ -128,3 +129,11 @@ def check_write_target(
             ) from None
         if not stat.S_ISDIR(folder.st_mode):
             raise refuse(f"{target.parent} is not a folder")
+
+
+def remove_tree(path: Path, must_be_under: Path) -> None:
+    """Delete a folder the project wrote (a job's), refusing anything outside the data directory."""
+    resolved = path.resolve()
+    if must_be_under.resolve() not in resolved.parents:
+        raise InputError(f"Refusing to delete {path}: it is outside {must_be_under}.")
+    shutil.rmtree(resolved, ignore_errors=True)

@@ -102,8 +102,7 @@ def test_a_broken_budget_json_lets_calls_through_status_warns_and_set_repairs_it
     assert "Cron budget: observe mode" in status.stdout  # the defaults are what is in force
     assert (
         f"⚠ Settings cannot be read, so calls go through uncounted until they can: {path}: "
-        "daily_limit "
-        "'lots' is not a whole number"
+        "daily_limit 'lots' is not a whole number"
     ) in status.stdout
     assert "fix it with: hermes cron-budget set daily_limit VALUE." in status.stdout
     assert (
@@ -125,11 +124,9 @@ def test_a_broken_budget_json_lets_calls_through_status_warns_and_set_repairs_it
     refused = hermes("cron-budget", "set", "mode", "observe", check=False)
     assert refused.returncode == 1
     assert refused.stderr.strip() == (
-        f"hermes cron-budget: {path} is not valid JSON (Expecting property name enclosed in "
-        "double quotes at "
-        f"line 1, column 2); fix it by hand, or delete it (rm {path}) to start from the defaults "
-        "and set your "
-        "keys again."
+        f"hermes cron-budget: {path} is not valid JSON (Expecting property name enclosed in double "
+        f"quotes at line 1, column 2); fix it by hand, or delete it (rm {path}) to start from the "
+        "defaults and set your keys again."
     )
     path.unlink()
 

@@ -101,14 +101,10 @@ def test_every_spelling_of_importing_the_plugin_is_seen(tmp_path):
     module = tmp_path / "hermes_bulk" / "store" / "probe.py"
     module.parent.mkdir(parents=True)
     module.write_text(
-        "from ..plugin import bulk\n"
-        "def later():\n"
-        "    from .. import plugin\n"
-        "    import hermes_bulk.plugin.hermes\n"
-        "    from hermes_bulk import plugin as p\n"
-        "    import importlib; importlib.import_module('hermes_bulk.plugin.background')\n"
-        "from .. import jobs, views\n"
-        "from . import plugin_like\n"
+        "from ..plugin import bulk\ndef later():\n    from .. import plugin\n    import "
+        "hermes_bulk.plugin.hermes\n    from hermes_bulk import plugin as p\n    import importlib; "
+        "importlib.import_module('hermes_bulk.plugin.background')\nfrom .. import jobs, "
+        "views\nfrom . import plugin_like\n"
     )
     found = plugin_imports(module, tmp_path / "hermes_bulk")
     assert [f.split(":")[0] for f in found] == ["1", "3", "4", "5", "6"], found

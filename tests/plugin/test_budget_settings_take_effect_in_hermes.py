@@ -178,8 +178,7 @@ def test_a_held_cron_run_says_the_windows_use_and_the_cap_and_when_it_resets_in_
     (output,) = (hermes_home / "cron" / "output" / job_id).glob("*.md")
     said = output.read_text().rstrip().splitlines()[-1]
     assert said.startswith(
-        "Held by cron-budget: this run was not sent to the model because this window has "
-        "used 4 of its 8 requests, and cron and bulk jobs stop at 1 (7 are kept for chat). "
-        f"The job keeps its schedule and runs normally after the window resets at "
-        f"{end:%Y-%m-%d %H:%M} JST;"
+        "Held by cron-budget: this run was not sent to the model because this window has used 4 of "
+        "its 8 requests, and cron and bulk jobs stop at 1 (7 are kept for chat). The job keeps its "
+        f"schedule and runs normally after the window resets at {end:%Y-%m-%d %H:%M} JST;"
     ), said

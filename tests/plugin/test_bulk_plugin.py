@@ -296,8 +296,7 @@ def test_answers_are_text_help_usage_errors_and_settings(
     http_job = json.loads(cli.stdout)["job_id"]
     assert " ".join(gw.bulk(f"run {http_job}").split()) == (
         f"Job {http_job} was created by hermes-bulk create and calls the endpoint set in "
-        "HERMES_BULK_*, not "
-        f"Hermes' model. Process it with: hermes-bulk run {http_job} --wait"
+        f"HERMES_BULK_*, not Hermes' model. Process it with: hermes-bulk run {http_job} --wait"
     )
     assert "State: not started" in gw.bulk(f"status {http_job}")
     assert hermes_provider.requests == []

@@ -87,8 +87,7 @@ def test_the_concurrency_shown_is_the_one_the_gateways_worker_applies(
     )
     assert (
         "max_concurrency is now 8; the workers running this job started with 2 and keep it until "
-        "they "
-        "stop. The new value applies when workers next start."
+        "they stop. The new value applies when workers next start."
     ) in " ".join(status.split())
     again = gw.bulk(f"run {job}")
     assert "up to 2 at once." in line_of(again, "Job ") and "max_concurrency is now 8" in again
@@ -148,8 +147,7 @@ def test_hints_for_a_job_made_by_the_cli_name_commands_that_work_from_hermes(
     assert "(start one with: hermes-bulk worker)" not in ran
     assert (
         "a hermes-bulk worker with HERMES_HOME set to the profile it was created in, or Hermes "
-        "itself: "
-        f"/bulk run {hermes_job} (in Hermes, in the profile the job was created in)."
+        f"itself: /bulk run {hermes_job} (in Hermes, in the profile the job was created in)."
     ) in ran
 
 
@@ -185,8 +183,7 @@ def test_the_gateways_worker_does_not_slow_a_cli_job(
     without_job, without = run_cli_job("without-gateway")
     print(
         f"\nhermes-bulk run --wait, 24 items: {with_gateway:.2f} s with the gateway's worker "
-        "alive, "
-        f"{without:.2f} s without"
+        f"alive, {without:.2f} s without"
     )
 
     # Before queues were per kind of client: 50 s against 4.3 s (each trigger the gateway took

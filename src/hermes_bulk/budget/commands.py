@@ -59,10 +59,8 @@ def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSett
         return ""
     return (
         f"\nThe current window now starts at {new.start_local:%Y-%m-%d %H:%M %Z}: the "
-        f"{count(used, 'request')} counted "
-        "so far stay with the old window, and counting starts afresh. Lower daily_limit for "
-        "today if the "
-        "provider's own window did not reset."
+        f"{count(used, 'request')} counted so far stay with the old window, and counting starts "
+        "afresh. Lower daily_limit for today if the provider's own window did not reset."
     )
 
 

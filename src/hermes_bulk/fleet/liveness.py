@@ -249,9 +249,8 @@ def recover_interrupted(
                 ):
                     resumed.append(job_id)
                     log.info(
-                        "job %s continues: its workers stopped gracefully and this worker "
-                        "resumes such jobs "
-                        "(--resume-interrupted)",
+                        "job %s continues: its workers stopped gracefully and this worker resumes "
+                        "such jobs (--resume-interrupted)",
                         job_id,
                     )
                 continue

@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         if (full := disk_full_at(exc, settings.home if settings else None)) is not None:
             say(
                 f"hermes-bulk: the disk is full at {full}: free some space there (or choose "
-                "another "
-                "place), then run the command again."
+                "another place), then run the command again."
             )
             return EXIT_ERROR
         log_path = _save_traceback(settings)

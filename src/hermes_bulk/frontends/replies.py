@@ -155,10 +155,9 @@ def _batch_note(jobs: Jobs) -> str:
         "set: hermes-bulk worker"
     )
     return (
-        "It runs through the provider's Batch API (about half the price; answers within the "
-        "batch window), "
-        "submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no batch "
-        f"call. {who}"
+        "It runs through the provider's Batch API (about half the price; answers within the batch "
+        "window), submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no "
+        f"batch call. {who}"
     )
 
 
@@ -181,8 +180,7 @@ def run(
     if job.spec.mode == "batch" and not wait:
         return Reply(
             f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
-            f"{_batch_note(jobs)}"
-            f"{place.next_step_sep}{check}",
+            f"{_batch_note(jobs)}{place.next_step_sep}{check}",
             job,
         )
     if not place.processes_here:
@@ -198,8 +196,7 @@ def run(
         "\n".join(
             [
                 f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} "
-                "pending, "
-                f"up to {st.concurrency} at once.",
+                f"pending, up to {st.concurrency} at once.",
                 *views.concurrency_notes(st),
                 check,
             ]
@@ -213,9 +210,8 @@ def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
         hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH
     ):  # only where Hermes' model can be called
         return (
-            "Workers that can call Hermes' model pick it up: a hermes-bulk worker with "
-            "HERMES_HOME set to "
-            "the profile it was created in, or Hermes itself: "
+            "Workers that can call Hermes' model pick it up: a hermes-bulk worker with HERMES_HOME "
+            "set to the profile it was created in, or Hermes itself: "
             f"{hints.process(job, 'run', hints.CLI)}."
         )
     live = len(jobs.liveness.capable_workers(job))  # only those that serve its endpoint and key
@@ -347,9 +343,8 @@ def export(
     job = jobs.get(named.job_id)
     unfinished = job.total - job.completed - job.failed
     return Reply(
-        f"Exported job {job.job_id} to {path}\n"
-        f"{job.completed} completed, {job.failed} failed, {unfinished} unfinished, "
-        f"of {count(job.total, 'item')}.",
+        f"Exported job {job.job_id} to {path}\n{job.completed} completed, {job.failed} failed, "
+        f"{unfinished} unfinished, of {count(job.total, 'item')}.",
         path,
     )
 

@@ -68,8 +68,7 @@ def created_text(created: Created, run_command: str) -> str:
     if job.reused:  # "with 1,010 items: 1,000 answered before (reused), 10 to run."
         lines = [
             f"Created job {job.job_id} with {job.total:,} {plural(job.total, 'item')}: "
-            f"{job.reused:,} answered "
-            f"before (reused), {job.total - job.reused:,} to run."
+            f"{job.reused:,} answered before (reused), {job.total - job.reused:,} to run."
         ]
     else:
         lines = [f"Created job {job.job_id} with {count(job.total, 'item')}."]
@@ -111,9 +110,8 @@ def plan_text(plan: Plan) -> str:
     ]
     if plan.max_tokens is not None and plan.max_tokens < plan.estimated_tokens:
         lines.append(
-            f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would "
-            "pause at "
-            "the limit; resume it then with a larger --max-tokens."
+            f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would pause "
+            "at the limit; resume it then with a larger --max-tokens."
         )
     lines.append(f"The request for the first item ({plan.first_item}):")
     lines.append(json.dumps(plan.request, indent=2, ensure_ascii=False))
@@ -226,8 +224,7 @@ def concurrency_notes(st: JobStatus) -> list[str]:
         return []
     return [
         f"max_concurrency is now {now}; the workers running this job started with {in_force} and "
-        "keep it "
-        "until they stop. The new value applies when workers next start."
+        "keep it until they stop. The new value applies when workers next start."
     ]
 
 
@@ -254,8 +251,7 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
             return _awaiting_recovery_cli(st)
         return [
             "No worker is running this job. Items that were in progress when its workers stopped "
-            "go back to "
-            "the queue and are sent again only when the job runs.",
+            "go back to the queue and are sent again only when the job runs.",
             f"Continue with: {hints.process(j, 'run', cmd)}",
         ]
     if st.state == "waiting_for_worker":
@@ -279,13 +275,11 @@ def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
         return [
             f"Nothing was interrupted; it waits for {needs}.",
             f"No live worker ({count(st.live_workers, 'live worker')}): start one with: "
-            "hermes-bulk worker, "
-            f"or process it here: hermes-bulk run {j.job_id} --wait",
+            f"hermes-bulk worker, or process it here: hermes-bulk run {j.job_id} --wait",
         ]
     return [
         "No live worker can serve this job: it needs Hermes' model (a Hermes process, or a "
-        "hermes-bulk "
-        "worker with HERMES_HOME set to the profile it was created in).",
+        "hermes-bulk worker with HERMES_HOME set to the profile it was created in).",
         f"Process it with: {hints.process(j, 'run', cmd)}",
     ]
 
@@ -305,9 +299,8 @@ def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
             f"or process it here: hermes-bulk run {j.job_id} --wait"
         ]
     lines = [
-        "No live worker (0 live workers). Items that were in progress when its workers stopped "
-        "go back to the "
-        "queue and are sent again only when the job runs.",
+        "No live worker (0 live workers). Items that were in progress when its workers stopped go "
+        "back to the queue and are sent again only when the job runs.",
         f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
         f"hermes-bulk run {j.job_id}",
     ]
@@ -406,8 +399,7 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
         instruction = instruction if len(instruction) <= 40 else instruction[:39] + "…"
         lines.append(
             f"{j.job_id}  {state_label(st.state)}  {j.completed}/{j.total} completed, {j.failed} "
-            "failed  "
-            f"{datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  "
+            f"failed  {datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  "
             f"{instruction}"
         )
     lines.append(f"Details of one job: {cmd} status <job_id>")

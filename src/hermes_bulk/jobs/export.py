@@ -16,7 +16,6 @@ import csv
 import errno
 import json
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -305,11 +304,3 @@ def replaced_mode(target: Path) -> int:
     except OSError:
         pass
     return 0o600
-
-
-def remove_tree(path: Path, must_be_under: Path) -> None:
-    """Delete a job's folder, refusing anything outside the data directory."""
-    resolved = path.resolve()
-    if must_be_under.resolve() not in resolved.parents:
-        raise InputError(f"Refusing to delete {path}: it is outside {must_be_under}.")
-    shutil.rmtree(resolved, ignore_errors=True)

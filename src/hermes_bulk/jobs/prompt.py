@@ -29,9 +29,8 @@ def build_messages(
 ) -> list[dict[str, str]]:
     tag = content_hash.split(":")[-1][:12]
     user = (
-        f"Instruction:\n{instruction}\n\n"
-        f"Item {item_name} (between the BEGIN and END lines):\n"
-        f"----- BEGIN ITEM {tag} -----\n{content}\n----- END ITEM {tag} -----"
+        f"Instruction:\n{instruction}\n\nItem {item_name} (between the BEGIN and END "
+        f"lines):\n----- BEGIN ITEM {tag} -----\n{content}\n----- END ITEM {tag} -----"
     )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..config.backend_url import SqliteUrl, parse_backend_url
 from ..config.fields import env_name
 from ..errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
-from ..files import private_dir
+from ..files import private_dir, remove_tree
 from ..fleet import endpoints
 from ..fleet.broker import Backend, open_backend
 from ..fleet.liveness import Liveness, answering, heartbeat_interval, interruption
@@ -737,9 +737,8 @@ class Jobs:
             if max_tokens is not None:
                 raise InputError(
                     f"--max-tokens {max_tokens} leaves no room for the next item: "
-                    f"{job.tokens_charged}"
-                    f" charged + about {nxt} for it would exceed it; give at least "
-                    f"{job.tokens_charged + nxt}."
+                    f"{job.tokens_charged} charged + about {nxt} for it would exceed it; give at "
+                    f"least {job.tokens_charged + nxt}."
                 )
             if job.pause_reason == PAUSE_TOKEN_LIMIT:
                 raise InputError(
@@ -795,16 +794,12 @@ class Jobs:
                 self.cancel_batches(self, job)
             elif any(b.open for b in self.store.list_batches(job.job_id)):
                 raise InvalidTransition(
-                    f"Job {job.job_id} was not deleted: its batches may still run at the "
-                    "provider, and "
-                    f"{self.cmd} cannot cancel them here; delete it with hermes-bulk delete, or "
-                    "cancel them at "
-                    f"the provider and delete it with --abandon-batches."
+                    f"Job {job.job_id} was not deleted: its batches may still run at the provider, "
+                    f"and {self.cmd} cannot cancel them here; delete it with hermes-bulk delete, "
+                    "or cancel them at the provider and delete it with --abandon-batches."
                 )
         self.store.delete_job(job.job_id)
-        from . import export as export_mod
-
-        export_mod.remove_tree(self.job_dir(job.job_id), self.settings.jobs_dir)
+        remove_tree(self.job_dir(job.job_id), self.settings.jobs_dir)
         return job.job_id
 
     # Results -------------------------------------------------------------------------------

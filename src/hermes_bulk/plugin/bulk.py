@@ -209,8 +209,7 @@ def answer(
         log.exception("bulk: %s %s failed", CMD, raw_args)
         return (
             f"Bulk hit an unexpected error ({type(exc).__name__}); the details are in the Hermes "
-            "log "
-            f"({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it."
+            f"log ({hermes.profile_home() / 'logs' / 'errors.log'}). Please report it."
         )
 
 

@@ -129,9 +129,8 @@ def _check(
         report.add(
             "model",
             FAIL,
-            f"{model!r} is unknown to the endpoint ({why}; a 1-token request answered "
-            "HTTP 404): correct HERMES_BULK_MODEL (or --model), or HERMES_BULK_BASE_URL if it is "
-            "the wrong "
+            f"{model!r} is unknown to the endpoint ({why}; a 1-token request answered HTTP 404): "
+            "correct HERMES_BULK_MODEL (or --model), or HERMES_BULK_BASE_URL if it is the wrong "
             "endpoint (OpenAI-compatible ones usually end in /v1)",
         )
     elif status == 200:

@@ -755,8 +755,7 @@ class BatchDriver:
         if tally.foreign or tally.unbound:
             log.warning(
                 "job %s: batch %s: %d lines for requests not sent in it and %d unreadable lines "
-                "were "
-                "ignored",
+                "were ignored",
                 job.job_id,
                 batch.provider_id,
                 tally.foreign,
@@ -767,9 +766,8 @@ class BatchDriver:
                 [
                     Event(
                         "batch_lines_ignored",
-                        f"batch {batch.provider_id}: "
-                        f"{tally.foreign} lines for requests not sent in it and "
-                        f"{tally.unbound} unreadable lines ignored",
+                        f"batch {batch.provider_id}: {tally.foreign} lines for requests not sent "
+                        f"in it and {tally.unbound} unreadable lines ignored",
                     )
                 ],
             )
@@ -996,19 +994,15 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
     except LongWait as wait:
         raise InvalidTransition(
             f"Job {job.job_id} was not deleted: the provider asked every worker on this key to "
-            "wait "
-            f"{wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} "
-            f"({ids}) can be "
-            f"cancelled; delete it again then, or cancel them at the provider and delete it with "
-            f"--abandon-batches."
+            f"wait {wait.seconds:.0f} s more (HTTP 429) before its {count(len(open_), 'batch')} "
+            f"({ids}) can be cancelled; delete it again then, or cancel them at the provider and "
+            "delete it with --abandon-batches."
         ) from None
     except ModelError as exc:
         raise InvalidTransition(
             f"Job {job.job_id} was not deleted: its {count(len(open_), 'batch')} at the provider "
-            f"({ids}) could "
-            f"not be cancelled ({exc}); check {jobs.setting_name('base_url')} and delete it "
-            "again, or cancel "
-            f"them at the provider and delete it with --abandon-batches."
+            f"({ids}) could not be cancelled ({exc}); check {jobs.setting_name('base_url')} and "
+            "delete it again, or cancel them at the provider and delete it with --abandon-batches."
         ) from None
     finally:
         api.close()

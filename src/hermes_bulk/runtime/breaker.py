@@ -147,14 +147,12 @@ def pause_reason(
     if isinstance(exc, EndpointUnreachable):
         return (
             f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, "
-            f"{then}; "
-            f"{again} (a job keeps the endpoint it was created with)"
+            f"{then}; {again} (a job keeps the endpoint it was created with)"
         )
     if exc.http_status in (401, 403):
         return (
             f"{where} refused the API key this job was created with (HTTP {exc.http_status}); "
-            "restore "
-            f"that key's access, {then}; {again} (a job keeps its endpoint and key)"
+            f"restore that key's access, {then}; {again} (a job keeps its endpoint and key)"
         )
     named = f"the model {model!r}" if model else "the model"
     return (

@@ -126,8 +126,7 @@ class SqliteBatches:
             )
             conn.execute(
                 "INSERT INTO batches (id, job_id, status, items, created_at, lease_owner, "
-                "lease_until)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "lease_until) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (batch_id, job_id, BATCH_PREPARING, taken, now, worker_id, now + lease_s),
             )
             return BatchRecord(
@@ -173,9 +172,8 @@ class SqliteBatches:
             sets.append("id = id")
         with self.db.write() as conn:
             row = conn.execute(
-                f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND job_id = ? AND "
-                "lease_owner = ?"
-                " RETURNING " + _COLUMNS,
+                f"UPDATE batches SET {', '.join(sets)} WHERE id = ? AND job_id = ? AND lease_owner "
+                "= ? RETURNING " + _COLUMNS,
                 (*values, batch_id, job_id, worker_id),
             ).fetchone()
         return None if row is None else _batch(row)
@@ -201,11 +199,10 @@ class SqliteBatches:
         owner, last = BATCH_OWNER_PREFIX + batch_id, -1
         while True:
             rows = self.db.read(
-                "SELECT i.idx, i.name, c.text, i.content_hash, i.origin, i.byte_offset, "
-                "i.stat_sig FROM items i JOIN contents c"
-                " ON c.job_id = i.job_id AND c.hash = i.content_hash WHERE i.job_id = ? AND "
-                "i.owner = ?"
-                " AND i.status = ? AND i.idx > ? ORDER BY i.idx LIMIT ?",
+                "SELECT i.idx, i.name, c.text, i.content_hash, i.origin, i.byte_offset, i.stat_sig "
+                "FROM items i JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash "
+                "WHERE i.job_id = ? AND i.owner = ? AND i.status = ? AND i.idx > ? ORDER BY i.idx "
+                "LIMIT ?",
                 (job_id, owner, CLAIMED, last, page),
             )
             for r in rows:

@@ -227,8 +227,7 @@ def open_database(
             if disk_is_full(Path(path).parent):  # SQLite says only "disk I/O error" then
                 raise BackendUnavailable(
                     f"Cannot open the SQLite database {path}: the disk is full at "
-                    f"{Path(path).parent}; free some space there, then run the "
-                    "command again."
+                    f"{Path(path).parent}; free some space there, then run the command again."
                 ) from None
             raise BackendUnavailable(
                 f"Cannot open the SQLite database {path} ({exc}); check the "

@@ -36,10 +36,9 @@ from .batches import SqliteBatches
 from .database import SqliteDatabase
 
 _JOB_COLUMNS = (
-    "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, "
-    "completed, failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, "
-    "estimated_tokens, skipped, last_claim_at, run_at, interrupted, interrupted_at, "
-    "reused, tokens_saved"
+    "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
+    "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
+    "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved"
 )
 
 
@@ -128,8 +127,7 @@ class SqliteJobStore(SqliteBatches):
             ).fetchone()
             conn.executemany(
                 "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, "
-                "stat_sig, estimate,"
-                " answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "stat_sig, estimate, answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         job_id,
@@ -179,24 +177,20 @@ class SqliteJobStore(SqliteBatches):
                 r[0]
                 for r in conn.execute(
                     "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = "
-                    "a.idx,"
-                    f" tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = "
-                    "items.answer_key"
-                    " RETURNING items.idx",
+                    f"a.idx, tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = "
+                    "items.answer_key RETURNING items.idx",
                     (job_id, lo, hi),
                 )
             }
             conn.execute(
                 "INSERT INTO results (job_id, idx, text) SELECT items.job_id, items.idx, r.text "
-                "FROM items"
-                " JOIN results r ON r.job_id = items.reused_job AND r.idx = items.reused_idx"
-                f" WHERE {batch} AND items.reused_job IS NOT NULL",
+                "FROM items JOIN results r ON r.job_id = items.reused_job AND r.idx = "
+                f"items.reused_idx WHERE {batch} AND items.reused_job IS NOT NULL",
                 (job_id, lo, hi),
             )
         conn.execute(
             "INSERT OR IGNORE INTO item_keys (job_id, key, idx) SELECT job_id, answer_key, "
-            "min(idx) FROM items"
-            f" WHERE {batch} AND status = 'pending' GROUP BY answer_key",
+            f"min(idx) FROM items WHERE {batch} AND status = 'pending' GROUP BY answer_key",
             (job_id, lo, hi),
         )
         conn.execute(
@@ -211,8 +205,7 @@ class SqliteJobStore(SqliteBatches):
         with self.db.write() as conn:
             total, estimated, reused, saved = conn.execute(
                 "SELECT count(*), coalesce(sum(estimate), 0), count(reused_job), "
-                "coalesce(sum(tokens_saved), 0)"
-                " FROM items WHERE job_id = ?",
+                "coalesce(sum(tokens_saved), 0) FROM items WHERE job_id = ?",
                 (job_id,),
             ).fetchone()
             (skipped,) = conn.execute(
@@ -290,11 +283,10 @@ class SqliteJobStore(SqliteBatches):
         while True:
             rows = self.db.read(
                 "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, "
-                "i.error_message,"
-                " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
-                f"i.reused_idx{content}"
-                f" FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx{join}"
-                " WHERE i.job_id = ? AND i.idx > ? ORDER BY i.idx LIMIT ?",
+                "i.error_message, i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, "
+                f"i.reused_job, i.reused_idx{content} FROM items i LEFT JOIN results r ON r.job_id "
+                f"= i.job_id AND r.idx = i.idx{join} WHERE i.job_id = ? AND i.idx > ? ORDER BY "
+                "i.idx LIMIT ?",
                 (job_id, last, batch),
             )
             for r in rows:
@@ -313,13 +305,11 @@ class SqliteJobStore(SqliteBatches):
 
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
         rows = self.db.read(
-            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
-            "i.reused_idx,"
-            " c.text, i.content_hash"
-            " FROM items i LEFT JOIN results r ON r.job_id = i.job_id AND r.idx = i.idx"
-            " LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = i.content_hash"
-            " WHERE i.job_id = ? AND i.idx = ?",
+            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message, "
+            "i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
+            "i.reused_idx, c.text, i.content_hash FROM items i LEFT JOIN results r ON r.job_id = "
+            "i.job_id AND r.idx = i.idx LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = "
+            "i.content_hash WHERE i.job_id = ? AND i.idx = ?",
             (job_id, index),
         )
         if not rows:
@@ -335,12 +325,11 @@ class SqliteJobStore(SqliteBatches):
 
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
         rows = self.db.read(
-            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message,"
-            " i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
-            "i.reused_idx"
-            " FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = i.job_id "
-            "AND r.idx = i.idx"
-            " WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx LIMIT ?",
+            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message, "
+            "i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
+            "i.reused_idx FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = "
+            "i.job_id AND r.idx = i.idx WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx "
+            "LIMIT ?",
             (job_id, max(limit, 0)),
         )
         return [_item_record(r) for r in rows]
@@ -420,10 +409,9 @@ class SqliteJobStore(SqliteBatches):
     def retry_failed(self, job_id: str) -> int:
         with self.db.write() as conn:
             n = conn.execute(
-                "UPDATE items SET status = CASE WHEN dup_of IS NULL THEN ? ELSE ? END, attempts "
-                "= 0,"
-                " rate_limit_waits = 0, error_type = NULL, http_status = NULL, error_message = NULL"
-                " WHERE job_id = ? AND status = ?",
+                "UPDATE items SET status = CASE WHEN dup_of IS NULL THEN ? ELSE ? END, attempts = "
+                "0, rate_limit_waits = 0, error_type = NULL, http_status = NULL, error_message = "
+                "NULL WHERE job_id = ? AND status = ?",
                 (PENDING, WAITING, job_id, FAILED),
             ).rowcount
             conn.execute(
@@ -520,14 +508,12 @@ class SqliteJobStore(SqliteBatches):
         # learned output allowance replaces the configured one, at least min(learned, estimate).
         delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
         row = conn.execute(
-            "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + "
-            "?, min(?, estimate))"
-            " WHERE job_id = ? AND status = 'pending' AND idx = coalesce("
-            "(SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?),"
-            " (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1))"
-            " AND (? IS NULL OR ? + max(estimate + ?, min(?, estimate)) <= ?)"
-            " RETURNING idx, name, content_hash, origin, byte_offset, stat_sig, reserved, attempts,"
-            " rate_limit_waits",
+            "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + ?, "
+            "min(?, estimate)) WHERE job_id = ? AND status = 'pending' AND idx = coalesce((SELECT "
+            "idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?), (SELECT idx FROM "
+            "items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1)) AND (? IS NULL "
+            "OR ? + max(estimate + ?, min(?, estimate)) <= ?) RETURNING idx, name, content_hash, "
+            "origin, byte_offset, stat_sig, reserved, attempts, rate_limit_waits",
             (
                 CLAIMED,
                 worker_id,
@@ -579,8 +565,7 @@ class SqliteJobStore(SqliteBatches):
                 Event(
                     "paused",
                     f"token limit reached: {job.tokens_charged} charged + {estimate} for item "
-                    f"{idx + 1}"
-                    f" would exceed --max-tokens {job.spec.max_tokens}",
+                    f"{idx + 1} would exceed --max-tokens {job.spec.max_tokens}",
                     idx,
                 )
             ],
@@ -659,9 +644,8 @@ class SqliteJobStore(SqliteBatches):
         dups = [
             r[0]
             for r in conn.execute(
-                "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND "
-                "dup_of = ?"
-                " AND status = ? RETURNING idx",
+                "UPDATE items SET status = ?, provider = ?, model = ? WHERE job_id = ? AND dup_of "
+                "= ? AND status = ? RETURNING idx",
                 (COMPLETED, provider or None, model or None, job_id, index, WAITING),
             )
         ]
@@ -671,18 +655,15 @@ class SqliteJobStore(SqliteBatches):
                 [(job_id, i, result) for i in dups],
             )
         conn.execute(
-            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, "
-            "job_id, idx, ?"
-            " FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''",
+            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, "
+            "idx, ? FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''",
             (charged, job_id, index),
         )
         job_row = conn.execute(
             "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = "
-            "pending - ?,"
-            " tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + ?,"
-            " tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING "
-            f"{_JOB_COLUMNS},"
-            " drop_content",
+            "pending - ?, tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + "
+            "?, tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING "
+            f"{_JOB_COLUMNS}, drop_content",
             (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id),
         ).fetchone()
         if job_row[-1]:
@@ -850,10 +831,9 @@ class SqliteJobStore(SqliteBatches):
         with self.db.write() as conn:
             conn.execute(
                 "INSERT INTO workers (id, host, pid, started_at, heartbeat_at, expires_at, "
-                "threads, serves)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
-                " heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at,"
-                " threads = excluded.threads, serves = excluded.serves",
+                "threads, serves) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+                "heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at, threads = "
+                "excluded.threads, serves = excluded.serves",
                 (
                     info.worker_id,
                     info.host,
