@@ -17,7 +17,6 @@ import stat
 import pytest
 
 from hermes_bulk.errors import InputError, UsageError
-from hermes_bulk.files import remove_tree
 from hermes_bulk.fleet import broker
 from hermes_bulk.jobs import export
 from hermes_bulk.store.protocol import (
@@ -345,22 +344,6 @@ def test_a_target_whose_folder_cannot_be_made_is_refused_in_our_words(tmp_path):
         export.replace_atomically(tmp_path / "a-file" / "out.csv"),
     ):
         pass
-
-
-def test_remove_tree_deletes_only_under_the_data_directory(tmp_path):
-    data = tmp_path / "data"
-    (data / "jobs" / "j1").mkdir(parents=True)
-    (data / "jobs" / "j1" / "000000.md").write_text("x")
-    outside = tmp_path / "elsewhere"
-    outside.mkdir()
-    with pytest.raises(InputError, match="outside"):
-        remove_tree(outside, data)
-    with pytest.raises(InputError):
-        remove_tree(data, data)
-    assert outside.exists()
-    remove_tree(data / "jobs" / "j1", data)
-    assert not (data / "jobs" / "j1").exists() and (data / "jobs").exists()
-    remove_tree(data / "jobs" / "j1", data)  # gone already: nothing to do, no error
 
 
 def _record(status, result, index=0, error_type=None):

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from hermes_bulk.errors import InputError
+from hermes_bulk.files import remove_tree
+
 from .test_cli_errors import assert_one_line_error
 
 
@@ -144,3 +147,22 @@ def test_a_data_directory_that_is_not_a_folder_is_one_line(cli, tmp_path, make, 
     proc = cli(*argv, check=False, timeout=30, HERMES_BULK_HOME=str(home))
     assert_one_line_error(proc, 3, says, "not a folder", "HERMES_BULK_HOME")
     assert _snapshot(d) == before
+
+
+# What hermes-bulk deletes: a job's folder, only under the data directory.
+
+
+def test_remove_tree_deletes_only_under_the_data_directory(tmp_path):
+    data = tmp_path / "data"
+    (data / "jobs" / "j1").mkdir(parents=True)
+    (data / "jobs" / "j1" / "000000.md").write_text("x")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    with pytest.raises(InputError, match="outside"):
+        remove_tree(outside, data)
+    with pytest.raises(InputError):
+        remove_tree(data, data)
+    assert outside.exists()
+    remove_tree(data / "jobs" / "j1", data)
+    assert not (data / "jobs" / "j1").exists() and (data / "jobs").exists()
+    remove_tree(data / "jobs" / "j1", data)  # gone already: nothing to do, no error
