@@ -36,8 +36,8 @@ def test_a_csv_comes_back_as_itself_plus_answers(cli, tmp_path):
     ).stdout.strip() == str(out)
     rows = _rows(out.read_text(encoding="utf-8-sig"))
     assert rows[0] == ["name", "city", "name_2", "note", "item", "status", "result", "error"]
-    assert rows[1][:4] == ["Smith, Jo", "Paris, FR", "dup1", "'=1+1"], (
-        "a formula cell is neutralised, inputs too"
+    assert rows[1][:4] == ["Smith, Jo", "Paris, FR", "dup1", "=1+1"], (
+        "the user's own cells come back as they were"
     )
     assert rows[2][:4] == ["Ada", "London", "dup2", "plain"]
     assert [r[4:7] for r in rows[1:]] == [
@@ -79,6 +79,21 @@ def test_a_csv_comes_back_as_itself_plus_answers(cli, tmp_path):
         "note": "=1+1",
     }
     assert list(lines[0])[:4] == ["input", "item", "index", "status"]
+
+
+def test_with_input_gives_every_input_cell_back_byte_for_byte(cli, tmp_path):
+    """Cells a spreadsheet would read as formulas or signed numbers are the user's: they come
+    back as they were; only what the model and hermes-bulk wrote is guarded."""
+    src = tmp_path / "scores.csv"
+    src.write_text('score,note,@who\n-10,=1+1,@x\n+3,-10 stars #3,"=HYPERLINK(""a"")"\n')
+    job_id = cli.create("Describe", src)
+    cli("run", job_id, "--wait")
+    out = tmp_path / "scores.out.csv"
+    cli("export", job_id, "--format", "csv", "--with-input", "--output", str(out))
+    given = _rows(src.read_text())
+    back = _rows(out.read_text(encoding="utf-8-sig"))
+    assert [row[:3] for row in back] == given
+    assert [row[3:5] for row in back[1:]] == [["row:1", "completed"], ["row:2", "completed"]]
 
 
 def test_a_jsonl_source_and_a_folder_come_back_with_their_records_and_paths(cli, tmp_path):

@@ -388,6 +388,37 @@ def test_records_are_written_by_their_state_whatever_store_they_come_from(store)
     ]
 
 
+@pytest.mark.parametrize(
+    ("answer", "cell"),
+    [
+        ("-10", "-10"),
+        ("+3", "+3"),
+        ("-0.5e3", "-0.5e3"),
+        ("-.5", "-.5"),
+        ("-10 stars", "'-10 stars"),
+        ("=1+1", "'=1+1"),
+        ("+3 apples", "'+3 apples"),
+        ("@x", "'@x"),
+        ("-", "'-"),
+        ("1e", "1e"),
+    ],
+)
+def test_a_numeric_answer_stays_a_number_and_any_other_formula_start_is_guarded(
+    store, answer, cell
+):
+    job = store.get_job(
+        _job(store, "numbers01", ["a"], schema=json.dumps({"properties": {"t": {}}}))
+    )
+    out = io.StringIO()
+    export.write_csv(out, job, iter([_record(COMPLETED, json.dumps({"t": answer}), 0)]))
+    row = list(csv.reader(io.StringIO(out.getvalue())))[1]
+    assert row[4] == cell, "a schema field"
+    out = io.StringIO()
+    plain = store.get_job(_job(store, "numbers02", ["a"]))
+    export.write_csv(out, plain, iter([_record(COMPLETED, answer, 0)]))
+    assert list(csv.reader(io.StringIO(out.getvalue())))[1][2] == cell, "a result"
+
+
 def test_describe_error_is_empty_for_a_completed_item_or_one_without_an_error():
     def item(status, error_type, http_status=None, message=None):
         return ItemRecord(

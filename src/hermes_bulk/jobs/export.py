@@ -6,9 +6,12 @@ per-item outputs/NNNNNN.md are the worker's, written on its own disk as it compl
 in flat memory, and are written to a temporary file then renamed over the target: running export
 again replaces the file whole. Only a regular file (or a new name in an existing folder) is ever
 replaced: a device, FIFO, directory or symbolic link at the target is refused, and so is a missing
-folder for an `--output` the user named (DESIGN.md invariant 11). No model calls. CSV cells that a
-spreadsheet would run as a formula (starting with =, +, -, @, tab or carriage return) get a leading
-apostrophe."""
+folder for an `--output` the user named (DESIGN.md invariant 11). No model calls.
+
+CSV cells that hermes-bulk or the model wrote and that a spreadsheet would run as a formula
+(starting with =, +, -, @, tab or carriage return) get a leading apostrophe; a number the model
+answered (-10, +3) is left a number. The cells of the user's own CSV that `--with-input` gives
+back are theirs, and come back as they were."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import csv
 import errno
 import json
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -32,9 +36,17 @@ FORMATS = ("md", "csv", "jsonl")
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
 def neutralise(cell: str) -> str:
     """Keep a spreadsheet from running a cell as a formula (OWASP's CSV-injection advice)."""
     return "'" + cell if cell.startswith(_FORMULA_START) else cell
+
+
+def neutralise_answer(cell: str) -> str:
+    """As neutralise, except that an answer that is a plain number stays one: -10 runs nothing."""
+    return cell if _NUMBER.fullmatch(cell) else neutralise(cell)
 
 
 def describe_error(item: ItemRecord) -> str:
@@ -174,9 +186,9 @@ def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
     return [
         neutralise(item.name),
         item.status,
-        neutralise(result),
+        neutralise_answer(result),
         neutralise(describe_error(item)),
-        *(neutralise(_cell(data.get(name))) for name in fields),
+        *(neutralise_answer(_cell(data.get(name))) for name in fields),
     ]
 
 
@@ -215,7 +227,7 @@ def _write_csv_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]
             row = json.loads(item.content or "{}")
             if columns is None:
                 columns = list(row)
-                w.writerow([neutralise(c) for c in [*columns, *_answer_header(job)]])
+                w.writerow([*columns, *_answer_header(job)])  # the source's own names, as they are
             inputs = [_cell(row.get(c)) for c in columns]
         else:
             if columns is None:
@@ -223,7 +235,7 @@ def _write_csv_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]
                 w.writerow([key, *_answer_header(job)])
             value = _input_value(job, item)
             inputs = [_cell(value)]
-        w.writerow([*(neutralise(v) for v in inputs), *_answer_cells(item, fields)])
+        w.writerow([*inputs, *_answer_cells(item, fields)])  # the user's cells, as they were
 
 
 def write_jsonl(
