@@ -221,9 +221,9 @@ def test_a_csv_source_is_written_back_with_its_own_columns_first(store):
     )
     _complete(store, job_id, 0, "ok")
     table = list(csv.reader(io.StringIO(_stream(store, job_id, "csv", with_input=True))))
-    assert table == [
-        ["'=name", "age", "note", "item", "status", "result", "error"],
-        ["'=ann", "30", "", "row:1", COMPLETED, "ok", ""],
+    assert table == [  # the source's own names and cells as they were; the item column guarded
+        ["=name", "age", "note", "item", "status", "result", "error"],
+        ["=ann", "30", "", "row:1", COMPLETED, "ok", ""],
         ["bob", "41", "x", "row:2", "pending", "", ""],
     ]
     lines = [json.loads(x) for x in _stream(store, job_id, "jsonl", with_input=True).splitlines()]
@@ -242,7 +242,7 @@ def test_json_records_go_back_as_their_values_and_files_as_their_paths(store):
     table = list(csv.reader(io.StringIO(_stream(store, files, "csv", with_input=True))))
     assert table == [
         ["path", "item", "status", "result", "error"],
-        ["'=dir/a.txt", "'=dir/a.txt", "pending", "", ""],
+        ["=dir/a.txt", "'=dir/a.txt", "pending", "", ""],  # the path is the input: as it is
     ]
     line = json.loads(_stream(store, files, "jsonl", with_input=True))
     assert line["path"] == "=dir/a.txt" and "input" not in line
