@@ -214,3 +214,43 @@ def test_resume_records_new_concurrency_and_pacing(cli, tmp_path):
     cli("resume", job_id, "--concurrency", "3", "--rpm", "120", "--wait")
     st = cli.json("status", job_id, "--json")
     assert (st["state"], st["concurrency"], st["rpm"], st["tpm"]) == ("completed", 3, 120, None)
+
+
+def test_column_names_the_answer_in_csv_and_jsonl_and_is_refused_where_it_cannot_be(cli, tmp_path):
+    job_id = cli.create("Describe", _csv_source(tmp_path))
+    cli("run", job_id, "--wait")
+    plain = _rows(
+        cli("export", job_id, "--format", "csv", "--column", "summary", "--output", "-").stdout
+    )
+    assert plain[0] == ["item", "status", "summary", "error"]
+    enriched = _rows(
+        cli(
+            "export",
+            job_id,
+            "--format",
+            "csv",
+            "--with-input",
+            "--column",
+            "summary",
+            "--output",
+            "-",
+        ).stdout
+    )
+    assert enriched[0] == ["name", "city", "name_2", "note", "item", "status", "summary", "error"]
+    assert enriched[1][6] == plain[1][2] != ""
+    out = tmp_path / "named.jsonl"
+    cli("export", job_id, "--format", "jsonl", "--column", "summary", "--output", str(out))
+    line = json.loads(out.read_text().splitlines()[0])
+    assert line["summary"] == plain[1][2] and "result" not in line
+    for args, says in [
+        (["--format", "md", "--column", "summary"], "--format csv or jsonl"),
+        (["--format", "csv", "--column", "status"], "choose another"),
+        (["--format", "jsonl", "--column", "tokens_in"], "choose another"),
+        (["--format", "csv", "--column", " "], "give the answer column a name"),
+    ]:
+        proc = cli("export", job_id, *args, "--output", str(tmp_path / "x.out"), check=False)
+        assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (
+            args,
+            proc.stderr,
+        )
+        assert not (tmp_path / "x.out").exists()

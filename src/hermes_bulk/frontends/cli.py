@@ -382,7 +382,12 @@ def _threads_for(job, settings: Settings) -> int:
 def cmd_export(args: Namespace, settings: Settings) -> int:
     if args.output == "-":  # the terminal's own: /bulk has no standard output to write to
         _jobs(settings).export_to_stream(
-            args.job, sys.stdout, fmt=args.format, with_input=args.with_input, only=args.only
+            args.job,
+            sys.stdout,
+            fmt=args.format,
+            with_input=args.with_input,
+            only=args.only,
+            column=args.column,
         )
     else:
         print(replies.export(_jobs(settings), SHELL, **options_for(replies.export, args)).text)

@@ -339,6 +339,11 @@ def build_parser(
         choices=("failed", "completed"),
         help="only the items in this state (default: every item)",
     )
+    p.add_argument(
+        "--column",
+        metavar="NAME",
+        help="csv, jsonl: the answer's column or key (default result; --schema fields keep theirs)",
+    )
 
     p = add_command(
         "show", help="one item: its state, the content as sent, the answer, every attempt"

@@ -328,6 +328,7 @@ def export(
     output: str | None = None,
     with_input: bool = False,
     only: str | None = None,
+    column: str | None = None,
 ) -> Reply:
     """To a file; standard output is the CLI's own (in Hermes it is the gateway's channel)."""
     if output == "-":
@@ -336,7 +337,12 @@ def export(
         )
     named = jobs.get(job)
     path = jobs.export(
-        named.job_id, fmt=format, output=place.output_path(output), with_input=with_input, only=only
+        named.job_id,
+        fmt=format,
+        output=place.output_path(output),
+        with_input=with_input,
+        only=only,
+        column=column,
     )
     if not place.export_summary:
         return Reply(str(path), path)

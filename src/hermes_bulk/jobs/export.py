@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import functools
 import json
 import os
 import re
@@ -33,6 +34,24 @@ from ..redact import public_url
 from ..store.protocol import COMPLETED, FAILED, ItemRecord, JobRecord, JobStore
 
 FORMATS = ("md", "csv", "jsonl")
+#: The answer's column (CSV) and key (JSONL) unless `--column` names it.
+RESULT = "result"
+#: The names export writes beside the answer, which `--column` may not take.
+OUR_CSV_COLUMNS = ("item", "status", "error")
+OUR_JSONL_KEYS = (
+    "item",
+    "index",
+    "status",
+    "error",
+    "tokens_in",
+    "tokens_out",
+    "provider",
+    "model",
+    "reused_from",
+    "data",
+    "input",
+    "path",
+)
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
@@ -66,6 +85,7 @@ def export(
     private: bool = True,
     with_input: bool = False,
     only: str | None = None,
+    column: str | None = None,
 ) -> None:
     """Write the export to target, and nothing else.
 
@@ -74,7 +94,7 @@ def export(
     private: owner-only (inside the data directory); else a new file is owner-only too and a
     replaced one keeps its mode.
     """
-    writer = _writer(fmt, with_input)
+    writer = _writer(fmt, with_input, column, job)
     check_target(target, folder_must_exist=not make_folder)
     with replace_atomically(target, private=private) as f:
         writer(f, job, _items(store, job, only, with_input))
@@ -88,9 +108,10 @@ def export_to_stream(
     *,
     with_input: bool = False,
     only: str | None = None,
+    column: str | None = None,
 ) -> None:
     """`--output -`: the export on standard output (no BOM: it is piped, not opened by Excel)."""
-    _writer(fmt, with_input)(stream, job, _items(store, job, only, with_input))
+    _writer(fmt, with_input, column, job)(stream, job, _items(store, job, only, with_input))
     stream.flush()
 
 
@@ -109,14 +130,35 @@ def _items(
     return items if only is None else (item for item in items if item.status == only)
 
 
-def _writer(fmt: str, with_input: bool = False):
+def _writer(
+    fmt: str, with_input: bool = False, column: str | None = None, job: JobRecord | None = None
+):
+    """The writer of a format; column: `--column`, the answer's name (default RESULT)."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt}: use one of {', '.join(FORMATS)}.")
+    if column is not None:
+        check_column(fmt, column, job)
     if with_input:
         if fmt == "md":  # a report, not a table: the inputs have no place of their own in it
             raise UsageError("--with-input needs --format csv or --format jsonl.")
-        return {"csv": _write_csv_with_input, "jsonl": _write_jsonl_with_input}[fmt]
-    return {"md": _write_md, "csv": write_csv, "jsonl": write_jsonl}[fmt]
+        writer = {"csv": _write_csv_with_input, "jsonl": _write_jsonl_with_input}[fmt]
+    else:
+        writer = {"md": _write_md, "csv": write_csv, "jsonl": write_jsonl}[fmt]
+    return writer if fmt == "md" else functools.partial(writer, column=column or RESULT)
+
+
+def check_column(fmt: str, column: str, job: JobRecord | None) -> None:
+    """`--column NAME`: a CSV column or JSONL key of its own, named in printable text."""
+    if fmt == "md":
+        raise UsageError("--column names a CSV column or a JSONL key; use --format csv or jsonl.")
+    if not column.strip() or not column.isprintable():
+        raise UsageError(f"--column {column!r}: give the answer column a name (printable text).")
+    taken = OUR_CSV_COLUMNS if fmt == "csv" else OUR_JSONL_KEYS
+    fields = schema_fields(job) if job is not None and fmt == "csv" else []
+    if column in taken or column in fields:
+        raise UsageError(
+            f"--column {column}: the export has a {column!r} of its own; choose another."
+        )
 
 
 def check_target(target: Path, *, folder_must_exist: bool) -> None:
@@ -176,8 +218,8 @@ def _cell(value) -> str:
     )
 
 
-def _answer_header(job: JobRecord) -> list[str]:
-    return ["item", "status", "result", "error", *schema_fields(job)]
+def _answer_header(job: JobRecord, column: str = RESULT) -> list[str]:
+    return ["item", "status", column, "error", *schema_fields(job)]
 
 
 def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
@@ -192,10 +234,12 @@ def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
     ]
 
 
-def write_csv(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+def write_csv(
+    f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, column: str = RESULT
+) -> None:
     fields = schema_fields(job)
     w = csv.writer(f)
-    w.writerow(_answer_header(job))
+    w.writerow(_answer_header(job, column))
     for item in items:
         w.writerow(_answer_cells(item, fields))
 
@@ -215,7 +259,9 @@ def _input_value(job: JobRecord, item: ItemRecord):
         return item.content
 
 
-def _write_csv_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+def _write_csv_with_input(
+    f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, column: str = RESULT
+) -> None:
     """The source's own columns, then the answer's. A CSV row is stored as a JSON object keyed by
     the (de-duplicated) column names in order, each row with every column (sources.py)."""
     fields = schema_fields(job)
@@ -227,19 +273,24 @@ def _write_csv_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]
             row = json.loads(item.content or "{}")
             if columns is None:
                 columns = list(row)
-                w.writerow([*columns, *_answer_header(job)])  # the source's own names, as they are
+                w.writerow([*columns, *_answer_header(job, column)])  # the source's own names
             inputs = [_cell(row.get(c)) for c in columns]
         else:
             if columns is None:
                 columns = [key]
-                w.writerow([key, *_answer_header(job)])
+                w.writerow([key, *_answer_header(job, column)])
             value = _input_value(job, item)
             inputs = [_cell(value)]
         w.writerow([*inputs, *_answer_cells(item, fields)])  # the user's cells, as they were
 
 
 def write_jsonl(
-    f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, with_input: bool = False
+    f: TextIO,
+    job: JobRecord,
+    items: Iterator[ItemRecord],
+    *,
+    with_input: bool = False,
+    column: str = RESULT,
 ) -> None:
     structured = bool(job.spec.schema)
     key = INPUT_KEY.get(job.spec.source_kind, "input") or "input"
@@ -249,7 +300,7 @@ def write_jsonl(
             "item": item.name,
             "index": item.index,
             "status": item.status,
-            "result": item.result if item.status == COMPLETED else None,
+            column: item.result if item.status == COMPLETED else None,
             "error": describe_error(item) or None,
             "tokens_in": item.tokens_in,
             "tokens_out": item.tokens_out,
@@ -265,9 +316,11 @@ def write_jsonl(
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _write_jsonl_with_input(f: TextIO, job: JobRecord, items: Iterator[ItemRecord]) -> None:
+def _write_jsonl_with_input(
+    f: TextIO, job: JobRecord, items: Iterator[ItemRecord], *, column: str = RESULT
+) -> None:
     """Each line the seed's keys after "input" (the record, a CSV row as its object) or "path"."""
-    write_jsonl(f, job, items, with_input=True)
+    write_jsonl(f, job, items, with_input=True, column=column)
 
 
 @contextmanager

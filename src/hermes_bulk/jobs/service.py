@@ -811,6 +811,7 @@ class Jobs:
         output: str | None = None,
         with_input: bool = False,
         only: str | None = None,
+        column: str | None = None,
     ) -> Path:
         """Write the export to output (a regular file, or a new name in an existing folder), by
         default results.<fmt> in the job's folder; returns the path written."""
@@ -833,12 +834,26 @@ class Jobs:
                 Path(os.path.realpath(self.settings.home)) in Path(os.path.realpath(target)).parents
             )
             export_mod.export(
-                self.store, job, fmt, target, private=inside, with_input=with_input, only=only
+                self.store,
+                job,
+                fmt,
+                target,
+                private=inside,
+                with_input=with_input,
+                only=only,
+                column=column,
             )
             return target
         target = self.job_dir(job.job_id) / f"results.{fmt}"
         export_mod.export(
-            self.store, job, fmt, target, make_folder=True, with_input=with_input, only=only
+            self.store,
+            job,
+            fmt,
+            target,
+            make_folder=True,
+            with_input=with_input,
+            only=only,
+            column=column,
         )
         return target
 
@@ -850,12 +865,19 @@ class Jobs:
         fmt: str = "md",
         with_input: bool = False,
         only: str | None = None,
+        column: str | None = None,
     ) -> None:
         """The export written to stream (`--output -`)."""
         from . import export as export_mod
 
         export_mod.export_to_stream(
-            self.store, self.get(job_ref), fmt, stream, with_input=with_input, only=only
+            self.store,
+            self.get(job_ref),
+            fmt,
+            stream,
+            with_input=with_input,
+            only=only,
+            column=column,
         )
 
 
