@@ -5,7 +5,11 @@ provider, SQLite or a real redis-server."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+
+from hermes_bulk.frontends.views import SCREENFUL_CHARS
 
 BACKENDS = ["sqlite", "redis"]
 ROWS = 40
@@ -172,3 +176,17 @@ def test_dry_run_on_a_fresh_data_dir_creates_no_database(cli, home, tmp_path):
     cli("create", "Say A", "--over", str(_short_rows(tmp_path)), "--dry-run")
     cli("create", "Say A", "--over", str(_short_rows(tmp_path)), "--dry-run", "--json")
     assert not home.exists(), sorted(home.rglob("*"))
+
+
+def test_dry_run_shows_a_screenful_of_a_huge_first_request_unless_full(cli, tmp_path):
+    src = tmp_path / "big.txt"
+    src.write_text("word " * 40_000)  # 200,000 characters in one item
+    text = cli("create", "Summarize", "--over", str(src), "--dry-run").stdout
+    request = text[text.index("The request for the first item") :]
+    assert len(request) < SCREENFUL_CHARS + 200, "about a screenful, not the whole item"
+    left = re.search(r"… and ([\d,]+) more characters: --full shows the whole request\.", text)
+    assert left and int(left.group(1).replace(",", "")) > 190_000
+    whole = cli("create", "Summarize", "--over", str(src), "--dry-run", "--full").stdout
+    assert whole.count("word ") >= 40_000 and "--full shows" not in whole
+    plan = cli.json("create", "Summarize", "--over", str(src), "--dry-run", "--json")
+    assert plan["request"]["messages"][1]["content"].count("word ") == 40_000, "--json is whole"

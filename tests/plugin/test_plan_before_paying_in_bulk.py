@@ -26,4 +26,9 @@ def test_bulk_dry_run_shows_the_request_and_creates_no_job(gateway, hermes_provi
     reply = gw.bulk('"Summarise" --over t.jsonl --dry-run')
     assert reply.startswith("Dry run: no job created. 2 items."), reply
     assert "----- BEGIN ITEM" in reply and "Summarise" in reply
+    (tmp_path / "big.txt").write_text("word " * 20_000)
+    cut = gw.bulk('"Summarise" --over big.txt --dry-run')
+    assert "--full shows the whole request" in cut and len(cut) < 5_000, "a screenful in a chat"
+    whole = gw.bulk('"Summarise" --over big.txt --dry-run --full')
+    assert whole.count("word") >= 20_000, "the whole item (the chat wraps its lines)"
     assert "No jobs" in gw.bulk("list") or "no jobs" in gw.bulk("list").lower()

@@ -195,6 +195,11 @@ def build_parser(
         help="show the first item's request, the item count and the token estimate; create nothing",
     )
     p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --dry-run: show the whole first request (default: about a screenful of it)",
+    )
+    p.add_argument(
         "--over", required=True, metavar="PATH", help="a directory, .csv, .json, .jsonl or any file"
     )
     p.add_argument(

@@ -107,6 +107,7 @@ def create(
     tpm: int | None = None,
     fresh: bool = False,
     dry_run: bool = False,
+    full: bool = False,
     batch: bool = False,
     batch_deadline: float | None = None,
     model: str | None = None,
@@ -137,7 +138,7 @@ def create(
         **place.create_options(model=model, batch=batch),
     )
     if isinstance(created, Plan):
-        return Reply(views.plan_text(created), created)
+        return Reply(views.plan_text(created, full=full), created)
     text = views.created_text(created, f"{place.cmd} run")
     if created.job.spec.mode == "batch":
         text += "\n" + _batch_note(jobs)

@@ -99,8 +99,21 @@ def created_text(created: Created, run_command: str) -> str:
     return "\n".join(lines)
 
 
-def plan_text(plan: Plan) -> str:
-    """create --dry-run: nothing was created; what the job would be and its first request."""
+#: create --dry-run shows the first request cut to about a screenful (an item may be megabytes)
+SCREENFUL_LINES = 40
+SCREENFUL_CHARS = 3000
+
+
+def screenful(text: str) -> tuple[str, int]:
+    """text cut to SCREENFUL_LINES lines and SCREENFUL_CHARS characters, and how many
+    characters were left out."""
+    cut = "\n".join(text.splitlines()[:SCREENFUL_LINES])[:SCREENFUL_CHARS]
+    return cut, len(text) - len(cut)
+
+
+def plan_text(plan: Plan, *, full: bool = False) -> str:
+    """create --dry-run: nothing was created; what the job would be and its first request (about
+    a screenful of it, unless full)."""
     left_out = f" ({count(plan.skipped, 'entry')} left out)" if plan.skipped else ""
     lines = [
         f"Dry run: no job created. {count(plan.items, 'item')}{left_out}.",
@@ -114,7 +127,11 @@ def plan_text(plan: Plan) -> str:
             "at the limit; resume it then with a larger --max-tokens."
         )
     lines.append(f"The request for the first item ({plan.first_item}):")
-    lines.append(json.dumps(plan.request, indent=2, ensure_ascii=False))
+    request = json.dumps(plan.request, indent=2, ensure_ascii=False)
+    shown, left_out = (request, 0) if full else screenful(request)
+    lines.append(shown)
+    if left_out:
+        lines.append(f"… and {count(left_out, 'more character')}: --full shows the whole request.")
     return "\n".join(lines)
 
 
