@@ -13,6 +13,7 @@ import errno
 import io
 import json
 import stat
+from dataclasses import replace
 
 import pytest
 
@@ -429,3 +430,13 @@ def test_describe_error_is_empty_for_a_completed_item_or_one_without_an_error():
     assert export.describe_error(item(FAILED, None)) == ""
     assert export.describe_error(item(FAILED, "x", 0, "m")) == "x: m"
     assert export.describe_error(item(FAILED, "x", 503, None)) == "x (HTTP 503)"
+
+
+def test_column_may_not_take_any_key_a_jsonl_line_has(store):
+    """OUR_JSONL_KEYS is written out beside write_jsonl: a key added there and not here fails."""
+    job = store.get_job(_job(store, "keys0001", ["a"], schema=json.dumps({"properties": {}})))
+    item = replace(_record(COMPLETED, "{}", 0), reused_from=("j0", 0), provider="p", model="m")
+    for with_input in (False, True):
+        out = io.StringIO()
+        export.write_jsonl(out, job, iter([item]), with_input=with_input)
+        assert set(json.loads(out.getvalue())) - {export.RESULT} <= set(export.OUR_JSONL_KEYS)

@@ -354,29 +354,22 @@ def cmd_pause(args: Namespace, settings: Settings) -> int:
 
 
 def cmd_resume(args: Namespace, settings: Settings) -> int:
-    jobs = _jobs(settings)
-    reply = replies.resume(jobs, SHELL, **options_for(replies.resume, args))
-    print(reply.text)
-    return (
-        _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings))
-        if args.wait
-        else EXIT_OK
-    )
+    return _reply_then_wait(replies.resume, args, settings)
 
 
 def cmd_retry(args: Namespace, settings: Settings) -> int:
+    return _reply_then_wait(replies.retry, args, settings)
+
+
+def _reply_then_wait(handler: replies.Handler, args: Namespace, settings: Settings) -> int:
+    """resume and retry: the reply, then with --wait workers here until the job ends."""
     jobs = _jobs(settings)
-    reply = replies.retry(jobs, SHELL, **options_for(replies.retry, args))
+    reply = handler(jobs, SHELL, **options_for(handler, args))
     print(reply.text)
-    return (
-        _wait_here(jobs, settings, reply.data.job_id, _threads_for(reply.data, settings))
-        if args.wait
-        else EXIT_OK
-    )
-
-
-def _threads_for(job, settings: Settings) -> int:
-    return min(job.spec.concurrency, settings.max_concurrency)
+    if not args.wait:
+        return EXIT_OK
+    threads = min(reply.data.spec.concurrency, settings.max_concurrency)
+    return _wait_here(jobs, settings, reply.data.job_id, threads)
 
 
 def cmd_export(args: Namespace, settings: Settings) -> int:
