@@ -28,12 +28,16 @@ import pytest
 from hermes_bulk.config.settings import Settings, load_settings
 from hermes_bulk.fleet import broker
 from hermes_bulk.jobs.service import Jobs
+from hermes_bulk.store.redis.scripts import CHECK_KEYS_ENV
 from hermes_bulk.testing.fake_provider import FakeProvider
 
 from .helpers import environment, job_status, run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = bool(os.environ.get("CI"))
+# Every Redis script of the suite refuses a key it was not passed in KEYS (scripts.py), in this
+# process and in the workers it starts.
+os.environ[CHECK_KEYS_ENV] = "1"
 
 
 def _ci_refusal(report) -> str | None:
@@ -191,6 +195,7 @@ def env(home, fake_provider, monkeypatch) -> dict[str, str]:
         "HERMES_BULK_BASE_URL": fake_provider.base_url,
         "HERMES_BULK_MODEL": "fake-model",
         "HERMES_BULK_API_KEY": "sk-test-not-a-secret",
+        CHECK_KEYS_ENV: "1",
     }
     for key in list(os.environ):
         if key.startswith(("HERMES_BULK_", "OPENAI_")) or key == "HERMES_HOME":

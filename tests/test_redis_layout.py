@@ -191,9 +191,9 @@ def test_a_move_interrupted_anywhere_is_finished_by_the_next_store_that_opens(re
     raw = redis.Redis.from_url(redis_url.split("?")[0])
     try:
         _to_layout_1(raw, store.keys, job_id)
-        store.lua.migrate_layout(
-            keys=store.keys.job(job_id), args=[0, 140]
-        )  # a move stopped part-way
+        store.lua.migrate_layout(  # a move stopped part-way
+            keys=store.keys.job(job_id, buckets=[0, 1]), args=[0, 140]
+        )
         assert (
             raw.hlen(store.keys.job_key(job_id, "items")) == 159
             and raw.get(store.keys.layout) is None

@@ -28,6 +28,7 @@ from hermes_bulk.store.protocol import (
 )
 from hermes_bulk.store.redis.jobs import RETRY_BATCH_ITEMS
 from hermes_bulk.store.redis.keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
+from hermes_bulk.store.redis.scripts import call_job_script
 from tests.conftest import RedisServer, free_port
 
 from ..helpers import wait_for
@@ -259,8 +260,10 @@ def test_a_refused_run_leaves_no_lasting_index_entry(store, raw, redis_url):
 # Per-item records in buckets (keys.py) ----------------------------------------------------------
 
 
-def _bucketed_job(store, n: int) -> str:
-    """A running job of n items with real content hashes and answer keys (as create makes them)."""
+def _bucketed_job(store, n: int, duplicates: dict[int, int] | None = None) -> str:
+    """A running job of n items with real content hashes and answer keys (as create makes them);
+    item d of `duplicates` has the answer key of item duplicates[d] (it waits on it)."""
+    same = duplicates or {}
     job_id = f"bk{uuid.uuid4().hex[:10]}"
     store.begin_job(
         JobSpec(
@@ -285,7 +288,7 @@ def _bucketed_job(store, n: int) -> str:
                 -1,
                 f"{i}:1796186286745940982",
                 3000,
-                answer_key=f"{i:032x}",
+                answer_key=f"{same.get(i, i):032x}",
             )
             for i in range(n)
         ],
@@ -381,3 +384,82 @@ def test_a_long_value_turns_only_its_own_bucket_into_a_hashtable(store, raw):
     store.complete_item(job_id, c.index, "w1", "ok", Usage(1, 1))
     assert raw.object("encoding", store.keys.bucket(job_id, "states", 150)) == "listpack"
     assert store.get_item(job_id, 0).item.error_message.startswith("a message longer")
+
+
+# Every key a script touches is in its KEYS (keys.py) --------------------------------------------
+
+
+def test_a_claim_that_falls_back_to_another_bucket_asks_for_it_before_writing(
+    store, raw, redis_url
+):
+    prefix = prefix_of(redis_url)
+    job_id = _bucketed_job(store, 300)  # buckets 0, 1 and 2
+    assert claim(store, job_id, hint=299).index == 299
+    real, calls = store.lua.claim_item, []
+
+    def recorded(*, keys, args):
+        calls.append((len(keys), store.get_job(job_id).running))
+        return real(keys=keys, args=args)
+
+    store.lua.claim_item = recorded
+    try:
+        # The hint is taken: the lowest pending (0) is in bucket 0, which the first call lacks.
+        assert claim(store, job_id, hint=299).index == 0
+    finally:
+        store.lua.claim_item = real
+    assert calls == [(13 + 6, 1), (13 + 12, 1)], "asked for bucket 0 first, having changed nothing"
+    # A delete is given every bucket (here 3): none is left behind.
+    assert store.delete_job(job_id) is True
+    assert keys_of(raw, prefix) == []
+
+
+def test_the_suites_key_check_refuses_a_key_a_script_was_not_given(store):
+    job_id = _bucketed_job(store, 3)
+    c = claim(store, job_id)
+    keys = store.keys
+    lacking_results = [k for k in keys.bucket_keys(job_id, 0) if ":results:" not in k]
+    with pytest.raises(redis.ResponseError, match="touched a key not in KEYS: .*:results:0"):
+        store.lua.complete_item(
+            keys=[*keys.job(job_id), *lacking_results],
+            args=[c.index, "w1", "result", 1, 1, "", "", job_id],
+        )
+
+
+def test_an_items_duplicates_in_other_buckets_complete_and_fail_with_it(store):
+    # 200 and 260 wait on 5 (bucket 0); 201 on 6; 202 on 7.
+    job_id = _bucketed_job(store, 300, duplicates={200: 5, 260: 5, 201: 6, 202: 7})
+    for _ in range(5):
+        claim(store, job_id, hint=0)  # 0..4 held
+    first = claim(store, job_id, hint=5)
+    # The claim's hint (299) is in bucket 2, which neither the completion nor its duplicates'
+    # buckets give: it is asked for before anything is written.
+    done, taken = store.complete_and_claim(
+        job_id, 5, "w1", "five", Usage(1, 1), index_hint=299, lease_s=30, max_running=99
+    )
+    assert first.index == 5 and done and taken.index == 299
+    assert [store.get_item(job_id, i).item.result for i in (5, 200, 260)] == ["five"] * 3
+    assert claim(store, job_id, hint=6).index == 6
+    assert store.fail_item(job_id, 6, "w1", ItemError("PermanentError", "no", 400))
+    assert store.get_item(job_id, 201).item.status == "failed"
+    assert claim(store, job_id, hint=7).index == 7
+    error = ItemError("TransientError", "again", 503)
+    assert store.settle_failed_attempt(job_id, 7, "w1", error, retries=0) == 1
+    assert store.get_item(job_id, 202).item.status == "failed"
+    job = store.get_job(job_id)
+    assert (job.completed, job.failed, job.running) == (3, 4, 6)
+    # The claim after a completion falls to the lowest pending (8, bucket 0) when its hint (299)
+    # is taken: the call gives bucket 2 only (the completion's and the hint's).
+    done, taken = store.complete_and_claim(
+        job_id, 299, "w1", "last", Usage(1, 1), index_hint=299, lease_s=30, max_running=99
+    )
+    assert done and taken.index == 8
+
+
+def test_a_retry_whose_failed_items_changed_after_it_read_them_asks_for_their_buckets(store):
+    job_id = _bucketed_job(store, 300)
+    for hint in (3, 250):
+        c = claim(store, job_id, hint=hint)
+        assert store.fail_item(job_id, c.index, "w1", ItemError("PermanentError", "no", 400))
+    # What retry_failed does after reading the failed items, given an older read (none).
+    assert call_job_script(store.lua.retry_failed, store.keys, job_id, [1000]) == 2
+    assert [store.get_item(job_id, i).item.status for i in (3, 250)] == ["pending"] * 2

@@ -43,7 +43,8 @@ def _batch(raw) -> BatchRecord:
 
 
 class RedisBatches:
-    """The batch half of RedisJobStore (self.r, self.keys and self.lua come from it)."""
+    """The batch half of RedisJobStore (self.r, self.keys, self.lua and self._run come from
+    it)."""
 
     def _batch_keys(self, job_id: str) -> list[str]:
         return [self.keys.job_key(job_id, "batches"), self.keys.jobs_batched]
@@ -51,9 +52,10 @@ class RedisBatches:
     def open_batch(
         self, job_id, worker_id, *, batch_id, max_items, lease_s, hold_s, take_from=None
     ):
-        reply = self.lua.open_batch(
-            keys=[*self.keys.job(job_id), *self._batch_keys(job_id)],
-            args=[
+        reply = self._run(
+            self.lua.open_batch,
+            job_id,
+            [
                 batch_id,
                 worker_id,
                 max_items,
@@ -64,6 +66,7 @@ class RedisBatches:
                 job_id,
                 take_from or "",
             ],
+            extra_keys=self._batch_keys(job_id),
         )
         if reply[0] != b"ok":
             return ClaimRefused(codec.text(reply[0]))
@@ -122,7 +125,5 @@ class RedisBatches:
 
     def release_batch_items(self, job_id, batch_id):
         return int(
-            self.lua.release_worker_items(
-                keys=self.keys.job(job_id), args=[BATCH_OWNER_PREFIX + batch_id]
-            )
+            self._run(self.lua.release_worker_items, job_id, [BATCH_OWNER_PREFIX + batch_id])
         )

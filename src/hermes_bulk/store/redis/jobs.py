@@ -38,6 +38,7 @@ from .batches import RedisBatches
 from .connection import RedisConnection, map_connection_errors
 from .keys import BUCKET_ITEMS, RedisKeys
 from .layout import ensure_layout
+from .scripts import NEEDKEYS_ROUNDS, call_job_script, needed_buckets
 
 #: Items per add_items script call, and the content bytes one call may carry.
 ADD_BATCH_ITEMS = 1000
@@ -103,7 +104,6 @@ class RedisJobStore(RedisBatches):
             raise
 
     def add_items(self, job_id: str, items: Iterable[NewItem]) -> None:
-        keys = self.keys.job(job_id)
         spec, drop = self.r.hmget(self.keys.job_key(job_id, "meta"), ["spec", "drop_content"])
         reuse = spec is None or json.loads(spec).get("reuse", True)
         drops = codec.text(drop) == "1"  # begin_job: protocol.drops_content
@@ -115,10 +115,10 @@ class RedisJobStore(RedisBatches):
             batch.append(it)
             size += len(it.content)
             if len(batch) >= ADD_BATCH_ITEMS or size >= ADD_BATCH_BYTES:
-                self._add_batch(keys, self._batch_args(batch, reuse, drops))
+                self._add_batch(job_id, batch, self._batch_args(batch, reuse, drops))
                 batch, size = [], 0
         if batch:
-            self._add_batch(keys, self._batch_args(batch, reuse, drops))
+            self._add_batch(job_id, batch, self._batch_args(batch, reuse, drops))
 
     def _batch_args(self, batch: list[NewItem], reuse: bool, drops: bool) -> list:
         """add_items.lua's arguments for a batch, with the answers the index holds for it: two
@@ -157,9 +157,9 @@ class RedisJobStore(RedisBatches):
             ]
         return args
 
-    def _add_batch(self, keys: list[str], args: list) -> None:
+    def _add_batch(self, job_id: str, batch: list[NewItem], args: list) -> None:
         try:
-            self.lua.add_items(keys=keys, args=args)
+            self._run(self.lua.add_items, job_id, args, items=[it.index for it in batch])
         except redis.ResponseError as exc:
             if "no such job" in str(exc) or "already added" in str(exc):
                 raise ValueError(f"add_items: {str(exc).removeprefix('ERR ')}") from None
@@ -174,14 +174,35 @@ class RedisJobStore(RedisBatches):
 
     def delete_job(self, job_id: str) -> bool:
         # One MULTI/EXEC: the job's keys and its index entries go together, so an interrupted
-        # delete leaves neither keys no index reaches nor index entries for no job.
-        pipe = self.r.pipeline(transaction=True)
-        self.lua.delete_job(keys=self.keys.job(job_id), args=[job_id], client=pipe)
-        pipe.delete(self.keys.job_key(job_id, "batches"))
-        pipe.srem(self.keys.jobs_batched, job_id)
-        for index in (self.keys.jobs_active, self.keys.jobs_created, self.keys.jobs_ids):
-            pipe.zrem(index, job_id)
-        return bool(pipe.execute()[0])
+        # delete leaves neither keys no index reaches nor index entries for no job. The script
+        # is given every bucket up to max_index, read under WATCH: an item added meanwhile
+        # makes the EXEC do nothing, and the delete starts again.
+        meta = self.keys.job_key(job_id, "meta")
+        with self.r.pipeline(transaction=True) as pipe:
+            while True:
+                try:
+                    pipe.watch(meta)
+                    top = int(pipe.hget(meta, "max_index") or -1)
+                    pipe.multi()
+                    self.lua.delete_job(
+                        keys=self.keys.job(job_id, buckets=range(top // BUCKET_ITEMS + 1)),
+                        args=[job_id],
+                        client=pipe,
+                    )
+                    pipe.delete(self.keys.job_key(job_id, "batches"))
+                    pipe.srem(self.keys.jobs_batched, job_id)
+                    for index in (
+                        self.keys.jobs_active,
+                        self.keys.jobs_created,
+                        self.keys.jobs_ids,
+                    ):
+                        pipe.zrem(index, job_id)
+                    return bool(pipe.execute()[0])
+                except redis.WatchError as exc:
+                    # redis-py says WatchError for a connection lost while watching too: that
+                    # is the lost connection, not a change to read again.
+                    if isinstance(exc.__context__, redis.ConnectionError | redis.TimeoutError):
+                        raise exc.__context__ from None
 
     # Reading -------------------------------------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord | None:
@@ -429,18 +450,22 @@ class RedisJobStore(RedisBatches):
         self.r.zadd(self.keys.jobs_active, {job_id: epoch}, gt=True)
 
     def retry_failed(self, job_id: str) -> int:
-        keys, total = self.keys.job(job_id), 0
+        total, failed = 0, self.keys.job_key(job_id, "failed")
         while True:
-            n = self.lua.retry_failed(keys=keys, args=[RETRY_BATCH_ITEMS])
+            # The items it will take, read first: their buckets go with the script's one call.
+            hint = self.r.zrange(failed, 0, RETRY_BATCH_ITEMS - 1)
+            n = self._run(self.lua.retry_failed, job_id, [RETRY_BATCH_ITEMS], items=hint)
             total += n
             if n < RETRY_BATCH_ITEMS:
                 return total
 
     # Items ---------------------------------------------------------------------------------
     def claim_item(self, job_id, index_hint, worker_id, *, lease_s, max_running):
-        reply = self.lua.claim_item(
-            keys=self.keys.job(job_id),
-            args=[index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER],
+        reply = self._run(
+            self.lua.claim_item,
+            job_id,
+            [index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER],
+            items=[index_hint],
         )
         return self._claimed(reply)
 
@@ -490,12 +515,8 @@ class RedisJobStore(RedisBatches):
     def complete_item(
         self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None
     ):
-        return bool(
-            self.lua.complete_item(
-                keys=self.keys.job(job_id),
-                args=self._complete_args(job_id, index, worker_id, result, usage, provider, model),
-            )
-        )
+        args = self._complete_args(job_id, index, worker_id, result, usage, provider, model)
+        return bool(self._run(self.lua.complete_item, job_id, args, items=[index]))
 
     @staticmethod
     def _complete_args(job_id, index, worker_id, result, usage: Usage, provider, model) -> list:
@@ -525,9 +546,10 @@ class RedisJobStore(RedisBatches):
         lease_s,
         max_running,
     ):
-        reply = self.lua.complete_and_claim(
-            keys=self.keys.job(job_id),
-            args=[
+        reply = self._run(
+            self.lua.complete_and_claim,
+            job_id,
+            [
                 *self._complete_args(job_id, index, worker_id, result, usage, provider, model),
                 index_hint,
                 worker_id,
@@ -535,32 +557,24 @@ class RedisJobStore(RedisBatches):
                 max_running,
                 LEARN_AFTER,
             ],
+            items=[index, index_hint],
         )
         if not reply[0]:
             return False, None
         return True, self._claimed(reply[1])
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
-        return bool(
-            self.lua.fail_item(
-                keys=self.keys.job(job_id),
-                args=[
-                    index,
-                    worker_id,
-                    error.error_type,
-                    codec.opt(error.http_status),
-                    error.message,
-                ],
-            )
-        )
+        args = [index, worker_id, error.error_type, codec.opt(error.http_status), error.message]
+        return bool(self._run(self.lua.fail_item, job_id, args, items=[index]))
 
     def release_item(self, job_id, index, worker_id):
-        return bool(self.lua.release_item(keys=self.keys.job(job_id), args=[index, worker_id]))
+        return bool(self._run(self.lua.release_item, job_id, [index, worker_id], items=[index]))
 
     def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
-        return self.lua.record_attempt(
-            keys=self.keys.job(job_id),
-            args=[
+        return self._run(
+            self.lua.record_attempt,
+            job_id,
+            [
                 index,
                 worker_id,
                 int(rate_limited),
@@ -568,12 +582,14 @@ class RedisJobStore(RedisBatches):
                 codec.opt(error.http_status),
                 error.message,
             ],
+            items=[index],
         )
 
     def settle_failed_attempt(self, job_id, index, worker_id, error: ItemError, *, retries):
-        return self.lua.settle_failed_attempt(
-            keys=self.keys.job(job_id),
-            args=[
+        return self._run(
+            self.lua.settle_failed_attempt,
+            job_id,
+            [
                 index,
                 worker_id,
                 error.error_type,
@@ -581,17 +597,40 @@ class RedisJobStore(RedisBatches):
                 error.message,
                 retries,
             ],
+            items=[index],
         )
 
     # What the SQLite store does in one statement across jobs, this store does one atomic
     # script per job on the active-jobs index (pipelined: one round trip). Each job's release
     # is atomic; the set of jobs is read just before.
+    # A script that chose items of buckets it was not given (it asked for them: needed_buckets)
+    # runs again with them, in a second pipeline of all such jobs.
     def _each_active_job(self, script, args: list) -> dict[str, object]:
-        ids = self._active_ids()
-        pipe = self.r.pipeline(transaction=False)
-        for job_id in ids:
-            script(keys=self.keys.job(job_id), args=args, client=pipe)
-        return dict(zip(ids, pipe.execute(), strict=True))
+        replies: dict[str, object] = {}
+        asked: dict[str, set[int]] = {job_id: set() for job_id in self._active_ids()}
+        for _ in range(NEEDKEYS_ROUNDS):
+            if not asked:
+                return replies
+            pipe = self.r.pipeline(transaction=False)
+            for job_id, buckets in asked.items():
+                script(keys=self.keys.job(job_id, buckets=sorted(buckets)), args=args, client=pipe)
+            again: dict[str, set[int]] = {}
+            for (job_id, buckets), reply in zip(
+                asked.items(), pipe.execute(raise_on_error=False), strict=True
+            ):
+                more = needed_buckets(reply) if isinstance(reply, redis.ResponseError) else None
+                if more:
+                    again[job_id] = buckets | more
+                elif isinstance(reply, Exception):
+                    raise reply
+                else:
+                    replies[job_id] = reply
+            asked = again
+        raise redis.ResponseError(f"scripts still chose items of other buckets: {sorted(asked)}")
+
+    def _run(self, script, job_id: str, args: list, **buckets):
+        """A job script with the buckets it touches in KEYS (scripts.call_job_script)."""
+        return call_job_script(script, self.keys, job_id, args, **buckets)
 
     def release_expired_leases(self) -> dict[str, int]:
         released: dict[str, int] = {}

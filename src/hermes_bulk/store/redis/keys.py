@@ -81,8 +81,11 @@ Every job script also gets P:answers as its last key (KEYS[13]): a completion re
 answer there in the same script, and a delete takes the job's answers out.
 
 delete_job removes all twelve keys of a job, every bucket of its per-item records and its index
-entries. The scripts name the twelve keys (KEYS) and reach the buckets by name from META's (all
-share the job's hash tag, so they are in its slot). The cross-job indexes are
+entries. Every key a script touches is passed in KEYS: the twelve, the answer index, and the six
+keys of each bucket it reaches (all share the job's hash tag, so they are in its slot). A script
+that chooses its items itself (the lowest pending, the expired leases) ends, before writing
+anything, with "NEEDKEYS <bucket> ..." when it was not given their buckets, and is called again
+with them (scripts.call_job_script). The cross-job indexes are
 updated outside the job's scripts (so each script stays in one slot), in the same MULTI/EXEC
 as the script for begin_job, delete_job and set_state (this backend is for one Redis, not a
 Cluster: a MULTI spans slots), and in an order that keeps each index a superset of what it
@@ -96,6 +99,8 @@ RETRY_BATCH_ITEMS items. No credentials are ever written to Redis.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 #: Events kept per job (the newest); a million-item job cannot grow its history without bound.
 EVENTS_KEPT = 10_000
@@ -140,9 +145,18 @@ class RedisKeys:
         self.jobs_batched = f"{prefix}:jobs:batched"
         self.layout = f"{prefix}:layout"
 
-    def job(self, job_id: str) -> list[str]:
-        """The job's twelve keys and the answer index, in the order _job.lua names them."""
-        return [*(self.job_key(job_id, suffix) for suffix in JOB_KEY_SUFFIXES), self.answers]
+    def job(self, job_id: str, extra: Iterable[str] = (), buckets: Iterable[int] = ()) -> list[str]:
+        """A job script's KEYS, in the order _job.lua names them: the job's twelve keys, the
+        answer index, the script's own `extra` keys, then the six keys of each bucket."""
+        keys = [*(self.job_key(job_id, suffix) for suffix in JOB_KEY_SUFFIXES), self.answers]
+        keys += extra
+        for bucket in buckets:
+            keys += self.bucket_keys(job_id, bucket)
+        return keys
+
+    def bucket_keys(self, job_id: str, bucket: int) -> list[str]:
+        """Bucket number `bucket`'s hash of each of ITEM_FAMILIES."""
+        return [f"{{{self.prefix}:job:{job_id}}}:{family}:{bucket}" for family in ITEM_FAMILIES]
 
     def job_key(self, job_id: str, suffix: str) -> str:
         return f"{{{self.prefix}:job:{job_id}}}:{suffix}"

@@ -13,7 +13,7 @@ Processes of the older version must be stopped first: they read and write layout
 from __future__ import annotations
 
 from .connection import RedisConnection
-from .keys import LAYOUT, RedisKeys
+from .keys import BUCKET_ITEMS, LAYOUT, RedisKeys
 
 #: Items moved per script call (Redis stays responsive during a move of a large job).
 PAGE_ITEMS = 1000
@@ -31,10 +31,10 @@ def ensure_layout(conn: RedisConnection, keys: RedisKeys) -> int:
             continue
         top = int(client.hget(keys.job_key(job_id, "meta"), "max_index") or -1)
         for low in range(0, top + 1, PAGE_ITEMS):
+            high = min(low + PAGE_ITEMS, top + 1) - 1
+            buckets = range(low // BUCKET_ITEMS, high // BUCKET_ITEMS + 1)
             moved += int(
-                lua.migrate_layout(
-                    keys=keys.job(job_id), args=[low, min(low + PAGE_ITEMS, top + 1) - 1]
-                )
+                lua.migrate_layout(keys=keys.job(job_id, buckets=buckets), args=[low, high])
             )
     cursor = b"0"
     while True:  # the answer index: hex keys to their bytes

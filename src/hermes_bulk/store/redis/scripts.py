@@ -1,9 +1,13 @@
 """The store's Lua scripts (lua/<operation>.lua, each opening with its KEYS and ARGV), registered
-once per client: EVALSHA, reloaded after NOSCRIPT."""
+once per client: EVALSHA, reloaded after NOSCRIPT; and call_job_script, which gives a job script
+the buckets it asks for."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+from collections.abc import Iterable
 from importlib import resources
 
 import redis
@@ -21,7 +25,15 @@ from ..protocol import (
     WAITING,
 )
 from .codec import STATUS_CODES
-from .keys import BUCKET_ITEMS, EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
+from .keys import BUCKET_ITEMS, EVENTS_KEPT, LIMIT_IDLE_KEEP_MS, RedisKeys
+
+#: Set to 1 (the test suite does), every script refuses a key it was not passed in KEYS: Redis
+#: itself checks this only in a cluster. Off by default: it wraps every Redis call of a script.
+CHECK_KEYS_ENV = "HERMES_BULK_CHECK_SCRIPT_KEYS"
+#: Calls of a job script that may each name buckets it was not given before it gives up: the
+#: buckets only grow, and a round is needed only when another worker moved the script's choice.
+NEEDKEYS_ROUNDS = 32
+_NEEDKEYS = re.compile(r"^NEEDKEYS ([\d ]+?)(?: script:|$)")
 
 # Scripts that take a job's keys (RedisKeys.job) and get the job helpers (_job.lua) prepended.
 _JOB_SCRIPTS = (
@@ -101,10 +113,76 @@ def _test_clock(clock_key: str) -> str:
     )
 
 
+def _key_check(client: redis.Redis, texts: Iterable[str]) -> str:
+    """Lua that makes `redis.call` in the rest of a script refuse a key not in KEYS (a local
+    `redis` shadowing the global: Redis keeps its own table read-only). Which arguments are keys
+    comes from the server's COMMAND INFO for every command the scripts call."""
+    names = sorted({n for text in texts for n in re.findall(r"redis\.call\('([A-Z]+)'", text)})
+    info = client.execute_command("COMMAND", "INFO", *names)
+    positions = ", ".join(
+        f"{name} = {{{c['first_key_pos']}, {c['last_key_pos']}, {c['step_count']}}}"
+        for name in names
+        for c in [info[name.lower()]]
+    )
+    return f"""local redis = (function(real)
+  local declared, positions = {{}}, {{{positions}}}
+  for _, k in ipairs(KEYS) do declared[k] = true end
+  local function call(command, ...)
+    local p, args = positions[command], {{...}}
+    if not p then error('key check: no key positions for ' .. command) end
+    if p[1] > 0 then
+      local last = p[2] < 0 and #args + 1 + p[2] or p[2]
+      for i = p[1], last, p[3] do
+        if not declared[args[i]] then
+          error('key check: ' .. command .. ' touched a key not in KEYS: ' .. tostring(args[i]))
+        end
+      end
+    end
+    return real.call(command, ...)
+  end
+  return setmetatable({{call = call}}, {{__index = real}})
+end)(redis)
+"""
+
+
+def needed_buckets(exc: redis.ResponseError) -> set[int] | None:
+    """The buckets a job script asked for (its "NEEDKEYS <bucket> ..." error), or None."""
+    match = _NEEDKEYS.match(str(exc))
+    return {int(b) for b in match.group(1).split()} if match else None
+
+
+def call_job_script(
+    script,
+    keys: RedisKeys,
+    job_id: str,
+    args: list,
+    *,
+    items: Iterable[int] = (),
+    buckets: Iterable[int] = (),
+    extra_keys: Iterable[str] = (),
+):
+    """Run a job script with the buckets of `items` (and `buckets`) in its KEYS; when it chose
+    items of other buckets (it wrote nothing then), run it again with those too."""
+    wanted = {int(i) // BUCKET_ITEMS for i in items} | set(buckets)
+    extra = list(extra_keys)
+    for _ in range(NEEDKEYS_ROUNDS):
+        try:
+            return script(keys=keys.job(job_id, extra, sorted(wanted)), args=args)
+        except redis.ResponseError as exc:
+            more = needed_buckets(exc)
+            if more is None:
+                raise
+            wanted |= more
+    raise redis.ResponseError(
+        f"a script of job {job_id} still chose items of other buckets after {NEEDKEYS_ROUNDS} calls"
+    )
+
+
 class Scripts:
     """Every Lua script, registered once per client (EVALSHA, reloaded after NOSCRIPT).
 
     clock_key: tests only (RedisConnection.clock_key): scripts read the time there when it is set.
+    With CHECK_KEYS_ENV set, each script refuses a key it was not passed in KEYS.
     """
 
     def __init__(self, client: redis.Redis, clock_key: str | None = None) -> None:
@@ -114,6 +192,8 @@ class Scripts:
             return (here / f"{name}.lua").read_text(encoding="utf-8")
 
         common = _lua_constants() + read("_clock") + (_test_clock(clock_key) if clock_key else "")
+        if os.environ.get(CHECK_KEYS_ENV) == "1":
+            common += _key_check(client, (p.read_text(encoding="utf-8") for p in here.iterdir()))
         job = common + read("_job")
         for name in _JOB_SCRIPTS:
             setattr(self, name, client.register_script(job + read(name)))

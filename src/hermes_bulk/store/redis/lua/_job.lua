@@ -1,10 +1,13 @@
 -- _job.lua: prepended to every per-job script.
 --
--- KEYS are always the job's twelve keys and the store's answer index, in this order (RedisKeys.job builds them; all share
--- the hash tag {<prefix>:job:<id>}, so a job's script touches one cluster slot):
+-- KEYS start with the job's twelve keys and the store's answer index, in this order
+-- (RedisKeys.job builds them; all share the hash tag {<prefix>:job:<id>}, so a job's script
+-- touches one cluster slot):
 --   KEYS[1] meta      KEYS[2] items    KEYS[3] states   KEYS[4] contents  KEYS[5] results
 --   KEYS[6] pending   KEYS[7] leases   KEYS[8] owners   KEYS[9] failed    KEYS[10] events
 --   KEYS[11] keys     KEYS[12] dups    KEYS[13] answers (P:answers, shared by every job)
+-- then a script's own keys (open_batch's two), then the buckets of the items it touches: six
+-- keys a bucket, one per family (RedisKeys.bucket_keys), in any order.
 -- ITEMS, STATES and RESULTS are layout 1's per-item hashes (only migrate_layout reads them); an
 -- item's records are in the buckets `at` names, and a script's header saying it writes STATES
 -- or RESULTS means the item's bucket of that family.
@@ -24,6 +27,42 @@ end
 local JOB = string.sub(META, 1, #META - 4)  -- META is "<job's tag>:meta"
 local function at(family, idx)
   return JOB .. family .. ':' .. math.floor(tonumber(idx) / BUCKET_ITEMS)
+end
+
+-- Every key a script touches is passed in KEYS, as Redis asks (a cluster refuses a key it was
+-- not told of). The caller passes the buckets of the items it names (the suite's key check,
+-- scripts.py, holds it to that); a script that chooses its items itself (the lowest pending,
+-- the expired leases, an item's duplicates) calls need_buckets on them before it writes
+-- anything, which ends the script with the error
+-- "NEEDKEYS <bucket> ..." when some of their buckets were not passed: the caller calls again
+-- with them (scripts.py: call_job_script). A caller always passes a bucket's six keys, so one
+-- family stands for them here.
+local DECLARED = {}
+for i = 14, #KEYS do DECLARED[KEYS[i]] = true end
+local function need_buckets(idxs)
+  local missing, seen = {}, {}
+  for _, idx in ipairs(idxs) do
+    local b = math.floor(tonumber(idx) / BUCKET_ITEMS)
+    if not seen[b] and not DECLARED[JOB .. 'states:' .. b] then
+      seen[b] = true
+      missing[#missing + 1] = b
+    end
+  end
+  if #missing > 0 then error({err = 'NEEDKEYS ' .. table.concat(missing, ' ')}) end
+end
+
+-- The items a completion or a failure of idx touches: idx and the duplicates waiting on it.
+local function with_duplicates(idx)
+  local idxs = redis.call('ZRANGEBYSCORE', DUPS, idx, idx)
+  idxs[#idxs + 1] = idx
+  return idxs
+end
+
+-- The item claim_item would take: the hint if it is pending, else the lowest pending index
+-- (O(log n) either way); nil when nothing is pending.
+local function claim_candidate(hint)
+  if redis.call('ZSCORE', PENDING, hint) then return hint end
+  return redis.call('ZRANGE', PENDING, 0, 0)[1]
 end
 
 -- The estimate and the content hash (as the contents hash's field: codec.content_field) of an

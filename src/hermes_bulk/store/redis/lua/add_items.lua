@@ -1,6 +1,6 @@
 -- add_items: append one batch of items to a job (contents stored once per hash).
--- KEYS: the job's keys (_job.lua); writes META, CONTENTS, PENDING, AKEYS, DUPS, RESULTS and the
---       buckets of items, names, sources, states, results and keys (_job.lua: at).
+-- KEYS: the job's keys and its items' buckets (_job.lua); writes META, CONTENTS, PENDING, AKEYS,
+--       DUPS, and the buckets of items, names, sources, states, results and keys (_job.lua: at).
 -- ARGV: twelve per item: index, head ("<estimate>\t<content_hash>"), name, source (JSON
 --       [origin, offset, stat_sig]), content_hash, content, estimate, answer key ('' = none),
 --       and the answer reused ('' job id = none, else job id, index, tokens, result text).

@@ -1,6 +1,7 @@
 -- claim_item: give one pending item of a running job to a worker until now + lease.
--- KEYS: the job's keys (_job.lua); reads CONTENTS and the item's items, names and sources
---       records; writes META, its state, PENDING, LEASES, OWNERS, EVENTS.
+-- KEYS: the job's keys and the buckets of the item it takes (_job.lua); reads CONTENTS and the
+--       item's items, names and sources records; writes META, its state, PENDING, LEASES, OWNERS,
+--       EVENTS.
 -- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running   ARGV[5] learn_after
 -- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, tokens_in_flight,
 -- token_limit),
@@ -15,12 +16,9 @@ if tonumber(job.running) >= math.min(tonumber(job.concurrency), tonumber(ARGV[4]
   return {'at_capacity'}
 end
 
--- The hint first, else the lowest pending index: O(log n) either way.
-local idx = ARGV[1]
-if not redis.call('ZSCORE', PENDING, idx) then
-  idx = redis.call('ZRANGE', PENDING, 0, 0)[1]
-  if not idx then return {'no_pending'} end
-end
+local idx = claim_candidate(ARGV[1])
+if not idx then return {'no_pending'} end
+need_buckets({idx})
 local estimate, content_hash = item_head(idx)
 local now = now_ms()
 local LEARN_AFTER = tonumber(ARGV[5])

@@ -1,7 +1,8 @@
 -- complete_item: save the owner's result and mark its running item completed.
--- KEYS: the job's keys (_job.lua); writes META, STATES, RESULTS, LEASES, OWNERS, ANSWERS, AKEYS,
---       CONTENTS, and the item's (and its duplicates') sources record, which nothing reads
---       once an item is completed (it is never processed again).
+-- KEYS: the job's keys and the buckets of the item and its duplicates (_job.lua); writes META,
+--       STATES, RESULTS, LEASES, OWNERS, ANSWERS, AKEYS, CONTENTS, and the item's (and its
+--       duplicates') sources record, which nothing reads once an item is completed (it is never
+--       processed again).
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] result   ARGV[4] tokens_in ('' = unreported)
 -- ARGV[5] tokens_out ('' = unreported)   ARGV[6] provider ('' = none)   ARGV[7] model ('' = none)
 -- ARGV[8] the job id (the answer index names it)
@@ -10,6 +11,7 @@
 -- Returns 1, or 0 when worker_id does not hold the item (a completed item is never
 -- completed again: it has no owner).
 local idx = ARGV[1]
+need_buckets(with_duplicates(idx))
 if not owned_by(idx, ARGV[2]) then return 0 end
 local reported = ARGV[4] ~= '' or ARGV[5] ~= ''
 local tokens_in, tokens_out = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0

@@ -1,6 +1,6 @@
 -- delete_job: remove every key of a job (UNLINK frees large hashes off the main thread).
--- KEYS: the job's keys (_job.lua); deletes its twelve, every bucket of its per-item records
---       (0 .. max_index / BUCKET_ITEMS), and its entries of the answer index.
+-- KEYS: the job's keys and every bucket of its per-item records (0 .. max_index / BUCKET_ITEMS)
+--       (_job.lua); deletes them all, and its entries of the answer index.
 -- ARGV[1] the job id
 -- Returns 1 if the job existed, else 0.
 local existed = redis.call('EXISTS', META)

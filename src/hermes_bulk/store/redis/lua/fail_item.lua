@@ -1,10 +1,12 @@
 -- fail_item: mark the owner's running item failed with an error, and record an event.
--- KEYS: the job's keys (_job.lua); writes META, STATES, LEASES, OWNERS, FAILED, EVENTS.
+-- KEYS: the job's keys and the buckets of the item and its duplicates (_job.lua); writes META,
+--       STATES, LEASES, OWNERS, FAILED, EVENTS.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] error_type   ARGV[4] http_status ('' = none)
 -- ARGV[5] message (our own text, never the provider's)
 -- Its duplicates (DUPS) fail with the same error.
 -- Returns 1, or 0 when worker_id does not hold the item.
 local idx = ARGV[1]
+need_buckets(with_duplicates(idx))
 if not owned_by(idx, ARGV[2]) then return 0 end
 local st, reserved = unlease(idx)
 st.s, st.et, st.hs, st.em = S_FAILED, ARGV[3], tonumber(ARGV[4]), ARGV[5]

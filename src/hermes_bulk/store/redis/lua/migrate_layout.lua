@@ -5,7 +5,8 @@
 -- answer keys in AKEYS). Each item moves whole in this script (written as add_items and
 -- save_state write it, then taken from the old hashes), so a migration stopped anywhere is
 -- finished by running it again; a completed item keeps no source.
--- KEYS: the job's keys (_job.lua).   ARGV[1] first index   ARGV[2] last index
+-- KEYS: the job's keys and the buckets of the items it moves (_job.lua).
+-- ARGV[1] first index   ARGV[2] last index
 -- Returns the number of items moved.
 local function unhex(hex)
   return (string.gsub(hex, '..', function(cc) return string.char(tonumber(cc, 16)) end))

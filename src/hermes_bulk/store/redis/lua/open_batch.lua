@@ -1,5 +1,6 @@
 -- open_batch: start a batch of a running job, or take over the one being prepared (protocol.open_batch).
--- KEYS: the job's keys (_job.lua); KEYS[14] the job's batches hash, KEYS[15] P:jobs:batched.
+-- KEYS: the job's keys (_job.lua); KEYS[14] the job's batches hash, KEYS[15] P:jobs:batched;
+--       then the buckets of the items it takes.
 -- ARGV[1] batch_id   ARGV[2] worker_id   ARGV[3] max_items   ARGV[4] lease_ms   ARGV[5] hold_ms
 -- ARGV[6] learn_after   ARGV[7] the owner prefix of batch items ("batch:")   ARGV[8] job id
 -- ARGV[9] take_from: a worker the caller found dead, whose preparing lease is taken at once ('' = none)
@@ -28,6 +29,7 @@ end
 
 local idxs = redis.call('ZRANGE', PENDING, 0, tonumber(ARGV[3]) - 1)
 if #idxs == 0 then return {'no_pending'} end
+need_buckets(idxs)
 local learned, fixed = learned_allowance(job, tonumber(ARGV[6]))
 local limit = nil
 if job.max_tokens ~= '' then limit = tonumber(job.max_tokens) end

@@ -1,5 +1,5 @@
 -- record_attempt: count a failed attempt of the owner's item and record it as an event.
--- KEYS: the job's keys (_job.lua); writes STATES, EVENTS.
+-- KEYS: the job's keys and the item's buckets (_job.lua); writes STATES, EVENTS.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] '1' if rate limited (a 429), else '0'
 -- ARGV[4] error_type   ARGV[5] http_status ('' = none)   ARGV[6] message
 -- Returns the new count of that kind (a transient failure also ends a run of 429s), or -1

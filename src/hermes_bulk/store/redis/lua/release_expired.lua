@@ -1,5 +1,6 @@
 -- release_expired: return every running item of this job whose lease has expired to pending.
--- KEYS: the job's keys (_job.lua); writes META, STATES, PENDING, LEASES, OWNERS, EVENTS.
+-- KEYS: the job's keys and the buckets of the items it releases (_job.lua); writes META, STATES,
+--       PENDING, LEASES, OWNERS, EVENTS.
 -- ARGV: none.
 -- Returns {released, idle, run_epoch}: idle is 1 when the job is gone, or is not running and
 -- holds no leases (so it may leave the active-jobs index if its epoch has not moved since).
@@ -7,6 +8,7 @@ local state = redis.call('HGET', META, 'state')
 if not state then return {0, 1, -1} end
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. fmt_ms(now))
+need_buckets(due)
 if #due > 0 then
   local reserved = 0
   for _, idx in ipairs(due) do reserved = reserved + requeue(idx) end

@@ -1,5 +1,6 @@
 -- release_item: return the owner's running item to pending, nothing charged.
--- KEYS: the job's keys (_job.lua); writes META, STATES, PENDING, LEASES, OWNERS.
+-- KEYS: the job's keys and the item's buckets (_job.lua); writes META, STATES, PENDING, LEASES,
+--       OWNERS.
 -- ARGV[1] index   ARGV[2] worker_id
 -- Returns 1, or 0 when worker_id does not hold the item.
 if not owned_by(ARGV[1], ARGV[2]) then return 0 end

@@ -6,6 +6,7 @@
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] error_type   ARGV[4] http_status ('' = none)
 -- ARGV[5] message (our own text)   ARGV[6] retries
 -- Returns the new attempt count, or -1 when worker_id does not hold the item (nothing changed).
+need_buckets(with_duplicates(ARGV[1]))  -- fail_item's items, before record_attempt writes
 local attempts = record_attempt({ARGV[1], ARGV[2], '0', ARGV[3], ARGV[4], ARGV[5]})
 if attempts < 0 then return -1 end
 if attempts > tonumber(ARGV[6]) then
