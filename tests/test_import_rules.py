@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "broken_pipe",
             "usage",
             "jobs.prompt",
+            "jobs.model_options",
             "runtime.metrics",
             "frontends.terminal",
             "store",

@@ -1,4 +1,5 @@
-"""The small files a flag names (`--schema`, `--instruction-file`), read with one-line errors.
+"""The small files a flag names (`--schema`, `--instruction-file`, `--system`), read with one-line
+errors.
 
 Read as sources are (regular files only, bounded), and never one of this process's open SQLite
 files (invariant 10).
@@ -64,7 +65,15 @@ def read_schema(path: Path) -> str:
 def read_instruction(path: Path) -> str:
     """An --instruction-file as text: a regular, non-empty UTF-8 file of at most MAX_SCHEMA_BYTES.
     Its errors are usage errors (exit 2), as a bad flag's are; --schema's predate that (exit 1)."""
-    flag = "--instruction-file"
+    return _read_text(path, "--instruction-file", "the instruction")
+
+
+def read_system(path: Path) -> str:
+    """A --system file as text, read as an --instruction-file is."""
+    return _read_text(path, "--system", "the system prompt")
+
+
+def _read_text(path: Path, flag: str, what: str) -> str:
     data = _read_flag_file(path, flag, "a text file", UsageError)
     try:
         text = data.decode("utf-8")
@@ -73,5 +82,5 @@ def read_instruction(path: Path) -> str:
             f"{flag} {path}: not UTF-8 text; convert it, e.g. iconv -t UTF-8."
         ) from None
     if not text.strip():
-        raise UsageError(f"{flag} {path}: the file is empty; write the instruction in it.")
+        raise UsageError(f"{flag} {path}: the file is empty; write {what} in it.")
     return text.strip()

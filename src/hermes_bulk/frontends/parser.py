@@ -19,6 +19,7 @@ from typing import Any
 
 from ..durations import parse_duration
 from ..errors import UsageError
+from ..jobs.model_options import MAX_TEMPERATURE
 from ..usage import Parser
 from .terminal import CHAT_WIDTH
 
@@ -75,6 +76,7 @@ MAX_PORT = 65_535
 MAX_WAIT_S = 3600.0  #: worker polling delays
 MAX_SHUTDOWN_S = 86_400.0
 MAX_BACKOFF = 10.0
+MAX_OUTPUT_TOKENS = 1_000_000  #: --max-output-tokens, as the max_output_tokens setting's bound
 
 
 def _whole(minimum: int, maximum: int):
@@ -237,6 +239,32 @@ def build_parser(
         "--schema",
         metavar="FILE",
         help="JSON schema file: structured answers, one export column per field",
+    )
+    p.add_argument(
+        "--temperature",
+        type=_number(0, MAX_TEMPERATURE, above_minimum=False),
+        metavar="X",
+        help=f"sampling temperature, {_range(0.0, MAX_TEMPERATURE)} (default: the provider's)",
+    )
+    p.add_argument(
+        "--max-output-tokens",
+        type=_whole(1, MAX_OUTPUT_TOKENS),
+        metavar="N",
+        help=f"at most N tokens per answer, {_range(1, MAX_OUTPUT_TOKENS)} (default "
+        "max_output_tokens)",
+    )
+    p.add_argument(
+        "--system",
+        metavar="FILE",
+        help="a UTF-8 text file: system prompt sent ahead of the item framing with every item",
+    )
+    p.add_argument(
+        "-o",
+        dest="option",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="a request field sent with every item, e.g. -o top_p=0.9 (a JSON value, else "
+        "text; repeatable)",
     )
     p.add_argument(
         "--fresh",

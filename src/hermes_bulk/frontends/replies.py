@@ -22,7 +22,7 @@ from ..jobs.service import Jobs, JobStatus, Plan
 from ..store.protocol import PAUSED, JobRecord
 from ..words import count
 from . import views
-from .flag_files import read_instruction, read_schema
+from .flag_files import read_instruction, read_schema, read_system
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
@@ -111,6 +111,10 @@ def create(
     batch: bool = False,
     batch_deadline: float | None = None,
     model: str | None = None,
+    temperature: float | None = None,
+    max_output_tokens: int | None = None,
+    system: str | None = None,
+    option: list[str] | None = None,
 ) -> Reply:
     if instruction is not None and instruction_file:
         raise UsageError("Give the instruction or --instruction-file, not both.")
@@ -121,6 +125,7 @@ def create(
             f"Give an instruction: {hints.create(place.cmd)}, or --instruction-file PATH."
         )
     schema_text = read_schema(Path(place.path(schema))) if schema else None
+    system_text = read_system(Path(place.path(system))) if system else None
     created = jobs.create(
         instruction,
         place.path(over),
@@ -135,6 +140,10 @@ def create(
         dry_run=dry_run,
         batch=batch,
         batch_deadline_s=batch_deadline,
+        temperature=temperature,
+        max_output_tokens=max_output_tokens,
+        system=system_text,
+        options=option,
         **place.create_options(model=model, batch=batch),
     )
     if isinstance(created, Plan):

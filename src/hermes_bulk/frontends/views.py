@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..fleet.liveness import answering
-from ..jobs import hints
+from ..jobs import hints, model_options
 from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, state_label
 from ..store.protocol import (
     INTERRUPTED_WORKER_STOP,
@@ -22,6 +22,7 @@ from ..store.protocol import (
     RUNNING,
     Event,
     ItemRecord,
+    JobSpec,
     WorkerInfo,
 )
 from ..words import count, plural
@@ -191,6 +192,8 @@ def status_text(
             f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} "
             "reserved)"
         )
+    if request := request_line(spec):
+        lines.append(request)
     if st.rate_limit and st.state == "processing":
         lines.append(
             f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait "
@@ -214,6 +217,17 @@ def status_text(
         lines.append("Events:")
         lines += ["  " + line for line in event_lines(st.events, st.event_names)]
     return "\n".join(lines)
+
+
+def request_line(spec: JobSpec) -> str:
+    """What every request of the job carries besides the item, when it carries more than the
+    instruction: its options (create --temperature, -o), output limit and system prompt."""
+    parts = [model_options.describe(spec.options)] if spec.options else []
+    if spec.max_output_tokens:
+        parts.append(f"at most {count(spec.max_output_tokens, 'output token')}")
+    if spec.system:
+        parts.append(f"a system prompt of {count(len(spec.system), 'character')}")
+    return f"Each request: {'; '.join(parts)}" if parts else ""
 
 
 def concurrency_line(st: JobStatus) -> str:

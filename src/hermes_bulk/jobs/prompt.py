@@ -25,19 +25,26 @@ SYSTEM = (
 
 
 def build_messages(
-    instruction: str, item_name: str, content: str, content_hash: str
+    instruction: str, item_name: str, content: str, content_hash: str, system: str | None = None
 ) -> list[dict[str, str]]:
+    """The request's messages. What every item shares comes first (the system text, then the
+    instruction), the item last, so a provider's prefix cache serves the shared part. system:
+    the job's --system text, put ahead of the framing (which has the last word on the item)."""
     tag = content_hash.split(":")[-1][:12]
     user = (
         f"Instruction:\n{instruction}\n\nItem {item_name} (between the BEGIN and END "
         f"lines):\n----- BEGIN ITEM {tag} -----\n{content}\n----- END ITEM {tag} -----"
     )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+    framing = f"{system}\n\n{SYSTEM}" if system else SYSTEM
+    return [{"role": "system", "content": framing}, {"role": "user", "content": user}]
 
 
-def estimate_tokens(content: str, instruction: str, output_allowance: int) -> int:
+def estimate_tokens(
+    content: str, instruction: str, output_allowance: int, system: str | None = None
+) -> int:
     """About one token per 3 characters of input, plus the output allowance."""
-    return (len(content) + len(instruction) + len(SYSTEM) + 80) // 3 + output_allowance
+    shared = len(instruction) + len(SYSTEM) + (len(system) + 2 if system else 0)
+    return (len(content) + shared + 80) // 3 + output_allowance
 
 
 def answer_key(
@@ -50,13 +57,15 @@ def answer_key(
     sampling: dict | None,
     content_hash: str,
     endpoint: str = "",
+    system: str | None = None,
 ) -> str:
     """The hash of everything that shapes an item's answer (a reused answer must be the one this
     item would get): framing version, model client and model, instruction, --schema, the
-    generation settings (output limit, sampling), the item's content, and the endpoint and
-    account it is asked of (endpoints.identity: a hash of the public URL and of the key's
-    fingerprint, never a credential; "" for a job that recorded none, whose keys stay as they
-    were). Not its name: identical rows of a CSV (row:3, row:9) are the same question."""
+    generation settings (output limit, sampling: the job's request options), the item's
+    content, the endpoint and account it is asked of (endpoints.identity: a hash of the public
+    URL and of the key's fingerprint, never a credential; "" for a job that recorded none, whose
+    keys stay as they were), and the --system text. Not its name: identical rows of a CSV
+    (row:3, row:9) are the same question."""
     shape = [
         PROMPT_VERSION,
         client,
@@ -69,5 +78,7 @@ def answer_key(
     ]
     if endpoint:
         shape.append(endpoint)
+    if system:  # tagged: a job without an endpoint is never keyed as one whose endpoint it reads
+        shape.append({"system": system})
     # 128 bits of sha256: collisions stay out of reach, and a million-row index stays small.
     return hashlib.sha256(json.dumps(shape, ensure_ascii=False).encode("utf-8")).hexdigest()[:32]

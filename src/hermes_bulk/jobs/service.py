@@ -44,7 +44,7 @@ from ..store.protocol import (
 )
 from ..store.sqlite.database import is_open_sqlite_file
 from ..words import count
-from . import hints, prompt
+from . import hints, model_options, prompt
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
@@ -205,6 +205,9 @@ class JobStatus:
             "batches": [_batch_dict(b) for b in self.batches],
             "concurrency_in_force": self.concurrency,
             "endpoint": j.spec.endpoint,
+            "request_options": j.spec.options or {},
+            "max_output_tokens": j.spec.max_output_tokens,
+            "system": j.spec.system,
         }
 
 
@@ -319,12 +322,18 @@ class Jobs:
         batch: bool = False,
         batch_deadline_s: float | None = None,
         bind_endpoint: bool = True,
+        temperature: float | None = None,
+        max_output_tokens: int | None = None,
+        system: str | None = None,
+        options: list[str] | None = None,
     ) -> Created | Plan:
         """Discover the items and record them; makes no model calls. Bad input creates nothing. With
         dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
         batch: the job runs through the provider's Batch API (runtime/batch_driver.py), with the
         rest left live after batch_deadline_s. bind_endpoint=False: any worker's endpoint serves the
-        job (a `/bulk … --batch` job, made where no endpoint of its own is configured)."""
+        job (a `/bulk … --batch` job, made where no endpoint of its own is configured).
+        temperature, max_output_tokens (else the setting), system and options (`-o KEY=VALUE`
+        texts): what every request carries besides the item (jobs/model_options.py)."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
@@ -335,6 +344,10 @@ class Jobs:
                 "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk "
                 "worker's)."
             )
+        request_options = model_options.request_options(temperature, options, client=client)
+        if system is not None and not system.strip():
+            raise UsageError("--system: the text is empty; write the system prompt in the file.")
+        max_output_tokens = max_output_tokens or s.max_output_tokens
         concurrency = concurrency or min(s.default_concurrency, s.max_concurrency)
         if concurrency > s.max_concurrency:
             raise UsageError(
@@ -367,6 +380,9 @@ class Jobs:
                 model=model if client == "http" else None,
                 max_tokens=max_tokens,
                 schema=schema,
+                max_output_tokens=max_output_tokens,
+                system=system,
+                options=request_options,
             )
         spec = JobSpec(
             job_id=os.urandom(6).hex(),
@@ -381,14 +397,16 @@ class Jobs:
             model=model,
             client=client,
             provider_key=provider or "",
-            output_tokens_estimate=s.max_output_tokens or s.output_tokens_estimate,
-            max_output_tokens=s.max_output_tokens,
+            output_tokens_estimate=max_output_tokens or s.output_tokens_estimate,
+            max_output_tokens=max_output_tokens,
             schema=schema,
             reuse=s.reuse and not fresh,
             mode="batch" if batch else "live",
             batch_deadline_s=batch_deadline_s,
             endpoint=endpoint,
             key_fingerprint=key_fp,
+            system=system,
+            options=request_options,
         )
         self.store.begin_job(spec)
         try:
@@ -415,13 +433,16 @@ class Jobs:
         model: str | None,
         max_tokens: int | None,
         schema: str | None,
+        max_output_tokens: int | None,
+        system: str | None,
+        options: dict[str, Any] | None,
     ) -> Plan:
         """What create would record and send first, read from the source alone (the store is not
         opened)."""
         from ..sources import Skipped, content_hash
 
         s = self.settings
-        allowance = s.max_output_tokens or s.output_tokens_estimate
+        allowance = max_output_tokens or s.output_tokens_estimate
         items = skipped = estimate = 0
         request: dict[str, Any] | None = None
         first = None
@@ -434,15 +455,20 @@ class Jobs:
                 request = {
                     "model": model or "(Hermes' model)",
                     "messages": prompt.build_messages(
-                        instruction, entry.name, entry.content, content_hash(entry.content)
+                        instruction,
+                        entry.name,
+                        entry.content,
+                        content_hash(entry.content),
+                        system,
                     ),
+                    **(options or {}),
                 }
-                if s.max_output_tokens:
-                    request["max_tokens"] = s.max_output_tokens
+                if max_output_tokens:
+                    request["max_tokens"] = max_output_tokens
                 if schema:
                     request["response_format"] = answers.response_format(json.loads(schema))
             items += 1
-            estimate += prompt.estimate_tokens(entry.content, instruction, allowance)
+            estimate += prompt.estimate_tokens(entry.content, instruction, allowance, system)
         if items == 0:
             raise InputError(
                 f"--over {over}: no items to process ({count(skipped, 'entry')} left out)."
@@ -483,7 +509,7 @@ class Jobs:
                     offset=entry.offset,
                     stat_sig=entry.stat_sig,
                     estimated_tokens=prompt.estimate_tokens(
-                        entry.content, spec.instruction, spec.output_tokens_estimate
+                        entry.content, spec.instruction, spec.output_tokens_estimate, spec.system
                     ),
                     answer_key=item_answer_key(spec, digest),
                 )
@@ -597,7 +623,11 @@ class Jobs:
             []
             if detail.content is None
             else prompt.build_messages(
-                job.spec.instruction, detail.item.name, detail.content, detail.content_hash
+                job.spec.instruction,
+                detail.item.name,
+                detail.content,
+                detail.content_hash,
+                job.spec.system,
             )
         )
         return ItemShown(
@@ -890,11 +920,12 @@ def item_answer_key(spec: JobSpec, item_content_hash: str) -> str:
         instruction=spec.instruction,
         schema=spec.schema,
         max_output_tokens=spec.max_output_tokens,
-        sampling=None,
+        sampling=spec.options,
         content_hash=item_content_hash,
         endpoint=endpoints.identity(spec.endpoint, spec.key_fingerprint or "")
         if spec.endpoint is not None
         else "",
+        system=spec.system,
     )
 
 

@@ -257,10 +257,13 @@ class HermesLlmClient:
         *,
         max_tokens: int | None,
         json_schema: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> Completion:
+        # ctx.llm passes on the temperature alone (model_options.HERMES_OPTIONS, held at create).
+        temperature = (options or {}).get("temperature")
         try:
             with in_profile(self.home):
-                result = self._call(messages, max_tokens, json_schema)
+                result = self._call(messages, max_tokens, json_schema, temperature)
         except Exception as exc:
             raise classify_error(exc) from None
         return self._completion(result, max_tokens, json_schema)
@@ -301,21 +304,27 @@ class HermesLlmClient:
         messages: list[dict[str, str]],
         max_tokens: int | None,
         json_schema: dict[str, Any] | None,
+        temperature: float | None,
     ):
         with (
             one_attempt()
         ):  # Bulk retries (and charges) each attempt itself: Hermes must not retry unseen
-            return self._call_once(messages, max_tokens, json_schema)
+            return self._call_once(messages, max_tokens, json_schema, temperature)
 
     def _call_once(
         self,
         messages: list[dict[str, str]],
         max_tokens: int | None,
         json_schema: dict[str, Any] | None,
+        temperature: float | None,
     ):
         if json_schema is None:
             return self.llm.complete(
-                messages, max_tokens=max_tokens, timeout=self.timeout_s, purpose=PURPOSE
+                messages,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                timeout=self.timeout_s,
+                purpose=PURPOSE,
             )
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         user = "\n\n".join(m["content"] for m in messages if m["role"] == "user")
@@ -325,6 +334,7 @@ class HermesLlmClient:
             json_schema=json_schema,
             system_prompt=system or None,
             max_tokens=max_tokens,
+            temperature=temperature,
             timeout=self.timeout_s,
             purpose=PURPOSE,
         )

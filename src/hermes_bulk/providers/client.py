@@ -67,8 +67,10 @@ class ModelClient(Protocol):
         *,
         max_tokens: int | None,
         json_schema: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> Completion:
-        """One model call; raises RateLimited, TransientModelError or PermanentModelError."""
+        """One model call; raises RateLimited, TransientModelError or PermanentModelError.
+        options: the job's request fields (JobSpec.options), checked at create."""
 
     def close(self) -> None:
         """Release connections."""
@@ -180,18 +182,23 @@ class HttpModelClient:
                 self._clients.append(client)
         return client
 
-    def request_body(self, messages, *, max_tokens, json_schema=None) -> dict[str, Any]:
+    def request_body(
+        self, messages, *, max_tokens, json_schema=None, options=None
+    ) -> dict[str, Any]:
         """The chat-completions request for one item: what complete() sends, and what a line of a
-        provider batch carries (batch_api)."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages}
+        provider batch carries (batch_api). options never hold the fields set here
+        (model_options.OWN_FIELDS)."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages, **(options or {})}
         if max_tokens:
             body["max_tokens"] = max_tokens
         if json_schema is not None:
             body["response_format"] = answers.response_format(json_schema)
         return body
 
-    def complete(self, messages, *, max_tokens, json_schema=None) -> Completion:
-        body = self.request_body(messages, max_tokens=max_tokens, json_schema=json_schema)
+    def complete(self, messages, *, max_tokens, json_schema=None, options=None) -> Completion:
+        body = self.request_body(
+            messages, max_tokens=max_tokens, json_schema=json_schema, options=options
+        )
         try:
             with self._slots, self._http.stream("POST", self._chat_url, json=body) as response:
                 limit = MAX_ANSWER_BYTES if response.status_code == 200 else MAX_ERROR_BYTES

@@ -424,10 +424,13 @@ class BatchDriver:
                     self.store.fail_item(job.job_id, item.index, batch.owner, error)
                     continue
                 messages = prompt.build_messages(
-                    spec.instruction, item.name, item.content, item.content_hash
+                    spec.instruction, item.name, item.content, item.content_hash, spec.system
                 )
                 body = client.request_body(
-                    messages, max_tokens=spec.max_output_tokens, json_schema=schema
+                    messages,
+                    max_tokens=spec.max_output_tokens,
+                    json_schema=schema,
+                    options=spec.options,
                 )
                 line = (
                     json.dumps(

@@ -351,10 +351,10 @@ class ItemProcessor:
             self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep
         )
         messages = prompt.build_messages(
-            spec.instruction, claim.name, claim.content, claim.content_hash
+            spec.instruction, claim.name, claim.content, claim.content_hash, spec.system
         )
         estimate = prompt.estimate_tokens(
-            claim.content, spec.instruction, claim.job.output_allowance
+            claim.content, spec.instruction, claim.job.output_allowance, spec.system
         )
         schema = json.loads(spec.schema) if spec.schema else None
         while True:
@@ -402,7 +402,10 @@ class ItemProcessor:
         spec = claim.job.spec
         try:
             completion = client.complete(
-                messages, max_tokens=spec.max_output_tokens, json_schema=schema
+                messages,
+                max_tokens=spec.max_output_tokens,
+                json_schema=schema,
+                options=spec.options,
             )
         except EndpointUnreachable as exc:
             verdict = self.breaker.unreachable(attempt)

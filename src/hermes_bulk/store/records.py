@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 # Persisted job run states. What `status` shows is derived from these and the item counts
 # (see jobs.derive_state).
@@ -80,6 +80,11 @@ class JobSpec:
     key_fingerprint: str | None = (
         None  # http: endpoints.key_fingerprint of the key it was created with
     )
+    #: create --system: text put ahead of the framing in the system message (jobs/prompt.py)
+    system: str | None = None
+    #: create --temperature and -o KEY=VALUE: fields added to every request body
+    #: (jobs/model_options.py), JSON values; None when there are none
+    options: dict[str, Any] | None = None
 
 
 @functools.lru_cache(maxsize=256)

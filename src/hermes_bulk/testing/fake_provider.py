@@ -102,6 +102,9 @@ class RequestRecord:
     item: str  # digest of the item text
     status: int  # what was answered (0 for reset / hang)
     fault: str | None = None
+    #: The request body's fields but model and messages (temperature, max_tokens, -o options)
+    options: dict[str, Any] = field(default_factory=dict)
+    system: str = ""  # the system messages' text
 
 
 @dataclass
@@ -255,7 +258,7 @@ class FakeProvider:
 
     # Decisions -----------------------------------------------------------------------------
     def _decide(
-        self, item: str, records: list[RequestRecord] | None = None
+        self, item: str, records: list[RequestRecord] | None = None, req: dict | None = None
     ) -> tuple[str, RequestRecord]:
         """The fault (or "ok") for this request, and its record (in records: requests by default),
         under the lock."""
@@ -282,8 +285,18 @@ class FakeProvider:
                     fault = f"429:ms={wait_ms}"
             if fault == "ok" and cfg.fail_rate and self._rng.random() < cfg.fail_rate:
                 fault = self._rng.choice(cfg.fail_kinds)
+            req = req or {}
             record = RequestRecord(
-                at=time.time(), item=digest(item), status=0, fault=None if fault == "ok" else fault
+                at=time.time(),
+                item=digest(item),
+                status=0,
+                fault=None if fault == "ok" else fault,
+                options={k: v for k, v in req.items() if k not in ("model", "messages")},
+                system="\n".join(
+                    _content_text(m.get("content"))
+                    for m in req.get("messages") or []
+                    if isinstance(m, dict) and m.get("role") == "system"
+                ),
             )
             (self.requests if records is None else records).append(record)
             self._arrived.notify_all()
@@ -445,7 +458,7 @@ class FakeProvider:
             _content_text(m.get("content")) for m in messages if m.get("role") == "user"
         )
         item = item_text(prompt)
-        fault, record = self._decide(item)
+        fault, record = self._decide(item, req=req)
         assert self._gate_open is not None
         if not self._gate_open.is_set() and not self._passes_closed_gate():
             with self._lock:
@@ -539,7 +552,7 @@ class FakeProvider:
             _content_text(m.get("content")) for m in messages if m.get("role") == "user"
         )
         item = item_text(prompt)
-        fault, record = self._decide(item, records)
+        fault, record = self._decide(item, records, req)
         if fault.startswith("429"):
             record.status = 429
             return 429, {
