@@ -5,6 +5,7 @@ provider, SQLite or a real redis-server."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -190,3 +191,57 @@ def test_dry_run_shows_a_screenful_of_a_huge_first_request_unless_full(cli, tmp_
     assert whole.count("word ") >= 40_000 and "--full shows" not in whole
     plan = cli.json("create", "Summarize", "--over", str(src), "--dry-run", "--json")
     assert plan["request"]["messages"][1]["content"].count("word ") == 40_000, "--json is whole"
+
+
+def _rows_jsonl(tmp_path, n: int):
+    """n records of equal length (equal estimates); record 5 repeats record 0."""
+    src = tmp_path / "rows.jsonl"
+    rows = [{"t": f"item {i % 5 if i == 5 else i:02d}"} for i in range(n)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return src
+
+
+def test_a_dry_run_counts_what_would_be_reused_and_estimates_only_the_rest(backend_cli, tmp_path):
+    cli = backend_cli
+    src = _rows_jsonl(tmp_path, 6)
+    first = cli.json("create", "Say A", "--over", str(src), "--dry-run", "--json")
+    assert (first["items"], first["reused"], first["repeats"], first["to_run"]) == (6, 0, 1, 5)
+    assert first["output_allowance"] == 512 and first["allowance_from"] is None
+    per_item = first["estimated_tokens"] // 5
+    assert first["estimated_tokens"] == 5 * per_item, "the repeat is not estimated"
+    assert (
+        "6 items: 1 repeat of an item before them, 5 to run."
+        in cli("create", "Say A", "--over", str(src), "--dry-run").stdout
+    )
+
+    job_id = cli.json("create", "Say A", "--over", str(src), "--json")["job_id"]
+    cli("run", job_id, "--wait")
+    done = cli.status(job_id)
+    learned = -(-2 * done["tokens_out"] // done["completed"])  # JobRecord.output_allowance
+    assert learned < 512
+
+    src = _rows_jsonl(tmp_path, 9)  # three new records
+    again = cli.json("create", "Say A", "--over", str(src), "--dry-run", "--json")
+    assert (again["items"], again["reused"], again["repeats"], again["to_run"]) == (9, 6, 0, 3)
+    assert (again["output_allowance"], again["allowance_from"]) == (learned, job_id)
+    assert again["estimated_tokens"] == 3 * (per_item - 512 + learned)
+    text = cli("create", "Say A", "--over", str(src), "--dry-run").stdout
+    assert "9 items: 6 answered before (reused), 3 to run." in text
+    assert (
+        f"Estimated tokens for the 3 to run: {again['estimated_tokens']} (allowing {learned} "
+        f"output tokens an item; as job {job_id} learned)"
+    ) in text
+
+    # --fresh reuses nothing, but still asks each question once; another instruction learned
+    # nothing yet. The job create makes is the one the dry run described.
+    fresh = cli.json("create", "Say A", "--over", str(src), "--fresh", "--dry-run", "--json")
+    assert (fresh["reused"], fresh["repeats"], fresh["to_run"]) == (0, 1, 8)
+    other = cli.json("create", "Say B", "--over", str(src), "--dry-run", "--json")
+    assert (other["reused"], other["output_allowance"], other["allowance_from"]) == (0, 512, None)
+    made = cli.json("create", "Say A", "--over", str(src), "--json")
+    status = cli.status(made["job_id"])
+    assert (made["reused"], status["pending"], status["estimated_tokens"]) == (
+        6,
+        3,
+        again["estimated_tokens"],
+    ), "the job's estimate is the dry run's: the reused items cost nothing"

@@ -1033,3 +1033,36 @@ def test_a_429_to_a_request_sent_after_the_wait_doubles_it_and_retry_after_still
     assert limits.pause(
         "k9", seconds=30, base_s=base, cap_s=120, epoch=turns[5].epoch
     ) - now == pytest.approx(30, abs=0.5)
+
+
+def test_answered_names_the_keys_the_answer_index_holds_and_changes_nothing(store):
+    job_id = f"ans{next(_counter):06d}{int(time.time() * 1000) % 100000:05d}"
+    spec = JobSpec(
+        job_id=job_id,
+        instruction="x",
+        source="/s",
+        source_kind="jsonl",
+        concurrency=4,
+        retries=1,
+        provider_key="p:test",
+    )
+    store.begin_job(spec)
+    keys = [f"{next(_counter):032x}" for _ in range(3)]  # keys as prompt.answer_key makes them
+    store.add_items(
+        job_id,
+        [
+            NewItem(i, f"line:{i + 1}", f"c{i}", f"b2:c{i}", "x.jsonl", i, "1:1", 5, answer_key=k)
+            for i, k in enumerate(keys)
+        ],
+    )
+    store.finish_job(job_id)
+    store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
+    c = claim(store, job_id, hint=1)
+    assert store.complete_item(job_id, c.index, "w1", "answer", Usage(3, 4))
+    unknown = f"{next(_counter):032x}"
+    assert store.answered([]) == set()
+    assert store.answered([keys[0], keys[1], keys[2], unknown, "not hex"]) == {keys[1]}
+    assert store.answered([keys[1]] * 1500) == {keys[1]}, "pages of the look-up"
+    assert store.get_job(job_id).completed == 1, "read only"
+    store.delete_job(job_id)
+    assert store.answered([keys[1]]) == set(), "a deleted job's answers go with it"

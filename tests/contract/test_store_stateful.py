@@ -482,11 +482,12 @@ class StoreMachine(RuleBasedStateMachine):
         ]
         self.store.add_items(self.job_id, items)
         job = self.store.finish_job(self.job_id)
+        asked = {c: e for c, e in reversed(list(zip(contents, estimates, strict=False)))}
         assert (job.state, job.total, job.estimated_tokens) == (
             NOT_STARTED,
             len(items),
-            sum(estimates),
-        )
+            sum(asked.values()),  # a duplicate is not asked: no estimate
+        ), "the estimate of the first item of each content"
         firsts: dict[str, int] = {}
         model_items = []
         for i, e in enumerate(estimates):
@@ -1179,6 +1180,7 @@ class StoreMachine(RuleBasedStateMachine):
             job.reused,
             job.tokens_saved,
             job.tokens_charged,
+            job.estimated_tokens,
         ) == (
             len(contents),
             len(reused),
@@ -1186,6 +1188,7 @@ class StoreMachine(RuleBasedStateMachine):
             len(reused),
             sum(w[3] for w in reused),
             0,
+            7 * sum(w[0] == PENDING for w in want),  # reused items and duplicates ask nothing
         )
 
     # After every step ------------------------------------------------------------------------

@@ -4,6 +4,7 @@ directory like --over, and warns when --max-tokens is below the estimate (real H
 from __future__ import annotations
 
 from .conftest import job_id_of
+from .test_bulk_plugin import wait_for_state
 
 
 def test_bulk_reads_the_instruction_file_from_hermes_working_directory(
@@ -32,3 +33,15 @@ def test_bulk_dry_run_shows_the_request_and_creates_no_job(gateway, hermes_provi
     whole = gw.bulk('"Summarise" --over big.txt --dry-run --full')
     assert whole.count("word") >= 20_000, "the whole item (the chat wraps its lines)"
     assert "No jobs" in gw.bulk("list") or "no jobs" in gw.bulk("list").lower()
+
+
+def test_bulk_dry_run_counts_the_answers_it_would_reuse(gateway, hermes_provider, tmp_path):
+    (tmp_path / "t.jsonl").write_text("".join(f'{{"t": "row {i}"}}\n' for i in range(4)))
+    gw = gateway(cwd=tmp_path)
+    job = job_id_of(gw.bulk('"Summarise" --over t.jsonl'))
+    gw.bulk(f"run {job}")
+    wait_for_state(gw, job, "completed")
+    (tmp_path / "t.jsonl").write_text("".join(f'{{"t": "row {i}"}}\n' for i in range(6)))
+    reply = " ".join(gw.bulk('"Summarise" --over t.jsonl --dry-run').split())  # unwrapped
+    assert "6 items: 4 answered before (reused), 2 to run." in reply, reply
+    assert "Estimated tokens for the 2 to run: " in reply and f"as job {job} learned" in reply

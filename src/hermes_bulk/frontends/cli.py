@@ -197,6 +197,10 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
                     "output_allowance": plan.output_allowance,
                     "first_item": plan.first_item,
                     "request": plan.request,
+                    "reused": plan.reused,
+                    "repeats": plan.repeats,
+                    "to_run": plan.to_run,
+                    "allowance_from": plan.allowance_from,
                 }
             )
         )

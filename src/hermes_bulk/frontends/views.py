@@ -116,11 +116,23 @@ def plan_text(plan: Plan, *, full: bool = False) -> str:
     """create --dry-run: nothing was created; what the job would be and its first request (about
     a screenful of it, unless full)."""
     left_out = f" ({count(plan.skipped, 'entry')} left out)" if plan.skipped else ""
+    not_asked = [
+        f"{plan.reused} answered before (reused)" if plan.reused else "",
+        f"{count(plan.repeats, 'repeat')} of an item before them" if plan.repeats else "",
+    ]
+    split = ", ".join([*filter(None, not_asked), f"{plan.to_run} to run"])
+    basis = (
+        f"as job {plan.allowance_from} learned"
+        if plan.allowance_from
+        else "a running job learns the real figure from its completed items"
+    )
     lines = [
-        f"Dry run: no job created. {count(plan.items, 'item')}{left_out}.",
-        f"Estimated tokens for the whole job: {plan.estimated_tokens} (allowing "
-        f"{plan.output_allowance} "
-        "output tokens an item; a running job learns the real figure from its completed items)",
+        f"Dry run: no job created. {count(plan.items, 'item')}{left_out}"
+        + (f": {split}." if plan.to_run < plan.items else "."),
+        "Estimated tokens for "
+        + ("the whole job" if plan.to_run == plan.items else f"the {plan.to_run} to run")
+        + f": {plan.estimated_tokens} (allowing {plan.output_allowance} output tokens an item; "
+        f"{basis})",
     ]
     if plan.max_tokens is not None and plan.max_tokens < plan.estimated_tokens:
         lines.append(

@@ -10,7 +10,7 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -26,6 +26,7 @@ from ..providers.pacing import OpenGate, RequestGate, provider_key
 from ..store.protocol import (
     AWAITING_RECOVERY,
     FAILED,
+    LEARN_AFTER,
     NOT_STARTED,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
@@ -57,6 +58,10 @@ if TYPE_CHECKING:
 # and commits stay few (a million-row CSV took 55 s in batches of 2,000, 31 s in 20,000: each
 # batch rewrites the index pages it touches, and a bigger batch touches fewer per item).
 ADD_BATCH = 20_000
+#: Items a dry run classifies per look-up in the answer index.
+PLAN_LOOKUP_ITEMS = 1000
+#: How many of the newest jobs create looks through for an output allowance learned before.
+LEARN_FROM_JOBS = 100
 ADD_BATCH_BYTES = 16 * 1024 * 1024
 SKIPPED_SHOWN = 20
 #: Cancels a batch job's open batches at the provider before it is deleted; raises
@@ -87,6 +92,13 @@ class Plan:
     max_tokens: int | None
     first_item: str | None
     request: dict[str, Any]
+    reused: int = 0  #: items an earlier job answered (the job reuses): not asked
+    repeats: int = 0  #: items asking what an earlier item of the job asks: not asked again
+    allowance_from: str | None = None  #: the earlier job output_allowance was learned from
+
+    @property
+    def to_run(self) -> int:
+        return self.items - self.reused - self.repeats
 
 
 @dataclass(frozen=True)
@@ -372,18 +384,6 @@ class Jobs:
         from ..sources import Source
 
         source = Source(over, max_item_bytes=s.max_item_bytes)
-        if dry_run:
-            return self._plan(
-                instruction,
-                over,
-                source,
-                model=model if client == "http" else None,
-                max_tokens=max_tokens,
-                schema=schema,
-                max_output_tokens=max_output_tokens,
-                system=system,
-                options=request_options,
-            )
         spec = JobSpec(
             job_id=os.urandom(6).hex(),
             instruction=instruction,
@@ -408,6 +408,11 @@ class Jobs:
             system=system,
             options=request_options,
         )
+        learned = self._learned_allowance(spec)
+        if learned is not None:  # the allowance an earlier job of this request learned
+            spec = replace(spec, output_tokens_estimate=learned[0])
+        if dry_run:
+            return self._plan(spec, over, source, learned_from=learned and learned[1])
         self.store.begin_job(spec)
         try:
             skipped = self._add_items(spec, source, on_progress)
@@ -424,51 +429,90 @@ class Jobs:
         private_dir(self.job_dir(job.job_id))
         return Created(job=job, skipped=skipped)
 
-    def _plan(
-        self,
-        instruction: str,
-        over: str,
-        source: Source,
-        *,
-        model: str | None,
-        max_tokens: int | None,
-        schema: str | None,
-        max_output_tokens: int | None,
-        system: str | None,
-        options: dict[str, Any] | None,
-    ) -> Plan:
-        """What create would record and send first, read from the source alone (the store is not
-        opened)."""
+    def _learned_allowance(self, spec: JobSpec) -> tuple[int, str] | None:
+        """The output allowance (JobRecord.output_allowance) of the newest of the last
+        LEARN_FROM_JOBS jobs that asked the same model the same way (client, model, instruction,
+        --system, --schema) and has learned one, capped by this job's output limit, with that
+        job's id; None when none has, or there is no store yet (nothing is made to find out)."""
+        if missing_database(self.settings) is not None:
+            return None
+        shape = (spec.client, spec.model, spec.instruction, spec.system, spec.schema)
+        for job in self.store.list_jobs(LEARN_FROM_JOBS):
+            s = job.spec
+            if (s.client, s.model, s.instruction, s.system, s.schema) != shape:
+                continue
+            if job.answered >= LEARN_AFTER and job.tokens_out > 0:
+                allowance = job.output_allowance
+                if spec.max_output_tokens is not None:
+                    allowance = min(allowance, spec.max_output_tokens)
+                return allowance, job.job_id
+        return None
+
+    def _plan(self, spec: JobSpec, over: str, source: Source, *, learned_from: str | None) -> Plan:
+        """What create would record and send first, read from the source, and what of it would be
+        asked: items answered before (when the job reuses) and repeats of an item of the job are
+        not, and are left out of the estimate. The store is only read, and not opened when there
+        is none yet."""
         from ..sources import Skipped, content_hash
 
-        s = self.settings
-        allowance = max_output_tokens or s.output_tokens_estimate
+        allowance = spec.output_tokens_estimate
         items = skipped = estimate = 0
         request: dict[str, Any] | None = None
         first = None
+        lookup = spec.reuse and missing_database(self.settings) is None
+        asked: set[bytes] = set()  # keys of items that would be asked (16 bytes each)
+        answered: set[bytes] = set()  # keys the answer index holds
+        reused = repeats = 0
+        batch: list[tuple[str, int]] = []  # (answer key, estimate) not yet classified
+
+        def classify() -> None:
+            nonlocal reused, repeats, estimate
+            new = {
+                key
+                for key, _ in batch
+                if (raw := bytes.fromhex(key)) not in asked and raw not in answered
+            }
+            if lookup and new:
+                answered.update(bytes.fromhex(k) for k in self.store.answered(sorted(new)))
+            for key, item_estimate in batch:
+                raw = bytes.fromhex(key)
+                if raw in answered:
+                    reused += 1
+                elif raw in asked:
+                    repeats += 1
+                else:
+                    asked.add(raw)
+                    estimate += item_estimate
+            batch.clear()
+
         for entry in source.entries():
             if isinstance(entry, Skipped):
                 skipped += 1
                 continue
+            digest = content_hash(entry.content)
             if request is None:
                 first = entry.name
                 request = {
-                    "model": model or "(Hermes' model)",
+                    "model": spec.model if spec.client == "http" else "(Hermes' model)",
                     "messages": prompt.build_messages(
-                        instruction,
-                        entry.name,
-                        entry.content,
-                        content_hash(entry.content),
-                        system,
+                        spec.instruction, entry.name, entry.content, digest, spec.system
                     ),
-                    **(options or {}),
+                    **(spec.options or {}),
                 }
-                if max_output_tokens:
-                    request["max_tokens"] = max_output_tokens
-                if schema:
-                    request["response_format"] = answers.response_format(json.loads(schema))
+                if spec.max_output_tokens:
+                    request["max_tokens"] = spec.max_output_tokens
+                if spec.schema:
+                    request["response_format"] = answers.response_format(json.loads(spec.schema))
             items += 1
-            estimate += prompt.estimate_tokens(entry.content, instruction, allowance, system)
+            batch.append(
+                (
+                    item_answer_key(spec, digest),
+                    prompt.estimate_tokens(entry.content, spec.instruction, allowance, spec.system),
+                )
+            )
+            if len(batch) >= PLAN_LOOKUP_ITEMS:
+                classify()
+        classify()
         if items == 0:
             raise InputError(
                 f"--over {over}: no items to process ({count(skipped, 'entry')} left out)."
@@ -478,9 +522,12 @@ class Jobs:
             skipped=skipped,
             estimated_tokens=estimate,
             output_allowance=allowance,
-            max_tokens=max_tokens,
+            max_tokens=spec.max_tokens,
             first_item=first,
             request=request or {},
+            reused=reused,
+            repeats=repeats,
+            allowance_from=learned_from,
         )
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:

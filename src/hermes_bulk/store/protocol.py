@@ -121,6 +121,11 @@ class JobStore(Protocol):
     def active_job_ids(self) -> list[str]:
         """Jobs in state running: what a worker's maintenance loop looks after."""
 
+    def answered(self, keys: list[str]) -> set[str]:
+        """The answer keys among `keys` that the answer index holds: an item with one would be
+        completed with that answer at create (when its job reuses). Reads only (create
+        --dry-run)."""
+
     def iter_items(
         self, job_id: str, batch: int = 1000, *, with_content: bool = False
     ) -> Iterator[ItemRecord]:

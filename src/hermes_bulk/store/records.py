@@ -149,7 +149,9 @@ class JobRecord:
     tokens_out: int
     tokens_charged: int  # reported usage, or the estimate where none was reported
     tokens_reserved: int  # estimates held by running items
-    estimated_tokens: int  # sum of the estimates of every item
+    #: sum of the estimates of the items that will be asked: not those reused at create, nor
+    #: the duplicates waiting on an earlier item of the job
+    estimated_tokens: int
     skipped: int
     last_claim_at: float | None  # when an item was last claimed
     run_at: float | None  # when the job last moved to running

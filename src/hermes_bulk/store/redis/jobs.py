@@ -49,6 +49,8 @@ RETRY_BATCH_ITEMS = 1000
 INDEX_PAGE = 200
 #: At most this many ids from find_job_ids (as the SQLite store).
 FIND_LIMIT = 10
+#: Answer keys looked up per round trip by `answered`.
+ANSWERED_PAGE = 1000
 #: Buckets of names read per round trip by find_item.
 FIND_BUCKETS = 64
 
@@ -358,6 +360,14 @@ class RedisJobStore(RedisBatches):
             model=st.get("md"),
             reused_from=(st["rj"], st["ri"]) if "rj" in st else None,
         )
+
+    def answered(self, keys: list[str]) -> set[str]:
+        found: set[str] = set()
+        for low in range(0, len(keys), ANSWERED_PAGE):
+            page = keys[low : low + ANSWERED_PAGE]
+            stored = self.r.hmget(self.keys.answers, [codec.answer_field(k) for k in page])
+            found.update(k for k, v in zip(page, stored, strict=True) if v is not None)
+        return found
 
     def find_item(self, job_id: str, name: str) -> int | None:
         # No index on names: the names buckets are read FIND_BUCKETS a round trip, lowest first.

@@ -35,6 +35,9 @@ from ..protocol import (
 from .batches import SqliteBatches
 from .database import SqliteDatabase
 
+#: Answer keys looked up per statement by `answered` (SQLite's limit on variables is 32,766).
+ANSWERED_PAGE = 500
+
 _JOB_COLUMNS = (
     "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
     "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
@@ -204,7 +207,9 @@ class SqliteJobStore(SqliteBatches):
     def finish_job(self, job_id: str) -> JobRecord:
         with self.db.write() as conn:
             total, estimated, reused, saved = conn.execute(
-                "SELECT count(*), coalesce(sum(estimate), 0), count(reused_job), "
+                "SELECT count(*), coalesce(sum(estimate) FILTER (WHERE reused_job IS NULL "
+                "AND status != 'waiting'), 0), "
+                "count(reused_job), "
                 "coalesce(sum(tokens_saved), 0) FROM items WHERE job_id = ?",
                 (job_id,),
             ).fetchone()
@@ -316,6 +321,16 @@ class SqliteJobStore(SqliteBatches):
             return None
         *record, content, content_hash = rows[0]
         return ItemDetail(_item_record(record), unpack(content), content_hash)
+
+    def answered(self, keys: list[str]) -> set[str]:
+        found: set[str] = set()
+        for low in range(0, len(keys), ANSWERED_PAGE):
+            page = keys[low : low + ANSWERED_PAGE]
+            marks = ", ".join("?" * len(page))
+            found.update(
+                r[0] for r in self.db.read(f"SELECT key FROM answers WHERE key IN ({marks})", page)
+            )
+        return found
 
     def find_item(self, job_id: str, name: str) -> int | None:
         rows = self.db.read(

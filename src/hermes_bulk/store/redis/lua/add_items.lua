@@ -41,7 +41,8 @@ for i = 1, #ARGV, N do
     if first then
       save_state(idx, {s = S_WAITING, d = tonumber(first)})
       redis.call('ZADD', DUPS, first, idx)
-    else
+    else  -- only the first of its key is asked: a reused item or a duplicate has no estimate
+      estimated = estimated + tonumber(ARGV[i + 6])
       if key ~= '' then
         redis.call('HSET', AKEYS, 'k:' .. key, idx)
         redis.call('HSET', at('keys', idx), idx, key)
@@ -49,7 +50,6 @@ for i = 1, #ARGV, N do
       redis.call('ZADD', PENDING, idx, idx)
     end
   end
-  estimated = estimated + tonumber(ARGV[i + 6])
   if idx > max_index then max_index = idx end
 end
 redis.call('HINCRBY', META, 'estimated_tokens', estimated)
