@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 from pathlib import Path
@@ -407,3 +408,51 @@ def test_delete_abandon_batches_deletes_without_the_provider(
     assert (
         fake_provider.batches.batches[fake_provider.batches.created[1]]["status"] == "in_progress"
     ), "abandoned: left running, as asked"
+
+
+def test_status_follows_each_open_batch_and_the_jobs_own_poll_wins(
+    cli, backend_env, fake_provider, tmp_path
+):
+    env = {**backend_env, "HERMES_BULK_BATCH_POLL_SECONDS": "600"}  # the worker's: ten minutes
+    fake_provider.configure(batch_hold=True)
+    src = _source(tmp_path, 3)
+    job_id = cli.json(
+        "create", "Summarise", "--over", str(src), "--batch", "--poll", "1", "--json", **env
+    )["job_id"]
+    cli("run", job_id, **env)
+    worker = cli.spawn_worker("-w", "2", **env)
+    try:
+        first = wait_for(
+            lambda: (b := cli.status(job_id, **env)["batches"]) and b[0]["polled_at"] and b[0],
+            timeout=30,
+            message="the batch submitted and polled",
+        )
+        # Polled again within seconds: the job's --poll 1, not the worker's 600 s.
+        again = wait_for(
+            lambda: (
+                (b := cli.status(job_id, **env)["batches"][0])["polled_at"] > first["polled_at"]
+                and b
+            ),
+            timeout=15,
+            message="a second poll",
+        )
+        assert again["next_poll_at"] == pytest.approx(again["polled_at"] + 1)
+        text = cli("status", job_id, **env).stdout
+        assert "3 in provider batches" in text and "1 open; polled every 1 s" in text, text
+        assert re.search(
+            rf"  {again['id']} in progress: 0/3 answered; polled \d\d:\d\d:\d\d, next about "
+            r"\d\d:\d\d:\d\d",
+            text,
+        ), text
+        fake_provider.configure(batch_hold=False)
+        done = wait_for(
+            lambda: (st := cli.status(job_id, **env))["state"] == "completed" and st,
+            timeout=30,
+            message="the batch job to complete",
+        )
+        assert done["batches"][0]["next_poll_at"] is None, "an ended batch is not polled again"
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    proc = cli("create", "x", "--over", str(src), "--poll", "5", check=False, **env)
+    assert proc.returncode == 2 and "--poll is for batch jobs; add --batch." in proc.stderr

@@ -24,8 +24,10 @@ def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_end
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(20)))
     before = len(hermes_provider.batches.created)  # the provider lives for the session
     gw = gateway()
-    created = gw.bulk(f'"Summarise" --over {src} --batch --fresh')
+    created = gw.bulk(f'"Summarise" --over {src} --batch --fresh --poll 1')
     job = job_id_of(created)
+    status = " ".join(gw.bulk(f"status {job}").split())  # unwrapped
+    assert "Batch API): 0 batches, 0 open; polled every 1 s" in status, status
     assert "Batch API" in created and "Hermes' model has no batch call" in created
     assert "No worker is running now" in created and "hermes-bulk worker" in created
     ran = gw.bulk(f"run {job}")

@@ -285,6 +285,13 @@ def build_parser(
         help="with --batch: items still in a batch this long (e.g. 6h, 90m) are cancelled there "
         "and run live",
     )
+    p.add_argument(
+        "--poll",
+        type=_number(1, MAX_WAIT_S, above_minimum=False),
+        metavar="SECONDS",
+        help=f"with --batch: ask the provider how its batches are doing every SECONDS "
+        f"({_range(1.0, MAX_WAIT_S)}; default batch_poll_seconds)",
+    )
     if not for_slash:
         p.add_argument("--model", metavar="NAME", help="model name (default HERMES_BULK_MODEL)")
         p.add_argument(

@@ -115,6 +115,7 @@ def create(
     max_output_tokens: int | None = None,
     system: str | None = None,
     option: list[str] | None = None,
+    poll: float | None = None,
 ) -> Reply:
     if instruction is not None and instruction_file:
         raise UsageError("Give the instruction or --instruction-file, not both.")
@@ -144,6 +145,7 @@ def create(
         max_output_tokens=max_output_tokens,
         system=system_text,
         options=option,
+        batch_poll_s=poll,
         **place.create_options(model=model, batch=batch),
     )
     if isinstance(created, Plan):

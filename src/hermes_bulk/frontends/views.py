@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..fleet.liveness import answering
 from ..jobs import hints, model_options
-from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, state_label
+from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, next_poll, state_label
 from ..store.protocol import (
     INTERRUPTED_WORKER_STOP,
     PAUSE_TOKEN_LIMIT,
@@ -170,6 +170,8 @@ def status_text(
     running = (
         f"{j.running} interrupted"
         if st.state == "awaiting_recovery" and j.running
+        else f"{j.running} in provider batches"
+        if spec.mode == "batch" and not any(b.run_rest_live for b in st.batches)
         else f"{j.running} running"
     )
     lines = [
@@ -189,16 +191,7 @@ def status_text(
         )
     lines += concurrency_notes(st)
     if spec.mode == "batch":  # items "running" are in a provider batch
-        open_ = [b for b in st.batches if b.open]
-        lines.append(
-            f"Mode: batch (the provider's Batch API): {count(len(st.batches), 'batch')}, "
-            f"{len(open_)} open"
-            + "".join(
-                f"; {b.provider_id or b.batch_id} {b.status.replace('_', ' ')}: "
-                f"{b.completed + b.failed}/{b.items}"
-                for b in open_[:5]
-            )
-        )
+        lines += batch_lines(st)
     if spec.max_tokens is not None:
         lines.append(
             f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} "
@@ -229,6 +222,36 @@ def status_text(
         lines.append("Events:")
         lines += ["  " + line for line in event_lines(st.events, st.event_names)]
     return "\n".join(lines)
+
+
+#: Open batches `status` shows a line each (the rest are counted).
+BATCHES_SHOWN = 5
+
+
+def batch_lines(st: JobStatus) -> list[str]:
+    """A batch job's batches: how many, and for each open one what the provider last said, when
+    it was asked and when it is asked next."""
+    open_ = [b for b in st.batches if b.open]
+    every = f"; polled every {format_seconds(st.poll_s)}" if st.poll_s else ""
+    lines = [
+        f"Mode: batch (the provider's Batch API): {count(len(st.batches), 'batch')}, "
+        f"{len(open_)} open{every}"
+    ]
+    for b in open_[:BATCHES_SHOWN]:
+        counts = f"{b.completed}/{b.items} answered" + (f", {b.failed} failed" if b.failed else "")
+        when = f"polled {_clock(b.polled_at)}" if b.polled_at else "not polled yet"
+        if (due := next_poll(b, st.poll_s)) is not None:
+            when += f", next about {_clock(due)}"
+        lines.append(
+            f"  {b.provider_id or b.batch_id} {b.status.replace('_', ' ')}: {counts}; {when}"
+        )
+    if len(open_) > BATCHES_SHOWN:
+        lines.append(f"  … and {len(open_) - BATCHES_SHOWN} more open")
+    return lines
+
+
+def format_seconds(seconds: float) -> str:
+    return f"{seconds:g} s" if seconds < 120 else f"{seconds / 60:g} min"
 
 
 def request_line(spec: JobSpec) -> str:

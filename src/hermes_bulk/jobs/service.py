@@ -172,6 +172,8 @@ class JobStatus:
     #: Hermes gateway or run --wait that exited); else None
     interrupted: str | None = None
     batches: list[BatchRecord] = field(default_factory=list)  # a batch job's provider batches
+    #: a batch job: how often its batches are polled (its --poll, else this process's setting)
+    poll_s: float | None = None
     #: a running job: the threads of the live workers that serve it (their sum; 0: none live)
     live_threads: int | None = None
 
@@ -214,7 +216,7 @@ class JobStatus:
             "reused": j.reused,
             "tokens_saved": j.tokens_saved,
             "mode": j.spec.mode,
-            "batches": [_batch_dict(b) for b in self.batches],
+            "batches": [_batch_dict(b, self.poll_s) for b in self.batches],
             "concurrency_in_force": self.concurrency,
             "endpoint": j.spec.endpoint,
             "request_options": j.spec.options or {},
@@ -223,9 +225,19 @@ class JobStatus:
         }
 
 
-def _batch_dict(b: BatchRecord) -> dict:
+def next_poll(b: BatchRecord, poll_s: float | None) -> float | None:
+    """When an open batch is asked about next: a poll after the last one (after its submission or
+    creation, before its first); None once it has ended."""
+    if not b.open or poll_s is None:
+        return None
+    return (b.polled_at or b.submitted_at or b.created_at) + poll_s
+
+
+def _batch_dict(b: BatchRecord, poll_s: float | None) -> dict:
     """One batch in `status --json` (id: the provider's batch id once it has one; status: the
-    provider's at its end once ingested, "done" for one closed before it reached the provider)."""
+    provider's at its end once ingested, "done" for one closed before it reached the provider;
+    polled_at: when a worker last asked the provider; next_poll_at: when one asks next, null once
+    it has ended)."""
     return {
         "id": b.provider_id or b.batch_id,
         "status": b.final_status or b.status,
@@ -234,6 +246,8 @@ def _batch_dict(b: BatchRecord) -> dict:
         "failed": b.failed,
         "submitted_at": b.submitted_at,
         "run_rest_live": b.run_rest_live,
+        "polled_at": b.polled_at,
+        "next_poll_at": next_poll(b, poll_s),
     }
 
 
@@ -338,6 +352,7 @@ class Jobs:
         max_output_tokens: int | None = None,
         system: str | None = None,
         options: list[str] | None = None,
+        batch_poll_s: float | None = None,
     ) -> Created | Plan:
         """Discover the items and record them; makes no model calls. Bad input creates nothing. With
         dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
@@ -351,6 +366,8 @@ class Jobs:
             raise InputError("The instruction is empty; say what to do with each item.")
         if batch_deadline_s is not None and not batch:
             raise UsageError("--batch-deadline is for batch jobs; add --batch.")
+        if batch_poll_s is not None and not batch:
+            raise UsageError("--poll is for batch jobs; add --batch.")
         if batch and client != "http":
             raise UsageError(
                 "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk "
@@ -407,6 +424,7 @@ class Jobs:
             key_fingerprint=key_fp,
             system=system,
             options=request_options,
+            batch_poll_s=batch_poll_s,
         )
         learned = self._learned_allowance(spec)
         if learned is not None:  # the allowance an earlier job of this request learned
@@ -649,6 +667,9 @@ class Jobs:
             live_threads=sum(w.threads for w in capable) if job.state == RUNNING else None,
             max_concurrency_setting=self.settings.max_concurrency,
             batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [],
+            poll_s=job.spec.batch_poll_s or self.settings.batch_poll_seconds
+            if job.spec.mode == "batch"
+            else None,
         )
 
     def item(self, job_ref: str | None, item_ref: str) -> ItemShown:

@@ -28,8 +28,8 @@ request by its custom_id, which names the job, the batch and the item; any other
 An invalid line of an item, and an item a finished batch did not answer, is a failed attempt of
 that item. A batch about which the provider keeps answering what cannot be used (MAX_STRIKES
 times, a poll apart) is given up: its items get a failed attempt each. A cancel the provider
-does not honour within cancel_grace_s is given up too: the items go back (to run live, past
---batch-deadline). An error in one batch or job is logged and recorded, and the pass goes on.
+does not honour within CANCEL_GRACE_POLLS polls is given up too: the items go back (to run live,
+past --batch-deadline). An error in one batch or job is logged and recorded, and the pass goes on.
 """
 
 from __future__ import annotations
@@ -209,8 +209,6 @@ class BatchDriver:
         self._live: set[str] | None = None  # read at most once a pass, when a lease is another's
         self._polled: dict[str, float] = {}
         self.max_line_bytes = max_line_bytes
-        #: How long a cancelled batch may take to end before it is given up (CANCEL_GRACE_POLLS).
-        self.cancel_grace_s = CANCEL_GRACE_POLLS * poll_s
         # What this process counts of each batch (kept in memory: a restarted worker counts
         # afresh, so a bound holds per worker, and the store's records stay as they are).
         self._strikes: dict[str, int] = {}
@@ -516,7 +514,7 @@ class BatchDriver:
                 batch.provider_id or batch.batch_id,
                 exc,
             )
-            self._retry_at[batch.batch_id] = self.store.now() + self.poll_s
+            self._retry_at[batch.batch_id] = self.store.now() + self.poll_for(job)
             if isinstance(exc, BatchUnreachable):
                 self._count_unreachable(job)
             return failed
@@ -547,12 +545,16 @@ class BatchDriver:
         self._strike(job, batch, what)
         return failed
 
+    def poll_for(self, job: JobRecord) -> float:
+        """How often the job's batches are polled: its --poll, else batch_poll_seconds."""
+        return job.spec.batch_poll_s or self.poll_s
+
     def _count_unreachable(self, job: JobRecord) -> None:
         """Polls in a row that reached nothing, counted once a poll: at the breaker's count the
         job pauses naming the endpoint, as a live job's breaker does (runtime/breaker.py)."""
         now = self.store.now()
         streak, last = self._unreachable.get(job.job_id, (0, 0.0))
-        if now - last >= self.poll_s * 0.9:
+        if now - last >= self.poll_for(job) * 0.9:
             streak, last = streak + 1, now
         self._unreachable[job.job_id] = (streak, last)
         if streak >= self.breaker_failures:
@@ -570,7 +572,7 @@ class BatchDriver:
 
     def _strike(self, job: JobRecord, batch: BatchRecord, what: str) -> None:
         strikes = self._strikes[batch.batch_id] = self._strikes.get(batch.batch_id, 0) + 1
-        self._retry_at[batch.batch_id] = self.store.now() + self.poll_s
+        self._retry_at[batch.batch_id] = self.store.now() + self.poll_for(job)
         if strikes >= MAX_STRIKES:
             name = batch.provider_id or batch.batch_id
             self._give_up(
@@ -656,7 +658,8 @@ class BatchDriver:
             and not batch.cancel_sent
             and (job.state == PAUSED or past_deadline)
         )
-        due = now - self._polled.get(batch.batch_id, 0.0) >= self.poll_s
+        poll_s = self.poll_for(job)
+        due = now - self._polled.get(batch.batch_id, 0.0) >= poll_s
         if self._retry_at.get(batch.batch_id, 0.0) > now and not cancel:
             return  # its last step failed: it waits a poll
         if not (cancel or due or batch.status in TERMINAL):
@@ -696,12 +699,12 @@ class BatchDriver:
             )
         if batch.cancel_sent and batch.status not in TERMINAL:
             sent = self._cancel_seen.setdefault(batch.batch_id, now)
-            if now - sent > self.cancel_grace_s:
+            grace_s = CANCEL_GRACE_POLLS * poll_s
+            if now - sent > grace_s:
                 self._give_up(
                     job,
                     batch,
-                    f"batch {batch.provider_id} did not end within {self.cancel_grace_s:.0f} s"
-                    " of its cancel",
+                    f"batch {batch.provider_id} did not end within {grace_s:.0f} s of its cancel",
                     attempt=False,
                 )
                 return
@@ -727,6 +730,7 @@ class BatchDriver:
             job.job_id,
             batch.batch_id,
             self.worker_id,
+            polled_at=self.store.now(),
             status=remote.status,
             completed=remote.completed,
             failed=remote.failed,

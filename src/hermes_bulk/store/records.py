@@ -80,6 +80,8 @@ class JobSpec:
     key_fingerprint: str | None = (
         None  # http: endpoints.key_fingerprint of the key it was created with
     )
+    #: create --batch --poll: how often its batches are polled (None: batch_poll_seconds)
+    batch_poll_s: float | None = None
     #: create --system: text put ahead of the framing in the system message (jobs/prompt.py)
     system: str | None = None
     #: create --temperature and -o KEY=VALUE: fields added to every request body
@@ -285,6 +287,8 @@ class BatchRecord:
     #: when `status` becomes BATCH_DONE; None while open, for a batch closed before it reached the
     #: provider, and for one that ended before this field was recorded.
     final_status: str | None = None
+    #: When a worker last asked the provider how it is doing (the backend's clock); None before.
+    polled_at: float | None = None
 
     @property
     def owner(self) -> str:
@@ -308,6 +312,7 @@ BATCH_FIELDS = (
     "cancel_sent",
     "run_rest_live",
     "final_status",
+    "polled_at",
 )
 
 

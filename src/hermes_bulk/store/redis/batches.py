@@ -39,6 +39,7 @@ def _batch(raw) -> BatchRecord:
         lease_owner=data.get("lease_owner"),
         lease_until=float(data.get("lease_until", 0)),
         final_status=data.get("final_status"),
+        polled_at=data.get("polled_at"),
     )
 
 

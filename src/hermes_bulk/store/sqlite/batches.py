@@ -22,7 +22,8 @@ from ..protocol import (
 _COLUMNS = (
     "id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, "
     "completed,"
-    " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until, final_status"
+    " failed, submitted_at, cancel_sent, run_rest_live, lease_owner, lease_until, final_status,"
+    " polled_at"
 )
 
 
@@ -34,6 +35,7 @@ def _batch(row) -> BatchRecord:
         lease_owner=row[14],
         lease_until=row[15],
         final_status=row[16],
+        polled_at=row[17],
     )
 
 
@@ -69,7 +71,7 @@ class SqliteBatches:
                     "UPDATE batches SET lease_owner = ?, lease_until = ? WHERE id = ?",
                     (worker_id, now + lease_s, batch.batch_id),
                 )
-                return _batch((*found[:14], worker_id, now + lease_s, *found[16:]))
+                return _batch((*found[:14], worker_id, now + lease_s, *found[16:]))  # as updated
             # Set-wise, so a batch of 50,000 holds no list of its items here: each item's
             # reservation
             # (JobRecord.reservation, as claim_item reckons it in SQL) and the running sum of them

@@ -253,3 +253,13 @@ ALTER TABLE workers ADD COLUMN serves TEXT NOT NULL DEFAULT '';
 """,
     )
 )
+
+# When a batch was last polled, for `status` (batches polled before this have none).
+migration(
+    (
+        "m010_batch_polled_at",
+        """
+ALTER TABLE batches ADD COLUMN polled_at REAL;
+""",
+    )
+)
