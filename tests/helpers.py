@@ -173,9 +173,11 @@ def worker_passes(jobs: Jobs, job_id: str, passes: int = 2, timeout: float = 60.
 
 def kill_worker_holding_an_item(cli, fake_provider, **extra_env: str) -> None:
     """Start a worker, let it send an item to a provider that holds it, then SIGKILL the worker: the
-    item stays claimed by a dead worker (a crash mid-call). The provider answers at once after."""
+    item stays claimed by a dead worker (a crash mid-call). The provider answers at once after.
+    One thread: a second thread's request could still be on its way when the first is held, and
+    reach the provider after the kill (a test counting requests from then on would count it)."""
     fake_provider.hold()
-    worker = cli.spawn_worker(HERMES_BULK_LEASE_SECONDS="60", **extra_env)
+    worker = cli.spawn_worker("-w", "1", HERMES_BULK_LEASE_SECONDS="60", **extra_env)
     try:
         fake_provider.wait_held(1, timeout=60)
     finally:

@@ -210,3 +210,15 @@ def test_the_dry_run_shows_the_options_in_the_request(cli, tmp_path):
     request = plan["request"]
     assert {k: request[k] for k in SENT} == SENT
     assert request["messages"][0]["content"].startswith("You write for a legal team.")
+
+
+def test_options_are_described_as_status_shows_them_and_the_temperature_bounds_hold():
+    assert model_options.describe(None) == model_options.describe({}) == ""
+    assert model_options.describe({"top_p": 0.9, "stop": ["\n"], "effort": "low"}) == (
+        'top_p 0.9, stop ["\\n"], effort "low"'
+    )
+    for ok in (0, 0.0, 1, 2, 2.0):
+        assert model_options.checked_temperature(ok) == ok
+    for bad in (-0.0001, 2.0001, True, None, "1", float("nan"), float("inf")):
+        with pytest.raises(UsageError):
+            model_options.checked_temperature(bad)

@@ -148,7 +148,7 @@ def test_redis_a_server_that_dies_fails_the_next_admission_fast_and_a_restart_re
 
 
 def test_redis_every_key_of_a_window_shares_one_hash_tag_and_expires_a_week_after_it(
-    redis_url, window
+    redis_url, window, request
 ):
     led = open_ledger(redis_url)
     call = CallRecord("cron", job_id="j1", run_id="r1", model="m")
@@ -165,6 +165,7 @@ def test_redis_every_key_of_a_window_shares_one_hash_tag_and_expires_a_week_afte
     led.admit(call, window, over)  # held: touches the runs set too
     keys = led.window_keys(window)
     r = redis.Redis.from_url(redis_url.split("?")[0])
+    request.addfinalizer(r.close)  # an unclosed client's socket warns in a later test
     prefix = redis_url.split("prefix=")[1]
     assert keys == [
         f"{{{prefix}:budget}}:w:{window.start_s}",
