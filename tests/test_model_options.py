@@ -112,6 +112,22 @@ def test_options_combine_with_the_temperature_and_are_held_to_what_the_client_pa
             model_options.request_options(temperature, options, client=client)
         assert says in str(info.value), (options, str(info.value))
     assert model_options.request_options(0.5, None, client="hermes") == {"temperature": 0.5}
+    assert model_options.request_options(None, None, client="hermes") is None
+    # The same value twice is one option, whatever object each parse made.
+    assert model_options.request_options(0.5, ["temperature=0.5"], client="http") == {
+        "temperature": 0.5
+    }
+    assert model_options.request_options(None, ["stop=[1]", "stop=[1]"], client="http") == {
+        "stop": [1]
+    }
+    for temperature, options in [(None, ["seed=2", "seed=1"]), (0.7, ["temperature=0.5"])]:
+        with pytest.raises(UsageError):
+            model_options.request_options(temperature, options, client="http")
+    with pytest.raises(UsageError) as info:  # the first field Hermes cannot pass on, by name
+        model_options.request_options(None, ["top_p=0.9", "seed=1"], client="hermes")
+    assert str(info.value).startswith("-o seed: ")
+    longest = "x" * model_options.MAX_VALUE_CHARS
+    assert model_options.parse_option(f"note={longest}") == ("note", longest)
 
 
 def test_every_request_carries_the_options_and_the_system_text_and_status_says_so(
@@ -214,8 +230,8 @@ def test_the_dry_run_shows_the_options_in_the_request(cli, tmp_path):
 
 def test_options_are_described_as_status_shows_them_and_the_temperature_bounds_hold():
     assert model_options.describe(None) == model_options.describe({}) == ""
-    assert model_options.describe({"top_p": 0.9, "stop": ["\n"], "effort": "low"}) == (
-        'top_p 0.9, stop ["\\n"], effort "low"'
+    assert model_options.describe({"top_p": 0.9, "stop": ["\n"], "user": "é"}) == (
+        'top_p 0.9, stop ["\\n"], user "é"'
     )
     for ok in (0, 0.0, 1, 2, 2.0):
         assert model_options.checked_temperature(ok) == ok
