@@ -90,6 +90,7 @@ def make_job(
     state: str | None = RUNNING,
     contents=None,
     estimate: int | list[int] = 10,
+    answer_keys: list[str] | None = None,
     **spec_kw,
 ) -> str:
     job_id = f"job{next(_counter):06d}{int(time.time() * 1000) % 100000:05d}"
@@ -117,6 +118,7 @@ def make_job(
                 offset=-1,
                 stat_sig="1:1",
                 estimated_tokens=estimate[i] if isinstance(estimate, list) else estimate,
+                answer_key=answer_keys[i] if answer_keys else "",
             )
         )
     store.add_items(job_id, items)
@@ -1036,27 +1038,8 @@ def test_a_429_to_a_request_sent_after_the_wait_doubles_it_and_retry_after_still
 
 
 def test_answered_names_the_keys_the_answer_index_holds_and_changes_nothing(store):
-    job_id = f"ans{next(_counter):06d}{int(time.time() * 1000) % 100000:05d}"
-    spec = JobSpec(
-        job_id=job_id,
-        instruction="x",
-        source="/s",
-        source_kind="jsonl",
-        concurrency=4,
-        retries=1,
-        provider_key="p:test",
-    )
-    store.begin_job(spec)
     keys = [f"{next(_counter):032x}" for _ in range(3)]  # keys as prompt.answer_key makes them
-    store.add_items(
-        job_id,
-        [
-            NewItem(i, f"line:{i + 1}", f"c{i}", f"b2:c{i}", "x.jsonl", i, "1:1", 5, answer_key=k)
-            for i, k in enumerate(keys)
-        ],
-    )
-    store.finish_job(job_id)
-    store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
+    job_id = make_job(store, 3, answer_keys=keys)
     c = claim(store, job_id, hint=1)
     assert store.complete_item(job_id, c.index, "w1", "answer", Usage(3, 4))
     unknown = f"{next(_counter):032x}"

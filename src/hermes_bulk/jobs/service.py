@@ -481,19 +481,15 @@ class Jobs:
         asked: set[bytes] = set()  # keys of items that would be asked (16 bytes each)
         answered: set[bytes] = set()  # keys the answer index holds
         reused = repeats = 0
-        batch: list[tuple[str, int]] = []  # (answer key, estimate) not yet classified
+        batch: list[tuple[bytes, int]] = []  # (answer key, estimate) not yet classified
 
         def classify() -> None:
             nonlocal reused, repeats, estimate
-            new = {
-                key
-                for key, _ in batch
-                if (raw := bytes.fromhex(key)) not in asked and raw not in answered
-            }
+            new = {raw for raw, _ in batch if raw not in asked and raw not in answered}
             if lookup and new:
-                answered.update(bytes.fromhex(k) for k in self.store.answered(sorted(new)))
-            for key, item_estimate in batch:
-                raw = bytes.fromhex(key)
+                found = self.store.answered(sorted(raw.hex() for raw in new))
+                answered.update(bytes.fromhex(key) for key in found)
+            for raw, item_estimate in batch:
                 if raw in answered:
                     reused += 1
                 elif raw in asked:
@@ -524,7 +520,7 @@ class Jobs:
             items += 1
             batch.append(
                 (
-                    item_answer_key(spec, digest),
+                    bytes.fromhex(item_answer_key(spec, digest)),
                     prompt.estimate_tokens(entry.content, spec.instruction, allowance, spec.system),
                 )
             )
