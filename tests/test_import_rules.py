@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "usage",
             "jobs.prompt",
             "jobs.model_options",
+            "jobs.templates",
             "runtime.metrics",
             "frontends.terminal",
             "store",

@@ -267,6 +267,17 @@ def build_parser(
         "text; repeatable)",
     )
     p.add_argument(
+        "--template",
+        metavar="TEXT",
+        help="CSV/JSON/JSONL: build each item from named fields, e.g. 'Title: {title}\\n{body}' "
+        "(default: the whole row or record)",
+    )
+    p.add_argument(
+        "--fields",
+        metavar="A,B",
+        help="CSV/JSON/JSONL: send only these fields of each row or record",
+    )
+    p.add_argument(
         "--fresh",
         action="store_true",
         help="ask the model for every item, reusing no earlier answer (default: HERMES_BULK_REUSE)",

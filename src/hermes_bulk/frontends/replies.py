@@ -116,6 +116,8 @@ def create(
     system: str | None = None,
     option: list[str] | None = None,
     poll: float | None = None,
+    template: str | None = None,
+    fields: str | None = None,
 ) -> Reply:
     if instruction is not None and instruction_file:
         raise UsageError("Give the instruction or --instruction-file, not both.")
@@ -146,6 +148,8 @@ def create(
         system=system_text,
         options=option,
         batch_poll_s=poll,
+        template=template,
+        fields=fields,
         **place.create_options(model=model, batch=batch),
     )
     if isinstance(created, Plan):

@@ -256,12 +256,18 @@ def format_seconds(seconds: float) -> str:
 
 def request_line(spec: JobSpec) -> str:
     """What every request of the job carries besides the item, when it carries more than the
-    instruction: its options (create --temperature, -o), output limit and system prompt."""
+    instruction: its options (create --temperature, -o), output limit, system prompt, and the
+    --template or --fields that shape each item."""
     parts = [model_options.describe(spec.options)] if spec.options else []
     if spec.max_output_tokens:
         parts.append(f"at most {count(spec.max_output_tokens, 'output token')}")
     if spec.system:
         parts.append(f"a system prompt of {count(len(spec.system), 'character')}")
+    if spec.template is not None:
+        shown = spec.template if len(spec.template) <= 60 else spec.template[:59] + "…"
+        parts.append(f"each item as the template {shown!r}")
+    elif spec.fields:
+        parts.append(f"only the fields {', '.join(spec.fields)} of each item")
     return f"Each request: {'; '.join(parts)}" if parts else ""
 
 

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import TYPE_CHECKING
+
+from . import templates
+
+if TYPE_CHECKING:
+    from ..store.records import JobSpec
 
 #: The framing's version: raise it whenever what the model is sent changes (SYSTEM,
 #: build_messages, the schema form in answers.response_format) or what is kept as an answer does,
@@ -37,6 +43,23 @@ def build_messages(
     )
     framing = f"{system}\n\n{SYSTEM}" if system else SYSTEM
     return [{"role": "system", "content": framing}, {"role": "user", "content": user}]
+
+
+def item_text(spec: JobSpec, content: str, content_hash: str) -> tuple[str, str]:
+    """What is sent for an item, and its content hash: the item as stored, or what the job's
+    --template or --fields make of it (jobs/templates.py), hashed as sources.content_hash hashes
+    an item, so the answer key is made from what the model is asked."""
+    shape = templates.shape(spec.template, tuple(spec.fields) if spec.fields else None)
+    if shape is None:
+        return content, content_hash
+    text = shape.render(content)
+    return text, "b2:" + hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def item_messages(spec: JobSpec, name: str, content: str, content_hash: str) -> list[dict]:
+    """build_messages for an item of the job, as item_text shapes it."""
+    text, digest = item_text(spec, content, content_hash)
+    return build_messages(spec.instruction, name, text, digest, spec.system)
 
 
 def estimate_tokens(

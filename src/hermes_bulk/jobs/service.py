@@ -45,11 +45,11 @@ from ..store.protocol import (
 )
 from ..store.sqlite.database import is_open_sqlite_file
 from ..words import count
-from . import hints, model_options, prompt
+from . import hints, model_options, prompt, templates
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
-    from ..sources import Skipped, Source
+    from ..sources import Skipped, Source, SourceItem
 
 # sources (create) and export (export, delete) are imported where used: `list` and `status` start
 # without them (docs/benchmarks.md, row 7).
@@ -222,6 +222,8 @@ class JobStatus:
             "request_options": j.spec.options or {},
             "max_output_tokens": j.spec.max_output_tokens,
             "system": j.spec.system,
+            "template": j.spec.template,
+            "fields": list(j.spec.fields) if j.spec.fields else None,
         }
 
 
@@ -353,6 +355,8 @@ class Jobs:
         system: str | None = None,
         options: list[str] | None = None,
         batch_poll_s: float | None = None,
+        template: str | None = None,
+        fields: str | None = None,
     ) -> Created | Plan:
         """Discover the items and record them; makes no model calls. Bad input creates nothing. With
         dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
@@ -360,7 +364,9 @@ class Jobs:
         rest left live after batch_deadline_s. bind_endpoint=False: any worker's endpoint serves the
         job (a `/bulk … --batch` job, made where no endpoint of its own is configured).
         temperature, max_output_tokens (else the setting), system and options (`-o KEY=VALUE`
-        texts): what every request carries besides the item (jobs/model_options.py)."""
+        texts): what every request carries besides the item (jobs/model_options.py). template
+        or fields (`a,b`): what of each CSV row or JSON record is sent (jobs/templates.py); an
+        item without a named field is an InputError naming it and the fields it has."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
@@ -401,6 +407,7 @@ class Jobs:
         from ..sources import Source
 
         source = Source(over, max_item_bytes=s.max_item_bytes)
+        template, field_names = templates.checked(template, fields, source.kind)
         spec = JobSpec(
             job_id=os.urandom(6).hex(),
             instruction=instruction,
@@ -425,6 +432,8 @@ class Jobs:
             system=system,
             options=request_options,
             batch_poll_s=batch_poll_s,
+            template=template,
+            fields=field_names,
         )
         learned = self._learned_allowance(spec)
         if learned is not None:  # the allowance an earlier job of this request learned
@@ -450,14 +459,19 @@ class Jobs:
     def _learned_allowance(self, spec: JobSpec) -> tuple[int, str] | None:
         """The output allowance (JobRecord.output_allowance) of the newest of the last
         LEARN_FROM_JOBS jobs that asked the same model the same way (client, model, instruction,
-        --system, --schema) and has learned one, capped by this job's output limit, with that
-        job's id; None when none has, or there is no store yet (nothing is made to find out)."""
+        --system, --schema, --template or --fields) and has learned one, capped by this job's
+        output limit, with that job's id; None when none has, or there is no store yet (nothing
+        is made to find out)."""
         if missing_database(self.settings) is not None:
             return None
-        shape = (spec.client, spec.model, spec.instruction, spec.system, spec.schema)
+
+        def shape(s: JobSpec) -> tuple:
+            fields = tuple(s.fields) if s.fields else None
+            return (s.client, s.model, s.instruction, s.system, s.schema, s.template, fields)
+
+        wanted = shape(spec)
         for job in self.store.list_jobs(LEARN_FROM_JOBS):
-            s = job.spec
-            if (s.client, s.model, s.instruction, s.system, s.schema) != shape:
+            if shape(job.spec) != wanted:
                 continue
             if job.answered >= LEARN_AFTER and job.tokens_out > 0:
                 allowance = job.output_allowance
@@ -471,7 +485,7 @@ class Jobs:
         asked: items answered before (when the job reuses) and repeats of an item of the job are
         not, and are left out of the estimate. The store is only read, and not opened when there
         is none yet."""
-        from ..sources import Skipped, content_hash
+        from ..sources import Skipped
 
         allowance = spec.output_tokens_estimate
         items = skipped = estimate = 0
@@ -503,13 +517,13 @@ class Jobs:
             if isinstance(entry, Skipped):
                 skipped += 1
                 continue
-            digest = content_hash(entry.content)
+            text, digest = self._item_text(spec, entry)
             if request is None:
                 first = entry.name
                 request = {
                     "model": spec.model if spec.client == "http" else "(Hermes' model)",
                     "messages": prompt.build_messages(
-                        spec.instruction, entry.name, entry.content, digest, spec.system
+                        spec.instruction, entry.name, text, digest, spec.system
                     ),
                     **(spec.options or {}),
                 }
@@ -521,7 +535,7 @@ class Jobs:
             batch.append(
                 (
                     bytes.fromhex(item_answer_key(spec, digest)),
-                    prompt.estimate_tokens(entry.content, spec.instruction, allowance, spec.system),
+                    prompt.estimate_tokens(text, spec.instruction, allowance, spec.system),
                 )
             )
             if len(batch) >= PLAN_LOOKUP_ITEMS:
@@ -544,6 +558,25 @@ class Jobs:
             allowance_from=learned_from,
         )
 
+    @staticmethod
+    def _item_text(spec: JobSpec, entry: SourceItem, digest: str | None = None) -> tuple[str, str]:
+        """prompt.item_text for an item found at create, after checking that it has every field
+        the job's --template or --fields names (InputError naming the item, its line and the
+        fields it has)."""
+        from ..sources import content_hash, line_at
+
+        digest = digest or content_hash(entry.content)
+        shape = templates.shape(spec.template, tuple(spec.fields) if spec.fields else None)
+        if shape is not None and (missing := shape.missing(entry.content)) != ():
+            raise templates.missing_field_error(
+                "--template" if spec.template is not None else "--fields",
+                entry.name,
+                line_at(Path(spec.source), entry.offset),
+                missing,
+                entry.content,
+            )
+        return prompt.item_text(spec, entry.content, digest)
+
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
         from ..sources import Skipped, content_hash
 
@@ -560,6 +593,7 @@ class Jobs:
                 )
                 continue
             digest = content_hash(entry.content)
+            text, sent_digest = self._item_text(spec, entry, digest)
             batch.append(
                 NewItem(
                     index=index,
@@ -570,9 +604,9 @@ class Jobs:
                     offset=entry.offset,
                     stat_sig=entry.stat_sig,
                     estimated_tokens=prompt.estimate_tokens(
-                        entry.content, spec.instruction, spec.output_tokens_estimate, spec.system
+                        text, spec.instruction, spec.output_tokens_estimate, spec.system
                     ),
-                    answer_key=item_answer_key(spec, digest),
+                    answer_key=item_answer_key(spec, sent_digest),
                 )
             )
             index += 1
@@ -686,12 +720,8 @@ class Jobs:
         messages = (
             []
             if detail.content is None
-            else prompt.build_messages(
-                job.spec.instruction,
-                detail.item.name,
-                detail.content,
-                detail.content_hash,
-                job.spec.system,
+            else prompt.item_messages(
+                job.spec, detail.item.name, detail.content, detail.content_hash
             )
         )
         return ItemShown(

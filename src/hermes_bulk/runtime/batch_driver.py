@@ -421,9 +421,7 @@ class BatchDriver:
                 if error is not None:
                     self.store.fail_item(job.job_id, item.index, batch.owner, error)
                     continue
-                messages = prompt.build_messages(
-                    spec.instruction, item.name, item.content, item.content_hash, spec.system
-                )
+                messages = prompt.item_messages(spec, item.name, item.content, item.content_hash)
                 body = client.request_body(
                     messages,
                     max_tokens=spec.max_output_tokens,

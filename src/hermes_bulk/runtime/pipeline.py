@@ -350,11 +350,10 @@ class ItemProcessor:
         gate = ProviderGate(
             self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep
         )
-        messages = prompt.build_messages(
-            spec.instruction, claim.name, claim.content, claim.content_hash, spec.system
-        )
+        text, digest = prompt.item_text(spec, claim.content, claim.content_hash)
+        messages = prompt.build_messages(spec.instruction, claim.name, text, digest, spec.system)
         estimate = prompt.estimate_tokens(
-            claim.content, spec.instruction, claim.job.output_allowance, spec.system
+            text, spec.instruction, claim.job.output_allowance, spec.system
         )
         schema = json.loads(spec.schema) if spec.schema else None
         while True:

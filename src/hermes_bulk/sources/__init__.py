@@ -21,7 +21,7 @@ from .changes import source_changed
 from .discovery import Source, kind_of
 from .items import DEFAULT_MAX_ITEM_BYTES, WHOLE_FILE, Skipped, SourceItem, content_hash, stat_sig
 from .regular_files import NotRegularFile, read_regular_file
-from .rows import render_csv_row
+from .rows import line_at, render_csv_row
 
 __all__ = [
     "DEFAULT_MAX_ITEM_BYTES",
@@ -32,6 +32,7 @@ __all__ = [
     "SourceItem",
     "content_hash",
     "kind_of",
+    "line_at",
     "read_regular_file",
     "render_csv_row",
     "source_changed",

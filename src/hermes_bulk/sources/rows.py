@@ -11,7 +11,7 @@ from typing import BinaryIO
 
 from ..errors import InputError
 from .items import SourceItem
-from .regular_files import binary_message, file_start, is_binary
+from .regular_files import binary_message, file_start, is_binary, open_file
 
 _READ_CHUNK = 1 << 16
 csv.field_size_limit(2**31 - 1)  # a CSV cell may be as large as an item may be
@@ -306,6 +306,16 @@ def _read_json(f: BinaryIO, path: Path, sig: str, limit: int | None = None) -> I
         yield SourceItem(f"record:{n}", text, "", start, sig)
     if n == 0:
         raise InputError(f"{path}: the JSON array is empty.")
+
+
+def line_at(path: Path, offset: int) -> int | None:
+    """The line of a file a record at byte `offset` starts on (for a message about one record);
+    None when the file cannot be read now."""
+    try:
+        with open_file(path) as f:
+            return _line_of(f, path, offset)
+    except (OSError, InputError):
+        return None
 
 
 def _line_of(f: BinaryIO, path: Path, offset: int) -> int:

@@ -87,6 +87,10 @@ class JobSpec:
     #: create --temperature and -o KEY=VALUE: fields added to every request body
     #: (jobs/model_options.py), JSON values; None when there are none
     options: dict[str, Any] | None = None
+    #: create --template: how each CSV row or JSON record is sent (jobs/templates.py), as given
+    template: str | None = None
+    #: create --fields: the only fields of each row or record sent (a list once read back)
+    fields: tuple[str, ...] | list[str] | None = None
 
 
 @functools.lru_cache(maxsize=256)
