@@ -118,7 +118,7 @@ def test_list_into_a_pipe_keeps_every_column_whole(cli, tmp_path):
     listed = cli("list", COLUMNS="80").stdout
     row = next(line for line in listed.splitlines() if job in line)
     cells = [c.strip() for c in row.strip("│ ").split("│")]
-    assert cells[1:5] == ["not started", "0", "0", "1"], listed
+    assert cells[1:5] == ["not started", "0/1", "0", "?"], listed  # done/total, failed, cost
 
 
 def test_wait_exits_by_how_the_job_ended(cli, tmp_path, fake_provider):

@@ -116,7 +116,7 @@ def test_every_command_fits_80_columns_and_keeps_its_numbers(cli, tmp_path, fake
     assert "…" not in listed and re.search(r"completed with\s.*\n.*errors", listed), (
         listed
     )  # whole, on two lines
-    assert re.search(rf"{job} .* 11 .* 1 .* 12 ", listed), listed  # done, failed, total
+    assert re.search(rf"{job} .* 11/12 .* 1 .* \? ", listed), listed  # done/total, failed, cost
 
     rc, lines = on_terminal(cli, "status", job)
     status = "\n".join(lines)

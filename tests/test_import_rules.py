@@ -93,6 +93,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "frontends.flag_files",
             "jobs.export",
             "jobs.hints",
+            "jobs.prices",
             "fleet.liveness",
             "fleet.endpoints",
             "fleet.tasks",

@@ -184,6 +184,8 @@ def plain_environments(draw):
             value = draw(
                 st.sampled_from(["http://127.0.0.1:8000/v1", "https://api.example.com/v1/"])
             )
+        elif setting.name == "price":
+            value = draw(st.sampled_from(["0.15,0.60", "2, 8, 0.5", "/srv/prices.json", ""]))
         elif setting.name == "batch_window":
             value = draw(st.sampled_from(["24h", "2d", "3600"]))
         else:

@@ -153,7 +153,9 @@ def job_rows(draw):
         [
             draw(st.text("0123456789abcdef", min_size=12, max_size=12)),
             draw(STATES),
-            *(str(draw(st.integers(0, 10**7))) for _ in range(3)),
+            f"{draw(st.integers(0, 10**7))}/{draw(st.integers(0, 10**7))}",
+            str(draw(st.integers(0, 10**7))),
+            draw(st.sampled_from(["?", "$0.00", "$0.0042", "$12.35", "$1,234,567.89"])),
             "2026-12-02 04:42",
             # No box-drawing characters: the test splits a row on its borders (│).
             draw(
@@ -174,8 +176,8 @@ def job_rows(draw):
 @settings(max_examples=150, deadline=None)
 @given(job_rows(), st.integers(60, 240))
 def test_list_on_a_terminal_keeps_every_count_whole(rows, width):
-    """On a terminal wide enough for a job's id, state, counts and date (80 columns, for counts
-    up to five digits), `list` shows them whole: the instruction gives way, down to 10
+    """On a terminal wide enough for a job's id, state, counts, cost and date (80 columns, for
+    counts up to five digits), `list` shows them whole: the instruction gives way, down to 10
     characters, then goes. Never a line wider than the terminal."""
     table = Table(
         "Bulk jobs (newest first)",
@@ -184,7 +186,7 @@ def test_list_on_a_terminal_keeps_every_count_whole(rows, width):
             Column("state"),
             Column("done", "right"),
             Column("failed", "right"),
-            Column("total", "right"),
+            Column("cost", "right"),
             Column("created"),
             Column("instruction", max_width=40),
         ],
@@ -218,7 +220,7 @@ def test_the_list_table_is_the_one_measured():
         ("state", "left", None),
         ("done", "right", None),
         ("failed", "right", None),
-        ("total", "right", None),
+        ("cost", "right", None),
         ("created", "left", None),
         ("instruction", "left", 40),
     ]
@@ -276,7 +278,7 @@ def test_list_in_an_80_column_terminal_shows_the_counts(tmp_path):
     screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode()).splitlines()
     assert all(len(line) <= 80 for line in screen), screen
     row = next(line for line in screen if "not started" in line)
-    assert [cell.strip() for cell in row.strip("│").split("│")][2:5] == ["0", "0", "3"], screen
+    assert [cell.strip() for cell in row.strip("│").split("│")][2:5] == ["0/3", "0", "?"], screen
 
 
 def test_a_control_character_never_reaches_the_terminal():

@@ -421,7 +421,7 @@ def test_the_suites_key_check_refuses_a_key_a_script_was_not_given(store):
     with pytest.raises(redis.ResponseError, match="touched a key not in KEYS: .*:results:0"):
         store.lua.complete_item(
             keys=[*keys.job(job_id), *lacking_results],
-            args=[c.index, "w1", "result", 1, 1, "", "", job_id],
+            args=[c.index, "w1", "result", 1, 1, "", "", job_id, "", 0, 0],
         )
 
 

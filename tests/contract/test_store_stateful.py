@@ -186,6 +186,9 @@ class Model:
     charged: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
+    tokens_cached: int = 0
+    cost: int = 0  # nano-USD, as Usage.cost_nusd adds them up
+    list_cost: int = 0
     rpm: int | None = None
     tpm: int | None = None
     run_at: int | None = None
@@ -194,9 +197,9 @@ class Model:
     frozen: dict[int, tuple] = field(default_factory=dict)  # completed items, as first seen
     batches: dict[str, ModelBatch] = field(default_factory=dict)
     workers: dict[str, ModelWorker] = field(default_factory=dict)
-    answers: dict[str, tuple[int, int]] = field(
+    answers: dict[str, tuple[int, int, int]] = field(
         default_factory=dict
-    )  # answer key -> (index, charged)
+    )  # answer key -> (index, charged, cost)
 
     def count(self, status: str) -> int:
         return sum(it.status == status for it in self.items)
@@ -346,11 +349,14 @@ class Model:
         self.charged += charged
         self.tokens_in += usage.tokens_in or 0
         self.tokens_out += usage.tokens_out or 0
+        self.tokens_cached += usage.tokens_cached or 0
+        self.cost += usage.cost_nusd
+        self.list_cost += usage.list_nusd
         it.status, it.owner, it.until, it.reserved = COMPLETED, None, 0, 0
         it.result, it.tokens_in, it.tokens_out = result, usage.tokens_in or 0, usage.tokens_out or 0
         it.provider, it.model, it.waits = provider or None, model or None, 0  # "" is none
         index = self.items.index(it)
-        self.answers[it.key] = (index, charged)  # later jobs reuse this answer
+        self.answers[it.key] = (index, charged, usage.cost_nusd)  # later jobs reuse this answer
         for d in self.duplicates(index):  # the same answer, nothing charged
             d.status, d.result, d.tokens_in, d.tokens_out = COMPLETED, result, 0, 0
             d.provider, d.model = provider or None, model or None
@@ -374,6 +380,15 @@ class Model:
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 tokens = st.one_of(st.none(), st.integers(0, 60), st.integers(0, 5000), st.just(MAX_USAGE_TOKENS))
 small_tokens = st.one_of(st.none(), st.integers(0, 60))
+#: nano-USD: nothing, a cent's fraction, and a request of a million tokens at $75 per million
+costs = st.one_of(st.just(0), st.integers(1, 10**6), st.just(75 * 10**9))
+
+
+def usages(counts):
+    """A Usage as a provider reports it (cached input among the input) and as a job prices it."""
+    return st.builds(Usage, counts, counts, st.one_of(st.none(), st.integers(0, 60)), costs, costs)
+
+
 errors = st.builds(
     ItemError,
     error_type=st.sampled_from(["PermanentError", "TransientError", "RateLimitError"]),
@@ -736,7 +751,7 @@ class StoreMachine(RuleBasedStateMachine):
     @precondition(has_job)
     @rule(
         worker=workers,
-        usages=st.lists(st.builds(Usage, small_tokens, small_tokens), min_size=1, max_size=3),
+        usages=st.lists(usages(small_tokens), min_size=1, max_size=3),
     )
     def work(self, worker, usages):
         """A worker's steady state, a few items in a row: claim, complete with what the provider
@@ -756,7 +771,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(
         who=targets,
         result=texts,
-        usage=st.builds(Usage, tokens, tokens),
+        usage=usages(tokens),
         provider=st.one_of(st.none(), texts),
         model=st.one_of(st.none(), texts),
     )
@@ -774,7 +789,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(
         who=targets,
         result=texts,
-        usage=st.builds(Usage, tokens, tokens),
+        usage=usages(tokens),
         hint=indexes,
         max_running=st.integers(1, 5),
         lease=LEASES,
@@ -1157,19 +1172,19 @@ class StoreMachine(RuleBasedStateMachine):
         for i, c in enumerate(contents):
             found = self.m.answers.get(self.answer_key(c)) if reuse else None
             if found is not None:
-                index, charged = found
+                index, charged, cost = found
                 want.append(
                     (
                         COMPLETED,
                         self.m.items[index].result,
                         (self.job_id, index),
-                        charged,
+                        (charged, cost),
                         None if kind == "directory" else c,
                     )
                 )
                 continue
             first = firsts.setdefault(c, i)
-            want.append((PENDING if first == i else WAITING, None, None, 0, c))
+            want.append((PENDING if first == i else WAITING, None, None, (0, 0), c))
         got = [(r.status, r.result, r.reused_from, r.content) for r in records]
         assert got == [(s, res, frm, content) for s, res, frm, _, content in want], (got, want)
         reused = [w for w in want if w[0] == COMPLETED]
@@ -1179,14 +1194,18 @@ class StoreMachine(RuleBasedStateMachine):
             job.pending,
             job.reused,
             job.tokens_saved,
+            job.saved_nusd,
             job.tokens_charged,
+            job.cost_nusd,
             job.estimated_tokens,
         ) == (
             len(contents),
             len(reused),
             len(contents) - len(reused),
             len(reused),
-            sum(w[3] for w in reused),
+            sum(w[3][0] for w in reused),
+            sum(w[3][1] for w in reused),
+            0,
             0,
             7 * sum(w[0] == PENDING for w in want),  # reused items and duplicates ask nothing
         )
@@ -1238,6 +1257,11 @@ class StoreMachine(RuleBasedStateMachine):
             m.charged,
             m.tokens_in,
             m.tokens_out,
+        )
+        assert (job.tokens_cached, job.cost_nusd, job.list_nusd) == (
+            m.tokens_cached,
+            m.cost,
+            m.list_cost,
         )
         if m.state == RUNNING:
             assert self.job_id in self.store.active_job_ids()

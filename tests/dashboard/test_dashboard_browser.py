@@ -107,6 +107,7 @@ def test_a_person_watches_a_running_job_pauses_it_and_nothing_hostile_runs(
             message="the state shown",
         )
         assert jobs.get(job_id).completed + jobs.get(job_id).failed < 41, "paused while it ran"
+        assert browser.evaluate("document.querySelector('#f-cost').textContent") == "unknown"
 
         # The hostile item failed: its name shows as text, and nothing of it ran or was parsed
         wait_for(

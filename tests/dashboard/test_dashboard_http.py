@@ -38,6 +38,7 @@ def test_pages_show_the_job_its_failed_item_and_the_workers(
                 "retry": True,
             }
             assert row["instruction"] == "Summarize <b>this</b>"
+            assert row["cost_shown"] == "unknown", "the loopback's model has no price"
             page = c.get(f"/api/jobs/{job_id}").json()
             assert page["failed_items"] == [
                 {

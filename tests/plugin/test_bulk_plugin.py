@@ -68,7 +68,8 @@ def test_bulk_end_to_end_in_hermes(gateway, hermes_home, hermes_provider, tmp_pa
 
     created = gw.bulk('"Summarize this report in 3 bullet points" --over reports --concurrency 3')
     job = job_id_of(created)
-    assert created == f"Created job {job} with 5 items.\nStart it with: /bulk run {job}"
+    assert created.startswith(f"Created job {job} with 5 items.\nEstimated cost: unknown (")
+    assert created.endswith(f"\nStart it with: /bulk run {job}")
     assert hermes_provider.requests == [], "creating a job makes no model calls"
 
     ran = gw.bulk(f"run {job}")
@@ -89,8 +90,9 @@ def test_bulk_end_to_end_in_hermes(gateway, hermes_home, hermes_provider, tmp_pa
     )
     assert lines[4].startswith("Estimated tokens for the whole job: ")
     assert (
-        "Concurrency: up to 3 items at once" in lines[5:7]
-    )  # after the estimate, wrapped at 80 columns
+        "Concurrency: up to 3 items at once" in lines[5:9]
+    )  # after the estimate and the cost, wrapped at 80 columns
+    assert any(line.startswith("Cost: unknown (genai-prices does not know") for line in lines)
 
     exported = gw.bulk(f"export {job}")
     path = hermes_home / "plugin-data" / "bulk" / "jobs" / job / "results.md"

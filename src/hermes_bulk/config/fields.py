@@ -9,6 +9,7 @@ which Settings' validators call too.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,39 @@ def check_base_url(value: str) -> str:
 #: The completion windows a Batch API is asked for, in whole hours: OpenAI takes only 24h;
 #: compatible servers offer hours to a week. The value is sent as `<hours>h` whatever its spelling.
 BATCH_WINDOW_HOURS = (1, 168)
+
+
+#: The highest price per million tokens HERMES_BULK_PRICE takes: above any model's, below a typo's.
+MAX_PRICE_PER_MTOK = 10_000.0
+
+
+def names_a_price(value: str) -> bool:
+    """Whether HERMES_BULK_PRICE's value is a price (else it names a file of prices)."""
+    return "," in value or value.replace(".", "", 1).isdigit()
+
+
+def parse_price(text: str) -> tuple[float, float, float]:
+    """`input,output[,cached_input]` USD per million tokens (cached_input defaults to input), or
+    ValueError saying what to write."""
+    try:
+        values = [float(part) for part in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) not in (2, 3) or not all(
+        math.isfinite(v) and 0 <= v <= MAX_PRICE_PER_MTOK for v in values
+    ):
+        raise ValueError(
+            f"{text!r} is not a price; give input,output[,cached_input] in USD per million "
+            f"tokens, each 0 to {MAX_PRICE_PER_MTOK:,.0f}, e.g. 0.15,0.60"
+        )
+    return values[0], values[1], values[2] if len(values) == 3 else values[0]
+
+
+def check_price_setting(value: str) -> str:
+    """HERMES_BULK_PRICE: a price's syntax now; a file's models are read at create."""
+    if value and names_a_price(value):
+        parse_price(value)
+    return value
 
 
 def check_batch_window(value: str) -> str:
@@ -212,6 +246,15 @@ SETTINGS: tuple[Setting, ...] = (
         ge=0.05,
         le=3600,
         description="create --batch: how often a worker asks the provider how a batch is doing.",
+    ),
+    Setting(
+        "price",
+        "str",
+        "",
+        check=check_price_setting,
+        description="USD per million tokens as input,output[,cached_input] (e.g. 0.15,0.60), or a "
+        'JSON file of model -> "input,output": the price of a model genai-prices does not know, '
+        "or the one you pay instead.",
     ),
     Setting(
         "batch_window",

@@ -24,6 +24,7 @@ from .fields import (
     check_backend,
     check_base_url,
     check_batch_window,
+    check_price_setting,
     env_name,
     register_settings_secrets,
 )
@@ -91,6 +92,7 @@ class Settings(BaseSettings, Places):
     batch_max_items: int = _field("batch_max_items")
     batch_poll_seconds: float = _field("batch_poll_seconds")
     batch_window: str = _field("batch_window")
+    price: str = _field("price")
     batch_max_line_bytes: int = _field("batch_max_line_bytes")
     dashboard_token: SecretStr | None = _field("dashboard_token")
     max_item_bytes: int = _field("max_item_bytes")
@@ -105,6 +107,11 @@ class Settings(BaseSettings, Places):
     @classmethod
     def _base_url(cls, value: str) -> str:
         return check_base_url(value)
+
+    @field_validator("price")
+    @classmethod
+    def _price(cls, value: str) -> str:
+        return check_price_setting(value)
 
     @field_validator("batch_window")
     @classmethod

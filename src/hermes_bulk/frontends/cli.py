@@ -27,7 +27,7 @@ from ..config import quick as quick_settings
 from ..config.fields import register_settings_secrets
 from ..errors import BackendUnavailable, HermesBulkError, InvalidTransition
 from ..full_disk import disk_full_at
-from ..jobs import hints
+from ..jobs import hints, prices
 from ..jobs.service import Jobs, Plan, state_label
 from ..providers.pacing import RequestGate
 from ..runtime import cancel_batches
@@ -201,6 +201,9 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
                     "repeats": plan.repeats,
                     "to_run": plan.to_run,
                     "allowance_from": plan.allowance_from,
+                    "estimated_cost_usd": plan.estimated_cost_usd,
+                    "price": plan.price.as_dict() if plan.price else None,
+                    "price_unknown": plan.price_unknown,
                 }
             )
         )
@@ -213,6 +216,7 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
                     "items": created.job.total,
                     "skipped": created.job.skipped,
                     "reused": created.job.reused,
+                    "estimated_cost_usd": prices.job_cost(created.job).estimated,
                     "skipped_entries": [
                         {"name": s.name, "reason": s.reason} for s in created.skipped
                     ],

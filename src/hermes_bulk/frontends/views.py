@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..fleet.liveness import answering
-from ..jobs import hints, model_options
+from ..jobs import hints, model_options, prices
 from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, next_poll, state_label
 from ..store.protocol import (
     INTERRUPTED_WORKER_STOP,
@@ -83,6 +83,7 @@ def created_text(created: Created, run_command: str) -> str:
             f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the "
             "job's events."
         )
+    lines.append(cost_estimate_line(prices.job_cost(job)))
     limit = job.spec.max_tokens
     if limit is not None and limit < job.estimated_tokens:
         lines.append(
@@ -103,6 +104,33 @@ def created_text(created: Created, run_command: str) -> str:
 #: create --dry-run shows the first request cut to about a screenful (an item may be megabytes)
 SCREENFUL_LINES = 40
 SCREENFUL_CHARS = 3000
+
+
+def cost_estimate_line(cost: prices.JobCost) -> str:
+    """What the job would cost, at which price; or why that is not known."""
+    if cost.price is None or cost.estimated is None:
+        return f"Estimated cost: unknown ({cost.unknown})"
+    return (
+        f"Estimated cost: about {prices.format_usd(cost.estimated)} at "
+        f"{prices.describe(cost.price)}"
+    )
+
+
+def cost_line(cost: prices.JobCost) -> str:
+    """status: spent, the whole job's estimate, and what reuse and the batch price saved."""
+    if cost.price is None or cost.spent is None or cost.estimated is None:
+        return f"Cost: unknown ({cost.unknown})"
+    saved = [
+        f"{prices.format_usd(amount)} by {how}"
+        for amount, how in ((cost.saved_by_reuse, "reuse"), (cost.saved_by_batch, "batch"))
+        if amount
+    ]
+    return (
+        f"Cost: {prices.format_usd(cost.spent)} so far, about "
+        f"{prices.format_usd(cost.estimated)} for the whole job"
+        + (f"; saved {' and '.join(saved)}" if saved else "")
+        + f" (at {prices.describe(cost.price)})"
+    )
 
 
 def screenful(text: str) -> tuple[str, int]:
@@ -134,6 +162,11 @@ def plan_text(plan: Plan, *, full: bool = False) -> str:
         + f": {plan.estimated_tokens} (allowing {plan.output_allowance} output tokens an item; "
         f"{basis})",
     ]
+    lines.append(
+        cost_estimate_line(
+            prices.JobCost(plan.price, plan.price_unknown, estimated=plan.estimated_cost_usd)
+        )
+    )
     if plan.max_tokens is not None and plan.max_tokens < plan.estimated_tokens:
         lines.append(
             f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would pause "
@@ -179,8 +212,11 @@ def status_text(
         f"State: {state_label(st.state)}",
         f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, "
         f"{running}",
-        f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in, {j.tokens_out} out",
+        f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in"
+        + (f" ({j.tokens_cached} from the prompt cache)" if j.tokens_cached else "")
+        + f", {j.tokens_out} out",
         f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
+        cost_line(prices.job_cost(j)),
         concurrency_line(st),
     ]
     if j.reused:
@@ -471,11 +507,18 @@ def jobs_text(statuses: list[JobStatus], *, cmd: str = "hermes-bulk") -> str:
         instruction = instruction if len(instruction) <= 40 else instruction[:39] + "…"
         lines.append(
             f"{j.job_id}  {state_label(st.state)}  {j.completed}/{j.total} completed, {j.failed} "
-            f"failed  {datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  "
+            f"failed, {spent(j)}  "
+            f"{datetime.datetime.fromtimestamp(j.created_at).strftime('%Y-%m-%d %H:%M')}  "
             f"{instruction}"
         )
     lines.append(f"Details of one job: {cmd} status <job_id>")
     return "\n".join(lines)
+
+
+def spent(job) -> str:
+    """A job's spending so far for a list: "$0.42", or "?" when it has no price."""
+    cost = prices.job_cost(job)
+    return "?" if cost.spent is None else prices.format_usd(cost.spent)
 
 
 def jobs_table(statuses: list[JobStatus]) -> Table:
@@ -486,9 +529,9 @@ def jobs_table(statuses: list[JobStatus]) -> Table:
         [
             Column("job"),
             Column("state", no_wrap=False),
-            Column("done", "right"),
+            Column("done", "right"),  # "completed/total": room for the cost in 80 columns
             Column("failed", "right"),
-            Column("total", "right"),
+            Column("cost", "right"),
             Column("created"),
             Column("instruction", max_width=40),
         ],
@@ -499,9 +542,9 @@ def jobs_table(statuses: list[JobStatus]) -> Table:
             [
                 j.job_id,
                 state_label(st.state),
-                str(j.completed),
+                f"{j.completed}/{j.total}",
                 str(j.failed),
-                str(j.total),
+                spent(j),
                 datetime.datetime.fromtimestamp(j.created_at).strftime("%Y-%m-%d %H:%M"),
                 j.spec.instruction.replace("\n", " "),
             ]

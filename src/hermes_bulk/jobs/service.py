@@ -45,7 +45,7 @@ from ..store.protocol import (
 )
 from ..store.sqlite.database import is_open_sqlite_file
 from ..words import count
-from . import hints, model_options, prompt, templates
+from . import hints, model_options, prices, prompt, templates
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
@@ -95,6 +95,19 @@ class Plan:
     reused: int = 0  #: items an earlier job answered (the job reuses): not asked
     repeats: int = 0  #: items asking what an earlier item of the job asks: not asked again
     allowance_from: str | None = None  #: the earlier job output_allowance was learned from
+    price: prices.Price | None = None  #: what the job would pay per million tokens
+    price_unknown: str | None = None  #: why it has no price
+
+    @property
+    def estimated_cost_usd(self) -> float | None:
+        """The estimate in USD at the job's price (None without one)."""
+        if self.price is None:
+            return None
+        return prices.usd(
+            prices.estimate_nusd(
+                self.price, self.estimated_tokens, self.to_run, self.output_allowance
+            )
+        )
 
     @property
     def to_run(self) -> int:
@@ -224,7 +237,22 @@ class JobStatus:
             "system": j.spec.system,
             "template": j.spec.template,
             "fields": list(j.spec.fields) if j.spec.fields else None,
+            "tokens_cached": j.tokens_cached,
+            **_cost_dict(prices.job_cost(j)),
         }
+
+
+def _cost_dict(cost: prices.JobCost) -> dict:
+    """A job's money in `status --json` (USD; null without a price, price_unknown says why)."""
+    return {
+        "cost_usd": cost.spent,
+        "estimated_cost_usd": cost.estimated,
+        "saved_usd": cost.saved,
+        "saved_by_reuse_usd": cost.saved_by_reuse,
+        "saved_by_batch_usd": cost.saved_by_batch,
+        "price": cost.price.as_dict() if cost.price else None,
+        "price_unknown": cost.unknown,
+    }
 
 
 def next_poll(b: BatchRecord, poll_s: float | None) -> float | None:
@@ -408,6 +436,9 @@ class Jobs:
 
         source = Source(over, max_item_bytes=s.max_item_bytes)
         template, field_names = templates.checked(template, fields, source.kind)
+        job_price = prices.resolve(
+            model, s.base_url if client == "http" else None, batch=batch, setting=s.price
+        )
         spec = JobSpec(
             job_id=os.urandom(6).hex(),
             instruction=instruction,
@@ -434,6 +465,9 @@ class Jobs:
             batch_poll_s=batch_poll_s,
             template=template,
             fields=field_names,
+            price=job_price.price.as_dict() if job_price.price else None,
+            list_price=job_price.list_price.as_dict() if job_price.list_price else None,
+            price_unknown=job_price.unknown,
         )
         learned = self._learned_allowance(spec)
         if learned is not None:  # the allowance an earlier job of this request learned
@@ -556,6 +590,8 @@ class Jobs:
             reused=reused,
             repeats=repeats,
             allowance_from=learned_from,
+            price=prices.price_of(spec.price),
+            price_unknown=spec.price_unknown,
         )
 
     @staticmethod

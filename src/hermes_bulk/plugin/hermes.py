@@ -292,9 +292,12 @@ class HermesLlmClient:
         reported = bool(
             tokens_in or tokens_out
         )  # Hermes reports 0/0 when the provider said nothing
+        cached = token_count(getattr(usage, "cache_read_tokens", 0))
+        if not reported or cached is None or tokens_in is None or cached > tokens_in:
+            cached = None
         return Completion(
             text=text,
-            usage=Usage(tokens_in if reported else None, tokens_out if reported else None),
+            usage=Usage(tokens_in if reported else None, tokens_out if reported else None, cached),
             provider=_name(getattr(result, "provider", None)),
             model=_name(getattr(result, "model", None)),
         )

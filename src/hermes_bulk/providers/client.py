@@ -284,9 +284,12 @@ def parse_completion(
         )
     if not isinstance(text, str) or not text.strip():
         raise TransientModelError("the provider returned an empty answer", http_status=200)
+    tokens_in = token_count(usage.get("prompt_tokens"))
     return Completion(
         text=text,
-        usage=Usage(token_count(usage.get("prompt_tokens")), tokens_out),
+        usage=Usage(
+            tokens_in, tokens_out, cached_count(usage.get("prompt_tokens_details"), tokens_in)
+        ),
         provider=endpoint,
         model=data.get("model") or model,
     )
@@ -317,6 +320,14 @@ def token_count(value: Any) -> int | None:
     or absurd number: the store cannot save 10**30, and that would fail an answered item)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_USAGE_TOKENS
     return value if ok else None
+
+
+def cached_count(details: Any, tokens_in: int | None) -> int | None:
+    """prompt_tokens_details.cached_tokens: the input the provider read from its prompt cache,
+    or None when it is not a count within the reported input (a count beyond it would price
+    more input as cached than was sent)."""
+    cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return cached if cached is not None and tokens_in is not None and cached <= tokens_in else None
 
 
 def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytearray, bool]:

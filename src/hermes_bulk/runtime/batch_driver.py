@@ -56,7 +56,7 @@ from ..errors import (
     SourceUnusable,
 )
 from ..files import private_dir, write_private
-from ..jobs import prompt
+from ..jobs import prices, prompt
 from ..providers.batch_api import (
     DEFAULT_MAX_LINE_BYTES,
     MAX_BATCH_BYTES,
@@ -885,7 +885,8 @@ class BatchDriver:
                 index,
                 batch.owner,
                 completion.text,
-                completion.usage,
+                # a line without usage is priced without its item's text (not read again here)
+                prices.priced(job, "", completion.usage, by_batch=True),
                 provider=completion.provider,
                 model=completion.model,
             ):

@@ -37,7 +37,7 @@ from ..errors import (
     TransientModelError,
 )
 from ..files import write_private
-from ..jobs import prompt
+from ..jobs import prices, prompt
 from ..providers import answers
 from ..providers.client import Completion, ModelClient
 from ..providers.pacing import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, RequestGate
@@ -255,7 +255,8 @@ class ItemProcessor:
         refused the second time, and the item it claimed is then nobody's: its lease runs out
         and it goes back to the queue (at-least-once, as any claim whose reply is lost)."""
         spec = claim.job.spec
-        args = (spec.job_id, claim.index, self.worker_id, completion.text, completion.usage)
+        usage = prices.priced(claim.job, claim.content, completion.usage, by_batch=False)
+        args = (spec.job_id, claim.index, self.worker_id, completion.text, usage)
         names = {"provider": completion.provider, "model": completion.model}
         taken = None
         if chain is not None and chain():

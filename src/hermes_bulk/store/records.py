@@ -91,6 +91,12 @@ class JobSpec:
     template: str | None = None
     #: create --fields: the only fields of each row or record sent (a list once read back)
     fields: tuple[str, ...] | list[str] | None = None
+    #: What the job pays per million tokens (jobs/prices.py Price.as_dict), found at create; a
+    #: batch job's is the batch price, with the live list_price beside it; price_unknown says
+    #: why there is none
+    price: dict[str, Any] | None = None
+    list_price: dict[str, Any] | None = None
+    price_unknown: str | None = None
 
 
 @functools.lru_cache(maxsize=256)
@@ -167,6 +173,11 @@ class JobRecord:
     interrupted_at: float | None = None  # when that was recorded (the backend's clock)
     reused: int = 0  # items completed at create with an earlier job's answer
     tokens_saved: int = 0  # the tokens those answers were recorded with (never charged here)
+    tokens_cached: int = 0  # of tokens_in, those the provider served from its prompt cache
+    #: What the completed items cost, in nano-USD (Usage.cost_nusd summed); 0 without a price
+    cost_nusd: int = 0
+    list_nusd: int = 0  # the same at the live list price (a batch job's saving is the difference)
+    saved_nusd: int = 0  # what the answers reused at create cost when they were asked
 
     @property
     def job_id(self) -> str:
@@ -349,10 +360,14 @@ MAX_USAGE_TOKENS = 10**9
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Tokens a provider reported for one request, each 0..MAX_USAGE_TOKENS or None."""
+    """Tokens a provider reported for one request, each 0..MAX_USAGE_TOKENS or None, and what
+    the request cost at the job's price (jobs/prices.py priced), which the store adds up."""
 
     tokens_in: int | None = None
     tokens_out: int | None = None
+    tokens_cached: int | None = None  # of tokens_in, read from the provider's prompt cache
+    cost_nusd: int = 0  # nano-USD at the job's price; 0 when the job has none
+    list_nusd: int = 0  # nano-USD at the live list price (a batch's is cost_nusd's double)
 
     @property
     def reported(self) -> bool:

@@ -120,6 +120,10 @@ class FakeConfig:
     error_echo: str = ""
     seed: int = 1234
     usage: dict[str, Any] | None = None  # reported instead of the computed usage (a bad provider)
+    #: Prefix caching as OpenAI does it: a request whose text before the item (system and user,
+    #: about len // 4 tokens) is at least this long and was seen before reports it as cached
+    #: input, in whole 128-token blocks (usage.prompt_tokens_details.cached_tokens)
+    prompt_cache_min_tokens: int = 1024
     fail_once: dict[str, str] = field(default_factory=dict)
     batch_delay_s: float = 0.0  # before a batch starts processing (validating)
     batch_line_s: float = 0.0  # processing time per line
@@ -148,6 +152,7 @@ class FakeProvider:
         self.requests: list[RequestRecord] = []
         self._rng = random.Random(self.config.seed)
         self._lock = threading.Lock()
+        self._prefixes: set[str] = set()  # prompt prefixes seen (prompt_cache_min_tokens)
         self._tokens = 0.0
         self._tokens_at = time.monotonic()
         self.in_flight = 0  # chat requests being answered now
@@ -586,6 +591,24 @@ class FakeProvider:
         )
         return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
 
+    def _cached_tokens(self, req: dict[str, Any], prompt: str) -> int:
+        """The prefix of this request served from the cache: the system text and the user text
+        before the item (its "Item <name>" line), once an earlier request sent the same (counted
+        as prompt_tokens is). A provider caches the longest prefix it saw; ours ends there."""
+        system = "\n".join(
+            _content_text(m.get("content"))
+            for m in req.get("messages") or []
+            if isinstance(m, dict) and m.get("role") == "system"
+        )
+        prefix = system + "\n" + prompt.split("\n\nItem ", 1)[0]
+        tokens = min(len(prefix) // 4, max(1, len(prompt) // 4))
+        with self._lock:
+            seen = prefix in self._prefixes
+            self._prefixes.add(prefix)
+        if not seen or tokens < self.config.prompt_cache_min_tokens:
+            return 0
+        return tokens // 128 * 128
+
     def answer_parts(self, req: dict[str, Any], item: str, prompt: str, fault: str):
         """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base
         fields."""
@@ -600,6 +623,7 @@ class FakeProvider:
         usage = {
             "prompt_tokens": max(1, len(prompt) // 4),
             "completion_tokens": max(1, len(answer) // 4),
+            "prompt_tokens_details": {"cached_tokens": self._cached_tokens(req, prompt)},
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         usage = self.config.usage if self.config.usage is not None else usage

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from ...errors import HermesBulkError
 from ...fleet.liveness import answering, heartbeat_interval
+from ...jobs import prices
 from ...jobs.service import Jobs, JobStatus, missing_database, state_label
 from ...store.protocol import JobRecord
 from ..views import item_error
@@ -209,6 +210,7 @@ class Figures:
                 "items_per_minute": rate,
                 "eta_s": left * 60.0 / rate if rate and left and processing else None,
                 "tokens_used": j.tokens_charged,
+                "cost_shown": cost_shown(prices.job_cost(j)),
                 "rate_limited_until": waiting,
                 "actions": {
                     "pause": not j.finished
@@ -220,6 +222,14 @@ class Figures:
             }
         )
         return row
+
+
+def cost_shown(cost: prices.JobCost) -> str:
+    """A job's money as the pages show it: "$0.12 of about $0.40", or "unknown" (status says
+    why)."""
+    if cost.spent is None or cost.estimated is None:
+        return "unknown"
+    return f"{prices.format_usd(cost.spent)} of about {prices.format_usd(cost.estimated)}"
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -127,7 +127,7 @@ class RedisJobStore(RedisBatches):
         reads (the index, then the answers' texts) before the script. An answer whose job is
         deleted between them has no text and is asked again. Where the job drops contents (drops),
         a reused item's content is not sent: the script would not store it."""
-        answers: dict[str, tuple[str, int, int, str]] = {}
+        answers: dict[str, tuple[str, int, int, int, str]] = {}
         wanted = sorted({it.answer_key for it in batch if it.answer_key}) if reuse else []
         if wanted:
             stored = self.r.hmget(self.keys.answers, [codec.answer_field(k) for k in wanted])
@@ -138,11 +138,15 @@ class RedisJobStore(RedisBatches):
             ]
             if hits:
                 pipe = self.r.pipeline(transaction=False)
-                for _, (job, idx, _tokens) in hits:
+                for _, (job, idx, *_charges) in hits:
                     pipe.hget(self.keys.bucket(job, "results", int(idx)), idx)
-                for (key, (job, idx, tokens)), text in zip(hits, pipe.execute(), strict=True):
+                for (key, (job, idx, tokens, *cost)), text in zip(
+                    hits, pipe.execute(), strict=True
+                ):
                     if text is not None:  # passed on as stored (compressed or not)
-                        answers[key] = (job, int(idx), int(float(tokens)), text)
+                        # an answer recorded before costs were kept has none
+                        spent = int(float(cost[0])) if cost else 0
+                        answers[key] = (job, int(idx), int(float(tokens)), spent, text)
         args: list = []
         for it in batch:
             found = answers.get(it.answer_key)
@@ -155,7 +159,7 @@ class RedisJobStore(RedisBatches):
                 "" if found and drops else codec.stored(it.content),
                 it.estimated_tokens,
                 codec.answer_field(it.answer_key) if it.answer_key else "",
-                *(found if found else ("", "", "", "")),
+                *(found if found else ("", "", "", "", "")),
             ]
         return args
 
@@ -540,6 +544,9 @@ class RedisJobStore(RedisBatches):
             codec.opt(provider),
             codec.opt(model),
             job_id,
+            codec.opt(usage.tokens_cached),
+            usage.cost_nusd,
+            usage.list_nusd,
         ]
 
     def complete_and_claim(

@@ -41,7 +41,8 @@ ANSWERED_PAGE = 500
 _JOB_COLUMNS = (
     "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
     "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
-    "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved"
+    "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved, tokens_cached, "
+    "cost, list_cost, saved_cost"
 )
 
 
@@ -71,6 +72,10 @@ def _job_from_row(row: tuple) -> JobRecord:
         interrupted_at=row[20],
         reused=row[21],
         tokens_saved=row[22],
+        tokens_cached=row[23],
+        cost_nusd=row[24],
+        list_nusd=row[25],
+        saved_nusd=row[26],
     )
 
 
@@ -180,7 +185,8 @@ class SqliteJobStore(SqliteBatches):
                 r[0]
                 for r in conn.execute(
                     "UPDATE items SET status = 'completed', reused_job = a.job_id, reused_idx = "
-                    f"a.idx, tokens_saved = a.tokens FROM answers a WHERE {batch} AND a.key = "
+                    f"a.idx, tokens_saved = a.tokens, saved_cost = a.cost FROM answers a WHERE "
+                    f"{batch} AND a.key = "
                     "items.answer_key RETURNING items.idx",
                     (job_id, lo, hi),
                 )
@@ -206,11 +212,12 @@ class SqliteJobStore(SqliteBatches):
 
     def finish_job(self, job_id: str) -> JobRecord:
         with self.db.write() as conn:
-            total, estimated, reused, saved = conn.execute(
+            total, estimated, reused, saved, saved_cost = conn.execute(
                 "SELECT count(*), coalesce(sum(estimate) FILTER (WHERE reused_job IS NULL "
                 "AND status != 'waiting'), 0), "
                 "count(reused_job), "
-                "coalesce(sum(tokens_saved), 0) FROM items WHERE job_id = ?",
+                "coalesce(sum(tokens_saved), 0), coalesce(sum(saved_cost), 0) FROM items "
+                "WHERE job_id = ?",
                 (job_id,),
             ).fetchone()
             (skipped,) = conn.execute(
@@ -219,7 +226,8 @@ class SqliteJobStore(SqliteBatches):
             conn.execute(
                 "UPDATE jobs SET state = ?, total = ?, pending = ?, completed = ?, "
                 "estimated_tokens = ?,"
-                " skipped = ?, reused = ?, tokens_saved = ? WHERE id = ? AND state = ?",
+                " skipped = ?, reused = ?, tokens_saved = ?, saved_cost = ? WHERE id = ? AND "
+                "state = ?",
                 (
                     NOT_STARTED,
                     total,
@@ -229,6 +237,7 @@ class SqliteJobStore(SqliteBatches):
                     skipped,
                     reused,
                     saved,
+                    saved_cost,
                     job_id,
                     CREATING,
                 ),
@@ -639,14 +648,16 @@ class SqliteJobStore(SqliteBatches):
         Each statement is one more wait for the GIL while the write lock is held (a process's
         threads take turns at it), so the job's counters are updated and read back in one."""
         tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
+        cached, cost = usage.tokens_cached or 0, usage.cost_nusd
         reserved = self._finish_owned(
             conn,
             job_id,
             index,
             worker_id,
             COMPLETED,
-            ", tokens_in = ?, tokens_out = ?, provider = ?, model = ?, rate_limit_waits = 0",
-            (tokens_in, tokens_out, provider or None, model or None),
+            ", tokens_in = ?, tokens_out = ?, tokens_cached = ?, cost = ?, provider = ?, "
+            "model = ?, rate_limit_waits = 0",
+            (tokens_in, tokens_out, cached, cost, provider or None, model or None),
         )  # "" is none, as on Redis
         if reserved is None:
             return None
@@ -670,16 +681,28 @@ class SqliteJobStore(SqliteBatches):
                 [(job_id, i, result) for i in dups],
             )
         conn.execute(
-            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens) SELECT answer_key, job_id, "
-            "idx, ? FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''",
-            (charged, job_id, index),
+            "INSERT OR REPLACE INTO answers (key, job_id, idx, tokens, cost) SELECT answer_key, "
+            "job_id, idx, ?, ? FROM items WHERE job_id = ? AND idx = ? AND answer_key != ''",
+            (charged, cost, job_id, index),
         )
         job_row = conn.execute(
             "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = "
             "pending - ?, tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + "
-            "?, tokens_in = tokens_in + ?, tokens_out = tokens_out + ? WHERE id = ? RETURNING "
+            "?, tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, tokens_cached = "
+            "tokens_cached + ?, cost = cost + ?, list_cost = list_cost + ? WHERE id = ? RETURNING "
             f"{_JOB_COLUMNS}, drop_content",
-            (len(dups), len(dups), reserved, charged, tokens_in, tokens_out, job_id),
+            (
+                len(dups),
+                len(dups),
+                reserved,
+                charged,
+                tokens_in,
+                tokens_out,
+                cached,
+                cost,
+                usage.list_nusd,
+                job_id,
+            ),
         ).fetchone()
         if job_row[-1]:
             # Nothing reads a completed item's content again (protocol: complete_item): the bytes

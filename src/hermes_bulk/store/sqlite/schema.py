@@ -263,3 +263,22 @@ ALTER TABLE batches ADD COLUMN polled_at REAL;
 """,
     )
 )
+
+# Money and prompt caching: what each completed item cost at its job's price, and the same at the
+# live list price (nano-USD, jobs/prices.py), its cached input tokens; the job's sums; what an
+# answer cost (the answer index), so a job that reuses it knows what it saved (saved_cost).
+migration(
+    (
+        "m011_costs",
+        """
+ALTER TABLE items ADD COLUMN tokens_cached INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE items ADD COLUMN cost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE items ADD COLUMN saved_cost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN tokens_cached INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN cost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN list_cost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN saved_cost INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE answers ADD COLUMN cost INTEGER NOT NULL DEFAULT 0;
+""",
+    )
+)

@@ -76,11 +76,11 @@ function problem(text) {
 
 // Jobs ---------------------------------------------------------------------------------------
 const JOB_COLUMNS = ["job", "state", "progress", "done", "failed", "pending", "running", "items/min",
-                     "time to finish", "tokens used", "reserved", "rate-limit wait", "instruction"];
+                     "time to finish", "tokens used", "reserved", "cost", "rate-limit wait", "instruction"];
 
 function jobsPage(main) {
   const body = el("tbody", {});
-  const head = el("tr", {}, ...JOB_COLUMNS.map((c, i) => el("th", { cls: i >= 3 && i <= 10 ? "num" : "", text: c })));
+  const head = el("tr", {}, ...JOB_COLUMNS.map((c, i) => el("th", { cls: i >= 3 && i <= 11 ? "num" : "", text: c })));
   main.replaceChildren(el("h1", { text: "Jobs" }),
                        el("div", { cls: "scroll" }, el("table", { id: "jobs" }, el("thead", {}, head), body)));
   return (data) => {
@@ -102,6 +102,7 @@ function jobsPage(main) {
       el("td", { cls: "num", text: duration(job.eta_s) }),
       el("td", { cls: "num", text: num(job.tokens_used) }),
       el("td", { cls: "num", text: num(job.tokens_reserved) }),
+      el("td", { cls: "num", "data-field": "cost", text: job.cost_shown }),
       el("td", { cls: "num", text: waitText(job) }),
       el("td", { cls: "wrap instruction", text: job.instruction.length > 80 ? job.instruction.slice(0, 79) + "…" : job.instruction }),
     )));
@@ -115,7 +116,7 @@ function figure(label, id) {
 
 const FIGURES = [["State", "f-state"], ["Done", "f-completed"], ["Failed", "f-failed"], ["Pending", "f-pending"],
   ["Running", "f-running"], ["Items per minute", "f-rate"], ["Time to finish", "f-eta"], ["Tokens used", "f-tokens"],
-  ["Tokens reserved", "f-reserved"], ["Rate-limit wait", "f-wait"]];
+  ["Tokens reserved", "f-reserved"], ["Cost", "f-cost"], ["Rate-limit wait", "f-wait"]];
 
 function jobPage(main, jobId) {
   const said = el("span", { id: "said" });
@@ -163,7 +164,8 @@ function jobPage(main, jobId) {
     paused.hidden = !paused.textContent;
     const set = { "f-completed": num(job.completed), "f-failed": num(job.failed), "f-pending": num(job.pending),
       "f-running": num(job.running), "f-rate": rate(job), "f-eta": duration(job.eta_s),
-      "f-tokens": num(job.tokens_used), "f-reserved": num(job.tokens_reserved), "f-wait": waitText(job) };
+      "f-tokens": num(job.tokens_used), "f-reserved": num(job.tokens_reserved), "f-cost": job.cost_shown,
+      "f-wait": waitText(job) };
     for (const [id, text] of Object.entries(set)) $(id).textContent = text;
     for (const action of Object.keys(buttons)) buttons[action].disabled = !job.actions[action];
     drawChart(chart, data.series);

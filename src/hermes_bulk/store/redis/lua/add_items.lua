@@ -1,16 +1,17 @@
 -- add_items: append one batch of items to a job (contents stored once per hash).
 -- KEYS: the job's keys and its items' buckets (_job.lua); writes META, CONTENTS, PENDING, AKEYS,
 --       DUPS, and the buckets of items, names, sources, states, results and keys (_job.lua: at).
--- ARGV: twelve per item: index, head ("<estimate>\t<content_hash>"), name, source (JSON
+-- ARGV: thirteen per item: index, head ("<estimate>\t<content_hash>"), name, source (JSON
 --       [origin, offset, stat_sig]), content_hash, content, estimate, answer key ('' = none),
---       and the answer reused ('' job id = none, else job id, index, tokens, result text).
+--       and the answer reused ('' job id = none, else job id, index, tokens, cost in nano-USD,
+--       result text).
 -- An item with an answer is added completed (no source kept: nothing processes it; nor its
 -- content where the job drops a completed item's content, as complete_item does: any other
 -- item with that content stores it itself, here or in a later batch); one whose answer key an
 -- earlier item of the job has waits on it (DUPS); the first of each key is pending and recorded
 -- in AKEYS ("k:<key>" -> index) and its keys bucket (index -> key).
 -- Returns the number added, or an error (unknown job, index already present; nothing written).
-local N = 12
+local N = 13
 if redis.call('EXISTS', META) == 0 then
   return redis.error_reply('ERR no such job')
 end
@@ -20,7 +21,7 @@ for i = 1, #ARGV, N do
   end
 end
 local estimated, max_index = 0, tonumber(redis.call('HGET', META, 'max_index'))
-local reused, saved = 0, 0
+local reused, saved, saved_cost = 0, 0, 0
 local drop = redis.call('HGET', META, 'drop_content') == '1'
 for i = 1, #ARGV, N do
   local idx = tonumber(ARGV[i])
@@ -31,10 +32,10 @@ for i = 1, #ARGV, N do
     redis.call('HSETNX', CONTENTS, ARGV[i + 4], ARGV[i + 5])
   end
   if from_job ~= '' then
-    local tokens = tonumber(ARGV[i + 10])
+    local tokens, cost = tonumber(ARGV[i + 10]), tonumber(ARGV[i + 11])
     save_state(idx, {s = S_COMPLETED, rj = from_job, ri = tonumber(ARGV[i + 9]), ts = tokens})
-    redis.call('HSET', at('results', idx), idx, ARGV[i + 11])
-    reused, saved = reused + 1, saved + tokens
+    redis.call('HSET', at('results', idx), idx, ARGV[i + 12])
+    reused, saved, saved_cost = reused + 1, saved + tokens, saved_cost + cost
   else
     redis.call('HSET', at('sources', idx), idx, ARGV[i + 3])
     local first = key ~= '' and redis.call('HGET', AKEYS, 'k:' .. key)
@@ -58,5 +59,6 @@ redis.call('HSET', META, 'max_index', max_index)
 if reused > 0 then
   redis.call('HINCRBY', META, 'reused', reused)
   redis.call('HINCRBY', META, 'tokens_saved', saved)
+  if saved_cost > 0 then redis.call('HINCRBY', META, 'saved_cost', saved_cost) end
 end
 return #ARGV / N

@@ -1,0 +1,40 @@
+"""/bulk status in a real Hermes 0.19.0 shows what a job spent and would cost: at genai-prices'
+price of Hermes' model when it knows it, else at HERMES_BULK_PRICE (the plugin's `price` setting),
+else why it cannot say. On both backends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import config_set, job_id_of
+from .test_bulk_plugin import wait_for_state
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_bulk_status_shows_the_cost_at_the_price_of_hermes_model(
+    gateway, hermes_home, hermes_provider, tmp_path, request, backend
+):
+    url = request.getfixturevalue("redis_url") if backend == "redis" else None
+    if url:
+        config_set(hermes_home, "plugins.entries.bulk.settings.backend", url)
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(3)))
+    gw = gateway()
+    created = gw.bulk(f'"Describe" --over {src}')
+    assert "Estimated cost: unknown (genai-prices does not know 'fake-model'" in " ".join(
+        created.split()
+    )
+    job = job_id_of(created)
+    gw.bulk(f"run {job}")
+    status = " ".join(wait_for_state(gw, job, "completed", backend=url).split())
+    assert "Cost: unknown (genai-prices does not know 'fake-model'" in status
+
+    config_set(hermes_home, "plugins.entries.bulk.settings.price", "2,8")
+    gw = gateway()
+    job = job_id_of(gw.bulk(f'"Describe" --over {src} --fresh'))
+    gw.bulk(f"run {job}")
+    status = " ".join(wait_for_state(gw, job, "completed", backend=url).split())
+    assert "Cost: $" in status and "so far, about $" in status
+    assert "$2.00 in, $8.00 out per million tokens (HERMES_BULK_PRICE)" in status
