@@ -58,4 +58,5 @@ def test_options_for_passes_what_the_handler_takes_and_nothing_else():
         "rpm": 60,
         "tpm": None,
         "wait": True,
+        "sample": None,
     }

@@ -54,6 +54,7 @@ from hermes_bulk.store.protocol import (
     LEARN_AFTER,
     MAX_USAGE_TOKENS,
     NOT_STARTED,
+    PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
     PAUSED,
@@ -194,6 +195,7 @@ class Model:
     run_at: int | None = None
     last_claim_at: int | None = None
     interrupted: tuple[str, int] | None = None  # (reason, ms)
+    sample: tuple[int, ...] | None = None  # run --sample: the only items claims take
     frozen: dict[int, tuple] = field(default_factory=dict)  # completed items, as first seen
     batches: dict[str, ModelBatch] = field(default_factory=dict)
     workers: dict[str, ModelWorker] = field(default_factory=dict)
@@ -249,6 +251,12 @@ class Model:
         if self.count(CLAIMED) >= min(self.concurrency, max_running):
             return "at_capacity", None
         pending = [i for i, it in enumerate(self.items) if it.status == PENDING]
+        if self.sample is not None:  # the lowest pending index of the sample, whatever the hint
+            pending = [i for i in self.sample if self.items[i].status == PENDING]
+            if not pending and not any(self.items[i].status == CLAIMED for i in self.sample):
+                self.state, self.pause_reason, self.sample = PAUSED, PAUSE_SAMPLE, None
+                return "sample_done", None
+            hint = pending[0] if pending else hint
         if not pending:
             return "no_pending", None
         index = hint if hint in pending else pending[0]
@@ -642,6 +650,16 @@ class StoreMachine(RuleBasedStateMachine):
             assert state != RUNNING or job.run_at is not None
 
     @precondition(has_job)
+    @rule(picks=st.one_of(st.none(), st.sets(st.integers(0, MAX_ITEMS - 1), max_size=4)))
+    def set_sample(self, picks):
+        """run --sample: claims take only these items (any state; none: cleared), and the claim
+        that finds none pending nor running pauses the job."""
+        chosen = sorted(i for i in picks or () if i < len(self.m.items)) or None
+        assert self.store.set_sample(self.job_id, chosen) is not self.m.deleted
+        if not self.m.deleted:
+            self.m.sample = None if chosen is None else tuple(chosen)
+
+    @precondition(has_job)
     @rule(reason=st.sampled_from([INTERRUPTED_WORKER_STOP, INTERRUPTED_ORPHANED, None]))
     def mark_interrupted(self, reason):
         """Why a running job's workers stopped, or cleared; nothing unless it is running."""
@@ -739,7 +757,9 @@ class StoreMachine(RuleBasedStateMachine):
             return
         assert isinstance(got, Claim), (got, reason)
         assert got.index == index and self.seen[index] == PENDING, "claims take only pending items"
-        assert before != PENDING or got.index == hint, "the hint is taken when it is pending"
+        assert before != PENDING or got.index == hint or self.m.sample is not None, (
+            "the hint is taken when it is pending (and no sample is set)"
+        )
         it = self.m.items[index]
         assert (got.content, got.name, got.attempts, got.rate_limit_waits) == (
             it.content,
@@ -1248,6 +1268,7 @@ class StoreMachine(RuleBasedStateMachine):
         )
         assert (job.spec.concurrency, job.spec.rpm, job.spec.tpm) == (m.concurrency, m.rpm, m.tpm)
         assert (job.interrupted, ms(job.interrupted_at)) == (m.interrupted or (None, None))
+        assert job.sample == m.sample
         assert (ms(job.run_at), ms(job.last_claim_at)) == (m.run_at, m.last_claim_at)
         assert job.tokens_reserved == m.reserved, (job.tokens_reserved, m.reserved)
         assert job.running or job.tokens_reserved == 0, (

@@ -258,7 +258,7 @@ def test_answers_are_text_help_usage_errors_and_settings(
     help_text = gw.bulk("")
     assert (
         help_text.startswith("Bulk: apply one instruction")
-        and "/bulk run [--concurrency N] [--rpm N] [--tpm N] JOB" in help_text
+        and "/bulk run [--concurrency N] [--rpm N] [--tpm N] [--sample N] JOB" in help_text
     )
     assert gw.bulk("help") == help_text
     assert gw.bulk("export --help").startswith("usage: /bulk export [-h] [--format {md,csv,jsonl}]")

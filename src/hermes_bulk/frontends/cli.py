@@ -31,6 +31,7 @@ from ..jobs import hints, prices
 from ..jobs.service import Jobs, Plan, state_label
 from ..providers.pacing import RequestGate
 from ..runtime import cancel_batches
+from ..store.records import PAUSE_SAMPLE
 from ..words import count
 from . import logs, replies, views
 from .parser import UsageError, build_parser, normalise, options_for
@@ -293,10 +294,10 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
         return EXIT_INTERRUPTED
     runtime.stop(graceful=True)
     print(views.status_text(jobs.status(job_id)))
-    if (
-        st.state == "paused"
-    ):  # at its token limit, or by a pause from elsewhere: the job is not done
-        return EXIT_PAUSED
+    if st.state == "paused" and st.job.pause_reason != PAUSE_SAMPLE:
+        return EXIT_PAUSED  # at its token limit, or by a pause from elsewhere: not done
+    if st.state == "paused":
+        return EXIT_OK  # run --sample: it did what was asked
     return EXIT_OK if st.state == "completed" else EXIT_ERROR
 
 
@@ -453,8 +454,10 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
         )
         return EXIT_TIMEOUT
     print(views.status_text(st))
+    if st.state == "paused" and st.job.pause_reason != PAUSE_SAMPLE:
+        return EXIT_PAUSED  # at its token limit, or by a pause from elsewhere: not done
     if st.state == "paused":
-        return EXIT_PAUSED
+        return EXIT_OK  # run --sample: it did what was asked
     return EXIT_OK if st.state == "completed" else EXIT_ERROR
 
 

@@ -23,6 +23,10 @@ from ..jobs.model_options import MAX_TEMPERATURE
 from ..usage import Parser
 from .terminal import CHAT_WIDTH
 
+#: The most items `run --sample` takes: a look before paying for all (each claim walks the
+#: sample for its next pending item).
+MAX_SAMPLE = 1000
+
 COMMANDS = (
     "create",
     "run",
@@ -314,6 +318,13 @@ def build_parser(
     p = add_command("run", help="process the job's pending items")
     p.add_argument("job", metavar="JOB")
     _add_job_controls(p)
+    p.add_argument(
+        "--sample",
+        type=_whole(1, MAX_SAMPLE),
+        metavar="N",
+        help="run only N pending items, spread over the job (the first, the last, evenly "
+        f"between; {_range(1, MAX_SAMPLE)}), then pause it; resume runs the rest",
+    )
     if not for_slash:
         p.add_argument(
             "--wait",

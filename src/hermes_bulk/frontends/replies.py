@@ -186,13 +186,21 @@ def run(
     rpm: int | None = None,
     tpm: int | None = None,
     wait: bool = False,
+    sample: int | None = None,
 ) -> Reply:
-    """wait: the workers are this process's (`hermes-bulk run --wait`), so none need naming."""
+    """wait: the workers are this process's (`hermes-bulk run --wait`), so none need naming.
+    sample: run --sample N (Jobs.run)."""
     named = jobs.get(job)  # the prefix is resolved once: what follows acts on this job alone
     if named.spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
         place.check_servable(named.job_id)
-    job = jobs.run(named.job_id, concurrency=concurrency, rpm=rpm, tpm=tpm)
+    job = jobs.run(named.job_id, concurrency=concurrency, rpm=rpm, tpm=tpm, sample=sample)
     check = f"Check it with: {place.cmd} status {job.job_id}"
+    if job.sample:
+        check = (
+            f"It runs a sample of {count(len(job.sample), 'item')} spread over the job, then "
+            f"pauses: look at the answers ({place.cmd} export {job.job_id}), then resume it for "
+            f"the rest ({place.cmd} resume {job.job_id}). {check}"
+        )
     if job.spec.mode == "batch" and not wait:
         return Reply(
             f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "

@@ -17,6 +17,7 @@ from ..jobs import hints, model_options, prices
 from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, next_poll, state_label
 from ..store.protocol import (
     INTERRUPTED_WORKER_STOP,
+    PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
     RUNNING,
@@ -45,7 +46,9 @@ def end_notice(st: JobStatus, cmd: str) -> str:
     done = f"{j.completed}/{count(j.total, 'item')} completed, {j.failed} failed"
     if st.state == "paused":
         why = "paused at its token limit" if j.pause_reason == PAUSE_TOKEN_LIMIT else "paused"
-        if j.pause_reason and j.pause_reason not in (PAUSE_TOKEN_LIMIT, PAUSE_USER):
+        if j.pause_reason == PAUSE_SAMPLE:
+            why = "answered its sample and paused"
+        elif j.pause_reason and j.pause_reason not in (PAUSE_TOKEN_LIMIT, PAUSE_USER):
             why = f"paused: {j.pause_reason}"
         hint = (
             f"{cmd} resume {j.job_id} --max-tokens <n>"
@@ -233,6 +236,11 @@ def status_text(
             f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} "
             "reserved)"
         )
+    if j.sample:
+        lines.append(
+            f"Sample (run --sample): {count(len(j.sample), 'item')} spread over the job; it "
+            "pauses once they have settled"
+        )
     if request := request_line(spec):
         lines.append(request)
     if st.rate_limit and st.state == "processing":
@@ -345,6 +353,12 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
             return [
                 "Paused: token limit reached. Continue with: "
                 f"{hints.process(j, 'resume', cmd, '--max-tokens <n>')}"
+            ]
+        if j.pause_reason == PAUSE_SAMPLE:
+            return [
+                "Paused after its sample (run --sample). Look at the answers: "
+                f"{cmd} export {j.job_id}",
+                f"Run the rest with: {hints.process(j, 'resume', cmd)}",
             ]
         if (
             j.pause_reason and j.pause_reason != PAUSE_USER

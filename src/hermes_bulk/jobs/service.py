@@ -238,6 +238,7 @@ class JobStatus:
             "template": j.spec.template,
             "fields": list(j.spec.fields) if j.spec.fields else None,
             "tokens_cached": j.tokens_cached,
+            "sample": [i + 1 for i in j.sample] if j.sample else None,
             **_cost_dict(prices.job_cost(j)),
         }
 
@@ -788,10 +789,13 @@ class Jobs:
         concurrency: int | None = None,
         rpm: int | None = None,
         tpm: int | None = None,
+        sample: int | None = None,
     ) -> JobRecord:
         """Continue a job: return items of dead workers to the queue, mark it running, send
         triggers. concurrency, rpm, tpm: new values recorded on the job first (a running job takes
-        them at its next claims, and a raised concurrency gets its extra triggers at once)."""
+        them at its next claims, and a raised concurrency gets its extra triggers at once).
+        sample: run only that many pending items, spread over the job, then pause it
+        (store.set_sample); without it, any sample not yet answered is dropped: run runs all."""
         job = self.get(job_ref)
         if job.finished:
             raise InvalidTransition(
@@ -802,16 +806,54 @@ class Jobs:
                     else "."
                 )
             )
+        if sample is not None:
+            self._check_sample(job)
         self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
         self.liveness.recover_dead()
         self.store.release_expired_leases()
+        chosen = self._choose_sample(job, sample)
         updated = self.store.set_state(
             job.job_id,
             RUNNING,
             from_states=[NOT_STARTED, RUNNING, AWAITING_RECOVERY, PAUSED],
-            event=Event("run", "processing pending items"),
+            event=Event(
+                "run",
+                f"sampling {count(len(chosen), 'item')} spread over the job, then pausing"
+                if chosen
+                else "processing pending items",
+            ),
         )
         return self._start(updated or job)
+
+    def _check_sample(self, job: JobRecord) -> None:
+        """run --sample: for a live job that is not running now."""
+        if job.spec.mode == "batch":
+            raise UsageError(
+                "--sample is for live jobs: a batch job's items go to the provider in batches. "
+                "Create a job without --batch over the same source to try the instruction first; "
+                "its answers are reused."
+            )
+        if job.state == RUNNING:
+            raise InvalidTransition(
+                f"Job {job.job_id} is running; pause it first "
+                f"({self.cmd} pause {job.job_id}), then run a sample."
+            )
+
+    def _choose_sample(self, job: JobRecord, sample: int | None) -> list[int]:
+        """Record run --sample's items on the job (store.set_sample), or drop a sample left from
+        before: a run without --sample runs everything."""
+        if sample is None:
+            if job.sample is not None:
+                self.store.set_sample(job.job_id, None)
+            return []
+        chosen = self.store.sample_pending(job.job_id, sample)
+        if not chosen:
+            raise InvalidTransition(
+                f"Job {job.job_id} has no pending item to sample"
+                + (" (the rest wait on items running now)." if job.pending else ".")
+            )
+        self.store.set_sample(job.job_id, chosen)
+        return chosen
 
     def _change(
         self, job: JobRecord, *, concurrency: int | None, rpm: int | None, tpm: int | None
@@ -912,6 +954,7 @@ class Jobs:
                 f"{hints.process(job, 'run', self.cmd)}"
             )
         self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
+        self._choose_sample(job, None)  # a resume runs the rest
         note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
         updated = self.store.set_state(
             job.job_id,

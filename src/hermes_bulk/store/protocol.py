@@ -40,11 +40,13 @@ from .records import (  # noqa: F401  (named here too: callers import the contra
     LEARN_AFTER,
     MAX_USAGE_TOKENS,
     NOT_STARTED,
+    PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
     PAUSED,
     PENDING,
     RUNNING,
+    SAMPLE_DONE,
     WAITING,
     BatchItem,
     BatchRecord,
@@ -62,7 +64,9 @@ from .records import (  # noqa: F401  (named here too: callers import the contra
     Usage,
     WorkerInfo,
     drops_content,
+    sample_done,
     spec_from_json,
+    spread,
 )
 
 
@@ -236,6 +240,16 @@ class JobStore(Protocol):
         One step on both backends (SQLite reads the item's content after the transaction:
         contents never change, and a job deleted in between answers no_job).
         """
+
+    def sample_pending(self, job_id: str, n: int) -> list[int]:
+        """n of the job's pending items (not the duplicates waiting on one), spread over them in
+        index order by records.spread: the first, the last and evenly between. A read."""
+
+    def set_sample(self, job_id: str, indexes: list[int] | None) -> bool:
+        """`run --sample N`: from now on claims take only these items, lowest index first, and
+        once none is pending or running the claim that finds so pauses the job (PAUSE_SAMPLE,
+        event sample_done) and clears the sample (ClaimRefused "sample_done"); None clears it.
+        False when there is no such job. One step on both backends."""
 
     def next_item_estimate(self, job_id: str) -> int | None:
         """The estimate of the lowest-index pending item (what a trigger without a hint claims

@@ -39,6 +39,27 @@ BATCH_DONE = "done"
 # Why a job paused itself (pause_reason); a user's pause has reason "user".
 PAUSE_USER = "user"
 PAUSE_TOKEN_LIMIT = "token limit reached"
+#: `run --sample N` answered its sample (JobRecord.sample) and paused the job for a look.
+PAUSE_SAMPLE = "sample"
+
+
+#: The event of a job that paused after its sample; _job.lua's end_sample fills {n} too.
+SAMPLE_DONE = "the sample ({n} of the items) has settled; resume the job for the rest"
+
+
+def sample_done(n: int) -> str:
+    return SAMPLE_DONE.format(n=n)
+
+
+def spread(count: int, n: int) -> list[int]:
+    """n of the ranks 0..count-1 spread evenly, the first and the last included (all of them
+    when n >= count): which pending items `run --sample n` takes."""
+    if n >= count:
+        return list(range(count))
+    if n == 1:
+        return [0]
+    return [round(i * (count - 1) / (n - 1)) for i in range(n)]
+
 
 # Why a running job's workers stopped (JobRecord.interrupted; docs/decisions.md "Rolling restarts").
 #: A `hermes-bulk worker` stopped on a signal and returned what it held: the only kind a worker
@@ -178,6 +199,9 @@ class JobRecord:
     cost_nusd: int = 0
     list_nusd: int = 0  # the same at the live list price (a batch job's saving is the difference)
     saved_nusd: int = 0  # what the answers reused at create cost when they were asked
+    #: `run --sample N`: the only items claims take until each has settled, when the job pauses
+    #: itself (PAUSE_SAMPLE) and the sample is cleared; None otherwise
+    sample: tuple[int, ...] | None = None
 
     @property
     def job_id(self) -> str:

@@ -104,6 +104,7 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
         cost_nusd=int(meta.get("cost") or 0),
         list_nusd=int(meta.get("list_cost") or 0),
         saved_nusd=int(meta.get("saved_cost") or 0),
+        sample=tuple(json.loads(meta["sample"])) if meta.get("sample") else None,
         **n,
     )
 

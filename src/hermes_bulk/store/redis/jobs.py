@@ -32,6 +32,7 @@ from ..protocol import (
     Usage,
     WorkerInfo,
     drops_content,
+    spread,
 )
 from . import codec
 from .batches import RedisBatches
@@ -525,6 +526,18 @@ class RedisJobStore(RedisBatches):
                 keys=self.keys.job(job_id), args=[worker_id, lease_s * 1000, *indexes], client=pipe
             )
         return sum(int(n) for n in pipe.execute())
+
+    def sample_pending(self, job_id: str, n: int) -> list[int]:
+        pending = self.keys.job_key(job_id, "pending")
+        ranks = spread(self.r.zcard(pending), n)
+        pipe = self.r.pipeline(transaction=False)
+        for rank in ranks:  # by rank: a million pending indexes are never read for five
+            pipe.zrange(pending, rank, rank)
+        return [int(found[0]) for found in pipe.execute() if found]
+
+    def set_sample(self, job_id: str, indexes: list[int] | None) -> bool:
+        text = json.dumps(sorted(indexes)) if indexes else ""
+        return bool(self.lua.set_sample(keys=self.keys.job(job_id), args=[text]))
 
     def complete_item(
         self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None

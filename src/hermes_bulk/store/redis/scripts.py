@@ -18,10 +18,12 @@ from ..protocol import (
     CREATING,
     FAILED,
     NOT_STARTED,
+    PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSED,
     PENDING,
     RUNNING,
+    SAMPLE_DONE,
     WAITING,
 )
 from .codec import STATUS_CODES
@@ -57,6 +59,7 @@ _JOB_SCRIPTS = (
     "open_batch",
     "migrate_layout",
     "item_owners",
+    "set_sample",
 )
 _OTHER_SCRIPTS = (
     "prune_active",
@@ -83,6 +86,8 @@ def _lua_constants() -> str:
         "S_PAUSED": PAUSED,
         "S_WAITING": WAITING,
         "PAUSE_TOKEN_LIMIT": PAUSE_TOKEN_LIMIT,
+        "PAUSE_SAMPLE": PAUSE_SAMPLE,
+        "SAMPLE_DONE": SAMPLE_DONE.replace("{n}", "%d"),
         "EVENTS_KEPT": EVENTS_KEPT,
         "LIMIT_IDLE_KEEP_MS": LIMIT_IDLE_KEEP_MS,
         "BUCKET_ITEMS": BUCKET_ITEMS,

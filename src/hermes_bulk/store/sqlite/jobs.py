@@ -14,6 +14,7 @@ from ..protocol import (
     CREATING,
     FAILED,
     NOT_STARTED,
+    PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSED,
     PENDING,
@@ -30,11 +31,18 @@ from ..protocol import (
     NewItem,
     WorkerInfo,
     drops_content,
+    sample_done,
     spec_from_json,
+    spread,
 )
 from .batches import SqliteBatches
 from .database import SqliteDatabase
 
+#: The pending items of a job's run --sample (job id, the sample as a JSON array).
+_SAMPLE_PENDING = (
+    "SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx IN "
+    "(SELECT value FROM json_each(?))"
+)
 #: Answer keys looked up per statement by `answered` (SQLite's limit on variables is 32,766).
 ANSWERED_PAGE = 500
 
@@ -42,7 +50,7 @@ _JOB_COLUMNS = (
     "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
     "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
     "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved, tokens_cached, "
-    "cost, list_cost, saved_cost"
+    "cost, list_cost, saved_cost, sample"
 )
 
 
@@ -76,6 +84,7 @@ def _job_from_row(row: tuple) -> JobRecord:
         cost_nusd=row[24],
         list_nusd=row[25],
         saved_nusd=row[26],
+        sample=tuple(json.loads(row[27])) if row[27] else None,
     )
 
 
@@ -531,13 +540,21 @@ class SqliteJobStore(SqliteBatches):
         # The reservation rule (JobRecord.reservation, a copy of it is in _job.lua): the
         # learned output allowance replaces the configured one, at least min(learned, estimate).
         delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
+        if job.sample is None:  # the hint, else the lowest pending index
+            pick = (
+                "coalesce((SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = "
+                "?), (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx "
+                "LIMIT 1))"
+            )
+            picked: tuple = (job_id, index_hint, job_id)
+        else:  # run --sample: the lowest pending index of the sample (as _job.lua's)
+            pick = f"({_SAMPLE_PENDING} ORDER BY idx LIMIT 1)"
+            picked = (job_id, json.dumps(job.sample))
         row = conn.execute(
             "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + ?, "
-            "min(?, estimate)) WHERE job_id = ? AND status = 'pending' AND idx = coalesce((SELECT "
-            "idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = ?), (SELECT idx FROM "
-            "items WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT 1)) AND (? IS NULL "
-            "OR ? + max(estimate + ?, min(?, estimate)) <= ?) RETURNING idx, name, content_hash, "
-            "origin, byte_offset, stat_sig, reserved, attempts, rate_limit_waits",
+            f"min(?, estimate)) WHERE job_id = ? AND status = 'pending' AND idx = {pick} AND (? IS "
+            "NULL OR ? + max(estimate + ?, min(?, estimate)) <= ?) RETURNING idx, name, "
+            "content_hash, origin, byte_offset, stat_sig, reserved, attempts, rate_limit_waits",
             (
                 CLAIMED,
                 worker_id,
@@ -545,9 +562,7 @@ class SqliteJobStore(SqliteBatches):
                 delta,
                 floor,
                 job_id,
-                job_id,
-                index_hint,
-                job_id,
+                *picked,
                 limit,
                 used,
                 delta,
@@ -571,8 +586,18 @@ class SqliteJobStore(SqliteBatches):
         may settle for less); the job pauses, in the same transaction, only when it would not
         fit beside what is charged alone."""
         select = "SELECT idx, estimate FROM items WHERE job_id = ? AND status = 'pending'"
-        row = conn.execute(select + " AND idx = ?", (job.job_id, index_hint)).fetchone()
-        row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job.job_id,)).fetchone()
+        if job.sample is not None:
+            sample = json.dumps(job.sample)
+            row = conn.execute(
+                f"SELECT idx, estimate FROM items WHERE idx = ({_SAMPLE_PENDING} ORDER BY idx "
+                "LIMIT 1) AND job_id = ?",
+                (job.job_id, sample, job.job_id),
+            ).fetchone()
+            if row is None:
+                return self._end_sample(conn, job, sample)
+        else:
+            row = conn.execute(select + " AND idx = ?", (job.job_id, index_hint)).fetchone()
+            row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job.job_id,)).fetchone()
         if row is None:
             return ClaimRefused("no_pending")
         idx, estimate = row[0], job.reservation(row[1])
@@ -595,6 +620,44 @@ class SqliteJobStore(SqliteBatches):
             ],
         )
         return ClaimRefused("token_limit")
+
+    def _end_sample(self, conn, job: JobRecord, sample: str) -> ClaimRefused:
+        """No item of the sample is pending: while one still runs, nothing to claim; once every
+        one has settled, the job pauses (PAUSE_SAMPLE) and the sample is cleared, so a resume
+        runs the rest (as _job.lua's end_sample)."""
+        (running,) = conn.execute(
+            "SELECT count(*) FROM items WHERE job_id = ? AND status = 'running' AND idx IN "
+            "(SELECT value FROM json_each(?))",
+            (job.job_id, sample),
+        ).fetchone()
+        if running:
+            return ClaimRefused("no_pending")
+        conn.execute(
+            "UPDATE jobs SET state = ?, pause_reason = ?, sample = NULL WHERE id = ?",
+            (PAUSED, PAUSE_SAMPLE, job.job_id),
+        )
+        self._insert_events(conn, job.job_id, [Event("paused", sample_done(len(job.sample or ())))])
+        return ClaimRefused("sample_done")
+
+    def sample_pending(self, job_id: str, n: int) -> list[int]:
+        pending = [
+            row[0]
+            for row in self.db.read(
+                "SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx",
+                (job_id,),
+            )
+        ]
+        return [pending[rank] for rank in spread(len(pending), n)]
+
+    def set_sample(self, job_id: str, indexes: list[int] | None) -> bool:
+        with self.db.write() as conn:
+            return (
+                conn.execute(
+                    "UPDATE jobs SET sample = ? WHERE id = ? AND state != ?",
+                    (json.dumps(sorted(indexes)) if indexes else None, job_id, CREATING),
+                ).rowcount
+                == 1
+            )
 
     def next_item_estimate(self, job_id: str) -> int | None:
         rows = self.db.read(

@@ -282,3 +282,13 @@ ALTER TABLE answers ADD COLUMN cost INTEGER NOT NULL DEFAULT 0;
 """,
     )
 )
+
+# run --sample N: the indexes claims are limited to until each has settled (a JSON array).
+migration(
+    (
+        "m012_sample",
+        """
+ALTER TABLE jobs ADD COLUMN sample TEXT;
+""",
+    )
+)

@@ -60,7 +60,23 @@ end
 
 -- The item claim_item would take: the hint if it is pending, else the lowest pending index
 -- (O(log n) either way); nil when nothing is pending.
+-- run --sample: the indexes claims are limited to (META "sample", a JSON array, lowest first),
+-- or nil.
+local function job_sample()
+  local raw = redis.call('HGET', META, 'sample')
+  if not raw then return nil end
+  return cjson.decode(raw)
+end
+
 local function claim_candidate(hint)
+  local sample = job_sample()
+  if sample then  -- the lowest pending index of the sample (as SqliteJobStore's claim)
+    for _, idx in ipairs(sample) do
+      local field = string.format('%d', idx)
+      if redis.call('ZSCORE', PENDING, field) then return field end
+    end
+    return nil
+  end
   if redis.call('ZSCORE', PENDING, hint) then return hint end
   return redis.call('ZRANGE', PENDING, 0, 0)[1]
 end
@@ -182,6 +198,18 @@ end
 
 -- An item that does not fit under --max-tokens: it waits while reservations in flight may settle
 -- for less; the job pauses only when it would not fit beside what is charged alone.
+-- No item of the sample is pending: while one still runs (has an owner), nothing to claim; once
+-- every one has settled, the job pauses and the sample is cleared (as SqliteJobStore._end_sample).
+local function end_sample(now, sample)
+  for _, idx in ipairs(sample) do
+    if redis.call('HEXISTS', OWNERS, string.format('%d', idx)) == 1 then return {'no_pending'} end
+  end
+  redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_SAMPLE)
+  redis.call('HDEL', META, 'sample')
+  add_event(now, 'paused', string.format(SAMPLE_DONE, #sample))
+  return {'sample_done'}
+end
+
 local function refuse_over_limit(now, charged, estimate, idx, limit)
   if charged + estimate <= limit then return {'tokens_in_flight'} end
   redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)

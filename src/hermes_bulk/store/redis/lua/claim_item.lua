@@ -4,7 +4,7 @@
 --       EVENTS.
 -- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running   ARGV[5] learn_after
 -- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, tokens_in_flight,
--- token_limit),
+-- token_limit, sample_done: the job's run --sample has settled, and it paused),
 -- else {'ok', job (HGETALL of META before the claim), index, content hash, name, source (JSON
 -- [origin, offset, stat_sig]), state JSON or false, content}.
 local flat = redis.call('HGETALL', META)
@@ -17,7 +17,11 @@ if tonumber(job.running) >= math.min(tonumber(job.concurrency), tonumber(ARGV[4]
 end
 
 local idx = claim_candidate(ARGV[1])
-if not idx then return {'no_pending'} end
+if not idx then
+  local sample = job_sample()
+  if sample then return end_sample(now_ms(), sample) end
+  return {'no_pending'}
+end
 need_buckets({idx})
 local estimate, content_hash = item_head(idx)
 local now = now_ms()
