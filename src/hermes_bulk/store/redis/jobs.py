@@ -146,7 +146,7 @@ class RedisJobStore(RedisBatches):
                 ):
                     if text is not None:  # passed on as stored (compressed or not)
                         # an answer recorded before costs were kept has none
-                        spent = int(float(cost[0])) if cost else 0
+                        spent = int(cost[0]) if cost else 0
                         answers[key] = (job, int(idx), int(float(tokens)), spent, text)
         args: list = []
         for it in batch:

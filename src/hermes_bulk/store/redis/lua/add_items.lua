@@ -21,7 +21,7 @@ for i = 1, #ARGV, N do
   end
 end
 local estimated, max_index = 0, tonumber(redis.call('HGET', META, 'max_index'))
-local reused, saved, saved_cost = 0, 0, 0
+local reused, saved = 0, 0
 local drop = redis.call('HGET', META, 'drop_content') == '1'
 for i = 1, #ARGV, N do
   local idx = tonumber(ARGV[i])
@@ -32,10 +32,12 @@ for i = 1, #ARGV, N do
     redis.call('HSETNX', CONTENTS, ARGV[i + 4], ARGV[i + 5])
   end
   if from_job ~= '' then
-    local tokens, cost = tonumber(ARGV[i + 10]), tonumber(ARGV[i + 11])
+    local tokens = tonumber(ARGV[i + 10])
     save_state(idx, {s = S_COMPLETED, rj = from_job, ri = tonumber(ARGV[i + 9]), ts = tokens})
     redis.call('HSET', at('results', idx), idx, ARGV[i + 12])
-    reused, saved, saved_cost = reused + 1, saved + tokens, saved_cost + cost
+    reused, saved = reused + 1, saved + tokens
+    -- its cost added as the digits it is (a sum of Lua numbers is a double: inexact past 2^53)
+    if ARGV[i + 11] ~= '0' then redis.call('HINCRBY', META, 'saved_cost', ARGV[i + 11]) end
   else
     redis.call('HSET', at('sources', idx), idx, ARGV[i + 3])
     local first = key ~= '' and redis.call('HGET', AKEYS, 'k:' .. key)
@@ -59,6 +61,5 @@ redis.call('HSET', META, 'max_index', max_index)
 if reused > 0 then
   redis.call('HINCRBY', META, 'reused', reused)
   redis.call('HINCRBY', META, 'tokens_saved', saved)
-  if saved_cost > 0 then redis.call('HINCRBY', META, 'saved_cost', saved_cost) end
 end
 return #ARGV / N

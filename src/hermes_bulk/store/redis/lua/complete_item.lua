@@ -6,7 +6,8 @@
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] result   ARGV[4] tokens_in ('' = unreported)
 -- ARGV[5] tokens_out ('' = unreported)   ARGV[6] provider ('' = none)   ARGV[7] model ('' = none)
 -- ARGV[8] the job id (the answer index names it)   ARGV[9] cached input tokens ('' = unreported)
--- ARGV[10] its cost, ARGV[11] the same at the list price (nano-USD; jobs/prices.py)
+-- ARGV[10] its cost, ARGV[11] the same at the list price (nano-USD; jobs/prices.py), added as
+-- the digits they are: a Lua number is a double, inexact past 2^53
 -- Its duplicates (DUPS) complete with the same result, nothing charged, and the answer index
 -- points the item's answer key at it.
 -- Returns 1, or 0 when worker_id does not hold the item (a completed item is never
@@ -20,7 +21,7 @@ local cached, cost, list_cost = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]), tonu
 local st, reserved = unlease(idx)
 st.s, st.ti, st.to, st.w = S_COMPLETED, tokens_in, tokens_out, 0
 if cached > 0 then st.tc = cached end
-if cost > 0 then st.c = cost end
+if cost > 0 then st.c = ARGV[10] end  -- the text: exact past 14 digits
 if ARGV[6] ~= '' then st.pv = ARGV[6] end
 if ARGV[7] ~= '' then st.md = ARGV[7] end
 save_state(idx, st)
@@ -44,7 +45,7 @@ if #dups > 0 then
 end
 local key = redis.call('HGET', at('keys', idx), idx)
 if key then
-  redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged .. '\t' .. cost)
+  redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged .. '\t' .. ARGV[10])
   -- Its "k:" entry served create only (duplicates find their item); the keys bucket's entry
   -- stays (delete_job).
   redis.call('HDEL', AKEYS, 'k:' .. key)
@@ -62,6 +63,6 @@ redis.call('HINCRBY', META, 'tokens_charged', charged)
 redis.call('HINCRBY', META, 'tokens_in', tokens_in)
 redis.call('HINCRBY', META, 'tokens_out', tokens_out)
 if cached > 0 then redis.call('HINCRBY', META, 'tokens_cached', cached) end
-if cost > 0 then redis.call('HINCRBY', META, 'cost', cost) end
-if list_cost > 0 then redis.call('HINCRBY', META, 'list_cost', list_cost) end
+if cost > 0 then redis.call('HINCRBY', META, 'cost', ARGV[10]) end
+if list_cost > 0 then redis.call('HINCRBY', META, 'list_cost', ARGV[11]) end
 return 1
