@@ -31,7 +31,7 @@ from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.store.redis.scripts import CHECK_KEYS_ENV
 from hermes_bulk.testing.fake_provider import FakeProvider
 
-from .helpers import environment, job_status, run_in_process
+from .helpers import environment, job_status, run_in_process, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = bool(os.environ.get("CI"))
@@ -295,6 +295,22 @@ class Cli:
         self.spawned.append(worker)
         return worker
 
+    def run_batch_job(self, job_id: str, **extra_env: str) -> None:
+        """Run a --batch job to its end: `run`, then a worker of two threads until the job has
+        completed (its batches are submitted, polled and ingested by a worker)."""
+        self("run", job_id, **extra_env)
+        worker = self.spawn_worker("-w", "2", **extra_env)
+        try:
+            wait_for(
+                lambda: self.status(job_id, **extra_env)["state"] == "completed",
+                timeout=60,
+                interval=0.2,
+                message="the batch job to complete",
+            )
+        finally:
+            worker.terminate()
+            worker.wait(30)
+
     def kill_spawned(self) -> None:
         """Workers a test left running (it failed before stopping them): a worker retries a
         vanished backend forever, and one such outlived its test by 35 minutes of a CI run."""
@@ -302,6 +318,14 @@ class Cli:
             if worker.poll() is None:
                 worker.kill()
                 worker.wait(10)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend_cli(request, cli):
+    """The CLI on each backend: the embedded SQLite default, then a Redis of its own."""
+    if request.param == "redis":
+        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
+    return cli
 
 
 @pytest.fixture

@@ -32,13 +32,6 @@ LABEL = {
 }
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def backend_cli(request, cli):
-    if request.param == "redis":
-        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
-    return cli
-
-
 def _export(cli, job_id: str) -> list[dict]:
     out = cli("export", job_id, "--format", "jsonl", "--output", "-").stdout
     return [json.loads(line) for line in out.splitlines()]

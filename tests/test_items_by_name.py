@@ -16,13 +16,6 @@ BACKENDS = ["sqlite", "redis"]
 CLOCK = re.compile(r"^\s*\d\d:\d\d:\d\d ")
 
 
-@pytest.fixture(params=BACKENDS)
-def backend_cli(request, cli):
-    if request.param == "redis":
-        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
-    return cli
-
-
 def _folder_job(cli, tmp_path: Path, fake_provider) -> str:
     """A folder job whose 2026/q2.txt fails with HTTP 503 after one retry."""
     src = tmp_path / "reports"

@@ -12,8 +12,6 @@ import pytest
 from hermes_bulk.errors import UsageError
 from hermes_bulk.jobs import model_options
 
-from .helpers import wait_for
-
 OPTIONS = ["-o", "top_p=0.9", "-o", "seed=7", "-o", "reasoning_effort=low", "-o", 'stop=["\\n\\n"]']
 SENT = {
     "temperature": 0.2,
@@ -23,13 +21,6 @@ SENT = {
     "stop": ["\n\n"],
     "max_tokens": 60,
 }
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def backend_cli(request, cli):
-    if request.param == "redis":
-        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
-    return cli
 
 
 def _source(tmp_path, n: int = 4):
@@ -176,18 +167,7 @@ def test_a_batch_carries_the_same_options_in_every_line(backend_cli, fake_provid
     args = ["--over", str(_source(tmp_path, 3)), "--temperature", "0.2"]
     args += ["--max-output-tokens", "60", "--system", str(_system(tmp_path)), *OPTIONS]
     job_id = cli.json("create", "Summarise", *args, "--batch", "--json", **env)["job_id"]
-    cli("run", job_id, **env)
-    worker = cli.spawn_worker("-w", "2", **env)
-    try:
-        wait_for(
-            lambda: cli.status(job_id, **env)["state"] == "completed",
-            timeout=60,
-            interval=0.2,
-            message="the batch job to complete",
-        )
-    finally:
-        worker.terminate()
-        worker.wait(30)
+    cli.run_batch_job(job_id, **env)
     lines = fake_provider.batches.lines
     assert len(lines) == 3 and all(line.options == SENT for line in lines)
     assert all(line.system.startswith("You write for a legal team.") for line in lines)

@@ -14,8 +14,6 @@ from hermes_bulk.errors import ConfigError
 from hermes_bulk.jobs import prices, prompt
 from hermes_bulk.store.records import JobRecord, JobSpec, Usage
 
-from .helpers import wait_for
-
 #: genai-prices' figures for gpt-4o-mini at OpenAI (USD per million tokens), live and batch
 MINI = prices.Price(0.15, 0.6, 0.075, "")
 MINI_BATCH = prices.Price(0.075, 0.3, 0.075, "")
@@ -237,18 +235,7 @@ def test_a_batch_job_pays_the_batch_price_and_says_what_it_saved(priced_cli, tmp
         "create", "Do", "--over", str(_source(tmp_path, 4)), "--batch", "--json", **env
     )["job_id"]
     assert cli.status(job_id, **env)["price"]["input"] == 0.075
-    cli("run", job_id, **env)
-    worker = cli.spawn_worker("-w", "2", **env)
-    try:
-        wait_for(
-            lambda: cli.status(job_id, **env)["state"] == "completed",
-            timeout=60,
-            interval=0.2,
-            message="the batch job to complete",
-        )
-    finally:
-        worker.terminate()
-        worker.wait(30)
+    cli.run_batch_job(job_id, **env)
     status = cli.status(job_id, **env)
     assert status["cost_usd"] == pytest.approx(_expected_usd(status, MINI_BATCH), abs=1e-8)
     assert status["saved_by_batch_usd"] == pytest.approx(status["cost_usd"], abs=1e-8)
@@ -262,3 +249,19 @@ def test_the_dashboard_shows_spent_of_the_estimate_or_unknown():
         "$0.0042 of about $1.50"
     )
     assert cost_shown(prices.JobCost(None, "why")) == "unknown"
+
+
+def test_a_jobs_money_is_spent_plus_the_rest_of_its_estimate_and_what_it_saved():
+    spec = JobSpec("j", "Do", "/s", "jsonl", 1, 0, price=MINI.as_dict())
+    job = JobRecord(
+        spec, 0, "running", None, 12, 10, 0, 2, 0, 50, 5, 55, 0, 10_055, 0, None, None,
+        reused=0, cost_nusd=1000, list_nusd=3000, saved_nusd=500,
+    )  # fmt: skip
+    cost = prices.job_cost(job)
+    # 10,000 tokens left for 10 pending items: their 5,120 output tokens at the output price,
+    # the other 4,880 at the input price.
+    assert cost.estimated == (1000 + 4880 * 150 + 5120 * 600) / 1e9
+    assert (cost.spent, cost.saved_by_reuse, cost.saved_by_batch) == (1e-6, 5e-7, 2e-6)
+    assert cost.saved == 5e-7 + 2e-6 and cost.unknown is None
+    assert prices.estimate_nusd(MINI, 100, 1, 512) == MINI.cost_nusd(0, 100)
+    assert prices.JobCost(None, "why").saved is None

@@ -16,13 +16,6 @@ BACKENDS = ["sqlite", "redis"]
 ROWS = 40
 
 
-@pytest.fixture(params=BACKENDS)
-def backend_cli(request, cli):
-    if request.param == "redis":
-        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
-    return cli
-
-
 def _short_rows(tmp_path):
     src = tmp_path / "short.csv"
     src.write_text("word\n" + "".join(f"w{i}\n" for i in range(ROWS)))

@@ -10,17 +10,8 @@ import csv
 import json
 import subprocess
 
-import pytest
-
 DISTINCT = 30
 ROWS = 300
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def backend_cli(request, cli):
-    if request.param == "redis":
-        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
-    return cli
 
 
 def _rows_with_repeats(tmp_path):

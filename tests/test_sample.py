@@ -8,19 +8,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from hermes_bulk.store.records import spread
 from hermes_bulk.testing.fake_provider import digest
 
 ITEMS = 20
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def backend_cli(request, cli):
-    if request.param == "redis":
-        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
-    return cli
 
 
 def _source(tmp_path, n: int = ITEMS):

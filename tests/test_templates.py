@@ -17,16 +17,7 @@ from hermes_bulk.errors import InputError, UsageError
 from hermes_bulk.jobs import templates
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
-from .helpers import wait_for
-
 ROWS = 'id,title,body\n1,Hello,World\n2,"=1+1",-10 stars #3\n3,@x,+3\n4,Hello,World\n'
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def backend_cli(request, cli):
-    if request.param == "redis":
-        cli.env["HERMES_BULK_BACKEND"] = request.getfixturevalue("redis_url")
-    return cli
 
 
 def _csv(tmp_path, text: str = ROWS):
@@ -213,18 +204,7 @@ def test_a_batch_line_carries_the_template(backend_cli, fake_provider, tmp_path)
     src = _csv(tmp_path, "title,body\nA,B\nC,D\n")
     args = ["--over", str(src), "--template", "{body} / {title}", "--batch", "--json"]
     job_id = cli.json("create", "Do", *args, **env)["job_id"]
-    cli("run", job_id, **env)
-    worker = cli.spawn_worker("-w", "2", **env)
-    try:
-        wait_for(
-            lambda: cli.status(job_id, **env)["state"] == "completed",
-            timeout=60,
-            interval=0.2,
-            message="the batch job to complete",
-        )
-    finally:
-        worker.terminate()
-        worker.wait(30)
+    cli.run_batch_job(job_id, **env)
     assert sorted(line.item for line in fake_provider.batches.lines) == sorted(
         [digest("B / A"), digest("D / C")]
     )

@@ -216,6 +216,17 @@ class Gateway:
                 stream.close()
 
 
+@pytest.fixture(params=["sqlite", "redis"])
+def bulk_backend(request, hermes_home) -> str | None:
+    """Bulk's store in Hermes, each in turn: the embedded SQLite default (None), then a Redis of
+    its own (its URL, set in the plugin's settings)."""
+    if request.param == "sqlite":
+        return None
+    url = request.getfixturevalue("redis_url")
+    config_set(hermes_home, "plugins.entries.bulk.settings.backend", url)
+    return url
+
+
 @pytest.fixture
 def gateway(hermes_home, tmp_path):
     """gateway(cwd=, argv=, **env) starts a Hermes TUI gateway on hermes_home; all stop at the

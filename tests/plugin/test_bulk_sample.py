@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from hermes_bulk.testing.fake_provider import digest
 
-from .conftest import config_set, job_id_of
+from .conftest import job_id_of
 from .test_bulk_plugin import wait_for_state
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_a_bulk_sample_runs_its_items_pauses_and_resume_runs_the_rest(
-    gateway, hermes_home, hermes_provider, tmp_path, request, backend
+    gateway, hermes_home, hermes_provider, tmp_path, bulk_backend
 ):
-    url = request.getfixturevalue("redis_url") if backend == "redis" else None
-    if url:
-        config_set(hermes_home, "plugins.entries.bulk.settings.backend", url)
+    url = bulk_backend
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(9)))
     gw = gateway()

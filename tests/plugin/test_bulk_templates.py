@@ -3,21 +3,16 @@ it, through Hermes' model, on both backends; a missing field is a reply, not a t
 
 from __future__ import annotations
 
-import pytest
-
 from hermes_bulk.testing.fake_provider import digest
 
-from .conftest import config_set, job_id_of
+from .conftest import job_id_of
 from .test_bulk_plugin import wait_for_state
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_a_bulk_job_sends_each_row_as_its_template_makes_it(
-    gateway, hermes_home, hermes_provider, tmp_path, request, backend
+    gateway, hermes_home, hermes_provider, tmp_path, bulk_backend
 ):
-    url = request.getfixturevalue("redis_url") if backend == "redis" else None
-    if url:
-        config_set(hermes_home, "plugins.entries.bulk.settings.backend", url)
+    url = bulk_backend
     src = tmp_path / "rows.csv"
     src.write_text("id,title,body\n1,Tea,Green\n2,Coffee,Black\n")
     gw = gateway()
