@@ -265,3 +265,24 @@ def test_a_jobs_money_is_spent_plus_the_rest_of_its_estimate_and_what_it_saved()
     assert cost.saved == 5e-7 + 2e-6 and cost.unknown is None
     assert prices.estimate_nusd(MINI, 100, 1, 512) == MINI.cost_nusd(0, 100)
     assert prices.JobCost(None, "why").saved is None
+
+
+def test_edges_of_pricing_a_usage_and_a_jobs_money():
+    spec = JobSpec("j", "Do", "/s", "jsonl", 1, 0, price=MINI.as_dict())
+    job = _running(spec)
+    # A usage reported in part is priced as reported; the missing counts are none.
+    assert prices.priced(job, "", Usage(None, 100), by_batch=False).cost_nusd == 60_000
+    assert prices.priced(job, "", Usage(1000, None), by_batch=False).cost_nusd == 150_000
+    assert prices.priced(job, "", Usage(1000, 0, None), by_batch=False).cost_nusd == 150_000
+    assert prices.estimate_nusd(MINI, 1000, 1, 512) == MINI.cost_nusd(488, 512)
+    # Charged past the projection, or a list cost below the cost: nothing negative is shown.
+    over = JobRecord(
+        spec, 0, "running", None, 1, 0, 0, 1, 0, 10, 0, 10, 0, 5, 0, None, None,
+        cost_nusd=2000, list_nusd=1000,
+    )  # fmt: skip
+    cost = prices.job_cost(over)
+    assert (cost.estimated, cost.saved_by_batch) == (2e-6, 0.0)
+    assert prices.JobCost(MINI, None, saved_by_reuse=1.0, saved_by_batch=None).saved is None
+    assert prices.describe(prices.Price(0.126, 1.5, 3, "s")) == (
+        "$0.126 in, $1.50 out per million tokens ($3.00 cached; s)"
+    )
