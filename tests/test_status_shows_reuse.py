@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .test_reuse import _answered, _folder, backend_cli  # noqa: F401 - backend_cli is a fixture
+from .test_reuse import _answered, _folder
 
 
 def test_status_names_reused_answers_and_the_tokens_they_saved(
