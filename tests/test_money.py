@@ -7,6 +7,7 @@ in tests/plugin/test_bulk_money.py."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -108,16 +109,26 @@ def test_the_price_setting_names_a_price_or_a_file_of_them(tmp_path):
         ("nan,2", "not a price"),
         ("1,20000", "not a price"),
         ("a,b", "not a price"),
-        (str(tmp_path / "missing.json"), "cannot read the price file"),
+        (str(tmp_path / "missing.json"), "missing.json: cannot read it"),
+        (str(tmp_path), "a directory; only regular files are read"),
     ]:
         with pytest.raises(ConfigError, match=says):
             prices.resolve("m", None, batch=False, setting=bad)
     table.write_text('{"my-model": 0.2}')
     with pytest.raises(ConfigError, match="JSON object of model"):
         prices.resolve("my-model", None, batch=False, setting=str(table))
-    table.write_text("[1")
-    with pytest.raises(ConfigError, match="not JSON"):
+    for data in (b"[1", b"null", b'{"caf\xe9": "1,2"}'):  # unfinished, no object, not UTF-8
+        table.write_bytes(data)
+        with pytest.raises(ConfigError, match="not JSON"):
+            prices.resolve("my-model", None, batch=False, setting=str(table))
+    table.write_text('{"my-model": "0.2,0.8", "pad": "' + "x" * prices.MAX_PRICE_FILE_BYTES + '"}')
+    with pytest.raises(ConfigError, match="not JSON \\(or is over 1,048,576 bytes\\)"):
         prices.resolve("my-model", None, batch=False, setting=str(table))
+    # A FIFO where the file was is refused at once: nothing waits for a writer.
+    fifo = tmp_path / "prices.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="a FIFO"):
+        prices.resolve("my-model", None, batch=False, setting=str(fifo))
 
 
 def test_an_item_is_priced_at_the_batch_price_only_when_a_batch_answered_it():
@@ -283,6 +294,13 @@ def test_edges_of_pricing_a_usage_and_a_jobs_money():
     cost = prices.job_cost(over)
     assert (cost.estimated, cost.saved_by_batch) == (2e-6, 0.0)
     assert prices.JobCost(MINI, None, saved_by_reuse=1.0, saved_by_batch=None).saved is None
+    # Finished before it learned an allowance: its projection is still the items' estimates,
+    # and yet nothing more will be spent.
+    done = JobRecord(
+        spec, 0, "running", None, 1, 0, 0, 1, 0, 10, 0, 10, 0, 900, 0, None, None,
+        cost_nusd=2000,
+    )  # fmt: skip
+    assert prices.job_cost(done).estimated == 2e-6
     assert prices.describe(prices.Price(0.126, 1.5, 3, "s")) == (
         "$0.126 in, $1.50 out per million tokens ($3.00 cached; s)"
     )

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.fields import names_a_price, parse_price
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
 from . import prompt
 
 if TYPE_CHECKING:
     from ..store.records import JobRecord, Usage
 
 NANO_PER_USD = 10**9
+#: The largest HERMES_BULK_PRICE file read: a table of models, not data.
+MAX_PRICE_FILE_BYTES = 1024 * 1024
 #: A price read per 1,000 tokens, scaled: small enough to stay under every long-context tier.
 _PROBE_TOKENS = 1000
 
@@ -43,12 +45,7 @@ class Price:
     source: str  # where the figures come from, as status shows it
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "input": self.input,
-            "output": self.output,
-            "cached_input": self.cached_input,
-            "source": self.source,
-        }
+        return asdict(self)
 
     def cost_nusd(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> int:
         """Nano-USD for one request (cached tokens are among tokens_in)."""
@@ -86,15 +83,23 @@ def _setting_price(setting: str, model: str | None) -> Price | None:
     has no entry for it."""
     if names_a_price(setting):
         return parse_setting_price(setting, "HERMES_BULK_PRICE")
+    from ..sources.regular_files import read_regular_file  # here: status and list start without it
+
     path = Path(setting).expanduser()
+    fix = 'give input,output USD per million tokens, or a JSON file {"model": "0.15,0.60"}.'
+    try:  # as sources read a file: a FIFO or a device in its place is refused, never waited on
+        data = read_regular_file(path, MAX_PRICE_FILE_BYTES)
+    except InputError as exc:  # it names the file and what is wrong with it
+        raise ConfigError(f"HERMES_BULK_PRICE: {exc} The setting: {fix}") from None
     try:
-        table = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not JSON"
+        table = None if data is None else json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        table = None
+    if table is None:
         raise ConfigError(
-            f"HERMES_BULK_PRICE: cannot read the price file {path} ({reason}); give "
-            'input,output USD per million tokens, or a JSON file {"model": "0.15,0.60"}.'
-        ) from None
+            f"HERMES_BULK_PRICE: the price file {path} is not JSON (or is over "
+            f"{MAX_PRICE_FILE_BYTES:,} bytes); {fix}"
+        )
     if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
         raise ConfigError(
             f'HERMES_BULK_PRICE: {path} must be a JSON object of model -> "input,output", e.g. '
@@ -225,7 +230,10 @@ def job_cost(job: JobRecord) -> JobCost:
     price = price_of(spec.price)
     if price is None:
         return JobCost(None, spec.price_unknown or NO_PRICE_RECORDED)
-    rest = max(0, job.projected_tokens - job.tokens_charged)
+    # Before LEARN_AFTER answers the projection is the items' estimates, spent or not: once
+    # nothing is pending or running, nothing more will be spent.
+    settled = job.pending == 0 and job.running == 0
+    rest = 0 if settled else max(0, job.projected_tokens - job.tokens_charged)
     estimated = job.cost_nusd + estimate_nusd(price, rest, job.pending, job.output_allowance)
     return JobCost(
         price,
