@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import queue
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_bulk.testing.fake_provider import FakeProvider
+from hermes_bulk.testing.fake_provider import FakeConfig, FakeProvider
 
 from ..conftest import IN_CI
 
@@ -90,16 +91,9 @@ def _session_provider() -> Iterator[FakeProvider]:
 
 @pytest.fixture
 def hermes_provider(_session_provider) -> FakeProvider:
-    _session_provider.configure(
-        latency_s=0.0,
-        rate_per_s=None,
-        fail_rate=0.0,
-        script=[],
-        item_faults={},
-        echo_credentials=False,
-        error_echo="",
-        hang_s=30.0,
-    )
+    # Every setting back to its default: one a test set (usage, fail_once, …) must not reach
+    # the next test this session's provider serves.
+    _session_provider.configure(**dataclasses.asdict(FakeConfig()))
     _session_provider.reset_records()
     _session_provider.release()  # a test that failed with the gate closed leaves it open
     return _session_provider
