@@ -26,6 +26,7 @@ reports the first failing example unshrunk (a planted bug's verdict, fast).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,7 @@ from hermes_bulk.store.protocol import (
     LEARN_AFTER,
     MAX_USAGE_TOKENS,
     NOT_STARTED,
+    PAUSE_COST_LIMIT,
     PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
@@ -124,7 +126,8 @@ WAIT_REASON = "tokens_in_flight"
 
 def token_rule(max_tokens: int | None, charged: int, reserved: int, estimate: int) -> str:
     """What a claim of an item with this estimate does: CLAIM it, WAIT (refuse, the job keeps
-    running), or PAUSE the job with PAUSE_TOKEN_LIMIT (refuse)."""
+    running), or PAUSE the job with PAUSE_TOKEN_LIMIT (refuse). --max-cost is the same rule in
+    nano-USD (spent, reserved, the item's cost), taken after this one says CLAIM."""
     if max_tokens is None or charged + reserved + estimate <= max_tokens:
         return CLAIM
     if charged + estimate <= max_tokens:
@@ -144,6 +147,7 @@ class ModelItem:
     owner: str | None = None
     until: int = 0  # lease end (ms) while running
     reserved: int = 0
+    reserved_cost: int = 0  # nano-USD held under --max-cost while it runs
     attempts: int = 0
     waits: int = 0
     result: str | None = None
@@ -196,6 +200,9 @@ class Model:
     last_claim_at: int | None = None
     interrupted: tuple[str, int] | None = None  # (reason, ms)
     sample: tuple[int, ...] | None = None  # run --sample: the only items claims take
+    max_cost: int | None = None  # nano-USD
+    #: USD per million tokens a claim reserves at: live input, output, a batch's input, output
+    rates: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
     frozen: dict[int, tuple] = field(default_factory=dict)  # completed items, as first seen
     batches: dict[str, ModelBatch] = field(default_factory=dict)
     workers: dict[str, ModelWorker] = field(default_factory=dict)
@@ -209,6 +216,20 @@ class Model:
     @property
     def reserved(self) -> int:
         return sum(it.reserved for it in self.items if it.status == CLAIMED)
+
+    @property
+    def cost_reserved(self) -> int:
+        return sum(it.reserved_cost for it in self.items if it.status == CLAIMED)
+
+    def money(self, need: int, *, batch: bool) -> int:
+        """What an item reserving `need` tokens reserves in nano-USD under --max-cost
+        (records.reserved_cost, written out again): the allowance's share at the output rate,
+        the rest at the input rate, rounded up; nothing without a limit."""
+        if self.max_cost is None:
+            return 0
+        rate_in, rate_out = self.rates[2:] if batch else self.rates[:2]
+        out = min(self.allowance(), need)
+        return math.ceil(((need - out) * rate_in + out * rate_out) * 1000)
 
     @property
     def preparing(self) -> str | None:
@@ -230,12 +251,15 @@ class Model:
         pause_reason: str | None,
         max_tokens: int | None,
         now: int,
+        max_cost: int | None = None,
     ) -> bool:
         if self.deleted or self.state not in from_states:
             return False
         self.state, self.pause_reason = state, pause_reason
         if max_tokens is not None:
             self.max_tokens = max_tokens
+        if max_cost is not None:
+            self.max_cost = max_cost
         if state == RUNNING:  # someone ran it: when, and no longer interrupted
             self.run_at, self.interrupted = now, None
         return True
@@ -268,13 +292,21 @@ class Model:
             return "token_limit", None
         if verdict == WAIT:
             return WAIT_REASON, None
-        self.hold(it, worker, need, now + round(lease_s * 1000))
+        money = self.money(need, batch=False)
+        verdict = token_rule(self.max_cost, self.cost, self.cost_reserved, money)
+        if verdict == PAUSE:
+            self.state, self.pause_reason = PAUSED, PAUSE_COST_LIMIT
+            return "cost_limit", None
+        if verdict == WAIT:
+            return "cost_in_flight", None
+        self.hold(it, worker, need, now + round(lease_s * 1000), money)
         self.last_claim_at = now
         return "ok", index
 
     @staticmethod
-    def hold(it: ModelItem, owner: str, need: int, until: int) -> None:
+    def hold(it: ModelItem, owner: str, need: int, until: int, money: int) -> None:
         it.status, it.owner, it.until, it.reserved = CLAIMED, owner, until, need
+        it.reserved_cost = money
 
     def open_batch(
         self,
@@ -301,21 +333,28 @@ class Model:
         pending = [it for it in self.items if it.status == PENDING][:max_items]
         if not pending:
             return "no_pending", None
-        taken, reserved = [], self.reserved
+        taken, reserved, reserved_cost = [], self.reserved, self.cost_reserved
         for it in pending:
             need = self.reservation(it.estimate)
-            verdict = token_rule(self.max_tokens, self.charged, reserved, need)
+            money = self.money(need, batch=True)
+            verdicts = (
+                (token_rule(self.max_tokens, self.charged, reserved, need), PAUSE_TOKEN_LIMIT),
+                (token_rule(self.max_cost, self.cost, reserved_cost, money), PAUSE_COST_LIMIT),
+            )
+            verdict, why = next(((v, w) for v, w in verdicts if v != CLAIM), (CLAIM, None))
             if verdict != CLAIM:
                 if taken:
                     break
+                cost = why == PAUSE_COST_LIMIT
                 if verdict == PAUSE:
-                    self.state, self.pause_reason = PAUSED, PAUSE_TOKEN_LIMIT
-                    return "token_limit", None
-                return WAIT_REASON, None
-            taken.append((it, need))
+                    self.state, self.pause_reason = PAUSED, why
+                    return ("cost_limit" if cost else "token_limit"), None
+                return ("cost_in_flight" if cost else WAIT_REASON), None
+            taken.append((it, need, money))
             reserved += need
-        for it, need in taken:
-            self.hold(it, BATCH_OWNER_PREFIX + batch_id, need, now + round(hold_s * 1000))
+            reserved_cost += money
+        for it, need, money in taken:
+            self.hold(it, BATCH_OWNER_PREFIX + batch_id, need, now + round(hold_s * 1000), money)
         self.batches[batch_id] = ModelBatch(len(taken), worker, now + round(lease_s * 1000))
         self.last_claim_at = now
         return "ok", batch_id
@@ -333,6 +372,14 @@ class Model:
 
     def duplicates(self, index: int) -> list[ModelItem]:
         return [it for it in self.items if it.dup_of == index and it.status == WAITING]
+
+    def allowance(self) -> int:
+        """The output allowance claims reserve now (JobRecord.output_allowance)."""
+        completed = self.count(COMPLETED)
+        if completed < LEARN_AFTER or self.tokens_out <= 0:
+            return self.output_estimate
+        learned = -(-2 * self.tokens_out // completed)
+        return learned if self.output_cap is None else min(learned, self.output_cap)
 
     def reservation(self, estimate: int) -> int:
         """The learned output allowance (JobRecord.output_allowance, written out again): after
@@ -417,6 +464,17 @@ estimates = st.one_of(
 # Two in three jobs have no limit, so most examples get far enough to complete items.
 limits = st.one_of(st.none(), st.none(), st.tuples(st.integers(1, MAX_ITEMS), st.integers(-2, 2)))
 indexes = st.integers(-1, MAX_ITEMS)  # -1 and past the end: no such item
+# A job's price (USD per million tokens: live input, output, then a batch's), or none; figures
+# whose products are not whole in a double among them.
+job_prices = st.sampled_from(
+    [
+        None,
+        (0.15, 0.6, 0.15, 0.6),
+        (1.0, 4.0, 0.5, 2.0),
+        (0.1, 0.2, 0.05, 0.1),
+        (1e-5, 9999.999, 1e-5, 9999.999),
+    ]
+)
 # An owner-only step names a running item and its owner (aim, 2 in 3; pick chooses which), or any
 # worker and index: mostly not the owner, which must change nothing.
 targets = st.tuples(
@@ -470,9 +528,34 @@ class StoreMachine(RuleBasedStateMachine):
         kind=st.sampled_from(["jsonl", "directory"]),
         output=st.sampled_from([(512, None), (512, 40), (0, None), (100, 10**9)]),
         ttls=st.lists(TTLS, min_size=len(WORKERS), max_size=len(WORKERS)),
+        rates=job_prices,
+        cost_limit=limits,
     )
-    def create(self, estimates, concurrency, limit, contents, running, kind, output, ttls):
+    def create(
+        self,
+        estimates,
+        concurrency,
+        limit,
+        contents,
+        running,
+        kind,
+        output,
+        ttls,
+        rates,
+        cost_limit,
+    ):
         max_tokens = None if limit is None else max(0, sum(estimates[: limit[0]]) + limit[1])
+        price = list_price = None
+        if rates is not None:
+            price = {"input": rates[2], "output": rates[3], "cached_input": 0.0, "source": "t"}
+            if rates[:2] != rates[2:]:
+                list_price = {**price, "input": rates[0], "output": rates[1]}
+        # --max-cost near what the first k items reserve (a nano-dollar or two either side)
+        max_cost = None
+        if rates is not None and cost_limit is not None:
+            probe = Model(1, None, [], output[0], output[1], max_cost=0, rates=rates)
+            k, slack = cost_limit
+            max_cost = max(0, sum(probe.money(e, batch=False) for e in estimates[:k]) + slack)
         spec = JobSpec(
             job_id=self.job_id,
             instruction="do it",
@@ -484,6 +567,9 @@ class StoreMachine(RuleBasedStateMachine):
             provider_key="p:sm",
             output_tokens_estimate=output[0],
             max_output_tokens=output[1],
+            price=price,
+            list_price=list_price,
+            max_cost=max_cost,
         )
         self.store.begin_job(spec)
         assert self.store.get_job(self.job_id) is None, "a job being created is invisible"
@@ -524,7 +610,15 @@ class StoreMachine(RuleBasedStateMachine):
                     dup_of=None if first == i else first,
                 )
             )
-        self.m = Model(concurrency, max_tokens, model_items, output[0], output[1])
+        self.m = Model(
+            concurrency,
+            max_tokens,
+            model_items,
+            output[0],
+            output[1],
+            max_cost=max_cost,
+            rates=rates or (0.0, 0.0, 0.0, 0.0),
+        )
         self.seen = {i: it.status for i, it in enumerate(model_items)}
         if running:  # mostly: most of what is worth testing happens while the job runs
             self.move(RUNNING, (NOT_STARTED,), None, None)
@@ -616,36 +710,45 @@ class StoreMachine(RuleBasedStateMachine):
 
     # Job state -------------------------------------------------------------------------------
     @precondition(lambda self: self.m is not None and self.m.state != RUNNING)
-    @rule(limit=limits)
-    def run_or_resume(self, limit):
-        """Run, or resume (maybe with a new --max-tokens: around what is used, to meet the edge)."""
-        max_tokens = (
-            None if limit is None else max(0, self.m.charged + self.m.reserved + limit[1] * 10)
-        )
-        self.move(RUNNING, (NOT_STARTED, PAUSED), None, max_tokens)
+    @rule(limit=limits, cost_limit=limits)
+    def run_or_resume(self, limit, cost_limit):
+        """Run, or resume (maybe with a new --max-tokens or --max-cost: around what is used, to
+        meet the edge; --max-cost only where the job has a price)."""
+        m = self.m
+        max_tokens = None if limit is None else max(0, m.charged + m.reserved + limit[1] * 10)
+        max_cost = None
+        if cost_limit is not None and m.rates != (0.0, 0.0, 0.0, 0.0):
+            max_cost = max(0, m.cost + m.cost_reserved + cost_limit[1] * 50_000)
+        self.move(RUNNING, (NOT_STARTED, PAUSED), None, max_tokens, max_cost)
 
     @precondition(has_job)
     @rule(
         state=st.sampled_from([RUNNING, PAUSED]),
         froms=st.sets(st.sampled_from([NOT_STARTED, RUNNING, PAUSED])),
-        pause_reason=st.sampled_from([None, PAUSE_USER, PAUSE_TOKEN_LIMIT]),
+        pause_reason=st.sampled_from([None, PAUSE_USER, PAUSE_TOKEN_LIMIT, PAUSE_COST_LIMIT]),
     )
     def move_or_pause(self, state, froms, pause_reason):
         """A pause (or any move): set_state is a compare-and-set, from a state not listed
         nothing changes."""
         self.move(state, tuple(froms), pause_reason, None)
 
-    def move(self, state, froms, pause_reason, max_tokens):
+    def move(self, state, froms, pause_reason, max_tokens, max_cost=None):
         job = self.store.set_state(
-            self.job_id, state, from_states=froms, pause_reason=pause_reason, max_tokens=max_tokens
+            self.job_id,
+            state,
+            from_states=froms,
+            pause_reason=pause_reason,
+            max_tokens=max_tokens,
+            max_cost=max_cost,
         )
-        moved = self.m.set_state(state, froms, pause_reason, max_tokens, self.clock.ms)
+        moved = self.m.set_state(state, froms, pause_reason, max_tokens, self.clock.ms, max_cost)
         assert (job is not None) == moved
         if moved:
-            assert (job.state, job.pause_reason, job.spec.max_tokens) == (
+            assert (job.state, job.pause_reason, job.spec.max_tokens, job.spec.max_cost) == (
                 state,
                 pause_reason,
                 self.m.max_tokens,
+                self.m.max_cost,
             )
             assert state != RUNNING or job.run_at is not None
 
@@ -1271,7 +1374,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert job.sample == m.sample
         assert (ms(job.run_at), ms(job.last_claim_at)) == (m.run_at, m.last_claim_at)
         assert job.tokens_reserved == m.reserved, (job.tokens_reserved, m.reserved)
-        assert job.running or job.tokens_reserved == 0, (
+        assert (job.cost_reserved, job.spec.max_cost) == (m.cost_reserved, m.max_cost)
+        assert job.running or job.tokens_reserved == job.cost_reserved == 0, (
             "reservations return to zero when nothing runs"
         )
         assert (job.tokens_charged, job.tokens_in, job.tokens_out) == (

@@ -329,9 +329,11 @@ class BatchDriver:
             take_from=take_from,
         )
         if isinstance(opened, ClaimRefused):
-            if opened.reason == "token_limit":
+            if opened.reason in ("token_limit", "cost_limit"):
                 log.info(
-                    "job %s paused at its token limit before a batch would go over it", job.job_id
+                    "job %s paused at its %s limit before a batch would go over it",
+                    job.job_id,
+                    opened.reason.removesuffix("_limit"),
                 )
             return False
         return self._guarded(job, opened, lambda: self._send_batch(job, opened), failed=False)

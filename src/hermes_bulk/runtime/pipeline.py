@@ -42,6 +42,7 @@ from ..providers import answers
 from ..providers.client import Completion, ModelClient
 from ..providers.pacing import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, RequestGate
 from ..store.protocol import (
+    IN_FLIGHT,
     Claim,
     ClaimRefused,
     Event,
@@ -59,9 +60,10 @@ log = logging.getLogger("hermes_bulk.runtime.pipeline")
 RETRY_WAIT = wait_exponential(multiplier=2, max=30)  # 2, 4, 8, 16, 30, 30 … seconds
 #: How soon a trigger this worker cannot serve goes back on the queue for another worker.
 CLIENT_UNAVAILABLE_RETRY_S = 5.0
-#: How soon a trigger tries again when its item must wait for the job's token reservations to
-#: settle (--max-tokens; claim refused with tokens_in_flight). The chains whose items settle
-#: claim on at once; this brings the others back (Huey's scheduler runs once a second).
+#: How soon a trigger tries again when its item must wait for the job's reservations to settle
+#: (--max-tokens, --max-cost; claim refused with tokens_in_flight or cost_in_flight). The chains
+#: whose items settle claim on at once; this brings the others back (Huey's scheduler runs once a
+#: second).
 TOKENS_IN_FLIGHT_RETRY_S = 1.0
 #: How soon a request that could not connect is tried again (nothing reached the endpoint, nothing
 #: was billed): as often as the breaker counts such failures, which pauses the job after its count.
@@ -152,7 +154,7 @@ class ItemProcessor:
                 max_running=self.concurrency_cap,
             )
         if isinstance(claim, ClaimRefused):
-            again = TOKENS_IN_FLIGHT_RETRY_S if claim.reason == "tokens_in_flight" else None
+            again = TOKENS_IN_FLIGHT_RETRY_S if claim.reason in IN_FLIGHT else None
             return Outcome(claimed=False, refused=claim.reason, reschedule_in=again)
         with self._held_lock:
             self._held.add((job_id, claim.index))

@@ -45,6 +45,7 @@ from ..providers.batch_api import BatchApi
 from ..providers.client import HttpModelClient, ModelClient
 from ..providers.pacing import OpenGate, RequestGate
 from ..store.protocol import (
+    IN_FLIGHT,
     INTERRUPTED_WORKER_STOP,
     PAUSE_USER,
     PAUSED,
@@ -211,17 +212,13 @@ class WorkerRuntime:
                 if isinstance(taken, Claim):
                     self.processor.give_back(taken)
                 # ... unless it has ended: its last completion found nothing more to claim
-                # (tokens in flight only delay it).
-                if not isinstance(taken, ClaimRefused) or taken.reason == "tokens_in_flight":
+                # (reservations in flight only delay it).
+                if not isinstance(taken, ClaimRefused) or taken.reason in IN_FLIGHT:
                     self.backend.trigger(job_id, index_hint, client=client)
                 return None
             outcome = self.processor.handle(job_id, index_hint, claim=taken, chain=goes_on)
             taken = outcome.next
-            if not outcome.claimed and outcome.refused not in (
-                None,
-                "at_capacity",
-                "tokens_in_flight",
-            ):
+            if not outcome.claimed and outcome.refused not in (None, "at_capacity", *IN_FLIGHT):
                 self._report_end(job_id)  # done, paused, deleted: say so once
             if outcome.reschedule_in is not None:  # nothing was completed: nothing claimed next
                 return outcome.reschedule_in

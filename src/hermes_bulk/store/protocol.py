@@ -35,11 +35,14 @@ from .records import (  # noqa: F401  (named here too: callers import the contra
     CREATING,
     DROPS_CONTENT,
     FAILED,
+    IN_FLIGHT,
     INTERRUPTED_ORPHANED,
     INTERRUPTED_WORKER_STOP,
     LEARN_AFTER,
+    MAX_COST_USD,
     MAX_USAGE_TOKENS,
     NOT_STARTED,
+    PAUSE_COST_LIMIT,
     PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
@@ -63,7 +66,10 @@ from .records import (  # noqa: F401  (named here too: callers import the contra
     Turn,
     Usage,
     WorkerInfo,
+    cost_limit_reached,
+    cost_rates,
     drops_content,
+    reserved_cost,
     sample_done,
     spec_from_json,
     spread,
@@ -168,9 +174,11 @@ class JobStore(Protocol):
         from_states: Iterable[str],
         pause_reason: str | None = None,
         max_tokens: int | None = None,
+        max_cost: int | None = None,
         event: Event | None = None,
     ) -> JobRecord | None:
-        """Move the job to `state` if it is in one of from_states (and set max_tokens if given).
+        """Move the job to `state` if it is in one of from_states (and set max_tokens, and
+        max_cost in nano-USD, where given).
 
         Moving to RUNNING records run_at = now and clears `interrupted` (someone ran it).
         Returns the updated job, or None when the job was not in from_states (nothing changed).
@@ -236,6 +244,13 @@ class JobStore(Protocol):
         the caller tries again once reservations settle, for what the items really used);
         otherwise the job is paused with reason PAUSE_TOKEN_LIMIT and the refusal is
         token_limit. So charged + reserved never exceeds max_tokens through a claim.
+        --max-cost (JobSpec.max_cost, nano-USD) is the same rule in money, checked after the
+        tokens: the claim reserves records.reserved_cost of the item's reservation at the live
+        price (records.cost_rates), held while it runs and returned as the token reservation
+        is; the item's reported cost (Usage.cost_nusd) is what is spent. It waits
+        (cost_in_flight) while cost + cost_reserved + that would exceed the limit and cost +
+        that alone would not; otherwise it pauses the job (PAUSE_COST_LIMIT, cost_limit). A
+        token pause comes first. Without a limit nothing is reserved in money.
 
         One step on both backends (SQLite reads the item's content after the transaction:
         contents never change, and a job deleted in between answers no_job).
@@ -407,9 +422,10 @@ class JobStore(Protocol):
         max_items pending items, lowest index first, become running items owned by
         "batch:<batch_id>" until now + hold_s, each with its reservation (JobRecord.reservation), as
         claim_item's; the new batch (status preparing, lease until now + lease_s) is returned.
-        --max-tokens: items are taken while charged + reserved + their reservation fits; when not
-        even the first fits, the refusal and the pause are claim_item's (tokens_in_flight, or
-        token_limit and the job paused). Refusals otherwise: no_job, not_running, no_pending.
+        --max-tokens and --max-cost: items are taken while each limit fits them (their cost at
+        the batch price); when not even the first fits, the refusal and the pause are
+        claim_item's (tokens_in_flight or cost_in_flight, or token_limit or cost_limit and the
+        job paused). Refusals otherwise: no_job, not_running, no_pending.
         Concurrency does not apply (a batch is not calls at once). One step on both backends."""
 
     def lease_batch(

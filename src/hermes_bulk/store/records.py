@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -39,6 +40,8 @@ BATCH_DONE = "done"
 # Why a job paused itself (pause_reason); a user's pause has reason "user".
 PAUSE_USER = "user"
 PAUSE_TOKEN_LIMIT = "token limit reached"
+#: create/resume --max-cost: the next item would take the job's cost past it.
+PAUSE_COST_LIMIT = "cost limit reached"
 #: `run --sample N` answered its sample (JobRecord.sample) and paused the job for a look.
 PAUSE_SAMPLE = "sample"
 
@@ -118,6 +121,8 @@ class JobSpec:
     price: dict[str, Any] | None = None
     list_price: dict[str, Any] | None = None
     price_unknown: str | None = None
+    #: create/resume --max-cost, in nano-USD (needs a price); changed by resume --max-cost
+    max_cost: int | None = None
 
 
 @functools.lru_cache(maxsize=256)
@@ -202,6 +207,8 @@ class JobRecord:
     #: `run --sample N`: the only items claims take until each has settled, when the job pauses
     #: itself (PAUSE_SAMPLE) and the sample is cleared; None otherwise
     sample: tuple[int, ...] | None = None
+    #: nano-USD held by running items under --max-cost (reserved_cost of each claim)
+    cost_reserved: int = 0
 
     @property
     def job_id(self) -> str:
@@ -257,6 +264,51 @@ class JobRecord:
         return self.total > 0 and self.completed + self.failed == self.total
 
 
+NANO_PER_USD = 10**9  #: costs are kept in nano-USD: integers, so both backends sum exactly
+#: The largest --max-cost, in USD: nano-USD sums stay exact in a Redis script (doubles, 2^53).
+MAX_COST_USD = 1_000_000
+
+
+def cost_rates(spec: JobSpec) -> tuple[float, float, float, float] | None:
+    """USD per million tokens a claim reserves at under --max-cost: (input, output) of the live
+    price (a live claim of a batch job pays the list price), then of the price a batch pays;
+    None without a price."""
+    if spec.price is None:
+        return None
+    live = spec.list_price or spec.price
+    return live["input"], live["output"], spec.price["input"], spec.price["output"]
+
+
+def reserved_cost(tokens: int, allowance: int, rate_in: float, rate_out: float) -> int:
+    """The nano-USD a claim reserves under --max-cost for an item that reserves `tokens`: the
+    output allowance's share at the output rate, the rest at the input rate (USD per million
+    tokens), rounded up.
+
+    A copy is in store/redis/lua/_job.lua (reserved_cost); both do the same double operations
+    in the same order, so SQLite and Redis agree to the nano-dollar (the stateful model holds
+    them to it). Past 2**53 the figure is a double's, the same on both: far above any limit
+    (MAX_COST_USD), where the sums compared with it are exact. SQLite's claims call this one as
+    an SQL function."""
+    out = min(allowance, tokens)
+    return math.ceil(((tokens - out) * rate_in + out * rate_out) * 1000)
+
+
+def usd_text(nusd: int) -> str:
+    """Nano-USD as an event says it: exactly, cents at least ($0.000159999, $1.50).
+    _job.lua's usd_text is a copy."""
+    whole, frac = divmod(nusd, NANO_PER_USD)
+    return f"${whole}.{f'{frac:09d}'.rstrip('0').ljust(2, '0')}"
+
+
+def cost_limit_reached(spent: int, need: int, index: int, limit: int) -> str:
+    """The event of a job that --max-cost paused (nano-USD; index 0-based); _job.lua writes it
+    the same way."""
+    return (
+        f"cost limit reached: {usd_text(spent)} spent + {usd_text(need)} for item {index + 1} "
+        f"would exceed --max-cost {usd_text(limit)}"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
     """An item handed to one worker, with everything needed to process it."""
@@ -273,10 +325,15 @@ class Claim:
     rate_limit_waits: int  # consecutive 429s so far
 
 
+#: Refusals that mean "not now": reservations in flight may settle for less (try again shortly).
+IN_FLIGHT = frozenset({"tokens_in_flight", "cost_in_flight"})
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimRefused:
-    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit (the
-    job paused), tokens_in_flight (try again shortly: reservations in flight may settle)."""
+    """Why no item was claimed: no_job, not_running, no_pending, at_capacity, token_limit or
+    cost_limit (the job paused), tokens_in_flight or cost_in_flight (try again shortly:
+    reservations in flight may settle; IN_FLIGHT), sample_done (run --sample settled; paused)."""
 
     reason: str
 

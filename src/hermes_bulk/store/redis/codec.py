@@ -20,9 +20,11 @@ from ..protocol import (
     WAITING,
     Event,
     JobRecord,
+    JobSpec,
     NewItem,
     spec_from_json,
 )
+from ..protocol import cost_rates as records_cost_rates
 
 #: An item's status in its stored state: a digit, not the word (a state stays short).
 STATUS_CODES = {PENDING: 0, CLAIMED: 1, COMPLETED: 2, FAILED: 3, WAITING: 4}
@@ -58,15 +60,23 @@ def opt(value: int | str | None) -> str:
     return "" if value is None else str(value)
 
 
+def cost_rates(spec: JobSpec) -> str:
+    """records.cost_rates as META keeps them for the scripts: each float's repr, which Lua's
+    tonumber reads back to the same double ('' without a price)."""
+    rates = records_cost_rates(spec)
+    return "" if rates is None else " ".join(repr(float(rate)) for rate in rates)
+
+
 def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
     """The JobRecord, or None when the job is unknown or still being created."""
     if not meta or meta.get("state") == CREATING:
         return None
     spec = spec_from_json(meta["spec"])
     max_tokens = int(meta["max_tokens"]) if meta.get("max_tokens") else None
-    # What run/resume may change lives in META beside the spec (update_job.lua).
+    # What run/resume may change lives in META beside the spec (update_job.lua, set_state.lua).
     changed = {
         "max_tokens": max_tokens,
+        "max_cost": int(meta["max_cost"]) if meta.get("max_cost") else None,
         "concurrency": int(meta.get("concurrency") or spec.concurrency),
         "rpm": int(meta["rpm"]) if meta.get("rpm") else spec.rpm,
         "tpm": int(meta["tpm"]) if meta.get("tpm") else spec.tpm,
@@ -105,6 +115,7 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
         list_nusd=int(meta.get("list_cost") or 0),
         saved_nusd=int(meta.get("saved_cost") or 0),
         sample=tuple(json.loads(meta["sample"])) if meta.get("sample") else None,
+        cost_reserved=int(meta.get("cost_reserved") or 0),
         **n,
     )
 

@@ -32,6 +32,7 @@ from ..protocol import (
     Usage,
     WorkerInfo,
     drops_content,
+    spec_from_json,
     spread,
 )
 from . import codec
@@ -97,6 +98,8 @@ class RedisJobStore(RedisBatches):
                 spec.output_tokens_estimate,
                 codec.opt(spec.max_output_tokens),
                 int(drops_content(spec)),
+                codec.opt(spec.max_cost),
+                codec.cost_rates(spec),
             ],
         )
         try:
@@ -426,10 +429,23 @@ class RedisJobStore(RedisBatches):
 
     # Job state -----------------------------------------------------------------------------
     def set_state(
-        self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None
+        self,
+        job_id,
+        state,
+        *,
+        from_states,
+        pause_reason=None,
+        max_tokens=None,
+        max_cost=None,
+        event=None,
     ):
         args = [state, codec.opt(pause_reason), codec.opt(max_tokens)]
         args += codec.event_args([event]) if event is not None else [0, ""]
+        rates = ""
+        if max_cost is not None:  # the rates come from the spec, which never changes
+            raw = codec.text(self.r.hget(self.keys.job_key(job_id, "meta"), "spec"))
+            rates = "" if raw is None else codec.cost_rates(spec_from_json(raw))
+        args += [codec.opt(max_cost), rates]
         pipe = self.r.pipeline(transaction=True)
         if state == RUNNING:
             # Listed in the same MULTI/EXEC as the move (score 0, NX: never lowers an entry),

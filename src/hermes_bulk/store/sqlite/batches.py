@@ -18,6 +18,7 @@ from ..protocol import (
     BatchRecord,
     ClaimRefused,
 )
+from .reservations import RESERVED, RESERVED_COST, limits
 
 _COLUMNS = (
     "id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, "
@@ -73,34 +74,26 @@ class SqliteBatches:
                 )
                 return _batch((*found[:14], worker_id, now + lease_s, *found[16:]))  # as updated
             # Set-wise, so a batch of 50,000 holds no list of its items here: each item's
-            # reservation
-            # (JobRecord.reservation, as claim_item reckons it in SQL) and the running sum of them
-            # in index order, taken while it fits under --max-tokens.
+            # reservations (as claim_item reckons them in SQL, in money at the batch price) and
+            # the running sums of them in index order, taken while both fit under the limits.
             owner = BATCH_OWNER_PREFIX + batch_id
-            delta, floor = (
-                job.output_allowance - job.spec.output_tokens_estimate,
-                job.output_allowance,
-            )
-            limit, used = job.spec.max_tokens, job.tokens_charged + job.tokens_reserved
-            taken = conn.execute(
-                "WITH c AS (SELECT idx, max(estimate + ?, min(?, estimate)) AS r FROM items"
-                "  WHERE job_id = ? AND status = 'pending' ORDER BY idx LIMIT ?),"
-                " s AS (SELECT idx, r, sum(r) OVER (ORDER BY idx) AS cum FROM c)"
-                " UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = s.r FROM s"
-                " WHERE items.job_id = ? AND items.idx = s.idx AND (? IS NULL OR ? + s.cum <= ?)",
-                (
-                    delta,
-                    floor,
-                    job_id,
-                    max_items,
-                    CLAIMED,
-                    owner,
-                    now + hold_s,
-                    job_id,
-                    limit,
-                    used,
-                    limit,
-                ),
+            conn.execute(
+                f"WITH c AS (SELECT idx, {RESERVED} AS r, {RESERVED_COST} AS rc FROM items"
+                "  WHERE job_id = :job AND status = 'pending' ORDER BY idx LIMIT :max_items),"
+                " s AS (SELECT idx, r, rc, sum(r) OVER (ORDER BY idx) AS cum, sum(rc) OVER"
+                " (ORDER BY idx) AS cum_cost FROM c)"
+                " UPDATE items SET status = :claimed, owner = :owner, lease_until = :until,"
+                " reserved = s.r, reserved_cost = s.rc FROM s WHERE items.job_id = :job AND"
+                " items.idx = s.idx AND (:max_tokens IS NULL OR :tokens_used + s.cum <="
+                " :max_tokens) AND (:max_cost IS NULL OR :cost_used + s.cum_cost <= :max_cost)",
+                {
+                    **limits(job, batch=True),
+                    "job": job_id,
+                    "max_items": max_items,
+                    "claimed": CLAIMED,
+                    "owner": owner,
+                    "until": now + hold_s,
+                },
             )
             (taken,) = conn.execute(
                 "SELECT changes()"
@@ -114,17 +107,18 @@ class SqliteBatches:
                 return (
                     ClaimRefused("no_pending")
                     if first is None
-                    else self._refuse_claim(conn, job, first[0])
+                    else self._refuse_claim(conn, job, first[0], batch=True)
                 )
-            (reserved,) = conn.execute(
-                "SELECT coalesce(sum(reserved), 0) FROM items WHERE job_id = ? AND owner = ?"
-                " AND status = ?",
+            reserved, reserved_cost = conn.execute(
+                "SELECT coalesce(sum(reserved), 0), coalesce(sum(reserved_cost), 0) FROM items"
+                " WHERE job_id = ? AND owner = ? AND status = ?",
                 (job_id, owner, CLAIMED),
             ).fetchone()
             conn.execute(
-                "UPDATE jobs SET pending = pending - ?, running = running + ?,"
-                " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
-                (taken, taken, reserved, now, job_id),
+                "UPDATE jobs SET pending = pending - ?, running = running + ?, tokens_reserved ="
+                " tokens_reserved + ?, cost_reserved = cost_reserved + ?, last_claim_at = ?"
+                " WHERE id = ?",
+                (taken, taken, reserved, reserved_cost, now, job_id),
             )
             conn.execute(
                 "INSERT INTO batches (id, job_id, status, items, created_at, lease_owner, "

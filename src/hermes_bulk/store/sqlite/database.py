@@ -20,6 +20,7 @@ from pathlib import Path
 from ...errors import BackendUnavailable
 from ...files import private_dir
 from ...full_disk import disk_is_full
+from ..records import reserved_cost
 from .schema import MIGRATIONS
 
 BUSY_TIMEOUT_MS = 30_000
@@ -74,6 +75,9 @@ class SqliteDatabase:
             # NORMAL in WAL mode survives process crashes; only power loss can undo the last
             # commits.
             conn.execute("PRAGMA synchronous=NORMAL")
+            # Claims under --max-cost reckon an item's reservation in money with the one rule
+            # the Redis scripts copy (records.reserved_cost).
+            conn.create_function("reserved_cost", 4, reserved_cost, deterministic=True)
             with self._lock:
                 self._close_connections_of_ended_threads()
                 self._connections[threading.current_thread()] = (os.getpid(), conn)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from ...words import count
 from ..compression import pack, unpack
@@ -14,6 +14,7 @@ from ..protocol import (
     CREATING,
     FAILED,
     NOT_STARTED,
+    PAUSE_COST_LIMIT,
     PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSED,
@@ -30,18 +31,25 @@ from ..protocol import (
     JobSpec,
     NewItem,
     WorkerInfo,
+    cost_limit_reached,
     drops_content,
+    reserved_cost,
     sample_done,
     spec_from_json,
     spread,
 )
 from .batches import SqliteBatches
 from .database import SqliteDatabase
+from .reservations import FITS, RESERVED, RESERVED_COST, limits
 
 #: The pending items of a job's run --sample (job id, the sample as a JSON array).
 _SAMPLE_PENDING = (
     "SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx IN "
     "(SELECT value FROM json_each(?))"
+)
+_SAMPLE_PENDING_NAMED = (
+    "SELECT idx FROM items WHERE job_id = :job AND status = 'pending' AND idx IN "
+    "(SELECT value FROM json_each(:sample))"
 )
 #: Answer keys looked up per statement by `answered` (SQLite's limit on variables is 32,766).
 ANSWERED_PAGE = 500
@@ -50,14 +58,14 @@ _JOB_COLUMNS = (
     "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
     "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
     "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved, tokens_cached, "
-    "cost, list_cost, saved_cost, sample"
+    "cost, list_cost, saved_cost, sample, max_cost, cost_reserved"
 )
 
 
 def _job_from_row(row: tuple) -> JobRecord:
     spec = spec_from_json(row[2])
-    if spec.max_tokens != row[5]:
-        spec = JobSpec(**{**asdict(spec), "max_tokens": row[5]})
+    if spec.max_tokens != row[5] or spec.max_cost != row[28]:  # resume changes them
+        spec = replace(spec, max_tokens=row[5], max_cost=row[28])
     return JobRecord(
         spec=spec,
         created_at=row[1],
@@ -85,6 +93,7 @@ def _job_from_row(row: tuple) -> JobRecord:
         list_nusd=row[25],
         saved_nusd=row[26],
         sample=tuple(json.loads(row[27])) if row[27] else None,
+        cost_reserved=row[29],
     )
 
 
@@ -121,14 +130,15 @@ class SqliteJobStore(SqliteBatches):
     def begin_job(self, spec: JobSpec) -> None:
         with self.db.write() as conn:
             conn.execute(
-                "INSERT INTO jobs (id, created_at, spec, state, max_tokens, drop_content)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO jobs (id, created_at, spec, state, max_tokens, max_cost, drop_content)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     spec.job_id,
                     self.now(),
                     json.dumps(asdict(spec)),
                     CREATING,
                     spec.max_tokens,
+                    spec.max_cost,
                     int(drops_content(spec)),
                 ),
             )
@@ -388,15 +398,24 @@ class SqliteJobStore(SqliteBatches):
 
     # Job state -----------------------------------------------------------------------------
     def set_state(
-        self, job_id, state, *, from_states, pause_reason=None, max_tokens=None, event=None
+        self,
+        job_id,
+        state,
+        *,
+        from_states,
+        pause_reason=None,
+        max_tokens=None,
+        max_cost=None,
+        event=None,
     ):
         from_states = tuple(from_states)
         marks = ",".join("?" * len(from_states))
         with self.db.write() as conn:
             sets, params = "state = ?, pause_reason = ?", [state, pause_reason]
-            if max_tokens is not None:
-                sets += ", max_tokens = ?"
-                params.append(max_tokens)
+            for column, value in (("max_tokens", max_tokens), ("max_cost", max_cost)):
+                if value is not None:
+                    sets += f", {column} = ?"
+                    params.append(value)
             if state == RUNNING:
                 sets += ", run_at = ?, interrupted = NULL, interrupted_at = NULL"
                 params.append(self.now())
@@ -533,60 +552,51 @@ class SqliteJobStore(SqliteBatches):
             return ClaimRefused("not_running")
         if job.running >= min(job.spec.concurrency, max_running):
             return ClaimRefused("at_capacity")
-        # One statement takes the hint, else the lowest pending index, if its estimate fits
-        # under --max-tokens (fewer statements: less time holding the write lock).
-        limit = job.spec.max_tokens
-        used = job.tokens_charged + job.tokens_reserved
-        # The reservation rule (JobRecord.reservation, a copy of it is in _job.lua): the
-        # learned output allowance replaces the configured one, at least min(learned, estimate).
-        delta, floor = job.output_allowance - job.spec.output_tokens_estimate, job.output_allowance
+        # One statement takes the hint, else the lowest pending index, if its reservation fits
+        # under --max-tokens and --max-cost (fewer statements: less time holding the write lock).
         if job.sample is None:  # the hint, else the lowest pending index
             pick = (
-                "coalesce((SELECT idx FROM items WHERE job_id = ? AND status = 'pending' AND idx = "
-                "?), (SELECT idx FROM items WHERE job_id = ? AND status = 'pending' ORDER BY idx "
-                "LIMIT 1))"
+                "coalesce((SELECT idx FROM items WHERE job_id = :job AND status = 'pending' AND "
+                "idx = :hint), (SELECT idx FROM items WHERE job_id = :job AND status = 'pending' "
+                "ORDER BY idx LIMIT 1))"
             )
-            picked: tuple = (job_id, index_hint, job_id)
         else:  # run --sample: the lowest pending index of the sample (as _job.lua's)
-            pick = f"({_SAMPLE_PENDING} ORDER BY idx LIMIT 1)"
-            picked = (job_id, json.dumps(job.sample))
+            pick = f"({_SAMPLE_PENDING_NAMED} ORDER BY idx LIMIT 1)"
         row = conn.execute(
-            "UPDATE items SET status = ?, owner = ?, lease_until = ?, reserved = max(estimate + ?, "
-            f"min(?, estimate)) WHERE job_id = ? AND status = 'pending' AND idx = {pick} AND (? IS "
-            "NULL OR ? + max(estimate + ?, min(?, estimate)) <= ?) RETURNING idx, name, "
-            "content_hash, origin, byte_offset, stat_sig, reserved, attempts, rate_limit_waits",
-            (
-                CLAIMED,
-                worker_id,
-                now + lease_s,
-                delta,
-                floor,
-                job_id,
-                *picked,
-                limit,
-                used,
-                delta,
-                floor,
-                limit,
-            ),
+            f"UPDATE items SET status = :claimed, owner = :owner, lease_until = :until, reserved = "
+            f"{RESERVED}, reserved_cost = {RESERVED_COST} WHERE job_id = :job AND status = "
+            f"'pending' AND idx = {pick} AND {FITS} RETURNING idx, name, content_hash, origin, "
+            "byte_offset, stat_sig, reserved, attempts, rate_limit_waits, reserved_cost",
+            {
+                **limits(job, batch=False),
+                "claimed": CLAIMED,
+                "owner": worker_id,
+                "until": now + lease_s,
+                "job": job_id,
+                "hint": index_hint,
+                "sample": None if job.sample is None else json.dumps(job.sample),
+            },
         ).fetchone()
         if row is None:
             return self._refuse_claim(conn, job, index_hint)
-        estimate = row[6]
         conn.execute(
-            "UPDATE jobs SET pending = pending - 1, running = running + 1,"
-            " tokens_reserved = tokens_reserved + ?, last_claim_at = ? WHERE id = ?",
-            (estimate, now, job_id),
+            "UPDATE jobs SET pending = pending - 1, running = running + 1, tokens_reserved ="
+            " tokens_reserved + ?, cost_reserved = cost_reserved + ?, last_claim_at = ?"
+            " WHERE id = ?",
+            (row[6], row[9], now, job_id),
         )
         return job, row
 
-    def _refuse_claim(self, conn, job: JobRecord, index_hint: int) -> ClaimRefused:
+    def _refuse_claim(
+        self, conn, job: JobRecord, index_hint: int, *, batch: bool = False
+    ) -> ClaimRefused:
         """No item was claimed: none is pending, or the next one does not fit under --max-tokens
-        beside what is charged and reserved. It waits while reservations are in flight (they
-        may settle for less); the job pauses, in the same transaction, only when it would not
-        fit beside what is charged alone."""
+        or --max-cost beside what is charged (spent) and reserved. It waits while reservations
+        are in flight (they may settle for less); the job pauses, in the same transaction, only
+        when it would not fit beside what is charged (spent) alone. batch: open_batch's first
+        item (index_hint; a batch takes no --sample), its cost at the batch price."""
         select = "SELECT idx, estimate FROM items WHERE job_id = ? AND status = 'pending'"
-        if job.sample is not None:
+        if job.sample is not None and not batch:  # a batch takes pending items by index alone
             sample = json.dumps(job.sample)
             row = conn.execute(
                 f"SELECT idx, estimate FROM items WHERE idx = ({_SAMPLE_PENDING} ORDER BY idx "
@@ -601,25 +611,34 @@ class SqliteJobStore(SqliteBatches):
         if row is None:
             return ClaimRefused("no_pending")
         idx, estimate = row[0], job.reservation(row[1])
-        if job.spec.max_tokens is None or job.tokens_charged + estimate <= job.spec.max_tokens:
-            return ClaimRefused("tokens_in_flight")
+        limit = job.spec.max_tokens
+        if limit is not None and job.tokens_charged + job.tokens_reserved + estimate > limit:
+            if job.tokens_charged + estimate <= limit:
+                return ClaimRefused("tokens_in_flight")
+            return self._pause_at_limit(
+                conn,
+                job,
+                PAUSE_TOKEN_LIMIT,
+                f"token limit reached: {job.tokens_charged} charged + {estimate} for item "
+                f"{idx + 1} would exceed --max-tokens {limit}",
+                idx,
+            )
+        params = limits(job, batch=batch)
+        max_cost = job.spec.max_cost
+        if max_cost is not None:
+            need = reserved_cost(estimate, job.output_allowance, params["rin"], params["rout"])
+            if job.cost_nusd + need > max_cost:
+                message = cost_limit_reached(job.cost_nusd, need, idx, max_cost)
+                return self._pause_at_limit(conn, job, PAUSE_COST_LIMIT, message, idx)
+        return ClaimRefused("cost_in_flight")
+
+    def _pause_at_limit(self, conn, job: JobRecord, reason: str, message: str, idx: int):
         conn.execute(
             "UPDATE jobs SET state = ?, pause_reason = ? WHERE id = ?",
-            (PAUSED, PAUSE_TOKEN_LIMIT, job.job_id),
+            (PAUSED, reason, job.job_id),
         )
-        self._insert_events(
-            conn,
-            job.job_id,
-            [
-                Event(
-                    "paused",
-                    f"token limit reached: {job.tokens_charged} charged + {estimate} for item "
-                    f"{idx + 1} would exceed --max-tokens {job.spec.max_tokens}",
-                    idx,
-                )
-            ],
-        )
-        return ClaimRefused("token_limit")
+        self._insert_events(conn, job.job_id, [Event("paused", message, idx)])
+        return ClaimRefused("token_limit" if reason == PAUSE_TOKEN_LIMIT else "cost_limit")
 
     def _end_sample(self, conn, job: JobRecord, sample: str) -> ClaimRefused:
         """No item of the sample is pending: while one still runs, nothing to claim; once every
@@ -683,17 +702,19 @@ class SqliteJobStore(SqliteBatches):
             )
 
     def _finish_owned(self, conn, job_id, index, worker_id, status, extra_sets="", extra=()):
-        """Move the owner's running item to status; returns its reservation, or None if not owner.
+        """Move the owner's running item to status; returns its reservations (tokens, nano-USD),
+        or None if not owner.
 
-        An item's `reserved` is the estimate its claim reserved; it counts only while the item
-        runs, so it is left as it is here and RETURNING can give it back in one statement.
+        An item's `reserved` and `reserved_cost` are what its claim reserved; they count only
+        while the item runs, so they are left as they are here and RETURNING can give them back
+        in one statement.
         """
-        row = conn.execute(
+        return conn.execute(
             f"UPDATE items SET status = ?, owner = NULL, lease_until = NULL{extra_sets}"
-            " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ? RETURNING reserved",
+            " WHERE job_id = ? AND idx = ? AND owner = ? AND status = ?"
+            " RETURNING reserved, reserved_cost",
             (status, *extra, job_id, index, worker_id, CLAIMED),
         ).fetchone()
-        return None if row is None else row[0]
 
     def complete_item(self, job_id, index, worker_id, result, usage, *, provider=None, model=None):
         with self.db.write() as conn:
@@ -712,7 +733,7 @@ class SqliteJobStore(SqliteBatches):
         threads take turns at it), so the job's counters are updated and read back in one."""
         tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
         cached, cost = usage.tokens_cached or 0, usage.cost_nusd
-        reserved = self._finish_owned(
+        held = self._finish_owned(
             conn,
             job_id,
             index,
@@ -722,8 +743,9 @@ class SqliteJobStore(SqliteBatches):
             "model = ?, rate_limit_waits = 0",
             (tokens_in, tokens_out, cached, cost, provider or None, model or None),
         )  # "" is none, as on Redis
-        if reserved is None:
+        if held is None:
             return None
+        reserved, held_cost = held
         charged = tokens_in + tokens_out if usage.reported else reserved
         result = pack(result)  # the one place a result is encoded (store/compression.py)
         conn.execute(
@@ -750,14 +772,15 @@ class SqliteJobStore(SqliteBatches):
         )
         job_row = conn.execute(
             "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = "
-            "pending - ?, tokens_reserved = tokens_reserved - ?, tokens_charged = tokens_charged + "
-            "?, tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, tokens_cached = "
-            "tokens_cached + ?, cost = cost + ?, list_cost = list_cost + ? WHERE id = ? RETURNING "
-            f"{_JOB_COLUMNS}, drop_content",
+            "pending - ?, tokens_reserved = tokens_reserved - ?, cost_reserved = cost_reserved - "
+            "?, tokens_charged = tokens_charged + ?, tokens_in = tokens_in + ?, tokens_out = "
+            "tokens_out + ?, tokens_cached = tokens_cached + ?, cost = cost + ?, list_cost = "
+            f"list_cost + ? WHERE id = ? RETURNING {_JOB_COLUMNS}, drop_content",
             (
                 len(dups),
                 len(dups),
                 reserved,
+                held_cost,
                 charged,
                 tokens_in,
                 tokens_out,
@@ -784,7 +807,7 @@ class SqliteJobStore(SqliteBatches):
 
     def _fail(self, conn, job_id, index, worker_id, error: ItemError) -> bool:
         """fail_item's writes in conn (settle_failed_attempt calls it too)."""
-        reserved = self._finish_owned(
+        held = self._finish_owned(
             conn,
             job_id,
             index,
@@ -793,7 +816,7 @@ class SqliteJobStore(SqliteBatches):
             ", error_type = ?, http_status = ?, error_message = ?",
             (error.error_type, error.http_status, error.message),
         )
-        if reserved is None:
+        if held is None:
             return False
         dups = conn.execute(
             "UPDATE items SET status = ?, error_type = ?, http_status = ?, error_message = ?"
@@ -801,9 +824,10 @@ class SqliteJobStore(SqliteBatches):
             (FAILED, error.error_type, error.http_status, error.message, job_id, index, WAITING),
         ).rowcount
         conn.execute(
-            "UPDATE jobs SET running = running - 1, failed = failed + 1 + ?, pending = pending - ?,"
-            " tokens_reserved = tokens_reserved - ? WHERE id = ?",
-            (dups, dups, reserved, job_id),
+            "UPDATE jobs SET running = running - 1, failed = failed + 1 + ?, pending = pending -"
+            " ?, tokens_reserved = tokens_reserved - ?, cost_reserved = cost_reserved - ?"
+            " WHERE id = ?",
+            (dups, dups, *held, job_id),
         )
         self._insert_events(
             conn,
@@ -818,10 +842,10 @@ class SqliteJobStore(SqliteBatches):
 
     def _release_owned(self, conn, job_id, index, worker_id) -> bool:
         """release_item's writes in conn (settle_failed_attempt calls it too)."""
-        reserved = self._finish_owned(conn, job_id, index, worker_id, PENDING)
-        if reserved is None:
+        held = self._finish_owned(conn, job_id, index, worker_id, PENDING)
+        if held is None:
             return False
-        self._count_released(conn, {job_id: (1, reserved)})
+        self._count_released(conn, {job_id: (1, *held)})
         return True
 
     def record_attempt(self, job_id, index, worker_id, error: ItemError, *, rate_limited):
@@ -877,18 +901,18 @@ class SqliteJobStore(SqliteBatches):
     def _release(self, where: str, params: tuple, worker: str | None = None) -> dict[str, int]:
         """worker: whose items these are, when known (the recovered event names it)."""
         with self.db.write() as conn:
-            # `reserved` is left as it is (see _finish_owned), so RETURNING gives each reservation.
+            # The reservations are left as they are (see _finish_owned), so RETURNING gives them.
             rows = conn.execute(
                 f"UPDATE items SET status = 'pending', owner = NULL, lease_until = NULL"
-                f" WHERE {where} RETURNING job_id, reserved",
+                f" WHERE {where} RETURNING job_id, reserved, reserved_cost",
                 params,
             ).fetchall()
-            per_job: dict[str, tuple[int, int]] = {}
-            for job_id, reserved in rows:
-                n, r = per_job.get(job_id, (0, 0))
-                per_job[job_id] = (n + 1, r + reserved)
+            per_job: dict[str, tuple[int, int, int]] = {}
+            for job_id, reserved, reserved_cost in rows:
+                n, r, c = per_job.get(job_id, (0, 0, 0))
+                per_job[job_id] = (n + 1, r + reserved, c + reserved_cost)
             self._count_released(conn, per_job)
-            for job_id, (n, _) in per_job.items():
+            for job_id, (n, _, _) in per_job.items():
                 self._insert_events(
                     conn,
                     job_id,
@@ -900,15 +924,17 @@ class SqliteJobStore(SqliteBatches):
                         )
                     ],
                 )
-        return {job_id: n for job_id, (n, _) in per_job.items()}
+        return {job_id: n for job_id, (n, _, _) in per_job.items()}
 
     @staticmethod
-    def _count_released(conn, per_job: dict[str, tuple[int, int]]) -> None:
-        for job_id, (n, reserved) in per_job.items():
+    def _count_released(conn, per_job: dict[str, tuple[int, int, int]]) -> None:
+        """per_job: job id -> (items, their token reservations, their cost reservations)."""
+        for job_id, (n, reserved, held_cost) in per_job.items():
             conn.execute(
                 "UPDATE jobs SET running = running - ?, pending = pending + ?,"
-                " tokens_reserved = tokens_reserved - ? WHERE id = ?",
-                (n, n, reserved, job_id),
+                " tokens_reserved = tokens_reserved - ?, cost_reserved = cost_reserved - ?"
+                " WHERE id = ?",
+                (n, n, reserved, held_cost, job_id),
             )
 
     def add_events(self, job_id: str, events: Iterable[Event]) -> None:

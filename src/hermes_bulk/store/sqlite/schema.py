@@ -292,3 +292,16 @@ ALTER TABLE jobs ADD COLUMN sample TEXT;
 """,
     )
 )
+
+# --max-cost: the job's limit in nano-USD (changed by resume, as max_tokens), what its running
+# items hold against it, and each running item's share (records.reserved_cost).
+migration(
+    (
+        "m013_max_cost",
+        """
+ALTER TABLE jobs ADD COLUMN max_cost INTEGER;
+ALTER TABLE jobs ADD COLUMN cost_reserved INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE items ADD COLUMN reserved_cost INTEGER NOT NULL DEFAULT 0;
+""",
+    )
+)

@@ -135,29 +135,40 @@ local function owned_by(idx, worker_id)
   return redis.call('HGET', OWNERS, idx) == worker_id
 end
 
--- Take a running item off its lease; returns its state (reservation cleared) and the reservation.
+-- Take a running item off its lease; returns its state (reservations cleared) and its
+-- reservations: tokens, and nano-USD under --max-cost (st.rc, digits: exact past 14 of them).
 local function unlease(idx)
   redis.call('ZREM', LEASES, idx)
   redis.call('HDEL', OWNERS, idx)
   local st = item_state(idx)
-  local reserved = st.r or 0
-  st.r = 0
-  return st, reserved
+  local reserved, reserved_cost = st.r or 0, tonumber(st.rc or '0')
+  st.r, st.rc = 0, nil
+  return st, reserved, reserved_cost
 end
 
--- A running item back to pending, nothing charged; returns the reservation it held.
+-- A running item back to pending, nothing charged; returns the reservations it held.
 local function requeue(idx)
-  local st, reserved = unlease(idx)
+  local st, reserved, reserved_cost = unlease(idx)
   st.s = S_PENDING
   save_state(idx, st)
   redis.call('ZADD', PENDING, idx, idx)
-  return reserved
+  return reserved, reserved_cost
 end
 
-local function count_released(n, reserved)
+-- An integer as digits (a Lua number reaches Redis with 14 significant digits only).
+local function digits(n)
+  return string.format('%d', n)
+end
+
+local function release_reservations(reserved, reserved_cost)
+  meta_decr('tokens_reserved', reserved)
+  if reserved_cost > 0 then redis.call('HINCRBY', META, 'cost_reserved', digits(-reserved_cost)) end
+end
+
+local function count_released(n, reserved, reserved_cost)
   meta_decr('running', n)
   redis.call('HINCRBY', META, 'pending', n)
-  meta_decr('tokens_reserved', reserved)
+  release_reservations(reserved, reserved_cost)
 end
 
 -- Items taken back from workers (expired or dead) are recorded, like the SQLite store does;
@@ -190,6 +201,13 @@ local function learned_allowance(job, learn_after)
   return learned, fixed
 end
 
+-- The output allowance claims reserve now: the learned one, else the configured one (a plain
+-- META field since begin_job kept it; in the spec of a job begun by an older version).
+local function current_allowance(job, learned)
+  if learned then return learned end
+  return tonumber(job.output_tokens_estimate) or cjson.decode(job.spec).output_tokens_estimate
+end
+
 -- What an item with this stored estimate reserves: never less than the learned allowance's share.
 local function reservation(estimate, learned, fixed)
   if not learned then return estimate end
@@ -208,6 +226,42 @@ local function end_sample(now, sample)
   redis.call('HDEL', META, 'sample')
   add_event(now, 'paused', string.format(SAMPLE_DONE, #sample))
   return {'sample_done'}
+end
+
+-- --max-cost: the job's limit (nano-USD) and the rates its claims reserve at (USD per million
+-- tokens: live input, output, then a batch's; META cost_rates, written with max_cost from
+-- records.cost_rates), or nil without a limit.
+local function cost_limit(job)
+  if (job.max_cost or '') == '' then return nil end
+  local rates = {}
+  for rate in string.gmatch(job.cost_rates or '', '%S+') do rates[#rates + 1] = tonumber(rate) end
+  for i = 1, 4 do rates[i] = rates[i] or 0 end  -- a limit without a price: nothing to reserve
+  return tonumber(job.max_cost), rates
+end
+
+-- records.reserved_cost, copied: the same double operations in the same order, so both
+-- backends reserve the same nano-dollars.
+local function reserved_cost(tokens, allowance, rate_in, rate_out)
+  local out = math.min(allowance, tokens)
+  return math.ceil(((tokens - out) * rate_in + out * rate_out) * 1000)
+end
+
+-- records.usd_text and cost_limit_reached, copied (exact below 2^53 nano-USD, $9M).
+-- math.fmod is C's fmod, exact; Lua's % and a floor of nusd / 1e9 round near 2^53.
+local function usd_text(nusd)
+  local rest = math.fmod(nusd, 1e9)
+  local frac = string.gsub(string.format('%09d', rest), '0+$', '')
+  return '$' .. digits((nusd - rest) / 1e9) .. '.' .. frac .. string.rep('0', 2 - #frac)
+end
+
+-- An item whose cost does not fit under --max-cost beside what is spent and reserved: as
+-- refuse_over_limit, in money.
+local function refuse_over_cost(now, spent, need, idx, limit)
+  if spent + need <= limit then return {'cost_in_flight'} end
+  redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_COST_LIMIT)
+  add_event(now, 'paused', 'cost limit reached: ' .. usd_text(spent) .. ' spent + ' .. usd_text(need)
+    .. ' for item ' .. (tonumber(idx) + 1) .. ' would exceed --max-cost ' .. usd_text(limit), tonumber(idx))
+  return {'cost_limit'}
 end
 
 local function refuse_over_limit(now, charged, estimate, idx, limit)

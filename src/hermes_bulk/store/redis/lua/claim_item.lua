@@ -4,7 +4,7 @@
 --       EVENTS.
 -- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running   ARGV[5] learn_after
 -- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, tokens_in_flight,
--- token_limit, sample_done: the job's run --sample has settled, and it paused),
+-- token_limit, cost_in_flight, cost_limit, sample_done: the job's run --sample has settled, and it paused),
 -- else {'ok', job (HGETALL of META before the claim), index, content hash, name, source (JSON
 -- [origin, offset, stat_sig]), state JSON or false, content}.
 local flat = redis.call('HGETALL', META)
@@ -27,7 +27,8 @@ local estimate, content_hash = item_head(idx)
 local now = now_ms()
 local LEARN_AFTER = tonumber(ARGV[5])
 
-estimate = reservation(estimate, learned_allowance(job, LEARN_AFTER))
+local learned, fixed = learned_allowance(job, LEARN_AFTER)
+estimate = reservation(estimate, learned, fixed)
 
 -- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while
 -- reservations are in flight (they may settle for less); the job pauses only when the item
@@ -39,10 +40,21 @@ if job.max_tokens ~= '' then
     return refuse_over_limit(now, charged, estimate, idx, limit)
   end
 end
+-- --max-cost: the same in money, the item's reservation at the live price.
+local cost = 0
+local max_cost, rates = cost_limit(job)
+if max_cost then
+  cost = reserved_cost(estimate, current_allowance(job, learned), rates[1], rates[2])
+  local spent = tonumber(job.cost or '0')
+  if spent + tonumber(job.cost_reserved or '0') + cost > max_cost then
+    return refuse_over_cost(now, spent, cost, idx, max_cost)
+  end
+end
 
 local raw_state = redis.call('HGET', at('states', idx), idx)
 local st = item_state(idx)
 st.s, st.r = S_CLAIMED, estimate
+if cost > 0 then st.rc = digits(cost) end
 save_state(idx, st)
 redis.call('ZREM', PENDING, idx)
 redis.call('ZADD', LEASES, now + tonumber(ARGV[3]), idx)
@@ -50,6 +62,7 @@ redis.call('HSET', OWNERS, idx, ARGV[2])
 redis.call('HINCRBY', META, 'pending', -1)
 redis.call('HINCRBY', META, 'running', 1)
 redis.call('HINCRBY', META, 'tokens_reserved', estimate)
+if cost > 0 then redis.call('HINCRBY', META, 'cost_reserved', digits(cost)) end
 redis.call('HSET', META, 'last_claim_at_ms', fmt_ms(now))
 return {'ok', flat, idx, content_hash, redis.call('HGET', at('names', idx), idx),
         redis.call('HGET', at('sources', idx), idx), raw_state or false, redis.call('HGET', CONTENTS, content_hash)}

@@ -18,7 +18,7 @@ if not owned_by(idx, ARGV[2]) then return 0 end
 local reported = ARGV[4] ~= '' or ARGV[5] ~= ''
 local tokens_in, tokens_out = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0
 local cached, cost, list_cost = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]), tonumber(ARGV[11])
-local st, reserved = unlease(idx)
+local st, reserved, reserved_cost = unlease(idx)
 st.s, st.ti, st.to, st.w = S_COMPLETED, tokens_in, tokens_out, 0
 if cached > 0 then st.tc = cached end
 if cost > 0 then st.c = ARGV[10] end  -- the text: exact past 14 digits
@@ -58,7 +58,7 @@ if key then
 end
 redis.call('HINCRBY', META, 'running', -1)
 redis.call('HINCRBY', META, 'completed', 1 + #dups)
-meta_decr('tokens_reserved', reserved)
+release_reservations(reserved, reserved_cost)
 redis.call('HINCRBY', META, 'tokens_charged', charged)
 redis.call('HINCRBY', META, 'tokens_in', tokens_in)
 redis.call('HINCRBY', META, 'tokens_out', tokens_out)

@@ -8,7 +8,7 @@
 local idx = ARGV[1]
 need_buckets(with_duplicates(idx))
 if not owned_by(idx, ARGV[2]) then return 0 end
-local st, reserved = unlease(idx)
+local st, reserved, reserved_cost = unlease(idx)
 st.s, st.et, st.hs, st.em = S_FAILED, ARGV[3], tonumber(ARGV[4]), ARGV[5]
 save_state(idx, st)
 redis.call('ZADD', FAILED, idx, idx)
@@ -25,6 +25,6 @@ if #dups > 0 then
 end
 redis.call('HINCRBY', META, 'running', -1)
 redis.call('HINCRBY', META, 'failed', 1 + #dups)
-meta_decr('tokens_reserved', reserved)
+release_reservations(reserved, reserved_cost)
 add_event(now_ms(), 'item_failed', ARGV[5], tonumber(idx), ARGV[3], tonumber(ARGV[4]))
 return 1

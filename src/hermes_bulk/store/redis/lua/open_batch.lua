@@ -35,6 +35,12 @@ local limit = nil
 if job.max_tokens ~= '' then limit = tonumber(job.max_tokens) end
 local charged = tonumber(job.tokens_charged)
 local used = charged + tonumber(job.tokens_reserved)
+-- --max-cost: each item's reservation at the batch price, while the sum fits.
+local max_cost, rates = cost_limit(job)
+local spent = tonumber(job.cost or '0')
+local spent_and_held = spent + tonumber(job.cost_reserved or '0')
+local allowance = current_allowance(job, learned)
+local reserved_costs = 0
 local owner = ARGV[7] .. ARGV[1]
 local hold_until = now + tonumber(ARGV[5])
 local taken, reserved = 0, 0
@@ -45,9 +51,19 @@ for _, idx in ipairs(idxs) do
     if taken > 0 then break end
     return refuse_over_limit(now, charged, estimate, idx, limit)
   end
-  used = used + estimate
+  local cost = 0
+  if max_cost then
+    cost = reserved_cost(estimate, allowance, rates[3], rates[4])
+    if spent_and_held + cost > max_cost then
+      if taken > 0 then break end
+      return refuse_over_cost(now, spent, cost, idx, max_cost)
+    end
+  end
+  used, spent_and_held = used + estimate, spent_and_held + cost
+  reserved_costs = reserved_costs + cost
   local st = item_state(idx)
   st.s, st.r = S_CLAIMED, estimate
+  if cost > 0 then st.rc = digits(cost) end
   save_state(idx, st)
   redis.call('ZREM', PENDING, idx)
   redis.call('ZADD', LEASES, hold_until, idx)
@@ -57,6 +73,7 @@ end
 meta_decr('pending', taken)
 redis.call('HINCRBY', META, 'running', taken)
 redis.call('HINCRBY', META, 'tokens_reserved', reserved)
+if reserved_costs > 0 then redis.call('HINCRBY', META, 'cost_reserved', digits(reserved_costs)) end
 redis.call('HSET', META, 'last_claim_at_ms', fmt_ms(now))
 local record = cjson.encode({batch_id = ARGV[1], job_id = ARGV[8], status = 'preparing', items = taken,
                              created_at = now / 1000, lease_owner = worker, lease_until = lease_until})

@@ -11,8 +11,12 @@ local due = redis.call('ZRANGEBYSCORE', LEASES, '-inf', '(' .. fmt_ms(now))
 need_buckets(due)
 if #due > 0 then
   local reserved = 0
-  for _, idx in ipairs(due) do reserved = reserved + requeue(idx) end
-  count_released(#due, reserved)
+  local reserved_cost = 0
+  for _, idx in ipairs(due) do
+    local r, rc = requeue(idx)
+    reserved, reserved_cost = reserved + r, reserved_cost + rc
+  end
+  count_released(#due, reserved, reserved_cost)
   released_event(now, #due)
 end
 local idle = 0

@@ -9,10 +9,13 @@ for i = 1, #owners, 2 do
   if owners[i + 1] == ARGV[1] then held[#held + 1] = owners[i] end
 end
 need_buckets(held)
-local n, reserved = #held, 0
-for _, idx in ipairs(held) do reserved = reserved + requeue(idx) end
+local n, reserved, reserved_cost = #held, 0, 0
+for _, idx in ipairs(held) do
+  local r, rc = requeue(idx)
+  reserved, reserved_cost = reserved + r, reserved_cost + rc
+end
 if n > 0 then
-  count_released(n, reserved)
+  count_released(n, reserved, reserved_cost)
   released_event(now_ms(), n, ARGV[1])
 end
 return n

@@ -2,13 +2,15 @@
 -- KEYS: the job's keys (_job.lua); writes META, EVENTS.
 -- ARGV[1] state   ARGV[2] pause_reason ('' = none)   ARGV[3] max_tokens ('' = unchanged)
 -- ARGV[4] event at_ms ('0' = now)   ARGV[5] event body ('' = no event; JSON as add_events)
--- ARGV[6..] the states it may move from
+-- ARGV[6] max_cost in nano-USD ('' = unchanged)   ARGV[7] the rates its claims reserve at (as
+-- begin_job's ARGV[9]; written with max_cost)
+-- ARGV[8..] the states it may move from
 -- Returns the job's run epoch when it moved (bumped on every move to running, so the
 -- active-jobs index can be pruned without a race), or false when nothing changed.
 local state = redis.call('HGET', META, 'state')
 if not state then return false end
 local allowed = false
-for i = 6, #ARGV do
+for i = 8, #ARGV do
   if ARGV[i] == state then allowed = true end
 end
 if not allowed then return false end
@@ -21,6 +23,9 @@ else
 end
 if ARGV[3] ~= '' then
   redis.call('HSET', META, 'max_tokens', ARGV[3])
+end
+if ARGV[6] ~= '' then
+  redis.call('HSET', META, 'max_cost', ARGV[6], 'cost_rates', ARGV[7])
 end
 if ARGV[1] == S_RUNNING then
   redis.call('HSET', META, 'run_at_ms', fmt_ms(now))
