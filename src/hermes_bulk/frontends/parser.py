@@ -15,11 +15,13 @@ import math
 import re
 import shlex
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from ..durations import parse_duration
 from ..errors import UsageError
 from ..jobs.model_options import MAX_TEMPERATURE
+from ..store.records import MAX_COST_USD, NANO_PER_USD
 from ..usage import Parser
 from .terminal import CHAT_WIDTH
 
@@ -126,6 +128,22 @@ def _range(minimum: float, maximum: float) -> str:
     return f"{minimum:,}-{maximum:,}" if isinstance(minimum, int) else f"{minimum:g}-{maximum:g}"
 
 
+def _usd(text: str) -> int:
+    """--max-cost: US dollars (more than 0, at most MAX_COST_USD), as nano-USD."""
+    try:
+        value = Decimal(text.strip().removeprefix("$").replace(",", ""))
+    except (InvalidOperation, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in US dollars") from None
+    if not (value.is_finite() and 0 < value <= MAX_COST_USD):
+        raise argparse.ArgumentTypeError(
+            f"{text} is out of range; use more than 0 up to {MAX_COST_USD:,} (US dollars)"
+        )
+    nusd = int(value * NANO_PER_USD)  # a fraction of a nano-dollar is dropped: never above it
+    if nusd <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is less than a nano-dollar; give more")
+    return nusd
+
+
 _concurrency = _whole(1, MAX_CONCURRENCY)
 _retries = _whole(0, MAX_RETRIES)
 _max_tokens = _whole(1, MAX_TOKENS)
@@ -226,6 +244,13 @@ def build_parser(
         type=_max_tokens,
         metavar="N",
         help=f"pause the job before it goes over N tokens ({_range(1, MAX_TOKENS)})",
+    )
+    p.add_argument(
+        "--max-cost",
+        type=_usd,
+        metavar="USD",
+        help="pause the job before it spends more than USD US dollars (at the job's price; "
+        f"up to {MAX_COST_USD:,})",
     )
     p.add_argument(
         "--rpm",
@@ -371,6 +396,12 @@ def build_parser(
         type=_max_tokens,
         metavar="N",
         help=f"a new token limit ({_range(1, MAX_TOKENS)})",
+    )
+    p.add_argument(
+        "--max-cost",
+        type=_usd,
+        metavar="USD",
+        help=f"a new limit in US dollars (up to {MAX_COST_USD:,})",
     )
     _add_job_controls(p)
     p = add_command("retry", help="return failed items to the queue and process them")

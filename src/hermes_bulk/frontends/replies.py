@@ -103,6 +103,7 @@ def create(
     concurrency: int | None = None,
     retries: int | None = None,
     max_tokens: int | None = None,
+    max_cost: int | None = None,
     rpm: int | None = None,
     tpm: int | None = None,
     fresh: bool = False,
@@ -135,6 +136,7 @@ def create(
         concurrency=concurrency,
         retries=retries,
         max_tokens=max_tokens,
+        max_cost=max_cost,
         rpm=rpm,
         tpm=tpm,
         schema=schema_text,
@@ -300,6 +302,7 @@ def resume(
     *,
     job: str,
     max_tokens: int | None = None,
+    max_cost: int | None = None,
     concurrency: int | None = None,
     rpm: int | None = None,
     tpm: int | None = None,
@@ -308,7 +311,12 @@ def resume(
     named = jobs.get(job)
     place.check_servable(named.job_id)
     job = jobs.resume(
-        named.job_id, max_tokens=max_tokens, concurrency=concurrency, rpm=rpm, tpm=tpm
+        named.job_id,
+        max_tokens=max_tokens,
+        max_cost=max_cost,
+        concurrency=concurrency,
+        rpm=rpm,
+        tpm=tpm,
     )
     resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
     if (

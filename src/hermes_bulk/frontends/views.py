@@ -17,6 +17,7 @@ from ..jobs import hints, model_options, prices
 from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, next_poll, state_label
 from ..store.protocol import (
     INTERRUPTED_WORKER_STOP,
+    PAUSE_COST_LIMIT,
     PAUSE_SAMPLE,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
@@ -40,21 +41,24 @@ def has_ended(st: JobStatus) -> bool:
     return st.state in FINAL_STATES or st.state == "paused"
 
 
+#: A job paused at a limit: how the end notice says so, and the flag its resume needs.
+_LIMIT_PAUSES = {
+    PAUSE_TOKEN_LIMIT: ("paused at its token limit", " --max-tokens <n>"),
+    PAUSE_COST_LIMIT: ("paused at its cost limit", " --max-cost <usd>"),
+}
+
+
 def end_notice(st: JobStatus, cmd: str) -> str:
     """How a job ended, and on a line of its own what to do next (each fits 80 columns)."""
     j = st.job
     done = f"{j.completed}/{count(j.total, 'item')} completed, {j.failed} failed"
     if st.state == "paused":
-        why = "paused at its token limit" if j.pause_reason == PAUSE_TOKEN_LIMIT else "paused"
+        why, flag = _LIMIT_PAUSES.get(j.pause_reason, ("paused", ""))
         if j.pause_reason == PAUSE_SAMPLE:
             why = "answered its sample and paused"
-        elif j.pause_reason and j.pause_reason not in (PAUSE_TOKEN_LIMIT, PAUSE_USER):
+        elif j.pause_reason and j.pause_reason not in (*_LIMIT_PAUSES, PAUSE_USER):
             why = f"paused: {j.pause_reason}"
-        hint = (
-            f"{cmd} resume {j.job_id} --max-tokens <n>"
-            if j.pause_reason == PAUSE_TOKEN_LIMIT
-            else f"{cmd} resume {j.job_id}"
-        )
+        hint = f"{cmd} resume {j.job_id}{flag}"
         return f"Job {j.job_id} {why} ({done}).\nContinue with: {hint}"
     hint = f"{cmd} retry {j.job_id}" if j.failed else f"{cmd} export {j.job_id}"
     return f"Job {j.job_id} ended: {state_label(st.state)} ({done}).\nNext: {hint}"
@@ -86,7 +90,9 @@ def created_text(created: Created, run_command: str) -> str:
             f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the "
             "job's events."
         )
-    lines.append(cost_estimate_line(prices.job_cost(job)))
+    cost = prices.job_cost(job)
+    lines.append(cost_estimate_line(cost))
+    lines += cost_limit_warning(job.spec.max_cost, cost.estimated)
     limit = job.spec.max_tokens
     if limit is not None and limit < job.estimated_tokens:
         lines.append(
@@ -107,6 +113,16 @@ def created_text(created: Created, run_command: str) -> str:
 #: create --dry-run shows the first request cut to about a screenful (an item may be megabytes)
 SCREENFUL_LINES = 40
 SCREENFUL_CHARS = 3000
+
+
+def cost_limit_warning(max_cost: int | None, estimated: float | None) -> list[str]:
+    """A warning when --max-cost (nano-USD) is below the job's estimate (USD)."""
+    if max_cost is None or estimated is None or prices.usd(max_cost) >= estimated:
+        return []
+    return [
+        f"Warning: --max-cost {prices.format_usd(prices.usd(max_cost))} is below the estimate: "
+        "the job will pause at the limit; resume it then with a larger --max-cost."
+    ]
 
 
 def cost_estimate_line(cost: prices.JobCost) -> str:
@@ -175,6 +191,7 @@ def plan_text(plan: Plan, *, full: bool = False) -> str:
             f"Warning: --max-tokens {plan.max_tokens} is below this estimate: the job would pause "
             "at the limit; resume it then with a larger --max-tokens."
         )
+    lines += cost_limit_warning(plan.max_cost, plan.estimated_cost_usd)
     lines.append(f"The request for the first item ({plan.first_item}):")
     request = json.dumps(plan.request, indent=2, ensure_ascii=False)
     shown, left_out = (request, 0) if full else screenful(request)
@@ -235,6 +252,12 @@ def status_text(
         lines.append(
             f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} "
             "reserved)"
+        )
+    if spec.max_cost is not None:
+        usd = prices.format_usd
+        lines.append(
+            f"Cost limit: {usd(prices.usd(spec.max_cost))} ({usd(prices.usd(j.cost_nusd))} "
+            f"spent, {usd(prices.usd(j.cost_reserved))} reserved)"
         )
     if j.sample:
         lines.append(
@@ -353,6 +376,11 @@ def _next_step(st: JobStatus, cmd: str) -> list[str]:
             return [
                 "Paused: token limit reached. Continue with: "
                 f"{hints.process(j, 'resume', cmd, '--max-tokens <n>')}"
+            ]
+        if j.pause_reason == PAUSE_COST_LIMIT:
+            return [
+                "Paused: cost limit reached. Continue with: "
+                f"{hints.process(j, 'resume', cmd, '--max-cost <usd>')}"
             ]
         if j.pause_reason == PAUSE_SAMPLE:
             return [

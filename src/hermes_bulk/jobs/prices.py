@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.fields import names_a_price, parse_price
 from ..errors import ConfigError, InputError
+from ..store.records import NANO_PER_USD
 from . import prompt
 
 if TYPE_CHECKING:
     from ..store.records import JobRecord, Usage
 
-NANO_PER_USD = 10**9
 #: The largest HERMES_BULK_PRICE file read: a table of models, not data.
 MAX_PRICE_FILE_BYTES = 1024 * 1024
 #: A price read per 1,000 tokens, scaled: small enough to stay under every long-context tier.

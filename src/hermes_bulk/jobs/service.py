@@ -28,6 +28,7 @@ from ..store.protocol import (
     FAILED,
     LEARN_AFTER,
     NOT_STARTED,
+    PAUSE_COST_LIMIT,
     PAUSE_TOKEN_LIMIT,
     PAUSE_USER,
     PAUSED,
@@ -42,6 +43,8 @@ from ..store.protocol import (
     NewItem,
     PauseState,
     WorkerInfo,
+    cost_rates,
+    reserved_cost,
 )
 from ..store.sqlite.database import is_open_sqlite_file
 from ..words import count
@@ -81,6 +84,13 @@ STATES = (
 )
 
 
+def _check_priced(spec: JobSpec, max_cost: int | None) -> None:
+    """--max-cost is reckoned at the job's price: a job without one cannot take it."""
+    if max_cost is not None and spec.price is None:
+        why = spec.price_unknown or "it was created before jobs had prices"
+        raise ConfigError(f"--max-cost needs the job's price, and there is none: {why}.")
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """create --dry-run: what the job would hold and the first request it would send."""
@@ -97,6 +107,7 @@ class Plan:
     allowance_from: str | None = None  #: the earlier job output_allowance was learned from
     price: prices.Price | None = None  #: what the job would pay per million tokens
     price_unknown: str | None = None  #: why it has no price
+    max_cost: int | None = None  #: --max-cost, nano-USD
 
     @property
     def estimated_cost_usd(self) -> float | None:
@@ -215,6 +226,8 @@ class JobStatus:
             "skipped": j.skipped,
             "pause_reason": j.pause_reason,
             "max_tokens": j.spec.max_tokens,
+            "max_cost_usd": None if j.spec.max_cost is None else prices.usd(j.spec.max_cost),
+            "cost_reserved_usd": prices.usd(j.cost_reserved),
             "tokens_charged": j.tokens_charged,
             "tokens_reserved": j.tokens_reserved,
             "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
@@ -367,6 +380,7 @@ class Jobs:
         concurrency: int | None = None,
         retries: int | None = None,
         max_tokens: int | None = None,
+        max_cost: int | None = None,
         rpm: int | None = None,
         tpm: int | None = None,
         model: str | None = None,
@@ -395,7 +409,8 @@ class Jobs:
         temperature, max_output_tokens (else the setting), system and options (`-o KEY=VALUE`
         texts): what every request carries besides the item (jobs/model_options.py). template
         or fields (`a,b`): what of each CSV row or JSON record is sent (jobs/templates.py); an
-        item without a named field is an InputError naming it and the fields it has."""
+        item without a named field is an InputError naming it and the fields it has. max_cost:
+        --max-cost in nano-USD (the job needs a price)."""
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
@@ -469,7 +484,9 @@ class Jobs:
             price=job_price.price.as_dict() if job_price.price else None,
             list_price=job_price.list_price.as_dict() if job_price.list_price else None,
             price_unknown=job_price.unknown,
+            max_cost=max_cost,
         )
+        _check_priced(spec, max_cost)
         learned = self._learned_allowance(spec)
         if learned is not None:  # the allowance an earlier job of this request learned
             spec = replace(spec, output_tokens_estimate=learned[0])
@@ -586,6 +603,7 @@ class Jobs:
             estimated_tokens=estimate,
             output_allowance=allowance,
             max_tokens=spec.max_tokens,
+            max_cost=spec.max_cost,
             first_item=first,
             request=request or {},
             reused=reused,
@@ -916,38 +934,16 @@ class Jobs:
         job_ref: str | None,
         *,
         max_tokens: int | None = None,
+        max_cost: int | None = None,
         concurrency: int | None = None,
         rpm: int | None = None,
         tpm: int | None = None,
     ) -> JobRecord:
+        """max_cost: --max-cost in nano-USD."""
         job = self.get(job_ref)
-        if max_tokens is not None and max_tokens < job.tokens_charged + job.tokens_reserved:
-            raise InputError(
-                f"--max-tokens {max_tokens} is below what the job has already used "
-                f"({job.tokens_charged + job.tokens_reserved}); give a larger limit."
-            )
-        # A limit the next item does not fit under beside what is charged would pause again at
-        # once; one it fits under is fine even if the job paused there before.
-        limit = job.spec.max_tokens if max_tokens is None else max_tokens
-        nxt = (
-            self.store.next_item_estimate(job.job_id)
-            if limit is not None and job.state == PAUSED
-            else None
-        )
-        nxt = None if nxt is None else job.reservation(nxt)  # with the learned output allowance
-        if nxt is not None and job.tokens_charged + nxt > limit:
-            if max_tokens is not None:
-                raise InputError(
-                    f"--max-tokens {max_tokens} leaves no room for the next item: "
-                    f"{job.tokens_charged} charged + about {nxt} for it would exceed it; give at "
-                    f"least {job.tokens_charged + nxt}."
-                )
-            if job.pause_reason == PAUSE_TOKEN_LIMIT:
-                raise InputError(
-                    f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume "
-                    "it "
-                    f"with a larger one: {hints.process(job, 'resume', self.cmd, '--max-tokens N')}"
-                )
+        _check_priced(job.spec, max_cost)
+        self._check_token_limit(job, max_tokens)
+        self._check_cost_limit(job, max_cost)
         if job.state != PAUSED:
             raise InvalidTransition(
                 f"Job {job.job_id} is not paused; to continue it, run: "
@@ -955,13 +951,16 @@ class Jobs:
             )
         self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
         self._choose_sample(job, None)  # a resume runs the rest
-        note = f" with --max-tokens {max_tokens}" if max_tokens is not None else ""
+        notes = [f"--max-tokens {max_tokens}"] if max_tokens is not None else []
+        if max_cost is not None:
+            notes.append(f"--max-cost {prices.format_usd(prices.usd(max_cost))}")
         updated = self.store.set_state(
             job.job_id,
             RUNNING,
             from_states=[PAUSED],
             max_tokens=max_tokens,
-            event=Event("resumed", "resumed" + note),
+            max_cost=max_cost,
+            event=Event("resumed", "resumed" + (" with " + " ".join(notes) if notes else "")),
         )
         if updated is None:
             raise InvalidTransition(
@@ -969,6 +968,70 @@ class Jobs:
                 f"{hints.process(job, 'run', self.cmd)}"
             )
         return self._start(updated)
+
+    def _next_reservation(self, job: JobRecord) -> tuple[int, int] | None:
+        """What the paused job's next claim would reserve: (tokens, nano-USD at the price its
+        claims pay), or None when nothing is pending. A read: a claim's own check covers what
+        changes after it."""
+        estimate = self.store.next_item_estimate(job.job_id) if job.state == PAUSED else None
+        if estimate is None:
+            return None
+        tokens = job.reservation(estimate)  # with the learned output allowance
+        rates = cost_rates(job.spec) or (0.0, 0.0, 0.0, 0.0)
+        rin, rout = rates[2:] if job.spec.mode == "batch" else rates[:2]
+        return tokens, reserved_cost(tokens, job.output_allowance, rin, rout)
+
+    def _check_token_limit(self, job: JobRecord, max_tokens: int | None) -> None:
+        """resume: a new --max-tokens must be above what is used, and leave room for the next
+        item beside what is charged (else the job would pause again at once); without one, a
+        job paused at its limit needs one."""
+        if max_tokens is not None and max_tokens < job.tokens_charged + job.tokens_reserved:
+            raise InputError(
+                f"--max-tokens {max_tokens} is below what the job has already used "
+                f"({job.tokens_charged + job.tokens_reserved}); give a larger limit."
+            )
+        limit = job.spec.max_tokens if max_tokens is None else max_tokens
+        nxt = self._next_reservation(job) if limit is not None else None
+        if nxt is None or job.tokens_charged + nxt[0] <= limit:
+            return  # one it fits under is fine even if the job paused there before
+        if max_tokens is not None:
+            raise InputError(
+                f"--max-tokens {max_tokens} leaves no room for the next item: "
+                f"{job.tokens_charged} charged + about {nxt[0]} for it would exceed it; give at "
+                f"least {job.tokens_charged + nxt[0]}."
+            )
+        if job.pause_reason == PAUSE_TOKEN_LIMIT:
+            raise InputError(
+                f"Job {job.job_id} paused at its token limit ({job.spec.max_tokens}); resume it "
+                f"with a larger one: {hints.process(job, 'resume', self.cmd, '--max-tokens N')}"
+            )
+
+    def _check_cost_limit(self, job: JobRecord, max_cost: int | None) -> None:
+        """resume: _check_token_limit in money (--max-cost, nano-USD)."""
+        usd = prices.format_usd
+        spent = job.cost_nusd + job.cost_reserved
+        if max_cost is not None and max_cost < spent:
+            raise InputError(
+                f"--max-cost {usd(prices.usd(max_cost))} is below what the job has already spent "
+                f"({usd(prices.usd(spent))}); give a larger limit."
+            )
+        limit = job.spec.max_cost if max_cost is None else max_cost
+        nxt = self._next_reservation(job) if limit is not None else None
+        if nxt is None or job.cost_nusd + nxt[1] <= limit:
+            return
+        least = usd(prices.usd(job.cost_nusd + nxt[1]))
+        if max_cost is not None:
+            raise InputError(
+                f"--max-cost {usd(prices.usd(max_cost))} leaves no room for the next item: "
+                f"{usd(prices.usd(job.cost_nusd))} spent + about {usd(prices.usd(nxt[1]))} for "
+                f"it would exceed it; give at least {least}."
+            )
+        if job.pause_reason == PAUSE_COST_LIMIT:
+            raise InputError(
+                f"Job {job.job_id} paused at its cost limit "
+                f"({usd(prices.usd(job.spec.max_cost or 0))}); resume it with a larger one: "
+                f"{hints.process(job, 'resume', self.cmd, '--max-cost USD')}"
+            )
 
     def retry(self, job_ref: str | None) -> tuple[JobRecord, int]:
         """Failed items back to the queue; processing starts at once unless the job is paused."""
