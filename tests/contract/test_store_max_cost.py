@@ -212,3 +212,25 @@ def test_the_pause_event_says_the_amounts_exactly(store, spent):
     assert event.message == cost_limit_reached(spent, NEED, 1, spent + NEED - 1)
     whole, frac = divmod(spent, 10**9)
     assert f"${whole}.{f'{frac:09d}'.rstrip('0').ljust(2, '0')} spent" in event.message
+
+
+def test_what_is_spent_and_what_is_reserved_add_up_to_the_nano_dollar(store):
+    """One nano-dollar either side of the limit, with something both spent and reserved."""
+    for slack, expected in ((0, Claim), (-1, ClaimRefused)):
+        job_id = priced_job(store, 4, 50_000 + 2 * NEED + slack)
+        a, b = claim(store, job_id), claim(store, job_id)
+        assert isinstance(a, Claim) and isinstance(b, Claim)
+        assert store.complete_item(job_id, a.index, "w1", "a", Usage(1, 1, None, 50_000))
+        assert held(store, job_id) == (50_000, NEED)
+        got = claim(store, job_id)
+        assert isinstance(got, expected), (slack, got)
+
+
+def test_a_limit_on_a_job_without_a_price_reserves_nothing(store):
+    """The jobs API refuses --max-cost without a price; the store, given one anyway, reserves
+    nothing in money (it has no rate to reserve at) and holds the limit against what is spent."""
+    job_id = priced_job(store, 3, 10, price=None)
+    c = claim(store, job_id)
+    assert isinstance(c, Claim) and held(store, job_id) == (0, 0)
+    assert store.complete_item(job_id, c.index, "w1", "a", Usage(1, 1, None, 11))
+    assert claim(store, job_id) == ClaimRefused("cost_limit"), "11 spent is over 10"
