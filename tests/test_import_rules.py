@@ -278,7 +278,12 @@ def test_imports_follow_the_layout_table():
 
 #: The modules that speak to a provider over the network (the rest of providers/ only checks
 #: what a provider said, or paces requests).
-SPEAKERS = {"providers.client", "providers.batch_api", "providers.doctor"}
+SPEAKERS = {
+    "providers.client",
+    "providers.anthropic",
+    "providers.batch_api",
+    "providers.doctor",
+}
 
 
 def reaches(name: str) -> set[str]:

@@ -239,6 +239,10 @@ class HttpModelClient:
                 raw[:2000].decode("utf-8", "replace"),
             )
             raise
+        return self.parse(data, max_tokens)
+
+    def parse(self, data: Any, max_tokens: int | None) -> Completion:
+        """The answer body as a Completion (the protocol's own reading: parse_completion)."""
         return parse_completion(
             data, endpoint=self.endpoint, model=self.model, max_tokens=max_tokens
         )

@@ -1,4 +1,5 @@
-"""A loopback OpenAI-compatible chat-completions server with injectable faults.
+"""A loopback server of the OpenAI chat-completions and Anthropic Messages protocols, with
+injectable faults.
 
 Used by the tests, the benchmarks and the demo (when no endpoint is configured). It speaks
 HTTP/1.1 with keep-alive on asyncio, so thousands of concurrent requests cost little, and
@@ -30,6 +31,12 @@ n first), `release()` opens it (the waiting ones are answered), `wait_requests(n
 n chat requests have arrived (answered or held), `wait_held(n)` until n wait at the gate, and
 `held` counts those waiting now. `POST /_control {"gate": "hold"|"release", "let_through": n}`
 does the same from another process.
+Anthropic's `POST /v1/messages` is served by the same code: a request is read as the chat request
+it stands for (`as_chat_request`), so every fault, the gate and the records apply, and answered
+in the Messages shape (content blocks, stop_reason, usage with cache reads and writes; a --schema
+request's tool called; errors as {"type": "error", "error": {...}}, 529 overloaded included). Its
+prompt cache is Anthropic's: a prefix up to a `cache_control` breakpoint of at least
+`prompt_cache_min_tokens` is written on first sight and read after. `x-api-key` is the key there.
 Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
 processes is recorded apart (`batches.lines`), so a test tells batch work from live calls.
 """
@@ -94,6 +101,53 @@ HOSTILE = {
     "deep": "JSON nested 100,000 deep",
     "huge": "a 50 MB body",
 }
+
+
+#: Anthropic's error type for each status (its API's error shapes).
+ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error(status: int, message: str) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {"type": ANTHROPIC_ERRORS.get(status, "api_error"), "message": message},
+    }
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    """A Messages system or content field as its text blocks (a string is one)."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, list):
+        return [b for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    return []
+
+
+def as_chat_request(req: dict[str, Any]) -> dict[str, Any]:
+    """The chat-completions request a Messages request stands for: its system and user text as
+    messages, a --schema tool as response_format, the other fields as they are."""
+    chat = {k: v for k, v in req.items() if k not in ("system", "messages", "tools", "tool_choice")}
+    system = "".join(str(b.get("text", "")) for b in _blocks(req.get("system")))
+    chat["messages"] = [{"role": "system", "content": system}] if system else []
+    for m in req.get("messages") or []:
+        if isinstance(m, dict):
+            text = "".join(str(b.get("text", "")) for b in _blocks(m.get("content")))
+            chat["messages"].append({"role": m.get("role"), "content": text})
+    tools = [t for t in req.get("tools") or [] if isinstance(t, dict)]
+    if tools:
+        chat["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": tools[0].get("name"), "schema": tools[0].get("input_schema")},
+        }
+    return chat
 
 
 @dataclass
@@ -377,9 +431,12 @@ class FakeProvider:
         if method == "GET" and path == "/_requests":
             with self._lock:
                 return self._send(writer, 200, [r.__dict__ for r in self.requests])
-        if method == "POST" and path.endswith("/chat/completions"):
+        if method == "POST" and path.endswith(("/chat/completions", "/v1/messages")):
             return await self._chat(
-                json.loads(body or b"{}"), writer, self._echo(target, headers or {})
+                json.loads(body or b"{}"),
+                writer,
+                self._echo(target, headers or {}),
+                anthropic=path.endswith("/messages"),
             )
         if "/files" in path or "/batches" in path:
             status, obj = self.batches.route(method, path, target, body, headers or {})
@@ -405,7 +462,8 @@ class FakeProvider:
         if not path.startswith("/v1"):
             return None
         key = self.config.require_key
-        if key is not None and headers.get("authorization", "") != f"Bearer {key}":
+        given = headers.get("x-api-key") if path.endswith("/messages") else None
+        if key is not None and headers.get("authorization", "") != f"Bearer {key}" and given != key:
             with self._lock:
                 self.requests.append(
                     RequestRecord(at=time.time(), item="", status=401, fault="401")
@@ -417,7 +475,7 @@ class FakeProvider:
                     "code": "invalid_api_key",
                 }
             }
-        if self.config.models is not None and path.endswith("/chat/completions"):
+        if self.config.models is not None and path.endswith(("/chat/completions", "/messages")):
             try:
                 model = json.loads(body or b"{}").get("model")
             except (ValueError, AttributeError):
@@ -446,18 +504,30 @@ class FakeProvider:
         return "".join(f"; {part}" for part in [*parts, self.config.error_echo] if part)
 
     async def _chat(
-        self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = ""
+        self,
+        req: dict[str, Any],
+        writer: asyncio.StreamWriter,
+        echo: str = "",
+        anthropic: bool = False,
     ) -> bool:
         self.in_flight += 1  # the event loop is one thread: no lock needed
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            if anthropic:
+                return await self._answer(as_chat_request(req), writer, echo, req)
             return await self._answer(req, writer, echo)
         finally:
             self.in_flight -= 1
 
     async def _answer(
-        self, req: dict[str, Any], writer: asyncio.StreamWriter, echo: str = ""
+        self,
+        req: dict[str, Any],
+        writer: asyncio.StreamWriter,
+        echo: str = "",
+        messages_req: dict[str, Any] | None = None,
     ) -> bool:
+        """Answer a chat request; messages_req: the Anthropic request it stands for, answered
+        in that protocol's shape."""
         messages = req.get("messages") or []
         prompt = "\n".join(
             _content_text(m.get("content")) for m in messages if m.get("role") == "user"
@@ -494,6 +564,8 @@ class FakeProvider:
                 ]
             elif ":" in fault:
                 headers = [("Retry-After", fault.split(":", 1)[1])]
+            if messages_req is not None:
+                return self._send(writer, 429, anthropic_error(429, f"Rate limited{echo}"), headers)
             return self._send(
                 writer,
                 429,
@@ -508,13 +580,14 @@ class FakeProvider:
             )
         if fault.isdigit():
             record.status = int(fault)
-            return self._send(
-                writer,
-                int(fault),
-                {"error": {"message": f"fake {fault}: key sk-LEAKED-1234 invalid{echo}"}},
-            )
+            message = f"fake {fault}: key sk-LEAKED-1234 invalid{echo}"
+            if messages_req is not None:
+                return self._send(writer, int(fault), anthropic_error(int(fault), message))
+            return self._send(writer, int(fault), {"error": {"message": message}})
         record.status = 200
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
+        if messages_req is not None:
+            return self._send(writer, 200, self._message_body(messages_req, answer, usage, fault))
         if req.get("stream"):
             return await self._stream(writer, base, answer, usage)
         body = hostile_body(
@@ -590,6 +663,79 @@ class FakeProvider:
             },
         )
         return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
+
+    def _message_body(
+        self, req: dict[str, Any], answer: str, usage: dict[str, Any], fault: str
+    ) -> dict[str, Any]:
+        """A Messages answer: the text (or the --schema tool's call), stop_reason, and usage with
+        the prompt cache's reads and writes taken out of input_tokens, as Anthropic counts."""
+        prompt_tokens = usage.get("prompt_tokens", 0) if self.config.usage is None else 0
+        read, written = self._anthropic_cache(req)
+        read, written = (
+            min(read, prompt_tokens),
+            min(written, prompt_tokens - min(read, prompt_tokens)),
+        )
+        reported = (
+            self.config.usage
+            if self.config.usage is not None
+            else {
+                "input_tokens": prompt_tokens - read - written,
+                "output_tokens": usage.get("completion_tokens", 0),
+                "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read,
+            }
+        )
+        tools = req.get("tools") or []
+        if tools and answer and fault != "prose":
+            content = [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_" + digest(answer),
+                    "name": tools[0].get("name"),
+                    "input": json.loads(answer),
+                }
+            ]
+            stop = "tool_use"
+        else:
+            content = [{"type": "text", "text": answer}] if answer else []
+            stop = "end_turn"
+        if fault == "length":
+            content, stop = [{"type": "text", "text": answer[: len(answer) // 2]}], "max_tokens"
+        elif fault == "refusal":
+            content, stop = [], "refusal"
+        return {
+            "id": "msg_" + digest(answer or "empty"),
+            "type": "message",
+            "role": "assistant",
+            "model": req.get("model") or "fake-model",
+            "content": content,
+            "stop_reason": stop,
+            "stop_sequence": None,
+            "usage": reported,
+        }
+
+    def _anthropic_cache(self, req: dict[str, Any]) -> tuple[int, int]:
+        """(read, written) tokens of the prompt cache: the text up to the last cache_control
+        breakpoint (system, then the user's blocks), about len // 4 tokens, written the first time
+        it is seen and read after, when at least prompt_cache_min_tokens long."""
+        blocks = _blocks(req.get("system")) + [
+            b
+            for m in req.get("messages") or []
+            if isinstance(m, dict)
+            for b in _blocks(m.get("content"))
+        ]
+        marked = [i for i, b in enumerate(blocks) if b.get("cache_control")]
+        if not marked:
+            return 0, 0
+        prefix = "\x00".join(str(b.get("text", "")) for b in blocks[: marked[-1] + 1])
+        tokens = len(prefix) // 4
+        if tokens < self.config.prompt_cache_min_tokens:
+            return 0, 0
+        key = "anthropic\x00" + prefix
+        with self._lock:
+            seen = key in self._prefixes
+            self._prefixes.add(key)
+        return (tokens, 0) if seen else (0, tokens)
 
     def _cached_tokens(self, req: dict[str, Any], prompt: str) -> int:
         """The prefix of this request served from the cache: the system text and the user text
