@@ -198,7 +198,7 @@ def env(home, fake_provider, monkeypatch) -> dict[str, str]:
         CHECK_KEYS_ENV: "1",
     }
     for key in list(os.environ):
-        if key.startswith(("HERMES_BULK_", "OPENAI_")) or key == "HERMES_HOME":
+        if key.startswith(("HERMES_BULK_", "OPENAI_", "ANTHROPIC_")) or key == "HERMES_HOME":
             monkeypatch.delenv(key, raising=False)
     for key, value in values.items():
         monkeypatch.setenv(key, value)

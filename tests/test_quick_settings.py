@@ -180,10 +180,12 @@ def plain_environments(draw):
                     ]
                 )
             )
-        elif setting.name == "base_url":
+        elif setting.name.endswith("base_url"):
             value = draw(
-                st.sampled_from(["http://127.0.0.1:8000/v1", "https://api.example.com/v1/"])
+                st.sampled_from(["http://127.0.0.1:8000/v1", "https://api.example.com/v1/", ""])
             )
+        elif setting.name == "provider":
+            value = draw(st.sampled_from(["", "openai", " Anthropic"]))
         elif setting.name == "price":
             value = draw(st.sampled_from(["0.15,0.60", "2, 8, 0.5", "/srv/prices.json", ""]))
         elif setting.name == "batch_window":
@@ -213,6 +215,6 @@ def test_a_key_read_quickly_is_never_shown(tmp_path):
         os.environ, {"HOME": str(tmp_path), "OPENAI_API_KEY": "sk-quick-secret-123"}, clear=True
     ):
         quick = quick_settings.read(os.environ)
-    assert quick is not None and quick.api_key.get_secret_value() == "sk-quick-secret-123"
-    assert "sk-quick" not in repr(quick.api_key)
+    assert quick is not None and quick.endpoint.api_key == "sk-quick-secret-123"
+    assert "sk-quick" not in repr(quick.openai_api_key) + repr(quick.endpoint)
     assert quick.home == Path(tmp_path) / ".hermes" / "plugin-data" / "bulk"

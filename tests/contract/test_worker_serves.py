@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from hermes_bulk.config.provider import Endpoint
 from hermes_bulk.fleet import broker, endpoints
 from hermes_bulk.fleet.liveness import can_serve, serves_record
 from hermes_bulk.store.protocol import JobSpec, WorkerInfo
@@ -43,7 +44,7 @@ def _job(job_id: str, **spec) -> SimpleNamespace:
 
 
 def test_the_registry_keeps_what_a_worker_serves(store):
-    own = endpoints.own_route("http://a.example/v1", "sk-a")
+    own = endpoints.own_route(Endpoint("openai", "http://a.example/v1", "sk-a"))
     store.heartbeat_worker(
         WorkerInfo("w-all", "h", 1, store.now(), 0.0, 4, serves_record([own, "http"])), ttl_s=10
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..durations import parse_duration
 from ..redact import register_secret, register_url
+from .provider import Endpoint, check_provider, resolve
 
 ENV_PREFIX = "HERMES_BULK_"
 BACKEND_SCHEMES = ("sqlite", "redis", "rediss")
@@ -45,7 +46,7 @@ def check_backend(value: str) -> str:
 
 
 def check_base_url(value: str) -> str:
-    if not value.startswith(("http://", "https://")):
+    if value and not value.startswith(("http://", "https://")):
         raise ValueError("must be an http:// or https:// URL")
     return value.rstrip("/")
 
@@ -134,19 +135,60 @@ SETTINGS: tuple[Setting, ...] = (
         description="sqlite:///path, redis://… or rediss://…; default: SQLite in the data dir.",
     ),
     Setting(
+        "provider",
+        "str",
+        "",
+        check=check_provider,
+        description="openai (chat completions, any compatible server) or anthropic (Messages "
+        "API); unset: anthropic for an anthropic.com base URL, else openai.",
+    ),
+    Setting(
         "base_url",
         "str",
-        "https://api.openai.com/v1",
+        "",
         check=check_base_url,
-        aliases=("HERMES_BULK_BASE_URL", "OPENAI_BASE_URL", "base_url"),
-        description="OpenAI-compatible endpoint (falls back to OPENAI_BASE_URL).",
+        aliases=("HERMES_BULK_BASE_URL", "base_url"),
+        description="The provider's endpoint (unset: OPENAI_BASE_URL or ANTHROPIC_BASE_URL, "
+        "by provider, else the provider's own).",
     ),
     Setting(
         "api_key",
         "secret",
         optional=True,
-        aliases=("HERMES_BULK_API_KEY", "OPENAI_API_KEY", "api_key"),
-        description="API key (falls back to OPENAI_API_KEY). Never stored or printed.",
+        aliases=("HERMES_BULK_API_KEY", "api_key"),
+        description="API key (unset: OPENAI_API_KEY or ANTHROPIC_API_KEY, by provider). Never "
+        "stored or printed.",
+    ),
+    Setting(
+        "openai_base_url",
+        "str",
+        "",
+        check=check_base_url,
+        aliases=("OPENAI_BASE_URL",),
+        description="The openai provider's endpoint when HERMES_BULK_BASE_URL is unset.",
+    ),
+    Setting(
+        "openai_api_key",
+        "secret",
+        optional=True,
+        aliases=("OPENAI_API_KEY",),
+        description="The openai provider's key when HERMES_BULK_API_KEY is unset.",
+    ),
+    Setting(
+        "anthropic_base_url",
+        "str",
+        "",
+        check=check_base_url,
+        aliases=("ANTHROPIC_BASE_URL",),
+        description="The anthropic provider's endpoint when HERMES_BULK_BASE_URL is unset "
+        "(with or without /v1).",
+    ),
+    Setting(
+        "anthropic_api_key",
+        "secret",
+        optional=True,
+        aliases=("ANTHROPIC_API_KEY",),
+        description="The anthropic provider's key when HERMES_BULK_API_KEY is unset.",
     ),
     Setting(
         "model",
@@ -314,11 +356,22 @@ class Places:
     def jobs_dir(self) -> Path:
         return self.home / "jobs"  # type: ignore[attr-defined]
 
+    @property
+    def endpoint(self) -> Endpoint:
+        """The provider's protocol, URL and key (config/provider.py)."""
+        return resolve(self)
+
 
 def register_settings_secrets(settings: Any) -> None:
     """The key, the dashboard token and the credentials in the endpoint and backend URLs:
     masked by value in every log, whichever reader made `settings`."""
-    for secret in (settings.api_key, settings.dashboard_token):
+    for secret in (
+        settings.api_key,
+        settings.openai_api_key,
+        settings.anthropic_api_key,
+        settings.dashboard_token,
+    ):
         register_secret(secret.get_secret_value() if secret else None)
-    register_url(settings.base_url)
+    for url in (settings.base_url, settings.openai_base_url, settings.anthropic_base_url):
+        register_url(url)
     register_url(settings.backend)

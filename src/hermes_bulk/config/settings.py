@@ -25,6 +25,7 @@ from .fields import (
     check_base_url,
     check_batch_window,
     check_price_setting,
+    check_provider,
     env_name,
     register_settings_secrets,
 )
@@ -75,8 +76,13 @@ class Settings(BaseSettings, Places):
 
     home: Path = _field("home")
     backend: str = _field("backend")
+    provider: str = _field("provider")
     base_url: str = _field("base_url")
     api_key: SecretStr | None = _field("api_key")
+    openai_base_url: str = _field("openai_base_url")
+    openai_api_key: SecretStr | None = _field("openai_api_key")
+    anthropic_base_url: str = _field("anthropic_base_url")
+    anthropic_api_key: SecretStr | None = _field("anthropic_api_key")
     model: str | None = _field("model")
     max_retries: int = _field("max_retries")
     max_concurrency: int = _field("max_concurrency")
@@ -103,10 +109,15 @@ class Settings(BaseSettings, Places):
     def _backend(cls, value: str) -> str:
         return check_backend(value)
 
-    @field_validator("base_url")
+    @field_validator("base_url", "openai_base_url", "anthropic_base_url")
     @classmethod
     def _base_url(cls, value: str) -> str:
         return check_base_url(value)
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, value: str) -> str:
+        return check_provider(value)
 
     @field_validator("price")
     @classmethod
@@ -144,18 +155,15 @@ def load_settings(plugin_settings: dict[str, Any] | None = None, **overrides: An
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "?"
-        name = field if field.startswith(ENV_PREFIX) else env_name(field)
+        # an alias that was read (OPENAI_BASE_URL) is its own name; a field's is HERMES_BULK_<NAME>
+        name = field if field.isupper() else env_name(field)
         if field in plugin_settings and field not in overrides and name not in os.environ:
             name = f"plugins.entries.bulk.settings.{field}"
         got = err.get("input")
         got = (
             public_url(got) if isinstance(got, str) else got
         )  # a rejected URL may still hold a password
-        shown = (
-            ""
-            if field in ("api_key", "OPENAI_API_KEY") or isinstance(got, dict)
-            else f" (got {got!r})"
-        )
+        shown = "" if "api_key" in field.lower() or isinstance(got, dict) else f" (got {got!r})"
         raise ConfigError(f"Invalid setting {name}: {err['msg']}{shown}.") from None
     finally:
         _plugin_settings_for_load.reset(token)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
+from ..config.provider import OPENAI, Endpoint
 from ..redact import public_url
 from ..store.protocol import JobSpec
 
@@ -40,15 +41,26 @@ def endpoint_url(base_url: str) -> str:
     return public_url(base_url.rstrip("/"))
 
 
-def identity(url: str, fingerprint: str) -> str:
+def identity(url: str, fingerprint: str, protocol: str = OPENAI) -> str:
     """The route of an endpoint: the queue of its jobs' triggers (a hash: a URL makes no queue
-    name)."""
-    return HTTP + "@" + hashlib.sha256(f"{url}\0{fingerprint}".encode()).hexdigest()[:16]
+    name). The protocol is part of it, as one proxy URL may speak both; an OpenAI endpoint's
+    stays what it was before there were two."""
+    tail = "" if protocol == OPENAI else f"\0{protocol}"
+    return HTTP + "@" + hashlib.sha256(f"{url}\0{fingerprint}{tail}".encode()).hexdigest()[:16]
 
 
-def own_route(base_url: str, api_key: str | None) -> str:
+def own_route(endpoint: Endpoint) -> str:
     """The route of the endpoint these settings configure."""
-    return identity(endpoint_url(base_url), key_fingerprint(api_key))
+    return identity(
+        endpoint_url(endpoint.base_url), key_fingerprint(endpoint.api_key), endpoint.protocol
+    )
+
+
+def spec_identity(spec: JobSpec) -> str:
+    """The route of the endpoint a job was created for ("" for one that recorded none)."""
+    if spec.endpoint is None:
+        return ""
+    return identity(spec.endpoint, spec.key_fingerprint or "", spec.protocol)
 
 
 def route(spec: JobSpec, legacy_http: str | None = None) -> str:
@@ -59,4 +71,4 @@ def route(spec: JobSpec, legacy_http: str | None = None) -> str:
         return spec.client
     if spec.endpoint is None:
         return legacy_http or HTTP
-    return identity(spec.endpoint, spec.key_fingerprint or "")
+    return spec_identity(spec)

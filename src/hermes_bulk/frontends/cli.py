@@ -280,8 +280,9 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
     if not runtime.serves(job):  # made for another endpoint or key: its workers take it
         raise InvalidTransition(
             f"Job {job_id} cannot be processed here: it was created for {job.spec.endpoint} "
-            "with another endpoint or API key than HERMES_BULK_BASE_URL and the key here. "
-            "It stays queued for a worker configured for that endpoint."
+            f"({job.spec.protocol}), and the endpoint, protocol or API key here differ "
+            "(HERMES_BULK_PROVIDER, HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY). It stays queued "
+            "for a worker configured for that endpoint."
         )
     runtime.start()
     runtime.start_embedded_consumer()

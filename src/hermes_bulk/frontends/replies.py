@@ -83,11 +83,12 @@ class Place:
         HERMES_BULK_*."""
         from ..providers import doctor
 
-        key = settings.api_key.get_secret_value() if settings.api_key else None
+        own = settings.endpoint
         return doctor.check_endpoint(
-            settings.base_url,
-            key,
+            own.base_url,
+            own.api_key,
             model or settings.model,
+            protocol=own.protocol,
             timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S),
         )
 

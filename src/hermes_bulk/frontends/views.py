@@ -418,7 +418,8 @@ def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
     j = st.job
     if hints.PROCESSED_BY.get(j.spec.client, hints.CLI) == hints.CLI:
         needs = (
-            f"a hermes-bulk worker for {j.spec.endpoint} with the API key the job was created with"
+            f"a hermes-bulk worker for {j.spec.endpoint} ({j.spec.protocol}) with the API key "
+            "the job was created with"
             if j.spec.endpoint
             else "a hermes-bulk worker"
         )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config.backend_url import SqliteUrl, parse_backend_url
 from ..config.fields import env_name
+from ..config.provider import ANTHROPIC, OPENAI
 from ..errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from ..files import private_dir, remove_tree
 from ..fleet import endpoints
@@ -245,6 +246,7 @@ class JobStatus:
             "batches": [_batch_dict(b, self.poll_s) for b in self.batches],
             "concurrency_in_force": self.concurrency,
             "endpoint": j.spec.endpoint,
+            "protocol": j.spec.protocol if j.spec.client == "http" else None,
             "request_options": j.spec.options or {},
             "max_output_tokens": j.spec.max_output_tokens,
             "system": j.spec.system,
@@ -414,15 +416,8 @@ class Jobs:
         s = self.settings
         if not instruction.strip():
             raise InputError("The instruction is empty; say what to do with each item.")
-        if batch_deadline_s is not None and not batch:
-            raise UsageError("--batch-deadline is for batch jobs; add --batch.")
-        if batch_poll_s is not None and not batch:
-            raise UsageError("--poll is for batch jobs; add --batch.")
-        if batch and client != "http":
-            raise UsageError(
-                "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk "
-                "worker's)."
-            )
+        own = s.endpoint
+        _check_batch_flags(batch, batch_deadline_s, batch_poll_s, client, own.protocol)
         request_options = model_options.request_options(temperature, options, client=client)
         if system is not None and not system.strip():
             raise UsageError("--system: the text is empty; write the system prompt in the file.")
@@ -438,22 +433,22 @@ class Jobs:
             model = model or s.model
             if not model:
                 raise ConfigError(
-                    "No model configured: set HERMES_BULK_MODEL (and HERMES_BULK_BASE_URL, "
-                    "HERMES_BULK_API_KEY or the OPENAI_* equivalents), or pass --model."
+                    "No model configured: set HERMES_BULK_MODEL (and HERMES_BULK_PROVIDER, "
+                    "HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or the OPENAI_* / ANTHROPIC_* "
+                    "equivalents), or pass --model."
                 )
-            api_key = s.api_key.get_secret_value() if s.api_key else None
-            provider = provider or provider_key(s.base_url, api_key)
+            provider = provider or provider_key(own.base_url, own.api_key)
             if bind_endpoint:
                 endpoint, key_fp = (
-                    endpoints.endpoint_url(s.base_url),
-                    endpoints.key_fingerprint(api_key),
+                    endpoints.endpoint_url(own.base_url),
+                    endpoints.key_fingerprint(own.api_key),
                 )
         from ..sources import Source
 
         source = Source(over, max_item_bytes=s.max_item_bytes)
         template, field_names = templates.checked(template, fields, source.kind)
         job_price = prices.resolve(
-            model, s.base_url if client == "http" else None, batch=batch, setting=s.price
+            model, own.base_url if client == "http" else None, batch=batch, setting=s.price
         )
         spec = JobSpec(
             job_id=os.urandom(6).hex(),
@@ -476,6 +471,7 @@ class Jobs:
             batch_deadline_s=batch_deadline_s,
             endpoint=endpoint,
             key_fingerprint=key_fp,
+            protocol=own.protocol if client == "http" else OPENAI,
             system=system,
             options=request_options,
             batch_poll_s=batch_poll_s,
@@ -1147,6 +1143,30 @@ class Jobs:
         )
 
 
+def _check_batch_flags(
+    batch: bool,
+    deadline_s: float | None,
+    poll_s: float | None,
+    client: str,
+    protocol: str,
+) -> None:
+    """The batch flags of create make sense together, or a UsageError says which does not."""
+    if deadline_s is not None and not batch:
+        raise UsageError("--batch-deadline is for batch jobs; add --batch.")
+    if poll_s is not None and not batch:
+        raise UsageError("--poll is for batch jobs; add --batch.")
+    if batch and client != "http":
+        raise UsageError(
+            "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk "
+            "worker's)."
+        )
+    if batch and protocol == ANTHROPIC:
+        raise UsageError(
+            "--batch speaks the OpenAI Batch API; Anthropic's Message Batches are not served "
+            "yet. Run the job live (without --batch)."
+        )
+
+
 def item_answer_key(spec: JobSpec, item_content_hash: str) -> str:
     """The answer key of an item of this job (prompt.answer_key): what reuse matches on, across
     jobs of one store (when spec.reuse) and among the job's own items (always)."""
@@ -1158,9 +1178,7 @@ def item_answer_key(spec: JobSpec, item_content_hash: str) -> str:
         max_output_tokens=spec.max_output_tokens,
         sampling=spec.options,
         content_hash=item_content_hash,
-        endpoint=endpoints.identity(spec.endpoint, spec.key_fingerprint or "")
-        if spec.endpoint is not None
-        else "",
+        endpoint=endpoints.spec_identity(spec),
         system=spec.system,
     )
 

@@ -31,6 +31,8 @@ from .client import Completion, HttpModelClient, endpoint_url, token_count, trun
 
 log = logging.getLogger("hermes_bulk.providers.anthropic")
 
+#: Its name as HERMES_BULK_PROVIDER and a job's record give it (config/provider.py).
+PROTOCOL = "anthropic"
 #: The Messages API version every request names (the one the API's docs and SDKs send).
 API_VERSION = "2023-06-01"
 #: max_tokens is required by the Messages API; without --max-output-tokens this is sent.
@@ -43,6 +45,11 @@ CACHE_MIN_TOKENS = 1024
 CACHE_MIN_TOKENS_HAIKU = 2048
 #: stop_reason values: the answer ended, or a tool was called, or it was cut at max_tokens.
 _ENDED = frozenset({"end_turn", "stop_sequence", "tool_use"})
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """What every request to the API carries: its version, and the key (x-api-key, not Bearer)."""
+    return {"anthropic-version": API_VERSION, **({"x-api-key": api_key} if api_key else {})}
 
 
 def cache_min_tokens(model: str) -> int:
@@ -103,14 +110,9 @@ class AnthropicModelClient(HttpModelClient):
     """The Messages API over HTTP (`POST {base_url}/messages`; base_url ends in /v1)."""
 
     def __init__(self, *, base_url: str, api_key: str | None, **kw: Any) -> None:
-        super().__init__(base_url=base_url, api_key=None, **kw)
+        super().__init__(base_url=base_url, api_key=api_key, **kw)
         self._chat_url = endpoint_url(self.base_url, "messages")
-        self._headers = {"anthropic-version": API_VERSION}
-        if api_key:
-            self._headers["x-api-key"] = api_key
-        from .pacing import provider_key
-
-        self.provider_key = provider_key(self.base_url, api_key)
+        self._headers = auth_headers(api_key)
 
     def request_body(self, messages, *, max_tokens, json_schema=None, options=None):
         return messages_body(

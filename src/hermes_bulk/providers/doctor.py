@@ -21,7 +21,10 @@ from typing import Any
 import httpx
 
 from ..redact import public_url
+from . import anthropic
 from .client import endpoint_url
+
+OPENAI, ANTHROPIC = "openai", anthropic.PROTOCOL
 
 log = logging.getLogger("hermes_bulk.providers.doctor")
 
@@ -66,17 +69,29 @@ def check_endpoint(
     *,
     timeout_s: float = CHECK_TIMEOUT_S,
     transport: httpx.BaseTransport | None = None,
+    protocol: str = OPENAI,
 ) -> Report:
-    """The three checks against an OpenAI-compatible endpoint; never raises for what it finds."""
+    """The three checks against an endpoint of `protocol` (config/provider.py); never raises for
+    what it finds. Both protocols list models at GET /models in the same shape."""
     shown = public_url(base_url.rstrip("/"))
     report = Report(shown)
     started = time.monotonic()
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    if protocol == ANTHROPIC:
+        headers = anthropic.auth_headers(api_key)
+    else:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
     with httpx.Client(headers=headers, timeout=timeout, transport=transport) as http:
-        _check(http, base_url, shown, api_key, model, report)
+        _check(http, base_url, shown, api_key, model, report, protocol)
     report.seconds = time.monotonic() - started
     return report
+
+
+#: Where the user puts the key and the URL, by protocol (after HERMES_BULK_API_KEY/_BASE_URL).
+_ENV = {
+    OPENAI: ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    ANTHROPIC: ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+}
 
 
 def _check(
@@ -86,8 +101,10 @@ def _check(
     api_key: str | None,
     model: str | None,
     report: Report,
+    protocol: str = OPENAI,
 ) -> None:
-    listed = _request(http, "GET", endpoint_url(base_url, "models"), shown, report)
+    key_env, url_env = _ENV[protocol]
+    listed = _request(http, "GET", endpoint_url(base_url, "models"), shown, report, url_env=url_env)
     if listed is None:  # the endpoint line says why; nothing else can be told
         report.add("key", SKIP, "not checked (no answer)")
         report.add("model", SKIP, "not checked (no answer)")
@@ -95,14 +112,14 @@ def _check(
     status, body = listed
     report.add("endpoint", OK, f"{shown} answers (GET /models: HTTP {status})")
     if status in (401, 403):
-        _key_refused(report, status, api_key)
+        _key_refused(report, status, api_key, key_env)
         return
     if not model:
-        report.add("key", OK if status == 200 else WARN, _key_text(api_key, status))
+        report.add("key", OK if status == 200 else WARN, _key_text(api_key, status, key_env))
         report.add("model", FAIL, "none configured: set HERMES_BULK_MODEL, or pass --model")
         return
     if status == 200 and model in _model_ids(body):
-        report.add("key", OK, _key_text(api_key, status))
+        report.add("key", OK, _key_text(api_key, status, key_env))
         report.add("model", OK, f"{model!r} is listed by the endpoint")
         return
     # Not confirmed by /models: ask for one output token.
@@ -110,9 +127,10 @@ def _check(
     answered = _request(
         http,
         "POST",
-        endpoint_url(base_url, "chat/completions"),
+        endpoint_url(base_url, "messages" if protocol == ANTHROPIC else "chat/completions"),
         shown,
         report,
+        url_env=url_env,
         json={
             "model": model,
             "messages": [{"role": "user", "content": "Say OK."}],
@@ -123,9 +141,9 @@ def _check(
         return
     status, _ = answered
     if status in (401, 403):
-        _key_refused(report, status, api_key)
+        _key_refused(report, status, api_key, key_env)
     elif status == 404:
-        report.add("key", OK if api_key else WARN, _key_text(api_key, 200))
+        report.add("key", OK if api_key else WARN, _key_text(api_key, 200, key_env))
         report.add(
             "model",
             FAIL,
@@ -134,11 +152,13 @@ def _check(
             "endpoint (OpenAI-compatible ones usually end in /v1)",
         )
     elif status == 200:
-        report.add("key", OK, _key_text(api_key, 200))
+        report.add("key", OK, _key_text(api_key, 200, key_env))
         report.add("model", OK, f"{model!r} answered a 1-token request ({why})")
     else:
         report.add(
-            "key", WARN if status >= 500 or status == 429 else OK, _key_text(api_key, status)
+            "key",
+            WARN if status >= 500 or status == 429 else OK,
+            _key_text(api_key, status, key_env),
         )
         report.add(
             "model",
@@ -149,7 +169,14 @@ def _check(
 
 
 def _request(
-    http: httpx.Client, method: str, url: str, shown: str, report: Report, **kwargs: Any
+    http: httpx.Client,
+    method: str,
+    url: str,
+    shown: str,
+    report: Report,
+    *,
+    url_env: str = "OPENAI_BASE_URL",
+    **kwargs: Any,
 ) -> tuple[int, Any] | None:
     """(status, JSON body or None); None when no answer came (the endpoint line says why)."""
     try:
@@ -160,7 +187,7 @@ def _request(
             "endpoint",
             FAIL,
             f"{shown} cannot be reached ({type(exc).__name__}): start it, or correct "
-            "HERMES_BULK_BASE_URL (or OPENAI_BASE_URL)",
+            f"HERMES_BULK_BASE_URL (or {url_env})",
         )
         return None
     except httpx.TimeoutException:
@@ -196,22 +223,24 @@ def _model_ids(body: Any) -> set[str]:
     return {str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)}
 
 
-def _key_text(api_key: str | None, status: int) -> str:
+def _key_text(api_key: str | None, status: int, key_env: str = "OPENAI_API_KEY") -> str:
     if not api_key:
-        return "none set (HERMES_BULK_API_KEY, OPENAI_API_KEY); the endpoint answered without one"
+        return f"none set (HERMES_BULK_API_KEY, {key_env}); the endpoint answered without one"
     return "accepted" if status == 200 else f"not refused (HTTP {status})"
 
 
-def _key_refused(report: Report, status: int, api_key: str | None) -> None:
+def _key_refused(
+    report: Report, status: int, api_key: str | None, key_env: str = "OPENAI_API_KEY"
+) -> None:
     if api_key:
         report.add(
-            "key", FAIL, f"refused (HTTP {status}): correct HERMES_BULK_API_KEY (or OPENAI_API_KEY)"
+            "key", FAIL, f"refused (HTTP {status}): correct HERMES_BULK_API_KEY (or {key_env})"
         )
     else:
         report.add(
             "key",
             FAIL,
             f"none set, and the endpoint wants one (HTTP {status}): set HERMES_BULK_API_KEY "
-            "(or OPENAI_API_KEY)",
+            f"(or {key_env})",
         )
     report.add("model", SKIP, "not checked (the key was refused)")

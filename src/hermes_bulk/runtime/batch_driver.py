@@ -977,11 +977,12 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
     if not open_:
         return
     ids = ", ".join(b.provider_id or b.batch_id for b in open_)
+    own = jobs.settings.endpoint
     api = BatchApi(
-        base_url=jobs.settings.base_url,
+        base_url=own.base_url,
         provider_key=job.spec.provider_key,
         limits=jobs.backend.limits,
-        api_key=jobs.settings.api_key.get_secret_value() if jobs.settings.api_key else None,
+        api_key=own.api_key,
         timeout_s=min(jobs.settings.request_timeout_seconds, 30.0),
         max_wait_s=DELETE_WAIT_S,
     )

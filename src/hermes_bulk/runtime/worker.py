@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from ..config.provider import ANTHROPIC
 from ..config.settings import Settings
 from ..errors import ClientUnavailable, ConfigError, HermesBulkError
 from ..fleet import endpoints
@@ -41,6 +42,7 @@ from ..fleet.liveness import (
     this_host,
 )
 from ..fleet.tasks import EmbeddedConsumer, consumer_options, serve, stop_serving
+from ..providers.anthropic import AnthropicModelClient
 from ..providers.batch_api import BatchApi
 from ..providers.client import HttpModelClient, ModelClient
 from ..providers.pacing import OpenGate, RequestGate
@@ -141,9 +143,10 @@ class WorkerRuntime:
         self._stopped = False
         self.stops_gracefully, self.resume_interrupted = stops_gracefully, resume_interrupted
         self.only_job = only_job
-        api_key = settings.api_key.get_secret_value() if settings.api_key else None
+        #: The provider's protocol, URL and key (config/provider.py), resolved once.
+        self.endpoint = settings.endpoint
         #: The queue of jobs made for this worker's endpoint and key (fleet/endpoints.py).
-        self.own_route = endpoints.own_route(settings.base_url, api_key)
+        self.own_route = endpoints.own_route(self.endpoint)
         self._told_unserved: set[str] = set()  # jobs whose endpoint is not this worker's: said once
         self._taken: set[str] = (
             set()
@@ -279,6 +282,8 @@ class WorkerRuntime:
         its id."""
         if self.only_job is not None and job.job_id != self.only_job:
             return False
+        if job.spec.mode == "batch" and self.endpoint.protocol == ANTHROPIC:
+            return False  # a batch job speaks the OpenAI Batch API (a `/bulk --batch` job's too)
         return job.spec.client in self.clients and self.route_of(job) in self.routes()
 
     def _say_unserved(self, job: JobRecord) -> None:
@@ -288,12 +293,13 @@ class WorkerRuntime:
         if self.only_job is not None and job.job_id != self.only_job:
             return
         self._told_unserved.add(job.job_id)
-        own = endpoints.endpoint_url(self.settings.base_url)
-        why = (
-            "with another API key than this worker's"
-            if job.spec.endpoint == own
-            else f"and this worker calls {own}"
-        )
+        own = endpoints.endpoint_url(self.endpoint.base_url)
+        if job.spec.endpoint != own:
+            why = f"and this worker calls {own}"
+        elif job.spec.protocol != self.endpoint.protocol:
+            why = f"to speak {job.spec.protocol}, and this worker speaks {self.endpoint.protocol}"
+        else:
+            why = "with another API key than this worker's"
         log.info(
             "job %s is left to workers of its endpoint: it was created for %s %s",
             job.job_id,
@@ -302,7 +308,7 @@ class WorkerRuntime:
         )
 
     def _api_key(self) -> str | None:
-        return self.settings.api_key.get_secret_value() if self.settings.api_key else None
+        return self.endpoint.api_key
 
     def _runs_live(self, job_id: str) -> bool:
         job = self.backend.store.get_job(job_id)
@@ -366,14 +372,17 @@ class WorkerRuntime:
             raise ConfigError(
                 "No model configured: set HERMES_BULK_MODEL or pass --model to create."
             )
-        api_key = self.settings.api_key.get_secret_value() if self.settings.api_key else None
-        key = (self.settings.base_url, model)
+        endpoint = self.endpoint
+        key = (endpoint.base_url, model)
         with self._clients_lock:
             client = self._clients.get(key)
             if client is None:
-                client = self._clients[key] = HttpModelClient(
-                    base_url=self.settings.base_url,
-                    api_key=api_key,
+                speaker = (
+                    AnthropicModelClient if endpoint.protocol == ANTHROPIC else HttpModelClient
+                )
+                client = self._clients[key] = speaker(
+                    base_url=endpoint.base_url,
+                    api_key=endpoint.api_key,
                     model=model,
                     timeout_s=self.settings.request_timeout_seconds,
                     max_connections=max(4, self.threads),
@@ -384,14 +393,11 @@ class WorkerRuntime:
         """The Batch API of the endpoint in HERMES_BULK_* (one per worker; its calls share the key's
         limits)."""
         with self._clients_lock:
-            api = self._batch_apis.get(self.settings.base_url)
+            api = self._batch_apis.get(self.endpoint.base_url)
             if api is None:
-                api_key = (
-                    self.settings.api_key.get_secret_value() if self.settings.api_key else None
-                )
-                api = self._batch_apis[self.settings.base_url] = BatchApi(
-                    base_url=self.settings.base_url,
-                    api_key=api_key,
+                api = self._batch_apis[self.endpoint.base_url] = BatchApi(
+                    base_url=self.endpoint.base_url,
+                    api_key=self.endpoint.api_key,
                     provider_key=job.spec.provider_key,
                     limits=self.backend.limits,
                     timeout_s=self.settings.request_timeout_seconds,

@@ -104,6 +104,8 @@ class JobSpec:
     key_fingerprint: str | None = (
         None  # http: endpoints.key_fingerprint of the key it was created with
     )
+    #: http: the protocol it speaks to that endpoint (config/provider.py: openai | anthropic)
+    protocol: str = "openai"
     #: create --batch --poll: how often its batches are polled (None: batch_poll_seconds)
     batch_poll_s: float | None = None
     #: create --system: text put ahead of the framing in the system message (jobs/prompt.py)

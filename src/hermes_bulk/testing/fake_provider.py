@@ -159,6 +159,7 @@ class RequestRecord:
     #: The request body's fields but model and messages (temperature, max_tokens, -o options)
     options: dict[str, Any] = field(default_factory=dict)
     system: str = ""  # the system messages' text
+    protocol: str = "openai"  # or "anthropic": the Messages API was asked
 
 
 @dataclass
@@ -462,7 +463,7 @@ class FakeProvider:
         if not path.startswith("/v1"):
             return None
         key = self.config.require_key
-        given = headers.get("x-api-key") if path.endswith("/messages") else None
+        given = headers.get("x-api-key")  # Anthropic's header, on every path of its API
         if key is not None and headers.get("authorization", "") != f"Bearer {key}" and given != key:
             with self._lock:
                 self.requests.append(
@@ -534,6 +535,8 @@ class FakeProvider:
         )
         item = item_text(prompt)
         fault, record = self._decide(item, req=req)
+        if messages_req is not None:
+            record.protocol = "anthropic"
         assert self._gate_open is not None
         if not self._gate_open.is_set() and not self._passes_closed_gate():
             with self._lock:

@@ -1,0 +1,102 @@
+"""Live jobs on Claude's Messages API (HERMES_BULK_PROVIDER=anthropic), through the real CLI and
+workers against the loopback provider, on both backends: the protocol is chosen by the
+settings, recorded on the job, and only a worker speaking it serves the job."""
+
+from __future__ import annotations
+
+import json
+
+from hermes_bulk.testing.fake_provider import expected_answer
+
+from .test_batch_mode import _rows, _source
+
+CLAUDE = {"HERMES_BULK_PROVIDER": "anthropic"}
+#: An instruction long enough that the system text and it pass the fake's 1,024-token cache
+#: minimum: every item after the first reads it from the prompt cache.
+LONG_INSTRUCTION = "Summarise the record in one line. " + "Keep to the facts given. " * 200
+
+
+def test_a_live_job_speaks_the_messages_api_and_reads_the_prompt_cache(
+    backend_cli, fake_provider, tmp_path
+):
+    cli = backend_cli
+    # The key must arrive as x-api-key: a bearer token is refused by require_key here too.
+    fake_provider.configure(require_key=cli.env["HERMES_BULK_API_KEY"])
+    n = 6
+    job_id = cli.json(
+        "create", LONG_INSTRUCTION, "--over", str(_source(tmp_path, n)), "--concurrency", "1",
+        "--json", **CLAUDE,
+    )["job_id"]  # fmt: skip
+    proc = cli("run", job_id, "--wait", check=False, **CLAUDE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = cli.status(job_id, **CLAUDE)
+    assert (job["state"], job["completed"], job["protocol"]) == ("completed", n, "anthropic")
+    assert [r.protocol for r in fake_provider.requests] == ["anthropic"] * n
+    assert {r.status for r in fake_provider.requests} == {200}
+    rows = _rows(cli, job_id, CLAUDE)
+    assert [r["result"] for r in rows] == [
+        expected_answer(json.dumps({"n": i, "mark": ""})) for i in range(n)
+    ]
+    # The first item wrote the shared prefix to the cache; the other five read it.
+    per_read = len(LONG_INSTRUCTION) // 4
+    assert job["tokens_cached"] >= (n - 1) * per_read * 0.9
+    assert "from the prompt cache" in cli("status", job_id, **CLAUDE).stdout
+
+
+def test_a_claude_job_is_left_to_workers_that_speak_its_protocol(
+    backend_cli, fake_provider, tmp_path
+):
+    """The same URL and key, another protocol: an OpenAI worker must not send a Claude job's
+    items as chat completions (one proxy URL may serve both)."""
+    cli = backend_cli
+    job_id = cli.json(
+        "create", "Say A", "--over", str(_source(tmp_path, 3)), "--json", **CLAUDE
+    )["job_id"]  # fmt: skip
+    proc = cli("run", job_id, "--wait", "--no-check", check=False, HERMES_BULK_PROVIDER="openai")
+    assert proc.returncode != 0
+    assert "created for" in proc.stderr and "(anthropic)" in proc.stderr, proc.stderr
+    assert "HERMES_BULK_PROVIDER" in proc.stderr and "Traceback" not in proc.stderr
+    assert fake_provider.requests == [], "nothing was sent in the other protocol"
+    proc = cli("run", job_id, "--wait", check=False, **CLAUDE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [r.protocol for r in fake_provider.requests] == ["anthropic"] * 3
+
+
+def test_a_schema_job_is_answered_through_the_forced_tool(backend_cli, fake_provider, tmp_path):
+    cli = backend_cli
+    schema = tmp_path / "schema.json"
+    schema.write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {"label": {"type": "string"}},
+                "required": ["label"],
+            }
+        )
+    )
+    job_id = cli.json(
+        "create", "Label it", "--over", str(_source(tmp_path, 3)), "--schema", str(schema),
+        "--json", **CLAUDE,
+    )["job_id"]  # fmt: skip
+    proc = cli("run", job_id, "--wait", check=False, **CLAUDE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _rows(cli, job_id, CLAUDE)
+    assert all(isinstance(json.loads(r["result"])["label"], str) for r in rows), rows
+    assert [r.protocol for r in fake_provider.requests] == ["anthropic"] * 3
+
+
+def test_doctor_checks_a_claude_endpoint_with_its_own_headers(cli, fake_provider):
+    fake_provider.configure(require_key=cli.env["HERMES_BULK_API_KEY"])
+    proc = cli("doctor", **CLAUDE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "key      accepted" in proc.stdout
+    proc = cli("doctor", check=False, HERMES_BULK_API_KEY="sk-wrong-key-000", **CLAUDE)
+    assert proc.returncode != 0
+    assert "correct HERMES_BULK_API_KEY (or ANTHROPIC_API_KEY)" in proc.stdout + proc.stderr
+
+
+def test_batch_on_claude_says_what_is_not_served_yet(cli, tmp_path):
+    proc = cli(
+        "create", "Say A", "--over", str(_source(tmp_path, 2)), "--batch", check=False, **CLAUDE
+    )  # fmt: skip
+    assert proc.returncode == 2 and "Message Batches" in proc.stderr, proc.stderr
