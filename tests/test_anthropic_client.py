@@ -77,6 +77,7 @@ def test_the_shared_instruction_is_a_cache_breakpoint_once_it_is_long_enough(cla
     assert shared["cache_control"] == {"type": "ephemeral"} and "cache_control" not in item
     assert shared["text"].startswith("Instruction:") and item["text"].startswith("\n\nItem ")
     assert first.usage.tokens_cached is None, "the first request writes the cache"
+    assert first.usage.tokens_written >= 1024 and second.usage.tokens_written is None
     assert second.usage.tokens_cached >= 1024, "the second reads it"
     assert second.usage.tokens_in == first.usage.tokens_in, "input counts its cache reads too"
     haiku = messages_body("claude-haiku-x", _messages("a", "word " * 1500), max_tokens=10)
@@ -159,7 +160,12 @@ def test_usage_of_every_wrong_shape_is_no_report_and_reads_count_as_cached():
 
     got = usage(input_tokens=5, output_tokens=2, cache_read_input_tokens=100,
                 cache_creation_input_tokens=20)  # fmt: skip
-    assert (got.tokens_in, got.tokens_out, got.tokens_cached) == (125, 2, 100)
+    assert (got.tokens_in, got.tokens_out, got.tokens_cached, got.tokens_written) == (
+        125,
+        2,
+        100,
+        20,
+    )
     assert usage(input_tokens=True, output_tokens=2).tokens_in is None
     assert usage(input_tokens=10**30, output_tokens=2).tokens_in is None
     assert usage(input_tokens=5, output_tokens=2, cache_read_input_tokens=-1).tokens_cached is None

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hermes_bulk.testing.fake_provider import expected_answer
 
 from .test_batch_mode import _rows, _source
@@ -20,6 +22,7 @@ def test_a_live_job_speaks_the_messages_api_and_reads_the_prompt_cache(
     backend_cli, fake_provider, tmp_path
 ):
     cli = backend_cli
+    cli.env["HERMES_BULK_PRICE"] = "3,15,0.3,3.75"  # Claude Sonnet's, with its cache prices
     # The key must arrive as x-api-key: a bearer token is refused by require_key here too.
     fake_provider.configure(require_key=cli.env["HERMES_BULK_API_KEY"])
     n = 6
@@ -40,7 +43,20 @@ def test_a_live_job_speaks_the_messages_api_and_reads_the_prompt_cache(
     # The first item wrote the shared prefix to the cache; the other five read it.
     per_read = len(LONG_INSTRUCTION) // 4
     assert job["tokens_cached"] >= (n - 1) * per_read * 0.9
-    assert "from the prompt cache" in cli("status", job_id, **CLAUDE).stdout
+    assert per_read * 0.9 <= job["tokens_cache_written"] <= per_read * 1.2
+    # Priced as Anthropic bills it: reads at a tenth of input, writes at 1.25 times.
+    written, read = job["tokens_cache_written"], job["tokens_cached"]
+    assert job["cache_written_usd"] == pytest.approx(written * 3.75 / 1e6)
+    assert job["cache_read_usd"] == pytest.approx(read * 0.3 / 1e6)
+    assert job["cache_saved_usd"] == pytest.approx(read * 2.7 / 1e6)
+    plain = job["tokens_in"] - read - written
+    assert job["cost_usd"] == pytest.approx(
+        (plain * 3 + read * 0.3 + written * 3.75 + job["tokens_out"] * 15) / 1e6, abs=1e-8
+    )
+    text = cli("status", job_id, **CLAUDE).stdout
+    assert f"({read} from the prompt cache, {written} written to it)" in text
+    assert f"for {read} tokens read (saving $" in text and f"for {written} written" in text
+    assert "$0.30 cached; $3.75 cache write;" in text
 
 
 def test_a_claude_job_is_left_to_workers_that_speak_its_protocol(

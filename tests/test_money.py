@@ -96,6 +96,16 @@ def test_the_price_setting_names_a_price_or_a_file_of_them(tmp_path):
     assert prices.resolve("gpt-4o-mini", None, batch=True, setting="1,2,0.5").price == (
         prices.Price(1.0, 2.0, 0.5, "HERMES_BULK_PRICE")
     ), "the setting is the price the user pays, batch or not"
+    # A fourth figure is what a prompt-cache write costs (Anthropic: 1.25x input).
+    written = prices.resolve("m", None, batch=False, setting="3,15,0.3,3.75").price
+    assert written == prices.Price(3, 15, 0.3, "HERMES_BULK_PRICE", cache_write_input=3.75)
+    # 1,000 in (400 read, 500 written, 100 plain), 10 out, in nano-USD
+    assert written.cost_nusd(1000, 10, 400, 500) == round(
+        (100 * 3 + 400 * 0.3 + 500 * 3.75 + 10 * 15) * 1000
+    )
+    assert prices.Price(3, 15, 0.3, "x").cost_nusd(1000, 10, 400, 500) == round(
+        (600 * 3 + 400 * 0.3 + 10 * 15) * 1000
+    ), "without a write price, a write costs input"
     table = tmp_path / "prices.json"
     table.write_text(json.dumps({"my-model": "0.2,0.8"}))
     found = prices.resolve("my-model", None, batch=False, setting=str(table))
@@ -104,7 +114,8 @@ def test_the_price_setting_names_a_price_or_a_file_of_them(tmp_path):
     assert prices.resolve("gpt-4o-mini", None, batch=False, setting=str(table)).price.input == 0.15
     for bad, says in [
         ("1", "not a price"),
-        ("1,2,3,4", "not a price"),
+        ("1,2,3,4,5", "not a price"),
+        ("1,2,3,-4", "not a price"),
         ("-1,2", "not a price"),
         ("nan,2", "not a price"),
         ("1,20000", "not a price"),

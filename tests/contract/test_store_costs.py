@@ -16,10 +16,11 @@ def test_costs_add_up_exactly_and_a_reused_answer_counts_as_saved(store):  # noq
     job_id = make_job(store, 2, answer_keys=keys)
     for i, (cost, listed) in enumerate(((BIG, 2 * BIG + 1), (3, 5))):
         taken = claim(store, job_id, hint=i)
-        usage = Usage(100, 10, 40, cost_nusd=cost, list_nusd=listed)
+        usage = Usage(100, 10, 40, cost_nusd=cost, list_nusd=listed, tokens_written=20 + i * 10)
         assert store.complete_item(job_id, taken.index, "w1", f"answer {i}", usage)
     job = store.get_job(job_id)
     assert (job.cost_nusd, job.list_nusd, job.tokens_cached) == (BIG + 3, 2 * BIG + 6, 80)
+    assert job.tokens_written == 50, "prompt-cache writes are summed apart from reads"
 
     again = make_job(store, 2, answer_keys=keys)
     reused = store.get_job(again)

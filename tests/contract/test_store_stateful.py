@@ -192,6 +192,7 @@ class Model:
     tokens_in: int = 0
     tokens_out: int = 0
     tokens_cached: int = 0
+    tokens_written: int = 0
     cost: int = 0  # nano-USD, as Usage.cost_nusd adds them up
     list_cost: int = 0
     rpm: int | None = None
@@ -405,6 +406,7 @@ class Model:
         self.tokens_in += usage.tokens_in or 0
         self.tokens_out += usage.tokens_out or 0
         self.tokens_cached += usage.tokens_cached or 0
+        self.tokens_written += usage.tokens_written or 0
         self.cost += usage.cost_nusd
         self.list_cost += usage.list_nusd
         it.status, it.owner, it.until, it.reserved = COMPLETED, None, 0, 0
@@ -441,7 +443,8 @@ costs = st.one_of(st.just(0), st.integers(1, 10**6), st.just(75 * 10**9))
 
 def usages(counts):
     """A Usage as a provider reports it (cached input among the input) and as a job prices it."""
-    return st.builds(Usage, counts, counts, st.one_of(st.none(), st.integers(0, 60)), costs, costs)
+    cache = st.one_of(st.none(), st.integers(0, 60))
+    return st.builds(Usage, counts, counts, cache, costs, costs, cache)
 
 
 errors = st.builds(
@@ -1383,8 +1386,9 @@ class StoreMachine(RuleBasedStateMachine):
             m.tokens_in,
             m.tokens_out,
         )
-        assert (job.tokens_cached, job.cost_nusd, job.list_nusd) == (
+        assert (job.tokens_cached, job.tokens_written, job.cost_nusd, job.list_nusd) == (
             m.tokens_cached,
+            m.tokens_written,
             m.cost,
             m.list_cost,
         )

@@ -65,21 +65,23 @@ def names_a_price(value: str) -> bool:
     return "," in value or value.replace(".", "", 1).isdigit()
 
 
-def parse_price(text: str) -> tuple[float, float, float]:
-    """`input,output[,cached_input]` USD per million tokens (cached_input defaults to input), or
+def parse_price(text: str) -> tuple[float, float, float, float | None]:
+    """`input,output[,cached_input[,cache_write]]` USD per million tokens (cached_input defaults
+    to input; cache_write, what a prompt-cache write costs, to None: the input price), or
     ValueError saying what to write."""
     try:
         values = [float(part) for part in text.split(",")]
     except ValueError:
         values = []
-    if len(values) not in (2, 3) or not all(
+    if len(values) not in (2, 3, 4) or not all(
         math.isfinite(v) and 0 <= v <= MAX_PRICE_PER_MTOK for v in values
     ):
         raise ValueError(
-            f"{text!r} is not a price; give input,output[,cached_input] in USD per million "
-            f"tokens, each 0 to {MAX_PRICE_PER_MTOK:,.0f}, e.g. 0.15,0.60"
+            f"{text!r} is not a price; give input,output[,cached_input[,cache_write]] in USD per "
+            f"million tokens, each 0 to {MAX_PRICE_PER_MTOK:,.0f}, e.g. 0.15,0.60"
         )
-    return values[0], values[1], values[2] if len(values) == 3 else values[0]
+    cached = values[2] if len(values) >= 3 else values[0]
+    return values[0], values[1], cached, values[3] if len(values) == 4 else None
 
 
 def check_price_setting(value: str) -> str:

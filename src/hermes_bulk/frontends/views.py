@@ -152,6 +152,30 @@ def cost_line(cost: prices.JobCost) -> str:
     )
 
 
+def _cache_tokens(j) -> str:
+    """ " (800 from the prompt cache, 300 written to it)": of the input tokens."""
+    parts = [f"{j.tokens_cached} from the prompt cache"] if j.tokens_cached else []
+    if j.tokens_written:
+        parts.append(f"{j.tokens_written} written to {'it' if parts else 'the prompt cache'}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def cache_cost_line(j, cost: prices.JobCost) -> list[str]:
+    """status, when the prompt cache was used and the job has a price: what its reads cost and
+    saved, and what its writes cost."""
+    if cost.price is None or not (j.tokens_cached or j.tokens_written):
+        return []
+    parts = []
+    if j.tokens_cached and cost.cache_read is not None:
+        parts.append(
+            f"{prices.format_usd(cost.cache_read)} for {j.tokens_cached} tokens read"
+            + (f" (saving {prices.format_usd(cost.cache_saved)})" if cost.cache_saved else "")
+        )
+    if j.tokens_written and cost.cache_written is not None:
+        parts.append(f"{prices.format_usd(cost.cache_written)} for {j.tokens_written} written")
+    return [f"Prompt cache: {', '.join(parts)}"]
+
+
 def screenful(text: str) -> tuple[str, int]:
     """text cut to SCREENFUL_LINES lines and SCREENFUL_CHARS characters, and how many
     characters were left out."""
@@ -233,10 +257,11 @@ def status_text(
         f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, "
         f"{running}",
         f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in"
-        + (f" ({j.tokens_cached} from the prompt cache)" if j.tokens_cached else "")
+        + _cache_tokens(j)
         + f", {j.tokens_out} out",
         f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
         cost_line(prices.job_cost(j)),
+        *cache_cost_line(j, prices.job_cost(j)),
         concurrency_line(st),
     ]
     if j.reused:

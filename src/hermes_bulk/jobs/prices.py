@@ -37,20 +37,35 @@ _PROBE_TOKENS = 1000
 
 @dataclass(frozen=True, slots=True)
 class Price:
-    """USD per million tokens: input, output, and input read from the provider's prompt cache."""
+    """USD per million tokens: input, output, input read from the provider's prompt cache, and
+    input written to it (Anthropic bills a write at 1.25x input; None: at the input price, as
+    OpenAI's caching costs nothing extra, and as prices recorded before writes were priced)."""
 
     input: float
     output: float
     cached_input: float
     source: str  # where the figures come from, as status shows it
+    cache_write_input: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def cost_nusd(self, tokens_in: int, tokens_out: int, tokens_cached: int = 0) -> int:
-        """Nano-USD for one request (cached tokens are among tokens_in)."""
+    @property
+    def write_rate(self) -> float:
+        """What a token written to the prompt cache costs."""
+        return self.input if self.cache_write_input is None else self.cache_write_input
+
+    def cost_nusd(
+        self, tokens_in: int, tokens_out: int, tokens_cached: int = 0, tokens_written: int = 0
+    ) -> int:
+        """Nano-USD for one request (cached reads and writes are among tokens_in)."""
         cached = min(tokens_cached, tokens_in)
-        per_mtok = (tokens_in - cached) * self.input + cached * self.cached_input
+        written = min(tokens_written, tokens_in - cached)
+        per_mtok = (
+            (tokens_in - cached - written) * self.input
+            + cached * self.cached_input
+            + written * self.write_rate
+        )
         return round((per_mtok + tokens_out * self.output) * 1000)  # USD/1e6 tokens -> nano-USD
 
 
@@ -69,12 +84,13 @@ class JobPrice:
 
 
 def parse_setting_price(text: str, where: str) -> Price:
-    """`input,output[,cached_input]` in USD per million tokens, or ConfigError naming `where`."""
+    """`input,output[,cached_input[,cache_write]]` in USD per million tokens, or ConfigError
+    naming `where`."""
     try:
         given = parse_price(text)
     except ValueError as exc:
         raise ConfigError(f"{where}: {exc}.") from None
-    return Price(*given, source="HERMES_BULK_PRICE")
+    return Price(*given[:3], source="HERMES_BULK_PRICE", cache_write_input=given[3])
 
 
 def _setting_price(setting: str, model: str | None) -> Price | None:
@@ -130,6 +146,7 @@ def _database_price(model: str, base_url: str | None, batch: bool) -> Price | No
     try:
         plain = calc(probe(input_tokens=_PROBE_TOKENS, output_tokens=_PROBE_TOKENS))
         cached = calc(probe(input_tokens=_PROBE_TOKENS, cache_read_tokens=_PROBE_TOKENS))
+        written = calc(probe(input_tokens=_PROBE_TOKENS, cache_write_tokens=_PROBE_TOKENS))
     except LookupError:
         return None
     scale = 1_000_000 / _PROBE_TOKENS
@@ -138,6 +155,7 @@ def _database_price(model: str, base_url: str | None, batch: bool) -> Price | No
         input=round(float(plain.input_price) * scale, 9),
         output=round(float(plain.output_price) * scale, 9),
         cached_input=round(float(cached.input_price) * scale, 9),
+        cache_write_input=round(float(written.input_price) * scale, 9),
         source=f"genai-prices {genai_prices.__version__}: {plain.provider.id} "
         f"{plain.model.id}{kind}",
     )
@@ -174,10 +192,15 @@ def priced(job: JobRecord, content: str, usage: Usage, *, by_batch: bool) -> Usa
     if not by_batch:
         pays = listed
     if usage.reported:
-        tokens = (usage.tokens_in or 0, usage.tokens_out or 0, usage.tokens_cached or 0)
+        tokens = (
+            usage.tokens_in or 0,
+            usage.tokens_out or 0,
+            usage.tokens_cached or 0,
+            usage.tokens_written or 0,
+        )
     else:
         estimate_in = prompt.estimate_tokens(content, spec.instruction, 0, spec.system)
-        tokens = (estimate_in, job.output_allowance, 0)
+        tokens = (estimate_in, job.output_allowance, 0, 0)
     return replace(usage, cost_nusd=pays.cost_nusd(*tokens), list_nusd=listed.cost_nusd(*tokens))
 
 
@@ -210,6 +233,11 @@ class JobCost:
     estimated: float | None = None
     saved_by_reuse: float | None = None
     saved_by_batch: float | None = None
+    #: The prompt cache: what its reads cost, what they saved against the input price, and what
+    #: its writes cost (at the job's price)
+    cache_read: float | None = None
+    cache_saved: float | None = None
+    cache_written: float | None = None
 
     @property
     def saved(self) -> float | None:
@@ -242,6 +270,9 @@ def job_cost(job: JobRecord) -> JobCost:
         estimated=usd(estimated),
         saved_by_reuse=usd(job.saved_nusd),
         saved_by_batch=usd(max(0, job.list_nusd - job.cost_nusd)),
+        cache_read=job.tokens_cached * price.cached_input / 1e6,
+        cache_saved=job.tokens_cached * max(0.0, price.input - price.cached_input) / 1e6,
+        cache_written=job.tokens_written * price.write_rate / 1e6,
     )
 
 
@@ -252,6 +283,8 @@ def describe(price: Price) -> str:
         return f"${value:.2f}" if round(value, 2) == value else f"${value:.6g}"
 
     cached = f"{per_mtok(price.cached_input)} cached; " if price.cached_input != price.input else ""
+    if price.write_rate != price.input:
+        cached += f"{per_mtok(price.write_rate)} cache write; "
     return (
         f"{per_mtok(price.input)} in, {per_mtok(price.output)} out per million tokens "
         f"({cached}{price.source})"

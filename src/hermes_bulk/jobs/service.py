@@ -253,6 +253,7 @@ class JobStatus:
             "template": j.spec.template,
             "fields": list(j.spec.fields) if j.spec.fields else None,
             "tokens_cached": j.tokens_cached,
+            "tokens_cache_written": j.tokens_written,
             "sample": [i + 1 for i in j.sample] if j.sample else None,
             **_cost_dict(prices.job_cost(j)),
         }
@@ -266,6 +267,9 @@ def _cost_dict(cost: prices.JobCost) -> dict:
         "saved_usd": cost.saved,
         "saved_by_reuse_usd": cost.saved_by_reuse,
         "saved_by_batch_usd": cost.saved_by_batch,
+        "cache_read_usd": cost.cache_read,
+        "cache_saved_usd": cost.cache_saved,
+        "cache_written_usd": cost.cache_written,
         "price": cost.price.as_dict() if cost.price else None,
         "price_unknown": cost.unknown,
     }

@@ -161,7 +161,12 @@ def parse_message(
     reported_model = data.get("model")
     return Completion(
         text=text,
-        usage=Usage(tokens_in, tokens_out, read if tokens_in is not None and read else None),
+        usage=Usage(
+            tokens_in,
+            tokens_out,
+            read if tokens_in is not None and read else None,
+            tokens_written=written if tokens_in is not None and written else None,
+        ),
         provider=endpoint,
         model=reported_model if isinstance(reported_model, str) and reported_model else model,
     )

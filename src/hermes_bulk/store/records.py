@@ -202,6 +202,7 @@ class JobRecord:
     reused: int = 0  # items completed at create with an earlier job's answer
     tokens_saved: int = 0  # the tokens those answers were recorded with (never charged here)
     tokens_cached: int = 0  # of tokens_in, those the provider served from its prompt cache
+    tokens_written: int = 0  # of tokens_in, those the provider wrote to its prompt cache
     #: What the completed items cost, in nano-USD (Usage.cost_nusd summed); 0 without a price
     cost_nusd: int = 0
     list_nusd: int = 0  # the same at the live list price (a batch job's saving is the difference)
@@ -274,11 +275,16 @@ MAX_COST_USD = 1_000_000
 def cost_rates(spec: JobSpec) -> tuple[float, float, float, float] | None:
     """USD per million tokens a claim reserves at under --max-cost: (input, output) of the live
     price (a live claim of a batch job pays the list price), then of the price a batch pays;
-    None without a price."""
+    None without a price. Input is reserved at the dearer of the input and the prompt-cache
+    write price: an item may write all of its input to the cache."""
     if spec.price is None:
         return None
     live = spec.list_price or spec.price
-    return live["input"], live["output"], spec.price["input"], spec.price["output"]
+    return _input_rate(live), live["output"], _input_rate(spec.price), spec.price["output"]
+
+
+def _input_rate(price: dict[str, Any]) -> float:
+    return max(price["input"], price.get("cache_write_input") or 0.0)
 
 
 def reserved_cost(tokens: int, allowance: int, rate_in: float, rate_out: float) -> int:
@@ -451,6 +457,8 @@ class Usage:
     tokens_cached: int | None = None  # of tokens_in, read from the provider's prompt cache
     cost_nusd: int = 0  # nano-USD at the job's price; 0 when the job has none
     list_nusd: int = 0  # nano-USD at the live list price (a batch's is cost_nusd's double)
+    #: of tokens_in, written to the provider's prompt cache (Anthropic bills them above input)
+    tokens_written: int | None = None
 
     @property
     def reported(self) -> bool:

@@ -558,29 +558,7 @@ class FakeProvider:
             return False
         if fault.startswith("429"):
             record.status = 429
-            headers = []
-            if fault.startswith("429:ms="):
-                ms = int(fault.split("=", 1)[1])
-                headers = [
-                    ("retry-after-ms", str(ms)),
-                    ("Retry-After", str(max(1, -(-ms // 1000)))),
-                ]
-            elif ":" in fault:
-                headers = [("Retry-After", fault.split(":", 1)[1])]
-            if messages_req is not None:
-                return self._send(writer, 429, anthropic_error(429, f"Rate limited{echo}"), headers)
-            return self._send(
-                writer,
-                429,
-                {
-                    "error": {
-                        "message": "Rate limit reached for fake-model (secret "
-                        f"sk-LEAKED-1234){echo}",
-                        "type": "rate_limit_exceeded",
-                    }
-                },
-                headers,
-            )
+            return self._send_429(writer, fault, echo, anthropic=messages_req is not None)
         if fault.isdigit():
             record.status = int(fault)
             message = f"fake {fault}: key sk-LEAKED-1234 invalid{echo}"
@@ -614,6 +592,33 @@ class FakeProvider:
                 writer, 200, body, "text/html" if fault == "html" else "application/json"
             )
         return self._send(writer, 200, body)
+
+    def _send_429(
+        self, writer: asyncio.StreamWriter, fault: str, echo: str, *, anthropic: bool
+    ) -> bool:
+        """A 429 in the protocol asked, with the wait the fault names (429:<s>, 429:ms=<ms>)."""
+        headers = []
+        if fault.startswith("429:ms="):
+            ms = int(fault.split("=", 1)[1])
+            headers = [
+                ("retry-after-ms", str(ms)),
+                ("Retry-After", str(max(1, -(-ms // 1000)))),
+            ]
+        elif ":" in fault:
+            headers = [("Retry-After", fault.split(":", 1)[1])]
+        if anthropic:
+            return self._send(writer, 429, anthropic_error(429, f"Rate limited{echo}"), headers)
+        return self._send(
+            writer,
+            429,
+            {
+                "error": {
+                    "message": f"Rate limit reached for fake-model (secret sk-LEAKED-1234){echo}",
+                    "type": "rate_limit_exceeded",
+                }
+            },
+            headers,
+        )
 
     @staticmethod
     def item_of(req: dict[str, Any]) -> str:

@@ -111,6 +111,7 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
         reused=int(meta.get("reused") or 0),
         tokens_saved=int(meta.get("tokens_saved") or 0),
         tokens_cached=int(meta.get("tokens_cached") or 0),
+        tokens_written=int(meta.get("tokens_written") or 0),
         cost_nusd=int(meta.get("cost") or 0),
         list_nusd=int(meta.get("list_cost") or 0),
         saved_nusd=int(meta.get("saved_cost") or 0),

@@ -576,6 +576,7 @@ class RedisJobStore(RedisBatches):
             codec.opt(usage.tokens_cached),
             usage.cost_nusd,
             usage.list_nusd,
+            codec.opt(usage.tokens_written),
         ]
 
     def complete_and_claim(

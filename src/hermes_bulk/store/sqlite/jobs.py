@@ -58,7 +58,7 @@ _JOB_COLUMNS = (
     "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
     "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
     "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved, tokens_cached, "
-    "cost, list_cost, saved_cost, sample, max_cost, cost_reserved"
+    "cost, list_cost, saved_cost, sample, max_cost, cost_reserved, tokens_written"
 )
 
 
@@ -94,6 +94,7 @@ def _job_from_row(row: tuple) -> JobRecord:
         saved_nusd=row[26],
         sample=tuple(json.loads(row[27])) if row[27] else None,
         cost_reserved=row[29],
+        tokens_written=row[30],
     )
 
 
@@ -733,15 +734,16 @@ class SqliteJobStore(SqliteBatches):
         threads take turns at it), so the job's counters are updated and read back in one."""
         tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
         cached, cost = usage.tokens_cached or 0, usage.cost_nusd
+        written = usage.tokens_written or 0
         held = self._finish_owned(
             conn,
             job_id,
             index,
             worker_id,
             COMPLETED,
-            ", tokens_in = ?, tokens_out = ?, tokens_cached = ?, cost = ?, provider = ?, "
-            "model = ?, rate_limit_waits = 0",
-            (tokens_in, tokens_out, cached, cost, provider or None, model or None),
+            ", tokens_in = ?, tokens_out = ?, tokens_cached = ?, tokens_written = ?, cost = ?, "
+            "provider = ?, model = ?, rate_limit_waits = 0",
+            (tokens_in, tokens_out, cached, written, cost, provider or None, model or None),
         )  # "" is none, as on Redis
         if held is None:
             return None
@@ -774,7 +776,8 @@ class SqliteJobStore(SqliteBatches):
             "UPDATE jobs SET running = running - 1, completed = completed + 1 + ?, pending = "
             "pending - ?, tokens_reserved = tokens_reserved - ?, cost_reserved = cost_reserved - "
             "?, tokens_charged = tokens_charged + ?, tokens_in = tokens_in + ?, tokens_out = "
-            "tokens_out + ?, tokens_cached = tokens_cached + ?, cost = cost + ?, list_cost = "
+            "tokens_out + ?, tokens_cached = tokens_cached + ?, tokens_written = tokens_written + "
+            "?, cost = cost + ?, list_cost = "
             f"list_cost + ? WHERE id = ? RETURNING {_JOB_COLUMNS}, drop_content",
             (
                 len(dups),
@@ -785,6 +788,7 @@ class SqliteJobStore(SqliteBatches):
                 tokens_in,
                 tokens_out,
                 cached,
+                written,
                 cost,
                 usage.list_nusd,
                 job_id,

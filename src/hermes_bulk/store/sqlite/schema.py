@@ -305,3 +305,15 @@ ALTER TABLE items ADD COLUMN reserved_cost INTEGER NOT NULL DEFAULT 0;
 """,
     )
 )
+
+# Prompt-cache writes: the input tokens each completed item wrote to the provider's cache
+# (Anthropic bills them at 1.25x input), and the job's sum.
+migration(
+    (
+        "m014_cache_writes",
+        """
+ALTER TABLE items ADD COLUMN tokens_written INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN tokens_written INTEGER NOT NULL DEFAULT 0;
+""",
+    )
+)

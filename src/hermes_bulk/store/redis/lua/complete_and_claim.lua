@@ -2,13 +2,13 @@
 -- in one script (a worker thread's steady state: one round trip per item).
 -- KEYS: the job's keys (_job.lua). scripts.py puts complete_item.lua and claim_item.lua
 -- ahead of this as the functions complete_item(ARGV) and claim_item(ARGV), each given its own
--- ARGV: ARGV[1..11] complete_item's, ARGV[12..16] claim_item's.
+-- ARGV: ARGV[1..12] complete_item's, ARGV[13..17] claim_item's.
 -- Returns {0} when the completion was refused (nothing changed), else {1, claim_item's reply}.
 -- Both halves' items are checked first: the claim's check must not end the script after the
 -- completion has written (the completion leaves PENDING as it is, so the claim's item is known).
 local idxs = with_duplicates(ARGV[1])
-local candidate = claim_candidate(ARGV[12])
+local candidate = claim_candidate(ARGV[13])
 if candidate then idxs[#idxs + 1] = candidate end
 need_buckets(idxs)
-if complete_item({unpack(ARGV, 1, 11)}) == 0 then return {0} end
-return {1, claim_item({unpack(ARGV, 12, 16)})}
+if complete_item({unpack(ARGV, 1, 12)}) == 0 then return {0} end
+return {1, claim_item({unpack(ARGV, 13, 17)})}

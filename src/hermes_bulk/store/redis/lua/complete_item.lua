@@ -8,6 +8,7 @@
 -- ARGV[8] the job id (the answer index names it)   ARGV[9] cached input tokens ('' = unreported)
 -- ARGV[10] its cost, ARGV[11] the same at the list price (nano-USD; jobs/prices.py), added as
 -- the digits they are: a Lua number is a double, inexact past 2^53
+-- ARGV[12] input tokens written to the prompt cache ('' = unreported)
 -- Its duplicates (DUPS) complete with the same result, nothing charged, and the answer index
 -- points the item's answer key at it.
 -- Returns 1, or 0 when worker_id does not hold the item (a completed item is never
@@ -18,9 +19,11 @@ if not owned_by(idx, ARGV[2]) then return 0 end
 local reported = ARGV[4] ~= '' or ARGV[5] ~= ''
 local tokens_in, tokens_out = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0
 local cached, cost, list_cost = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]), tonumber(ARGV[11])
+local written = tonumber(ARGV[12]) or 0
 local st, reserved, reserved_cost = unlease(idx)
 st.s, st.ti, st.to, st.w = S_COMPLETED, tokens_in, tokens_out, 0
 if cached > 0 then st.tc = cached end
+if written > 0 then st.tw = written end
 if cost > 0 then st.c = ARGV[10] end  -- the text: exact past 14 digits
 if ARGV[6] ~= '' then st.pv = ARGV[6] end
 if ARGV[7] ~= '' then st.md = ARGV[7] end
@@ -63,6 +66,7 @@ redis.call('HINCRBY', META, 'tokens_charged', charged)
 redis.call('HINCRBY', META, 'tokens_in', tokens_in)
 redis.call('HINCRBY', META, 'tokens_out', tokens_out)
 if cached > 0 then redis.call('HINCRBY', META, 'tokens_cached', cached) end
+if written > 0 then redis.call('HINCRBY', META, 'tokens_written', written) end
 if cost > 0 then redis.call('HINCRBY', META, 'cost', ARGV[10]) end
 if list_cost > 0 then redis.call('HINCRBY', META, 'list_cost', ARGV[11]) end
 return 1
