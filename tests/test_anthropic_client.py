@@ -80,8 +80,8 @@ def test_the_shared_instruction_is_a_cache_breakpoint_once_it_is_long_enough(cla
     assert first.usage.tokens_written >= 1024 and second.usage.tokens_written is None
     assert second.usage.tokens_cached >= 1024, "the second reads it"
     assert second.usage.tokens_in == first.usage.tokens_in, "input counts its cache reads too"
-    haiku = messages_body("claude-haiku-x", _messages("a", "word " * 1500), max_tokens=10)
-    assert "cache_control" not in haiku["messages"][0]["content"][0], "Haiku caches from 2,048"
+    floor = messages_body("claude-x", _messages("a", "word " * 400), max_tokens=10)
+    assert "cache_control" in floor["messages"][0]["content"][0], "from 512 tokens, any model's"
 
 
 def test_splitting_keeps_every_character_and_never_cuts_inside_the_item():
@@ -132,6 +132,12 @@ GOOD = {
     "stop_reason": "end_turn",
     "usage": {"input_tokens": 5, "output_tokens": 2},
 }
+
+
+@pytest.mark.parametrize("stop", ["max_tokens", "model_context_window_exceeded"])
+def test_an_answer_cut_at_either_limit_is_truncated(stop):
+    with pytest.raises(TruncatedAnswer):
+        parse_message({**GOOD, "stop_reason": stop}, endpoint="e", model="m", max_tokens=9)
 
 
 @pytest.mark.parametrize(

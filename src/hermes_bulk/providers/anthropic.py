@@ -39,10 +39,13 @@ API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 #: The tool a --schema answer is asked through (its input is the answer).
 TOOL_NAME = answers.SCHEMA_NAME
-#: The shortest prefix a model caches, in tokens (Anthropic's docs: 2,048 for Haiku models,
-#: 1,024 for the others); a breakpoint on a shorter prefix caches nothing.
-CACHE_MIN_TOKENS = 1024
-CACHE_MIN_TOKENS_HAIKU = 2048
+#: The breakpoint goes after the shared prefix when it is at least this long (estimated): the
+#: smallest minimum any Claude model caches (512 to 4,096 tokens by model, and changing with each
+#: release). A breakpoint on a prefix below the model's own minimum is ignored by the API at no
+#: cost, so a table of minimums kept here could only lose savings when it goes stale.
+CACHE_FLOOR_TOKENS = 512
+#: stop_reason values of an answer cut short: at max_tokens, or where the context window ended
+_CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
 #: stop_reason values: the answer ended, or a tool was called, or it was cut at max_tokens.
 _ENDED = frozenset({"end_turn", "stop_sequence", "tool_use"})
 
@@ -50,10 +53,6 @@ _ENDED = frozenset({"end_turn", "stop_sequence", "tool_use"})
 def auth_headers(api_key: str | None) -> dict[str, str]:
     """What every request to the API carries: its version, and the key (x-api-key, not Bearer)."""
     return {"anthropic-version": API_VERSION, **({"x-api-key": api_key} if api_key else {})}
-
-
-def cache_min_tokens(model: str) -> int:
-    return CACHE_MIN_TOKENS_HAIKU if "haiku" in model.lower() else CACHE_MIN_TOKENS
 
 
 def split_shared(user_text: str) -> tuple[str, str]:
@@ -78,7 +77,7 @@ def messages_body(
     system = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
     user = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "user")
     shared, item = split_shared(user)
-    cache = (len(system) + len(shared)) // 4 >= cache_min_tokens(model)
+    cache = (len(system) + len(shared)) // 4 >= CACHE_FLOOR_TOKENS
     content: list[dict[str, Any]] = []
     if shared:
         block: dict[str, Any] = {"type": "text", "text": shared}
@@ -138,7 +137,7 @@ def parse_message(
         raise _malformed(endpoint, data, "its content is not a list of blocks")
     if stop is not None and not isinstance(stop, str):
         raise _malformed(endpoint, data, "its stop_reason is not text")
-    if stop == "max_tokens":
+    if stop in _CUT:
         raise truncated(max_tokens)
     if stop == "refusal":
         log.warning("the model refused an item at %s: %s", endpoint, _sample(data))
