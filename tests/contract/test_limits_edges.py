@@ -93,3 +93,15 @@ def test_a_429_halves_the_rate_it_measured_over_about_the_last_second(clocked, g
     assert acquire(clocked, rpm=6000) == 0.0
     expected = 1 / (rate_per_s * limits_math.AIMD_DECREASE)
     assert acquire(clocked, rpm=6000) == pytest.approx(expected, abs=1e-3)
+
+
+def test_a_hold_from_the_providers_headers_is_a_wait_and_nothing_else(clocked):
+    """ProviderGate.hold: pause() with the epoch no grant carries, after a burst the key saw.
+    A 429 to that burst would halve its rate; the hold only waits."""
+    for _ in range(50):
+        assert acquire(clocked) == 0.0
+    clocked.limits.pause("k", seconds=0.5, base_s=5, cap_s=120, epoch=STALE)
+    assert clocked.limits.pause_state("k").backoff_step == 0
+    assert acquire(clocked) == pytest.approx(0.5)
+    clocked.clock.advance(0.5)
+    assert [acquire(clocked) for _ in range(20)] == [0.0] * 20, "no adaptive pace was set"

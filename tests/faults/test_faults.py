@@ -289,9 +289,30 @@ def test_pacing_keeps_a_job_under_the_provider_limit(cli, tmp_path, fake_provide
     assert elapsed > 15, "pacing held the job near 10 requests per second"
 
 
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_a_limit_the_provider_announces_paces_the_job_before_any_429(
+    cli, tmp_path, fake_provider, protocol
+):
+    """No --rpm: the answers' rate-limit headers (x-ratelimit-* to a chat request,
+    anthropic-ratelimit-* to a Messages one) pace every worker at the provider's limit."""
+    cli.env["HERMES_BULK_PROVIDER"] = protocol
+    src = jsonl(tmp_path / "items.jsonl", 120)
+    fake_provider.configure(rate_per_s=20, latency_s=0.05)
+    job_id = cli.create("Process", src, "--concurrency", "16")
+    started = time.time()
+    cli("run", job_id, "--wait", timeout=300)
+    elapsed = time.time() - started
+    assert status(cli, job_id)["completed"] == 120
+    codes = Counter(r.status for r in fake_provider.requests)
+    assert codes[429] <= 0.02 * sum(codes.values()), codes
+    assert {r.protocol for r in fake_provider.requests} == {protocol}
+    # A full bucket of 20 first, then 20 a second: about 5 s, and no slower than the limit's pace.
+    assert 4.0 < elapsed < 15, elapsed
+
+
 def test_without_pacing_a_provider_limit_is_met_by_shared_waits(cli, tmp_path, fake_provider):
     src = jsonl(tmp_path / "items.jsonl", 60)
-    fake_provider.configure(rate_per_s=20)
+    fake_provider.configure(rate_per_s=20, rate_headers=False)  # 429s are all it says
     job_id = cli.create("Process", src, "--concurrency", "16")
     cli("run", job_id, "--wait", timeout=300)
     assert (status(cli, job_id)["completed"], status(cli, job_id)["failed"]) == (60, 0)

@@ -31,8 +31,9 @@ from ..errors import (
 )
 from ..redact import public_url
 from ..store.protocol import MAX_USAGE_TOKENS, Usage
-from . import answers
+from . import answers, rate_headers
 from .pacing import provider_key
+from .rate_headers import RateHeaders
 
 log = logging.getLogger("hermes_bulk.providers.client")
 
@@ -60,6 +61,9 @@ class ModelClient(Protocol):
 
     #: Identifies the provider quota this client draws on (a hash; never the key itself).
     provider_key: str
+    #: The rate-limit headers of its latest answer (providers/rate_headers.py), None until one
+    #: came or when the provider sends none; a client that reads no headers need not have it.
+    rate: RateHeaders | None
 
     def complete(
         self,
@@ -166,6 +170,7 @@ class HttpModelClient:
         self._local = threading.local()
         self._clients: list[httpx.Client] = []
         self._lock = threading.Lock()
+        self.rate: RateHeaders | None = None
 
     @property
     def _http(self) -> httpx.Client:
@@ -214,6 +219,9 @@ class HttpModelClient:
         except httpx.TransportError as exc:  # a dropped connection, a body that is not valid gzip …
             log.warning("connection error talking to %s: %r", self.endpoint, exc)
             raise TransientModelError(f"connection error ({type(exc).__name__})") from None
+        seen = rate_headers.read(response.headers)
+        if seen is not None:  # the latest answer's word on the limits, for every thread
+            self.rate = seen
         if response.status_code != 200:
             log.warning(
                 "HTTP %s from %s: %s",

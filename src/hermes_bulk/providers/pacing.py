@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..store.protocol import JobRecord, SharedLimits
+from .rate_headers import RateHeaders
 
 RATE_LIMIT_BASE_S = 5.0  #: first wait after a 429 without Retry-After
 RATE_LIMIT_CAP_S = 120.0  #: longest wait without Retry-After (5 s doubling, 2 min at most)
@@ -62,7 +63,11 @@ class LongWait(Exception):
 
 
 class ProviderGate:
-    """One provider key's shared wait and pacing, as one worker uses it."""
+    """One provider key's shared wait and pacing, as one worker uses it.
+
+    announced: the rate-limit headers of the client's latest answer (providers/rate_headers.py):
+    a limit running low paces requests at it, below --rpm/--tpm; an answer that leaves too
+    little for the next request holds every worker of the key until it has come back."""
 
     def __init__(
         self,
@@ -72,14 +77,18 @@ class ProviderGate:
         rpm: int | None,
         tpm: int | None,
         sleep: Callable[[float], None] = time.sleep,
+        announced: Callable[[], RateHeaders | None] = lambda: None,
     ) -> None:
         self.limits, self.key, self.rpm, self.tpm, self.sleep = limits, key, rpm, tpm, sleep
+        self.announced = announced
         self.epoch = 0  # of the last turn taken: a 429 to it hands this back
 
     def wait_for_turn(self, tokens: int, *, max_block_s: float = IN_PLACE_WAIT_S) -> None:
         """Block until this worker may send one request; raise LongWait past max_block_s."""
         while True:
-            wait, epoch = self.limits.acquire(self.key, rpm=self.rpm, tpm=self.tpm, tokens=tokens)
+            seen = self.announced()
+            rpm, tpm = seen.pace(self.rpm, self.tpm) if seen else (self.rpm, self.tpm)
+            wait, epoch = self.limits.acquire(self.key, rpm=rpm, tpm=tpm, tokens=tokens)
             if wait <= 0:
                 self.epoch = epoch
                 return
@@ -99,5 +108,18 @@ class ProviderGate:
             epoch=self.epoch,
         )
 
-    def succeeded(self) -> None:
+    def succeeded(self, tokens: int = 0) -> None:
+        """An answer: the backoff starts from the base again; when its headers say too little
+        is left for another request of about `tokens`, every worker waits for it to come back."""
         self.limits.clear_backoff(self.key)
+        seen = self.announced()
+        hold_s = seen.hold_s(tokens) if seen else 0.0
+        if hold_s > 0:
+            self.hold(hold_s)
+
+    def hold(self, seconds: float) -> float:
+        """A shared wait that is not a 429: the epoch no grant carries makes the store treat it
+        as a late answer to an earlier generation, which slows nothing and grows no backoff."""
+        return self.limits.pause(
+            self.key, seconds=seconds, base_s=RATE_LIMIT_BASE_S, cap_s=RATE_LIMIT_CAP_S, epoch=-1
+        )

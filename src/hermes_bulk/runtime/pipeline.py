@@ -351,7 +351,12 @@ class ItemProcessor:
         """One attempt: wait for the shared limiter, call; a 429 pauses everyone and loops."""
         spec = claim.job.spec
         gate = ProviderGate(
-            self.limits, client.provider_key, rpm=spec.rpm, tpm=spec.tpm, sleep=self.sleep
+            self.limits,
+            client.provider_key,
+            rpm=spec.rpm,
+            tpm=spec.tpm,
+            sleep=self.sleep,
+            announced=lambda: getattr(client, "rate", None),  # Hermes' ctx.llm reads none
         )
         text, digest = prompt.item_text(spec, claim.content, claim.content_hash)
         messages = prompt.build_messages(spec.instruction, claim.name, text, digest, spec.system)
@@ -392,7 +397,7 @@ class ItemProcessor:
                         "later or lower --concurrency"
                     ) from None
                 continue
-            gate.succeeded()
+            gate.succeeded(estimate)
             return structured(completion, spec.schema) if spec.schema else completion
 
     def _call_once(

@@ -522,7 +522,9 @@ class SharedLimits(Protocol):
         base_s * 2**step (capped at cap_s, before the step grows). A 429 to a request sent
         before the last decrease slows nothing and grows nothing: without seconds it waits
         base_s * 2**(step-1), the wait its generation already chose (base_s at step 0).
-        One step on both backends.
+        epoch=-1, which no grant carries, is such a request: with seconds, the wait alone (a
+        provider's headers said nothing is left: pacing.ProviderGate.hold). One step on both
+        backends.
         """
 
     def clear_backoff(self, key: str) -> None:

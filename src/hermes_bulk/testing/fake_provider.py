@@ -9,6 +9,10 @@ is the answer to its own item.
 Faults, set at start or live through `configure()` / `POST /_control`:
   latency_s        delay before every answer
   rate_per_s       provider-side limit (token bucket, one second of burst): excess gets 429
+  rate_headers     with rate_per_s, every chat answer says the limit as providers do (default
+                   on): x-ratelimit-{limit,remaining,reset}-requests (a Go duration) to a chat
+                   request, anthropic-ratelimit-requests-* (an RFC 3339 time) to a Messages one;
+                   the limit per minute, what is left in the bucket, when it is full again
   fail_rate        probability of a transient failure, drawn from fail_kinds
   fail_kinds       any of 500 502 503 408 409 425 timeout reset empty
   script           the next responses, in order: "ok", "429:3" (Retry-After 3), "429" (none),
@@ -166,6 +170,7 @@ class RequestRecord:
 class FakeConfig:
     latency_s: float = 0.0
     rate_per_s: float | None = None
+    rate_headers: bool = True
     fail_rate: float = 0.0
     fail_kinds: list[str] = field(default_factory=lambda: ["500"])
     script: list[str] = field(default_factory=list)
@@ -562,13 +567,17 @@ class FakeProvider:
         if fault.isdigit():
             record.status = int(fault)
             message = f"fake {fault}: key sk-LEAKED-1234 invalid{echo}"
+            limits = self.limit_headers(anthropic=messages_req is not None)
             if messages_req is not None:
-                return self._send(writer, int(fault), anthropic_error(int(fault), message))
-            return self._send(writer, int(fault), {"error": {"message": message}})
+                return self._send(writer, int(fault), anthropic_error(int(fault), message), limits)
+            return self._send(writer, int(fault), {"error": {"message": message}}, limits)
         record.status = 200
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
+        limits = self.limit_headers(anthropic=messages_req is not None)
         if messages_req is not None:
-            return self._send(writer, 200, self._message_body(messages_req, answer, usage, fault))
+            return self._send(
+                writer, 200, self._message_body(messages_req, answer, usage, fault), limits
+            )
         if req.get("stream"):
             return await self._stream(writer, base, answer, usage)
         body = hostile_body(
@@ -591,7 +600,34 @@ class FakeProvider:
             return self._send_bytes(
                 writer, 200, body, "text/html" if fault == "html" else "application/json"
             )
-        return self._send(writer, 200, body)
+        return self._send(writer, 200, body, limits)
+
+    def limit_headers(self, *, anthropic: bool) -> list[tuple[str, str]]:
+        """The bucket as the provider's headers say it (rate_headers), or none."""
+        cfg = self.config
+        if not (cfg.rate_per_s and cfg.rate_headers):
+            return []
+        with self._lock:
+            elapsed = time.monotonic() - self._tokens_at
+            left = min(cfg.rate_per_s, self._tokens + elapsed * cfg.rate_per_s)
+        full_in_s = (cfg.rate_per_s - left) / cfg.rate_per_s
+        limit, remaining = str(round(cfg.rate_per_s * 60)), str(int(left))
+        if anthropic:
+            at = time.time() + full_in_s
+            reset = (
+                time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
+            )
+            prefix = "anthropic-ratelimit-requests-"
+            return [
+                (prefix + "limit", limit),
+                (prefix + "remaining", remaining),
+                (prefix + "reset", reset),
+            ]
+        return [
+            ("x-ratelimit-limit-requests", limit),
+            ("x-ratelimit-remaining-requests", remaining),
+            ("x-ratelimit-reset-requests", f"{round(full_in_s * 1000)}ms"),
+        ]
 
     def _send_429(
         self, writer: asyncio.StreamWriter, fault: str, echo: str, *, anthropic: bool
@@ -606,6 +642,7 @@ class FakeProvider:
             ]
         elif ":" in fault:
             headers = [("Retry-After", fault.split(":", 1)[1])]
+        headers += self.limit_headers(anthropic=anthropic)
         if anthropic:
             return self._send(writer, 429, anthropic_error(429, f"Rate limited{echo}"), headers)
         return self._send(

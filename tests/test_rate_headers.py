@@ -1,0 +1,162 @@
+"""A provider's rate-limit headers (providers/rate_headers.py), both spellings, read as an
+attacker would send them; and the gate's use of them against the real shared limiter."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hermes_bulk.providers import rate_headers
+from hermes_bulk.providers.pacing import ProviderGate
+from hermes_bulk.providers.rate_headers import RateHeaders, Window, go_duration_s
+
+NOW = datetime.datetime(2026, 12, 5, 12, 0, 0, tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1s", 1.0), ("6m0s", 360.0), ("20ms", 0.02), ("1h2m3.5s", 3723.5), ("0.5", 0.5),
+     ("1m", 60.0), ("2h", 7200.0), ("0s", 0.0)],
+)  # fmt: skip
+def test_go_durations_are_read(text, seconds):
+    assert go_duration_s(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "s", "1x", "-1s", "1s1h", "ms", "1e3s", "1.s", "nan"])
+def test_what_is_no_duration_is_none(text):
+    assert go_duration_s(text) is None
+
+
+def test_openai_headers_are_read():
+    seen = rate_headers.read(
+        {
+            "X-RateLimit-Limit-Requests": "1200",
+            "x-ratelimit-remaining-requests": "1190",
+            "x-ratelimit-reset-requests": "500ms",
+            "x-ratelimit-limit-tokens": "150000",
+            "x-ratelimit-remaining-tokens": "20000",
+            "x-ratelimit-reset-tokens": "6m0s",
+        }
+    )
+    assert seen == RateHeaders(Window(1200, 1190, 0.5), Window(150000, 20000, 360.0))
+
+
+def test_anthropic_headers_are_read_with_their_times():
+    seen = rate_headers.read(
+        {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": "2026-12-05T12:00:01.500Z",
+            "anthropic-ratelimit-input-tokens-limit": "30000",
+            "anthropic-ratelimit-input-tokens-remaining": "29000",
+            "anthropic-ratelimit-input-tokens-reset": "2026-12-05T12:00:02+00:00",
+        },
+        now=NOW,
+    )
+    assert seen == RateHeaders(Window(50, 0, 1.5), Window(30000, 29000, 2.0))
+    # the combined tokens limit, when sent, is the one paced at (the most restrictive)
+    both = rate_headers.read(
+        {
+            "anthropic-ratelimit-tokens-limit": "8000",
+            "anthropic-ratelimit-tokens-remaining": "10",
+            "anthropic-ratelimit-input-tokens-limit": "30000",
+            "anthropic-ratelimit-input-tokens-remaining": "29000",
+        }
+    )
+    assert both.tokens == Window(8000, 10, None)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"x-ratelimit-limit-requests": "0", "x-ratelimit-remaining-requests": "0"},
+        {"x-ratelimit-limit-requests": "-5", "x-ratelimit-remaining-requests": "1"},
+        {"x-ratelimit-limit-requests": "1e3", "x-ratelimit-remaining-requests": "1"},
+        {"x-ratelimit-limit-requests": "10" * 20, "x-ratelimit-remaining-requests": "1"},
+        {"x-ratelimit-limit-requests": "60"},  # a limit without what is left says nothing
+        {"x-ratelimit-remaining-requests": "5"},
+        {"x-ratelimit-limit-requests": "٣", "x-ratelimit-remaining-requests": "1"},  # not ASCII
+    ],
+)
+def test_headers_that_cannot_be_read_are_none(headers):
+    assert rate_headers.read(headers) is None
+
+
+def test_a_reset_of_another_shape_is_left_out_and_the_rest_is_kept():
+    base = {"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "99"}
+    for reset in ("soon", "2026-12-05T12:00:00", "9999999s", "x" * 500, "1s; evil=1"):
+        seen = rate_headers.read({**base, "x-ratelimit-reset-requests": reset}, now=NOW)
+        assert seen.requests == Window(60, 60, None), reset  # remaining capped at the limit
+    past = rate_headers.read(
+        {**base, "x-ratelimit-reset-requests": "2026-12-05T11:00:00Z"}, now=NOW
+    )
+    assert past.requests.reset_s == 0.0
+
+
+@given(st.dictionaries(st.sampled_from([
+    "x-ratelimit-limit-requests", "x-ratelimit-remaining-requests", "x-ratelimit-reset-requests",
+    "anthropic-ratelimit-tokens-limit", "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-tokens-reset"]), st.text(max_size=40)))  # fmt: skip
+def test_any_text_in_any_header_is_read_or_refused_never_raised(headers):
+    seen = rate_headers.read(headers, now=NOW)
+    if seen is not None:
+        for window in (seen.requests, seen.tokens):
+            if window:
+                assert 0 < window.limit <= rate_headers.MAX_COUNT
+                assert 0 <= window.remaining <= window.limit
+                assert window.reset_s is None or 0 <= window.reset_s <= rate_headers.MAX_RESET_S
+        assert 0 <= seen.hold_s(1000) <= rate_headers.MAX_HOLD_S
+
+
+def test_a_limit_is_paced_at_only_while_it_runs_low_and_never_above_the_jobs():
+    plenty = RateHeaders(Window(1200, 1000), Window(100_000, 90_000))
+    assert plenty.pace(None, None) == (None, None)
+    assert plenty.pace(600, None) == (600, None)
+    low = RateHeaders(Window(1200, 10), Window(100_000, 1_000))
+    assert low.pace(None, None) == (1200, 100_000)
+    assert low.pace(600, 200_000) == (600, 100_000), "the lower of the job's and the provider's"
+
+
+def test_the_hold_is_what_the_next_request_lacks_at_the_refill_rate():
+    assert RateHeaders(Window(1200, 1)).hold_s(500) == 0
+    assert RateHeaders(Window(1200, 0)).hold_s(500) == pytest.approx(0.05)  # 60 / 1200
+    assert RateHeaders(Window(1200, 0, 0.01)).hold_s(500) == pytest.approx(0.01), "no past reset"
+    tokens = RateHeaders(None, Window(60_000, 100))
+    assert tokens.hold_s(600) == pytest.approx(0.5)  # 500 short at 1,000 a second
+    assert tokens.hold_s(10**9) == pytest.approx(59.9), "a request above the limit waits for all"
+    assert RateHeaders(Window(1, 0, 3600.0)).hold_s(1) == rate_headers.MAX_HOLD_S
+
+
+def test_the_gate_paces_at_an_announced_limit_and_holds_every_worker(settings):
+    """Against the real shared limiter (SQLite): a low limit spaces requests; an answer that
+    leaves nothing holds the key, without slowing the adaptive rate or growing the backoff."""
+    from hermes_bulk.fleet.broker import open_backend
+
+    backend = open_backend(settings)
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    seen: list[RateHeaders | None] = [None]
+    gate = ProviderGate(
+        backend.limits, "p:test", rpm=None, tpm=None, sleep=sleep, announced=lambda: seen[0]
+    )
+    gate.wait_for_turn(10)
+    gate.wait_for_turn(10)
+    assert slept == [], "nothing announced: unpaced"
+    seen[0] = RateHeaders(Window(600, 5))  # ten a second, running low
+    gate.wait_for_turn(10)
+    gate.wait_for_turn(10)
+    assert slept and 0.05 < sum(slept) <= 0.1, "the second paced request waits a tenth"
+    seen[0] = RateHeaders(Window(600, 0, 30.0))
+    gate.succeeded(10)
+    state = backend.limits.pause_state("p:test")
+    assert state is not None and state.backoff_step == 0, "a hold is no 429"
+    assert 0.05 < state.until - backend.store.now() <= 0.1, "one request's refill, not the reset"
