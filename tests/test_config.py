@@ -90,8 +90,12 @@ def test_the_provider_is_inferred_from_the_base_url(clean_env):
     )
     clean_env.setenv("HERMES_BULK_BASE_URL", "https://evil-anthropic.com.example/v1")
     assert load_settings().endpoint.protocol == "openai"
+    clean_env.setenv("HERMES_BULK_BASE_URL", "http://proxy.example/openai")
+    assert load_settings().endpoint.base_url == "http://proxy.example/openai", "no /v1 added"
     clean_env.delenv("HERMES_BULK_BASE_URL")
     assert load_settings().endpoint.protocol == "openai", "the default without a URL"
+    with pytest.raises(AttributeError):  # resolved once and shared: never changed
+        load_settings().endpoint.api_key = "sk-other"  # type: ignore[misc]
     assert load_settings(provider="anthropic").endpoint == Endpoint(
         "anthropic", "https://api.anthropic.com/v1", "sk-ant"
     )

@@ -160,3 +160,14 @@ def test_the_gate_paces_at_an_announced_limit_and_holds_every_worker(settings):
     state = backend.limits.pause_state("p:test")
     assert state is not None and state.backoff_step == 0, "a hold is no 429"
     assert 0.05 < state.until - backend.store.now() <= 0.1, "one request's refill, not the reset"
+
+
+def test_the_edges_of_a_window():
+    assert not Window(100, 50).low and Window(100, 49).low, "half left is not yet low"
+    assert Window(1200, 5).wait_for(1) == 0.0, "more than enough left waits nothing"
+    top = {"x-ratelimit-limit-requests": str(10**12), "x-ratelimit-remaining-requests": "0"}
+    assert rate_headers.read(top).requests == Window(10**12, 0)
+    assert rate_headers.read({**top, "x-ratelimit-limit-requests": str(10**12 + 1)}) is None
+    seen = rate_headers.read(top)
+    with pytest.raises(AttributeError):  # shared by every thread of a worker: never changed
+        seen.requests = None  # type: ignore[misc]
