@@ -298,13 +298,15 @@ def test_a_limit_the_provider_announces_paces_the_job_before_any_429(
     cli.env["HERMES_BULK_PROVIDER"] = protocol
     src = jsonl(tmp_path / "items.jsonl", 120)
     fake_provider.configure(rate_per_s=20, latency_s=0.05)
+    # 16 threads start before any header is read, within the bucket of 20; then the headers
+    # pace them all at 20 a second.
     job_id = cli.create("Process", src, "--concurrency", "16")
     started = time.time()
     cli("run", job_id, "--wait", timeout=300)
     elapsed = time.time() - started
     assert status(cli, job_id)["completed"] == 120
     codes = Counter(r.status for r in fake_provider.requests)
-    assert codes[429] <= 0.02 * sum(codes.values()), codes
+    assert codes[429] <= 1, codes
     assert {r.protocol for r in fake_provider.requests} == {protocol}
     # A full bucket of 20 first, then 20 a second: about 5 s, and no slower than the limit's pace.
     assert 4.0 < elapsed < 15, elapsed

@@ -62,7 +62,8 @@ class ModelClient(Protocol):
     #: Identifies the provider quota this client draws on (a hash; never the key itself).
     provider_key: str
     #: The rate-limit headers of its latest answer (providers/rate_headers.py), None until one
-    #: came or when the provider sends none; a client that reads no headers need not have it.
+    #: came or when the provider sends none; a client that reads no headers need not have it,
+    #: nor `announced()`, which returns it before each request's turn.
     rate: RateHeaders | None
 
     def complete(
@@ -248,6 +249,13 @@ class HttpModelClient:
             )
             raise
         return self.parse(data, max_tokens)
+
+    def announced(self) -> RateHeaders | None:
+        """The latest answer's rate-limit headers, asked before each request's turn (pacing.
+        ProviderGate). Before the first answer there are none: a worker's threads start
+        unpaced (no slow start: a lone first request answered 429 would teach the adaptive rate
+        a rate of one request, docs/decisions.md)."""
+        return self.rate
 
     def parse(self, data: Any, max_tokens: int | None) -> Completion:
         """The answer body as a Completion (the protocol's own reading: parse_completion)."""

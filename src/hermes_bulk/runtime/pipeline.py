@@ -356,7 +356,8 @@ class ItemProcessor:
             rpm=spec.rpm,
             tpm=spec.tpm,
             sleep=self.sleep,
-            announced=lambda: getattr(client, "rate", None),  # Hermes' ctx.llm reads none
+            # Hermes' ctx.llm reads no headers: its client has no announced()
+            announced=getattr(client, "announced", lambda: None),
         )
         text, digest = prompt.item_text(spec, claim.content, claim.content_hash)
         messages = prompt.build_messages(spec.instruction, claim.name, text, digest, spec.system)
