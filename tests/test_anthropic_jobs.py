@@ -109,10 +109,3 @@ def test_doctor_checks_a_claude_endpoint_with_its_own_headers(cli, fake_provider
     proc = cli("doctor", check=False, HERMES_BULK_API_KEY="sk-wrong-key-000", **CLAUDE)
     assert proc.returncode != 0
     assert "correct HERMES_BULK_API_KEY (or ANTHROPIC_API_KEY)" in proc.stdout + proc.stderr
-
-
-def test_batch_on_claude_says_what_is_not_served_yet(cli, tmp_path):
-    proc = cli(
-        "create", "Say A", "--over", str(_source(tmp_path, 2)), "--batch", check=False, **CLAUDE
-    )  # fmt: skip
-    assert proc.returncode == 2 and "Message Batches" in proc.stderr, proc.stderr

@@ -145,6 +145,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "httpx": {
         "providers/client.py",
         "providers/batch_api.py",
+        "providers/message_batches.py",
         "providers/doctor.py",
         "plugin/hermes.py",
     },

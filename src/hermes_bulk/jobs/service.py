@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..config.backend_url import SqliteUrl, parse_backend_url
 from ..config.fields import env_name
-from ..config.provider import ANTHROPIC, OPENAI
+from ..config.provider import OPENAI
 from ..errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from ..files import private_dir, remove_tree
 from ..fleet import endpoints
@@ -1163,11 +1163,6 @@ def _check_batch_flags(
         raise UsageError(
             "A batch job needs an OpenAI-compatible endpoint with a Batch API (a hermes-bulk "
             "worker's)."
-        )
-    if batch and protocol == ANTHROPIC:
-        raise UsageError(
-            "--batch speaks the OpenAI Batch API; Anthropic's Message Batches are not served "
-            "yet. Run the job live (without --batch)."
         )
 
 

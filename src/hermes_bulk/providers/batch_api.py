@@ -31,8 +31,8 @@ import httpx
 
 from ..errors import RateLimited, TransientModelError
 from ..redact import public_url
-from ..store.protocol import SharedLimits
-from .client import classify_status, endpoint_url, retry_after_seconds
+from ..store.protocol import BatchRecord, SharedLimits
+from .client import Completion, classify_status, endpoint_url, parse_completion, retry_after_seconds
 from .pacing import ProviderGate
 
 log = logging.getLogger("hermes_bulk.providers.batch_api")
@@ -289,6 +289,20 @@ class BatchApi:
             raise BatchAnswerInvalid("the provider's Batch API answer is not an object")
         return data
 
+    def request_line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One line of a batch's input file: a request body (the client's request_body) and the
+        custom_id that binds its answer to it."""
+        return {
+            "custom_id": custom_id,
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": body,
+        }
+
+    def parse(self, body: Any, model: str) -> Completion:
+        """An answered line's body as a Completion (the live protocol's reading)."""
+        return parse_completion(body, endpoint=self.endpoint, model=model)
+
     def upload(self, path: Path) -> str:
         """Upload a JSONL file of requests (streamed from disk); its file id."""
         with path.open("rb") as handle:
@@ -323,9 +337,10 @@ class BatchApi:
     def cancel(self, batch_id: str) -> dict[str, Any]:
         return self._json("POST", f"batches/{batch_id}/cancel")
 
-    def find(self, batch_id: str) -> RemoteBatch | None:
+    def find(self, batch: BatchRecord) -> RemoteBatch | None:
         """The provider's batch whose metadata names our batch_id, among the newest; else None.
         A listed batch whose object is not valid is passed over."""
+        batch_id = batch.batch_id
         after: str | None = None
         for _ in range(FIND_PAGES):
             params: dict[str, Any] = {"limit": 100}

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import sources
+from ..config.provider import ANTHROPIC
 from ..durations import parse_duration
 from ..errors import (
     EndpointUnreachable,
@@ -70,7 +71,8 @@ from ..providers.batch_api import (
     FileLine,
     RemoteBatch,
 )
-from ..providers.client import HttpModelClient, classify_status, parse_completion
+from ..providers.client import HttpModelClient, classify_status
+from ..providers.message_batches import MessageBatchApi
 from ..providers.pacing import LongWait
 from ..store.protocol import (
     BATCH_DONE,
@@ -344,7 +346,7 @@ class BatchDriver:
         api = self.api_for(job)
         if batch.input_file and not batch.provider_id:
             # Taken over after its worker stopped: the batch may exist at the provider already.
-            found = api.find(batch.batch_id)
+            found = api.find(batch)
             if found is not None:
                 log.info(
                     "job %s: batch %s found at the provider by its metadata and adopted",
@@ -385,7 +387,7 @@ class BatchDriver:
         except BatchAnswerInvalid as exc:
             # The batch may exist all the same: look for it by its metadata. Not found, it is given
             # up at once (creating it again could pay for it twice): its items get an attempt each.
-            found = api.find(batch.batch_id)
+            found = api.find(batch)
             if found is None:
                 self._give_up(
                     job, batch, f"batch {batch.batch_id} was given up: {exc}", attempt=True
@@ -411,7 +413,7 @@ class BatchDriver:
         Items whose source changed fail here, as a live call's would; items past the byte limit go
         back to pending (the next batch takes them). None when no line was written."""
         spec = job.spec
-        client = self.client_for(job)
+        client, api = self.client_for(job), self.api_for(job)
         schema = json.loads(spec.schema) if spec.schema else None
         folder = private_dir(self.jobs_dir / job.job_id / "batches")
         path = folder / f"{batch.batch_id}.jsonl"
@@ -430,18 +432,8 @@ class BatchDriver:
                     json_schema=schema,
                     options=spec.options,
                 )
-                line = (
-                    json.dumps(
-                        {
-                            "custom_id": custom_id(job.job_id, batch.batch_id, item.index),
-                            "method": "POST",
-                            "url": "/v1/chat/completions",
-                            "body": body,
-                        },
-                        ensure_ascii=False,
-                    )
-                    + "\n"
-                )
+                request = api.request_line(custom_id(job.job_id, batch.batch_id, item.index), body)
+                line = json.dumps(request, ensure_ascii=False) + "\n"
                 encoded = len(line.encode("utf-8"))
                 if size + encoded > MAX_BATCH_BYTES:
                     self.store.release_item(job.job_id, item.index, batch.owner)
@@ -869,9 +861,7 @@ class BatchDriver:
         error = line.get("error")
         if status == 200 and not error:
             try:
-                completion = parse_completion(
-                    response.get("body"), endpoint=api.endpoint, model=job.spec.model or ""
-                )
+                completion = api.parse(response.get("body"), job.spec.model or "")
                 if job.spec.schema:
                     completion = structured(completion, job.spec.schema)
             except ModelError as exc:
@@ -978,7 +968,8 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
         return
     ids = ", ".join(b.provider_id or b.batch_id for b in open_)
     own = jobs.settings.endpoint
-    api = BatchApi(
+    speaker = MessageBatchApi if own.protocol == ANTHROPIC else BatchApi
+    api = speaker(
         base_url=own.base_url,
         provider_key=job.spec.provider_key,
         limits=jobs.backend.limits,
@@ -990,7 +981,7 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
         for batch in open_:
             remote_id = batch.provider_id
             if remote_id is None:
-                found = api.find(batch.batch_id)
+                found = api.find(batch)
                 if found is None or found.status in TERMINAL:
                     continue  # never created, or ended: nothing runs
                 remote_id = found.id

@@ -45,6 +45,7 @@ from ..fleet.tasks import EmbeddedConsumer, consumer_options, serve, stop_servin
 from ..providers.anthropic import AnthropicModelClient
 from ..providers.batch_api import BatchApi
 from ..providers.client import HttpModelClient, ModelClient
+from ..providers.message_batches import MessageBatchApi
 from ..providers.pacing import OpenGate, RequestGate
 from ..store.protocol import (
     IN_FLIGHT,
@@ -282,8 +283,6 @@ class WorkerRuntime:
         its id."""
         if self.only_job is not None and job.job_id != self.only_job:
             return False
-        if job.spec.mode == "batch" and self.endpoint.protocol == ANTHROPIC:
-            return False  # a batch job speaks the OpenAI Batch API (a `/bulk --batch` job's too)
         return job.spec.client in self.clients and self.route_of(job) in self.routes()
 
     def _say_unserved(self, job: JobRecord) -> None:
@@ -395,7 +394,8 @@ class WorkerRuntime:
         with self._clients_lock:
             api = self._batch_apis.get(self.endpoint.base_url)
             if api is None:
-                api = self._batch_apis[self.endpoint.base_url] = BatchApi(
+                speaker = MessageBatchApi if self.endpoint.protocol == ANTHROPIC else BatchApi
+                api = self._batch_apis[self.endpoint.base_url] = speaker(
                     base_url=self.endpoint.base_url,
                     api_key=self.endpoint.api_key,
                     provider_key=job.spec.provider_key,

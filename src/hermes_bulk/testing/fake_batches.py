@@ -25,7 +25,9 @@ time: seconds during which any batch was processing).
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
 import secrets
 import shutil
 import tempfile
@@ -34,6 +36,16 @@ import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+#: A Message Batches request's custom_id, as Anthropic checks it.
+_MESSAGE_CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _iso(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
+
 
 #: A field value in create_fields / poll_fields that leaves the field out of the answer.
 ABSENT = "<absent>"
@@ -139,6 +151,8 @@ class FakeBatches:
         parts = [p for p in path.split("/") if p]
         if parts and parts[0] == "v1":
             parts = parts[1:]
+        if parts[:2] == ["messages", "batches"]:
+            return self._message_batches(method, parts[2:], target, body)
         if method == "POST" and parts == ["files"]:
             return self._upload(body, headers.get("content-type", ""))
         if method == "GET" and len(parts) == 3 and parts[0] == "files" and parts[2] == "content":
@@ -204,13 +218,13 @@ class FakeBatches:
             "filename": "batch.jsonl",
         }
 
-    def _create(self, req: dict[str, Any]):
+    def _create(self, req: dict[str, Any], *, anthropic: bool = False):
         if (
             req.get("input_file_id") not in self.files
             or req.get("endpoint") != "/v1/chat/completions"
         ):
             return 400, {"error": {"message": "unknown input file or endpoint"}}
-        batch_id = "batch_" + secrets.token_hex(8)
+        batch_id = ("msgbatch_" if anthropic else "batch_") + secrets.token_hex(8)
         batch = {
             "id": batch_id,
             "object": "batch",
@@ -231,6 +245,9 @@ class FakeBatches:
                 "failed": 0,
             },
             "metadata": req.get("metadata") or {},
+            # Message Batches: the results' counts by Anthropic's kinds, and when a cancel came
+            "anthropic": anthropic,
+            "results": {"succeeded": 0, "errored": 0, "canceled": 0, "expired": 0},
         }
         with self.lock:
             self.batches[batch_id] = batch
@@ -261,6 +278,167 @@ class FakeBatches:
             "first_id": page[0]["id"] if page else None,
             "last_id": page[-1]["id"] if page else None,
         }
+
+    # Message Batches (Anthropic) -------------------------------------------------------------
+    def _message_batches(self, method: str, rest: list[str], target: str, body: bytes):
+        """POST /v1/messages/batches, GET …/{id}, GET … (newest first, limit/after_id),
+        POST …/{id}/cancel, GET …/{id}/results: the same batches underneath, in Anthropic's
+        shapes; a request's custom_id must match ^[a-zA-Z0-9_-]{1,64}$, as Anthropic's must."""
+        if method == "POST" and not rest:
+            return self._create_message_batch(body)
+        if method == "GET" and not rest:
+            return 200, self._list_message_batches(target)
+        with self.lock:
+            batch = self.batches.get(rest[0]) if rest else None
+            if batch is None or not batch.get("anthropic"):
+                return 404, self.provider.anthropic_error(404, "no such message batch")
+            if method == "POST" and rest[1:] == ["cancel"]:
+                self.cancels.append(rest[0])
+                if not self.faults.ignore_cancel and batch["status"] in (
+                    "validating",
+                    "in_progress",
+                ):
+                    batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
+                return 200, self._message_batch_view(batch)
+            if method == "GET" and not rest[1:]:
+                return 200, self._message_batch_view(batch)
+            if method == "GET" and rest[1:] == ["results"]:
+                path_ = self.files.get(batch.get("output_file_id") or "")
+                self.file_gets.append(rest[0])
+                if self.faults.files_missing or path_ is None:
+                    return 404, self.provider.anthropic_error(404, "the batch has no results yet")
+                return 200, path_
+        return 404, self.provider.anthropic_error(404, "not found")
+
+    def _create_message_batch(self, body: bytes):
+        try:
+            requests = json.loads(body or b"{}").get("requests")
+        except (ValueError, AttributeError):
+            requests = None
+        ids = [r.get("custom_id") for r in requests or [] if isinstance(r, dict)]
+        if (
+            not isinstance(requests, list)
+            or not requests
+            or len(ids) != len(requests)
+            or len(set(ids)) != len(ids)
+            or not all(isinstance(i, str) and _MESSAGE_CUSTOM_ID.match(i) for i in ids)
+            or not all(isinstance(r.get("params"), dict) for r in requests)
+        ):
+            return 400, self.provider.anthropic_error(
+                400, "requests: each needs a unique custom_id and params"
+            )
+        file_id = "file-" + secrets.token_hex(8)
+        path = self.dir / file_id
+        with path.open("w") as out:
+            for r in requests:
+                chat = self.provider.as_chat_request(r["params"])
+                out.write(json.dumps({"custom_id": r["custom_id"], "body": chat, **r}) + "\n")
+        with self.lock:
+            self.files[file_id] = path
+            self.uploaded[file_id] = len(requests)
+        status, created = self._create(
+            {"input_file_id": file_id, "endpoint": "/v1/chat/completions"}, anthropic=True
+        )
+        with self.lock:
+            return status, self._message_batch_view(self.batches[created["id"]])
+
+    def _list_message_batches(self, target: str) -> dict[str, Any]:
+        query = (
+            dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p)
+            if "?" in target
+            else {}
+        )
+        limit = int(query.get("limit", 20))
+        with self.lock:
+            ids = [i for i in reversed(self.created) if self.batches[i].get("anthropic")]
+            if query.get("after_id") in ids:
+                ids = ids[ids.index(query["after_id"]) + 1 :]
+            page = [self._message_batch_view(self.batches[i]) for i in ids[:limit]]
+        return {
+            "data": page,
+            "has_more": len(ids) > limit,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+        }
+
+    def _message_batch_view(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """A batch as Anthropic's message_batch object (under the lock)."""
+        status = batch["status"]
+        processing = {"validating": "in_progress", "in_progress": "in_progress"}.get(
+            status, "canceling" if status == "cancelling" else "ended"
+        )
+        counts = dict(batch["results"])
+        total = batch["request_counts"]["total"]
+        counts["processing"] = 0 if processing == "ended" else total - sum(counts.values())
+        ended = processing == "ended"
+        return _dressed(
+            {
+                "id": batch["id"],
+                "type": "message_batch",
+                "processing_status": processing,
+                "request_counts": counts,
+                "created_at": _iso(batch["created_at"]),
+                "expires_at": _iso(batch["created_at"] + 86_400),
+                "ended_at": _iso(
+                    batch.get("completed_at")
+                    or batch.get("cancelled_at")
+                    or batch.get("expired_at")
+                )
+                if ended
+                else None,
+                "cancel_initiated_at": _iso(batch["cancelling_at"])
+                if batch.get("cancelling_at")
+                else None,
+                "archived_at": None,
+                "results_url": f"{self.provider.base_url}/messages/batches/{batch['id']}/results"
+                if ended
+                else None,
+            },
+            self.faults.poll_fields,
+        )
+
+    def _answer_message_line(self, batch: dict[str, Any], line: dict[str, Any], out) -> int:
+        """One Message Batches request answered into the results file, in Anthropic's shape."""
+        status, body = self.provider.message_line_answer(line["params"], self.lines)
+        if status == 200:
+            result: dict[str, Any] = {"type": "succeeded", "message": body}
+        else:
+            result = {
+                "type": "errored",
+                "error": body or self.provider.anthropic_error(500, "fake: dropped"),
+            }
+        out.write(json.dumps({"custom_id": line["custom_id"], "result": result}) + "\n")
+        with self.lock:
+            batch["results"]["succeeded" if status == 200 else "errored"] += 1
+        return status
+
+    def _expire_line(self, batch: dict[str, Any], line: dict[str, Any], out, err) -> None:
+        """A request the batch's window closed on: batch_expired in the error file (OpenAI), an
+        expired result (Anthropic)."""
+        if batch["anthropic"]:
+            self._end_message_line(batch, line, out, "expired")
+            return
+        err.write(
+            json.dumps(
+                {
+                    "id": "req_" + secrets.token_hex(6),
+                    "custom_id": line["custom_id"],
+                    "response": None,
+                    "error": {
+                        "code": "batch_expired",
+                        "message": "This request could not be executed "
+                        "before the completion window expired.",
+                    },
+                }
+            )
+            + "\n"
+        )
+
+    def _end_message_line(self, batch: dict[str, Any], line: dict[str, Any], out, kind: str):
+        """A request the batch ended before answering: its result says canceled or expired."""
+        out.write(json.dumps({"custom_id": line["custom_id"], "result": {"type": kind}}) + "\n")
+        with self.lock:
+            batch["results"][kind] += 1
 
     # Processing ---------------------------------------------------------------------------
     def _status(self, batch_id: str) -> str:
@@ -370,15 +548,19 @@ class FakeBatches:
             out.write(chunk[: min(left, len(chunk))])
             left -= min(left, len(chunk))
 
-    def _process(self, batch_id: str) -> None:
-        cfg = self.provider.config
-        deadline = time.monotonic() + cfg.batch_delay_s
+    def _validate(self, batch_id: str) -> None:
+        """batch_delay_s in `validating`, unless cancelled first."""
+        deadline = time.monotonic() + self.provider.config.batch_delay_s
         while (
             time.monotonic() < deadline
             and not self._closing
             and self._status(batch_id) == "validating"
         ):
             time.sleep(0.01)
+
+    def _process(self, batch_id: str) -> None:
+        cfg = self.provider.config
+        self._validate(batch_id)
         with self.lock:
             batch = self.batches[batch_id]
             if batch["status"] == "validating":
@@ -401,28 +583,21 @@ class FakeBatches:
                     cfg.batch_hold and not self._closing and self._status(batch_id) == "in_progress"
                 ):
                     time.sleep(0.01)
-                if self._closing or self._status(batch_id) != "in_progress":
-                    break  # cancelled: the lines not processed are not answered
                 line = json.loads(raw)
+                if self._closing or self._status(batch_id) != "in_progress":
+                    if not batch["anthropic"] or self._closing:
+                        break  # cancelled: the lines not processed are not answered
+                    self._end_message_line(batch, line, out, "canceled")
+                    continue  # Message Batches give every request a result: canceled
                 if cfg.batch_expire_after is not None and done >= cfg.batch_expire_after:
                     expired += 1
-                    err.write(
-                        json.dumps(
-                            {
-                                "id": "req_" + secrets.token_hex(6),
-                                "custom_id": line["custom_id"],
-                                "response": None,
-                                "error": {
-                                    "code": "batch_expired",
-                                    "message": "This request could not be executed "
-                                    "before the completion window expired.",
-                                },
-                            }
-                        )
-                        + "\n"
-                    )
+                    self._expire_line(batch, line, out, err)
                     continue
-                status = self._answer_line(line, out, err, last)
+                status = (
+                    self._answer_message_line(batch, line, out)
+                    if batch["anthropic"]
+                    else self._answer_line(line, out, err, last)
+                )
                 done += 1
                 with self.lock:
                     counts = batch["request_counts"]

@@ -41,6 +41,8 @@ in the Messages shape (content blocks, stop_reason, usage with cache reads and w
 request's tool called; errors as {"type": "error", "error": {...}}, 529 overloaded included). Its
 prompt cache is Anthropic's: a prefix up to a `cache_control` breakpoint of at least
 `prompt_cache_min_tokens` is written on first sight and read after. `x-api-key` is the key there.
+Message Batches (`/v1/messages/batches`: create with the requests inline, get, list, cancel,
+results) are the same batches underneath (fake_batches.py), answered in Anthropic's shapes.
 Every chat request is recorded (`requests`): wall time, item digest, status; every line a batch
 processes is recorded apart (`batches.lines`), so a test tells batch work from live calls.
 """
@@ -708,6 +710,35 @@ class FakeProvider:
             },
         )
         return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
+
+    #: The shapes fake_batches answers Message Batches in (it cannot import this module back).
+    as_chat_request = staticmethod(as_chat_request)
+    anthropic_error = staticmethod(anthropic_error)
+
+    def message_line_answer(
+        self, params: dict[str, Any], records: list[RequestRecord]
+    ) -> tuple[int, dict[str, Any]]:
+        """A Message Batches request's result, (status code, message or error object), with the
+        faults a live call would get; 0 for a request that failed without an answer."""
+        req = as_chat_request(params)
+        messages = req.get("messages") or []
+        prompt = "\n".join(
+            _content_text(m.get("content")) for m in messages if m.get("role") == "user"
+        )
+        item = item_text(prompt)
+        fault, record = self._decide(item, records, req)
+        record.protocol = "anthropic"
+        if fault.startswith("429"):
+            record.status = 429
+            return 429, anthropic_error(429, "Rate limited (secret sk-LEAKED-1234)")
+        if fault.isdigit():
+            record.status = int(fault)
+            return int(fault), anthropic_error(int(fault), f"fake {fault}: key sk-LEAKED-1234")
+        if fault in ("timeout", "reset"):
+            return 0, {}
+        record.status = 200
+        answer, usage, _ = self.answer_parts(req, item, prompt, fault)
+        return 200, self._message_body(params, answer, usage, fault)
 
     def _message_body(
         self, req: dict[str, Any], answer: str, usage: dict[str, Any], fault: str

@@ -1,0 +1,309 @@
+"""Anthropic's Message Batches API, as the batch driver speaks to OpenAI's Batch API.
+
+`MessageBatchApi` is `BatchApi` (the same calls through the key's shared wait, the same checked
+answers) with Anthropic's shapes underneath, so runtime/batch_driver.py runs a Claude batch job
+exactly as an OpenAI one: the same leases, bound custom_ids, strikes, cancels and ingest.
+
+  - No file upload: the requests go inline in `POST /messages/batches`. `upload` keeps the
+    written file (`<batch>.requests.jsonl`, in the job's folder) and returns `local:<its name>`,
+    so the store still records, before the create, that the batch may exist at the provider;
+    `create` reads it, sends it and removes it. A worker on another machine that takes the batch
+    over finds no such file: the batch is given up as a failed create would be (its items get
+    an attempt and go to a later batch) rather than sent twice.
+  - `get` maps `processing_status` (in_progress, canceling, ended) and the five request counts
+    onto RemoteBatch: an ended batch is `cancelled` once a cancel was asked, `expired` when
+    requests expired, else `completed`; its results are its one "output file".
+  - `lines` streams `GET /messages/batches/{id}/results` and reads each line into the FileLine
+    an OpenAI output line would be: `succeeded` a 200 with the message as its body, `errored`
+    the status its error type stands for, `canceled` / `expired` the batch's end (not the
+    item's). Every field is checked (`read_result`): a line of another shape is a problem line,
+    bound to its custom_id when one can be read.
+  - `find`: Message Batches carry no metadata, so a batch created by a worker that died before
+    recording it is looked for among the batches created since ours was opened, by its request
+    count; adopted only when exactly one fits. A wrong one would do no harm beyond its cost:
+    its lines name another batch's custom_ids and are ignored.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..store.protocol import BatchRecord
+from . import anthropic
+from .batch_api import (
+    DEFAULT_MAX_LINE_BYTES,
+    FIND_PAGES,
+    BatchAnswerInvalid,
+    BatchApi,
+    BatchFileUnreadable,
+    BatchUnreachable,
+    FileLine,
+    RemoteBatch,
+    _count,
+    _remote_id,
+    _sniff_custom_id,
+    bounded_lines,
+)
+from .client import Completion, classify_status
+
+log = logging.getLogger("hermes_bulk.providers.message_batches")
+
+#: Anthropic's limits per batch (we send at most the driver's, which are OpenAI's and lower).
+MAX_BATCH_REQUESTS = 100_000
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+LOCAL = "local:"
+PROCESSING = frozenset({"in_progress", "canceling", "ended"})
+COUNTS = ("succeeded", "errored", "canceled", "expired", "processing")
+#: The HTTP status each error type of a batch result stands for (as the live API answers it).
+ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+#: How far before our batch was opened a provider's batch may have been created and still be
+#: ours (clocks of the store and the provider differ).
+FIND_SKEW_S = 300.0
+
+
+class MessageBatchApi(BatchApi):
+    """One endpoint's Message Batches API, for one worker."""
+
+    def __init__(self, *, api_key: str | None, **kw: Any) -> None:
+        super().__init__(api_key=None, **kw)
+        self._http.headers.update(anthropic.auth_headers(api_key))
+
+    def request_line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        return {"custom_id": custom_id, "params": body}
+
+    def parse(self, body: Any, model: str) -> Completion:
+        return anthropic.parse_message(body, endpoint=self.endpoint, model=model)
+
+    def upload(self, path: Path) -> str:
+        kept = path.with_name(path.stem + ".requests.jsonl")
+        path.replace(kept)
+        return LOCAL + str(kept)
+
+    def create(self, input_file: str, *, window: str, metadata: dict[str, str]) -> RemoteBatch:
+        kept = Path(input_file.removeprefix(LOCAL)) if input_file.startswith(LOCAL) else None
+        if kept is None or not kept.is_file():
+            raise BatchAnswerInvalid(
+                "the batch's requests are not on this machine (it was opened by a worker on "
+                "another one); it is given up and its items go to a later batch"
+            )
+        body = (
+            b'{"requests":['
+            + b",".join(line.rstrip(b"\n") for line in kept.open("rb") if line.strip())
+            + b"]}"
+        )
+        created = message_batch(
+            self._json(
+                "POST",
+                "messages/batches",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+        )
+        kept.unlink(missing_ok=True)
+        return created
+
+    def get(self, batch_id: str) -> RemoteBatch:
+        return message_batch(self._json("GET", f"messages/batches/{batch_id}"), expect_id=batch_id)
+
+    def cancel(self, batch_id: str) -> dict[str, Any]:
+        return self._json("POST", f"messages/batches/{batch_id}/cancel")
+
+    def find(self, batch: BatchRecord) -> RemoteBatch | None:
+        """The one batch created since ours was opened with as many requests as ours holds."""
+        since = batch.created_at - FIND_SKEW_S
+        fits: list[RemoteBatch] = []
+        after: str | None = None
+        for _ in range(FIND_PAGES):
+            params: dict[str, Any] = {"limit": 100, **({"after_id": after} if after else {})}
+            page = self._json("GET", "messages/batches", params=params)
+            found = page.get("data")
+            if not isinstance(found, list):
+                return None
+            older = False
+            for data in found:
+                created = _created_at(data)
+                if created is None or created < since:
+                    older = True
+                    continue
+                try:
+                    remote = message_batch(data)
+                except BatchAnswerInvalid:
+                    continue
+                if _total(data) == batch.items:
+                    fits.append(remote)
+            after = _remote_id(page.get("last_id"))
+            if older or page.get("has_more") is not True or after is None:
+                break
+        if len(fits) != 1:
+            if fits:
+                log.warning(
+                    "batch %s: %d provider batches could be it; none is adopted",
+                    batch.batch_id,
+                    len(fits),
+                )
+            return None
+        return fits[0]
+
+    def lines(
+        self, file_id: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+    ) -> Iterator[FileLine]:
+        """The batch's results, read as they arrive, each read into an OpenAI-shaped FileLine."""
+        self.gate.wait_for_turn(0, max_block_s=float("inf"))
+        try:
+            with self._http.stream(
+                "GET", self._url(f"messages/batches/{file_id}/results")
+            ) as response:
+                if response.status_code >= 400:
+                    log.warning("HTTP %s reading the results of %s", response.status_code, file_id)
+                    if response.status_code == 429:
+                        error = classify_status(429, response.headers)
+                        self.gate.rate_limited(getattr(error, "retry_after_s", None))
+                        raise error
+                    raise BatchFileUnreadable(
+                        f"the results of {file_id} could not be read (HTTP {response.status_code})",
+                        http_status=response.status_code,
+                    )
+                for raw, overlong in bounded_lines(response.iter_bytes(), max_line_bytes):
+                    yield read_result(raw, overlong=overlong, max_bytes=max_line_bytes)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise BatchUnreachable(f"connection error ({type(exc).__name__})") from None
+        except httpx.TimeoutException:
+            raise BatchFileUnreadable(f"reading the results of {file_id} timed out") from None
+        except httpx.TransportError as exc:
+            raise BatchFileUnreadable(
+                f"reading the results of {file_id} broke off ({type(exc).__name__})"
+            ) from None
+
+
+def message_batch(data: object, *, expect_id: str | None = None) -> RemoteBatch:
+    """A message_batch object, checked field by field, as the RemoteBatch the driver reads."""
+    if not isinstance(data, dict) or data.get("type", "message_batch") != "message_batch":
+        raise BatchAnswerInvalid("the provider's batch answer is not a message batch")
+    batch_id = _remote_id(data.get("id"))
+    if batch_id is None:
+        raise BatchAnswerInvalid("the provider's batch answer has no usable id")
+    if expect_id is not None and batch_id != expect_id:
+        raise BatchAnswerInvalid(f"the provider answered about another batch than {expect_id}")
+    status = data.get("processing_status")
+    if status not in PROCESSING:
+        raise BatchAnswerInvalid(
+            f"the provider's answer about batch {batch_id} has an unknown status"
+        )
+    counts = data.get("request_counts")
+    counts = counts if isinstance(counts, dict) else None
+    read = {k: _count((counts or {}).get(k)) for k in COUNTS}
+    if counts is None or any(v is None for v in read.values()):
+        raise BatchAnswerInvalid(
+            f"the provider's answer about batch {batch_id} has unreadable request counts"
+        )
+    if status == "ended":
+        if data.get("cancel_initiated_at") and read["canceled"]:
+            ours = "cancelled"
+        elif read["expired"]:
+            ours = "expired"
+        else:
+            ours = "completed"
+    else:
+        ours = "cancelling" if status == "canceling" else "in_progress"
+    failed = (read["errored"] or 0) + (read["canceled"] or 0) + (read["expired"] or 0)
+    ended = status == "ended"
+    return RemoteBatch(
+        batch_id, ours, read["succeeded"] or 0, failed, batch_id if ended else None, None
+    )
+
+
+def _created_at(data: object) -> float | None:
+    text = data.get("created_at") if isinstance(data, dict) else None
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when.timestamp() if when.tzinfo else None
+
+
+def _total(data: dict[str, Any]) -> int | None:
+    counts = data.get("request_counts")
+    if not isinstance(counts, dict):
+        return None
+    values = [
+        _count(counts.get(k)) for k in ("succeeded", "errored", "canceled", "expired", "processing")
+    ]
+    return None if any(v is None for v in values) else sum(v or 0 for v in values)
+
+
+def read_result(
+    raw: bytes, *, overlong: bool = False, max_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> FileLine:
+    """A results line, checked, as the FileLine an OpenAI output line would be:
+    `{"custom_id", "result": {"type": "succeeded", "message": {…}}}` is a 200 with the message as
+    its body; `errored` is the status of its error type (500 when unknown); `canceled` and
+    `expired` are the batch's end (`batch_cancelled`, `batch_expired`)."""
+    if overlong:
+        return FileLine(_sniff_custom_id(raw), problem=f"a line longer than {max_bytes} bytes")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return FileLine(_sniff_custom_id(raw), problem="a line that is not JSON")
+    if not isinstance(data, dict):
+        return FileLine(None, problem="a line that is not a JSON object")
+    custom_id = data.get("custom_id")
+    if not isinstance(custom_id, str):
+        return FileLine(None, problem="a line without a custom_id")
+    result = data.get("result")
+    kind = result.get("type") if isinstance(result, dict) else None
+    if kind == "succeeded":
+        message = result.get("message")
+        if not isinstance(message, dict):
+            return FileLine(custom_id, problem="a line whose answer is not an object")
+        return FileLine(
+            custom_id,
+            data={
+                "custom_id": custom_id,
+                "response": {"status_code": 200, "body": message},
+                "error": None,
+            },
+        )
+    if kind == "errored":
+        error = result.get("error")
+        inner = error.get("error") if isinstance(error, dict) else None
+        error_type = inner.get("type") if isinstance(inner, dict) else None
+        status = ERROR_STATUS.get(error_type, 500) if isinstance(error_type, str) else 500
+        return FileLine(
+            custom_id,
+            data={
+                "custom_id": custom_id,
+                "response": {"status_code": status, "body": None},
+                "error": None,
+            },
+        )
+    if kind in ("canceled", "expired"):
+        code = "batch_cancelled" if kind == "canceled" else "batch_expired"
+        return FileLine(
+            custom_id, data={"custom_id": custom_id, "response": None, "error": {"code": code}}
+        )
+    return FileLine(custom_id, problem="a line whose result is of no known type")
+
+
+def _line(custom_id: str, response: dict | None, error: dict | None = None) -> FileLine:
+    """The FileLine an OpenAI output or error line with these would be."""
+    return FileLine(custom_id, data={"custom_id": custom_id, "response": response, "error": error})

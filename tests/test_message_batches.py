@@ -1,0 +1,308 @@
+"""create --batch on Claude: Anthropic's Message Batches under the same batch driver, by real CLI
+and worker processes on both backends against the loopback provider's Message Batches API; the
+results read as an attacker would write them; the official anthropic SDK against the fake."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from hermes_bulk.providers.message_batches import message_batch, read_result
+from hermes_bulk.testing.fake_provider import digest, expected_answer
+
+from .helpers import wait_for
+from .test_batch_mode import _finish, _rows, _source, backend_env  # noqa: F401
+
+CLAUDE = {"HERMES_BULK_PROVIDER": "anthropic"}
+
+
+def _create(cli, src, env, *flags: str) -> str:
+    job_id = cli.json(
+        "create", "Summarise", "--over", str(src), "--batch", "--fresh", *flags, "--json", **env
+    )["job_id"]  # fmt: skip
+    cli("run", job_id, **env)
+    return job_id
+
+
+def test_a_claude_batch_job_is_answered_throughmessage_batches(
+    cli,
+    backend_env,
+    fake_provider,
+    tmp_path,  # noqa: F811
+):
+    env = {**backend_env, **CLAUDE, "HERMES_BULK_BATCH_MAX_ITEMS": "40"}
+    fake_provider.configure(require_key=cli.env["HERMES_BULK_API_KEY"])  # as x-api-key
+    n = 100
+    job_id = _create(cli, _source(tmp_path, n), env)
+    status = _finish(cli, job_id, env)
+    assert (status["state"], status["completed"], status["protocol"]) == (
+        "completed",
+        n,
+        "anthropic",
+    )
+    created = fake_provider.batches.created
+    assert len(created) == 3 and all(b.startswith("msgbatch_") for b in created), created
+    assert all(b["status"] == "completed" for b in status["batches"])
+    assert fake_provider.requests == [], "no live call was made"
+    rows = _rows(cli, job_id, env)
+    assert [r["result"] for r in rows] == [
+        expected_answer(json.dumps({"n": i, "mark": ""})) for i in range(n)
+    ]
+    lines = fake_provider.batches.lines
+    assert {r.protocol for r in lines} == {"anthropic"}
+    assert sorted(r.item for r in lines) == sorted(
+        digest(json.dumps({"n": i, "mark": ""})) for i in range(n)
+    ), "each item asked once"
+
+
+def test_a_failed_request_is_retried_in_a_later_batch_and_a_refused_one_fails(
+    cli,
+    backend_env,
+    fake_provider,
+    tmp_path,  # noqa: F811
+):
+    env = {**backend_env, **CLAUDE}
+    fake_provider.configure(
+        fail_once={'"n": 3,': "529"},  # overloaded: transient, asked again in the next batch
+        item_faults={'"n": 5,': "400"},  # invalid request: permanent
+    )
+    job_id = _create(cli, _source(tmp_path, 10), env)
+    status = _finish(cli, job_id, env)
+    assert (status["completed"], status["failed"]) == (9, 1)
+    rows = _rows(cli, job_id, env)
+    assert rows[3]["status"] == "completed" and rows[5]["status"] == "failed"
+    assert "HTTP 400" in rows[5]["error"] and "LEAKED" not in rows[5]["error"]
+    assert len(fake_provider.batches.created) == 2
+
+
+def test_pause_cancels_themessage_batch_and_resume_finishes(
+    cli,
+    backend_env,
+    fake_provider,
+    tmp_path,  # noqa: F811
+):
+    env = {**backend_env, **CLAUDE}
+    fake_provider.configure(batch_line_s=0.05)
+    job_id = _create(cli, _source(tmp_path, 100), env)
+    worker = cli.spawn_worker(**env)
+    try:
+        wait_for(
+            lambda: len(fake_provider.batches.lines) >= 10, timeout=60, message="the batch to run"
+        )
+        cli("pause", job_id, **env)
+        paused = wait_for(
+            lambda: (
+                (st := cli.status(job_id, **env))["batches"]
+                and all(b["status"] == "cancelled" for b in st["batches"])
+                and st["running"] == 0
+                and st
+            ),
+            timeout=60,
+            message="the batch to be cancelled and ingested",
+        )
+        assert paused["state"] == "paused" and 10 <= paused["completed"] < 100
+        assert paused["completed"] + paused["pending"] == 100 and paused["failed"] == 0
+        fake_provider.configure(batch_line_s=0)
+        cli("resume", job_id, **env)
+        done = wait_for(
+            lambda: (st := cli.status(job_id, **env))["state"] == "completed" and st,
+            timeout=60,
+            message="the resumed job to finish",
+        )
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    assert done["completed"] == 100 and len(fake_provider.batches.created) == 2
+    answered = [r.item for r in fake_provider.batches.lines if r.status == 200]
+    assert len(answered) == len(set(answered)) == 100, "no item answered twice"
+
+
+def test_a_worker_killed_during_amessage_batch_leaves_it_to_the_next(
+    cli,
+    backend_env,
+    fake_provider,
+    tmp_path,  # noqa: F811
+):
+    """kill -9 while the provider works on the batch: the next worker takes the batch over
+    from its lease, polls it and ingests it; nothing is sent twice."""
+    env = {**backend_env, **CLAUDE, "HERMES_BULK_LEASE_SECONDS": "1"}
+    fake_provider.configure(batch_hold=True)
+    job_id = _create(cli, _source(tmp_path, 30), env)
+    first = cli.spawn_worker(**env)
+    wait_for(lambda: fake_provider.batches.created, timeout=60, message="the batch to be created")
+    wait_for(
+        lambda: (
+            (st := cli.status(job_id, **env))["batches"]
+            and st["batches"][0].get("id", "").startswith("msgbatch_")
+        ),
+        timeout=60,
+        message="the batch to be recorded",
+    )
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    cli("run", job_id, **env)  # after a crash a job waits for someone to run it
+    fake_provider.configure(batch_hold=False)
+    status = _finish(cli, job_id, env)
+    assert (status["completed"], len(fake_provider.batches.created)) == (30, 1)
+    answered = [r.item for r in fake_provider.batches.lines if r.status == 200]
+    assert len(answered) == len(set(answered)) == 30
+
+
+GOOD_MESSAGE = {
+    "type": "message",
+    "content": [{"type": "text", "text": "fine"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 3, "output_tokens": 1},
+}
+
+
+@pytest.mark.parametrize(
+    ("raw", "custom_id", "problem"),
+    [
+        (b"not json {", None, "a line that is not JSON"),
+        (b"[1, 2]", None, "a line that is not a JSON object"),
+        (b'{"result": {"type": "succeeded"}}', None, "a line without a custom_id"),
+        (b'{"custom_id": 7, "result": {}}', None, "a line without a custom_id"),
+        (b'{"custom_id": "a", "result": "ok"}', "a", "a line whose result is of no known type"),
+        (b'{"custom_id": "a", "result": {"type": "won"}}', "a", "of no known type"),
+        (b'{"custom_id": "a", "result": {"type": "succeeded", "message": [1]}}', "a",
+         "a line whose answer is not an object"),
+        (b'{"custom_id": "hb-x-y-1", "result": {"type": "succeeded", "message": {"t": "',
+         "hb-x-y-1", "a line that is not JSON"),
+    ],
+)  # fmt: skip
+def test_a_results_line_of_another_shape_is_a_problem_bound_where_it_can_be(
+    raw, custom_id, problem
+):
+    line = read_result(raw)
+    assert line.data is None and line.custom_id == custom_id and problem in line.problem
+
+
+def test_each_result_kind_reads_as_the_openai_line_the_driver_knows():
+    ok = read_result(
+        json.dumps(
+            {"custom_id": "a", "result": {"type": "succeeded", "message": GOOD_MESSAGE}}
+        ).encode()
+    )
+    assert ok.data["response"] == {"status_code": 200, "body": GOOD_MESSAGE}
+    for error_type, status in [("overloaded_error", 529), ("invalid_request_error", 400),
+                               ("made_up_error", 500), (7, 500)]:  # fmt: skip
+        line = {"custom_id": "a", "result": {"type": "errored", "error": {
+            "type": "error", "error": {"type": error_type, "message": "sk-LEAKED"}}}}  # fmt: skip
+        read = read_result(json.dumps(line).encode())
+        assert read.data["response"]["status_code"] == status
+        assert "LEAKED" not in json.dumps(read.data), "the provider's words stay out"
+    for kind, code in [("canceled", "batch_cancelled"), ("expired", "batch_expired")]:
+        read = read_result(json.dumps({"custom_id": "a", "result": {"type": kind}}).encode())
+        assert read.data["error"] == {"code": code}
+    long = read_result(b'{"custom_id": "hb-a-b-3", "result"', overlong=True, max_bytes=10)
+    assert long.custom_id == "hb-a-b-3" and "longer than 10 bytes" in long.problem
+
+
+def _batch(**change):
+    base = {
+        "id": "msgbatch_1",
+        "type": "message_batch",
+        "processing_status": "ended",
+        "request_counts": {
+            "processing": 0,
+            "succeeded": 2,
+            "errored": 1,
+            "canceled": 0,
+            "expired": 0,
+        },  # fmt: skip
+        "cancel_initiated_at": None,
+    }
+    return {**base, **change}
+
+
+def test_amessage_batch_object_is_read_field_by_field():
+    done = message_batch(_batch())
+    assert (done.status, done.completed, done.failed, done.output_file) == (
+        "completed", 2, 1, "msgbatch_1"
+    )  # fmt: skip
+    counts = {"processing": 0, "succeeded": 1, "errored": 0, "canceled": 2, "expired": 0}
+    cancelled = message_batch(
+        _batch(request_counts=counts, cancel_initiated_at="2026-12-05T12:00:00Z")
+    )
+    assert cancelled.status == "cancelled"
+    expired = message_batch(_batch(request_counts={**counts, "canceled": 0, "expired": 2}))
+    assert expired.status == "expired"
+    running = message_batch(_batch(processing_status="in_progress"))
+    assert (running.status, running.output_file) == ("in_progress", None)
+    assert message_batch(_batch(processing_status="canceling")).status == "cancelling"
+    from hermes_bulk.providers.batch_api import BatchAnswerInvalid
+
+    for bad in [
+        _batch(processing_status="done"),
+        _batch(id="../files"),
+        _batch(type="batch"),
+        _batch(request_counts={"succeeded": -1}),
+        _batch(request_counts=None),
+        [1],
+    ]:
+        with pytest.raises(BatchAnswerInvalid):
+            message_batch(bad)
+    with pytest.raises(BatchAnswerInvalid):
+        message_batch(_batch(), expect_id="msgbatch_2")
+
+
+def test_the_official_sdk_runs_amessage_batch_against_the_fake(fake_provider):
+    import anthropic
+
+    sdk = anthropic.Anthropic(
+        base_url=fake_provider.base_url.removesuffix("/v1"), api_key="sk-ant-x", max_retries=0
+    )
+    try:
+        message = {"role": "user", "content": "Item a\\n----- BEGIN ITEM x\\nrow"}
+        params = {"model": "claude-x", "max_tokens": 64, "messages": [message]}
+        created = sdk.messages.batches.create(
+            requests=[
+                {"custom_id": "one", "params": params},
+                {"custom_id": "two", "params": params},
+            ]
+        )
+        assert created.processing_status in ("in_progress", "ended")
+        ended = wait_for(
+            lambda: (
+                (b := sdk.messages.batches.retrieve(created.id)).processing_status == "ended" and b
+            ),
+            timeout=30,
+            message="the batch to end",
+        )
+        assert ended.request_counts.succeeded == 2 and ended.results_url
+        results = {r.custom_id: r.result for r in sdk.messages.batches.results(created.id)}
+        assert set(results) == {"one", "two"}
+        assert all(r.type == "succeeded" and r.message.content[0].text for r in results.values())
+        listed = sdk.messages.batches.list(limit=10)
+        assert [b.id for b in listed.data] == [created.id]
+    finally:
+        sdk.close()
+
+
+def test_a_worker_killed_between_creating_amessage_batch_and_recording_it(
+    cli,
+    backend_env,
+    fake_provider,
+    tmp_path,  # noqa: F811
+):
+    """kill -9 after the provider created the batch and before the worker recorded its id.
+    Message Batches carry no metadata: the next worker finds it among the batches created
+    since ours was opened, by its request count, and adopts it instead of sending it again."""
+    env = {**backend_env, **CLAUDE, "HERMES_BULK_LEASE_SECONDS": "1"}
+    fake_provider.configure(batch_create_delay_s=30)  # the answer to the create never comes
+    job_id = _create(cli, _source(tmp_path, 25), env)
+    first = cli.spawn_worker(**env)
+    wait_for(lambda: fake_provider.batches.created, timeout=60, message="the batch to be created")
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    cli("run", job_id, **env)  # after a crash a job waits for someone to run it
+    fake_provider.configure(batch_create_delay_s=0)
+    status = _finish(cli, job_id, env)
+    assert status["completed"] == 25
+    assert len(fake_provider.batches.created) == 1, "adopted, not sent again"
+    assert status["batches"][0]["id"] == fake_provider.batches.created[0]
+    answered = [r.item for r in fake_provider.batches.lines if r.status == 200]
+    assert len(answered) == len(set(answered)) == 25
