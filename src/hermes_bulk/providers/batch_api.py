@@ -373,7 +373,7 @@ class BatchApi:
         read (an HTTP error: the file is named, not the endpoint or model)."""
         self.gate.wait_for_turn(0, max_block_s=float("inf"))
         try:
-            with self._http.stream("GET", self._url(f"files/{file_id}/content")) as response:
+            with self._http.stream("GET", self._url(self._content_path(file_id))) as response:
                 if response.status_code >= 400:
                     log.warning("HTTP %s reading file %s", response.status_code, file_id)
                     if response.status_code == 429:
@@ -386,7 +386,7 @@ class BatchApi:
                         http_status=response.status_code,
                     )
                 for raw, overlong in bounded_lines(response.iter_bytes(), max_line_bytes):
-                    yield read_line(raw, overlong=overlong, max_bytes=max_line_bytes)
+                    yield self._read_line(raw, overlong=overlong, max_bytes=max_line_bytes)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise BatchUnreachable(f"connection error ({type(exc).__name__})") from None
         except httpx.TimeoutException:
@@ -395,6 +395,13 @@ class BatchApi:
             raise BatchFileUnreadable(
                 f"reading file {file_id} broke off ({type(exc).__name__})"
             ) from None
+
+    def _content_path(self, file_id: str) -> str:
+        """Where an output or error file is read."""
+        return f"files/{file_id}/content"
+
+    #: How one line of it is read and checked.
+    _read_line = staticmethod(read_line)
 
 
 class BatchFileUnreadable(TransientModelError):

@@ -29,11 +29,8 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from ..store.protocol import BatchRecord
 from . import anthropic
@@ -42,16 +39,13 @@ from .batch_api import (
     FIND_PAGES,
     BatchAnswerInvalid,
     BatchApi,
-    BatchFileUnreadable,
-    BatchUnreachable,
     FileLine,
     RemoteBatch,
     _count,
     _remote_id,
     _sniff_custom_id,
-    bounded_lines,
 )
-from .client import Completion, classify_status
+from .client import Completion
 
 log = logging.getLogger("hermes_bulk.providers.message_batches")
 
@@ -162,35 +156,12 @@ class MessageBatchApi(BatchApi):
             return None
         return fits[0]
 
-    def lines(
-        self, file_id: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
-    ) -> Iterator[FileLine]:
-        """The batch's results, read as they arrive, each read into an OpenAI-shaped FileLine."""
-        self.gate.wait_for_turn(0, max_block_s=float("inf"))
-        try:
-            with self._http.stream(
-                "GET", self._url(f"messages/batches/{file_id}/results")
-            ) as response:
-                if response.status_code >= 400:
-                    log.warning("HTTP %s reading the results of %s", response.status_code, file_id)
-                    if response.status_code == 429:
-                        error = classify_status(429, response.headers)
-                        self.gate.rate_limited(getattr(error, "retry_after_s", None))
-                        raise error
-                    raise BatchFileUnreadable(
-                        f"the results of {file_id} could not be read (HTTP {response.status_code})",
-                        http_status=response.status_code,
-                    )
-                for raw, overlong in bounded_lines(response.iter_bytes(), max_line_bytes):
-                    yield read_result(raw, overlong=overlong, max_bytes=max_line_bytes)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise BatchUnreachable(f"connection error ({type(exc).__name__})") from None
-        except httpx.TimeoutException:
-            raise BatchFileUnreadable(f"reading the results of {file_id} timed out") from None
-        except httpx.TransportError as exc:
-            raise BatchFileUnreadable(
-                f"reading the results of {file_id} broke off ({type(exc).__name__})"
-            ) from None
+    def _content_path(self, file_id: str) -> str:
+        return f"messages/batches/{file_id}/results"  # the "file" is the batch: its results
+
+    @staticmethod
+    def _read_line(raw: bytes, *, overlong: bool, max_bytes: int) -> FileLine:
+        return read_result(raw, overlong=overlong, max_bytes=max_bytes)
 
 
 def message_batch(data: object, *, expect_id: str | None = None) -> RemoteBatch:

@@ -41,6 +41,13 @@ from typing import Any
 _MESSAGE_CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
+def _query(target: str) -> dict[str, str]:
+    """A request target's query parameters (the fake's clients send plain ones)."""
+    if "?" not in target:
+        return {}
+    return dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p)
+
+
 def _iso(seconds: float | None) -> str | None:
     if seconds is None:
         return None
@@ -260,11 +267,7 @@ class FakeBatches:
         return 200, dict(batch)
 
     def _list(self, target: str) -> dict[str, Any]:
-        query = (
-            dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p)
-            if "?" in target
-            else {}
-        )
+        query = _query(target)
         limit = int(query.get("limit", 20))
         with self.lock:
             ids = list(reversed(self.created))
@@ -343,11 +346,7 @@ class FakeBatches:
             return status, self._message_batch_view(self.batches[created["id"]])
 
     def _list_message_batches(self, target: str) -> dict[str, Any]:
-        query = (
-            dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p)
-            if "?" in target
-            else {}
-        )
+        query = _query(target)
         limit = int(query.get("limit", 20))
         with self.lock:
             ids = [i for i in reversed(self.created) if self.batches[i].get("anthropic")]
