@@ -306,3 +306,35 @@ def test_a_worker_killed_between_creating_amessage_batch_and_recording_it(
     assert status["batches"][0]["id"] == fake_provider.batches.created[0]
     answered = [r.item for r in fake_provider.batches.lines if r.status == 200]
     assert len(answered) == len(set(answered)) == 25
+
+
+def test_delete_cancels_the_open_message_batch_at_the_provider(
+    cli,
+    backend_env,
+    fake_provider,
+    tmp_path,  # noqa: F811
+):
+    env = {**backend_env, **CLAUDE}
+    fake_provider.configure(batch_hold=True)
+    job_id = _create(cli, _source(tmp_path, 12), env)
+    worker = cli.spawn_worker(**env)
+    try:
+        wait_for(
+            lambda: (
+                (st := cli.status(job_id, **env))["batches"]
+                and st["batches"][0].get("id", "").startswith("msgbatch_")
+            ),
+            timeout=60,
+            message="the batch to be recorded",
+        )
+    finally:
+        worker.send_signal(signal.SIGKILL)  # it would cancel the batch itself at a graceful stop
+        worker.wait(30)
+    (batch_id,) = fake_provider.batches.created
+    assert f"Deleted job {job_id}." in cli("delete", job_id, **env).stdout
+    assert fake_provider.batches.cancels == [batch_id]
+    wait_for(
+        lambda: fake_provider.batches.batches[batch_id]["status"] == "cancelled",
+        timeout=30,
+        message="the batch cancelled at the provider",
+    )

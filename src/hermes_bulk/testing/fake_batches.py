@@ -180,7 +180,7 @@ class FakeBatches:
         if len(parts) >= 2 and parts[0] == "batches":
             with self.lock:
                 batch = self.batches.get(parts[1])
-                if batch is None:
+                if batch is None or batch["anthropic"]:  # a message batch is not a batch here
                     return 404, {"error": {"message": "no such batch"}}
                 if method == "POST" and parts[2:] == ["cancel"]:
                     self.cancels.append(parts[1])
@@ -270,7 +270,7 @@ class FakeBatches:
         query = _query(target)
         limit = int(query.get("limit", 20))
         with self.lock:
-            ids = list(reversed(self.created))
+            ids = [i for i in reversed(self.created) if not self.batches[i]["anthropic"]]
             if query.get("after") in ids:
                 ids = ids[ids.index(query["after"]) + 1 :]
             page = [_dressed(self.batches[i], self.faults.poll_fields) for i in ids[:limit]]
