@@ -338,3 +338,108 @@ def test_delete_cancels_the_open_message_batch_at_the_provider(
         timeout=30,
         message="the batch cancelled at the provider",
     )
+
+
+# The API object against the loopback provider, without workers: what each call sends and reads.
+
+
+@pytest.fixture
+def api(settings, fake_provider):
+    from hermes_bulk.fleet.broker import open_backend
+    from hermes_bulk.providers.message_batches import MessageBatchApi
+
+    client = MessageBatchApi(
+        base_url=fake_provider.base_url,
+        api_key="sk-ant-api",
+        provider_key="p:test",
+        limits=open_backend(settings).limits,
+        timeout_s=10,
+    )
+    yield client
+    client.close()
+
+
+def _requests_file(api, tmp_path, n: int, name: str = "b1.jsonl"):
+    from hermes_bulk.jobs.prompt import build_messages
+    from hermes_bulk.providers.anthropic import messages_body
+
+    path = tmp_path / name
+    with path.open("w") as out:
+        for i in range(n):
+            messages = build_messages("Summarise", f"line:{i}", f"row {i}", "b2:" + "0" * 32)
+            body = messages_body("claude-x", messages, max_tokens=32)
+            out.write(json.dumps(api.request_line(f"hb-j-b1-{i}", body)) + "\n")
+    return path
+
+
+def _record(items: int, created_at: float):
+    from hermes_bulk.store.protocol import BatchRecord
+
+    return BatchRecord(batch_id="b1", job_id="j", status="preparing", items=items,
+                       created_at=created_at)  # fmt: skip
+
+
+def test_the_requests_are_kept_until_the_create_sends_them_inline(api, fake_provider, tmp_path):
+    from hermes_bulk.providers.batch_api import BatchAnswerInvalid
+
+    fake_provider.configure(require_key="sk-ant-api")  # x-api-key on the Batches API too
+    path = _requests_file(api, tmp_path, 3)
+    token = api.upload(path)
+    kept = tmp_path / "b1.requests.jsonl"
+    assert token == "local:" + str(kept) and kept.is_file() and not path.exists()
+    created = api.create(token, window="24h", metadata={})
+    assert created.status == "in_progress" and created.output_file is None
+    assert not kept.exists(), "sent: the file goes"
+    (batch_id,) = fake_provider.batches.created
+    assert created.id == batch_id and fake_provider.batches.uploaded
+    assert list(fake_provider.batches.uploaded.values()) == [3]
+    for lost in (token, "file-abc123"):  # another machine's batch, another provider's file
+        with pytest.raises(BatchAnswerInvalid, match="not on this machine"):
+            api.create(lost, window="24h", metadata={})
+    assert len(fake_provider.batches.created) == 1
+    ended = wait_for(
+        lambda: (b := api.get(batch_id)).status == "completed" and b, message="the batch to end"
+    )
+    assert (ended.completed, ended.failed, ended.output_file) == (3, 0, batch_id)
+    lines = list(api.lines(ended.output_file))
+    assert [line.custom_id for line in lines] == [f"hb-j-b1-{i}" for i in range(3)]
+    texts = [api.parse(line.data["response"]["body"], "claude-x").text for line in lines]
+    assert texts == [expected_answer(f"row {i}") for i in range(3)]
+
+
+def test_a_cancelled_message_batch_reads_as_cancelled(api, fake_provider, tmp_path):
+    fake_provider.configure(batch_hold=True)
+    created = api.create(api.upload(_requests_file(api, tmp_path, 2)), window="24h", metadata={})
+    api.cancel(created.id)
+    ended = wait_for(
+        lambda: (b := api.get(created.id)).status == "cancelled" and b, message="the cancel"
+    )
+    assert (ended.completed, ended.failed) == (0, 2)
+    kinds = [line.data["error"] for line in api.lines(created.id)]
+    assert kinds == [{"code": "batch_cancelled"}] * 2
+
+
+def test_an_unrecorded_batch_is_found_only_when_one_alone_fits(api, fake_provider, tmp_path):
+    import time
+
+    opened = time.time()
+    created = api.create(api.upload(_requests_file(api, tmp_path, 3)), window="24h", metadata={})
+    assert api.find(_record(3, opened)).id == created.id
+    assert api.find(_record(4, opened)) is None, "another count is another batch"
+    assert api.find(_record(3, opened + 3600)) is None, "created before ours was opened"
+    assert api.find(_record(3, opened + 200)).id == created.id, "within the clocks' skew"
+    api.create(api.upload(_requests_file(api, tmp_path, 3, "b2.jsonl")), window="24h", metadata={})
+    assert api.find(_record(3, opened)) is None, "two fit: neither is adopted"
+
+
+@pytest.mark.parametrize(
+    ("error_type", "status"),
+    [("invalid_request_error", 400), ("authentication_error", 401), ("billing_error", 402),
+     ("permission_error", 403), ("not_found_error", 404), ("request_too_large", 413),
+     ("rate_limit_error", 429), ("api_error", 500), ("timeout_error", 504),
+     ("overloaded_error", 529)],
+)  # fmt: skip
+def test_each_error_type_is_the_status_the_live_api_answers_with(error_type, status):
+    line = {"custom_id": "a", "result": {"type": "errored",
+            "error": {"type": "error", "error": {"type": error_type}}}}  # fmt: skip
+    assert read_result(json.dumps(line).encode()).data["response"]["status_code"] == status

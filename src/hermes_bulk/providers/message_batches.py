@@ -98,11 +98,9 @@ class MessageBatchApi(BatchApi):
                 "the batch's requests are not on this machine (it was opened by a worker on "
                 "another one); it is given up and its items go to a later batch"
             )
-        body = (
-            b'{"requests":['
-            + b",".join(line.rstrip(b"\n") for line in kept.open("rb") if line.strip())
-            + b"]}"
-        )
+        with kept.open("rb") as handle:  # closed here: a file left to the collector warns
+            lines = [line.rstrip(b"\n") for line in handle if line.strip()]
+        body = b'{"requests":[' + b",".join(lines) + b"]}"
         created = message_batch(
             self._json(
                 "POST",
