@@ -232,13 +232,19 @@ def test_amessage_batch_object_is_read_field_by_field():
     assert expired.status == "expired"
     running = message_batch(_batch(processing_status="in_progress"))
     assert (running.status, running.output_file) == ("in_progress", None)
-    assert message_batch(_batch(processing_status="canceling")).status == "cancelling"
+    canceling = message_batch(_batch(processing_status="canceling"))
+    assert (canceling.status, canceling.output_file) == ("cancelling", None), "no results yet"
+    every = {"processing": 0, "succeeded": 1, "errored": 2, "canceled": 4, "expired": 8}
+    mixed = message_batch(_batch(request_counts=every))
+    assert (mixed.completed, mixed.failed) == (1, 14), "errored, canceled and expired all failed"
+    assert mixed.status == "expired", "canceled without a cancel asked is not our cancel"
     from hermes_bulk.providers.batch_api import BatchAnswerInvalid
 
     for bad in [
         _batch(processing_status="done"),
         _batch(id="../files"),
         _batch(type="batch"),
+        _batch(type="zebra"),
         _batch(request_counts={"succeeded": -1}),
         _batch(request_counts=None),
         [1],
@@ -426,6 +432,7 @@ def test_an_unrecorded_batch_is_found_only_when_one_alone_fits(api, fake_provide
     created = api.create(api.upload(_requests_file(api, tmp_path, 3)), window="24h", metadata={})
     assert api.find(_record(3, opened)).id == created.id
     assert api.find(_record(4, opened)) is None, "another count is another batch"
+    assert api.find(_record(2, opened)) is None, "nor is a batch of more requests"
     assert api.find(_record(3, opened + 3600)) is None, "created before ours was opened"
     assert api.find(_record(3, opened + 200)).id == created.id, "within the clocks' skew"
     api.create(api.upload(_requests_file(api, tmp_path, 3, "b2.jsonl")), window="24h", metadata={})
@@ -443,3 +450,20 @@ def test_each_error_type_is_the_status_the_live_api_answers_with(error_type, sta
     line = {"custom_id": "a", "result": {"type": "errored",
             "error": {"type": "error", "error": {"type": error_type}}}}  # fmt: skip
     assert read_result(json.dumps(line).encode()).data["response"]["status_code"] == status
+
+
+def test_the_search_pages_past_newer_batches_and_stops_at_older_ones(
+    api, fake_provider, tmp_path, monkeypatch
+):
+    import time
+
+    from hermes_bulk.providers import message_batches
+
+    monkeypatch.setattr(message_batches, "FIND_PAGE_SIZE", 1)  # one batch a page
+    opened = time.time()
+    ours = api.create(api.upload(_requests_file(api, tmp_path, 3)), window="24h", metadata={})
+    for n, name in ((4, "b2.jsonl"), (5, "b3.jsonl")):  # newer, listed first
+        api.create(api.upload(_requests_file(api, tmp_path, n, name)), window="24h", metadata={})
+    assert api.find(_record(3, opened)).id == ours.id, "found on the third page"
+    fake_provider.batches.configure(poll_fields={"created_at": "2020-01-01T00:00:00Z"})
+    assert api.find(_record(5, opened)) is None, "a batch created before ours is never it"

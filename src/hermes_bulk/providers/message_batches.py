@@ -49,9 +49,10 @@ from .client import Completion
 
 log = logging.getLogger("hermes_bulk.providers.message_batches")
 
-#: Anthropic's limits per batch (we send at most the driver's, which are OpenAI's and lower).
-MAX_BATCH_REQUESTS = 100_000
-MAX_BATCH_BYTES = 256 * 1024 * 1024
+#: Anthropic takes up to 100,000 requests and 256 MB a batch; the driver sends at most its own
+#: limits (50,000 and 200 MB, OpenAI's), which are below.
+#: Batches asked for per page when looking for an unrecorded one (the API allows 1,000).
+FIND_PAGE_SIZE = 100
 LOCAL = "local:"
 PROCESSING = frozenset({"in_progress", "canceling", "ended"})
 COUNTS = ("succeeded", "errored", "canceled", "expired", "processing")
@@ -124,7 +125,10 @@ class MessageBatchApi(BatchApi):
         fits: list[RemoteBatch] = []
         after: str | None = None
         for _ in range(FIND_PAGES):
-            params: dict[str, Any] = {"limit": 100, **({"after_id": after} if after else {})}
+            params: dict[str, Any] = {
+                "limit": FIND_PAGE_SIZE,
+                **({"after_id": after} if after else {}),
+            }
             page = self._json("GET", "messages/batches", params=params)
             found = page.get("data")
             if not isinstance(found, list):
