@@ -171,3 +171,15 @@ def test_the_edges_of_a_window():
     seen = rate_headers.read(top)
     with pytest.raises(AttributeError):  # shared by every thread of a worker: never changed
         seen.requests = None  # type: ignore[misc]
+
+
+def test_a_reset_is_taken_up_to_a_day_and_64_characters():
+    base = {"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "1"}
+
+    def reset(text: str) -> float | None:
+        return rate_headers.read({**base, "x-ratelimit-reset-requests": text}).requests.reset_s
+
+    assert reset("86400s") == 86_400.0 and reset("86401s") is None
+    assert reset("0" * 62 + "1s") == 1.0 and reset("0" * 63 + "1s") is None
+    with pytest.raises(AttributeError):
+        Window(1, 1).limit = 2  # type: ignore[misc]
