@@ -388,7 +388,8 @@ def _record(items: int, created_at: float):
 def test_the_requests_are_kept_until_the_create_sends_them_inline(api, fake_provider, tmp_path):
     from hermes_bulk.providers.batch_api import BatchAnswerInvalid
 
-    fake_provider.configure(require_key="sk-ant-api")  # x-api-key on the Batches API too
+    # x-api-key on the Batches API too; held, so the create's answer sees it in progress
+    fake_provider.configure(require_key="sk-ant-api", batch_hold=True)
     path = _requests_file(api, tmp_path, 3)
     token = api.upload(path)
     kept = tmp_path / "b1.requests.jsonl"
@@ -403,6 +404,7 @@ def test_the_requests_are_kept_until_the_create_sends_them_inline(api, fake_prov
         with pytest.raises(BatchAnswerInvalid, match="not on this machine"):
             api.create(lost, window="24h", metadata={})
     assert len(fake_provider.batches.created) == 1
+    fake_provider.configure(batch_hold=False)
     ended = wait_for(
         lambda: (b := api.get(batch_id)).status == "completed" and b, message="the batch to end"
     )
@@ -467,3 +469,14 @@ def test_the_search_pages_past_newer_batches_and_stops_at_older_ones(
     assert api.find(_record(3, opened)).id == ours.id, "found on the third page"
     fake_provider.batches.configure(poll_fields={"created_at": "2020-01-01T00:00:00Z"})
     assert api.find(_record(5, opened)) is None, "a batch created before ours is never it"
+
+
+def test_a_batch_already_recorded_is_never_adopted_as_another(api, tmp_path):
+    import time
+
+    opened = time.time()
+    first = api.create(api.upload(_requests_file(api, tmp_path, 3)), window="24h", metadata={})
+    second = api.create(
+        api.upload(_requests_file(api, tmp_path, 3, "b2.jsonl")), window="24h", metadata={}
+    )
+    assert api.find(_record(3, opened), recorded=frozenset({first.id})).id == second.id

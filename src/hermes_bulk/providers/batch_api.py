@@ -337,9 +337,12 @@ class BatchApi:
     def cancel(self, batch_id: str) -> dict[str, Any]:
         return self._json("POST", f"batches/{batch_id}/cancel")
 
-    def find(self, batch: BatchRecord) -> RemoteBatch | None:
+    def find(
+        self, batch: BatchRecord, *, recorded: frozenset[str] = frozenset()
+    ) -> RemoteBatch | None:
         """The provider's batch whose metadata names our batch_id, among the newest; else None.
-        A listed batch whose object is not valid is passed over."""
+        A listed batch whose object is not valid is passed over. (recorded: the job's batches
+        already recorded, which a search without metadata must pass over.)"""
         batch_id = batch.batch_id
         after: str | None = None
         for _ in range(FIND_PAGES):

@@ -119,8 +119,12 @@ class MessageBatchApi(BatchApi):
     def cancel(self, batch_id: str) -> dict[str, Any]:
         return self._json("POST", f"messages/batches/{batch_id}/cancel")
 
-    def find(self, batch: BatchRecord) -> RemoteBatch | None:
-        """The one batch created since ours was opened with as many requests as ours holds."""
+    def find(
+        self, batch: BatchRecord, *, recorded: frozenset[str] = frozenset()
+    ) -> RemoteBatch | None:
+        """The one batch created since ours was opened with as many requests as ours holds,
+        among those not recorded as another batch of the job (`recorded`): the job's earlier
+        batch of the same size, created within the clocks' skew, is never taken for this one."""
         since = batch.created_at - FIND_SKEW_S
         fits: list[RemoteBatch] = []
         after: str | None = None
@@ -143,7 +147,7 @@ class MessageBatchApi(BatchApi):
                     remote = message_batch(data)
                 except BatchAnswerInvalid:
                     continue
-                if _total(data) == batch.items:
+                if _total(data) == batch.items and remote.id not in recorded:
                     fits.append(remote)
             after = _remote_id(page.get("last_id"))
             if older or page.get("has_more") is not True or after is None:

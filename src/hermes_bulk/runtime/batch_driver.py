@@ -346,7 +346,7 @@ class BatchDriver:
         api = self.api_for(job)
         if batch.input_file and not batch.provider_id:
             # Taken over after its worker stopped: the batch may exist at the provider already.
-            found = api.find(batch)
+            found = api.find(batch, recorded=self._recorded(job.job_id))
             if found is not None:
                 log.info(
                     "job %s: batch %s found at the provider by its metadata and adopted",
@@ -387,7 +387,7 @@ class BatchDriver:
         except BatchAnswerInvalid as exc:
             # The batch may exist all the same: look for it by its metadata. Not found, it is given
             # up at once (creating it again could pay for it twice): its items get an attempt each.
-            found = api.find(batch)
+            found = api.find(batch, recorded=self._recorded(job.job_id))
             if found is None:
                 self._give_up(
                     job, batch, f"batch {batch.batch_id} was given up: {exc}", attempt=True
@@ -407,6 +407,9 @@ class BatchDriver:
                 [Event("batch_submitted", f"batch {created.id} submitted: {recorded.items} items")],
             )
         return True
+
+    def _recorded(self, job_id: str) -> frozenset[str]:
+        return _recorded(self.store, job_id)
 
     def _write_file(self, job: JobRecord, batch: BatchRecord) -> Path | None:
         """The batch's JSONL file, written from the store item by item (never whole in memory).
@@ -934,6 +937,11 @@ _SAFE_CODE = re.compile(
 )  # an error code, never free text (which may echo credentials)
 
 
+def _recorded(store: JobStore, job_id: str) -> frozenset[str]:
+    """The provider ids of the job's batches already recorded: never another batch's to adopt."""
+    return frozenset(b.provider_id for b in store.list_batches(job_id) if b.provider_id)
+
+
 def _item_error(exc: ModelError) -> ItemError:
     return ItemError(exc.error_type, str(exc), exc.http_status)
 
@@ -981,7 +989,7 @@ def cancel_open_batches(jobs: Jobs, job: JobRecord) -> None:
         for batch in open_:
             remote_id = batch.provider_id
             if remote_id is None:
-                found = api.find(batch)
+                found = api.find(batch, recorded=_recorded(jobs.store, job.job_id))
                 if found is None or found.status in TERMINAL:
                     continue  # never created, or ended: nothing runs
                 remote_id = found.id
