@@ -96,15 +96,21 @@ def _count(value: object) -> int | None:
     return value if ok else None
 
 
-def remote_batch(data: object, *, expect_id: str | None = None) -> RemoteBatch:
-    """A batch object, checked field by field; BatchAnswerInvalid naming the first bad field."""
-    if not isinstance(data, dict):
-        raise BatchAnswerInvalid("the provider's batch answer is not an object")
+def checked_id(data: dict[str, Any], expect_id: str | None) -> str:
+    """A batch answer's id: usable in a URL path, and the one asked about (expect_id)."""
     batch_id = _remote_id(data.get("id"))
     if batch_id is None:
         raise BatchAnswerInvalid("the provider's batch answer has no usable id")
     if expect_id is not None and batch_id != expect_id:
         raise BatchAnswerInvalid(f"the provider answered about another batch than {expect_id}")
+    return batch_id
+
+
+def remote_batch(data: object, *, expect_id: str | None = None) -> RemoteBatch:
+    """A batch object, checked field by field; BatchAnswerInvalid naming the first bad field."""
+    if not isinstance(data, dict):
+        raise BatchAnswerInvalid("the provider's batch answer is not an object")
+    batch_id = checked_id(data, expect_id)
     status = data.get("status")
     if status not in STATUSES:
         raise BatchAnswerInvalid(

@@ -44,6 +44,7 @@ from .batch_api import (
     _count,
     _remote_id,
     _sniff_custom_id,
+    checked_id,
 )
 from .client import Completion
 
@@ -174,11 +175,7 @@ def message_batch(data: object, *, expect_id: str | None = None) -> RemoteBatch:
     """A message_batch object, checked field by field, as the RemoteBatch the driver reads."""
     if not isinstance(data, dict) or data.get("type", "message_batch") != "message_batch":
         raise BatchAnswerInvalid("the provider's batch answer is not a message batch")
-    batch_id = _remote_id(data.get("id"))
-    if batch_id is None:
-        raise BatchAnswerInvalid("the provider's batch answer has no usable id")
-    if expect_id is not None and batch_id != expect_id:
-        raise BatchAnswerInvalid(f"the provider answered about another batch than {expect_id}")
+    batch_id = checked_id(data, expect_id)
     status = data.get("processing_status")
     if status not in PROCESSING:
         raise BatchAnswerInvalid(
