@@ -1,5 +1,6 @@
 """create --batch: a job run through the provider's Batch API, by real CLI and worker processes,
-on both backends, against the loopback provider's batch endpoints."""
+on both backends and both protocols (OpenAI's Batch API, Anthropic's Message Batches), against
+the loopback provider's batch endpoints."""
 
 from __future__ import annotations
 
@@ -24,13 +25,30 @@ from .helpers import wait_for
 
 BACKENDS = ["sqlite", "redis"]
 FAST = {"HERMES_BULK_BATCH_POLL_SECONDS": "0.1"}
+#: The settings that choose each protocol's batch API (the fake serves both at one base URL).
+PROTOCOLS = {"openai": {}, "anthropic": {"HERMES_BULK_PROVIDER": "anthropic"}}
 
 
-@pytest.fixture(params=BACKENDS)
-def backend_env(request, tmp_path) -> dict[str, str]:
-    if request.param == "sqlite":
-        return {"HERMES_BULK_BACKEND": f"sqlite:///{tmp_path / 'bulk.db'}", **FAST}
-    return {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url"), **FAST}
+def backend_settings(request, backend: str) -> dict[str, str]:
+    if backend == "sqlite":
+        return {
+            "HERMES_BULK_BACKEND": f"sqlite:///{request.getfixturevalue('tmp_path') / 'bulk.db'}"
+        }
+    return {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url")}
+
+
+@pytest.fixture(
+    params=[(b, p) for p in PROTOCOLS for b in BACKENDS], ids=lambda bp: f"{bp[0]}-{bp[1]}"
+)
+def backend_env(request) -> dict[str, str]:
+    """Each backend on each protocol: the same end-to-end tests hold both batch APIs."""
+    backend, protocol = request.param
+    return {**backend_settings(request, backend), **FAST, **PROTOCOLS[protocol]}
+
+
+def batch_prefix(env: dict[str, str]) -> str:
+    """How the provider's ids of batches begin on the env's protocol."""
+    return "msgbatch_" if env.get("HERMES_BULK_PROVIDER") == "anthropic" else "batch_"
 
 
 def _source(
@@ -252,9 +270,10 @@ def _closed_port_url() -> str:
 
 def _wait_for_a_recorded_batch(cli, job_id: str, backend_env: dict) -> None:
     """Until the job has a batch with the provider's id recorded (submitted, not only prepared)."""
+    prefix = batch_prefix(backend_env)
     wait_for(
         lambda: any(
-            b["id"].startswith("batch_") for b in cli.status(job_id, **backend_env)["batches"]
+            b["id"].startswith(prefix) for b in cli.status(job_id, **backend_env)["batches"]
         ),
         timeout=60,
         message="the batch submitted and recorded",
@@ -387,7 +406,9 @@ def test_delete_abandon_batches_deletes_without_the_provider(
         wait_for(
             lambda: (
                 len(fake_provider.batches.created) == 2
-                and cli.status(other, **backend_env)["batches"][0]["id"].startswith("batch_")
+                and cli.status(other, **backend_env)["batches"][0]["id"].startswith(
+                    batch_prefix(backend_env)
+                )
             ),
             timeout=60,
             message="the second batch submitted",

@@ -1,6 +1,7 @@
-"""A provider's Batch API that answers garbage, by real worker processes on both backends against
-the loopback provider's hostile modes (fake_batches.BatchFaults): every job ends, each item
-completed or failed with a reason in our words, in a bounded time, and other jobs go on."""
+"""A provider's Batch API that answers garbage, by real worker processes on both backends and both
+protocols (OpenAI's Batch API, Anthropic's Message Batches) against the loopback provider's
+hostile modes (fake_batches.BatchFaults): every job ends, each item completed or failed with a
+reason in our words, in a bounded time, and other jobs go on."""
 
 from __future__ import annotations
 
@@ -19,23 +20,11 @@ from hermes_bulk.testing.fake_batches import ABSENT
 from hermes_bulk.testing.fake_provider import expected_answer
 
 from .helpers import wait_for
-from .test_batch_mode import _finish, _rows, _source
+from .test_batch_mode import _finish, _rows, _source, backend_env, batch_prefix  # noqa: F401
 
-BACKENDS = ["sqlite", "redis"]
-FAST = {"HERMES_BULK_BATCH_POLL_SECONDS": "0.1"}
 #: Every hostile scenario ends well within this (its bounds: MAX_STRIKES polls, retries, a cancel
 #: grace).
 ENDS_WITHIN_S = 60
-
-
-@pytest.fixture(params=BACKENDS)
-def backend_env(request, tmp_path) -> dict[str, str]:
-    url = (
-        f"sqlite:///{tmp_path / 'bulk.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("redis_url")
-    )
-    return {"HERMES_BULK_BACKEND": url, **FAST}
 
 
 def _create(cli, src: Path, env: dict[str, str], *flags: str) -> str:
@@ -104,11 +93,15 @@ def test_malformed_lines_are_failed_attempts_and_the_job_ends(
     failed = _failures(cli, job_id, backend_env)
     invalid = {failed[f"line:{i + 1}"]["message"] for i in (2, 3, 4)}
     assert all(
-        m.startswith("batch batch_") and "answered this item with a line" in m for m in invalid
+        m.startswith(f"batch {batch_prefix(backend_env)}") and "answered this item with a line" in m
+        for m in invalid
     ), invalid
-    assert (
-        "not JSON" in failed["line:3"]["message"] and "status code" in failed["line:4"]["message"]
-    )
+    bad_status = {  # the fault's shape on each protocol: a status code, a result's type
+        "batch_": "without a usable status code",
+        "msgbatch_": "whose result is of no known type",
+    }[batch_prefix(backend_env)]
+    assert "not JSON" in failed["line:3"]["message"] and bad_status in failed["line:4"]["message"]
+    assert "not an object" in failed["line:5"]["message"]
     for i in (1, 5, 6):  # no custom_id to bind the line to: the item was not answered
         assert failed[f"line:{i + 1}"]["error_type"] == "BatchUnanswered"
         assert (
@@ -171,19 +164,26 @@ def test_lines_are_read_in_bounded_pieces_and_checked():
     assert bound_index(["item-7"], "abc", "def") is None
 
 
-@pytest.mark.parametrize(
-    "fields",
-    [
-        {"request_counts": {"total": 5, "completed": "abc", "failed": 0}},
-        {"output_file_id": ["file-1"]},
-        {"status": "done-ish"},
-        {"id": "../files/elsewhere"},
-    ],
-    ids=["counts", "output-file-list", "status", "id"],
-)
+#: Batch objects described wrongly, in each protocol's shapes (by the provider's batch id prefix).
+WRONG_BATCHES = {
+    "counts": {
+        "batch_": {"request_counts": {"total": 5, "completed": "abc", "failed": 0}},
+        "msgbatch_": {"request_counts": {"succeeded": "abc", "errored": 0, "processing": 5}},
+    },
+    "of-another-shape": {
+        "batch_": {"output_file_id": ["file-1"]},
+        "msgbatch_": {"type": "batch"},
+    },
+    "status": {"batch_": {"status": "done-ish"}, "msgbatch_": {"processing_status": "done-ish"}},
+    "id": {"batch_": {"id": "../files/elsewhere"}, "msgbatch_": {"id": "../files/elsewhere"}},
+}
+
+
+@pytest.mark.parametrize("wrong", sorted(WRONG_BATCHES))
 def test_a_batch_the_provider_describes_wrongly_is_given_up_and_the_job_ends(
-    cli, backend_env, fake_provider, tmp_path, fields
+    cli, backend_env, fake_provider, tmp_path, wrong
 ):
+    fields = WRONG_BATCHES[wrong][batch_prefix(backend_env)]
     fake_provider.batches.configure(create_fields=fields, poll_fields=fields)
     job_id = _create(cli, _source(tmp_path, 5), backend_env, "--retries", "1")
     status = _ends(cli, job_id, backend_env, f"bad batch object {sorted(fields)}")
@@ -250,7 +250,9 @@ def test_an_output_file_that_is_never_there_fails_its_items_naming_the_file(
     status = _ends(cli, job_id, backend_env, "output file 404")
     assert (status["state"], status["failed"]) == ("failed", 5)
     (message,) = {f["message"] for f in _failures(cli, job_id, backend_env).values()}
-    assert "was given up after 5 tries: file file-" in message and "(HTTP 404)" in message
+    named = {"batch_": "file file-", "msgbatch_": "the results of batch msgbatch_"}
+    assert f"was given up after 5 tries: {named[batch_prefix(backend_env)]}" in message
+    assert "(HTTP 404)" in message
     assert "endpoint or model" not in message
     assert len(fake_provider.batches.file_gets) == 5, "five tries, a poll apart, then no more"
 
@@ -333,7 +335,8 @@ def test_pausing_a_batch_job_that_run_wait_runs_cancels_its_batch(
     try:
         wait_for(
             lambda: any(
-                b["id"].startswith("batch_") for b in cli.status(job_id, **backend_env)["batches"]
+                b["id"].startswith(batch_prefix(backend_env))
+                for b in cli.status(job_id, **backend_env)["batches"]
             ),
             timeout=60,
             message="the batch submitted and recorded",

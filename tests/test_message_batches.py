@@ -1,6 +1,11 @@
 """create --batch on Claude: Anthropic's Message Batches under the same batch driver, by real CLI
 and worker processes on both backends against the loopback provider's Message Batches API; the
-results read as an attacker would write them; the official anthropic SDK against the fake."""
+results read as an attacker would write them; the official anthropic SDK against the fake.
+
+What every batch job must do (expiry, pause and resume, the deadline, delete, hostile lines) is
+tested on both protocols in test_batch_mode.py and test_batch_trust.py; here is what is Claude's
+own: its key header, its error types, a kill between create and record (no metadata to find it
+by), each call of the API."""
 
 from __future__ import annotations
 
@@ -13,9 +18,15 @@ from hermes_bulk.providers.message_batches import message_batch, read_result
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
 from .helpers import wait_for
-from .test_batch_mode import _finish, _rows, _source, backend_env  # noqa: F401
+from .test_batch_mode import BACKENDS, FAST, _finish, _rows, _source, backend_settings
 
 CLAUDE = {"HERMES_BULK_PROVIDER": "anthropic"}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_env(request) -> dict[str, str]:
+    """Each backend (these tests are Claude's own; test_batch_mode runs its tests on both)."""
+    return {**backend_settings(request, request.param), **FAST}
 
 
 def _create(cli, src, env, *flags: str) -> str:
@@ -26,11 +37,11 @@ def _create(cli, src, env, *flags: str) -> str:
     return job_id
 
 
-def test_a_claude_batch_job_is_answered_throughmessage_batches(
+def test_a_claude_batch_job_is_answered_through_message_batches(
     cli,
     backend_env,
     fake_provider,
-    tmp_path,  # noqa: F811
+    tmp_path,
 ):
     env = {**backend_env, **CLAUDE, "HERMES_BULK_BATCH_MAX_ITEMS": "40"}
     fake_provider.configure(require_key=cli.env["HERMES_BULK_API_KEY"])  # as x-api-key
@@ -61,7 +72,7 @@ def test_a_failed_request_is_retried_in_a_later_batch_and_a_refused_one_fails(
     cli,
     backend_env,
     fake_provider,
-    tmp_path,  # noqa: F811
+    tmp_path,
 ):
     env = {**backend_env, **CLAUDE}
     fake_provider.configure(
@@ -77,53 +88,11 @@ def test_a_failed_request_is_retried_in_a_later_batch_and_a_refused_one_fails(
     assert len(fake_provider.batches.created) == 2
 
 
-def test_pause_cancels_themessage_batch_and_resume_finishes(
+def test_a_worker_killed_during_a_message_batch_leaves_it_to_the_next(
     cli,
     backend_env,
     fake_provider,
-    tmp_path,  # noqa: F811
-):
-    env = {**backend_env, **CLAUDE}
-    fake_provider.configure(batch_line_s=0.05)
-    job_id = _create(cli, _source(tmp_path, 100), env)
-    worker = cli.spawn_worker(**env)
-    try:
-        wait_for(
-            lambda: len(fake_provider.batches.lines) >= 10, timeout=60, message="the batch to run"
-        )
-        cli("pause", job_id, **env)
-        paused = wait_for(
-            lambda: (
-                (st := cli.status(job_id, **env))["batches"]
-                and all(b["status"] == "cancelled" for b in st["batches"])
-                and st["running"] == 0
-                and st
-            ),
-            timeout=60,
-            message="the batch to be cancelled and ingested",
-        )
-        assert paused["state"] == "paused" and 10 <= paused["completed"] < 100
-        assert paused["completed"] + paused["pending"] == 100 and paused["failed"] == 0
-        fake_provider.configure(batch_line_s=0)
-        cli("resume", job_id, **env)
-        done = wait_for(
-            lambda: (st := cli.status(job_id, **env))["state"] == "completed" and st,
-            timeout=60,
-            message="the resumed job to finish",
-        )
-    finally:
-        worker.send_signal(signal.SIGINT)
-        worker.wait(60)
-    assert done["completed"] == 100 and len(fake_provider.batches.created) == 2
-    answered = [r.item for r in fake_provider.batches.lines if r.status == 200]
-    assert len(answered) == len(set(answered)) == 100, "no item answered twice"
-
-
-def test_a_worker_killed_during_amessage_batch_leaves_it_to_the_next(
-    cli,
-    backend_env,
-    fake_provider,
-    tmp_path,  # noqa: F811
+    tmp_path,
 ):
     """kill -9 while the provider works on the batch: the next worker takes the batch over
     from its lease, polls it and ingests it; nothing is sent twice."""
@@ -218,7 +187,7 @@ def _batch(**change):
     return {**base, **change}
 
 
-def test_amessage_batch_object_is_read_field_by_field():
+def test_a_message_batch_object_is_read_field_by_field():
     done = message_batch(_batch())
     assert (done.status, done.completed, done.failed, done.output_file) == (
         "completed", 2, 1, "msgbatch_1"
@@ -255,7 +224,7 @@ def test_amessage_batch_object_is_read_field_by_field():
         message_batch(_batch(), expect_id="msgbatch_2")
 
 
-def test_the_official_sdk_runs_amessage_batch_against_the_fake(fake_provider):
+def test_the_official_sdk_runs_a_message_batch_against_the_fake(fake_provider):
     import anthropic
 
     sdk = anthropic.Anthropic(
@@ -288,11 +257,11 @@ def test_the_official_sdk_runs_amessage_batch_against_the_fake(fake_provider):
         sdk.close()
 
 
-def test_a_worker_killed_between_creating_amessage_batch_and_recording_it(
+def test_a_worker_killed_between_creating_a_message_batch_and_recording_it(
     cli,
     backend_env,
     fake_provider,
-    tmp_path,  # noqa: F811
+    tmp_path,
 ):
     """kill -9 after the provider created the batch and before the worker recorded its id.
     Message Batches carry no metadata: the next worker finds it among the batches created
@@ -312,38 +281,6 @@ def test_a_worker_killed_between_creating_amessage_batch_and_recording_it(
     assert status["batches"][0]["id"] == fake_provider.batches.created[0]
     answered = [r.item for r in fake_provider.batches.lines if r.status == 200]
     assert len(answered) == len(set(answered)) == 25
-
-
-def test_delete_cancels_the_open_message_batch_at_the_provider(
-    cli,
-    backend_env,
-    fake_provider,
-    tmp_path,  # noqa: F811
-):
-    env = {**backend_env, **CLAUDE}
-    fake_provider.configure(batch_hold=True)
-    job_id = _create(cli, _source(tmp_path, 12), env)
-    worker = cli.spawn_worker(**env)
-    try:
-        wait_for(
-            lambda: (
-                (st := cli.status(job_id, **env))["batches"]
-                and st["batches"][0].get("id", "").startswith("msgbatch_")
-            ),
-            timeout=60,
-            message="the batch to be recorded",
-        )
-    finally:
-        worker.send_signal(signal.SIGKILL)  # it would cancel the batch itself at a graceful stop
-        worker.wait(30)
-    (batch_id,) = fake_provider.batches.created
-    assert f"Deleted job {job_id}." in cli("delete", job_id, **env).stdout
-    assert fake_provider.batches.cancels == [batch_id]
-    wait_for(
-        lambda: fake_provider.batches.batches[batch_id]["status"] == "cancelled",
-        timeout=30,
-        message="the batch cancelled at the provider",
-    )
 
 
 # The API object against the loopback provider, without workers: what each call sends and reads.

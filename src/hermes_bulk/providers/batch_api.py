@@ -381,17 +381,18 @@ class BatchApi:
         most max_line_bytes in memory at a time. BatchAnswerInvalid when the file cannot be
         read (an HTTP error: the file is named, not the endpoint or model)."""
         self.gate.wait_for_turn(0, max_block_s=float("inf"))
+        what = self._content_name(file_id)
         try:
             with self._http.stream("GET", self._url(self._content_path(file_id))) as response:
                 if response.status_code >= 400:
-                    log.warning("HTTP %s reading file %s", response.status_code, file_id)
+                    log.warning("HTTP %s reading %s", response.status_code, what)
                     if response.status_code == 429:
                         error = classify_status(429, response.headers)
                         assert isinstance(error, RateLimited)
                         self.gate.rate_limited(error.retry_after_s)
                         raise error
                     raise BatchFileUnreadable(
-                        f"file {file_id} could not be read (HTTP {response.status_code})",
+                        f"{what} could not be read (HTTP {response.status_code})",
                         http_status=response.status_code,
                     )
                 for raw, overlong in bounded_lines(response.iter_bytes(), max_line_bytes):
@@ -399,15 +400,19 @@ class BatchApi:
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise BatchUnreachable(f"connection error ({type(exc).__name__})") from None
         except httpx.TimeoutException:
-            raise BatchFileUnreadable(f"reading file {file_id} timed out") from None
+            raise BatchFileUnreadable(f"reading {what} timed out") from None
         except httpx.TransportError as exc:
             raise BatchFileUnreadable(
-                f"reading file {file_id} broke off ({type(exc).__name__})"
+                f"reading {what} broke off ({type(exc).__name__})"
             ) from None
 
     def _content_path(self, file_id: str) -> str:
         """Where an output or error file is read."""
         return f"files/{file_id}/content"
+
+    def _content_name(self, file_id: str) -> str:
+        """How a user is told which output or error file could not be read."""
+        return f"file {file_id}"
 
     #: How one line of it is read and checked.
     _read_line = staticmethod(read_line)

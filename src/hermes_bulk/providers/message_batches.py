@@ -166,6 +166,9 @@ class MessageBatchApi(BatchApi):
     def _content_path(self, file_id: str) -> str:
         return f"messages/batches/{file_id}/results"  # the "file" is the batch: its results
 
+    def _content_name(self, file_id: str) -> str:
+        return f"the results of batch {file_id}"
+
     @staticmethod
     def _read_line(raw: bytes, *, overlong: bool, max_bytes: int) -> FileLine:
         return read_result(raw, overlong=overlong, max_bytes=max_bytes)

@@ -15,7 +15,8 @@ line wrong (LINE_FAULTS); `create_fields` / `poll_fields` are merged into the an
 every other answer about a batch: poll, cancel, list (ABSENT drops a field); `files_missing` answers
 404 for every file's content; `ignore_cancel` answers a cancel but goes on; `foreign_lines` writes
 the first batch's output lines (another job's answers) at the start of every later batch's output
-file.
+file. Message Batches get the same modes in Anthropic's shapes (create_fields and poll_fields
+dress the message_batch objects).
 
 What a test checks is recorded: `lines` (one RequestRecord per line processed), `uploaded`
 (file id -> its number of lines), `created` (every batch created, in order) and
@@ -61,8 +62,8 @@ ABSENT = "<absent>"
 #:   not_json            its custom_id, then JSON cut short
 #:   no_custom_id        the answer, without a custom_id
 #:   missing             no line at all (the batch completes without answering it)
-#:   bad_status          status_code "200" (a string)
-#:   bad_body            status 200 and a body that is a list
+#:   bad_status          status_code "200" (a string); Message Batches: a result type that is a list
+#:   bad_body            status 200 and a body that is a list; Message Batches: the message a list
 #:   huge                the answer padded to huge_line_bytes (custom_id first), then a newline
 #:   huge_unterminated   the same, last in the file, with no newline after it
 LINE_FAULTS = (
@@ -343,7 +344,9 @@ class FakeBatches:
             {"input_file_id": file_id, "endpoint": "/v1/chat/completions"}, anthropic=True
         )
         with self.lock:
-            return status, self._message_batch_view(self.batches[created["id"]])
+            return status, self._message_batch_view(
+                self.batches[created["id"]], self.faults.create_fields
+            )
 
     def _list_message_batches(self, target: str) -> dict[str, Any]:
         query = _query(target)
@@ -360,8 +363,11 @@ class FakeBatches:
             "last_id": page[-1]["id"] if page else None,
         }
 
-    def _message_batch_view(self, batch: dict[str, Any]) -> dict[str, Any]:
-        """A batch as Anthropic's message_batch object (under the lock)."""
+    def _message_batch_view(
+        self, batch: dict[str, Any], dress: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A batch as Anthropic's message_batch object (under the lock), dressed with `dress`
+        (by default poll_fields)."""
         status = batch["status"]
         processing = {"validating": "in_progress", "in_progress": "in_progress"}.get(
             status, "canceling" if status == "cancelling" else "ended"
@@ -393,12 +399,32 @@ class FakeBatches:
                 if ended
                 else None,
             },
-            self.faults.poll_fields,
+            self.faults.poll_fields if dress is None else dress,
         )
 
-    def _answer_message_line(self, batch: dict[str, Any], line: dict[str, Any], out) -> int:
-        """One Message Batches request answered into the results file, in Anthropic's shape."""
+    def _answer_message_line(
+        self, batch: dict[str, Any], line: dict[str, Any], out, last: list[bytes]
+    ) -> int:
+        """One Message Batches request answered into the results file, in Anthropic's shape (a
+        line fault of its item writes it wrong, as _answer_line does)."""
         status, body = self.provider.message_line_answer(line["params"], self.lines)
+        with self.lock:
+            batch["results"]["succeeded" if status == 200 else "errored"] += 1
+        entry = {"custom_id": line["custom_id"]}
+        fault = self._line_fault(line)
+        if fault is not None:
+            answer = {**entry, "result": {"type": "succeeded", "message": body}}
+            self._write_fault(
+                fault,
+                answer,
+                out,
+                last,
+                bad_status={**entry, "result": {"type": ["succeeded"], "message": body}},
+                bad_body={**entry, "result": {"type": "succeeded", "message": [1, 2, 3]}},
+                huge_head=json.dumps(entry)[:-1]
+                + ', "result": {"type": "succeeded", "message": {"pad": "',
+            )
+            return status
         if status == 200:
             result: dict[str, Any] = {"type": "succeeded", "message": body}
         else:
@@ -406,10 +432,15 @@ class FakeBatches:
                 "type": "errored",
                 "error": body or self.provider.anthropic_error(500, "fake: dropped"),
             }
-        out.write(json.dumps({"custom_id": line["custom_id"], "result": result}) + "\n")
-        with self.lock:
-            batch["results"]["succeeded" if status == 200 else "errored"] += 1
+        out.write(json.dumps({**entry, "result": result}) + "\n")
         return status
+
+    def _line_fault(self, line: dict[str, Any]) -> str | None:
+        """The line fault configured for this line's item, if any."""
+        item = self.provider.item_of(line["body"])
+        return next(
+            (kind for marker, kind in self.faults.line_faults.items() if marker in item), None
+        )
 
     def _expire_line(self, batch: dict[str, Any], line: dict[str, Any], out, err) -> None:
         """A request the batch's window closed on: batch_expired in the error file (OpenAI), an
@@ -449,12 +480,20 @@ class FakeBatches:
         of the item writes it wrong (an unterminated line goes in `last`, written at the end)."""
         status, body = self.provider.line_answer(line["body"], self.lines)
         entry = {"id": "batch_req_" + secrets.token_hex(6), "custom_id": line["custom_id"]}
-        item = self.provider.item_of(line["body"])
-        fault = next(
-            (kind for marker, kind in self.faults.line_faults.items() if marker in item), None
-        )
+        fault = self._line_fault(line)
         if fault is not None:
-            self._write_fault(fault, entry, body, out, last)
+            response = {"status_code": 200, "request_id": "req_x", "body": body}
+            answer = {**entry, "response": response, "error": None}
+            self._write_fault(
+                fault,
+                answer,
+                out,
+                last,
+                bad_status={**answer, "response": {**response, "status_code": "200"}},
+                bad_body={**answer, "response": {**response, "body": [1, 2, 3]}},
+                huge_head=json.dumps(entry)[:-1]
+                + ', "response": {"status_code": 200, "body": {"pad": "',
+            )
             return status
         if status == 200:
             out.write(
@@ -492,13 +531,18 @@ class FakeBatches:
         return status
 
     def _write_fault(
-        self, fault: str, entry: dict[str, Any], body: Any, out, last: list[bytes]
+        self,
+        fault: str,
+        answer: dict[str, Any],
+        out,
+        last: list[bytes],
+        *,
+        bad_status: dict[str, Any],
+        bad_body: dict[str, Any],
+        huge_head: str,
     ) -> None:
-        answer = {
-            **entry,
-            "response": {"status_code": 200, "request_id": "req_x", "body": body},
-            "error": None,
-        }
+        """An item's line written as LINE_FAULTS says, from its well-formed `answer` and the
+        protocol's own wrong shapes (`bad_status`, `bad_body`, the start of a huge line)."""
         if fault == "missing":
             return
         if fault == "not_object":
@@ -508,22 +552,15 @@ class FakeBatches:
         elif fault == "no_custom_id":
             out.write(json.dumps({k: v for k, v in answer.items() if k != "custom_id"}) + "\n")
         elif fault == "bad_status":
-            out.write(
-                json.dumps({**answer, "response": {**answer["response"], "status_code": "200"}})
-                + "\n"
-            )
+            out.write(json.dumps(bad_status) + "\n")
         elif fault == "bad_body":
-            out.write(
-                json.dumps({**answer, "response": {**answer["response"], "body": [1, 2, 3]}}) + "\n"
-            )
+            out.write(json.dumps(bad_body) + "\n")
         # huge, huge_unterminated: the start of a well-formed line, then padding far past any limit
+        elif fault == "huge":
+            self._pad(out, huge_head, self.faults.huge_line_bytes)
+            out.write('"}}}\n')
         else:
-            head = json.dumps(entry)[:-1] + ', "response": {"status_code": 200, "body": {"pad": "'
-            if fault == "huge":
-                self._pad(out, head, self.faults.huge_line_bytes)
-                out.write('"}}}\n')
-            else:
-                last.append(head.encode())
+            last.append(huge_head.encode())
 
     def _write_foreign(self, batch_id: str, out) -> None:
         """foreign_lines: the first batch's output (another job's answers), before this batch's
@@ -593,7 +630,7 @@ class FakeBatches:
                     self._expire_line(batch, line, out, err)
                     continue
                 status = (
-                    self._answer_message_line(batch, line, out)
+                    self._answer_message_line(batch, line, out, last)
                     if batch["anthropic"]
                     else self._answer_line(line, out, err, last)
                 )
@@ -610,7 +647,8 @@ class FakeBatches:
             self.processing_s += time.monotonic() - started
             self.busy.append((started, time.monotonic()))
             for path, key in ((out_path, "output_file_id"), (err_path, "error_file_id")):
-                if path.stat().st_size:
+                # An ended message batch always has its results, though they may be empty.
+                if path.stat().st_size or (batch["anthropic"] and key == "output_file_id"):
                     file_id = "file-" + secrets.token_hex(8)
                     self.files[file_id] = path
                     batch[key] = file_id
