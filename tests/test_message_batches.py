@@ -10,6 +10,7 @@ by), each call of the API."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 
 import pytest
@@ -306,7 +307,8 @@ def _requests_file(api, tmp_path, n: int, name: str = "b1.jsonl"):
     from hermes_bulk.jobs.prompt import build_messages
     from hermes_bulk.providers.anthropic import messages_body
 
-    path = tmp_path / name
+    path = tmp_path / "batches" / name  # as the driver writes them: in a job's batches folder
+    path.parent.mkdir(exist_ok=True)
     with path.open("w") as out:
         for i in range(n):
             messages = build_messages("Summarise", f"line:{i}", f"row {i}", "b2:" + "0" * 32)
@@ -329,7 +331,7 @@ def test_the_requests_are_kept_until_the_create_sends_them_inline(api, fake_prov
     fake_provider.configure(require_key="sk-ant-api", batch_hold=True)
     path = _requests_file(api, tmp_path, 3)
     token = api.upload(path)
-    kept = tmp_path / "b1.requests.jsonl"
+    kept = tmp_path / "batches" / "b1.requests.jsonl"
     assert token == "local:" + str(kept) and kept.is_file() and not path.exists()
     created = api.create(token, window="24h", metadata={})
     assert created.status == "in_progress" and created.output_file is None
@@ -350,6 +352,32 @@ def test_the_requests_are_kept_until_the_create_sends_them_inline(api, fake_prov
     assert [line.custom_id for line in lines] == [f"hb-j-b1-{i}" for i in range(3)]
     texts = [api.parse(line.data["response"]["body"], "claude-x").text for line in lines]
     assert texts == [expected_answer(f"row {i}") for i in range(3)]
+
+
+def test_the_create_reads_and_removes_only_a_requests_file_it_kept(api, fake_provider, tmp_path):
+    """The file's name comes from the store: whatever else a name there points at (a link to
+    another file, a FIFO, a file of another name or folder) is neither read, sent nor removed."""
+    from hermes_bulk.providers.batch_api import BatchAnswerInvalid
+
+    folder = tmp_path / "batches"
+    folder.mkdir()
+    secret = tmp_path / "secret.txt"
+    secret.write_text("sk-LEAKED-1234\n")
+    wrong = _requests_file(api, tmp_path, 2, "x.jsonl")  # a requests file of another name
+    elsewhere = tmp_path / "b9.requests.jsonl"
+    elsewhere.write_bytes(wrong.read_bytes())  # the right name outside a batches folder
+    link = folder / "b7.requests.jsonl"
+    link.symlink_to(secret)
+    fifo = folder / "b8.requests.jsonl"
+    os.mkfifo(fifo)
+    for path in (wrong, elsewhere, link, fifo, folder / "b6.requests.jsonl", folder):
+        with pytest.raises(BatchAnswerInvalid, match="not on this machine"):
+            api.create(f"local:{path}", window="24h", metadata={})
+    assert fake_provider.batches.created == [], "nothing sent"
+    assert wrong.exists() and elsewhere.exists() and link.is_symlink() and fifo.exists()
+    assert secret.read_text() == "sk-LEAKED-1234\n"
+    kept = api.upload(_requests_file(api, tmp_path, 2))
+    assert api.create(kept, window="24h", metadata={}).id == fake_provider.batches.created[0]
 
 
 def test_a_cancelled_message_batch_reads_as_cancelled(api, fake_provider, tmp_path):

@@ -29,8 +29,10 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..store.protocol import BatchRecord
 from . import anthropic
@@ -55,6 +57,8 @@ log = logging.getLogger("hermes_bulk.providers.message_batches")
 #: Batches asked for per page when looking for an unrecorded one (the API allows 1,000).
 FIND_PAGE_SIZE = 100
 LOCAL = "local:"
+#: How the requests file of a batch not yet created is named (in the job's batches folder).
+KEPT_SUFFIX = ".requests.jsonl"
 PROCESSING = frozenset({"in_progress", "canceling", "ended"})
 COUNTS = ("succeeded", "errored", "canceled", "expired", "processing")
 #: The HTTP status each error type of a batch result stands for (as the live API answers it).
@@ -89,18 +93,19 @@ class MessageBatchApi(BatchApi):
         return anthropic.parse_message(body, endpoint=self.endpoint, model=model)
 
     def upload(self, path: Path) -> str:
-        kept = path.with_name(path.stem + ".requests.jsonl")
+        kept = path.with_name(path.stem + KEPT_SUFFIX)
         path.replace(kept)
         return LOCAL + str(kept)
 
     def create(self, input_file: str, *, window: str, metadata: dict[str, str]) -> RemoteBatch:
         kept = Path(input_file.removeprefix(LOCAL)) if input_file.startswith(LOCAL) else None
-        if kept is None or not kept.is_file():
+        handle = _open_kept(kept) if kept is not None else None
+        if kept is None or handle is None:
             raise BatchAnswerInvalid(
                 "the batch's requests are not on this machine (it was opened by a worker on "
                 "another one); it is given up and its items go to a later batch"
             )
-        with kept.open("rb") as handle:  # closed here: a file left to the collector warns
+        with handle:  # closed here: a file left to the collector warns
             lines = [line.rstrip(b"\n") for line in handle if line.strip()]
         body = b'{"requests":[' + b",".join(lines) + b"]}"
         created = message_batch(
@@ -172,6 +177,24 @@ class MessageBatchApi(BatchApi):
     @staticmethod
     def _read_line(raw: bytes, *, overlong: bool, max_bytes: int) -> FileLine:
         return read_result(raw, overlong=overlong, max_bytes=max_bytes)
+
+
+def _open_kept(path: Path) -> BinaryIO | None:
+    """The requests file `upload` kept, opened for reading; None for anything else at that name.
+    The name comes from the store, so it is checked before the file is read and then removed:
+    a regular file of this user (not a link, FIFO or device), named `*.requests.jsonl`, in a
+    job's `batches` folder."""
+    if not path.name.endswith(KEPT_SUFFIX) or path.parent.name != "batches":
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    meta = os.fstat(fd)
+    if not stat.S_ISREG(meta.st_mode) or meta.st_uid != os.geteuid():
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
 
 
 def message_batch(data: object, *, expect_id: str | None = None) -> RemoteBatch:
