@@ -339,6 +339,15 @@ def cli(env, tmp_path) -> Iterator[Cli]:
 
 
 @pytest.fixture(autouse=True)
+def _first_answers_of_a_fresh_process(monkeypatch):
+    """Each test runs its in-process workers as a fresh process would: their first request to a
+    key goes alone (pacing.FIRST_ANSWERS), whatever tests before it in this process sent."""
+    from hermes_bulk.providers import pacing
+
+    monkeypatch.setattr(pacing, "FIRST_ANSWERS", pacing.FirstAnswers())
+
+
+@pytest.fixture(autouse=True)
 def _collect_after_each_test():
     """HERMES_BULK_TEST_GC=1: collect garbage at the end of every test, so an object it left
     unclosed (a socket, a file) warns in that test rather than in whichever test the collector

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hermes_bulk.providers import rate_headers
+from hermes_bulk.providers import pacing, rate_headers
 from hermes_bulk.providers.pacing import ProviderGate
 from hermes_bulk.providers.rate_headers import RateHeaders, Window, go_duration_s
 
@@ -183,3 +183,80 @@ def test_a_reset_is_taken_up_to_a_day_and_64_characters():
     assert reset("0" * 62 + "1s") == 1.0 and reset("0" * 63 + "1s") is None
     with pytest.raises(AttributeError):
         Window(1, 1).limit = 2  # type: ignore[misc]
+
+
+def test_a_workers_first_request_goes_alone_and_its_429_teaches_nothing(settings, monkeypatch):
+    """Against the real shared limiter (SQLite): before the key's first answer in this process,
+    one gate's request goes and the others wait for its answer; a 429 to that lone request is a
+    wait that halves no rate (the epoch stays), where the next 429 does halve it."""
+    import threading
+
+    from hermes_bulk.fleet.broker import open_backend
+
+    backend = open_backend(settings)
+
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        time.sleep(seconds)
+
+    def gate() -> ProviderGate:
+        return ProviderGate(
+            backend.limits, "p:first", rpm=None, tpm=None, sleep=sleep, announced=lambda: None
+        )
+
+    first, second = gate(), gate()
+    first.wait_for_turn(10)
+    waiting, waited = threading.Event(), []
+    real_turn = pacing.FIRST_ANSWERS.turn
+
+    class Watched:  # the first answer's event, telling the test when it is waited on
+        def __init__(self, event: threading.Event) -> None:
+            self.event = event
+
+        def wait(self, timeout: float) -> bool:
+            waiting.set()
+            waited.append(self.event.wait(timeout))
+            return waited[-1]
+
+    def turn(key: str):
+        seen = real_turn(key)
+        return Watched(seen) if isinstance(seen, threading.Event) else seen
+
+    monkeypatch.setattr(pacing.FIRST_ANSWERS, "turn", turn)
+    monkeypatch.setattr(pacing, "FIRST_ANSWER_WAIT_S", 60.0)
+    answered = threading.Event()
+    went: list[bool] = []
+
+    def other() -> None:
+        second.wait_for_turn(10)
+        went.append(answered.is_set())
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    assert waiting.wait(10) and not second.first and first.first
+    answered.set()
+    first.rate_limited(0.2)  # the lone request's 429
+    thread.join(10)
+    assert went == [True] and waited == [True], "the other went only after the first's answer"
+    assert sum(slept) > 0.1 and second.epoch == 0, "it waited out the 429, and learnt nothing"
+    assert not first.first, "answered: the next request of that gate is like any other"
+    second.rate_limited(0.2)  # a 429 to a request among others: the rate is halved
+    third = gate()
+    third.wait_for_turn(10)
+    assert third.epoch == 1
+
+
+def test_a_first_request_that_fails_without_an_answer_lets_the_others_go(settings):
+    from hermes_bulk.fleet.broker import open_backend
+
+    backend = open_backend(settings)
+    first = ProviderGate(backend.limits, "p:fails", rpm=None, tpm=None, announced=lambda: None)
+    first.wait_for_turn(10)
+    first.answered()  # what the pipeline does whatever ended the attempt
+    started = time.monotonic()
+    ProviderGate(
+        backend.limits, "p:fails", rpm=None, tpm=None, announced=lambda: None
+    ).wait_for_turn(10)
+    assert time.monotonic() - started < 1, "not the FIRST_ANSWER_WAIT_S of a first still out"

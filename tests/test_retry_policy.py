@@ -332,10 +332,12 @@ def test_a_429_waits_its_retry_after_for_every_worker_and_uses_no_retry(
 def test_a_429_without_retry_after_waits_the_base_then_doubles(
     backend, client, clock, tmp_path, provider
 ):
+    """The process's first request to the key went alone: its 429 is a plain wait of the base,
+    teaching nothing; from the next 429 on the waits double."""
     job = make_job(backend.store, retries=1)
-    provider.configure(script=["429", "429", "ok"])
+    provider.configure(script=["429", "429", "429", "ok"])
     processor(backend, client, clock, tmp_path).handle(job, 0)
-    assert clock.sleeps == [5.0, 10.0]
+    assert clock.sleeps == [5.0, 5.0, 10.0]
     assert item(backend.store, job).status == COMPLETED
 
 

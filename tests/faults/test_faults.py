@@ -256,11 +256,13 @@ def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes
 ):
     # Sixteen requests in flight together, all answered 429 with no Retry-After: one shared
     # wait of 5 s. Each doubling it would have stalled every worker for the 2-minute cap.
+    # Before them the worker's first request, which goes alone: answered 429 too, its wait
+    # teaches nothing.
     on = (
         {} if backend == "sqlite" else {"HERMES_BULK_BACKEND": request.getfixturevalue("redis_url")}
     )
     src = jsonl(tmp_path / "items.jsonl", 32)
-    fake_provider.configure(latency_s=0.5, script=["429"] * 16)
+    fake_provider.configure(latency_s=0.5, script=["429"] * 17)
     job_id = cli.json(
         "create", "Process", "--over", str(src), "--concurrency", "16", "--json", **on
     )["job_id"]
@@ -268,9 +270,11 @@ def test_a_burst_of_429s_without_retry_after_waits_the_base_once_not_two_minutes
     done = cli.json("status", job_id, "--json", **on)
     assert (done["completed"], done["failed"]) == (32, 0)
     statuses = [r.status for r in fake_provider.requests]
-    assert statuses[:16] == [429] * 16 and 429 not in statuses[16:]
-    last_429 = fake_provider.requests[15].at
-    resumed = fake_provider.requests[16].at - last_429
+    assert statuses[:17] == [429] * 17 and 429 not in statuses[17:]
+    at = [r.at for r in fake_provider.requests]
+    assert min(at[1:]) - at[0] > 4, "the others after the lone request's own wait of 5 s"
+    assert max(at[1:17]) - min(at[1:17]) < 1, "then sixteen together"
+    resumed = at[17] - at[16]
     assert 4.0 < resumed < 12.0, (
         f"one wait of about 5 s (10 s if a late request was a new generation), got {resumed:.1f}"
     )
@@ -298,18 +302,34 @@ def test_a_limit_the_provider_announces_paces_the_job_before_any_429(
     cli.env["HERMES_BULK_PROVIDER"] = protocol
     src = jsonl(tmp_path / "items.jsonl", 120)
     fake_provider.configure(rate_per_s=20, latency_s=0.05)
-    # 16 threads start before any header is read, within the bucket of 20; then the headers
-    # pace them all at 20 a second.
+    # The first request goes alone; its answer's headers pace all 16 threads at 20 a second.
     job_id = cli.create("Process", src, "--concurrency", "16")
     started = time.time()
     cli("run", job_id, "--wait", timeout=300)
     elapsed = time.time() - started
     assert status(cli, job_id)["completed"] == 120
     codes = Counter(r.status for r in fake_provider.requests)
-    assert codes[429] <= 1, codes
+    assert codes[429] == 0, codes
     assert {r.protocol for r in fake_provider.requests} == {protocol}
     # A full bucket of 20 first, then 20 a second: about 5 s, and no slower than the limit's pace.
     assert 4.0 < elapsed < 15, elapsed
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_a_workers_first_request_goes_alone_and_the_rest_after_its_answer(
+    cli, tmp_path, fake_provider, protocol
+):
+    """Before the first answer no header has been read: 16 threads sending at once would empty a
+    bucket they have not seen. The first request goes alone; the others follow its answer."""
+    cli.env["HERMES_BULK_PROVIDER"] = protocol
+    src = jsonl(tmp_path / "items.jsonl", 20)
+    fake_provider.configure(latency_s=0.3)
+    job_id = cli.create("Process", src, "--concurrency", "16")
+    cli("run", job_id, "--wait", "-w", "16", timeout=120)
+    assert status(cli, job_id)["completed"] == 20
+    first, *rest = sorted(fake_provider.requests, key=lambda r: r.at)
+    assert all(r.at >= first.at + 0.3 for r in rest), "none sent before the first was answered"
+    assert max(r.at for r in rest) < first.at + 3, "the rest together, not one at a time"
 
 
 def test_without_pacing_a_provider_limit_is_met_by_shared_waits(cli, tmp_path, fake_provider):

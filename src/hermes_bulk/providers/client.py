@@ -252,9 +252,8 @@ class HttpModelClient:
 
     def announced(self) -> RateHeaders | None:
         """The latest answer's rate-limit headers, asked before each request's turn (pacing.
-        ProviderGate). Before the first answer there are none: a worker's threads start
-        unpaced (no slow start: a lone first request answered 429 would teach the adaptive rate
-        a rate of one request, docs/decisions.md)."""
+        ProviderGate). Before the first answer there are none: the process's first request to
+        the key goes alone and the others wait for its answer (pacing.FIRST_ANSWERS)."""
         return self.rate
 
     def parse(self, data: Any, max_tokens: int | None) -> Completion:

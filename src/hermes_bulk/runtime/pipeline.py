@@ -365,41 +365,44 @@ class ItemProcessor:
             text, spec.instruction, claim.job.output_allowance, spec.system
         )
         schema = json.loads(spec.schema) if spec.schema else None
-        while True:
-            gate.wait_for_turn(estimate)
-            held_s = self.request_gate.admit(claim.job)
-            if held_s > 0:
-                raise LongWait(
-                    held_s
-                )  # the budget window is spent: give the item back until it reopens
-            self.counters.add(requests=1)
-            attempt = self.breaker.attempt(client.provider_key)
-            try:
-                completion = self._call_once(claim, client, attempt, messages, schema)
-            except RateLimited as exc:
-                self.counters.add(rate_limit_waits=1)
-                until = gate.rate_limited(exc.retry_after_s)
-                waits = self.store.record_attempt(
-                    spec.job_id,
-                    claim.index,
-                    self.worker_id,
-                    ItemError(
-                        "RateLimitError",
-                        f"rate limited (HTTP 429); all workers wait until {_clock(until)}",
-                        429,
-                    ),
-                    rate_limited=True,
-                )
-                if waits < 0:
-                    raise _LostClaim() from None
-                if spec.retries == 0 or waits >= MAX_RATE_LIMIT_WAITS:
-                    raise RateLimited(
-                        f"rate limited (HTTP 429) {count(waits, 'time')} in a row; run retry "
-                        "later or lower --concurrency"
-                    ) from None
-                continue
-            gate.succeeded(estimate)
-            return structured(completion, spec.schema) if spec.schema else completion
+        try:
+            while True:
+                gate.wait_for_turn(estimate)
+                held_s = self.request_gate.admit(claim.job)
+                if held_s > 0:
+                    raise LongWait(
+                        held_s
+                    )  # the budget window is spent: give the item back until it reopens
+                self.counters.add(requests=1)
+                attempt = self.breaker.attempt(client.provider_key)
+                try:
+                    completion = self._call_once(claim, client, attempt, messages, schema)
+                except RateLimited as exc:
+                    self.counters.add(rate_limit_waits=1)
+                    until = gate.rate_limited(exc.retry_after_s)
+                    waits = self.store.record_attempt(
+                        spec.job_id,
+                        claim.index,
+                        self.worker_id,
+                        ItemError(
+                            "RateLimitError",
+                            f"rate limited (HTTP 429); all workers wait until {_clock(until)}",
+                            429,
+                        ),
+                        rate_limited=True,
+                    )
+                    if waits < 0:
+                        raise _LostClaim() from None
+                    if spec.retries == 0 or waits >= MAX_RATE_LIMIT_WAITS:
+                        raise RateLimited(
+                            f"rate limited (HTTP 429) {count(waits, 'time')} in a row; run retry "
+                            "later or lower --concurrency"
+                        ) from None
+                    continue
+                gate.succeeded(estimate)
+                return structured(completion, spec.schema) if spec.schema else completion
+        finally:
+            gate.answered()  # a first request that failed otherwise lets the others go too
 
     def _call_once(
         self, claim: Claim, client: ModelClient, attempt, messages, schema
