@@ -68,3 +68,57 @@ def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_end
     ]
     assert [r["result"] for r in rows] == [expected_answer(json.dumps({"n": i})) for i in range(20)]
     assert len(hermes_provider.batches.created) == before + 1 and hermes_provider.requests == []
+
+
+def test_a_claude_users_batch_job_goes_to_message_batches_through_a_worker_set_for_anthropic(
+    gateway, hermes_home, hermes_provider, redis_url, tmp_path
+):
+    """Hermes' own model is Claude's: `/bulk … --batch` makes a Claude batch job, says which
+    worker serves it, and a worker set for Anthropic runs it through Message Batches."""
+    config_set(hermes_home, "plugins.entries.bulk.settings.backend", redis_url)
+    config_set(hermes_home, "model.provider", "anthropic")
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(12)))
+    gw = gateway()
+    created = gw.bulk(f'"Summarise" --over {src} --batch --fresh --poll 1')
+    job = job_id_of(created)
+    unwrapped = " ".join(created.split())
+    assert "start one where HERMES_BULK_PROVIDER=anthropic and ANTHROPIC_API_KEY are set" in (
+        unwrapped
+    ), unwrapped
+    gw.bulk(f"run {job}")
+    gw.close()
+
+    env = clean_env(
+        hermes_home,
+        HERMES_BULK_BACKEND=redis_url,
+        HERMES_BULK_HOME=str(tmp_path / "worker-data"),
+        HERMES_BULK_BASE_URL=hermes_provider.base_url,
+        HERMES_BULK_PROVIDER="anthropic",
+        HERMES_BULK_API_KEY="sk-ant-worker-own",
+        HERMES_BULK_BATCH_POLL_SECONDS="0.1",
+    )
+    assert json.loads(bulk_cli(env, "status", job, "--json").stdout)["protocol"] == "anthropic"
+    before = len(hermes_provider.batches.created)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "hermes_bulk", "worker", "-l", str(tmp_path / "w.log")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(
+            lambda: (
+                json.loads(bulk_cli(env, "status", job, "--json").stdout)["state"] == "completed"
+            ),
+            timeout=120,
+            interval=0.3,
+            message="the Claude batch job to complete",
+        )
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+    created_now = hermes_provider.batches.created[before:]
+    assert len(created_now) == 1 and created_now[0].startswith("msgbatch_"), created_now
+    assert {r.protocol for r in hermes_provider.batches.lines} == {"anthropic"}
+    assert hermes_provider.requests == [], "no live call: Hermes' model was not asked"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.provider import ANTHROPIC
 from ..errors import UsageError
 from ..jobs import hints
 from ..jobs.service import Jobs, JobStatus, Plan
@@ -159,19 +160,23 @@ def create(
         return Reply(views.plan_text(created, full=full), created)
     text = views.created_text(created, f"{place.cmd} run")
     if created.job.spec.mode == "batch":
-        text += "\n" + _batch_note(jobs)
+        text += "\n" + _batch_note(jobs, created.job.spec.protocol)
     return Reply(text, created)
 
 
-def _batch_note(jobs: Jobs) -> str:
+def _batch_note(jobs: Jobs, protocol: str) -> str:
     """Who runs a batch job: a hermes-bulk worker with its own endpoint (Hermes' model has no batch
-    call)."""
+    call), one that speaks the job's protocol."""
     live = len(jobs.liveness.live_worker_ids())
+    where = (
+        "HERMES_BULK_PROVIDER=anthropic and ANTHROPIC_API_KEY are"
+        if protocol == ANTHROPIC
+        else "HERMES_BULK_BASE_URL and the key are"
+    )
     who = (
         f"{count(live, 'worker')} running now."
         if live
-        else "No worker is running now: start one where HERMES_BULK_BASE_URL and the key are "
-        "set: hermes-bulk worker"
+        else f"No worker is running now: start one where {where} set: hermes-bulk worker"
     )
     return (
         "It runs through the provider's Batch API (about half the price; answers within the batch "
@@ -207,7 +212,7 @@ def run(
     if job.spec.mode == "batch" and not wait:
         return Reply(
             f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
-            f"{_batch_note(jobs)}{place.next_step_sep}{check}",
+            f"{_batch_note(jobs, job.spec.protocol)}{place.next_step_sep}{check}",
             job,
         )
     if not place.processes_here:

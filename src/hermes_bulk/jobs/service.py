@@ -399,6 +399,7 @@ class Jobs:
         batch: bool = False,
         batch_deadline_s: float | None = None,
         bind_endpoint: bool = True,
+        protocol: str | None = None,
         temperature: float | None = None,
         max_output_tokens: int | None = None,
         system: str | None = None,
@@ -411,7 +412,8 @@ class Jobs:
         dry_run, only discover them: the Plan (first request, count, estimate), nothing written.
         batch: the job runs through the provider's Batch API (runtime/batch_driver.py), with the
         rest left live after batch_deadline_s. bind_endpoint=False: any worker's endpoint serves the
-        job (a `/bulk … --batch` job, made where no endpoint of its own is configured).
+        job (a `/bulk … --batch` job, made where no endpoint of its own is configured), one that
+        speaks `protocol` (by default this process's endpoint's).
         temperature, max_output_tokens (else the setting), system and options (`-o KEY=VALUE`
         texts): what every request carries besides the item (jobs/model_options.py). template
         or fields (`a,b`): what of each CSV row or JSON record is sent (jobs/templates.py); an
@@ -475,7 +477,9 @@ class Jobs:
             batch_deadline_s=batch_deadline_s,
             endpoint=endpoint,
             key_fingerprint=key_fp,
-            protocol=own.protocol if client == "http" else OPENAI,
+            protocol=(protocol if protocol and not bind_endpoint else own.protocol)
+            if client == "http"
+            else OPENAI,
             system=system,
             options=request_options,
             batch_poll_s=batch_poll_s,

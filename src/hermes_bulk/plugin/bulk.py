@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..config.provider import ANTHROPIC
 from ..config.settings import Settings, load_settings
 from ..errors import HermesBulkError, InvalidTransition
 from ..fleet.broker import open_backend
@@ -340,13 +341,22 @@ class _Session(replies.Place):
         if batch:  # a batch job: a hermes-bulk worker's endpoint (ctx.llm has no batch call)
             return {
                 "model": model.model or None,
-                "bind_endpoint": False,
-            }  # whichever worker's it is
+                "bind_endpoint": False,  # whichever worker's it is,
+                "protocol": self.batch_protocol(model),  # as long as it speaks this protocol
+            }
         return {
             "client": hermes.CLIENT,
             "provider": model.provider_key,
             "model": model.model or None,
         }
+
+    def batch_protocol(self, model: hermes.HermesModel) -> str | None:
+        """The API a `/bulk … --batch` job's workers speak: the one the plugin's settings choose
+        (provider, or a base URL), else Claude's when Hermes' own model is Anthropic's (a
+        Claude user's batch goes to Message Batches), else the default's."""
+        if self.settings.provider or self.settings.base_url:
+            return None
+        return ANTHROPIC if model.provider == ANTHROPIC else None
 
     def tokens_source(self, job: JobRecord) -> str:
         return "Hermes" if job.spec.client == hermes.CLIENT else "the provider"

@@ -402,9 +402,7 @@ class BatchApi:
         except httpx.TimeoutException:
             raise BatchFileUnreadable(f"reading {what} timed out") from None
         except httpx.TransportError as exc:
-            raise BatchFileUnreadable(
-                f"reading {what} broke off ({type(exc).__name__})"
-            ) from None
+            raise BatchFileUnreadable(f"reading {what} broke off ({type(exc).__name__})") from None
 
     def _content_path(self, file_id: str) -> str:
         """Where an output or error file is read."""
