@@ -260,3 +260,31 @@ def test_a_first_request_that_fails_without_an_answer_lets_the_others_go(setting
         backend.limits, "p:fails", rpm=None, tpm=None, announced=lambda: None
     ).wait_for_turn(10)
     assert time.monotonic() - started < 1, "not the FIRST_ANSWER_WAIT_S of a first still out"
+
+
+def test_a_hold_after_a_halving_halves_nothing_more(settings):
+    """The hold's epoch is one no grant carries: even after a 429 has halved the rate once
+    (epoch 1), a hold leaves the count of decreases where it was."""
+    from hermes_bulk.fleet.broker import open_backend
+
+    backend = open_backend(settings)
+    gate = ProviderGate(backend.limits, "p:halved", rpm=None, tpm=None)
+    gate.wait_for_turn(10)
+    gate.rate_limited(0.05)  # the first 429 of its generation: decreases 0 -> 1
+    gate.hold(0.05)
+    after = ProviderGate(backend.limits, "p:halved", rpm=None, tpm=None)
+    after.wait_for_turn(10, max_block_s=60)  # the turn after both waits: its count of decreases
+    assert after.epoch == 1
+
+
+def test_each_endpoint_and_key_is_a_quota_of_its_own():
+    from hermes_bulk.providers.pacing import provider_key
+
+    one = provider_key("https://api.example/v1/", "sk-a")
+    assert one == provider_key("https://api.example/v1", "sk-a"), "a trailing slash is the same"
+    assert one != provider_key("https://api.example/v1", "sk-b")
+    assert one != provider_key("https://other.example/v1", "sk-a")
+    assert provider_key("https://api.example/v1", None) == provider_key(
+        "https://api.example/v1", ""
+    )
+    assert one.startswith("p:") and len(one) == 22
