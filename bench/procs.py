@@ -275,6 +275,20 @@ class HermesEnv:
             stderr=subprocess.DEVNULL,
         )
 
+    def drive_pool(self, base_url: str, source: Path, threads: int, client: str = "hermes") -> dict:
+        """The bare thread pool (bench.drive pool) making the calls a job's items would."""
+        return self.drive(
+            "pool",
+            "--base-url",
+            base_url,
+            "--source",
+            str(source),
+            "--threads",
+            str(threads),
+            "--client",
+            client,
+        )
+
     def drive(self, *args: str, timeout: float = 3600) -> dict:
         """`python -m bench.drive ARGS` in this environment; its JSON answer."""
         m = run_measured([PY, "-m", "bench.drive", *args], self.env(), timeout=timeout)

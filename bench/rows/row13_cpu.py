@@ -37,17 +37,7 @@ def run(ctx: Context) -> RowResult:
                     name = f"{side}-{threads}-{r}"
                     if side == "pool":
                         env = HermesEnv(ctx.dir(name), backend=None, base_url=provider.base_url)
-                        out = env.drive(
-                            "pool",
-                            "--base-url",
-                            provider.base_url,
-                            "--source",
-                            str(src),
-                            "--threads",
-                            str(threads),
-                            "--client",
-                            "hermes",
-                        )
+                        out = env.drive_pool(provider.base_url, src, threads)
                     else:
                         env = HermesEnv(
                             ctx.dir(name),

@@ -32,17 +32,8 @@ def run(ctx: Context) -> RowResult:
                 cpu0 = provider.cpu_seconds()
                 if side in ("pool", "shared"):
                     env = HermesEnv(ctx.dir(f"{side}{r}"), backend=None, base_url=provider.base_url)
-                    out = env.drive(
-                        "pool",
-                        "--base-url",
-                        provider.base_url,
-                        "--source",
-                        str(src),
-                        "--threads",
-                        str(threads),
-                        "--client",
-                        "hermes" if side == "pool" else "shared",
-                    )
+                    client = "hermes" if side == "pool" else "shared"
+                    out = env.drive_pool(provider.base_url, src, threads, client)
                 else:
                     backend = ctx.redis_url() if side == "redis" else None
                     env = HermesEnv(

@@ -16,6 +16,28 @@ from .conftest import clean_env, config_set, job_id_of
 from .test_fleet_worker import bulk_cli
 
 
+def _worker_completes(env: dict[str, str], job: str, tmp_path: Path) -> None:
+    """A hermes-bulk worker with env's own endpoint runs until the job has completed."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "hermes_bulk", "worker", "-l", str(tmp_path / "w.log")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(
+            lambda: (
+                json.loads(bulk_cli(env, "status", job, "--json").stdout)["state"] == "completed"
+            ),
+            timeout=120,
+            interval=0.3,
+            message=f"batch job {job} to complete",
+        )
+    finally:
+        worker.send_signal(signal.SIGINT)
+        worker.wait(60)
+
+
 def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_endpoint_does(
     gateway, hermes_home, hermes_provider, redis_url, tmp_path
 ):
@@ -42,24 +64,7 @@ def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_end
         HERMES_BULK_API_KEY="sk-worker-own",
         HERMES_BULK_BATCH_POLL_SECONDS="0.1",
     )
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "hermes_bulk", "worker", "-l", str(tmp_path / "w.log")],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(
-            lambda: (
-                json.loads(bulk_cli(env, "status", job, "--json").stdout)["state"] == "completed"
-            ),
-            timeout=120,
-            interval=0.3,
-            message="the batch job to complete",
-        )
-    finally:
-        worker.send_signal(signal.SIGINT)
-        worker.wait(60)
+    _worker_completes(env, job, tmp_path)
     rows = [
         json.loads(line)
         for line in Path(bulk_cli(env, "export", job, "--format", "jsonl").stdout.strip())
@@ -100,24 +105,7 @@ def test_a_claude_users_batch_job_goes_to_message_batches_through_a_worker_set_f
     )
     assert json.loads(bulk_cli(env, "status", job, "--json").stdout)["protocol"] == "anthropic"
     before = len(hermes_provider.batches.created)
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "hermes_bulk", "worker", "-l", str(tmp_path / "w.log")],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for(
-            lambda: (
-                json.loads(bulk_cli(env, "status", job, "--json").stdout)["state"] == "completed"
-            ),
-            timeout=120,
-            interval=0.3,
-            message="the Claude batch job to complete",
-        )
-    finally:
-        worker.send_signal(signal.SIGINT)
-        worker.wait(60)
+    _worker_completes(env, job, tmp_path)
     created_now = hermes_provider.batches.created[before:]
     assert len(created_now) == 1 and created_now[0].startswith("msgbatch_"), created_now
     assert {r.protocol for r in hermes_provider.batches.lines} == {"anthropic"}
