@@ -156,17 +156,10 @@ def read_line(
     """A line as read (the start only, when overlong), checked for the shape OpenAI writes:
     an object with a string custom_id, a `response` (null or an object with an integer
     status_code and, for 200, an object body) and an `error` (null or an object)."""
-    if overlong:
-        return FileLine(_sniff_custom_id(raw), problem=f"a line longer than {max_bytes} bytes")
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return FileLine(_sniff_custom_id(raw), problem="a line that is not JSON")
-    if not isinstance(data, dict):
-        return FileLine(None, problem="a line that is not a JSON object")
-    custom_id = data.get("custom_id")
-    if not isinstance(custom_id, str):
-        return FileLine(None, problem="a line without a custom_id")
+    bound = bound_object(raw, overlong=overlong, max_bytes=max_bytes)
+    if isinstance(bound, FileLine):
+        return bound
+    custom_id, data = bound
     response, error = data.get("response"), data.get("error")
     if response is not None and not isinstance(response, dict):
         return FileLine(custom_id, problem="a line whose response is not an object")
@@ -181,6 +174,25 @@ def read_line(
         if status == 200 and not isinstance(response.get("body"), dict):
             return FileLine(custom_id, problem="a line whose answer body is not an object")
     return FileLine(custom_id, data=data)
+
+
+def bound_object(
+    raw: bytes, *, overlong: bool, max_bytes: int
+) -> tuple[str, dict[str, Any]] | FileLine:
+    """What every result line must be, on either provider: (its custom_id, the JSON object);
+    else the problem line (bound to a custom_id where one can be read at its start)."""
+    if overlong:
+        return FileLine(_sniff_custom_id(raw), problem=f"a line longer than {max_bytes} bytes")
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return FileLine(_sniff_custom_id(raw), problem="a line that is not JSON")
+    if not isinstance(data, dict):
+        return FileLine(None, problem="a line that is not a JSON object")
+    custom_id = data.get("custom_id")
+    if not isinstance(custom_id, str):
+        return FileLine(None, problem="a line without a custom_id")
+    return custom_id, data
 
 
 def _sniff_custom_id(head: bytes) -> str | None:

@@ -27,7 +27,6 @@ exactly as an OpenAI one: the same leases, bound custom_ids, strikes, cancels an
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import os
 import stat
@@ -45,7 +44,7 @@ from .batch_api import (
     RemoteBatch,
     _count,
     _remote_id,
-    _sniff_custom_id,
+    bound_object,
     checked_id,
 )
 from .client import Completion
@@ -258,17 +257,10 @@ def read_result(
     `{"custom_id", "result": {"type": "succeeded", "message": {…}}}` is a 200 with the message as
     its body; `errored` is the status of its error type (500 when unknown); `canceled` and
     `expired` are the batch's end (`batch_cancelled`, `batch_expired`)."""
-    if overlong:
-        return FileLine(_sniff_custom_id(raw), problem=f"a line longer than {max_bytes} bytes")
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return FileLine(_sniff_custom_id(raw), problem="a line that is not JSON")
-    if not isinstance(data, dict):
-        return FileLine(None, problem="a line that is not a JSON object")
-    custom_id = data.get("custom_id")
-    if not isinstance(custom_id, str):
-        return FileLine(None, problem="a line without a custom_id")
+    bound = bound_object(raw, overlong=overlong, max_bytes=max_bytes)
+    if isinstance(bound, FileLine):
+        return bound
+    custom_id, data = bound
     result = data.get("result")
     kind = result.get("type") if isinstance(result, dict) else None
     if kind == "succeeded":
@@ -302,8 +294,3 @@ def read_result(
             custom_id, data={"custom_id": custom_id, "response": None, "error": {"code": code}}
         )
     return FileLine(custom_id, problem="a line whose result is of no known type")
-
-
-def _line(custom_id: str, response: dict | None, error: dict | None = None) -> FileLine:
-    """The FileLine an OpenAI output or error line with these would be."""
-    return FileLine(custom_id, data={"custom_id": custom_id, "response": response, "error": error})

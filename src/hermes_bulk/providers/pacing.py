@@ -44,6 +44,9 @@ class FirstAnswers:
     def turn(self, key: str) -> bool | threading.Event:
         """True when the caller's request is the key's first (it must call `answered`), False
         when an answer has come, else the event to wait on for the first answer."""
+        event = self._answered.get(key)  # every request asks: once answered, no lock is taken
+        if event is not None and event.is_set():
+            return False
         with self._lock:
             event = self._answered.get(key)
             if event is None:
