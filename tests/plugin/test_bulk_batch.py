@@ -16,6 +16,22 @@ from .conftest import clean_env, config_set, job_id_of
 from .test_fleet_worker import bulk_cli
 
 
+def _worker_env(
+    home: Path, redis_url: str, tmp_path: Path, base_url: str, api_key: str, **settings: str
+) -> dict[str, str]:
+    """A hermes-bulk worker's environment beside the Hermes home: the same Redis, a data
+    directory of its own, and its own endpoint and key."""
+    return clean_env(
+        home,
+        HERMES_BULK_BACKEND=redis_url,
+        HERMES_BULK_HOME=str(tmp_path / "worker-data"),
+        HERMES_BULK_BASE_URL=base_url,
+        HERMES_BULK_API_KEY=api_key,
+        HERMES_BULK_BATCH_POLL_SECONDS="0.1",
+        **settings,
+    )
+
+
 def _worker_completes(env: dict[str, str], job: str, tmp_path: Path) -> None:
     """A hermes-bulk worker with env's own endpoint runs until the job has completed."""
     worker = subprocess.Popen(
@@ -56,14 +72,7 @@ def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_end
     assert f"Job {job} is running: 20 items pending." in ran and "Batch API" in ran
     gw.close()
 
-    env = clean_env(
-        hermes_home,
-        HERMES_BULK_BACKEND=redis_url,
-        HERMES_BULK_HOME=str(tmp_path / "worker-data"),
-        HERMES_BULK_BASE_URL=hermes_provider.base_url,
-        HERMES_BULK_API_KEY="sk-worker-own",
-        HERMES_BULK_BATCH_POLL_SECONDS="0.1",
-    )
+    env = _worker_env(hermes_home, redis_url, tmp_path, hermes_provider.base_url, "sk-worker-own")
     _worker_completes(env, job, tmp_path)
     rows = [
         json.loads(line)
@@ -94,14 +103,13 @@ def test_a_claude_users_batch_job_goes_to_message_batches_through_a_worker_set_f
     gw.bulk(f"run {job}")
     gw.close()
 
-    env = clean_env(
+    env = _worker_env(
         hermes_home,
-        HERMES_BULK_BACKEND=redis_url,
-        HERMES_BULK_HOME=str(tmp_path / "worker-data"),
-        HERMES_BULK_BASE_URL=hermes_provider.base_url,
+        redis_url,
+        tmp_path,
+        hermes_provider.base_url,
+        "sk-ant-worker-own",
         HERMES_BULK_PROVIDER="anthropic",
-        HERMES_BULK_API_KEY="sk-ant-worker-own",
-        HERMES_BULK_BATCH_POLL_SECONDS="0.1",
     )
     assert json.loads(bulk_cli(env, "status", job, "--json").stdout)["protocol"] == "anthropic"
     before = len(hermes_provider.batches.created)
