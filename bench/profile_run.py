@@ -61,7 +61,7 @@ def main() -> None:
     )
     job = json.loads(created.stdout)["job_id"]
     samples = data / "samples.txt"
-    spy_args = ["record", "--format", "raw", "-r", "200", "-o", str(samples)]
+    spy_args = ["record", "--format", "raw", "-r", os.environ.get("PROFILE_HZ", "200"), "-o", str(samples)]
     try:
         subprocess.run(
             [spy, *spy_args, *(["--gil"] if args.gil else []), "--", *hb, "run", job, "--wait"]
@@ -86,7 +86,7 @@ def main() -> None:
         print(f"  {100 * n / total:5.1f} %  {frame}")
     print("hermes-bulk frames, inclusive:")
     ours = [(f, n) for f, n in inclusive.most_common() if "hermes_bulk" in f]
-    for frame, n in ours[:20]:
+    for frame, n in ours[:40]:
         print(f"  {100 * n / total:5.1f} %  {frame}")
     shutil.rmtree(data, ignore_errors=True)
 

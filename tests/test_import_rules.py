@@ -6,7 +6,7 @@
 - Owners: each heavy library has the modules that may import it (THIRD_PARTY); everything else
   reaches it through them, so the backends, the HTTP client and the terminal stay swappable.
 - Start-up: `hermes_bulk.frontends.cli` loads none of them until a command needs one (`path`, `list`
-  and `status` start without huey, redis, httpx, tenacity, rich, the dashboard's starlette
+  and `status` start without huey, redis, httpx, urllib3, tenacity, rich, the dashboard's starlette
   and uvicorn, which only `dashboard` loads, or pydantic: their settings are read by
   quick_settings when the environment leaves no doubt).
 Hermes' own modules have their fence: tests/plugin/test_boundaries.py.
@@ -143,12 +143,13 @@ THIRD_PARTY: dict[str, set[str]] = {
         "budget/redis_ledger.py",
     },
     "httpx": {
-        "providers/client.py",
+        "providers/transport.py",  # its certificate store only (create_ssl_context)
         "providers/batch_api.py",
         "providers/message_batches.py",
         "providers/doctor.py",
         "plugin/hermes.py",
     },
+    "urllib3": {"providers/transport.py"},
     "zstandard": {"store/compression.py"},
     "jsonschema": {"providers/answers.py"},
     "referencing": {"providers/answers.py"},
@@ -417,6 +418,7 @@ def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
         "huey",
         "redis",
         "httpx",
+        "urllib3",
         "tenacity",
         "rich",
         "starlette",

@@ -8,9 +8,9 @@ cached, `--schema` as one tool with that `input_schema` and a forced `tool_choic
 (`client.classify_status`: 429 with Retry-After, 529 "overloaded" and 5xx transient, 400/401/
 403/404 permanent); provider text goes to the log only.
 
-httpx directly, not the `anthropic` SDK: the SDK took 1.4-1.9 s to import here (2.17.0, with
-pydantic, opentelemetry and its own HTTP stack) against 0.2 s for httpx, which every worker loads
-already, and a per-thread kept-alive connection is what the OpenAI client does too. The tests
+Its own client, not the `anthropic` SDK: the SDK took 1.4-1.9 s to import here (2.17.0, with
+pydantic, opentelemetry and its own HTTP stack), and it sends on the same per-thread kept-alive
+connection as the OpenAI client (transport.JsonPoster). The tests
 run the SDK against the loopback provider, so the fake stays true to the real client.
 
 Nothing the provider answers is trusted: `parse_message` reads a Messages answer (a live
@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import InvalidAnswer, PermanentModelError, TransientModelError
 from ..store.protocol import Usage
 from . import answers
-from .client import Completion, HttpModelClient, endpoint_url, token_count, truncated
+from .client import Completion, HttpModelClient, token_count, truncated
 
 log = logging.getLogger("hermes_bulk.providers.anthropic")
 
@@ -108,10 +108,10 @@ def messages_body(
 class AnthropicModelClient(HttpModelClient):
     """The Messages API over HTTP (`POST {base_url}/messages`; base_url ends in /v1)."""
 
-    def __init__(self, *, base_url: str, api_key: str | None, **kw: Any) -> None:
-        super().__init__(base_url=base_url, api_key=api_key, **kw)
-        self._chat_url = endpoint_url(self.base_url, "messages")
-        self._headers = auth_headers(api_key)
+    PATH = "messages"
+
+    def request_headers(self, api_key: str | None) -> dict[str, str]:
+        return auth_headers(api_key)
 
     def request_body(self, messages, *, max_tokens, json_schema=None, options=None):
         return messages_body(

@@ -12,16 +12,12 @@ import datetime
 import email.utils
 import json
 import logging
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from ..errors import (
-    EndpointUnreachable,
     InvalidAnswer,
     ModelError,
     PermanentModelError,
@@ -34,6 +30,7 @@ from ..store.protocol import MAX_USAGE_TOKENS, Usage
 from . import answers, rate_headers
 from .pacing import provider_key
 from .rate_headers import RateHeaders
+from .transport import JsonPoster
 
 log = logging.getLogger("hermes_bulk.providers.client")
 
@@ -141,13 +138,12 @@ def classify_status(
 
 
 class HttpModelClient:
-    """OpenAI-compatible chat completions over HTTP, one kept-alive connection per worker thread.
+    """OpenAI-compatible chat completions over HTTP, one kept-alive connection per worker thread
+    (transport.JsonPoster). A subclass speaks another protocol by its PATH, request headers,
+    request body and parse (anthropic.AnthropicModelClient)."""
 
-    Each thread has an httpx.Client of its own with one connection (all sharing one TLS
-    context, which is slow to build): one shared pool of N connections scans all N on every
-    request and every release, which at 64 threads took a fifth of a worker's CPU (benchmarks,
-    row 2). At most max_connections requests are in flight at once, as before.
-    """
+    #: Where requests go, below base_url.
+    PATH = "chat/completions"
 
     def __init__(
         self,
@@ -161,32 +157,21 @@ class HttpModelClient:
         self.base_url = base_url.rstrip("/")
         #: The endpoint as logged and stored with each result: no password, no secret query values.
         self.endpoint = public_url(self.base_url)
-        self._chat_url = endpoint_url(self.base_url, "chat/completions")
+        self._chat_url = endpoint_url(self.base_url, self.PATH)
         self.model = model
         self.provider_key = provider_key(self.base_url, api_key)
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
-        self._ssl = httpx.create_ssl_context()
-        self._slots = threading.BoundedSemaphore(max_connections)
-        self._local = threading.local()
-        self._clients: list[httpx.Client] = []
-        self._lock = threading.Lock()
+        self._poster = JsonPoster(
+            self._chat_url,
+            endpoint=self.endpoint,
+            headers=self.request_headers(api_key),
+            timeout_s=timeout_s,
+            max_connections=max_connections,
+        )
         self.rate: RateHeaders | None = None
 
-    @property
-    def _http(self) -> httpx.Client:
-        """This thread's client."""
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = httpx.Client(
-                headers=self._headers,
-                timeout=self._timeout,
-                verify=self._ssl,
-                limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
-            )
-            with self._lock:
-                self._clients.append(client)
-        return client
+    def request_headers(self, api_key: str | None) -> dict[str, str]:
+        """What every request carries besides its JSON body: the key."""
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
     def request_body(
         self, messages, *, max_tokens, json_schema=None, options=None
@@ -205,32 +190,21 @@ class HttpModelClient:
         body = self.request_body(
             messages, max_tokens=max_tokens, json_schema=json_schema, options=options
         )
-        try:
-            with self._slots, self._http.stream("POST", self._chat_url, json=body) as response:
-                limit = MAX_ANSWER_BYTES if response.status_code == 200 else MAX_ERROR_BYTES
-                raw, whole = _read_bounded(response, limit)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
-            # Before the other timeouts: no connection means nothing reached the endpoint.
-            log.warning("cannot connect to %s: %r", self.endpoint, exc)
-            raise EndpointUnreachable(
-                f"cannot connect to {self.endpoint} ({type(exc).__name__})"
-            ) from None
-        except httpx.TimeoutException:
-            raise TransientModelError("the request timed out") from None
-        except httpx.TransportError as exc:  # a dropped connection, a body that is not valid gzip …
-            log.warning("connection error talking to %s: %r", self.endpoint, exc)
-            raise TransientModelError(f"connection error ({type(exc).__name__})") from None
+        response = self._poster.post(
+            body, limit=lambda status: MAX_ANSWER_BYTES if status == 200 else MAX_ERROR_BYTES
+        )
+        raw, whole = response.body, response.whole
         seen = rate_headers.read(response.headers)
         if seen is not None:  # the latest answer's word on the limits, for every thread
             self.rate = seen
-        if response.status_code != 200:
+        if response.status != 200:
             log.warning(
                 "HTTP %s from %s: %s",
-                response.status_code,
+                response.status,
                 self.endpoint,
                 raw[:2000].decode("utf-8", "replace"),
             )
-            raise classify_status(response.status_code, response.headers)
+            raise classify_status(response.status, response.headers)
         if not whole:
             log.warning(
                 "an answer of more than %d bytes from %s: not read", MAX_ANSWER_BYTES, self.endpoint
@@ -263,10 +237,7 @@ class HttpModelClient:
         )
 
     def close(self) -> None:
-        with self._lock:
-            clients, self._clients = self._clients, []
-        for client in clients:
-            client.close()
+        self._poster.close()
 
 
 def parse_completion(
@@ -347,19 +318,6 @@ def cached_count(details: Any, tokens_in: int | None) -> int | None:
     more input as cached than was sent)."""
     cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else None
     return cached if cached is not None and tokens_in is not None and cached <= tokens_in else None
-
-
-def _read_bounded(response: httpx.Response, limit: int) -> tuple[bytearray, bool]:
-    """The (decoded) body, and True; or nothing and False once it passes `limit` bytes."""
-    length = response.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:  # compressed, it decodes to more still
-        return bytearray(), False
-    body = bytearray()
-    for chunk in response.iter_bytes():
-        body += chunk
-        if len(body) > limit:
-            return bytearray(), False
-    return body, True
 
 
 def _sample(data: Any) -> str:
