@@ -25,13 +25,14 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def write_private(path: Path, text: str) -> None:
+def write_private(path: Path | str, text: str) -> None:
     """Write a file owner-only, atomically (a reader never sees half a file).
 
     Every completed item comes through here, so it is plain os calls: the temporary name is
     this thread's own (no random names to try) and the folder is made only when missing.
     """
-    tmp = os.path.join(path.parent, f".tmp-{os.getpid()}-{threading.get_ident()}")
+    folder = os.path.dirname(path)
+    tmp = os.path.join(folder, f".tmp-{os.getpid()}-{threading.get_ident()}")
     # O_EXCL: never open what is already there (a FIFO would block the write forever, a link
     # would be written through). The name is this thread's own, so whatever holds it is left
     # over from a crash: remove it and create the file afresh.
@@ -39,7 +40,7 @@ def write_private(path: Path, text: str) -> None:
     try:
         fd = os.open(tmp, flags, 0o600)
     except FileNotFoundError:
-        private_dir(path.parent)
+        private_dir(Path(folder))
         fd = os.open(tmp, flags, 0o600)
     except FileExistsError:
         _remove(tmp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import BinaryIO
@@ -41,6 +42,12 @@ def source_changed(
     (a FIFO, device, directory or symbolic link): the item fails with that reason.
     """
     path = Path(source) / origin if kind == "directory" else Path(source)
+    try:  # the usual case, in one system call: the same regular file, untouched since create
+        seen = os.lstat(path)
+    except OSError:
+        seen = None  # open_file below says why
+    if seen is not None and stat.S_ISREG(seen.st_mode) and stat_sig(seen) == recorded_sig:
+        return False
     try:
         with open_file(path, follow=False) as f:
             st = os.fstat(f.fileno())
