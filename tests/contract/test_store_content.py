@@ -22,6 +22,7 @@ from hermes_bulk.store.protocol import (
     ItemError,
     JobSpec,
     NewItem,
+    Turn,
     Usage,
 )
 from hermes_bulk.store.redis import codec
@@ -171,6 +172,46 @@ def test_complete_and_claim_completes_then_claims_the_hint(store):
     )
     assert nxt.job.completed == 1, "the claim saw the job after the completion"
     assert store.item_owners() == {"w1": 1}
+
+
+def test_complete_and_claim_takes_the_next_turn_where_acquire_is_a_round_trip(backend):
+    """take_turn: on Redis the claimed item's turn of an unpaced provider key comes with the
+    claim, as acquire would give it right after (a wait while the key waits); SQLite, whose
+    unpaced acquire is a read without a round trip, leaves it to acquire."""
+    store, limits = backend.store, backend.limits
+    on_redis = not isinstance(store, SqliteJobStore)
+    job_id = make_job(store, 3)
+    first = claim(store, job_id, worker="w1", hint=0)
+
+    def complete_and_claim(index: int, hint: int):
+        return store.complete_and_claim(
+            job_id,
+            index,
+            "w1",
+            f"r{index}",
+            Usage(1, 1),
+            index_hint=hint,
+            lease_s=30.0,
+            max_running=1000,
+            take_turn="p:turns",
+        )
+
+    done, second = complete_and_claim(first.index, 1)
+    assert done and isinstance(second, Claim) and second.index == 1
+    assert second.turn == (Turn(0.0, 0) if on_redis else None)
+    until = limits.pause("p:turns", seconds=30.0, base_s=5.0, cap_s=120.0, epoch=-1)
+    done, third = complete_and_claim(second.index, 2)
+    assert done and isinstance(third, Claim) and third.index == 2
+    if on_redis:
+        wait, epoch = third.turn
+        assert 29.0 < wait <= 30.0 and epoch == 0, "the key's wait, as acquire gives it"
+        assert abs(limits.acquire("p:turns", rpm=None, tpm=None, tokens=0).wait - wait) < 1.0
+    else:
+        assert third.turn is None
+    assert limits.pause_state("p:turns").until == until, "a turn taken while waiting takes nothing"
+    done, none_left = complete_and_claim(third.index, 0)
+    assert done and none_left == ClaimRefused("no_pending")
+    assert store.get_job(job_id).completed == 3
 
 
 def test_complete_and_claim_by_a_stranger_changes_nothing_and_claims_nothing(store):

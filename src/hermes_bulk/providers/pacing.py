@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ..store.protocol import JobRecord, SharedLimits
+from ..store.protocol import JobRecord, SharedLimits, Turn
 from .rate_headers import RateHeaders
 
 RATE_LIMIT_BASE_S = 5.0  #: first wait after a 429 without Retry-After
@@ -142,13 +142,22 @@ class ProviderGate:
             self.first = False
             FIRST_ANSWERS.answered(self.key)
 
-    def wait_for_turn(self, tokens: int, *, max_block_s: float = IN_PLACE_WAIT_S) -> None:
-        """Block until this worker may send one request; raise LongWait past max_block_s."""
+    def wait_for_turn(
+        self, tokens: int, *, max_block_s: float = IN_PLACE_WAIT_S, taken: Turn | None = None
+    ) -> None:
+        """Block until this worker may send one request; raise LongWait past max_block_s.
+
+        taken: the turn the store took with the item's claim (Claim.turn), used instead of a
+        first acquire while the key is still unpaced (as it was when it was taken)."""
         self._wait_for_first_answer()
         while True:
             seen = self.announced()
             rpm, tpm = seen.pace(self.rpm, self.tpm) if seen else (self.rpm, self.tpm)
-            wait, epoch = self.limits.acquire(self.key, rpm=rpm, tpm=tpm, tokens=tokens)
+            if taken is not None and not rpm and not tpm:
+                wait, epoch = taken
+            else:
+                wait, epoch = self.limits.acquire(self.key, rpm=rpm, tpm=tpm, tokens=tokens)
+            taken = None
             if wait <= 0:
                 self.epoch = epoch
                 return

@@ -327,6 +327,7 @@ class JobStore(Protocol):
         index_hint: int,
         lease_s: float,
         max_running: int,
+        take_turn: str | None = None,
     ) -> tuple[bool, Claim | ClaimRefused | None]:
         """complete_item, then, when it completed, claim_item of the same job for the same worker
         (index_hint, lease_s, max_running as there), in one step: a worker thread's steady state
@@ -336,6 +337,12 @@ class JobStore(Protocol):
 
         One step on both backends (one transaction; one script), with what each of the two
         guarantees, and the claim's content read after it as claim_item reads it.
+
+        take_turn: a provider key whose requests are unpaced (no rpm, no tpm): a backend where
+        SharedLimits.acquire is a round trip of its own (Redis) takes the claimed item's turn in
+        the same step, as acquire(key, rpm=None, tpm=None, tokens=0) would right after it, and
+        returns it as Claim.turn. SQLite leaves Claim.turn None: its unpaced acquire is a read
+        of the same file, no round trip to save.
         """
 
     def fail_item(self, job_id: str, index: int, worker_id: str, error: ItemError) -> bool:

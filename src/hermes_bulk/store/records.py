@@ -331,6 +331,9 @@ class Claim:
     stat_sig: str
     attempts: int  # failed attempts so far (transient errors)
     rate_limit_waits: int  # consecutive 429s so far
+    #: The turn of its first request, when the store took it with the claim
+    #: (JobStore.complete_and_claim's take_turn); None: ask SharedLimits.acquire.
+    turn: Turn | None = None
 
 
 #: Refusals that mean "not now": reservations in flight may settle for less (try again shortly).

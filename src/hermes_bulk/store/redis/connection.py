@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -43,6 +43,9 @@ class RedisConnection:
     #: read instead of Redis TIME while it is set, so a test moves leases, pauses and pacing
     #: forward without waiting. None in production: the scripts are then exactly _clock.lua's.
     clock_key: str | None = None
+    #: Per provider key: this process's last turn (acquire, or one taken with a claim) saw no
+    #: backoff step and no 429 was seen here since; clear_backoff then skips its round trip.
+    backoff_clean: dict[str, bool] = field(default_factory=dict, compare=False)
 
     def unavailable(self, exc: Exception, *, lost: bool = True) -> BackendUnavailable:
         """The one-line, credential-free error for a Redis that cannot be used."""

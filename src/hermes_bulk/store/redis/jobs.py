@@ -40,6 +40,7 @@ from .batches import RedisBatches
 from .connection import RedisConnection, map_connection_errors
 from .keys import BUCKET_ITEMS, RedisKeys
 from .layout import ensure_layout
+from .limits import ACQUIRE_TIMING_ARGS, turn_of
 from .scripts import NEEDKEYS_ROUNDS, call_job_script, needed_buckets
 
 #: Items per add_items script call, and the content bytes one call may carry.
@@ -592,9 +593,12 @@ class RedisJobStore(RedisBatches):
         index_hint,
         lease_s,
         max_running,
+        take_turn=None,
     ):
-        reply = self._run(
+        turn_args = [1, *ACQUIRE_TIMING_ARGS] if take_turn else [0]
+        reply = call_job_script(
             self.lua.complete_and_claim,
+            self.keys,
             job_id,
             [
                 *self._complete_args(job_id, index, worker_id, result, usage, provider, model),
@@ -603,12 +607,18 @@ class RedisJobStore(RedisBatches):
                 lease_s * 1000,
                 max_running,
                 LEARN_AFTER,
+                *turn_args,
             ],
             items=[index, index_hint],
+            extra_keys=[self.keys.limit(take_turn)] if take_turn else (),
         )
         if not reply[0]:
             return False, None
-        return True, self._claimed(reply[1])
+        claimed = self._claimed(reply[1])
+        if len(reply) > 2:  # the turn taken with the claim (take_turn)
+            turn = turn_of(self.conn.backoff_clean, take_turn, reply[2])
+            claimed = replace(claimed, turn=turn)
+        return True, claimed
 
     def fail_item(self, job_id, index, worker_id, error: ItemError):
         args = [index, worker_id, error.error_type, codec.opt(error.http_status), error.message]

@@ -8,6 +8,19 @@ from ..protocol import PauseState, Turn
 from .connection import RedisConnection, map_connection_errors
 from .keys import RedisKeys
 
+#: acquire.lua's ARGV[4..5], the adaptive pacing's constants, in milliseconds.
+ACQUIRE_TIMING_ARGS = (
+    limits_math.AUTO_RECOVERY_DOUBLING_S * 1000,
+    limits_math.AUTO_OFF_BELOW_S * 1000,
+)
+
+
+def turn_of(clean: dict[str, bool], key: str, reply) -> Turn:
+    """acquire.lua's reply as a Turn, noting for clear_backoff whether the key had a step."""
+    wait_ms, was_clean, epoch = reply
+    clean[key] = bool(was_clean)
+    return Turn(float(wait_ms) / 1000, int(epoch))
+
 
 @map_connection_errors
 class RedisLimits:
@@ -18,9 +31,10 @@ class RedisLimits:
         self.r = conn.client
         self.keys = RedisKeys(conn.prefix)
         self.lua = conn.lua
-        # Per key: the last acquire here found nothing a success would clear, and no 429 was
-        # seen here since; clear_backoff then skips its round trip (see SqliteLimits._clean).
-        self._clean: dict[str, bool] = {}
+        # Per key: the last turn here found nothing a success would clear, and no 429 was seen
+        # here since; clear_backoff then skips its round trip (see SqliteLimits._clean). Shared
+        # with the job store, whose complete_and_claim takes turns too.
+        self._clean = conn.backoff_clean
 
     def acquire(self, key: str, *, rpm: int | None, tpm: int | None, tokens: int) -> Turn:
         wait_ms, clean, epoch = self.lua.acquire(
@@ -29,12 +43,10 @@ class RedisLimits:
                 rpm or 0,
                 tpm or 0,
                 tokens,
-                limits_math.AUTO_RECOVERY_DOUBLING_S * 1000,
-                limits_math.AUTO_OFF_BELOW_S * 1000,
+                *ACQUIRE_TIMING_ARGS,
             ],
         )
-        self._clean[key] = bool(clean)
-        return Turn(float(wait_ms) / 1000, int(epoch))
+        return turn_of(self._clean, key, (wait_ms, clean, epoch))
 
     def pause(
         self, key: str, *, seconds: float | None, base_s: float, cap_s: float, epoch: int

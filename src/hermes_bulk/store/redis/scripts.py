@@ -206,9 +206,12 @@ class Scripts:
             setattr(self, name, client.register_script(job + read(name)))
         # One script of two: each script's text as a function of its own ARGV (a parameter named
         # ARGV shadows the global), so complete and claim stay written once.
-        both = "".join(
-            f"local function {name}(ARGV)\n{read(name)}\nend\n"
-            for name in ("complete_item", "claim_item")
+        both = (
+            "".join(
+                f"local function {name}(ARGV)\n{read(name)}\nend\n"
+                for name in ("complete_item", "claim_item")
+            )
+            + f"local function acquire(KEYS, ARGV)\n{read('acquire')}\nend\n"
         )
         self.complete_and_claim = client.register_script(job + both + read("complete_and_claim"))
         settle = "".join(

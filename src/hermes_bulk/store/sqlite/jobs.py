@@ -494,6 +494,7 @@ class SqliteJobStore(SqliteBatches):
         index_hint,
         lease_s,
         max_running,
+        take_turn=None,  # unused: an unpaced acquire here is a read, no round trip to save
     ):
         with self.db.write() as conn:  # one transaction: the steady state's one write per item
             job_row = self._complete(conn, job_id, index, worker_id, result, usage, provider, model)
