@@ -82,7 +82,7 @@ def main() -> None:
             inclusive[frame] += int(count)
     print(f"{total} samples ({'GIL holder' if args.gil else 'every thread'})")
     print("own time:")
-    for frame, n in own.most_common(15):
+    for frame, n in own.most_common(int(os.environ.get("PROFILE_TOP", "15"))):
         print(f"  {100 * n / total:5.1f} %  {frame}")
     print("hermes-bulk frames, inclusive:")
     ours = [(f, n) for f, n in inclusive.most_common() if "hermes_bulk" in f]
