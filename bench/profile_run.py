@@ -4,8 +4,8 @@
 
 The loopback provider answers at once in this process; the job is created by the CLI in a
 fresh data directory; py-spy (not a dependency of hermes-bulk: `pip install py-spy`) samples
-the `run --wait` process at 200 Hz. Prints the frames with the most samples of their own and
-hermes-bulk's frames by inclusive share. --gil samples only the thread holding the GIL (CPU
+the `run --wait` process at 200 Hz (PROFILE_HZ). Prints the 15 frames (PROFILE_TOP) with the
+most samples of their own and hermes-bulk's 40 frames with the most inclusive share. --gil samples only the thread holding the GIL (CPU
 spent in Python), else every thread's wall time (waits included).
 """
 
@@ -61,7 +61,15 @@ def main() -> None:
     )
     job = json.loads(created.stdout)["job_id"]
     samples = data / "samples.txt"
-    spy_args = ["record", "--format", "raw", "-r", os.environ.get("PROFILE_HZ", "200"), "-o", str(samples)]
+    spy_args = [
+        "record",
+        "--format",
+        "raw",
+        "-r",
+        os.environ.get("PROFILE_HZ", "200"),
+        "-o",
+        str(samples),
+    ]
     try:
         subprocess.run(
             [spy, *spy_args, *(["--gil"] if args.gil else []), "--", *hb, "run", job, "--wait"]

@@ -13,6 +13,7 @@ from hermes_bulk.fleet import broker
 from hermes_bulk.providers.client import HttpModelClient
 from hermes_bulk.runtime.pipeline import ItemProcessor, output_path
 from hermes_bulk.store.protocol import COMPLETED, NOT_STARTED, RUNNING, JobSpec, NewItem
+
 from .conftest import RedisServer
 
 
