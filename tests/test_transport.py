@@ -92,11 +92,13 @@ def forwarding_proxy():
     server.stop()
 
 
+@pytest.mark.parametrize("scheme", ["http://", ""], ids=["url", "host-and-port"])
 @pytest.mark.parametrize("kind", [HttpModelClient, AnthropicModelClient])
 def test_a_proxy_named_by_the_environment_carries_the_request(
-    fake_provider, forwarding_proxy, no_proxies, kind
+    fake_provider, forwarding_proxy, no_proxies, kind, scheme
 ):
-    no_proxies.setenv("HTTP_PROXY", forwarding_proxy.url)
+    """As curl and httpx read it, a proxy named without a scheme is an HTTP proxy."""
+    no_proxies.setenv("HTTP_PROXY", scheme + forwarding_proxy.url.removeprefix("http://"))
     client = kind(base_url=fake_provider.base_url, api_key="k", model="m", timeout_s=10)
     try:
         answer = client.complete(MESSAGES, max_tokens=50)
@@ -160,9 +162,20 @@ def _bomb() -> bytes:
 
 
 HUGE = b"announced as a terabyte"
+
+
+def _answer_of(size: int) -> bytes:
+    """ANSWER padded with trailing whitespace (still one JSON value) to exactly size bytes."""
+    return ANSWER + b" " * (size - len(ANSWER))
+
+
 #: What each path answers, in turn (the last one again and again).
 BODIES = {
     "/huge/chat/completions": [HUGE],
+    # Sent as they are (no gzip): the announced length and the body are both the limit, or
+    # one byte more.
+    "/plain-at-limit/chat/completions": [_answer_of(MAX_ANSWER_BYTES)],
+    "/plain-over-limit/chat/completions": [_answer_of(MAX_ANSWER_BYTES + 1)],
     "/gzip/chat/completions": [gzip.compress(ANSWER)],
     "/bomb/chat/completions": [_bomb(), gzip.compress(ANSWER)],
     "/notgzip/chat/completions": [b"this is not gzip at all, though it says so"],
@@ -175,6 +188,18 @@ class _Encoded(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
 
+    def handle(self) -> None:  # one connection, however many requests it carries
+        with self.server.open_now:  # type: ignore[attr-defined]
+            self.server.connections += 1  # type: ignore[attr-defined]
+        try:
+            super().handle()
+        except ConnectionError:  # a client that refused a body closes with it unread
+            pass
+        finally:
+            with self.server.open_now:  # type: ignore[attr-defined]
+                self.server.connections -= 1  # type: ignore[attr-defined]
+                self.server.open_now.notify_all()  # type: ignore[attr-defined]
+
     def do_POST(self) -> None:  # noqa: N802
         self.rfile.read(int(self.headers.get("content-length", 0)))
         self.server.seen.append(self.headers.get("accept-encoding", ""))  # type: ignore[attr-defined]
@@ -182,7 +207,8 @@ class _Encoded(BaseHTTPRequestHandler):
         body = turns.pop(0) if len(turns) > 1 else turns[0]
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Encoding", "gzip")
+        if not self.path.startswith("/plain"):
+            self.send_header("Content-Encoding", "gzip")
         if body is HUGE:  # says a terabyte, sends a few bytes, and waits
             self.send_header("Content-Length", str(10**12))
             self.end_headers()
@@ -200,6 +226,8 @@ def encoded_server():
     server = _Server(_Encoded)
     server.httpd.turns = {}  # type: ignore[attr-defined]
     server.httpd.stopping = threading.Event()  # type: ignore[attr-defined]
+    server.httpd.open_now = threading.Condition()  # type: ignore[attr-defined]
+    server.httpd.connections = 0  # type: ignore[attr-defined]
     yield server
     server.httpd.stopping.set()  # type: ignore[attr-defined]
     server.stop()
@@ -253,3 +281,46 @@ def test_a_body_that_is_not_the_gzip_it_claims_is_a_transient_failure(encoded_se
             client.complete(MESSAGES, max_tokens=None)
     finally:
         client.close()
+
+
+def test_an_answer_of_exactly_the_limit_is_read_and_one_byte_more_is_not(
+    encoded_server, no_proxies
+):
+    at_limit = _client(encoded_server, "/plain-at-limit")
+    over = _client(encoded_server, "/plain-over-limit")
+    try:
+        assert at_limit.complete(MESSAGES, max_tokens=None).text == "zipped"
+        with pytest.raises(InvalidAnswer, match="larger than"):
+            over.complete(MESSAGES, max_tokens=None)
+    finally:
+        at_limit.close()
+        over.close()
+
+
+def test_close_closes_the_connection_of_every_thread(encoded_server, no_proxies):
+    """While the threads live on (their connections are not collected with them)."""
+    client = _client(encoded_server, "/gzip")
+    answered, done = threading.Barrier(4), threading.Event()
+
+    def work() -> None:
+        client.complete(MESSAGES, max_tokens=None)
+        answered.wait(10)
+        done.wait(10)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    answered.wait(10)
+    httpd = encoded_server.httpd
+    try:
+        with httpd.open_now:
+            assert httpd.connections == 3, "one kept-alive connection per thread"
+        client.close()
+        with httpd.open_now:
+            assert httpd.open_now.wait_for(lambda: httpd.connections == 0, timeout=10), (
+                f"{httpd.connections} connections left open by close()"
+            )
+    finally:
+        done.set()
+        for t in threads:
+            t.join(10)
