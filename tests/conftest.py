@@ -170,6 +170,15 @@ def redis_server(tmp_path_factory) -> Iterator[RedisServer]:
 
 
 @pytest.fixture
+def own_redis(tmp_path) -> Iterator[RedisServer]:
+    """A redis-server of this test alone: to stop, restart, or count its commands."""
+    (tmp_path / "own-redis").mkdir()
+    server = RedisServer(tmp_path / "own-redis").start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
 def redis_url(redis_server) -> str:
     """The session server, with a key prefix of this test's own (nothing is flushed)."""
     return f"{redis_server.url}?prefix=t{uuid.uuid4().hex[:8]}"

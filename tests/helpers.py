@@ -33,6 +33,7 @@ from pathlib import Path
 from hermes_bulk.config.settings import load_settings
 from hermes_bulk.fleet import broker
 from hermes_bulk.jobs.service import Jobs
+from hermes_bulk.store.protocol import NOT_STARTED, RUNNING, JobSpec, NewItem
 
 
 def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, message: str = "condition"):
@@ -184,3 +185,20 @@ def kill_worker_holding_an_item(cli, fake_provider, **extra_env: str) -> None:
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         fake_provider.release()
+
+
+def running_job(store, job_id: str, contents: list[str], **spec_kw) -> str:
+    """A running JSONL job of the given item contents, straight in the store (no source file,
+    so no change check fails it)."""
+    spec = {"instruction": "Echo", "source": "/in", "source_kind": "jsonl", "concurrency": 4}
+    store.begin_job(JobSpec(job_id=job_id, retries=2, provider_key="p:x", **{**spec, **spec_kw}))
+    store.add_items(
+        job_id,
+        [
+            NewItem(i, f"item-{i}", text, f"b2:{job_id}{i}", "", -1, "", 10)
+            for i, text in enumerate(contents)
+        ],
+    )
+    store.finish_job(job_id)
+    store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
+    return job_id

@@ -12,32 +12,17 @@ import threading
 from hermes_bulk.fleet import broker
 from hermes_bulk.providers.client import HttpModelClient
 from hermes_bulk.runtime.pipeline import ItemProcessor, output_path
-from hermes_bulk.store.protocol import COMPLETED, NOT_STARTED, RUNNING, JobSpec, NewItem
+from hermes_bulk.store.protocol import COMPLETED
 
-from .conftest import RedisServer
+from .helpers import running_job
 
 
 def test_an_answer_received_during_a_redis_restart_is_saved_when_redis_is_back(
-    tmp_path, fake_provider
+    tmp_path, fake_provider, own_redis
 ):
-    (tmp_path / "redis").mkdir()
-    server = RedisServer(tmp_path / "redis").start()
+    server = own_redis
     backend = broker.build_backend(server.url)
-    job_id = "outage1"
-    backend.store.begin_job(
-        JobSpec(
-            job_id=job_id,
-            instruction="Echo",
-            source="/in",
-            source_kind="jsonl",
-            concurrency=1,
-            retries=2,
-            provider_key="p:x",
-        )
-    )
-    backend.store.add_items(job_id, [NewItem(0, "item-0", "item 0", "b2:outage", "", -1, "", 10)])
-    backend.store.finish_job(job_id)
-    backend.store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
+    job_id = running_job(backend.store, "outage1", ["item 0"])
     http = HttpModelClient(
         base_url=fake_provider.base_url, api_key="k", model="fake-model", timeout_s=10
     )
@@ -81,4 +66,3 @@ def test_an_answer_received_during_a_redis_restart_is_saved_when_redis_is_back(
     finally:
         http.close()
         backend.close()
-        server.kill()

@@ -18,44 +18,12 @@ from hermes_bulk.fleet import broker
 from hermes_bulk.providers.client import HttpModelClient
 from hermes_bulk.providers.pacing import ProviderGate
 from hermes_bulk.runtime.pipeline import ItemProcessor
-from hermes_bulk.store.protocol import COMPLETED, NOT_STARTED, RUNNING, JobSpec, NewItem, Turn
+from hermes_bulk.store.protocol import COMPLETED, Turn
 
 from .conftest import RedisServer
+from .helpers import running_job
 
 ITEMS = 120
-
-
-@pytest.fixture
-def own_redis(tmp_path):
-    (tmp_path / "redis").mkdir()
-    server = RedisServer(tmp_path / "redis").start()
-    yield server
-    server.kill()
-
-
-def _job(store, job_id: str, **spec_kw) -> str:
-    store.begin_job(
-        JobSpec(
-            job_id=job_id,
-            instruction="Echo",
-            source="/in",
-            source_kind="jsonl",
-            concurrency=4,
-            retries=2,
-            provider_key="p:x",
-            **spec_kw,
-        )
-    )
-    store.add_items(
-        job_id,
-        [
-            NewItem(i, f"item-{i}", f"item {i}", f"b2:{job_id}{i}", "", -1, "", 10)
-            for i in range(ITEMS)
-        ],
-    )
-    store.finish_job(job_id)
-    store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
-    return job_id
 
 
 def _script_calls(server: RedisServer) -> int:
@@ -81,7 +49,7 @@ def test_an_item_costs_one_script_call_while_its_provider_key_is_unpaced(
         concurrency_cap=4,
     )
     try:
-        job_id = _job(backend.store, "trips1", rpm=rpm)
+        job_id = running_job(backend.store, "trips1", [f"item {i}" for i in range(ITEMS)], rpm=rpm)
         before = _script_calls(own_redis)
         taken, index = None, 0
         while True:  # one chain, as WorkerRuntime.handle_trigger drives it
