@@ -5,8 +5,9 @@
 The loopback provider answers at once in this process; the job is created by the CLI in a
 fresh data directory; py-spy (not a dependency of hermes-bulk: `pip install py-spy`) samples
 the `run --wait` process at 200 Hz (PROFILE_HZ). Prints the 15 frames (PROFILE_TOP) with the
-most samples of their own and hermes-bulk's 40 frames with the most inclusive share. --gil samples only the thread holding the GIL (CPU
-spent in Python), else every thread's wall time (waits included).
+most samples of their own and hermes-bulk's 40 frames with the most inclusive share. --gil
+samples only the thread holding the GIL (CPU spent in Python), else every thread's wall time
+(waits included).
 """
 
 from __future__ import annotations
