@@ -9,9 +9,9 @@ cached, `--schema` as one tool with that `input_schema` and a forced `tool_choic
 403/404 permanent); provider text goes to the log only.
 
 Its own client, not the `anthropic` SDK: the SDK took 1.4-1.9 s to import here (2.17.0, with
-pydantic, opentelemetry and its own HTTP stack), and it sends on the same per-thread kept-alive
-connection as the OpenAI client (transport.JsonPoster). The tests
-run the SDK against the loopback provider, so the fake stays true to the real client.
+pydantic, opentelemetry and its own HTTP stack), and this one sends on the same per-thread
+kept-alive connection as the OpenAI client (transport.JsonPoster). The tests run the SDK
+against the loopback provider, so the fake stays true to the real client.
 
 Nothing the provider answers is trusted: `parse_message` reads a Messages answer (a live
 response, or a batch result's `message`) field by field, as `parse_completion` reads a chat
