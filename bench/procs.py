@@ -267,6 +267,12 @@ class HermesEnv:
         )
         return json.loads(m.stdout)["job_id"]
 
+    def run_job(self, over: Path, threads: int) -> dict:
+        """A job over `over` at --concurrency `threads`, run by `bench.drive run` with as many
+        threads (the embedded consumer): its JSON answer."""
+        job = self.create(over, "--concurrency", str(threads))
+        return self.drive("run", job, "--threads", str(threads))
+
     def spawn_worker(self, threads: int, logfile: Path, **extra: str) -> subprocess.Popen:
         return subprocess.Popen(
             [PY, "-m", "hermes_bulk", "worker", "-w", str(threads), "-q", "-l", str(logfile)],

@@ -45,8 +45,7 @@ def run(ctx: Context) -> RowResult:
                             base_url=provider.base_url,
                             max_concurrency=max(threads, 16),
                         )
-                        job = env.create(src, "--concurrency", str(threads))
-                        out = env.drive("run", job, "--threads", str(threads))
+                        out = env.run_job(src, threads)
                     runs[(side, threads)].append(out)
                     ctx.log(f"  round {r + 1} {side} x {threads}: {_cpu_ms(out, n):.2f} ms/item")
     finally:

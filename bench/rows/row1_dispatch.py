@@ -42,8 +42,7 @@ def run(ctx: Context) -> RowResult:
                         base_url=provider.base_url,
                         max_concurrency=threads,
                     )
-                    job = env.create(src, "--concurrency", str(threads))
-                    out = env.drive("run", job, "--threads", str(threads))
+                    out = env.run_job(src, threads)
                 out["server_cpu_s"] = provider.cpu_seconds() - cpu0
                 out["requests"] = provider.stats()["requests"]
                 out["items_per_s"] = rate(n, out["elapsed_s"])
