@@ -12,6 +12,8 @@ import gzip
 import http.client
 import json
 import socket
+import ssl
+import subprocess
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,9 +42,14 @@ def no_proxies(monkeypatch):
 class _Server:
     """A ThreadingHTTPServer on a free loopback port, for one handler class."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(
+        self, handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None
+    ) -> None:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
+        self.scheme = "https" if tls else "http"
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         self.seen: list[str] = []  # request targets, as sent
         self.httpd.seen = self.seen  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -50,7 +57,7 @@ class _Server:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        return f"{self.scheme}://127.0.0.1:{self.httpd.server_address[1]}"
 
     def stop(self) -> None:
         self.httpd.shutdown()
@@ -221,16 +228,66 @@ class _Encoded(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-@pytest.fixture
-def encoded_server():
-    server = _Server(_Encoded)
+def _encoded(tls: ssl.SSLContext | None = None) -> _Server:
+    server = _Server(_Encoded, tls)
     server.httpd.turns = {}  # type: ignore[attr-defined]
     server.httpd.stopping = threading.Event()  # type: ignore[attr-defined]
     server.httpd.open_now = threading.Condition()  # type: ignore[attr-defined]
     server.httpd.connections = 0  # type: ignore[attr-defined]
+    return server
+
+
+@pytest.fixture
+def encoded_server():
+    server = _encoded()
     yield server
     server.httpd.stopping.set()  # type: ignore[attr-defined]
     server.stop()
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """The same server over TLS, with a self-signed certificate for 127.0.0.1 (made by
+    openssl); yields (server, the certificate's path)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server = _encoded(tls)
+    yield server, cert
+    server.httpd.stopping.set()  # type: ignore[attr-defined]
+    server.stop()
+
+
+def test_a_certificate_the_store_does_not_trust_is_an_endpoint_out_of_reach(tls_server, no_proxies):
+    """TLS is verified: a self-signed certificate is refused before anything is sent."""
+    server, _ = tls_server
+    no_proxies.delenv("SSL_CERT_FILE", raising=False)
+    client = _client(server, "/gzip")
+    try:
+        with pytest.raises(EndpointUnreachable, match="cannot connect"):
+            client.complete(MESSAGES, max_tokens=None)
+    finally:
+        client.close()
+    assert server.seen == []
+
+
+def test_ssl_cert_file_names_a_certificate_to_trust(tls_server, no_proxies):
+    """As with httpx: SSL_CERT_FILE replaces the certificate store (a company's own CA)."""
+    server, cert = tls_server
+    no_proxies.setenv("SSL_CERT_FILE", str(cert))
+    client = _client(server, "/gzip")
+    try:
+        assert client.complete(MESSAGES, max_tokens=None).text == "zipped"
+    finally:
+        client.close()
+    assert len(server.seen) == 1
 
 
 def _client(server: _Server, path: str) -> HttpModelClient:
