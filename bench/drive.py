@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> dict:
             job = store.get_job(job_id)
             if first_done is None and job.completed + job.failed > 0:
                 first_done = time.perf_counter() - t0
-            if job.finished:
-                break
+            if job.finished or (job.state == "paused" and job.running == 0):
+                break  # done, or stopped at a limit (row 14) with nothing in flight
             if time.perf_counter() > deadline:
                 raise SystemExit(f"job {job_id} did not finish within {args.timeout} s: {job}")
             time.sleep(args.poll)
@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> dict:
         "completed": job.completed,
         "failed": job.failed,
         "cpu_s": cpu,
+        "state": job.state,
+        "cost_usd": job.cost_nusd / 1e9,
     }
 
 

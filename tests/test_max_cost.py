@@ -36,9 +36,10 @@ def priced(backend_cli):
 
 def test_a_job_pauses_before_its_cost_would_go_over_max_cost(priced, fake_provider, tmp_path):
     cli = priced
-    # 20 output tokens an item at most: an item reserves about 1.3 cents, spends about one.
+    # 20 output tokens an item at most: an item reserves its worst case, about 5 cents (its
+    # input bytes at $100 per million and 20 output tokens), and spends about 1.5.
     job_id = cli.create(
-        "Say A", _rows(tmp_path), "--max-cost", "0.05", "--max-output-tokens", "20",
+        "Say A", _rows(tmp_path), "--max-cost", "0.12", "--max-output-tokens", "20",
         "--concurrency", "1",
     )  # fmt: skip
     proc = cli("run", job_id, "--wait", check=False)
@@ -47,7 +48,7 @@ def test_a_job_pauses_before_its_cost_would_go_over_max_cost(priced, fake_provid
     job = cli.status(job_id)
     assert (job["state"], job["pause_reason"]) == ("paused", "cost limit reached")
     assert 0 < job["completed"] < ROWS and job["running"] == 0
-    assert job["cost_usd"] <= 0.05 and job["max_cost_usd"] == 0.05
+    assert job["cost_usd"] <= 0.12 and job["max_cost_usd"] == 0.12
     assert job["cost_reserved_usd"] == 0
     # Nothing was sent past the limit: one request for each item answered.
     assert len(fake_provider.requests) == job["completed"]
@@ -55,16 +56,16 @@ def test_a_job_pauses_before_its_cost_would_go_over_max_cost(priced, fake_provid
     events = cli("events", job_id).stdout
     (found,) = PAUSED.findall(events)
     spent, need, item, limit = float(found[0]), float(found[1]), int(found[2]), float(found[3])
-    assert spent == pytest.approx(job["cost_usd"], abs=1e-9) and limit == 0.05
+    assert spent == pytest.approx(job["cost_usd"], abs=1e-9) and limit == 0.12
     assert spent + need > limit and item == job["completed"] + 1
     text = cli("status", job_id).stdout
-    assert "Cost limit: $0.05 (" in text and "spent, $0.00 reserved)" in text
+    assert "Cost limit: $0.12 (" in text and "spent, $0.00 reserved)" in text
     assert "Paused: cost limit reached. Continue with:" in text
 
     # Resuming needs room for the next item: without a new limit, or with one too small, it
     # says so and changes nothing.
     for flags, says in [
-        ((), "paused at its cost limit ($0.05); resume it with a larger one"),
+        ((), "paused at its cost limit ($0.12); resume it with a larger one"),
         (("--max-cost", "0.001"), "is below what the job has already spent"),
         (("--max-cost", f"{spent + need / 4:.6f}"), "leaves no room for the next item"),
     ]:
@@ -86,13 +87,13 @@ def test_reservations_in_flight_hold_the_job_under_the_limit(priced, fake_provid
     what the job spends never passes the limit, though every item would fit alone."""
     cli = priced
     job_id = cli.create(
-        "Say A", _rows(tmp_path, 30), "--max-cost", "0.08", "--max-output-tokens", "20",
+        "Say A", _rows(tmp_path, 30), "--max-cost", "0.3", "--max-output-tokens", "20",
         "--concurrency", "8",
     )  # fmt: skip
     fake_provider.configure(latency_s=0.2)
     cli("run", job_id, "--wait", "-w", "8", check=False)
     job = cli.status(job_id)
-    assert job["pause_reason"] == "cost limit reached" and job["cost_usd"] <= 0.08
+    assert job["pause_reason"] == "cost limit reached" and job["cost_usd"] <= 0.3
     assert len(fake_provider.requests) == job["completed"] < 30
 
 
@@ -126,11 +127,13 @@ def test_a_limit_needs_a_price_and_a_sane_amount(backend_cli, tmp_path):
 
 
 def test_the_plan_warns_when_the_limit_is_below_the_estimate(priced, tmp_path):
+    """Each item may cost up to about $1.68 (4,096 output tokens); twelve are expected to
+    cost about $2.60: a limit of $2 lets any one run, and warns."""
     cli, src = priced, _rows(tmp_path)
     for args in (("--dry-run",), ()):
-        out = cli("create", "Say A", "--over", str(src), "--max-cost", "0.01", *args).stdout
+        out = cli("create", "Say A", "--over", str(src), "--max-cost", "2", *args).stdout
         (warning,) = [line for line in out.splitlines() if line.startswith("Warning:")]
-        assert "--max-cost $0.01 is below the estimate" in warning
+        assert "--max-cost $2.00 is below the estimate" in warning
         assert "larger --max-cost" in warning
     roomy = cli("create", "Say A", "--over", str(src), "--max-cost", "100", "--dry-run").stdout
     assert "Warning" not in roomy

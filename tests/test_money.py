@@ -269,6 +269,9 @@ def test_the_dashboard_shows_spent_of_the_estimate_or_unknown():
 
     assert cost_shown(prices.JobCost(MINI, None, spent=0.0042, estimated=1.5)) == (
         "$0.0042 of about $1.50"
+    ), "a job made before worst cases were recorded"
+    assert cost_shown(prices.JobCost(MINI, None, spent=0.0042, estimated=1.5, worst_case=6.25)) == (
+        "$0.0042 of about $1.50 (at most $6.25)"
     )
     assert cost_shown(prices.JobCost(None, "why")) == "unknown"
 

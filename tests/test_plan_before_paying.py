@@ -37,27 +37,34 @@ def test_the_estimate_learns_from_completed_items(backend_cli, tmp_path):
     assert "learned from 40 completed items" in cli("status", created["job_id"]).stdout
 
 
-def test_reservations_shrink_with_the_learned_allowance(backend_cli, tmp_path):
-    """A limit a little above what the job really uses: with a 512-token reservation for every item
-    the last items would never fit and the job would pause; with the learned one it completes."""
+def test_learning_improves_the_estimate_but_never_shrinks_a_reservation(backend_cli, tmp_path):
+    """A limit a little above what the job really uses: reservations shrank with the learned
+    allowance once, so a provider that answered long after short answers went past the limit.
+    Each item now reserves its worst case (its input bytes and max_tokens), so the job pauses
+    before its last items rather than risk going over, however short its answers were."""
     cli = backend_cli
     src = _short_rows(tmp_path)
-    probe = cli.create("Say A", src)
+    probe = cli.create("Say A", src, "--max-output-tokens", "50")
     cli("run", probe, "--wait")
     job = cli.json("status", probe, "--json")
     used = job["tokens_in"] + job["tokens_out"]
-    limit = used + 200  # an item's configured reservation alone is above 512
-    job_id = cli.create("Say B", src, "--max-tokens", str(limit), "--concurrency", "1")
+    limit = used + 200  # less than one more item's worst case beside what all of them use
+    job_id = cli.create(
+        "Say B", src, "--max-tokens", str(limit), "--max-output-tokens", "50", "--concurrency", "1"
+    )
     proc = cli("run", job_id, "--wait", check=False)
     job = cli.json("status", job_id, "--json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert job["completed"] == ROWS and job["state"] == "completed"
-    assert job["tokens_in"] + job["tokens_out"] <= limit
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert (job["state"], job["pause_reason"]) == ("paused", "token limit reached")
+    assert job["completed"] < ROWS and job["tokens_charged"] <= limit
+    assert "learned from" in cli("status", job_id).stdout, "the estimate learned all the same"
 
 
 def test_create_warns_when_the_limit_is_below_the_estimate(cli, tmp_path):
     src = _short_rows(tmp_path)
-    proc = cli("create", "Say A", "--over", str(src), "--max-tokens", "1000")
+    proc = cli(
+        "create", "Say A", "--over", str(src), "--max-tokens", "1000", "--max-output-tokens", "100"
+    )
     warnings = [line for line in proc.stdout.splitlines() if line.startswith("Warning:")]
     assert len(warnings) == 1, proc.stdout
     assert (
@@ -142,12 +149,20 @@ def test_dry_run_shows_the_first_request_and_the_estimate_and_writes_nothing(cli
     schema = tmp_path / "schema.json"
     schema.write_text('{"type": "object", "properties": {"fr": {"type": "string"}}}')
     assert not home.exists()
-    text = cli("create", "Say A", "--over", str(src), "--dry-run", "--max-tokens", "100").stdout
+    text = cli(
+        "create", "Say A", "--over", str(src), "--dry-run", "--max-tokens", "1000",
+        "--max-output-tokens", "100",
+    ).stdout  # fmt: skip
     assert text.startswith(f"Dry run: no job created. {ROWS} items.")
     assert (
         "Estimated tokens for the whole job: " in text
-        and "Warning: --max-tokens 100 is below" in text
+        and "Warning: --max-tokens 1000 is below" in text
     )
+    # The worst case every claim reserves, summed: each item's input bytes and max_tokens.
+    worst = re.search(
+        r"At most ([\d,]+) tokens \(each item once: its input bytes, max_tokens 100\)", text
+    )
+    assert worst and int(worst.group(1).replace(",", "")) > ROWS * 100
     assert (
         "----- BEGIN ITEM" in text
         and '{\\"word\\": \\"w0\\"}' in text

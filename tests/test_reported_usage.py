@@ -2,7 +2,8 @@
 
 10**30 tokens once made saving every answer fail in the store (SQLite's integers stop at 2**63,
 Redis's Lua numbers at 14 digits), so items that were answered, and paid for, ended failed.
-Such a report (or `true`) now counts as no report: the item's estimate is charged.
+Such a report (or `true`) now counts as no report: the item's reservation, its worst case, is
+charged.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def test_an_absurd_usage_report_is_no_report(backend, cli, tmp_path, fake_provid
     done = cli.json("status", job_id, "--json")
     assert (done["state"], done["completed"]) == ("completed", 5)
     assert (done["tokens_in"], done["tokens_out"]) == (0, 0)
-    assert done["tokens_charged"] == done["estimated_tokens"], "the estimates are charged instead"
+    assert done["tokens_charged"] == done["worst_case_tokens"], "the worst cases are charged"
     assert len(fake_provider.requests) == 5, "each item was sent once"
 
 

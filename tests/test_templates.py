@@ -119,7 +119,8 @@ def test_every_request_sends_the_template_and_the_rows_come_back_as_themselves(
     status = cli.status(job_id)
     assert (status["template"], status["fields"]) == ("Title: {title}\\n{body}", None)
     assert (
-        "Each request: each item as the template 'Title: {title}\\\\n{body}'"
+        "Each request: at most 4,096 output tokens; each item as the template "
+        "'Title: {title}\\\\n{body}'"
         in cli("status", job_id).stdout
     )
 

@@ -1,32 +1,36 @@
 """The reservation rule, on both backends, with numbers worked out by hand.
 
-What a claim reserves for an item is written in three places that must agree: the SQL of
-SQLite's claim (store/sqlite/jobs.py), JobRecord.output_allowance and reservation in Python
-(store/records.py: SQLite's refusals, status), and reservation() in Lua (store/redis/lua/
-_job.lua). Each copy names the others; the stateful model (test_store_stateful.py) holds them
-equal over random steps, and these cases hold each to the rule at its edges, where random steps
-rarely go: the third completion that starts learning, a mean that is not a whole number, an
-estimate below the learned allowance, the output cap, and a refusal that must wait rather than
-pause.
-
-The rule: until LEARN_AFTER items are answered with output reported, an item reserves its
-estimate. Then the learned allowance (twice their mean output, rounded up, at most
-max_output_tokens) takes the place of the configured one in the estimate, and an item reserves
-max(estimate + learned - configured, min(learned, estimate)).
+An item reserves its worst case, recorded at create (NewItem.claim_tokens: its input bound
+and the request's max_tokens, jobs/bounds.py), and under --max-cost what that costs
+(records.reserved_cost with the job's output bound, JobSpec.output_bound). What the job's
+answers teach it (JobRecord.output_allowance) changes estimates only, never a claim: a job whose
+first answers are short must not reserve short answers for the rest. The rule is written in SQL
+(store/sqlite/reservations.py) and Lua (store/redis/lua/claim_item.lua, open_batch.lua); the
+stateful model (test_store_stateful.py) holds both to it over random steps, and these cases hold
+each at its edges: after learning, at equality, one over, and a refusal that must wait rather
+than pause.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from hermes_bulk.store.protocol import LEARN_AFTER, PAUSE_TOKEN_LIMIT, PAUSED, RUNNING, Usage
+from hermes_bulk.store.protocol import (
+    LEARN_AFTER,
+    PAUSE_COST_LIMIT,
+    PAUSE_TOKEN_LIMIT,
+    PAUSED,
+    RUNNING,
+    Claim,
+    ClaimRefused,
+    Usage,
+    reserved_cost,
+)
 
 from .test_store_contract import backend, backend_url, claim, make_job, store  # noqa: F401
 
-# Three answers of 7, 8 and 8 output tokens (1 input token each): a mean of 7.67, so the learned
-# allowance is 2 * 23 / 3 = 15.33, rounded up to 16 (15 when rounded down).
-OUTPUTS = (7, 8, 8)
-CHARGED = sum(OUTPUTS) + len(OUTPUTS)
+#: $1 in, $4 out per million tokens: 1,000 and 4,000 nano-USD a token.
+PRICE = {"input": 1.0, "output": 4.0, "cached_input": 0.5, "source": "test"}
 
 
 def reserved_by_next_claim(store, job_id: str, hint: int) -> int:
@@ -36,73 +40,132 @@ def reserved_by_next_claim(store, job_id: str, hint: int) -> int:
     return store.get_job(job_id).tokens_reserved - before
 
 
-def answer_first(store, job_id: str, n: int) -> None:
-    for i in range(n):
+def answer_first(store, job_id: str, outputs) -> None:
+    for i, out in enumerate(outputs):
         c = claim(store, job_id, hint=i)
         assert c.index == i
-        assert store.complete_item(job_id, i, "w1", f"answer {i}", Usage(1, OUTPUTS[i]))
+        assert store.complete_item(job_id, i, "w1", f"answer {i}", Usage(1, out))
 
 
-def test_learning_starts_at_the_third_answer():
-    assert len(OUTPUTS) == LEARN_AFTER  # the cases below are worked out for three
+def test_learning_changes_the_estimate_but_never_what_a_claim_reserves(store):
+    """Three one-token answers teach an output allowance of 1; the next items still reserve
+    their recorded worst cases (the bug that let a provider bill $54.66 under --max-cost 10)."""
+    worst = [600, 5, 0, 2_100]
+    job_id = make_job(
+        store,
+        LEARN_AFTER + len(worst),
+        estimate=[700] * LEARN_AFTER + worst,
+        output_tokens_estimate=512,
+        max_output_tokens=2_000,
+    )
+    answer_first(store, job_id, [1] * LEARN_AFTER)
+    job = store.get_job(job_id)
+    assert job.output_allowance == 2, "learned: twice the mean of 1"
+    got = [reserved_by_next_claim(store, job_id, LEARN_AFTER + i) for i in range(len(worst))]
+    assert got == worst
+
+
+def test_complete_and_claim_reserves_the_worst_case_too(store):
+    job_id = make_job(store, LEARN_AFTER + 2, estimate=2_600, max_output_tokens=2_000)
+    answer_first(store, job_id, [1] * LEARN_AFTER)
+    c = claim(store, job_id)
+    done, nxt = store.complete_and_claim(
+        job_id, c.index, "w1", "r", Usage(50, 1), index_hint=0, lease_s=30.0, max_running=1000
+    )
+    assert done and isinstance(nxt, Claim)
+    assert store.get_job(job_id).tokens_reserved == 2_600
 
 
 @pytest.mark.parametrize(
-    ("cap", "estimates", "expected"),
+    ("max_tokens", "verdict"),
     [
-        # configured allowance 512: an estimate of 600 is 88 of input; 16 takes the 512's place
-        (None, [600, 5, 0, 100, 513], [104, 5, 0, 16, 17]),
-        # capped at 10 output tokens: the learned 16 becomes 10
-        (10, [600, 5, 0, 100, 513], [98, 5, 0, 10, 11]),
+        (350, "claimed"),  # 100 charged + 100 in flight + 150 == the cap: fits
+        (349, "tokens_in_flight"),  # one over beside what is in flight: waits
+        (250, "tokens_in_flight"),  # fits exactly beside what is charged alone: still waits
+        (249, "token_limit"),  # one over beside what is charged alone: pauses
     ],
-    ids=["uncapped", "capped"],
 )
-def test_a_claim_after_learning_reserves_what_the_rule_says(store, cap, estimates, expected):
+def test_the_token_cap_at_equality_and_one_over(store, max_tokens, verdict):
+    """Items of worst case 100, 100, 150: the first answered with 50 + 50 (100 charged), the
+    second in flight (100 reserved); the third needs 150. 350 fits; 349 waits (it would fit
+    beside what is charged alone: 250 <= 349); 249 pauses (250 > 249)."""
+    job_id = make_job(
+        store, 3, estimate=[100, 100, 150], max_output_tokens=40, max_tokens=max_tokens
+    )
+    first = claim(store, job_id, hint=0)
+    assert store.complete_item(job_id, first.index, "w1", "a", Usage(50, 50))
+    assert claim(store, job_id, hint=1).index == 1
+    got = claim(store, job_id, hint=2)
+    if verdict == "claimed":
+        assert isinstance(got, Claim) and got.index == 2
+        assert store.get_job(job_id).tokens_reserved == 250
+        return
+    assert got == ClaimRefused(verdict)
+    job = store.get_job(job_id)
+    expected = (PAUSED, PAUSE_TOKEN_LIMIT) if verdict == "token_limit" else (RUNNING, None)
+    assert (job.state, job.pause_reason) == expected
+
+
+# Worst cases of 100 and 150 with max_tokens 40: the output's 40 at 4,000 nano-USD a token, the
+# rest at 1,000.
+COST, COST3 = reserved_cost(100, 40, 1.0, 4.0), reserved_cost(150, 40, 1.0, 4.0)
+
+
+def test_the_cost_of_a_worst_case_by_hand():
+    assert COST == 60 * 1_000 + 40 * 4_000 == 220_000
+    assert COST3 == 110 * 1_000 + 40 * 4_000 == 270_000
+
+
+@pytest.mark.parametrize(
+    ("max_cost", "verdict"),
+    [
+        (100_000 + COST + COST3, "claimed"),  # spent + in flight + need == the cap: fits
+        (100_000 + COST + COST3 - 1, "cost_in_flight"),  # one nano-dollar over: waits
+        (100_000 + COST3, "cost_in_flight"),  # fits exactly beside what is spent: still waits
+        (100_000 + COST3 - 1, "cost_limit"),  # over beside what is spent alone: pauses
+    ],
+)
+def test_the_cost_cap_at_equality_and_one_over(store, max_cost, verdict):
+    """The same in money: the first item spent 100,000 nano-USD, the second holds COST, the
+    third needs COST3. SQLite and Redis once disagreed at spent + need == max_cost."""
+    job_id = make_job(
+        store, 3, estimate=[100, 100, 150], max_output_tokens=40, max_cost=max_cost, price=PRICE
+    )
+    first = claim(store, job_id, hint=0)
+    assert store.complete_item(job_id, first.index, "w1", "a", Usage(5, 5, None, 100_000))
+    assert claim(store, job_id, hint=1).index == 1
+    got = claim(store, job_id, hint=2)
+    if verdict == "claimed":
+        assert isinstance(got, Claim) and got.index == 2
+        assert store.get_job(job_id).cost_reserved == COST + COST3
+        return
+    assert got == ClaimRefused(verdict)
+    job = store.get_job(job_id)
+    expected = (PAUSED, PAUSE_COST_LIMIT) if verdict == "cost_limit" else (RUNNING, None)
+    assert (job.state, job.pause_reason) == expected
+
+
+def test_the_output_bound_is_max_output_tokens_else_the_estimate(store):
+    """A job made before every request carried max_tokens reserves its estimate's split."""
+    bounded = make_job(store, 1, estimate=100, max_output_tokens=40, max_cost=10**9, price=PRICE)
+    older = make_job(store, 1, estimate=100, output_tokens_estimate=10, max_cost=10**9, price=PRICE)
+    claim(store, bounded)
+    claim(store, older)
+    assert store.get_job(bounded).cost_reserved == COST
+    assert store.get_job(older).cost_reserved == reserved_cost(100, 10, 1.0, 4.0) == 130_000
+
+
+def test_a_job_keeps_the_sum_of_the_worst_cases_it_will_ask(store):
+    """worst_tokens sums what the items to ask reserve (NewItem.claim_tokens), as
+    estimated_tokens sums their expected tokens; a repeat of an item is not asked."""
     job_id = make_job(
         store,
-        len(OUTPUTS) + len(estimates),
-        estimate=[1] * len(OUTPUTS) + estimates,
-        output_tokens_estimate=512,
-        max_output_tokens=cap,
+        3,
+        contents=["a", "b", "a"],
+        answer_keys=["k1", "k2", "k1"],
+        estimate=10,
+        worst=[300, 500, 300],
     )
-    answer_first(store, job_id, len(OUTPUTS))
-    start = len(OUTPUTS)
-    got = [reserved_by_next_claim(store, job_id, start + i) for i in range(len(estimates))]
-    assert got == expected
-
-
-def test_before_the_third_answer_an_item_reserves_its_estimate(store):
-    job_id = make_job(store, 4, estimate=[1, 1, 600, 5], output_tokens_estimate=512)
-    answer_first(store, job_id, 2)
-    assert [reserved_by_next_claim(store, job_id, i) for i in (2, 3)] == [600, 5]
-
-
-def refused_after_learning(store, max_tokens: int) -> tuple[str, object]:
-    """Items of estimates 1, 1, 1, 8, 5: the first four claimed before learning (11 reserved),
-    the first three answered (26 charged, 8 left in flight); then the claim of the fifth."""
-    job_id = make_job(
-        store, 5, estimate=[1, 1, 1, 8, 5], output_tokens_estimate=512, max_tokens=max_tokens
-    )
-    for i in range(4):
-        assert claim(store, job_id, hint=i).index == i
-    for i in range(3):
-        assert store.complete_item(job_id, i, "w1", f"answer {i}", Usage(1, OUTPUTS[i]))
-    return job_id, claim(store, job_id, hint=4)
-
-
-def test_a_refused_claim_waits_when_the_item_fits_beside_what_is_charged(store):
-    """Charged 26, item 3 in flight (8 reserved before learning), --max-tokens 36: the next item
-    (estimate 5) reserves min(16, 5) = 5 and does not fit beside the 8 in flight (39), but fits
-    beside what is charged alone (31), so the claim waits and the job keeps running. Reserving
-    the learned 16 instead would pause it (42 > 36)."""
-    job_id, refused = refused_after_learning(store, CHARGED + 10)
-    assert getattr(refused, "reason", None) == "tokens_in_flight", refused
-    assert store.get_job(job_id).state == RUNNING
-
-
-def test_a_refused_claim_pauses_when_the_item_would_not_fit_beside_what_is_charged(store):
-    """As above with --max-tokens 30: 26 charged + 5 > 30, so the job pauses at its limit."""
-    job_id, refused = refused_after_learning(store, CHARGED + 4)
-    assert getattr(refused, "reason", None) == "token_limit", refused
     job = store.get_job(job_id)
-    assert (job.state, job.pause_reason) == (PAUSED, PAUSE_TOKEN_LIMIT)
+    assert (job.estimated_tokens, job.worst_tokens) == (20, 800)
+    assert reserved_by_next_claim(store, job_id, 1) == 500

@@ -254,45 +254,28 @@ def test_complete_and_claim_pauses_at_the_token_limit_in_the_same_step(store):
     )
 
 
-def test_complete_and_claim_uses_the_learned_allowance(store):
-    job_id = make_job(store, LEARN_AFTER + 2, estimate=600, max_output_tokens=900)
-    for _ in range(LEARN_AFTER):
-        c = claim(store, job_id)
-        store.complete_item(job_id, c.index, "w1", "r", Usage(50, 100))
-    c = claim(store, job_id)
-    assert (
-        store.get_job(job_id).tokens_reserved
-        == store.get_job(job_id).reservation(600)
-        == 600 - 512 + 200
-    )
-    done, nxt = store.complete_and_claim(
-        job_id, c.index, "w1", "r", Usage(50, 100), index_hint=0, lease_s=30.0, max_running=1000
-    )
-    assert done and isinstance(nxt, Claim)
-    job = store.get_job(job_id)
-    assert job.tokens_reserved == job.reservation(600)
-
-
 @pytest.mark.parametrize(
     ("outputs", "learned"),
     [
-        ((0, 0, 0), None),  # no output reported: nothing learned, the stored estimate is reserved
+        ((0, 0, 0), 512),  # no output reported: nothing learned, the configured estimate stays
         ((100, 100, 100), 200),  # twice the mean output
         ((100, 100, 102), 202),  # rounded up: 2 * 302 / 3 = 201.3
         ((0, 0, 1), 1),  # one token of output is output reported: 2 * 1 / 3 rounded up
+        ((1000, 1000, 1000), 900),  # capped at max_output_tokens
     ],
 )
 def test_the_learned_allowance_is_twice_the_mean_output_rounded_up(store, outputs, learned):
+    """What estimates expect of an answer; a claim still reserves the stored worst case."""
     assert len(outputs) == LEARN_AFTER
-    job_id = make_job(store, LEARN_AFTER + 1, estimate=600, max_output_tokens=900)
+    job_id = make_job(
+        store, LEARN_AFTER + 1, estimate=600, output_tokens_estimate=512, max_output_tokens=900
+    )
     for output in outputs:
         c = claim(store, job_id)
         store.complete_item(job_id, c.index, "w1", "r", Usage(50, output))
     claim(store, job_id)
-    # The stored estimate holds the configured allowance (512); the learned one replaces it.
-    assert store.get_job(job_id).tokens_reserved == (
-        600 if learned is None else 600 - 512 + learned
-    )
+    job = store.get_job(job_id)
+    assert (job.output_allowance, job.tokens_reserved) == (learned, 600)
 
 
 def test_threads_draining_a_job_by_complete_and_claim_complete_each_item_once(store):
@@ -477,18 +460,21 @@ def test_complete_and_claim_drops_the_content_too(store):
     assert store.get_item(job_id, 0).content is None
 
 
-def test_a_redis_job_begun_before_the_plain_allowance_fields_reserves_the_same(redis_url):
-    """claim_item.lua reads output_tokens_estimate and max_output_tokens from META; a job begun
-    before they were written there falls back to its spec, with the same reservation."""
+def test_a_redis_job_begun_before_the_plain_output_fields_reserves_the_same(redis_url):
+    """claim_item.lua reads output_tokens_estimate and max_output_tokens (the output bound that
+    splits a reservation's cost) from META; a job begun before they were written there falls
+    back to its spec, with the same reservation."""
     import redis
 
     from hermes_bulk.fleet import broker
+    from hermes_bulk.store.protocol import reserved_cost
 
+    price = {"input": 1.0, "output": 4.0, "cached_input": 0.5, "source": "test"}
     b = broker.build_backend(redis_url)
     raw = redis.Redis.from_url(redis_url.split("?")[0])
     try:
         jobs = [
-            make_job(b.store, LEARN_AFTER + 2, estimate=600, max_output_tokens=150)
+            make_job(b.store, 1, estimate=600, max_output_tokens=150, max_cost=10**9, price=price)
             for _ in range(2)
         ]
         raw.hdel(
@@ -497,13 +483,11 @@ def test_a_redis_job_begun_before_the_plain_allowance_fields_reserves_the_same(r
             "max_output_tokens",
         )
         for job_id in jobs:
-            for _ in range(LEARN_AFTER):
-                c = claim(b.store, job_id)
-                b.store.complete_item(job_id, c.index, "w1", "r", Usage(50, 100))
             claim(b.store, job_id)
             job = b.store.get_job(job_id)
-            assert job.tokens_reserved == job.reservation(600) == 600 - 512 + 150, (
-                "learned 200, capped at 150"
+            assert (job.tokens_reserved, job.cost_reserved) == (
+                600,
+                reserved_cost(600, 150, 1.0, 4.0),
             )
     finally:
         raw.close()

@@ -91,8 +91,11 @@ def make_job(
     contents=None,
     estimate: int | list[int] = 10,
     answer_keys: list[str] | None = None,
+    worst: list[int] | None = None,
     **spec_kw,
 ) -> str:
+    """A job of n items; estimate: what each claim reserves (the stored worst case), unless
+    worst gives that apart (NewItem.worst_tokens) and estimate is then the expected tokens."""
     job_id = f"job{next(_counter):06d}{int(time.time() * 1000) % 100000:05d}"
     spec = JobSpec(
         job_id=job_id,
@@ -119,6 +122,7 @@ def make_job(
                 stat_sig="1:1",
                 estimated_tokens=estimate[i] if isinstance(estimate, list) else estimate,
                 answer_key=answer_keys[i] if answer_keys else "",
+                worst_tokens=worst[i] if worst else None,
             )
         )
     store.add_items(job_id, items)

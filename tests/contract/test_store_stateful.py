@@ -52,7 +52,6 @@ from hermes_bulk.store.protocol import (
     FAILED,
     INTERRUPTED_ORPHANED,
     INTERRUPTED_WORKER_STOP,
-    LEARN_AFTER,
     MAX_USAGE_TOKENS,
     NOT_STARTED,
     PAUSE_COST_LIMIT,
@@ -224,12 +223,12 @@ class Model:
 
     def money(self, need: int, *, batch: bool) -> int:
         """What an item reserving `need` tokens reserves in nano-USD under --max-cost
-        (records.reserved_cost, written out again): the allowance's share at the output rate,
-        the rest at the input rate, rounded up; nothing without a limit."""
+        (records.reserved_cost, written out again): the output bound's share at the output
+        rate, the rest at the input rate, rounded up; nothing without a limit."""
         if self.max_cost is None:
             return 0
         rate_in, rate_out = self.rates[2:] if batch else self.rates[:2]
-        out = min(self.allowance(), need)
+        out = min(self.output_bound(), need)
         return math.ceil(((need - out) * rate_in + out * rate_out) * 1000)
 
     @property
@@ -374,26 +373,15 @@ class Model:
     def duplicates(self, index: int) -> list[ModelItem]:
         return [it for it in self.items if it.dup_of == index and it.status == WAITING]
 
-    def allowance(self) -> int:
-        """The output allowance claims reserve now (JobRecord.output_allowance)."""
-        completed = self.count(COMPLETED)
-        if completed < LEARN_AFTER or self.tokens_out <= 0:
-            return self.output_estimate
-        learned = -(-2 * self.tokens_out // completed)
-        return learned if self.output_cap is None else min(learned, self.output_cap)
+    def output_bound(self) -> int:
+        """What splits a reservation's cost (JobSpec.output_bound): max_tokens, else the
+        estimate."""
+        return self.output_estimate if self.output_cap is None else self.output_cap
 
     def reservation(self, estimate: int) -> int:
-        """The learned output allowance (JobRecord.output_allowance, written out again): after
-        LEARN_AFTER completed items that reported output, twice their mean output (capped at the
-        job's max output) replaces the configured allowance in the estimate, reserving at least
-        the smaller of the learned allowance and the estimate."""
-        completed = self.count(COMPLETED)
-        if completed < LEARN_AFTER or self.tokens_out <= 0:
-            return estimate
-        learned = -(-2 * self.tokens_out // completed)
-        if self.output_cap is not None:
-            learned = min(learned, self.output_cap)
-        return max(estimate + learned - self.output_estimate, min(learned, estimate))
+        """An item reserves its stored worst case, whatever the job has learned (the rule:
+        store/sqlite/reservations.py, claim_item.lua)."""
+        return estimate
 
     def requeue(self, it: ModelItem) -> None:
         it.status, it.owner, it.until, it.reserved = PENDING, None, 0, 0
@@ -595,10 +583,11 @@ class StoreMachine(RuleBasedStateMachine):
         self.store.add_items(self.job_id, items)
         job = self.store.finish_job(self.job_id)
         asked = {c: e for c, e in reversed(list(zip(contents, estimates, strict=False)))}
-        assert (job.state, job.total, job.estimated_tokens) == (
+        assert (job.state, job.total, job.estimated_tokens, job.worst_tokens) == (
             NOT_STARTED,
             len(items),
             sum(asked.values()),  # a duplicate is not asked: no estimate
+            sum(asked.values()),  # its claims reserve its estimate (no worst_tokens apart)
         ), "the estimate of the first item of each content"
         firsts: dict[str, int] = {}
         model_items = []

@@ -20,7 +20,7 @@ def test_a_bulk_job_pauses_at_its_cost_limit_and_resumes_with_a_larger_one(
     gw = gateway()
     created = " ".join(
         gw.bulk(
-            f'"Describe" --over {src} --max-cost 0.03 --max-output-tokens 40 --concurrency 1'
+            f'"Describe" --over {src} --max-cost 0.1 --max-output-tokens 40 --concurrency 1'
         ).split()
     )
     assert "Estimated cost: about $" in created
@@ -28,11 +28,11 @@ def test_a_bulk_job_pauses_at_its_cost_limit_and_resumes_with_a_larger_one(
     gw.bulk(f"run {job}")
     status = " ".join(wait_for_state(gw, job, "paused", backend=url).split())
     assert "Paused: cost limit reached" in status and "--max-cost <usd>" in status
-    assert "Cost limit: $0.03 (" in status
+    assert "Cost limit: $0.10 (" in status
     answered = len(hermes_provider.requests)
     assert 0 < answered < 8 and f"Items: {answered}/8 completed" in status
     refused = " ".join(gw.bulk(f"resume {job}").split())
-    assert "paused at its cost limit ($0.03)" in refused and "Traceback" not in refused
+    assert "paused at its cost limit ($0.10)" in refused and "Traceback" not in refused
     gw.bulk(f"resume {job} --max-cost 2")
     status = " ".join(wait_for_state(gw, job, "completed", backend=url).split())
     assert "Cost limit: $2.00 (" in status

@@ -11,11 +11,15 @@ def test_bulk_reads_the_instruction_file_from_hermes_working_directory(
     gateway, hermes_provider, tmp_path
 ):
     (tmp_path / "brief.txt").write_text("Summarise in one line.\n" + "Be brief. " * 40)
-    (tmp_path / "t.jsonl").write_text('{"t": "alpha"}\n{"t": "beta"}\n')
+    (tmp_path / "t.jsonl").write_text('{"t": "alpha"}\n{"t": "beta"}\n{"t": "gamma"}\n')
     gw = gateway(cwd=tmp_path)
-    reply = gw.bulk("--instruction-file brief.txt --over t.jsonl --max-tokens 50")
+    # Each item may use up to about 1,400 tokens (its bytes and max_tokens 512); the three are
+    # expected to use about 2,350 (a third of a token a character, and 512 out each).
+    reply = gw.bulk(
+        "--instruction-file brief.txt --over t.jsonl --max-tokens 2000 --max-output-tokens 512"
+    )
     job = job_id_of(reply)
-    assert "Warning: --max-tokens 50 is below the estimate" in reply, reply
+    assert "Warning: --max-tokens 2000 is below the estimate" in reply, reply
     assert "Be brief. Be brief." in gw.bulk(f"show {job} 1")
     bad = gw.bulk("--instruction-file missing.txt --over t.jsonl")
     assert "--instruction-file" in bad and "cannot read it" in bad, bad

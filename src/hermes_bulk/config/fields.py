@@ -250,7 +250,8 @@ SETTINGS: tuple[Setting, ...] = (
         512,
         ge=0,
         le=1_000_000,
-        description="Output allowance in token reservations.",
+        description="Output tokens an answer is expected to have, for estimates (until a "
+        "job learns its own); claims reserve max_output_tokens.",
     ),
     Setting(
         "reuse",
@@ -261,10 +262,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "max_output_tokens",
         "int",
-        optional=True,
+        4096,
         ge=1,
         le=1_000_000,
-        description="max_tokens sent with each request (none: provider default).",
+        description="max_tokens sent with each request: the most output an item may bill, "
+        "which --max-tokens and --max-cost reserve.",
     ),
     Setting(
         "resume_interrupted",

@@ -93,7 +93,7 @@ class Settings(BaseSettings, Places):
     request_timeout_seconds: float = _field("request_timeout_seconds")
     output_tokens_estimate: int = _field("output_tokens_estimate")
     reuse: bool = _field("reuse")
-    max_output_tokens: int | None = _field("max_output_tokens")
+    max_output_tokens: int = _field("max_output_tokens")
     resume_interrupted: bool = _field("resume_interrupted")
     batch_max_items: int = _field("batch_max_items")
     batch_poll_seconds: float = _field("batch_poll_seconds")

@@ -203,6 +203,8 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
                     "to_run": plan.to_run,
                     "allowance_from": plan.allowance_from,
                     "estimated_cost_usd": plan.estimated_cost_usd,
+                    "worst_case_tokens": plan.worst_tokens,
+                    "worst_case_cost_usd": plan.worst_case_cost_usd,
                     "price": plan.price.as_dict() if plan.price else None,
                     "price_unknown": plan.price_unknown,
                 }

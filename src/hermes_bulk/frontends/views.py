@@ -90,6 +90,8 @@ def created_text(created: Created, run_command: str) -> str:
             f"Left out {count(job.skipped, 'entry')} ({shown}{more}); each is listed in the "
             "job's events."
         )
+    if job.worst_tokens:
+        lines.append(worst_case_line(job.worst_tokens, job.spec.output_bound))
     cost = prices.job_cost(job)
     lines.append(cost_estimate_line(cost))
     lines += cost_limit_warning(job.spec.max_cost, cost.estimated)
@@ -130,9 +132,17 @@ def cost_estimate_line(cost: prices.JobCost) -> str:
     if cost.price is None or cost.estimated is None:
         return f"Estimated cost: unknown ({cost.unknown})"
     return (
-        f"Estimated cost: about {prices.format_usd(cost.estimated)} at "
-        f"{prices.describe(cost.price)}"
+        f"Estimated cost: about {prices.format_usd(cost.estimated)}"
+        + _at_most(cost)
+        + f" at {prices.describe(cost.price)}"
     )
+
+
+def _at_most(cost: prices.JobCost) -> str:
+    """ ", at most $Y" when the job's worst case is known (prices.JobCost.worst_case)."""
+    if cost.worst_case is None:
+        return ""
+    return f", at most {prices.format_usd(cost.worst_case)}"
 
 
 def cost_line(cost: prices.JobCost) -> str:
@@ -146,7 +156,7 @@ def cost_line(cost: prices.JobCost) -> str:
     ]
     return (
         f"Cost: {prices.format_usd(cost.spent)} so far, about "
-        f"{prices.format_usd(cost.estimated)} for the whole job"
+        f"{prices.format_usd(cost.estimated)}{_at_most(cost)} for the whole job"
         + (f"; saved {' and '.join(saved)}" if saved else "")
         + f" (at {prices.describe(cost.price)})"
     )
@@ -195,7 +205,7 @@ def plan_text(plan: Plan, *, full: bool = False) -> str:
     basis = (
         f"as job {plan.allowance_from} learned"
         if plan.allowance_from
-        else "a running job learns the real figure from its completed items"
+        else "a default; a running job learns the real figure from its answers"
     )
     lines = [
         f"Dry run: no job created. {count(plan.items, 'item')}{left_out}"
@@ -204,10 +214,16 @@ def plan_text(plan: Plan, *, full: bool = False) -> str:
         + ("the whole job" if plan.to_run == plan.items else f"the {plan.to_run} to run")
         + f": {plan.estimated_tokens} (allowing {plan.output_allowance} output tokens an item; "
         f"{basis})",
+        worst_case_line(plan.worst_tokens, plan.output_bound),
     ]
     lines.append(
         cost_estimate_line(
-            prices.JobCost(plan.price, plan.price_unknown, estimated=plan.estimated_cost_usd)
+            prices.JobCost(
+                plan.price,
+                plan.price_unknown,
+                estimated=plan.estimated_cost_usd,
+                worst_case=plan.worst_case_cost_usd,
+            )
         )
     )
     if plan.max_tokens is not None and plan.max_tokens < plan.estimated_tokens:
@@ -225,12 +241,19 @@ def plan_text(plan: Plan, *, full: bool = False) -> str:
     return "\n".join(lines)
 
 
+def worst_case_line(tokens: int, output_bound: int) -> str:
+    """What every claim reserves, summed: the bound --max-tokens and --max-cost are kept by."""
+    return (
+        f"At most {tokens:,} tokens (each item once: its input bytes, max_tokens {output_bound:,})"
+    )
+
+
 def _estimate_basis(j) -> str:
     if j.projected_tokens == j.estimated_tokens:
-        return f" (allowing {j.spec.output_tokens_estimate} output tokens an item)"
+        return f" (allowing {j.spec.output_tokens_estimate} output tokens an item, a default)"
     return (
         f" (learned from {count(j.answered, 'completed item')}: {j.output_allowance} output "
-        "tokens reserved an item)"
+        "tokens expected an item)"
     )
 
 
@@ -260,6 +283,7 @@ def status_text(
         + _cache_tokens(j)
         + f", {j.tokens_out} out",
         f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
+        *([worst_case_line(j.worst_tokens, spec.output_bound)] if j.worst_tokens else []),
         cost_line(prices.job_cost(j)),
         *cache_cost_line(j, prices.job_cost(j)),
         concurrency_line(st),
@@ -352,7 +376,7 @@ def request_line(spec: JobSpec) -> str:
     --template or --fields that shape each item."""
     parts = [model_options.describe(spec.options)] if spec.options else []
     if spec.max_output_tokens:
-        parts.append(f"at most {count(spec.max_output_tokens, 'output token')}")
+        parts.append(f"at most {spec.max_output_tokens:,} output tokens")
     if spec.system:
         parts.append(f"a system prompt of {count(len(spec.system), 'character')}")
     if spec.template is not None:

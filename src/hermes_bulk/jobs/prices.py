@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config.fields import names_a_price, parse_price
 from ..errors import ConfigError, InputError
-from ..store.records import NANO_PER_USD
+from ..store.records import NANO_PER_USD, worst_case_nusd
 from . import prompt
 
 if TYPE_CHECKING:
@@ -238,6 +238,9 @@ class JobCost:
     cache_read: float | None = None
     cache_saved: float | None = None
     cache_written: float | None = None
+    #: The most the job may cost with each item asked once (its items' worst cases; more only
+    #: through retries, which --max-cost also bounds), never less than what is spent
+    worst_case: float | None = None
 
     @property
     def saved(self) -> float | None:
@@ -263,11 +266,16 @@ def job_cost(job: JobRecord) -> JobCost:
     settled = job.pending == 0 and job.running == 0
     rest = 0 if settled else max(0, job.projected_tokens - job.tokens_charged)
     estimated = job.cost_nusd + estimate_nusd(price, rest, job.pending, job.output_allowance)
+    # n counts duplicates too (their worst cases are not in worst_tokens): a larger share of
+    # output, at the dearer rate, keeps the figure a bound
+    worst = worst_case_nusd(spec, job.worst_tokens, job.total - job.reused)
     return JobCost(
         price,
         None,
         spent=usd(job.cost_nusd),
         estimated=usd(estimated),
+        # a job made before worst cases were recorded has none
+        worst_case=usd(max(worst, job.cost_nusd + job.cost_reserved)) if job.worst_tokens else None,
         saved_by_reuse=usd(job.saved_nusd),
         saved_by_batch=usd(max(0, job.list_nusd - job.cost_nusd)),
         cache_read=job.tokens_cached * price.cached_input / 1e6,

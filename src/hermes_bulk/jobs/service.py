@@ -44,12 +44,13 @@ from ..store.protocol import (
     NewItem,
     PauseState,
     WorkerInfo,
-    cost_rates,
-    reserved_cost,
+    claim_cost,
+    usd_text,
+    worst_case_nusd,
 )
 from ..store.sqlite.database import is_open_sqlite_file
 from ..words import count
-from . import hints, model_options, prices, prompt, templates
+from . import bounds, hints, model_options, prices, prompt, templates
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
@@ -85,6 +86,24 @@ STATES = (
 )
 
 
+def _check_fits_alone(spec: JobSpec, name: str, worst: int) -> None:
+    """create: an item whose worst case is over --max-tokens or --max-cost could never be
+    claimed (the job would pause at it with nothing spent); refuse the limit with the figure."""
+    out = f"{spec.output_bound:,} output tokens"
+    if spec.max_tokens is not None and worst > spec.max_tokens:
+        raise InputError(
+            f"--max-tokens {spec.max_tokens:,} is below what item {name} may use: up to "
+            f"{worst:,} tokens ({out} at most); raise it, or lower --max-output-tokens."
+        )
+    cost = claim_cost(spec, worst)
+    if spec.max_cost is not None and cost > spec.max_cost:
+        raise InputError(
+            f"--max-cost {usd_text(spec.max_cost)} is below what item {name} may cost: up to "
+            f"{usd_text(cost)} ({worst:,} tokens, {out} at most); raise it, or lower "
+            "--max-output-tokens."
+        )
+
+
 def _check_priced(spec: JobSpec, max_cost: int | None) -> None:
     """--max-cost is reckoned at the job's price: a job without one cannot take it."""
     if max_cost is not None and spec.price is None:
@@ -99,6 +118,9 @@ class Plan:
     items: int
     skipped: int
     estimated_tokens: int
+    worst_tokens: int  #: what the items to run reserve at most, each once (their worst cases)
+    worst_nusd: int  #: what that may cost at the job's price (records.worst_case_nusd)
+    output_bound: int  #: the max_tokens each request carries
     output_allowance: int
     max_tokens: int | None
     first_item: str | None
@@ -124,6 +146,11 @@ class Plan:
     @property
     def to_run(self) -> int:
         return self.items - self.reused - self.repeats
+
+    @property
+    def worst_case_cost_usd(self) -> float | None:
+        """The most the items to run may cost, each asked once (None without a price)."""
+        return None if self.price is None else prices.usd(self.worst_nusd)
 
 
 @dataclass(frozen=True)
@@ -231,6 +258,7 @@ class JobStatus:
             "cost_reserved_usd": prices.usd(j.cost_reserved),
             "tokens_charged": j.tokens_charged,
             "tokens_reserved": j.tokens_reserved,
+            "worst_case_tokens": j.worst_tokens or None,
             "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
             "instruction": j.spec.instruction,
             "source": j.spec.source,
@@ -264,6 +292,7 @@ def _cost_dict(cost: prices.JobCost) -> dict:
     return {
         "cost_usd": cost.spent,
         "estimated_cost_usd": cost.estimated,
+        "worst_case_cost_usd": cost.worst_case,
         "saved_usd": cost.saved,
         "saved_by_reuse_usd": cost.saved_by_reuse,
         "saved_by_batch_usd": cost.saved_by_batch,
@@ -469,7 +498,7 @@ class Jobs:
             model=model,
             client=client,
             provider_key=provider or "",
-            output_tokens_estimate=max_output_tokens or s.output_tokens_estimate,
+            output_tokens_estimate=min(s.output_tokens_estimate, max_output_tokens),
             max_output_tokens=max_output_tokens,
             schema=schema,
             reuse=s.reuse and not fresh,
@@ -544,22 +573,22 @@ class Jobs:
         from ..sources import Skipped
 
         allowance = spec.output_tokens_estimate
-        items = skipped = estimate = 0
+        items = skipped = estimate = worst = 0
         request: dict[str, Any] | None = None
         first = None
         lookup = spec.reuse and missing_database(self.settings) is None
         asked: set[bytes] = set()  # keys of items that would be asked (16 bytes each)
         answered: set[bytes] = set()  # keys the answer index holds
         reused = repeats = 0
-        batch: list[tuple[bytes, int]] = []  # (answer key, estimate) not yet classified
+        batch: list[tuple[bytes, int, int]] = []  # (answer key, estimate, worst case)
 
         def classify() -> None:
-            nonlocal reused, repeats, estimate
-            new = {raw for raw, _ in batch if raw not in asked and raw not in answered}
+            nonlocal reused, repeats, estimate, worst
+            new = {raw for raw, *_ in batch if raw not in asked and raw not in answered}
             if lookup and new:
                 found = self.store.answered(sorted(raw.hex() for raw in new))
                 answered.update(bytes.fromhex(key) for key in found)
-            for raw, item_estimate in batch:
+            for raw, item_estimate, item_worst in batch:
                 if raw in answered:
                     reused += 1
                 elif raw in asked:
@@ -567,6 +596,7 @@ class Jobs:
                 else:
                     asked.add(raw)
                     estimate += item_estimate
+                    worst += item_worst
             batch.clear()
 
         for entry in source.entries():
@@ -588,10 +618,14 @@ class Jobs:
                 if spec.schema:
                     request["response_format"] = answers.response_format(json.loads(spec.schema))
             items += 1
+            item_worst = bounds.worst_case_tokens(spec, entry.name, text, digest)
+            if spec.max_tokens is not None or spec.max_cost is not None:
+                _check_fits_alone(spec, entry.name, item_worst)
             batch.append(
                 (
                     bytes.fromhex(item_answer_key(spec, digest)),
                     prompt.estimate_tokens(text, spec.instruction, allowance, spec.system),
+                    item_worst,
                 )
             )
             if len(batch) >= PLAN_LOOKUP_ITEMS:
@@ -605,6 +639,9 @@ class Jobs:
             items=items,
             skipped=skipped,
             estimated_tokens=estimate,
+            worst_tokens=worst,
+            worst_nusd=worst_case_nusd(spec, worst, items - reused - repeats),
+            output_bound=spec.output_bound,
             output_allowance=allowance,
             max_tokens=spec.max_tokens,
             max_cost=spec.max_cost,
@@ -653,6 +690,9 @@ class Jobs:
                 continue
             digest = content_hash(entry.content)
             text, sent_digest = self._item_text(spec, entry, digest)
+            worst = bounds.worst_case_tokens(spec, entry.name, text, sent_digest)
+            if spec.max_tokens is not None or spec.max_cost is not None:
+                _check_fits_alone(spec, entry.name, worst)
             batch.append(
                 NewItem(
                     index=index,
@@ -666,6 +706,7 @@ class Jobs:
                         text, spec.instruction, spec.output_tokens_estimate, spec.system
                     ),
                     answer_key=item_answer_key(spec, sent_digest),
+                    worst_tokens=worst,
                 )
             )
             index += 1
@@ -977,13 +1018,10 @@ class Jobs:
         """What the paused job's next claim would reserve: (tokens, nano-USD at the price its
         claims pay), or None when nothing is pending. A read: a claim's own check covers what
         changes after it."""
-        estimate = self.store.next_item_estimate(job.job_id) if job.state == PAUSED else None
-        if estimate is None:
+        tokens = self.store.next_item_estimate(job.job_id) if job.state == PAUSED else None
+        if tokens is None:
             return None
-        tokens = job.reservation(estimate)  # with the learned output allowance
-        rates = cost_rates(job.spec) or (0.0, 0.0, 0.0, 0.0)
-        rin, rout = rates[2:] if job.spec.mode == "batch" else rates[:2]
-        return tokens, reserved_cost(tokens, job.output_allowance, rin, rout)
+        return tokens, claim_cost(job.spec, tokens)
 
     def _check_token_limit(self, job: JobRecord, max_tokens: int | None) -> None:
         """resume: a new --max-tokens must be above what is used, and leave room for the next

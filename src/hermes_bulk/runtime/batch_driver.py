@@ -57,7 +57,7 @@ from ..errors import (
     SourceUnusable,
 )
 from ..files import private_dir, write_private
-from ..jobs import prices, prompt
+from ..jobs import bounds, prices, prompt
 from ..providers.batch_api import (
     DEFAULT_MAX_LINE_BYTES,
     MAX_BATCH_BYTES,
@@ -886,6 +886,9 @@ class BatchDriver:
                 model=completion.model,
             ):
                 write_private(output_path(self.jobs_dir, job.job_id, index), completion.text + "\n")
+                beyond = bounds.beyond_bound(job.spec, str(index + 1), None, "", completion.usage)
+                if beyond is not None:
+                    pause_job(self.store, job.job_id, beyond)
                 return True
             return False
         code = error.get("code") if error else None

@@ -37,7 +37,7 @@ from ..errors import (
     TransientModelError,
 )
 from ..files import write_private
-from ..jobs import prices, prompt
+from ..jobs import bounds, prices, prompt
 from ..providers import answers
 from ..providers.client import Completion, ModelClient
 from ..providers.pacing import MAX_RATE_LIMIT_WAITS, LongWait, OpenGate, ProviderGate, RequestGate
@@ -279,7 +279,12 @@ class ItemProcessor:
         args = (spec.job_id, claim.index, self.worker_id, completion.text, usage)
         names = {"provider": completion.provider, "model": completion.model}
         taken = None
-        if chain is not None and chain():
+        # A provider that bills above the bound: charged as reported, and no next item is
+        # claimed with it (the caps no longer hold); the job pauses once this one is saved.
+        beyond = bounds.beyond_bound(
+            spec, claim.name, claim.content, claim.content_hash, completion.usage
+        )
+        if beyond is None and chain is not None and chain():
             done, taken = self._persist(
                 self.store.complete_and_claim,
                 *args,
@@ -296,6 +301,8 @@ class ItemProcessor:
         if isinstance(taken, Claim):
             with self._held_lock:  # its lease is renewed from now on
                 self._held.add((spec.job_id, taken.index))
+        if beyond is not None:
+            pause_job(self.store, spec.job_id, beyond)
         try:
             self.counters.add(
                 items_completed=1,

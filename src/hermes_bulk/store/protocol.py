@@ -66,6 +66,7 @@ from .records import (  # noqa: F401  (named here too: callers import the contra
     Turn,
     Usage,
     WorkerInfo,
+    claim_cost,
     cost_limit_reached,
     cost_rates,
     drops_content,
@@ -73,6 +74,8 @@ from .records import (  # noqa: F401  (named here too: callers import the contra
     sample_done,
     spec_from_json,
     spread,
+    usd_text,
+    worst_case_nusd,
 )
 
 
@@ -238,14 +241,15 @@ class JobStore(Protocol):
         min(the job's concurrency, max_running) items are already running (at_capacity;
         max_running is the worker's max_concurrency setting, so lowering that setting also
         applies to existing jobs), or when no item is pending (no_pending).
-        The item's estimate is reserved for as long as it runs. When the job has max_tokens
-        and charged + reserved + this item's estimate would exceed it, nothing is claimed: if
+        The item's worst case (its stored estimate: NewItem.claim_tokens) is reserved for as
+        long as it runs. When the job has max_tokens and charged + reserved + that would exceed
+        it, nothing is claimed: if
         charged + estimate alone fits, the refusal is tokens_in_flight (the job stays running;
         the caller tries again once reservations settle, for what the items really used);
         otherwise the job is paused with reason PAUSE_TOKEN_LIMIT and the refusal is
         token_limit. So charged + reserved never exceeds max_tokens through a claim.
         --max-cost (JobSpec.max_cost, nano-USD) is the same rule in money, checked after the
-        tokens: the claim reserves records.reserved_cost of the item's reservation at the live
+        tokens: the claim reserves records.claim_cost of the item's reservation at the live
         price (records.cost_rates), held while it runs and returned as the token reservation
         is; the item's reported cost (Usage.cost_nusd) is what is spent. It waits
         (cost_in_flight) while cost + cost_reserved + that would exceed the limit and cost +

@@ -126,6 +126,14 @@ class JobSpec:
     #: create/resume --max-cost, in nano-USD (needs a price); changed by resume --max-cost
     max_cost: int | None = None
 
+    @property
+    def output_bound(self) -> int:
+        """The most output tokens an answer may bill: the max_tokens every request carries. A job
+        made before every request carried one has only its estimate (not a bound)."""
+        if self.max_output_tokens is not None:
+            return self.max_output_tokens
+        return self.output_tokens_estimate
+
 
 @functools.lru_cache(maxsize=256)
 def spec_from_json(text: str) -> JobSpec:
@@ -155,8 +163,14 @@ class NewItem:
     origin: str
     offset: int
     stat_sig: str
-    estimated_tokens: int
+    estimated_tokens: int  # expected (prompt.estimate_tokens): what estimates sum
     answer_key: str = ""  # reuse.answer_key: "" never matches anything
+    #: what its claims reserve (bounds.worst_case_tokens); the estimate where none was given
+    worst_tokens: int | None = None
+
+    @property
+    def claim_tokens(self) -> int:
+        return self.estimated_tokens if self.worst_tokens is None else self.worst_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +202,7 @@ class JobRecord:
     tokens_in: int  # reported by the provider, completed items
     tokens_out: int
     tokens_charged: int  # reported usage, or the estimate where none was reported
-    tokens_reserved: int  # estimates held by running items
+    tokens_reserved: int  # worst cases held by running items (NewItem.claim_tokens)
     #: sum of the estimates of the items that will be asked: not those reused at create, nor
     #: the duplicates waiting on an earlier item of the job
     estimated_tokens: int
@@ -212,6 +226,9 @@ class JobRecord:
     sample: tuple[int, ...] | None = None
     #: nano-USD held by running items under --max-cost (reserved_cost of each claim)
     cost_reserved: int = 0
+    #: the sum of what the items to ask reserve when claimed (their worst cases; NewItem
+    #: claim_tokens), as estimated_tokens sums their expected tokens
+    worst_tokens: int = 0
 
     @property
     def job_id(self) -> str:
@@ -228,14 +245,10 @@ class JobRecord:
 
     @property
     def output_allowance(self) -> int:
-        """The output tokens a claim reserves for one item: learned once LEARN_AFTER items are done.
-
-        Twice the mean output of the completed items (capped at max_output_tokens), else the
-        configured allowance. The reservation rule has three copies, each naming the others:
-        this and reservation() (SQLite's claims use both), learned_allowance() and reservation()
-        in store/redis/lua/_job.lua; tests/contract/test_reservation_rule.py and the stateful
-        model hold them to one rule.
-        """
+        """The output tokens an item is expected to answer with, for estimates and planning only
+        (a claim reserves the worst case, JobSpec.output_bound): once LEARN_AFTER items are
+        done, twice the mean output of the completed items (capped at max_output_tokens), else
+        the configured expectation."""
         fixed = self.spec.output_tokens_estimate
         if self.answered < LEARN_AFTER or self.tokens_out <= 0:
             return fixed
@@ -243,24 +256,16 @@ class JobRecord:
         cap = self.spec.max_output_tokens
         return learned if cap is None else min(learned, cap)
 
-    def reservation(self, estimate: int) -> int:
-        """What a claim reserves for an item whose stored estimate (made with the configured
-        allowance) is `estimate`: the learned allowance in its place, and never less than the
-        learned allowance itself (or the estimate, when that is smaller)."""
-        allowance = self.output_allowance
-        return max(
-            estimate + allowance - self.spec.output_tokens_estimate, min(allowance, estimate)
-        )
-
     @property
     def projected_tokens(self) -> int:
         """The whole job's estimate: the sum of the item estimates until LEARN_AFTER items are done,
-        then what is charged and reserved plus the pending items at the mean cost of a completed
+        then what is charged plus the items pending and running at the mean cost of a completed
         one."""
         if self.answered < LEARN_AFTER or self.tokens_out <= 0:
             return self.estimated_tokens
         per_item = -(-self.tokens_charged // self.answered)
-        return self.tokens_charged + self.tokens_reserved + self.pending * per_item
+        # the items running count at the mean too: what they reserve is their worst case
+        return self.tokens_charged + (self.pending + self.running) * per_item
 
     @property
     def finished(self) -> bool:
@@ -287,18 +292,41 @@ def _input_rate(price: dict[str, Any]) -> float:
     return max(price["input"], price.get("cache_write_input") or 0.0)
 
 
-def reserved_cost(tokens: int, allowance: int, rate_in: float, rate_out: float) -> int:
-    """The nano-USD a claim reserves under --max-cost for an item that reserves `tokens`: the
-    output allowance's share at the output rate, the rest at the input rate (USD per million
-    tokens), rounded up.
+def reserved_cost(tokens: int, output_bound: int, rate_in: float, rate_out: float) -> int:
+    """The nano-USD a claim reserves under --max-cost for an item that reserves `tokens` (its
+    worst case): the output bound's share at the output rate, the rest at the input rate (USD
+    per million tokens), rounded up.
 
     A copy is in store/redis/lua/_job.lua (reserved_cost); both do the same double operations
     in the same order, so SQLite and Redis agree to the nano-dollar (the stateful model holds
     them to it). Past 2**53 the figure is a double's, the same on both: far above any limit
     (MAX_COST_USD), where the sums compared with it are exact. SQLite's claims call this one as
     an SQL function."""
-    out = min(allowance, tokens)
+    out = min(output_bound, tokens)
     return math.ceil(((tokens - out) * rate_in + out * rate_out) * 1000)
+
+
+def claim_cost(spec: JobSpec, tokens: int, *, batch: bool | None = None) -> int:
+    """The nano-USD a claim reserving `tokens` (a worst case) holds under --max-cost, at the
+    price its claims pay (a batch job's batches at the batch price; batch=False: a live claim);
+    0 without a price."""
+    rates = cost_rates(spec)
+    if rates is None:
+        return 0
+    in_batch = spec.mode == "batch" if batch is None else batch
+    rin, rout = rates[2:] if in_batch else rates[:2]
+    return reserved_cost(tokens, spec.output_bound, rin, rout)
+
+
+def worst_case_nusd(spec: JobSpec, tokens: int, items: int) -> int:
+    """What `items` items whose worst cases sum to `tokens` may cost at most, each asked once:
+    reserved_cost of the sum (it is linear: each item's output bound at the output rate, the
+    rest at the input rate), at the price the job pays; 0 without a price."""
+    rates = cost_rates(spec)
+    if rates is None or items <= 0:
+        return 0
+    rin, rout = rates[2:] if spec.mode == "batch" else rates[:2]
+    return reserved_cost(tokens, min(tokens, items * spec.output_bound), rin, rout)
 
 
 def usd_text(nusd: int) -> str:

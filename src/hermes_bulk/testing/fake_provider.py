@@ -201,6 +201,12 @@ class FakeConfig:
     batch_create_delay_s: float = (
         0.0  # a batch is created, then answered this late (a kill before it is recorded)
     )
+    #: An honest provider's worst case: the n-th answer bills output_tokens[n] tokens (the last
+    #: repeats), never more than the request's max_tokens; None: a quarter of its characters
+    output_tokens: list[int] | None = None
+    #: Input billed as the UTF-8 bytes of every message's text, the most an honest tokenizer
+    #: counts; False: a quarter of the user text's characters
+    input_as_bytes: bool = False
     require_key: str | None = None  # the only API key accepted (else 401)
     models: list[str] | None = None  # the models known (else 404 for a chat request); None: any
 
@@ -231,6 +237,9 @@ class FakeProvider:
         self._hold_at_start = False
         self._let_through = 0  # requests the closed gate still lets pass (hold(let_through=n))
         self.held = 0  # chat requests waiting at the closed gate now
+        #: What the provider billed, its own count: every answer's reported usage, live and in
+        #: batches, kept or not (answered, billed_in, billed_out)
+        self.billed = {"answers": 0, "input": 0, "output": 0}
 
     @property
     def base_url(self) -> str:
@@ -307,6 +316,7 @@ class FakeProvider:
             self.batches.lines.clear()
             self.batches.busy.clear()
             self.max_in_flight = self.in_flight
+            self.billed = {"answers": 0, "input": 0, "output": 0}
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -319,6 +329,7 @@ class FakeProvider:
                 "max_in_flight": self.max_in_flight,
                 "batches": len(self.batches.created),
                 "batch_lines": len(self.batches.lines),
+                "billed": dict(self.billed),
             }
         stats["batch_busy_s"] = self.batches.busy_s()
         return stats
@@ -831,6 +842,32 @@ class FakeProvider:
             return 0
         return tokens // 128 * 128
 
+    def _honest(self, req: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+        """usage as the worst an honest provider bills (output_tokens, input_as_bytes)."""
+        if self.config.input_as_bytes:
+            usage["prompt_tokens"] = sum(
+                len(_content_text(m.get("content")).encode("utf-8"))
+                for m in req.get("messages") or []
+            )
+        if self.config.output_tokens:
+            with self._lock:
+                n = self.billed["answers"]
+            planned = self.config.output_tokens[min(n, len(self.config.output_tokens) - 1)]
+            cap = req.get("max_tokens")
+            usage["completion_tokens"] = min(planned, cap) if isinstance(cap, int) else planned
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return usage
+
+    def _bill(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        counts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens")]
+        with self._lock:
+            self.billed["answers"] += 1
+            for key, n in zip(("input", "output"), counts, strict=True):
+                if isinstance(n, int):
+                    self.billed[key] += n
+
     def answer_parts(self, req: dict[str, Any], item: str, prompt: str, fault: str):
         """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base
         fields."""
@@ -842,13 +879,23 @@ class FakeProvider:
         ):
             schema = req["response_format"]["json_schema"].get("schema", {})
             answer = json.dumps(_schema_answer(schema, item, off=fault == "off_schema"))
+        cap = req.get("max_tokens") or req.get("max_completion_tokens")
+        out = max(1, len(answer) // 4)
         usage = {
             "prompt_tokens": max(1, len(prompt) // 4),
-            "completion_tokens": max(1, len(answer) // 4),
+            # an honest provider bills no more than the request's max_tokens
+            "completion_tokens": min(out, cap) if isinstance(cap, int) else out,
             "prompt_tokens_details": {"cached_tokens": self._cached_tokens(req, prompt)},
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        usage = self.config.usage if self.config.usage is not None else usage
+        usage = self.config.usage if self.config.usage is not None else self._honest(req, usage)
+        limit = req.get("max_tokens") or req.get("max_completion_tokens")
+        if isinstance(usage, dict) and fault in ("length", "length_silent"):
+            if limit:  # as hostile_body reports it: the whole limit, billed
+                usage["completion_tokens"] = limit
+            elif fault == "length_silent":
+                usage["completion_tokens"] = 100
+        self._bill(usage)
         base = {
             "id": f"chatcmpl-{digest(item)}",
             "created": int(time.time()),

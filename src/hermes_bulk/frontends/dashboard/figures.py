@@ -225,11 +225,14 @@ class Figures:
 
 
 def cost_shown(cost: prices.JobCost) -> str:
-    """A job's money as the pages show it: "$0.12 of about $0.40", or "unknown" (status says
-    why)."""
+    """A job's money as the pages show it: "$0.12 of about $0.40 (at most $1.60)", or
+    "unknown" (status says why)."""
     if cost.spent is None or cost.estimated is None:
         return "unknown"
-    return f"{prices.format_usd(cost.spent)} of about {prices.format_usd(cost.estimated)}"
+    shown = f"{prices.format_usd(cost.spent)} of about {prices.format_usd(cost.estimated)}"
+    if cost.worst_case is None:
+        return shown
+    return f"{shown} (at most {prices.format_usd(cost.worst_case)})"
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from ..protocol import (
     BATCH_FIELDS,
     BATCH_OWNER_PREFIX,
-    LEARN_AFTER,
     BatchItem,
     BatchRecord,
     ClaimRefused,
@@ -62,7 +61,6 @@ class RedisBatches:
                 max_items,
                 lease_s * 1000,
                 hold_s * 1000,
-                LEARN_AFTER,
                 BATCH_OWNER_PREFIX,
                 job_id,
                 take_from or "",

@@ -117,6 +117,7 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
         saved_nusd=int(meta.get("saved_cost") or 0),
         sample=tuple(json.loads(meta["sample"])) if meta.get("sample") else None,
         cost_reserved=int(meta.get("cost_reserved") or 0),
+        worst_tokens=int(meta.get("worst_tokens") or 0),
         **n,
     )
 
@@ -141,8 +142,9 @@ def answer_field(key: str) -> bytes:
 
 
 def item_head(item: NewItem) -> bytes:
-    """An item's items record: "<estimate>\t<content field>" (the scripts read both)."""
-    return f"{item.estimated_tokens}\t".encode() + content_field(item.content_hash)
+    """An item's items record: "<what its claims reserve>\t<content field>" (the scripts read
+    both; NewItem.claim_tokens, its worst case)."""
+    return f"{item.claim_tokens}\t".encode() + content_field(item.content_hash)
 
 
 def item_source(item: NewItem) -> str:

@@ -17,7 +17,6 @@ import redis
 
 from ..protocol import (
     CREATING,
-    LEARN_AFTER,
     PENDING,
     RUNNING,
     Claim,
@@ -496,7 +495,7 @@ class RedisJobStore(RedisBatches):
         reply = self._run(
             self.lua.claim_item,
             job_id,
-            [index_hint, worker_id, lease_s * 1000, max_running, LEARN_AFTER],
+            [index_hint, worker_id, lease_s * 1000, max_running],
             items=[index_hint],
         )
         return self._claimed(reply)
@@ -606,7 +605,6 @@ class RedisJobStore(RedisBatches):
                 worker_id,
                 lease_s * 1000,
                 max_running,
-                LEARN_AFTER,
                 *turn_args,
             ],
             items=[index, index_hint],

@@ -18,7 +18,7 @@ from ..protocol import (
     BatchRecord,
     ClaimRefused,
 )
-from .reservations import RESERVED, RESERVED_COST, limits
+from .reservations import RESERVED_COST, limits
 
 _COLUMNS = (
     "id, job_id, status, items, created_at, provider_id, input_file, output_file, error_file, "
@@ -78,7 +78,7 @@ class SqliteBatches:
             # the running sums of them in index order, taken while both fit under the limits.
             owner = BATCH_OWNER_PREFIX + batch_id
             conn.execute(
-                f"WITH c AS (SELECT idx, {RESERVED} AS r, {RESERVED_COST} AS rc FROM items"
+                f"WITH c AS (SELECT idx, estimate AS r, {RESERVED_COST} AS rc FROM items"
                 "  WHERE job_id = :job AND status = 'pending' ORDER BY idx LIMIT :max_items),"
                 " s AS (SELECT idx, r, rc, sum(r) OVER (ORDER BY idx) AS cum, sum(rc) OVER"
                 " (ORDER BY idx) AS cum_cost FROM c)"

@@ -40,7 +40,7 @@ from ..protocol import (
 )
 from .batches import SqliteBatches
 from .database import SqliteDatabase
-from .reservations import FITS, RESERVED, RESERVED_COST, limits
+from .reservations import FITS, RESERVED_COST, limits
 
 #: The pending items of a job's run --sample (job id, the sample as a JSON array).
 _SAMPLE_PENDING = (
@@ -58,7 +58,7 @@ _JOB_COLUMNS = (
     "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
     "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
     "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved, tokens_cached, "
-    "cost, list_cost, saved_cost, sample, max_cost, cost_reserved, tokens_written"
+    "cost, list_cost, saved_cost, sample, max_cost, cost_reserved, tokens_written, worst_tokens"
 )
 
 
@@ -95,6 +95,7 @@ def _job_from_row(row: tuple) -> JobRecord:
         sample=tuple(json.loads(row[27])) if row[27] else None,
         cost_reserved=row[29],
         tokens_written=row[30],
+        worst_tokens=row[31],
     )
 
 
@@ -155,7 +156,7 @@ class SqliteJobStore(SqliteBatches):
             ).fetchone()
             conn.executemany(
                 "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, "
-                "stat_sig, estimate, answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "stat_sig, estimate, expected, answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         job_id,
@@ -165,6 +166,7 @@ class SqliteJobStore(SqliteBatches):
                         it.origin,
                         it.offset,
                         it.stat_sig,
+                        it.claim_tokens,
                         it.estimated_tokens,
                         it.answer_key,
                     )
@@ -232,9 +234,10 @@ class SqliteJobStore(SqliteBatches):
 
     def finish_job(self, job_id: str) -> JobRecord:
         with self.db.write() as conn:
-            total, estimated, reused, saved, saved_cost = conn.execute(
-                "SELECT count(*), coalesce(sum(estimate) FILTER (WHERE reused_job IS NULL "
-                "AND status != 'waiting'), 0), "
+            total, estimated, worst, reused, saved, saved_cost = conn.execute(
+                "SELECT count(*), coalesce(sum(expected) FILTER (WHERE reused_job IS NULL "
+                "AND status != 'waiting'), 0), coalesce(sum(estimate) FILTER (WHERE reused_job "
+                "IS NULL AND status != 'waiting'), 0), "
                 "count(reused_job), "
                 "coalesce(sum(tokens_saved), 0), coalesce(sum(saved_cost), 0) FROM items "
                 "WHERE job_id = ?",
@@ -245,7 +248,7 @@ class SqliteJobStore(SqliteBatches):
             ).fetchone()
             conn.execute(
                 "UPDATE jobs SET state = ?, total = ?, pending = ?, completed = ?, "
-                "estimated_tokens = ?,"
+                "estimated_tokens = ?, worst_tokens = ?,"
                 " skipped = ?, reused = ?, tokens_saved = ?, saved_cost = ? WHERE id = ? AND "
                 "state = ?",
                 (
@@ -254,6 +257,7 @@ class SqliteJobStore(SqliteBatches):
                     total - reused,
                     reused,
                     estimated,
+                    worst,
                     skipped,
                     reused,
                     saved,
@@ -565,8 +569,8 @@ class SqliteJobStore(SqliteBatches):
         else:  # run --sample: the lowest pending index of the sample (as _job.lua's)
             pick = f"({_SAMPLE_PENDING_NAMED} ORDER BY idx LIMIT 1)"
         row = conn.execute(
-            f"UPDATE items SET status = :claimed, owner = :owner, lease_until = :until, reserved = "
-            f"{RESERVED}, reserved_cost = {RESERVED_COST} WHERE job_id = :job AND status = "
+            "UPDATE items SET status = :claimed, owner = :owner, lease_until = :until, reserved = "
+            f"estimate, reserved_cost = {RESERVED_COST} WHERE job_id = :job AND status = "
             f"'pending' AND idx = {pick} AND {FITS} RETURNING idx, name, content_hash, origin, "
             "byte_offset, stat_sig, reserved, attempts, rate_limit_waits, reserved_cost",
             {
@@ -612,7 +616,7 @@ class SqliteJobStore(SqliteBatches):
             row = row or conn.execute(select + " ORDER BY idx LIMIT 1", (job.job_id,)).fetchone()
         if row is None:
             return ClaimRefused("no_pending")
-        idx, estimate = row[0], job.reservation(row[1])
+        idx, estimate = row[0], row[1]
         limit = job.spec.max_tokens
         if limit is not None and job.tokens_charged + job.tokens_reserved + estimate > limit:
             if job.tokens_charged + estimate <= limit:
@@ -628,7 +632,7 @@ class SqliteJobStore(SqliteBatches):
         params = limits(job, batch=batch)
         max_cost = job.spec.max_cost
         if max_cost is not None:
-            need = reserved_cost(estimate, job.output_allowance, params["rin"], params["rout"])
+            need = reserved_cost(estimate, job.spec.output_bound, params["rin"], params["rout"])
             if job.cost_nusd + need > max_cost:
                 message = cost_limit_reached(job.cost_nusd, need, idx, max_cost)
                 return self._pause_at_limit(conn, job, PAUSE_COST_LIMIT, message, idx)

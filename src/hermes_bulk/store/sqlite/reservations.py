@@ -7,30 +7,27 @@ from typing import Any
 
 from ..records import JobRecord, cost_rates
 
-# The reservation rule in SQL, over an item's `estimate` (JobRecord.reservation: the learned
-# allowance in place of the configured one, at least min(learned, estimate)), and what it
-# reserves in money under --max-cost (records.reserved_cost, the SQL function database.py
-# registers), with the check that both fit. Parameters: limits().
-RESERVED = "max(estimate + :delta, min(:allowance, estimate))"
+# The reservation rule in SQL: an item reserves its stored `estimate`, the worst case recorded
+# at create (NewItem.claim_tokens), and under --max-cost what that costs (records.reserved_cost,
+# the SQL function database.py registers), with the check that both fit beside what is spent
+# and reserved. _job.lua's claim_item and open_batch are the Redis copy. Parameters: limits().
 RESERVED_COST = (
-    f"CASE WHEN :max_cost IS NULL THEN 0 ELSE reserved_cost({RESERVED}, :allowance, :rin, "
-    ":rout) END"
+    "CASE WHEN :max_cost IS NULL THEN 0 ELSE reserved_cost(estimate, :output_bound, :rin, :rout) "
+    "END"
 )
 FITS = (
-    f"(:max_tokens IS NULL OR :tokens_used + {RESERVED} <= :max_tokens) AND (:max_cost IS NULL "
+    "(:max_tokens IS NULL OR :tokens_used + estimate <= :max_tokens) AND (:max_cost IS NULL "
     f"OR :cost_used + {RESERVED_COST} <= :max_cost)"
 )
 
 
 def limits(job: JobRecord, *, batch: bool) -> dict[str, Any]:
-    """The parameters of RESERVED, RESERVED_COST and FITS for a claim of the job (batch: at
-    the price a batch pays)."""
+    """The parameters of RESERVED_COST and FITS for a claim of the job (batch: at the price a
+    batch pays)."""
     rates = cost_rates(job.spec) or (0.0, 0.0, 0.0, 0.0)
     rin, rout = rates[2:] if batch else rates[:2]
-    allowance = job.output_allowance
     return {
-        "delta": allowance - job.spec.output_tokens_estimate,
-        "allowance": allowance,
+        "output_bound": job.spec.output_bound,
         "max_tokens": job.spec.max_tokens,
         "tokens_used": job.tokens_charged + job.tokens_reserved,
         "max_cost": job.spec.max_cost,

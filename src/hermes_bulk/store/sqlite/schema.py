@@ -317,3 +317,15 @@ ALTER TABLE jobs ADD COLUMN tokens_written INTEGER NOT NULL DEFAULT 0;
 """,
     )
 )
+
+# Worst-case claims: an item's `estimate` is what its claim reserves (its worst case), its
+# `expected` what estimates sum; the job keeps the sum of each (estimated_tokens, worst_tokens).
+migration(
+    (
+        "m015_worst_cases",
+        """
+ALTER TABLE items ADD COLUMN expected INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN worst_tokens INTEGER NOT NULL DEFAULT 0;
+""",
+    )
+)

@@ -178,40 +178,18 @@ local function released_event(now, n, worker)
     .. (worker and (' from worker ' .. worker) or ''))
 end
 
--- The learned output allowance, for claim_item and open_batch: a copy of the reservation rule
--- of JobRecord.output_allowance and reservation (store/records.py), held to it by
--- tests/contract/test_reservation_rule.py and the stateful model. After learn_after completed
--- items that reported output, twice their mean output (capped at max_output_tokens) replaces
--- the configured allowance the stored estimate was made with.
--- Items completed with an earlier job's answer at create cost nothing here: they are not
--- counted. Returns (learned, fixed), or nil before learning starts.
-local function learned_allowance(job, learn_after)
-  local completed = tonumber(job.completed) - tonumber(job.reused or '0')
-  local tokens_out = tonumber(job.tokens_out)
-  if completed < learn_after or tokens_out <= 0 then return nil end
-  -- Plain META fields (begin_job); a job begun by an older version has them in its spec only.
-  local fixed, cap = tonumber(job.output_tokens_estimate), tonumber(job.max_output_tokens)
-  if not fixed then
-    local spec = cjson.decode(job.spec)
-    fixed = spec.output_tokens_estimate
-    if type(spec.max_output_tokens) == 'number' then cap = spec.max_output_tokens end
-  end
-  local learned = math.floor((2 * tokens_out + completed - 1) / completed)
-  if cap and cap < learned then learned = cap end
-  return learned, fixed
-end
-
--- The output allowance claims reserve now: the learned one, else the configured one (a plain
--- META field since begin_job kept it; in the spec of a job begun by an older version).
-local function current_allowance(job, learned)
-  if learned then return learned end
-  return tonumber(job.output_tokens_estimate) or cjson.decode(job.spec).output_tokens_estimate
-end
-
--- What an item with this stored estimate reserves: never less than the learned allowance's share.
-local function reservation(estimate, learned, fixed)
-  if not learned then return estimate end
-  return math.max(estimate + learned - fixed, math.min(learned, estimate))
+-- The most output tokens an answer of the job may bill (records.JobSpec.output_bound): the
+-- max_tokens its requests carry, else (a job made before every request carried one) its
+-- output estimate. Plain META fields (begin_job); a job begun by an older version has them in
+-- its spec only.
+local function output_bound(job)
+  local cap = tonumber(job.max_output_tokens)
+  if cap then return cap end
+  local fixed = tonumber(job.output_tokens_estimate)
+  if fixed then return fixed end
+  local spec = cjson.decode(job.spec)
+  if type(spec.max_output_tokens) == 'number' then return spec.max_output_tokens end
+  return spec.output_tokens_estimate
 end
 
 -- An item that does not fit under --max-tokens: it waits while reservations in flight may settle
@@ -240,9 +218,10 @@ local function cost_limit(job)
 end
 
 -- records.reserved_cost, copied: the same double operations in the same order, so both
--- backends reserve the same nano-dollars.
-local function reserved_cost(tokens, allowance, rate_in, rate_out)
-  local out = math.min(allowance, tokens)
+-- backends reserve the same nano-dollars. tokens: the item's worst case (what its claims
+-- reserve); out_bound: output_bound(job).
+local function reserved_cost(tokens, out_bound, rate_in, rate_out)
+  local out = math.min(out_bound, tokens)
   return math.ceil(((tokens - out) * rate_in + out * rate_out) * 1000)
 end
 

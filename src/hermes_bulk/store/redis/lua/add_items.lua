@@ -1,8 +1,9 @@
 -- add_items: append one batch of items to a job (contents stored once per hash).
 -- KEYS: the job's keys and its items' buckets (_job.lua); writes META, CONTENTS, PENDING, AKEYS,
 --       DUPS, and the buckets of items, names, sources, states, results and keys (_job.lua: at).
--- ARGV: thirteen per item: index, head ("<estimate>\t<content_hash>"), name, source (JSON
---       [origin, offset, stat_sig]), content_hash, content, estimate, answer key ('' = none),
+-- ARGV: thirteen per item: index, head ("<worst case>\t<content_hash>": what its claims
+--       reserve), name, source (JSON [origin, offset, stat_sig]), content_hash, content,
+--       estimate (expected tokens), answer key ('' = none),
 --       and the answer reused ('' job id = none, else job id, index, tokens, cost in nano-USD,
 --       result text).
 -- An item with an answer is added completed (no source kept: nothing processes it; nor its
@@ -20,7 +21,7 @@ for i = 1, #ARGV, N do
     return redis.error_reply('ERR item index ' .. ARGV[i] .. ' already added')
   end
 end
-local estimated, max_index = 0, tonumber(redis.call('HGET', META, 'max_index'))
+local estimated, worst, max_index = 0, 0, tonumber(redis.call('HGET', META, 'max_index'))
 local reused, saved = 0, 0
 local drop = redis.call('HGET', META, 'drop_content') == '1'
 for i = 1, #ARGV, N do
@@ -46,6 +47,7 @@ for i = 1, #ARGV, N do
       redis.call('ZADD', DUPS, first, idx)
     else  -- only the first of its key is asked: a reused item or a duplicate has no estimate
       estimated = estimated + tonumber(ARGV[i + 6])
+      worst = worst + tonumber(string.match(ARGV[i + 1], '^(%-?%d+)'))
       if key ~= '' then
         redis.call('HSET', AKEYS, 'k:' .. key, idx)
         redis.call('HSET', at('keys', idx), idx, key)
@@ -56,6 +58,7 @@ for i = 1, #ARGV, N do
   if idx > max_index then max_index = idx end
 end
 redis.call('HINCRBY', META, 'estimated_tokens', estimated)
+redis.call('HINCRBY', META, 'worst_tokens', worst)
 redis.call('HINCRBY', META, 'added', #ARGV / N)
 redis.call('HSET', META, 'max_index', max_index)
 if reused > 0 then

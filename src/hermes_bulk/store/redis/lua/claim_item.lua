@@ -2,7 +2,7 @@
 -- KEYS: the job's keys and the buckets of the item it takes (_job.lua); reads CONTENTS and the
 --       item's items, names and sources records; writes META, its state, PENDING, LEASES, OWNERS,
 --       EVENTS.
--- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running   ARGV[5] learn_after
+-- ARGV[1] index_hint   ARGV[2] worker_id   ARGV[3] lease_ms   ARGV[4] max_running
 -- Returns {reason} when refused (no_job, not_running, at_capacity, no_pending, tokens_in_flight,
 -- token_limit, cost_in_flight, cost_limit, sample_done: the job's run --sample has settled, and it paused),
 -- else {'ok', job (HGETALL of META before the claim), index, content hash, name, source (JSON
@@ -23,12 +23,10 @@ if not idx then
   return {'no_pending'}
 end
 need_buckets({idx})
+-- An item reserves its worst case, recorded at create (the reservation rule: records.NewItem
+-- claim_tokens; SQLite's copy is store/sqlite/reservations.py).
 local estimate, content_hash = item_head(idx)
 local now = now_ms()
-local LEARN_AFTER = tonumber(ARGV[5])
-
-local learned, fixed = learned_allowance(job, LEARN_AFTER)
-estimate = reservation(estimate, learned, fixed)
 
 -- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while
 -- reservations are in flight (they may settle for less); the job pauses only when the item
@@ -44,7 +42,7 @@ end
 local cost = 0
 local max_cost, rates = cost_limit(job)
 if max_cost then
-  cost = reserved_cost(estimate, current_allowance(job, learned), rates[1], rates[2])
+  cost = reserved_cost(estimate, output_bound(job), rates[1], rates[2])
   local spent = tonumber(job.cost or '0')
   if spent + tonumber(job.cost_reserved or '0') + cost > max_cost then
     return refuse_over_cost(now, spent, cost, idx, max_cost)

@@ -2,9 +2,9 @@
 -- in one script (a worker thread's steady state: one round trip per item).
 -- KEYS: the job's keys (_job.lua). scripts.py puts complete_item.lua and claim_item.lua
 -- ahead of this as the functions complete_item(ARGV) and claim_item(ARGV), each given its own
--- ARGV: ARGV[1..12] complete_item's, ARGV[13..17] claim_item's; ARGV[18] '1' to take the
+-- ARGV: ARGV[1..12] complete_item's, ARGV[13..16] claim_item's; ARGV[17] '1' to take the
 -- next request's turn of the provider key KEYS[14] (unpaced: no rpm, no tpm) for the item
--- claimed, with ARGV[19..20] acquire's ARGV[4..5] (acquire.lua, put ahead as acquire(KEYS, ARGV)):
+-- claimed, with ARGV[18..19] acquire's ARGV[4..5] (acquire.lua, put ahead as acquire(KEYS, ARGV)):
 -- a worker's steady state is then one round trip an item, not two.
 -- Returns {0} when the completion was refused (nothing changed), else {1, claim_item's reply},
 -- and acquire's reply third when a turn was asked for and an item was claimed.
@@ -15,8 +15,8 @@ local candidate = claim_candidate(ARGV[13])
 if candidate then idxs[#idxs + 1] = candidate end
 need_buckets(idxs)
 if complete_item({unpack(ARGV, 1, 12)}) == 0 then return {0} end
-local claimed = claim_item({unpack(ARGV, 13, 17)})
-if ARGV[18] == '1' and claimed[1] == 'ok' then
-  return {1, claimed, acquire({KEYS[14]}, {0, 0, 0, ARGV[19], ARGV[20]})}
+local claimed = claim_item({unpack(ARGV, 13, 16)})
+if ARGV[17] == '1' and claimed[1] == 'ok' then
+  return {1, claimed, acquire({KEYS[14]}, {0, 0, 0, ARGV[18], ARGV[19]})}
 end
 return {1, claimed}

@@ -2,8 +2,8 @@
 -- KEYS: the job's keys (_job.lua); KEYS[14] the job's batches hash, KEYS[15] P:jobs:batched;
 --       then the buckets of the items it takes.
 -- ARGV[1] batch_id   ARGV[2] worker_id   ARGV[3] max_items   ARGV[4] lease_ms   ARGV[5] hold_ms
--- ARGV[6] learn_after   ARGV[7] the owner prefix of batch items ("batch:")   ARGV[8] job id
--- ARGV[9] take_from: a worker the caller found dead, whose preparing lease is taken at once ('' = none)
+-- ARGV[6] the owner prefix of batch items ("batch:")   ARGV[7] job id
+-- ARGV[8] take_from: a worker the caller found dead, whose preparing lease is taken at once ('' = none)
 -- Returns {reason} when refused, else {'ok', batch record JSON}.
 local BATCHES, BATCHED = KEYS[14], KEYS[15]
 local flat = redis.call('HGETALL', META)
@@ -17,7 +17,7 @@ local worker, lease_until = ARGV[2], (now + tonumber(ARGV[4])) / 1000
 for _, raw in ipairs(redis.call('HVALS', BATCHES)) do
   local b = cjson.decode(raw)
   if b.status == 'preparing' then
-    if b.lease_owner and b.lease_owner ~= worker and b.lease_owner ~= ARGV[9] and b.lease_until >= now / 1000 then
+    if b.lease_owner and b.lease_owner ~= worker and b.lease_owner ~= ARGV[8] and b.lease_until >= now / 1000 then
       return {'batch_preparing'}
     end
     b.lease_owner, b.lease_until = worker, lease_until
@@ -30,7 +30,6 @@ end
 local idxs = redis.call('ZRANGE', PENDING, 0, tonumber(ARGV[3]) - 1)
 if #idxs == 0 then return {'no_pending'} end
 need_buckets(idxs)
-local learned, fixed = learned_allowance(job, tonumber(ARGV[6]))
 local limit = nil
 if job.max_tokens ~= '' then limit = tonumber(job.max_tokens) end
 local charged = tonumber(job.tokens_charged)
@@ -39,21 +38,20 @@ local used = charged + tonumber(job.tokens_reserved)
 local max_cost, rates = cost_limit(job)
 local spent = tonumber(job.cost or '0')
 local spent_and_held = spent + tonumber(job.cost_reserved or '0')
-local allowance = current_allowance(job, learned)
+local out_bound = output_bound(job)
 local reserved_costs = 0
-local owner = ARGV[7] .. ARGV[1]
+local owner = ARGV[6] .. ARGV[1]
 local hold_until = now + tonumber(ARGV[5])
 local taken, reserved = 0, 0
 for _, idx in ipairs(idxs) do
-  local estimate = item_head(idx)
-  estimate = reservation(estimate, learned, fixed)
+  local estimate = item_head(idx)  -- its worst case, as claim_item reserves it
   if limit and used + estimate > limit then
     if taken > 0 then break end
     return refuse_over_limit(now, charged, estimate, idx, limit)
   end
   local cost = 0
   if max_cost then
-    cost = reserved_cost(estimate, allowance, rates[3], rates[4])
+    cost = reserved_cost(estimate, out_bound, rates[3], rates[4])
     if spent_and_held + cost > max_cost then
       if taken > 0 then break end
       return refuse_over_cost(now, spent, cost, idx, max_cost)
@@ -75,8 +73,8 @@ redis.call('HINCRBY', META, 'running', taken)
 redis.call('HINCRBY', META, 'tokens_reserved', reserved)
 if reserved_costs > 0 then redis.call('HINCRBY', META, 'cost_reserved', digits(reserved_costs)) end
 redis.call('HSET', META, 'last_claim_at_ms', fmt_ms(now))
-local record = cjson.encode({batch_id = ARGV[1], job_id = ARGV[8], status = 'preparing', items = taken,
+local record = cjson.encode({batch_id = ARGV[1], job_id = ARGV[7], status = 'preparing', items = taken,
                              created_at = now / 1000, lease_owner = worker, lease_until = lease_until})
 redis.call('HSET', BATCHES, ARGV[1], record)
-redis.call('SADD', BATCHED, ARGV[8])
+redis.call('SADD', BATCHED, ARGV[7])
 return {'ok', record}
