@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hermes_bulk.store.records import spread
 from hermes_bulk.testing.fake_provider import digest
+
+from .helpers import wait_for
 
 ITEMS = 20
 
@@ -99,3 +103,57 @@ def test_a_sample_is_refused_where_it_cannot_be(cli, tmp_path):
         assert proc.returncode == 2 and "--sample" in proc.stderr, (bad, proc.stderr)
         assert "Traceback" not in proc.stderr
     assert cli.status(live)["state"] == "not_started", "a refused sample changed nothing"
+
+
+@pytest.mark.parametrize("interruption", ["pause", "kill", "cost"])
+def test_a_sample_survives_a_pause_and_a_workers_death_until_its_items_are_done(
+    backend_cli, fake_provider, tmp_path, interruption
+):
+    """Two of five sampled items answered, then the sample is cut off: by the user's pause (the
+    third, in flight, lands), by kill -9 of the worker (the job awaits recovery and `run`
+    continues it), or by --max-cost (resume with a larger one). What continues it runs the rest
+    of the sample and pauses again: a resume once ran all 20 items."""
+    cli = backend_cli
+    cli.env["HERMES_BULK_PRICE"] = "100,400"
+    flags = ("--max-cost", "0.1", "--max-output-tokens", "100") if interruption == "cost" else ()
+    job_id = cli.create("Describe", _source(tmp_path), "--concurrency", "1", *flags)
+    cli("run", job_id, "--sample", "5", "--no-check")
+    sampled = [0, 5, 10, 14, 19]
+    if interruption == "cost":  # each may cost up to $0.08 and costs about $0.01
+        worker = cli.spawn_worker("-w", "1")
+        wait_for(lambda: cli.status(job_id)["state"] == "paused", timeout=60)
+        worker.terminate()
+        worker.wait(30)
+        assert cli.status(job_id)["pause_reason"] == "cost limit reached"
+    else:
+        fake_provider.hold(let_through=2)
+        worker = cli.spawn_worker("-w", "1")
+        fake_provider.wait_held(1)
+        if interruption == "pause":
+            cli("pause", job_id)
+            fake_provider.release()
+            wait_for(lambda: cli.status(job_id)["running"] == 0, timeout=60)
+            worker.terminate()
+        else:
+            worker.kill()
+            fake_provider.release()
+        worker.wait(30)
+    done = cli.status(job_id)["completed"]
+    if interruption == "cost":
+        assert 0 < done < 5, done
+    else:
+        assert done == (3 if interruption == "pause" else 2), "a pause lets the one in flight land"
+    assert cli.status(job_id)["sample"] == [i + 1 for i in sampled], "the sample is still there"
+    assert "Sample (run --sample): 5 items" in cli("status", job_id).stdout
+    if interruption == "pause":
+        proc = cli("resume", job_id, "--wait")
+    elif interruption == "kill":
+        proc = cli("run", job_id, "--wait")
+    else:
+        proc = cli("resume", job_id, "--max-cost", "5", "--wait")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status = cli.status(job_id)
+    assert (status["state"], status["pause_reason"], status["completed"]) == ("paused", "sample", 5)
+    answered = {r.item for r in fake_provider.requests if r.status == 200}
+    assert answered == {digest(_item(i)) for i in sampled}, "the sample's items, and no other"
+    assert status["sample"] is None, "done: the sample is cleared"

@@ -858,7 +858,7 @@ class Jobs:
         triggers. concurrency, rpm, tpm: new values recorded on the job first (a running job takes
         them at its next claims, and a raised concurrency gets its extra triggers at once).
         sample: run only that many pending items, spread over the job, then pause it
-        (store.set_sample); without it, any sample not yet answered is dropped: run runs all."""
+        (store.set_sample); without it, a sample not yet done goes on (_choose_sample)."""
         job = self.get(job_ref)
         if job.finished:
             raise InvalidTransition(
@@ -882,6 +882,8 @@ class Jobs:
             event=Event(
                 "run",
                 f"sampling {count(len(chosen), 'item')} spread over the job, then pausing"
+                if sample is not None
+                else f"continuing its sample of {count(len(chosen), 'item')}, then pausing"
                 if chosen
                 else "processing pending items",
             ),
@@ -903,12 +905,11 @@ class Jobs:
             )
 
     def _choose_sample(self, job: JobRecord, sample: int | None) -> list[int]:
-        """Record run --sample's items on the job (store.set_sample), or drop a sample left from
-        before: a run without --sample runs everything."""
+        """Record run --sample's items on the job (store.set_sample). Without --sample, a sample
+        not yet done is kept: it survives every pause, resume and recovery until its items have
+        settled (the store then clears it), so a run that continues it still stops after it."""
         if sample is None:
-            if job.sample is not None:
-                self.store.set_sample(job.job_id, None)
-            return []
+            return list(job.sample or ())
         chosen = self.store.sample_pending(job.job_id, sample)
         if not chosen:
             raise InvalidTransition(
@@ -995,7 +996,6 @@ class Jobs:
                 f"{hints.process(job, 'run', self.cmd)}"
             )
         self._change(job, concurrency=concurrency, rpm=rpm, tpm=tpm)
-        self._choose_sample(job, None)  # a resume runs the rest
         notes = [f"--max-tokens {max_tokens}"] if max_tokens is not None else []
         if max_cost is not None:
             notes.append(f"--max-cost {prices.format_usd(prices.usd(max_cost))}")
