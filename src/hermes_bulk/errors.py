@@ -63,10 +63,27 @@ class ModelError(HermesBulkError):
     """A model call failed. `error_type` and `http_status` are what job records keep."""
 
     error_type = "ModelError"
+    #: What the provider reported it billed for the answer this error refuses (a truncated,
+    #: invalid or refused answer): a store.records.Usage, charged to the job though the answer is
+    #: not kept; None when nothing was answered or no usage came with it (billed()).
+    usage = None
 
     def __init__(self, message: str, *, http_status: int | None = None) -> None:
         super().__init__(message)
         self.http_status = http_status
+
+    @property
+    def billed(self) -> bool:
+        """The provider reported usage for this attempt: it is charged, and ends its claim."""
+        return self.usage is not None and self.usage.reported
+
+
+def with_usage(exc: ModelError, usage) -> ModelError:
+    """exc, carrying the usage the provider reported with the refused answer (the first one
+    given: the answer's own, before a caller's guess)."""
+    if exc.usage is None and usage is not None and usage.reported:
+        exc.usage = usage
+    return exc
 
 
 class RateLimited(ModelError):

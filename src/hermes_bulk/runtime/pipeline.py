@@ -35,6 +35,7 @@ from ..errors import (
     RateLimited,
     SourceUnusable,
     TransientModelError,
+    with_usage,
 )
 from ..files import write_private
 from ..jobs import prices, prompt
@@ -519,7 +520,14 @@ def unpaced_key(client: ModelClient, spec) -> str | None:
 
 def structured(completion: Completion, schema: str) -> Completion:
     """A --schema answer as canonical JSON, once it is a JSON object valid under the job's
-    schema (its JSON text); else InvalidAnswer, retried as transient errors are."""
+    schema (its JSON text); else InvalidAnswer, carrying the answer's usage (it was billed)."""
+    try:
+        return _structured(completion, schema)
+    except ModelError as exc:
+        raise with_usage(exc, completion.usage) from None
+
+
+def _structured(completion: Completion, schema: str) -> Completion:
     text = completion.text.strip()
     if text.startswith("```"):  # some models fence JSON even when asked not to
         text = text.strip("`").removeprefix("json").strip()

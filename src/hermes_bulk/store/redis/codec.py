@@ -117,6 +117,8 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
         saved_nusd=int(meta.get("saved_cost") or 0),
         sample=tuple(json.loads(meta["sample"])) if meta.get("sample") else None,
         cost_reserved=int(meta.get("cost_reserved") or 0),
+        tokens_unkept=int(meta.get("tokens_unkept") or 0),
+        cost_unkept=int(meta.get("cost_unkept") or 0),
         **n,
     )
 
