@@ -166,6 +166,10 @@ class RequestRecord:
     options: dict[str, Any] = field(default_factory=dict)
     system: str = ""  # the system messages' text
     protocol: str = "openai"  # or "anthropic": the Messages API was asked
+    #: What the answer bills (its usage as sent: input with the cache's reads and writes, and
+    #: output), answer kept by the client or not; 0 for an answer without usage
+    billed_in: int = 0
+    billed_out: int = 0
 
 
 @dataclass
@@ -307,6 +311,13 @@ class FakeProvider:
             self.batches.lines.clear()
             self.batches.busy.clear()
             self.max_in_flight = self.in_flight
+
+    def billed(self) -> tuple[int, int]:
+        """(input, output) tokens billed so far, live and in batches: every answer sent with a
+        usage counts, whether or not the client keeps it (a cut or off-schema answer too)."""
+        with self._lock:
+            records = [*self.requests, *self.batches.lines]
+        return sum(r.billed_in for r in records), sum(r.billed_out for r in records)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -577,10 +588,11 @@ class FakeProvider:
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
         limits = self.limit_headers(anthropic=messages_req is not None)
         if messages_req is not None:
-            return self._send(
-                writer, 200, self._message_body(messages_req, answer, usage, fault), limits
-            )
+            message = self._message_body(messages_req, answer, usage, fault)
+            _bill(record, message)
+            return self._send(writer, 200, message, limits)
         if req.get("stream"):
+            _bill(record, {"usage": usage})
             return await self._stream(writer, base, answer, usage)
         body = hostile_body(
             fault,
@@ -602,6 +614,7 @@ class FakeProvider:
             return self._send_bytes(
                 writer, 200, body, "text/html" if fault == "html" else "application/json"
             )
+        _bill(record, body)
         return self._send(writer, 200, body, limits)
 
     def limit_headers(self, *, anthropic: bool) -> list[tuple[str, str]]:
@@ -709,7 +722,10 @@ class FakeProvider:
                 ],
             },
         )
-        return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
+        if isinstance(body, bytes):
+            return 200, body.decode("utf-8", "replace")[:1000]
+        _bill(record, body)
+        return 200, body
 
     #: The shapes fake_batches answers Message Batches in (it cannot import this module back).
     as_chat_request = staticmethod(as_chat_request)
@@ -738,7 +754,9 @@ class FakeProvider:
             return 0, {}
         record.status = 200
         answer, usage, _ = self.answer_parts(req, item, prompt, fault)
-        return 200, self._message_body(params, answer, usage, fault)
+        message = self._message_body(params, answer, usage, fault)
+        _bill(record, message)
+        return 200, message
 
     def _message_body(
         self, req: dict[str, Any], answer: str, usage: dict[str, Any], fault: str
@@ -986,6 +1004,23 @@ class FakeProvider:
 
     def serve_forever(self) -> None:
         asyncio.run(self._serve())
+
+
+def _bill(record: RequestRecord, body: dict[str, Any]) -> None:
+    """Record what an answer body bills: its usage's counts (chat completions' prompt and
+    completion tokens; Messages' input, cache reads and writes, and output)."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return
+
+    def count(*names: str) -> int:
+        found = [usage.get(n) for n in names]
+        return sum(v for v in found if isinstance(v, int) and not isinstance(v, bool))
+
+    record.billed_in = count(
+        "prompt_tokens", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
+    )
+    record.billed_out = count("completion_tokens", "output_tokens")
 
 
 def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
