@@ -238,6 +238,8 @@ class JobCost:
     cache_read: float | None = None
     cache_saved: float | None = None
     cache_written: float | None = None
+    #: Of spent, what the answers that were not kept cost (truncated, invalid, refused)
+    unkept: float | None = None
 
     @property
     def saved(self) -> float | None:
@@ -273,6 +275,7 @@ def job_cost(job: JobRecord) -> JobCost:
         cache_read=job.tokens_cached * price.cached_input / 1e6,
         cache_saved=job.tokens_cached * max(0.0, price.input - price.cached_input) / 1e6,
         cache_written=job.tokens_written * price.write_rate / 1e6,
+        unkept=usd(job.cost_unkept),
     )
 
 

@@ -230,6 +230,7 @@ class JobStatus:
             "max_cost_usd": None if j.spec.max_cost is None else prices.usd(j.spec.max_cost),
             "cost_reserved_usd": prices.usd(j.cost_reserved),
             "tokens_charged": j.tokens_charged,
+            "tokens_unkept": j.tokens_unkept,
             "tokens_reserved": j.tokens_reserved,
             "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
             "instruction": j.spec.instruction,
@@ -263,6 +264,7 @@ def _cost_dict(cost: prices.JobCost) -> dict:
     """A job's money in `status --json` (USD; null without a price, price_unknown says why)."""
     return {
         "cost_usd": cost.spent,
+        "cost_unkept_usd": cost.unkept,
         "estimated_cost_usd": cost.estimated,
         "saved_usd": cost.saved,
         "saved_by_reuse_usd": cost.saved_by_reuse,
