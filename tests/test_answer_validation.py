@@ -218,6 +218,14 @@ def test_every_hostile_answer_is_a_classified_error_never_a_completion(fault, fa
     }
     assert isinstance(exc, expected.get(fault, InvalidAnswer)), (fault, type(exc), exc)
     assert exc.http_status == 200 and "sk-LEAKED" not in str(exc) and len(str(exc)) < 300
+    # What the provider billed goes with the error, wherever the body says it (to be charged).
+    billed = fake_provider.billed()
+    if fault == "huge":  # not read past MAX_ANSWER_BYTES: its usage is not known
+        assert exc.usage is None and billed != (0, 0)
+    elif billed == (0, 0):  # not JSON, or a usage that is no object
+        assert not exc.billed, fault
+    else:
+        assert exc.billed and (exc.usage.tokens_in, exc.usage.tokens_out) == billed, fault
 
 
 # Through the CLI and workers, on both backends ---------------------------------------------------
