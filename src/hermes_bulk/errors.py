@@ -122,14 +122,17 @@ class PermanentModelError(ModelError):
 
 class InvalidAnswer(TransientModelError):
     """An answer that is not what was asked (a malformed body, not JSON, not valid under
-    --schema): an attempt that failed, retried as transient errors are; never kept or reused."""
+    --schema): an attempt that failed, counted against the retries as transient errors are;
+    never kept or reused. When the provider billed it (`usage`), it is charged and ends its
+    claim: the item goes back to pending for a claim of its own (runtime/pipeline.py)."""
 
     error_type = "InvalidAnswer"
 
 
 class TruncatedAnswer(PermanentModelError):
     """The answer stopped at the output limit: the item fails at once, since each request already
-    carries the whole allowance and the same request stops at the same place, paid again."""
+    carries the whole allowance and the same request stops at the same place, paid again. What
+    the cut answer was billed (`usage`) is charged to the job."""
 
     error_type = "Truncated"
 
