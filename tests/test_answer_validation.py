@@ -218,6 +218,14 @@ def test_every_hostile_answer_is_a_classified_error_never_a_completion(fault, fa
     }
     assert isinstance(exc, expected.get(fault, InvalidAnswer)), (fault, type(exc), exc)
     assert exc.http_status == 200 and "sk-LEAKED" not in str(exc) and len(str(exc)) < 300
+    # What the provider billed goes with the error, wherever the body says it (to be charged).
+    billed = fake_provider.billed()
+    if fault == "huge":  # not read past MAX_ANSWER_BYTES: its usage is not known
+        assert exc.usage is None and billed != (0, 0)
+    elif billed == (0, 0):  # not JSON, or a usage that is no object
+        assert not exc.billed, fault
+    else:
+        assert exc.billed and (exc.usage.tokens_in, exc.usage.tokens_out) == billed, fault
 
 
 # Through the CLI and workers, on both backends ---------------------------------------------------
@@ -284,6 +292,23 @@ def test_an_answer_off_the_schema_is_a_failed_attempt_with_the_path(
     assert asked.count("off_schema") == 3 and len(asked) == 5, (
         "each off-schema answer was one attempt"
     )
+    # Every answer was billed: the job is charged each, those not kept apart, and the row of the
+    # item answered at its second attempt says what both attempts were billed.
+    by_item: dict[str, list] = {}
+    for r in fake_provider.requests:
+        by_item.setdefault(r.item, []).append(r)
+    twice = next(rs for rs in by_item.values() if [r.fault for r in rs] == ["off_schema", None])
+    kept = rows["line:1"]
+    assert (kept["tokens_in"], kept["tokens_out"]) == (
+        sum(r.billed_in for r in twice),
+        sum(r.billed_out for r in twice),
+    )
+    st = cli.status(job)
+    assert st["tokens_charged"] == sum(fake_provider.billed())
+    assert st["tokens_unkept"] == sum(
+        r.billed_in + r.billed_out for r in fake_provider.requests if r.fault
+    )
+    assert st["cost_unkept_usd"] is None, "no price: the tokens only"
     events = cli("events", job).stdout
     assert "not-in-the-enum" not in events and "not-in-the-enum" not in json.dumps(rows)
 
@@ -370,7 +395,7 @@ def test_a_batch_line_cut_short_or_off_the_schema_is_not_kept(backend_cli, tmp_p
     """The same checks on a provider batch's output lines: a truncated line fails its item, an
     off-schema line is a failed attempt (here the last one: --retries 0)."""
     cli = backend_cli
-    cli.env["HERMES_BULK_BATCH_POLL_SECONDS"] = "0.1"
+    cli.env |= {"HERMES_BULK_BATCH_POLL_SECONDS": "0.1", "HERMES_BULK_PRICE": "100,400"}
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(LABEL))
     src = _items(tmp_path, ["cut-CUT", "off-OFF", "fine"])
@@ -403,6 +428,18 @@ def test_a_batch_line_cut_short_or_off_the_schema_is_not_kept(backend_cli, tmp_p
     assert rows[0]["error"].startswith("Truncated (HTTP 200): truncated")
     assert rows[1]["error"].endswith("$.label is not one of the values the schema allows")
     assert fake_provider.requests == [], "answered through the batch only"
+    # The lines not kept were billed: charged at the price (the setting's, batch or not).
+    lines = fake_provider.batches.lines
+    unkept = [r for r in lines if r.fault]
+    assert len(lines) == 3 and len(unkept) == 2
+    tokens_in, tokens_out = fake_provider.billed()
+    st = cli.status(job)
+    assert st["tokens_charged"] == tokens_in + tokens_out
+    assert st["tokens_unkept"] == sum(r.billed_in + r.billed_out for r in unkept) > 0
+    assert st["cost_usd"] == pytest.approx((tokens_in * 100 + tokens_out * 400) / 1e6, rel=1e-12)
+    unkept_usd = sum(r.billed_in * 100 + r.billed_out * 400 for r in unkept) / 1e6
+    assert st["cost_unkept_usd"] == pytest.approx(unkept_usd, rel=1e-12)
+    assert sum(r["cost_usd"] for r in rows) == pytest.approx(st["cost_usd"], rel=1e-9)
 
 
 # The plain-Python fast path never accepts what the shape's JSON schema refuses ------------------

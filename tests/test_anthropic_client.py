@@ -24,6 +24,7 @@ from hermes_bulk.providers.anthropic import (
     parse_message,
     split_shared,
 )
+from hermes_bulk.store.records import Usage
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
 SCHEMA = {
@@ -121,8 +122,10 @@ def test_errors_map_onto_the_classes_every_client_raises(
 )
 def test_an_answer_cut_refused_or_empty_is_never_kept(claude, fake_provider, fault, error):
     fake_provider.configure(script=[fault])
-    with pytest.raises(error):
+    with pytest.raises(error) as caught:
         claude.complete(_messages("row"), max_tokens=10)
+    usage = caught.value.usage
+    assert (usage.tokens_in, usage.tokens_out) == fake_provider.billed(), "billed: charged"
 
 
 GOOD = {
@@ -138,6 +141,11 @@ GOOD = {
 def test_an_answer_cut_at_either_limit_is_truncated(stop):
     with pytest.raises(TruncatedAnswer):
         parse_message({**GOOD, "stop_reason": stop}, endpoint="e", model="m", max_tokens=9)
+    cached = {"input_tokens": 5, "output_tokens": 9, "cache_read_input_tokens": 100,
+              "cache_creation_input_tokens": 20}  # fmt: skip
+    with pytest.raises(TruncatedAnswer) as caught:
+        parse_message({**GOOD, "stop_reason": stop, "usage": cached}, endpoint="e", model="m")
+    assert caught.value.usage == Usage(125, 9, 100, tokens_written=20), "what it was billed"
 
 
 @pytest.mark.parametrize(

@@ -287,7 +287,7 @@ def test_outputs_and_exports(cli, tmp_path, home):
     first = out.read_bytes()
     assert first.startswith(b"\xef\xbb\xbf"), "a BOM so Excel reads UTF-8"
     rows = list(csv.reader(out.read_text(encoding="utf-8-sig").splitlines()))
-    assert rows[0] == ["item", "status", "result", "error"]
+    assert rows[0] == ["item", "status", "result", "error", "tokens_in", "tokens_out", "cost_usd"]
     assert all(not cell.startswith(("=", "+", "-", "@")) for row in rows[1:] for cell in row)
     cli("export", job_id, "--format", "csv", "--output", str(out))
     assert out.read_bytes() == first, "exporting again replaces the file"
@@ -331,7 +331,17 @@ def test_a_schema_gives_structured_results_and_one_export_column_per_field(
     cli("run", job_id, "--wait")
     path = cli("export", job_id, "--format", "csv").stdout.strip()
     rows = list(csv.DictReader(Path(path).read_text(encoding="utf-8-sig").splitlines()))
-    assert list(rows[0]) == ["item", "status", "result", "error", "summary", "length"]
+    assert list(rows[0]) == [
+        "item",
+        "status",
+        "result",
+        "error",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "summary",
+        "length",
+    ]
     alpha, cmd = '{"t": "alpha"}', '{"t": "=cmd"}'
     assert rows[0]["summary"] == "summary:" + digest(alpha)
     assert rows[0]["length"] == str(len('{"t": "alpha"}'))

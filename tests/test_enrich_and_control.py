@@ -35,7 +35,10 @@ def test_a_csv_comes_back_as_itself_plus_answers(cli, tmp_path):
         "export", job_id, "--format", "csv", "--with-input", "--output", str(out)
     ).stdout.strip() == str(out)
     rows = _rows(out.read_text(encoding="utf-8-sig"))
-    assert rows[0] == ["name", "city", "name_2", "note", "item", "status", "result", "error"]
+    assert rows[0] == [
+        *("name", "city", "name_2", "note", "item", "status", "result", "error"),
+        *("tokens_in", "tokens_out", "cost_usd"),
+    ]
     assert rows[1][:4] == ["Smith, Jo", "Paris, FR", "dup1", "=1+1"], (
         "the user's own cells come back as they were"
     )
@@ -59,9 +62,15 @@ def test_a_csv_comes_back_as_itself_plus_answers(cli, tmp_path):
         ],
     ]
     plain = _rows(cli("export", job_id, "--format", "csv", "--output", "-").stdout)
-    assert plain[0] == ["item", "status", "result", "error"], (
-        "without the flag the seed's columns stay"
-    )
+    assert plain[0] == [
+        "item",
+        "status",
+        "result",
+        "error",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+    ], "without the flag the seed's columns stay"
     streamed = _rows(
         cli("export", job_id, "--format", "csv", "--with-input", "--output", "-").stdout
     )
@@ -222,7 +231,7 @@ def test_column_names_the_answer_in_csv_and_jsonl_and_is_refused_where_it_cannot
     plain = _rows(
         cli("export", job_id, "--format", "csv", "--column", "summary", "--output", "-").stdout
     )
-    assert plain[0] == ["item", "status", "summary", "error"]
+    assert plain[0] == ["item", "status", "summary", "error", "tokens_in", "tokens_out", "cost_usd"]
     enriched = _rows(
         cli(
             "export",
@@ -236,7 +245,10 @@ def test_column_names_the_answer_in_csv_and_jsonl_and_is_refused_where_it_cannot
             "-",
         ).stdout
     )
-    assert enriched[0] == ["name", "city", "name_2", "note", "item", "status", "summary", "error"]
+    assert enriched[0] == [
+        *("name", "city", "name_2", "note", "item", "status", "summary", "error"),
+        *("tokens_in", "tokens_out", "cost_usd"),
+    ]
     assert enriched[1][6] == plain[1][2] != ""
     out = tmp_path / "named.jsonl"
     cli("export", job_id, "--format", "jsonl", "--column", "summary", "--output", str(out))
@@ -245,6 +257,7 @@ def test_column_names_the_answer_in_csv_and_jsonl_and_is_refused_where_it_cannot
     for args, says in [
         (["--format", "md", "--column", "summary"], "--format csv or jsonl"),
         (["--format", "csv", "--column", "status"], "choose another"),
+        (["--format", "csv", "--column", "cost_usd"], "choose another"),
         (["--format", "jsonl", "--column", "tokens_in"], "choose another"),
         (["--format", "csv", "--column", " "], "give the answer column a name"),
     ]:

@@ -135,11 +135,11 @@ def test_the_unfinished_count_is_what_is_neither_completed_nor_failed(store):
 def test_csv_neutralises_every_cell_and_describes_each_state(store, mixed):
     rows = list(csv.reader(io.StringIO(_stream(store, mixed, "csv"))))
     assert rows == [
-        ["item", "status", "result", "error"],
-        ["'=a.txt", COMPLETED, "'-1 point\n\n", ""],
-        ["b.txt", FAILED, "", "http_error (HTTP 400): bad request"],
-        ["c.txt", "pending", "", ""],
-        ["d.txt", FAILED, "", "timeout"],
+        ["item", "status", "result", "error", "tokens_in", "tokens_out", "cost_usd"],
+        ["'=a.txt", COMPLETED, "'-1 point\n\n", "", "10", "5", ""],
+        ["b.txt", FAILED, "", "http_error (HTTP 400): bad request", "0", "0", ""],
+        ["c.txt", "pending", "", "", "0", "0", ""],
+        ["d.txt", FAILED, "", "timeout", "0", "0", ""],
     ]
 
 
@@ -153,6 +153,7 @@ def test_jsonl_holds_each_item_with_who_answered_and_masked_credentials(store, m
         "error": None,
         "tokens_in": 10,
         "tokens_out": 5,
+        "cost_usd": None,
         "provider": "http://user:***@llm.example/v1",
         "model": "m1",
     }
@@ -164,6 +165,7 @@ def test_jsonl_holds_each_item_with_who_answered_and_masked_credentials(store, m
         "error": "http_error (HTTP 400): bad request",
         "tokens_in": 0,
         "tokens_out": 0,
+        "cost_usd": None,
         "provider": None,
         "model": None,
     }
@@ -198,10 +200,21 @@ def test_a_schema_job_gets_a_column_per_field_and_its_data(store):
     _complete(store, job_id, 2, json.dumps(["a", "list"]))
     _fail(store, job_id, 3, ItemError("invalid_answer", "off schema"))
     rows = list(csv.reader(io.StringIO(_stream(store, job_id, "csv"))))
-    assert rows[0] == ["item", "status", "result", "error", "title", "n", "tags"]
-    assert rows[1][4:] == ["'=x", "3", '["é"]']
+    assert rows[0] == [
+        "item",
+        "status",
+        "result",
+        "error",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "title",
+        "n",
+        "tags",
+    ]
+    assert rows[1][7:] == ["'=x", "3", '["é"]']
     assert (
-        rows[2][4:] == ["", "", ""] and rows[3][4:] == ["", "", ""] and rows[4][4:] == ["", "", ""]
+        rows[2][7:] == ["", "", ""] and rows[3][7:] == ["", "", ""] and rows[4][7:] == ["", "", ""]
     )
     lines = [json.loads(x) for x in _stream(store, job_id, "jsonl").splitlines()]
     assert lines[0]["data"] == {"title": "=x", "n": 3, "tags": ["é"], "extra": 1}
@@ -212,7 +225,9 @@ def test_a_schema_job_gets_a_column_per_field_and_its_data(store):
 def test_a_schema_without_properties_adds_no_column(store):
     job_id = _job(store, "schema0002", ["a"], schema=json.dumps({"type": "object"}))
     assert export.schema_fields(store.get_job(job_id)) == []
-    assert _stream(store, job_id, "csv").splitlines()[0] == "item,status,result,error"
+    assert _stream(store, job_id, "csv").splitlines()[0] == (
+        "item,status,result,error,tokens_in,tokens_out,cost_usd"
+    )
 
 
 def test_a_csv_source_is_written_back_with_its_own_columns_first(store):
@@ -223,9 +238,20 @@ def test_a_csv_source_is_written_back_with_its_own_columns_first(store):
     _complete(store, job_id, 0, "ok")
     table = list(csv.reader(io.StringIO(_stream(store, job_id, "csv", with_input=True))))
     assert table == [  # the source's own names and cells as they were; the item column guarded
-        ["=name", "age", "note", "item", "status", "result", "error"],
-        ["=ann", "30", "", "row:1", COMPLETED, "ok", ""],
-        ["bob", "41", "x", "row:2", "pending", "", ""],
+        [
+            "=name",
+            "age",
+            "note",
+            "item",
+            "status",
+            "result",
+            "error",
+            "tokens_in",
+            "tokens_out",
+            "cost_usd",
+        ],
+        ["=ann", "30", "", "row:1", COMPLETED, "ok", "", "10", "5", ""],
+        ["bob", "41", "x", "row:2", "pending", "", "", "0", "0", ""],
     ]
     lines = [json.loads(x) for x in _stream(store, job_id, "jsonl", with_input=True).splitlines()]
     assert lines[0]["input"] == rows[0] and list(lines[0])[:2] == ["input", "item"]
@@ -234,7 +260,16 @@ def test_a_csv_source_is_written_back_with_its_own_columns_first(store):
 def test_json_records_go_back_as_their_values_and_files_as_their_paths(store):
     job_id = _job(store, "jsonin001", ['{"a": [1, 2]}', "7", "1" * 5000], kind="jsonl")
     table = list(csv.reader(io.StringIO(_stream(store, job_id, "csv", with_input=True))))
-    assert table[0] == ["input", "item", "status", "result", "error"]
+    assert table[0] == [
+        "input",
+        "item",
+        "status",
+        "result",
+        "error",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+    ]
     assert [r[0] for r in table[1:]] == ['{"a": [1, 2]}', "7", "1" * 5000]
     lines = [json.loads(x) for x in _stream(store, job_id, "jsonl", with_input=True).splitlines()]
     assert lines[0]["input"] == {"a": [1, 2]} and lines[1]["input"] == 7
@@ -242,11 +277,42 @@ def test_json_records_go_back_as_their_values_and_files_as_their_paths(store):
     files = _job(store, "filein001", ["text"], names=["=dir/a.txt"])
     table = list(csv.reader(io.StringIO(_stream(store, files, "csv", with_input=True))))
     assert table == [
-        ["path", "item", "status", "result", "error"],
-        ["=dir/a.txt", "'=dir/a.txt", "pending", "", ""],  # the path is the input: as it is
+        ["path", "item", "status", "result", "error", "tokens_in", "tokens_out", "cost_usd"],
+        ["=dir/a.txt", "'=dir/a.txt", "pending", "", "", "0", "0", ""],  # the path: as it is
     ]
     line = json.loads(_stream(store, files, "jsonl", with_input=True))
     assert line["path"] == "=dir/a.txt" and "input" not in line
+
+
+def test_each_row_says_what_its_item_was_billed_at_the_jobs_price(store):
+    """tokens_in, tokens_out and cost_usd: the kept answer and the attempts not kept (a cut or
+    invalid answer the provider billed), exactly in nano-USD; cost_usd needs a price."""
+    price = {"input": 1.0, "output": 2.0, "cached_input": 1.0, "source": "test"}
+    job_id = _job(store, "billed001", ["a", "b", "c"], price=price)
+    store.claim_item(job_id, 0, "w1", lease_s=30, max_running=100)
+    off = Usage(7, 3, cost_nusd=13_000, list_nusd=13_000)
+    error = ItemError("InvalidAnswer", "off schema", 200)
+    assert store.settle_failed_attempt(job_id, 0, "w1", error, retries=1, usage=off) == 1
+    store.claim_item(job_id, 0, "w1", lease_s=30, max_running=100)
+    assert store.complete_item(job_id, 0, "w1", "ok", Usage(10, 5, cost_nusd=1_000_000_020))
+    store.claim_item(job_id, 1, "w1", lease_s=30, max_running=100)
+    assert store.fail_item(job_id, 1, "w1", ItemError("Truncated", "cut", 200), usage=off)
+    rows = list(csv.reader(io.StringIO(_stream(store, job_id, "csv"))))
+    assert [r[4:7] for r in rows] == [
+        ["tokens_in", "tokens_out", "cost_usd"],
+        ["17", "8", "1.00001302"],
+        ["7", "3", "0.000013"],
+        ["0", "0", "0"],
+    ]
+    lines = [json.loads(x) for x in _stream(store, job_id, "jsonl").splitlines()]
+    assert [(x["tokens_in"], x["tokens_out"], x["cost_usd"]) for x in lines] == [
+        (17, 8, 1.00001302),
+        (7, 3, 0.000013),
+        (0, 0, 0.0),
+    ]
+    # With input too, the source's own cells come first, as they were.
+    with_input = list(csv.reader(io.StringIO(_stream(store, job_id, "csv", with_input=True))))
+    assert with_input[1][0] == "f0.txt" and with_input[1][5:8] == ["17", "8", "1.00001302"]
 
 
 def test_a_reused_answer_says_where_it_came_from(store):
@@ -380,11 +446,14 @@ def test_records_are_written_by_their_state_whatever_store_they_come_from(store)
     out = io.StringIO()
     export.write_csv(out, job, iter(items))
     rows = list(csv.reader(io.StringIO(out.getvalue())))
-    assert rows[1] == ["n0", COMPLETED, '{"t": "x"}', "", "x"] and rows[2] == [
+    assert rows[1] == ["n0", COMPLETED, '{"t": "x"}', "", "1", "2", "", "x"] and rows[2] == [
         "n1",
         FAILED,
         "",
         "timeout: m",
+        "1",
+        "2",
+        "",
         "",
     ]
 
@@ -413,7 +482,7 @@ def test_a_numeric_answer_stays_a_number_and_any_other_formula_start_is_guarded(
     out = io.StringIO()
     export.write_csv(out, job, iter([_record(COMPLETED, json.dumps({"t": answer}), 0)]))
     row = list(csv.reader(io.StringIO(out.getvalue())))[1]
-    assert row[4] == cell, "a schema field"
+    assert row[7] == cell, "a schema field"
     out = io.StringIO()
     plain = store.get_job(_job(store, "numbers02", ["a"]))
     export.write_csv(out, plain, iter([_record(COMPLETED, answer, 0)]))

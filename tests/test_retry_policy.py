@@ -100,7 +100,7 @@ _ids = iter(range(10**6))
 
 
 def make_job(
-    store, n: int = 1, *, retries: int = 2, schema: str | None = None, contents=None
+    store, n: int = 1, *, retries: int = 2, schema: str | None = None, contents=None, **spec_kw
 ) -> str:
     job_id = f"retry{next(_ids):06d}"
     store.begin_job(
@@ -113,6 +113,7 @@ def make_job(
             retries=retries,
             provider_key="p:x",
             schema=schema,
+            **spec_kw,
         )
     )
     store.add_items(
@@ -621,6 +622,76 @@ def test_a_schema_answer_is_kept_as_canonical_json(backend, client, clock, tmp_p
     assert done.result == json.dumps(json.loads(done.result), ensure_ascii=False)
 
 
+# Answers the provider billed and that are not kept -----------------------------------------------
+
+#: $1 in, $2 out per million tokens (JobSpec.price)
+PRICE = {"input": 1.0, "output": 2.0, "cached_input": 1.0, "source": "test"}
+LABEL = json.dumps(
+    {"type": "object", "properties": {"label": {"enum": ["good", "bad"]}}, "required": ["label"]}
+)
+
+
+def test_an_invalid_answer_is_charged_and_ends_its_claim_and_the_next_claim_asks_again(
+    backend, client, clock, tmp_path, provider
+):
+    """Off the schema: billed, so charged in the step that gives the item back to pending (not
+    retried in the claim, whose reservation covered one attempt); the next claim asks again,
+    and the item's figures are both attempts'."""
+    store = backend.store
+    job = make_job(store, retries=2, schema=LABEL, price=PRICE)
+    provider.configure(script=["off_schema"])
+    p = processor(backend, client, clock, tmp_path)
+    p.handle(job, 0)
+    first = provider.billed()
+    assert len(provider.requests) == 1 and clock.sleeps == [], "not retried in the claim"
+    back = item(store, job)
+    assert (back.status, back.attempts, back.error_type) == (PENDING, 1, None)
+    assert (back.tokens_in, back.tokens_out) == first and first[1] > 0
+    job_now = store.get_job(job)
+    assert job_now.tokens_unkept == sum(first) == job_now.tokens_charged
+    assert job_now.cost_unkept == job_now.cost_nusd == first[0] * 1000 + first[1] * 2000
+    assert (job_now.running, job_now.tokens_reserved, job_now.tokens_in) == (0, 0, 0)
+
+    p.handle(job, 0)
+    both = provider.billed()
+    done = item(store, job)
+    assert done.status == COMPLETED and len(provider.requests) == 2
+    assert (done.tokens_in, done.tokens_out) == both, "the item's row: both attempts"
+    assert done.cost_nusd == both[0] * 1000 + both[1] * 2000
+    finished = store.get_job(job)
+    assert finished.tokens_charged == sum(both) and finished.tokens_unkept == sum(first)
+    assert finished.cost_nusd == done.cost_nusd and finished.cost_unkept == job_now.cost_unkept
+
+
+def test_a_billed_invalid_answer_past_the_retries_fails_the_item_charged(
+    backend, client, clock, tmp_path, provider
+):
+    job = make_job(backend.store, retries=0, schema=LABEL, price=PRICE)
+    provider.configure(script=["off_schema"])
+    processor(backend, client, clock, tmp_path).handle(job, 0)
+    failed = item(backend.store, job)
+    assert (failed.status, failed.error_type, failed.attempts) == (FAILED, "InvalidAnswer", 1)
+    assert (failed.tokens_in, failed.tokens_out) == provider.billed()
+    assert backend.store.get_job(job).tokens_unkept == sum(provider.billed()) > 0
+
+
+def test_a_truncated_answer_is_charged_as_billed_and_fails_at_once(
+    backend, client, clock, tmp_path, provider
+):
+    job = make_job(backend.store, retries=2, price=PRICE, max_output_tokens=64)
+    provider.configure(script=["length"])
+    processor(backend, client, clock, tmp_path).handle(job, 0)
+    billed = provider.billed()
+    assert billed[1] == 64, "the whole output limit, billed"
+    cut = item(backend.store, job)
+    assert (cut.status, cut.error_type) == (FAILED, "Truncated")
+    assert (cut.tokens_in, cut.tokens_out, cut.cost_nusd) == (*billed, billed[0] * 1000 + 128_000)
+    done = backend.store.get_job(job)
+    assert (done.tokens_unkept, done.tokens_charged) == (sum(billed), sum(billed))
+    assert done.cost_unkept == done.cost_nusd == done.list_nusd == cut.cost_nusd
+    assert len(provider.requests) == 1
+
+
 def test_structured_unfences_checks_and_canonicalises():
     schema = json.dumps({"type": "object", "properties": {"t": {"type": "string"}}})
     c = structured(Completion('```json\n{"t":  "é"}\n```', Usage(1, 2), "p", "m"), schema)
@@ -629,6 +700,7 @@ def test_structured_unfences_checks_and_canonicalises():
     with pytest.raises(InvalidAnswer, match="not a JSON object") as caught:
         structured(Completion("[1]", Usage()), schema)
     assert caught.value.http_status == 200
-    with pytest.raises(InvalidAnswer):
-        structured(Completion('{"t": 3}', Usage()), schema)
+    with pytest.raises(InvalidAnswer) as caught:
+        structured(Completion('{"t": 3}', Usage(4, 5)), schema)
+    assert caught.value.usage == Usage(4, 5) and caught.value.billed, "the answer was billed"
     assert issubclass(InvalidAnswer, TransientModelError), "an invalid answer is retried"

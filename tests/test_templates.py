@@ -120,8 +120,7 @@ def test_every_request_sends_the_template_and_the_rows_come_back_as_themselves(
     assert (status["template"], status["fields"]) == ("Title: {title}\\n{body}", None)
     assert (
         "Each request: at most 4,096 output tokens; each item as the template "
-        "'Title: {title}\\\\n{body}'"
-        in cli("status", job_id).stdout
+        "'Title: {title}\\\\n{body}'" in cli("status", job_id).stdout
     )
 
     out = tmp_path / "out.csv"

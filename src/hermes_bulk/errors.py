@@ -63,10 +63,27 @@ class ModelError(HermesBulkError):
     """A model call failed. `error_type` and `http_status` are what job records keep."""
 
     error_type = "ModelError"
+    #: What the provider reported it billed for the answer this error refuses (a truncated,
+    #: invalid or refused answer): a store.records.Usage, charged to the job though the answer is
+    #: not kept; None when nothing was answered or no usage came with it (billed()).
+    usage = None
 
     def __init__(self, message: str, *, http_status: int | None = None) -> None:
         super().__init__(message)
         self.http_status = http_status
+
+    @property
+    def billed(self) -> bool:
+        """The provider reported usage for this attempt: it is charged, and ends its claim."""
+        return self.usage is not None and self.usage.reported
+
+
+def with_usage(exc: ModelError, usage) -> ModelError:
+    """exc, carrying the usage the provider reported with the refused answer (the first one
+    given: the answer's own, before a caller's guess)."""
+    if exc.usage is None and usage is not None and usage.reported:
+        exc.usage = usage
+    return exc
 
 
 class RateLimited(ModelError):
@@ -105,14 +122,17 @@ class PermanentModelError(ModelError):
 
 class InvalidAnswer(TransientModelError):
     """An answer that is not what was asked (a malformed body, not JSON, not valid under
-    --schema): an attempt that failed, retried as transient errors are; never kept or reused."""
+    --schema): an attempt that failed, counted against the retries as transient errors are;
+    never kept or reused. When the provider billed it (`usage`), it is charged and ends its
+    claim: the item goes back to pending for a claim of its own (runtime/pipeline.py)."""
 
     error_type = "InvalidAnswer"
 
 
 class TruncatedAnswer(PermanentModelError):
     """The answer stopped at the output limit: the item fails at once, since each request already
-    carries the whole allowance and the same request stops at the same place, paid again."""
+    carries the whole allowance and the same request stops at the same place, paid again. What
+    the cut answer was billed (`usage`) is charged to the job."""
 
     error_type = "Truncated"
 

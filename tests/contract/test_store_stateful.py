@@ -150,8 +150,9 @@ class ModelItem:
     attempts: int = 0
     waits: int = 0
     result: str | None = None
-    tokens_in: int = 0
+    tokens_in: int = 0  # what it was billed: its kept answer and its answers not kept
     tokens_out: int = 0
+    cost: int = 0  # nano-USD, the same
     error: ItemError | None = None
     provider: str | None = None
     model: str | None = None
@@ -194,6 +195,8 @@ class Model:
     tokens_written: int = 0
     cost: int = 0  # nano-USD, as Usage.cost_nusd adds them up
     list_cost: int = 0
+    tokens_unkept: int = 0  # of charged and cost, the answers billed and not kept
+    cost_unkept: int = 0
     rpm: int | None = None
     tpm: int | None = None
     run_at: int | None = None
@@ -398,13 +401,30 @@ class Model:
         self.cost += usage.cost_nusd
         self.list_cost += usage.list_nusd
         it.status, it.owner, it.until, it.reserved = COMPLETED, None, 0, 0
-        it.result, it.tokens_in, it.tokens_out = result, usage.tokens_in or 0, usage.tokens_out or 0
+        it.result, it.cost = result, it.cost + usage.cost_nusd
+        it.tokens_in += usage.tokens_in or 0
+        it.tokens_out += usage.tokens_out or 0
         it.provider, it.model, it.waits = provider or None, model or None, 0  # "" is none
         index = self.items.index(it)
         self.answers[it.key] = (index, charged, usage.cost_nusd)  # later jobs reuse this answer
         for d in self.duplicates(index):  # the same answer, nothing charged
             d.status, d.result, d.tokens_in, d.tokens_out = COMPLETED, result, 0, 0
             d.provider, d.model = provider or None, model or None
+
+    def charge_unkept(self, it: ModelItem, usage: Usage | None) -> None:
+        """An answer the provider billed and that is not kept (fail_item's, settle's usage)."""
+        if usage is None or not usage.reported:
+            return
+        tokens = (usage.tokens_in or 0) + (usage.tokens_out or 0)
+        self.charged, self.tokens_unkept = self.charged + tokens, self.tokens_unkept + tokens
+        self.cost, self.cost_unkept = (
+            self.cost + usage.cost_nusd,
+            self.cost_unkept + usage.cost_nusd,
+        )
+        self.list_cost += usage.list_nusd
+        it.tokens_in += usage.tokens_in or 0
+        it.tokens_out += usage.tokens_out or 0
+        it.cost += usage.cost_nusd
 
     def fail(self, it: ModelItem, error: ItemError) -> None:
         it.status, it.owner, it.until, it.reserved, it.error = FAILED, None, 0, 0, error
@@ -434,6 +454,9 @@ def usages(counts):
     cache = st.one_of(st.none(), st.integers(0, 60))
     return st.builds(Usage, counts, counts, cache, costs, costs, cache)
 
+
+#: What a failed attempt was billed: nothing, or a usage as a provider reports it
+unkept = st.one_of(st.none(), st.builds(Usage, tokens, tokens, st.none(), costs, costs))
 
 errors = st.builds(
     ItemError,
@@ -931,17 +954,19 @@ class StoreMachine(RuleBasedStateMachine):
         self._check_claim(got, worker, hint, max_running, lease)
 
     @precondition(busy)
-    @rule(who=targets, error=errors, transient=st.integers(0, 2))
-    def fail(self, who, error, transient):
-        """A permanent failure, or a transient one after its retries (attempts counted first)."""
+    @rule(who=targets, error=errors, transient=st.integers(0, 2), usage=unkept)
+    def fail(self, who, error, transient, usage):
+        """A permanent failure, or a transient one after its retries (attempts counted first);
+        usage: what the provider billed for the answer that failed."""
         worker, index = self._pick(*who)
         for _ in range(transient):
             self._attempt(worker, index, error, rate_limited=False)
-        done = self.store.fail_item(self.job_id, index, worker, error)
+        done = self.store.fail_item(self.job_id, index, worker, error, usage=usage)
         it = self.m.owned(index, worker)
         assert done == (it is not None)
         if it:
             self.m.fail(it, error)
+            self.m.charge_unkept(it, usage)
 
     @precondition(busy)
     @rule(who=targets, error=errors, rate_limited=st.booleans())
@@ -964,15 +989,19 @@ class StoreMachine(RuleBasedStateMachine):
             assert count == it.attempts
 
     @precondition(busy)
-    @rule(who=targets, error=errors, retries=st.integers(0, 2))
-    def settle_failed_attempt(self, who, error, retries):
-        """record_attempt, then fail past retries or release within them, in one step."""
+    @rule(who=targets, error=errors, retries=st.integers(0, 2), usage=unkept)
+    def settle_failed_attempt(self, who, error, retries, usage):
+        """record_attempt (and charge what the provider billed), then fail past retries or
+        release within them, in one step."""
         worker, index = self._pick(*who)
-        count = self.store.settle_failed_attempt(self.job_id, index, worker, error, retries=retries)
+        count = self.store.settle_failed_attempt(
+            self.job_id, index, worker, error, retries=retries, usage=usage
+        )
         it = self.m.owned(index, worker)
         if it is None:
             assert count == -1
             return
+        self.m.charge_unkept(it, usage)
         it.attempts, it.waits = it.attempts + 1, 0
         assert count == it.attempts
         if it.attempts > retries:
@@ -1381,6 +1410,7 @@ class StoreMachine(RuleBasedStateMachine):
             m.cost,
             m.list_cost,
         )
+        assert (job.tokens_unkept, job.cost_unkept) == (m.tokens_unkept, m.cost_unkept)
         if m.state == RUNNING:
             assert self.job_id in self.store.active_job_ids()
         if any(b.status != BATCH_DONE for b in m.batches.values()):
@@ -1470,6 +1500,7 @@ class StoreMachine(RuleBasedStateMachine):
         )
         self.seen[r.index] = r.status
         assert (r.status, r.attempts) == (it.status, it.attempts), (r, it)
+        assert (r.tokens_in, r.tokens_out, r.cost_nusd) == (it.tokens_in, it.tokens_out, it.cost)
         if it.status == COMPLETED:
             got = (r.result, r.tokens_in, r.tokens_out, r.provider, r.model)
             assert got == (it.result, it.tokens_in, it.tokens_out, it.provider, it.model), (r, it)

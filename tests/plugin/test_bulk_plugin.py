@@ -134,13 +134,33 @@ def test_structured_answers_with_a_schema(gateway, hermes_home, hermes_provider,
     gw.bulk(f"export {job} --format csv")
     path = hermes_home / "plugin-data" / "bulk" / "jobs" / job / "results.csv"
     rows = list(csv.DictReader(path.read_text(encoding="utf-8-sig").splitlines()))
-    assert list(rows[0]) == ["item", "status", "result", "error", "summary", "length"]
+    assert list(rows[0]) == [
+        "item",
+        "status",
+        "result",
+        "error",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "summary",
+        "length",
+    ]
     for row, item in zip(rows, ('{"t": "alpha"}', '{"t": "beta"}'), strict=True):
         assert (row["summary"], row["length"]) == ("summary:" + digest(item), str(len(item)))
     # --column names the answer's column; a schema field's name is the field's own
     gw.bulk(f"export {job} --format csv --column answer")
     named = list(csv.reader(path.read_text(encoding="utf-8-sig").splitlines()))
-    assert named[0] == ["item", "status", "answer", "error", "summary", "length"]
+    assert named[0] == [
+        "item",
+        "status",
+        "answer",
+        "error",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        "summary",
+        "length",
+    ]
     assert "choose another" in gw.bulk(f"export {job} --format csv --column summary")
 
 

@@ -50,8 +50,9 @@ def test_an_answer_of_exactly_the_output_limit_is_truncated(profile, hermes_prov
     # Hermes sends this provider no max_tokens: the fake then reports 100 tokens, no finish_reason.
     hermes_provider.configure(script=["length_silent"])
     client = hermes.HermesLlmClient(hermes.standalone_llm(), provider_key="k", timeout_s=10)
-    with pytest.raises(TruncatedAnswer, match="output limit of 100 tokens"):
+    with pytest.raises(TruncatedAnswer, match="output limit of 100 tokens") as caught:
         client.complete(MESSAGES, max_tokens=100)
+    assert caught.value.billed and caught.value.usage.tokens_out == 100, "billed: charged"
     assert [r.fault for r in hermes_provider.requests] == ["length_silent"], (
         "one request, not retried"
     )

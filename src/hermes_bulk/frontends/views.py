@@ -162,6 +162,19 @@ def cost_line(cost: prices.JobCost) -> str:
     )
 
 
+def unkept_line(j, cost: prices.JobCost) -> list[str]:
+    """status, once the provider billed answers that were not kept (truncated, invalid,
+    refused): what they cost, part of the cost above; their tokens where there is no price."""
+    if not j.tokens_unkept:
+        return []
+    if cost.unkept is None:
+        return [f"Of the tokens charged, {j.tokens_unkept} were spent on answers not kept"]
+    return [
+        f"Of that, {prices.format_usd(cost.unkept)} spent on answers not kept "
+        f"({j.tokens_unkept} tokens)"
+    ]
+
+
 def _cache_tokens(j) -> str:
     """ " (800 from the prompt cache, 300 written to it)": of the input tokens."""
     parts = [f"{j.tokens_cached} from the prompt cache"] if j.tokens_cached else []
@@ -285,6 +298,7 @@ def status_text(
         f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
         *([worst_case_line(j.worst_tokens, spec.output_bound)] if j.worst_tokens else []),
         cost_line(prices.job_cost(j)),
+        *unkept_line(j, prices.job_cost(j)),
         *cache_cost_line(j, prices.job_cost(j)),
         concurrency_line(st),
     ]

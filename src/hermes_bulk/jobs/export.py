@@ -32,12 +32,13 @@ from ..errors import InputError, UsageError
 from ..files import check_write_target, os_reason, private_dir
 from ..redact import public_url
 from ..store.protocol import COMPLETED, FAILED, ItemRecord, JobRecord, JobStore
+from ..store.records import NANO_PER_USD
 
 FORMATS = ("md", "csv", "jsonl")
 #: The answer's column (CSV) and key (JSONL) unless `--column` names it.
 RESULT = "result"
 #: The names export writes beside the answer, which `--column` may not take.
-OUR_CSV_COLUMNS = ("item", "status", "error")
+OUR_CSV_COLUMNS = ("item", "status", "error", "tokens_in", "tokens_out", "cost_usd")
 OUR_JSONL_KEYS = (
     "item",
     "index",
@@ -45,6 +46,7 @@ OUR_JSONL_KEYS = (
     "error",
     "tokens_in",
     "tokens_out",
+    "cost_usd",
     "provider",
     "model",
     "reused_from",
@@ -219,10 +221,28 @@ def _cell(value) -> str:
 
 
 def _answer_header(job: JobRecord, column: str = RESULT) -> list[str]:
-    return ["item", "status", column, "error", *schema_fields(job)]
+    return [
+        "item",
+        "status",
+        column,
+        "error",
+        "tokens_in",
+        "tokens_out",
+        "cost_usd",
+        *schema_fields(job),
+    ]
 
 
-def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
+def cost_usd(job: JobRecord, item: ItemRecord) -> str:
+    """What the item was billed at the job's price, in USD and exactly (nano-USD as a decimal,
+    its kept answer and the attempts not kept); "" when the job has no price."""
+    if job.spec.price is None:
+        return ""
+    whole, frac = divmod(item.cost_nusd, NANO_PER_USD)
+    return f"{whole}.{frac:09d}".rstrip("0").rstrip(".")
+
+
+def _answer_cells(job: JobRecord, item: ItemRecord, fields: list[str]) -> list[str]:
     result = item.result if item.status == COMPLETED and item.result is not None else ""
     data = _fields_of(item) if fields else {}
     return [
@@ -230,6 +250,9 @@ def _answer_cells(item: ItemRecord, fields: list[str]) -> list[str]:
         item.status,
         neutralise_answer(result),
         neutralise(describe_error(item)),
+        str(item.tokens_in),
+        str(item.tokens_out),
+        cost_usd(job, item),
         *(neutralise_answer(_cell(data.get(name))) for name in fields),
     ]
 
@@ -241,7 +264,7 @@ def write_csv(
     w = csv.writer(f)
     w.writerow(_answer_header(job, column))
     for item in items:
-        w.writerow(_answer_cells(item, fields))
+        w.writerow(_answer_cells(job, item, fields))
 
 
 #: --with-input: the column (CSV) or key (JSONL) holding the input of a job whose source is not a
@@ -281,7 +304,7 @@ def _write_csv_with_input(
                 w.writerow([key, *_answer_header(job, column)])
             value = _input_value(job, item)
             inputs = [_cell(value)]
-        w.writerow([*inputs, *_answer_cells(item, fields)])  # the user's cells, as they were
+        w.writerow([*inputs, *_answer_cells(job, item, fields)])  # the user's cells, as they were
 
 
 def write_jsonl(
@@ -302,8 +325,10 @@ def write_jsonl(
             "status": item.status,
             column: item.result if item.status == COMPLETED else None,
             "error": describe_error(item) or None,
+            # What the item was billed: its kept answer and its attempts that were not kept.
             "tokens_in": item.tokens_in,
             "tokens_out": item.tokens_out,
+            "cost_usd": item.cost_nusd / NANO_PER_USD if job.spec.price is not None else None,
             # Who answered: with Hermes' fallbacks it may not be the configured provider.
             # public_url again: items completed before endpoints were stored masked still hold them.
             "provider": public_url(item.provider) if item.provider else None,

@@ -241,6 +241,8 @@ class JobCost:
     #: The most the job may cost with each item asked once (its items' worst cases; more only
     #: through retries, which --max-cost also bounds), never less than what is spent
     worst_case: float | None = None
+    #: Of spent, what the answers that were not kept cost (truncated, invalid, refused)
+    unkept: float | None = None
 
     @property
     def saved(self) -> float | None:
@@ -281,6 +283,7 @@ def job_cost(job: JobRecord) -> JobCost:
         cache_read=job.tokens_cached * price.cached_input / 1e6,
         cache_saved=job.tokens_cached * max(0.0, price.input - price.cached_input) / 1e6,
         cache_written=job.tokens_written * price.write_rate / 1e6,
+        unkept=usd(job.cost_unkept),
     )
 
 

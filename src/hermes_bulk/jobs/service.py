@@ -257,6 +257,7 @@ class JobStatus:
             "max_cost_usd": None if j.spec.max_cost is None else prices.usd(j.spec.max_cost),
             "cost_reserved_usd": prices.usd(j.cost_reserved),
             "tokens_charged": j.tokens_charged,
+            "tokens_unkept": j.tokens_unkept,
             "tokens_reserved": j.tokens_reserved,
             "worst_case_tokens": j.worst_tokens or None,
             "rate_limited_until": self.rate_limit.until if self.rate_limit else None,
@@ -291,6 +292,7 @@ def _cost_dict(cost: prices.JobCost) -> dict:
     """A job's money in `status --json` (USD; null without a price, price_unknown says why)."""
     return {
         "cost_usd": cost.spent,
+        "cost_unkept_usd": cost.unkept,
         "estimated_cost_usd": cost.estimated,
         "worst_case_cost_usd": cost.worst_case,
         "saved_usd": cost.saved,

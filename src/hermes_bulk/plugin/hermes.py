@@ -34,6 +34,7 @@ from ..errors import (
     ModelError,
     PermanentModelError,
     TransientModelError,
+    with_usage,
 )
 from ..providers.client import Completion, classify_status, token_count, truncated
 from ..redact import register_secret, register_url
@@ -285,8 +286,8 @@ class HermesLlmClient:
         usage = getattr(result, "usage", None)
         tokens_in = token_count(getattr(usage, "input_tokens", 0))
         tokens_out = token_count(getattr(usage, "output_tokens", 0))
-        if max_tokens and tokens_out == max_tokens:
-            raise truncated(max_tokens)
+        if max_tokens and tokens_out == max_tokens:  # billed: the usage goes with the error
+            raise with_usage(truncated(max_tokens), Usage(tokens_in, tokens_out))
         if not text.strip():
             raise TransientModelError("the provider returned an empty answer", http_status=200)
         reported = bool(

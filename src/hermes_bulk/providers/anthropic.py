@@ -24,7 +24,13 @@ import json
 import logging
 from typing import Any
 
-from ..errors import InvalidAnswer, PermanentModelError, TransientModelError
+from ..errors import (
+    InvalidAnswer,
+    ModelError,
+    PermanentModelError,
+    TransientModelError,
+    with_usage,
+)
 from ..store.protocol import Usage
 from . import answers
 from .client import Completion, HttpModelClient, token_count, truncated
@@ -129,7 +135,36 @@ def parse_message(
     (stop_reason max_tokens), PermanentModelError (a refusal) or TransientModelError (empty).
 
     Anthropic's input_tokens leaves out what was read from or written to the prompt cache; the
-    input recorded is all three, and the reads are the cached part (priced as cached)."""
+    input recorded is all three, and the reads are the cached part (priced as cached). An answer
+    refused here carries the usage it reports (ModelError.usage): the provider billed it."""
+    try:
+        return _parse_message(data, endpoint=endpoint, model=model, max_tokens=max_tokens)
+    except ModelError as exc:
+        raise with_usage(exc, message_usage(data)) from None
+
+
+def message_usage(data: Any) -> Usage:
+    """The usage a Messages answer reports (input with the cache's reads and writes, output),
+    read leniently; Usage() when it has none."""
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return Usage()
+    fresh, tokens_out = (
+        token_count(usage.get("input_tokens")),
+        token_count(usage.get("output_tokens")),
+    )
+    read = token_count(usage.get("cache_read_input_tokens")) or 0
+    written = token_count(usage.get("cache_creation_input_tokens")) or 0
+    tokens_in = None if fresh is None else fresh + read + written
+    return Usage(
+        tokens_in,
+        tokens_out,
+        read if tokens_in is not None and read else None,
+        tokens_written=written if tokens_in is not None and written else None,
+    )
+
+
+def _parse_message(data: Any, *, endpoint: str, model: str, max_tokens: int | None) -> Completion:
     if not isinstance(data, dict) or data.get("type") != "message":
         raise _malformed(endpoint, data, "it is not a message")
     content, stop = data.get("content"), data.get("stop_reason")
@@ -149,23 +184,10 @@ def parse_message(
     text = _answer_text(content, endpoint, data)
     if not text.strip():
         raise TransientModelError("the provider returned an empty answer", http_status=200)
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    fresh, tokens_out = (
-        token_count(usage.get("input_tokens")),
-        token_count(usage.get("output_tokens")),
-    )
-    read = token_count(usage.get("cache_read_input_tokens")) or 0
-    written = token_count(usage.get("cache_creation_input_tokens")) or 0
-    tokens_in = None if fresh is None else fresh + read + written
     reported_model = data.get("model")
     return Completion(
         text=text,
-        usage=Usage(
-            tokens_in,
-            tokens_out,
-            read if tokens_in is not None and read else None,
-            tokens_written=written if tokens_in is not None and written else None,
-        ),
+        usage=message_usage(data),
         provider=endpoint,
         model=reported_model if isinstance(reported_model, str) and reported_model else model,
     )

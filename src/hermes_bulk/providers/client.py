@@ -24,6 +24,7 @@ from ..errors import (
     RateLimited,
     TransientModelError,
     TruncatedAnswer,
+    with_usage,
 )
 from ..redact import public_url
 from ..store.protocol import MAX_USAGE_TOKENS, Usage
@@ -248,7 +249,31 @@ def parse_completion(
     PermanentModelError (content filter, refusal) or TransientModelError (empty).
 
     max_tokens: the output limit the request carried; an answer that reports no finish_reason
-    and used all of it is taken as truncated."""
+    and used all of it is taken as truncated. An answer refused here carries the usage it
+    reports (ModelError.usage): the provider billed it."""
+    try:
+        return _parse_completion(data, endpoint=endpoint, model=model, max_tokens=max_tokens)
+    except ModelError as exc:
+        raise with_usage(exc, chat_usage(data)) from None
+
+
+def chat_usage(data: Any) -> Usage:
+    """The usage a chat-completions body reports, read leniently (a count that cannot be one is
+    no count); Usage() when it has none."""
+    usage = data.get("usage") if isinstance(data, dict) else None
+    if not isinstance(usage, dict):
+        return Usage()
+    tokens_in = token_count(usage.get("prompt_tokens"))
+    return Usage(
+        tokens_in,
+        token_count(usage.get("completion_tokens")),
+        cached_count(usage.get("prompt_tokens_details"), tokens_in),
+    )
+
+
+def _parse_completion(
+    data: Any, *, endpoint: str, model: str, max_tokens: int | None
+) -> Completion:
     try:
         answers.check_completion_body(data)
     except InvalidAnswer:
@@ -256,8 +281,8 @@ def parse_completion(
         raise
     choice = data["choices"][0]
     message, finish = choice["message"], choice.get("finish_reason")
-    usage = data.get("usage") or {}
-    tokens_out = token_count(usage.get("completion_tokens"))
+    usage = chat_usage(data)
+    tokens_out = usage.tokens_out
     if finish == "content_filter":
         raise PermanentModelError(
             "the provider's content filter withheld the answer", http_status=200
@@ -274,12 +299,9 @@ def parse_completion(
         )
     if not isinstance(text, str) or not text.strip():
         raise TransientModelError("the provider returned an empty answer", http_status=200)
-    tokens_in = token_count(usage.get("prompt_tokens"))
     return Completion(
         text=text,
-        usage=Usage(
-            tokens_in, tokens_out, cached_count(usage.get("prompt_tokens_details"), tokens_in)
-        ),
+        usage=usage,
         provider=endpoint,
         model=data.get("model") or model,
     )

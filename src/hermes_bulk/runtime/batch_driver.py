@@ -85,6 +85,7 @@ from ..store.protocol import (
     ItemError,
     JobRecord,
     JobStore,
+    Usage,
 )
 from ..words import count
 from .breaker import DEFAULT_FAILURES, pause_job, pause_reason, trips
@@ -867,13 +868,14 @@ class BatchDriver:
                 completion = api.parse(response.get("body"), job.spec.model or "")
                 if job.spec.schema:
                     completion = structured(completion, job.spec.schema)
-            except ModelError as exc:
+            except ModelError as exc:  # a cut or invalid answer the provider billed: charged
                 return self._failed_attempt(
                     job,
                     batch,
                     index,
                     _item_error(exc),
                     permanent=isinstance(exc, PermanentModelError),
+                    usage=prices.priced(job, "", exc.usage, by_batch=True) if exc.billed else None,
                 )
             if self.store.complete_item(
                 job.job_id,
@@ -919,17 +921,19 @@ class BatchDriver:
         error: ItemError,
         *,
         permanent: bool = False,
+        usage: Usage | None = None,
     ) -> bool:
         """A failed line, classified as live errors are: permanent fails; transient (a 429 line
         too, and a line that was not valid) counts an attempt and goes back to pending for a
-        later batch, within --retries."""
+        later batch, within --retries. usage: what the provider billed for the line's answer,
+        charged in the same store step (an answer not kept)."""
         if permanent:
-            return bool(self.store.fail_item(job.job_id, index, batch.owner, error))
-        # One store step: a worker killed in it leaves the attempt counted and the item settled,
-        # or neither; a line ingested again finds the item no longer the batch's (-1).
+            return bool(self.store.fail_item(job.job_id, index, batch.owner, error, usage=usage))
+        # One store step: a worker killed in it leaves the attempt counted, charged and the item
+        # settled, or none of it; a line ingested again finds the item no longer the batch's (-1).
         return (
             self.store.settle_failed_attempt(
-                job.job_id, index, batch.owner, error, retries=job.spec.retries
+                job.job_id, index, batch.owner, error, retries=job.spec.retries, usage=usage
             )
             >= 0
         )

@@ -20,7 +20,7 @@ from pathlib import Path
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     wait_exponential,
 )
 
@@ -35,6 +35,7 @@ from ..errors import (
     RateLimited,
     SourceUnusable,
     TransientModelError,
+    with_usage,
 )
 from ..files import write_private
 from ..jobs import bounds, prices, prompt
@@ -256,9 +257,42 @@ class ItemProcessor:
         try:
             completion = self._call_with_retries(claim, client)
         except (PermanentModelError, TransientModelError, RateLimited) as exc:
-            self._fail(claim, _item_error(exc))
+            if exc.billed:
+                self._settle_billed(claim, exc)
+            else:
+                self._fail(claim, _item_error(exc))
             return None
         return self._save(claim, completion, chain, unpaced_key(client, spec))
+
+    def _settle_billed(self, claim: Claim, exc: ModelError) -> None:
+        """An answer the provider billed and that is not kept (truncated, invalid, refused):
+        charged to the job in the store step that ends the claim (docs/decisions.md, "The
+        job's cost is the provider's bill"). A permanent error fails the item; another counts
+        an attempt and fails the item past its retries, else gives it back to pending, where
+        the next attempt is reserved, and checked against the caps, by a claim of its own."""
+        spec = claim.job.spec
+        usage = prices.priced(claim.job, claim.content, exc.usage, by_batch=False)
+        error = _item_error(exc)
+        if isinstance(exc, PermanentModelError):
+            settled = self._persist(
+                self.store.fail_item, spec.job_id, claim.index, self.worker_id, error, usage=usage
+            )
+            failed = settled
+        else:
+            attempts = self._persist(
+                self.store.settle_failed_attempt,
+                spec.job_id,
+                claim.index,
+                self.worker_id,
+                error,
+                retries=spec.retries,
+                usage=usage,
+            )
+            settled, failed = attempts >= 0, attempts > spec.retries
+        if not settled:
+            raise _LostClaim()
+        if failed:
+            self.counters.add(items_failed=1)
 
     def _save(
         self,
@@ -319,7 +353,9 @@ class ItemProcessor:
     def _call_with_retries(self, claim: Claim, client: ModelClient) -> Completion:
         """Transient errors: tenacity, waiting 2, 4, 8 … 30 s, at most the job's retries. A failure
         to connect while the endpoint answers nobody is retried every CONNECT_RETRY_S without using
-        up retries, until the breaker pauses the job (EndpointBroken) or a request goes through."""
+        up retries, until the breaker pauses the job (EndpointBroken) or a request goes through.
+        An answer the provider billed (ModelError.billed) is never retried here: it ends the
+        claim (_settle_billed), whose reservation covered one attempt."""
         retries = claim.job.spec.retries
         counted = [
             0
@@ -362,7 +398,7 @@ class ItemProcessor:
             return CONNECT_RETRY_S if isinstance(exc, _NotConnected) else RETRY_WAIT(state)
 
         retrying = Retrying(
-            retry=retry_if_exception_type(TransientModelError),
+            retry=retry_if_exception(_retried_in_claim),
             stop=stop,
             wait=wait,
             after=record,
@@ -526,7 +562,14 @@ def unpaced_key(client: ModelClient, spec) -> str | None:
 
 def structured(completion: Completion, schema: str) -> Completion:
     """A --schema answer as canonical JSON, once it is a JSON object valid under the job's
-    schema (its JSON text); else InvalidAnswer, retried as transient errors are."""
+    schema (its JSON text); else InvalidAnswer, carrying the answer's usage (it was billed)."""
+    try:
+        return _structured(completion, schema)
+    except ModelError as exc:
+        raise with_usage(exc, completion.usage) from None
+
+
+def _structured(completion: Completion, schema: str) -> Completion:
     text = completion.text.strip()
     if text.startswith("```"):  # some models fence JSON even when asked not to
         text = text.strip("`").removeprefix("json").strip()
@@ -540,6 +583,11 @@ def structured(completion: Completion, schema: str) -> Completion:
         completion.provider,
         completion.model,
     )
+
+
+def _retried_in_claim(exc: BaseException) -> bool:
+    """A transient failure the provider billed nothing for (a timeout, a 5xx, a connection)."""
+    return isinstance(exc, TransientModelError) and not exc.billed
 
 
 def _item_error(exc: ModelError) -> ItemError:

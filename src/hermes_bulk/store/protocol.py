@@ -306,7 +306,8 @@ class JobStore(Protocol):
 
         Only the current owner of a running item may complete it; a completed item is never
         completed again and its result never overwritten (returns False, changes nothing).
-        Reported usage is charged; without it the estimate is charged. An empty provider or
+        Reported usage is charged; without it the estimate is charged. The item's tokens and
+        cost are added to what its earlier attempts were billed. An empty provider or
         model is recorded as None. In the same step: the item's WAITING duplicates complete with
         the same result (nothing charged), and its answer key points the answer index at it.
         One step on both backends.
@@ -349,10 +350,20 @@ class JobStore(Protocol):
         of the same file, no round trip to save.
         """
 
-    def fail_item(self, job_id: str, index: int, worker_id: str, error: ItemError) -> bool:
+    def fail_item(
+        self,
+        job_id: str,
+        index: int,
+        worker_id: str,
+        error: ItemError,
+        *,
+        usage: Usage | None = None,
+    ) -> bool:
         """Mark the owner's running item failed with the error, and record an item_failed event.
 
-        Its WAITING duplicates fail with the same error in the same step.
+        Its WAITING duplicates fail with the same error in the same step. usage: what the
+        provider billed for the answer that failed: charged as an answer not kept, in the same
+        step (settle_failed_attempt says how).
 
         One step on both backends."""
 
@@ -372,12 +383,27 @@ class JobStore(Protocol):
         """
 
     def settle_failed_attempt(
-        self, job_id: str, index: int, worker_id: str, error: ItemError, *, retries: int
+        self,
+        job_id: str,
+        index: int,
+        worker_id: str,
+        error: ItemError,
+        *,
+        retries: int,
+        usage: Usage | None = None,
     ) -> int:
         """A transient failure of the owner's item, settled: record_attempt (not rate limited),
         then, when the new count is over retries, fail_item with the error, else release_item
         (back to pending). Returns the new count, or -1 if worker_id does not own the item
-        (nothing changed).
+        (nothing changed). usage: what the provider billed for the attempt (an answer not
+        kept), charged as fail_item charges it, whichever way the item settles.
+
+        Charging an answer not kept: the job's tokens_charged and tokens_unkept grow by its
+        tokens in and out, its cost_nusd and cost_unkept by usage.cost_nusd, its list_nusd by
+        usage.list_nusd; the item's tokens_in, tokens_out and cost_nusd grow by the same (an
+        item's figures are what it was billed across its attempts; complete_item adds its kept
+        answer's). The job's tokens_in and tokens_out stay the kept answers' (the learned
+        allowance reads them). A usage that reports nothing is not charged.
 
         One step on both backends (one transaction; one script): a process that dies in it
         leaves the attempt counted and the item settled, or neither, so an attempt is never

@@ -199,9 +199,10 @@ class JobRecord:
     running: int
     completed: int
     failed: int
-    tokens_in: int  # reported by the provider, completed items
+    tokens_in: int  # reported by the provider, completed items (answers kept)
     tokens_out: int
-    tokens_charged: int  # reported usage, or the estimate where none was reported
+    #: reported usage, or the reservation where none was reported; answers not kept included
+    tokens_charged: int
     tokens_reserved: int  # worst cases held by running items (NewItem.claim_tokens)
     #: sum of the estimates of the items that will be asked: not those reused at create, nor
     #: the duplicates waiting on an earlier item of the job
@@ -229,6 +230,10 @@ class JobRecord:
     #: the sum of what the items to ask reserve when claimed (their worst cases; NewItem
     #: claim_tokens), as estimated_tokens sums their expected tokens
     worst_tokens: int = 0
+    #: Of tokens_charged and cost_nusd, what the provider billed for answers that were not kept
+    #: (truncated, invalid, refused: JobStore.fail_item's and settle_failed_attempt's usage)
+    tokens_unkept: int = 0
+    cost_unkept: int = 0
 
     @property
     def job_id(self) -> str:
@@ -393,6 +398,9 @@ class ItemRecord:
     model: str | None
     content: str | None = None  # what the item was given (iter_items with_content only)
     reused_from: tuple[str, int] | None = None  # (job id, index) of the answer reused
+    #: nano-USD the item was billed at its job's price: its kept answer and every billed attempt
+    #: that was not kept (tokens_in and tokens_out count those attempts too)
+    cost_nusd: int = 0
 
 
 @dataclass(frozen=True, slots=True)

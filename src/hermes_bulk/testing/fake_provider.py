@@ -166,6 +166,10 @@ class RequestRecord:
     options: dict[str, Any] = field(default_factory=dict)
     system: str = ""  # the system messages' text
     protocol: str = "openai"  # or "anthropic": the Messages API was asked
+    #: What the answer bills (its usage as sent: input with the cache's reads and writes, and
+    #: output), answer kept by the client or not; 0 for an answer without usage
+    billed_in: int = 0
+    billed_out: int = 0
 
 
 @dataclass
@@ -237,9 +241,7 @@ class FakeProvider:
         self._hold_at_start = False
         self._let_through = 0  # requests the closed gate still lets pass (hold(let_through=n))
         self.held = 0  # chat requests waiting at the closed gate now
-        #: What the provider billed, its own count: every answer's reported usage, live and in
-        #: batches, kept or not (answered, billed_in, billed_out)
-        self.billed = {"answers": 0, "input": 0, "output": 0}
+        self._answered = 0  # answers given so far: FakeConfig.output_tokens's n
 
     @property
     def base_url(self) -> str:
@@ -316,7 +318,14 @@ class FakeProvider:
             self.batches.lines.clear()
             self.batches.busy.clear()
             self.max_in_flight = self.in_flight
-            self.billed = {"answers": 0, "input": 0, "output": 0}
+            self._answered = 0
+
+    def billed(self) -> tuple[int, int]:
+        """(input, output) tokens billed so far, live and in batches: every answer sent with a
+        usage counts, whether or not the client keeps it (a cut or off-schema answer too)."""
+        with self._lock:
+            records = [*self.requests, *self.batches.lines]
+        return sum(r.billed_in for r in records), sum(r.billed_out for r in records)
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -329,9 +338,9 @@ class FakeProvider:
                 "max_in_flight": self.max_in_flight,
                 "batches": len(self.batches.created),
                 "batch_lines": len(self.batches.lines),
-                "billed": dict(self.billed),
             }
         stats["batch_busy_s"] = self.batches.busy_s()
+        stats["billed"] = dict(zip(("input", "output"), self.billed(), strict=True))
         return stats
 
     # Decisions -----------------------------------------------------------------------------
@@ -588,10 +597,11 @@ class FakeProvider:
         answer, usage, base = self.answer_parts(req, item, prompt, fault)
         limits = self.limit_headers(anthropic=messages_req is not None)
         if messages_req is not None:
-            return self._send(
-                writer, 200, self._message_body(messages_req, answer, usage, fault), limits
-            )
+            message = self._message_body(messages_req, answer, usage, fault)
+            _bill(record, message)
+            return self._send(writer, 200, message, limits)
         if req.get("stream"):
+            _bill(record, {"usage": usage})
             return await self._stream(writer, base, answer, usage)
         body = hostile_body(
             fault,
@@ -613,6 +623,7 @@ class FakeProvider:
             return self._send_bytes(
                 writer, 200, body, "text/html" if fault == "html" else "application/json"
             )
+        _bill(record, body)
         return self._send(writer, 200, body, limits)
 
     def limit_headers(self, *, anthropic: bool) -> list[tuple[str, str]]:
@@ -720,7 +731,10 @@ class FakeProvider:
                 ],
             },
         )
-        return 200, body.decode("utf-8", "replace")[:1000] if isinstance(body, bytes) else body
+        if isinstance(body, bytes):
+            return 200, body.decode("utf-8", "replace")[:1000]
+        _bill(record, body)
+        return 200, body
 
     #: The shapes fake_batches answers Message Batches in (it cannot import this module back).
     as_chat_request = staticmethod(as_chat_request)
@@ -749,7 +763,9 @@ class FakeProvider:
             return 0, {}
         record.status = 200
         answer, usage, _ = self.answer_parts(req, item, prompt, fault)
-        return 200, self._message_body(params, answer, usage, fault)
+        message = self._message_body(params, answer, usage, fault)
+        _bill(record, message)
+        return 200, message
 
     def _message_body(
         self, req: dict[str, Any], answer: str, usage: dict[str, Any], fault: str
@@ -851,22 +867,12 @@ class FakeProvider:
             )
         if self.config.output_tokens:
             with self._lock:
-                n = self.billed["answers"]
+                n, self._answered = self._answered, self._answered + 1
             planned = self.config.output_tokens[min(n, len(self.config.output_tokens) - 1)]
             cap = req.get("max_tokens")
             usage["completion_tokens"] = min(planned, cap) if isinstance(cap, int) else planned
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         return usage
-
-    def _bill(self, usage: Any) -> None:
-        if not isinstance(usage, dict):
-            return
-        counts = [usage.get(k) for k in ("prompt_tokens", "completion_tokens")]
-        with self._lock:
-            self.billed["answers"] += 1
-            for key, n in zip(("input", "output"), counts, strict=True):
-                if isinstance(n, int):
-                    self.billed[key] += n
 
     def answer_parts(self, req: dict[str, Any], item: str, prompt: str, fault: str):
         """The answer to a request that is answered (fault "ok" or "empty"): text, usage, base
@@ -889,13 +895,6 @@ class FakeProvider:
         }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         usage = self.config.usage if self.config.usage is not None else self._honest(req, usage)
-        limit = req.get("max_tokens") or req.get("max_completion_tokens")
-        if isinstance(usage, dict) and fault in ("length", "length_silent"):
-            if limit:  # as hostile_body reports it: the whole limit, billed
-                usage["completion_tokens"] = limit
-            elif fault == "length_silent":
-                usage["completion_tokens"] = 100
-        self._bill(usage)
         base = {
             "id": f"chatcmpl-{digest(item)}",
             "created": int(time.time()),
@@ -1033,6 +1032,23 @@ class FakeProvider:
 
     def serve_forever(self) -> None:
         asyncio.run(self._serve())
+
+
+def _bill(record: RequestRecord, body: dict[str, Any]) -> None:
+    """Record what an answer body bills: its usage's counts (chat completions' prompt and
+    completion tokens; Messages' input, cache reads and writes, and output)."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return
+
+    def count(*names: str) -> int:
+        found = [usage.get(n) for n in names]
+        return sum(v for v in found if isinstance(v, int) and not isinstance(v, bool))
+
+    record.billed_in = count(
+        "prompt_tokens", "input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"
+    )
+    record.billed_out = count("completion_tokens", "output_tokens")
 
 
 def _quiet_about_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -118,6 +118,8 @@ def job_from_meta(meta: dict[str, str]) -> JobRecord | None:
         sample=tuple(json.loads(meta["sample"])) if meta.get("sample") else None,
         cost_reserved=int(meta.get("cost_reserved") or 0),
         worst_tokens=int(meta.get("worst_tokens") or 0),
+        tokens_unkept=int(meta.get("tokens_unkept") or 0),
+        cost_unkept=int(meta.get("cost_unkept") or 0),
         **n,
     )
 

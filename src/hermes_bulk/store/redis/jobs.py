@@ -367,6 +367,7 @@ class RedisJobStore(RedisBatches):
             provider=st.get("pv"),
             model=st.get("md"),
             reused_from=(st["rj"], st["ri"]) if "rj" in st else None,
+            cost_nusd=int(st.get("c") or 0),
         )
 
     def answered(self, keys: list[str]) -> set[str]:
@@ -618,9 +619,9 @@ class RedisJobStore(RedisBatches):
             claimed = replace(claimed, turn=turn)
         return True, claimed
 
-    def fail_item(self, job_id, index, worker_id, error: ItemError):
+    def fail_item(self, job_id, index, worker_id, error: ItemError, *, usage=None):
         args = [index, worker_id, error.error_type, codec.opt(error.http_status), error.message]
-        return bool(self._run(self.lua.fail_item, job_id, args, items=[index]))
+        return bool(self._run(self.lua.fail_item, job_id, [*args, *_unkept(usage)], items=[index]))
 
     def release_item(self, job_id, index, worker_id):
         return bool(self._run(self.lua.release_item, job_id, [index, worker_id], items=[index]))
@@ -640,7 +641,9 @@ class RedisJobStore(RedisBatches):
             items=[index],
         )
 
-    def settle_failed_attempt(self, job_id, index, worker_id, error: ItemError, *, retries):
+    def settle_failed_attempt(
+        self, job_id, index, worker_id, error: ItemError, *, retries, usage=None
+    ):
         return self._run(
             self.lua.settle_failed_attempt,
             job_id,
@@ -651,6 +654,7 @@ class RedisJobStore(RedisBatches):
                 codec.opt(error.http_status),
                 error.message,
                 retries,
+                *_unkept(usage),
             ],
             items=[index],
         )
@@ -792,3 +796,16 @@ class RedisJobStore(RedisBatches):
                     )
                 )
         return sorted(workers, key=lambda w: w.started_at)
+
+
+def _unkept(usage: Usage | None) -> list:
+    """The ARGV of an answer not kept that the provider billed (_job.lua charge_unkept): its
+    tokens in and out ('' when unreported: nothing is charged), cost and list cost."""
+    if usage is None or not usage.reported:
+        return ["", "", 0, 0]
+    return [
+        codec.opt(usage.tokens_in),
+        codec.opt(usage.tokens_out),
+        usage.cost_nusd,
+        usage.list_nusd,
+    ]

@@ -58,7 +58,8 @@ _JOB_COLUMNS = (
     "id, created_at, spec, state, pause_reason, max_tokens, total, pending, running, completed, "
     "failed, tokens_in, tokens_out, tokens_charged, tokens_reserved, estimated_tokens, skipped, "
     "last_claim_at, run_at, interrupted, interrupted_at, reused, tokens_saved, tokens_cached, "
-    "cost, list_cost, saved_cost, sample, max_cost, cost_reserved, tokens_written, worst_tokens"
+    "cost, list_cost, saved_cost, sample, max_cost, cost_reserved, tokens_written, tokens_unkept, "
+    "cost_unkept, worst_tokens"
 )
 
 
@@ -95,18 +96,28 @@ def _job_from_row(row: tuple) -> JobRecord:
         sample=tuple(json.loads(row[27])) if row[27] else None,
         cost_reserved=row[29],
         tokens_written=row[30],
-        worst_tokens=row[31],
+        tokens_unkept=row[31],
+        cost_unkept=row[32],
+        worst_tokens=row[33],
     )
 
 
+#: The item columns an ItemRecord is made of (_item_record), in the alias i.
+_ITEM_COLUMNS = (
+    "i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message, i.tokens_in, "
+    "i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, i.reused_idx, i.cost"
+)
+
+
 def _item_record(r) -> ItemRecord:
-    """An ItemRecord from the 14 columns iter_items selects (and the content, if a 15th)."""
+    """An ItemRecord from the 15 _ITEM_COLUMNS (and the content, if a 16th)."""
     return ItemRecord(
         *r[:3],
         unpack(r[3]),
         *r[4:12],
-        content=unpack(r[14]) if len(r) > 14 else None,
+        content=unpack(r[15]) if len(r) > 15 else None,
         reused_from=None if r[12] is None else (r[12], r[13]),
+        cost_nusd=r[14],
     )
 
 
@@ -320,9 +331,7 @@ class SqliteJobStore(SqliteBatches):
         )
         while True:
             rows = self.db.read(
-                "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, "
-                "i.error_message, i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, "
-                f"i.reused_job, i.reused_idx{content} FROM items i LEFT JOIN results r ON r.job_id "
+                f"SELECT {_ITEM_COLUMNS}{content} FROM items i LEFT JOIN results r ON r.job_id "
                 f"= i.job_id AND r.idx = i.idx{join} WHERE i.job_id = ? AND i.idx > ? ORDER BY "
                 "i.idx LIMIT ?",
                 (job_id, last, batch),
@@ -343,11 +352,9 @@ class SqliteJobStore(SqliteBatches):
 
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
         rows = self.db.read(
-            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message, "
-            "i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
-            "i.reused_idx, c.text, i.content_hash FROM items i LEFT JOIN results r ON r.job_id = "
-            "i.job_id AND r.idx = i.idx LEFT JOIN contents c ON c.job_id = i.job_id AND c.hash = "
-            "i.content_hash WHERE i.job_id = ? AND i.idx = ?",
+            f"SELECT {_ITEM_COLUMNS}, c.text, i.content_hash FROM items i LEFT JOIN results r ON "
+            "r.job_id = i.job_id AND r.idx = i.idx LEFT JOIN contents c ON c.job_id = i.job_id AND "
+            "c.hash = i.content_hash WHERE i.job_id = ? AND i.idx = ?",
             (job_id, index),
         )
         if not rows:
@@ -373,11 +380,9 @@ class SqliteJobStore(SqliteBatches):
 
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:
         rows = self.db.read(
-            "SELECT i.idx, i.name, i.status, r.text, i.error_type, i.http_status, i.error_message, "
-            "i.tokens_in, i.tokens_out, i.attempts, i.provider, i.model, i.reused_job, "
-            "i.reused_idx FROM items i INDEXED BY items_failed LEFT JOIN results r ON r.job_id = "
-            "i.job_id AND r.idx = i.idx WHERE i.job_id = ? AND i.status = 'failed' ORDER BY i.idx "
-            "LIMIT ?",
+            f"SELECT {_ITEM_COLUMNS} FROM items i INDEXED BY items_failed LEFT JOIN results r ON "
+            "r.job_id = i.job_id AND r.idx = i.idx WHERE i.job_id = ? AND i.status = 'failed' "
+            "ORDER BY i.idx LIMIT ?",
             (job_id, max(limit, 0)),
         )
         return [_item_record(r) for r in rows]
@@ -746,8 +751,8 @@ class SqliteJobStore(SqliteBatches):
             index,
             worker_id,
             COMPLETED,
-            ", tokens_in = ?, tokens_out = ?, tokens_cached = ?, tokens_written = ?, cost = ?, "
-            "provider = ?, model = ?, rate_limit_waits = 0",
+            ", tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, tokens_cached = ?, "
+            "tokens_written = ?, cost = cost + ?, provider = ?, model = ?, rate_limit_waits = 0",
             (tokens_in, tokens_out, cached, written, cost, provider or None, model or None),
         )  # "" is none, as on Redis
         if held is None:
@@ -810,9 +815,12 @@ class SqliteJobStore(SqliteBatches):
             )
         return job_row[:-1]
 
-    def fail_item(self, job_id, index, worker_id, error: ItemError):
+    def fail_item(self, job_id, index, worker_id, error: ItemError, *, usage=None):
         with self.db.write() as conn:
-            return self._fail(conn, job_id, index, worker_id, error)
+            failed = self._fail(conn, job_id, index, worker_id, error)
+            if failed:
+                self._charge_unkept(conn, job_id, index, usage)
+            return failed
 
     def _fail(self, conn, job_id, index, worker_id, error: ItemError) -> bool:
         """fail_item's writes in conn (settle_failed_attempt calls it too)."""
@@ -882,18 +890,47 @@ class SqliteJobStore(SqliteBatches):
         )
         return row[0]
 
-    def settle_failed_attempt(self, job_id, index, worker_id, error: ItemError, *, retries):
+    def settle_failed_attempt(
+        self, job_id, index, worker_id, error: ItemError, *, retries, usage=None
+    ):
         with self.db.write() as conn:  # one transaction: a kill between the two leaves neither
             attempts = self._record_attempt(
                 conn, job_id, index, worker_id, error, rate_limited=False
             )
             if attempts < 0:
                 return -1
+            self._charge_unkept(conn, job_id, index, usage)
             if attempts > retries:
                 self._fail(conn, job_id, index, worker_id, error)
             else:
                 self._release_owned(conn, job_id, index, worker_id)
             return attempts
+
+    @staticmethod
+    def _charge_unkept(conn, job_id, index, usage) -> None:
+        """What the provider billed for an answer not kept, charged to the item and the job
+        (protocol: settle_failed_attempt); the caller has checked the item is the worker's."""
+        if usage is None or not usage.reported:
+            return
+        tokens_in, tokens_out = usage.tokens_in or 0, usage.tokens_out or 0
+        conn.execute(
+            "UPDATE items SET tokens_in = tokens_in + ?, tokens_out = tokens_out + ?, cost = cost"
+            " + ? WHERE job_id = ? AND idx = ?",
+            (tokens_in, tokens_out, usage.cost_nusd, job_id, index),
+        )
+        conn.execute(
+            "UPDATE jobs SET tokens_charged = tokens_charged + ?, tokens_unkept = tokens_unkept + "
+            "?, cost = cost + ?, cost_unkept = cost_unkept + ?, list_cost = list_cost + ? WHERE "
+            "id = ?",
+            (
+                tokens_in + tokens_out,
+                tokens_in + tokens_out,
+                usage.cost_nusd,
+                usage.cost_nusd,
+                usage.list_nusd,
+                job_id,
+            ),
+        )
 
     def release_expired_leases(self) -> dict[str, int]:
         return self._release("status = ? AND lease_until < ?", (CLAIMED, self.now()))

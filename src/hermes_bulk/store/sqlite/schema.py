@@ -318,11 +318,24 @@ ALTER TABLE jobs ADD COLUMN tokens_written INTEGER NOT NULL DEFAULT 0;
     )
 )
 
+# What the provider billed for answers that were not kept (truncated, invalid, refused): part of
+# tokens_charged and cost, shown apart. An item's tokens_in, tokens_out and cost count its billed
+# attempts as well as its kept answer from now on; earlier items hold their kept answer's.
+migration(
+    (
+        "m015_unkept_answers",
+        """
+ALTER TABLE jobs ADD COLUMN tokens_unkept INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD COLUMN cost_unkept INTEGER NOT NULL DEFAULT 0;
+""",
+    )
+)
+
 # Worst-case claims: an item's `estimate` is what its claim reserves (its worst case), its
 # `expected` what estimates sum; the job keeps the sum of each (estimated_tokens, worst_tokens).
 migration(
     (
-        "m015_worst_cases",
+        "m016_worst_cases",
         """
 ALTER TABLE items ADD COLUMN expected INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE jobs ADD COLUMN worst_tokens INTEGER NOT NULL DEFAULT 0;

@@ -160,6 +160,39 @@ local function digits(n)
   return string.format('%d', n)
 end
 
+-- Two counts given as digits (ARGV, an item's cost), added as digits: exact at any size, where a
+-- Lua number is exact below 2^53 only. nil counts as 0.
+local function add_digits(a, b)
+  a, b = a or '0', b or '0'
+  local out, carry, i, j = {}, 0, #a, #b
+  while i > 0 or j > 0 or carry > 0 do
+    local sum = carry + (tonumber(string.sub(a, i, i)) or 0) + (tonumber(string.sub(b, j, j)) or 0)
+    out[#out + 1], carry = sum % 10, math.floor(sum / 10)
+    i, j = i - 1, j - 1
+  end
+  return string.reverse(table.concat(out))
+end
+
+-- What the provider billed for an answer not kept (protocol: settle_failed_attempt), charged to
+-- the item (its tokens and cost count every billed attempt) and to the job, apart as well.
+-- tin, tout: the reported tokens ('' or nil = unreported: nothing is charged); cost, list_cost:
+-- nano-USD as digits (HINCRBY and add_digits add them exactly).
+local function charge_unkept(idx, tin, tout, cost, list_cost)
+  if (tin or '') == '' and (tout or '') == '' then return end
+  local tokens = (tonumber(tin) or 0) + (tonumber(tout) or 0)
+  local st = item_state(idx)
+  st.ti, st.to = (st.ti or 0) + (tonumber(tin) or 0), (st.to or 0) + (tonumber(tout) or 0)
+  if tonumber(cost) > 0 then st.c = add_digits(st.c, cost) end
+  save_state(idx, st)
+  redis.call('HINCRBY', META, 'tokens_charged', tokens)
+  redis.call('HINCRBY', META, 'tokens_unkept', tokens)
+  if tonumber(cost) > 0 then
+    redis.call('HINCRBY', META, 'cost', cost)
+    redis.call('HINCRBY', META, 'cost_unkept', cost)
+  end
+  if tonumber(list_cost) > 0 then redis.call('HINCRBY', META, 'list_cost', list_cost) end
+end
+
 local function release_reservations(reserved, reserved_cost)
   meta_decr('tokens_reserved', reserved)
   if reserved_cost > 0 then redis.call('HINCRBY', META, 'cost_reserved', digits(-reserved_cost)) end

@@ -21,10 +21,12 @@ local tokens_in, tokens_out = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0
 local cached, cost, list_cost = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]), tonumber(ARGV[11])
 local written = tonumber(ARGV[12]) or 0
 local st, reserved, reserved_cost = unlease(idx)
-st.s, st.ti, st.to, st.w = S_COMPLETED, tokens_in, tokens_out, 0
+-- An item's tokens and cost add to what its attempts not kept were billed (charge_unkept).
+st.s, st.w = S_COMPLETED, 0
+st.ti, st.to = (st.ti or 0) + tokens_in, (st.to or 0) + tokens_out
 if cached > 0 then st.tc = cached end
 if written > 0 then st.tw = written end
-if cost > 0 then st.c = ARGV[10] end  -- the text: exact past 14 digits
+if cost > 0 then st.c = add_digits(st.c, ARGV[10]) end  -- as text: exact past 14 digits
 if ARGV[6] ~= '' then st.pv = ARGV[6] end
 if ARGV[7] ~= '' then st.md = ARGV[7] end
 save_state(idx, st)

@@ -3,6 +3,9 @@
 --       STATES, LEASES, OWNERS, FAILED, EVENTS.
 -- ARGV[1] index   ARGV[2] worker_id   ARGV[3] error_type   ARGV[4] http_status ('' = none)
 -- ARGV[5] message (our own text, never the provider's)
+-- ARGV[6] tokens_in, ARGV[7] tokens_out the provider billed for the answer that failed ('' or
+-- absent = none: nothing charged), ARGV[8] its cost, ARGV[9] at the list price (nano-USD digits):
+-- charged as an answer not kept (charge_unkept)
 -- Its duplicates (DUPS) fail with the same error.
 -- Returns 1, or 0 when worker_id does not hold the item.
 local idx = ARGV[1]
@@ -27,4 +30,5 @@ redis.call('HINCRBY', META, 'running', -1)
 redis.call('HINCRBY', META, 'failed', 1 + #dups)
 release_reservations(reserved, reserved_cost)
 add_event(now_ms(), 'item_failed', ARGV[5], tonumber(idx), ARGV[3], tonumber(ARGV[4]))
+charge_unkept(idx, ARGV[6], ARGV[7], ARGV[8], ARGV[9])
 return 1
