@@ -39,6 +39,17 @@ SECRET_QUERY_NAMES = frozenset(
     }
 )
 
+#: Parts of a query parameter's name that make its value a credential too (`subscription-key`,
+#: `x-goog-api-key`, `access-token`, `sv_sig`...): a key can hide under any name.
+SECRET_QUERY_PARTS = ("key", "token", "secret", "sig", "pass", "auth", "credential")
+
+
+def secret_query_name(name: str) -> bool:
+    """Whether a query parameter of this name carries a credential."""
+    name = name.lower()
+    return name in SECRET_QUERY_NAMES or any(part in name for part in SECRET_QUERY_PARTS)
+
+
 #: The shortest value masked by value: masking every "ab" in a log would hide everything and
 #: protect nothing (such a secret is guessed faster than read).
 MIN_SECRET_LEN = 4
@@ -94,7 +105,7 @@ def url_secrets(url: str) -> list[str]:
     found += [
         value
         for name, value in parse_qsl(parts.query, keep_blank_values=True)
-        if name.lower() in SECRET_QUERY_NAMES
+        if secret_query_name(name)
     ]
     found += [quote(value, safe="") for value in found] + [
         unquote(value) for value in found
@@ -129,7 +140,7 @@ def public_url(url: str) -> str:
 
 def _public_param(param: str) -> str:
     name, eq, _ = param.partition("=")
-    return f"{name}={MASK}" if eq and unquote_plus(name).lower() in SECRET_QUERY_NAMES else param
+    return f"{name}={MASK}" if eq and secret_query_name(unquote_plus(name)) else param
 
 
 def redact(text: str) -> str:

@@ -43,8 +43,13 @@ def _job(job_id: str, **spec) -> SimpleNamespace:
     )
 
 
+def _fingerprint(key: str, salt: str) -> str:
+    return endpoints.key_fingerprint(Endpoint("openai", "http://a.example/v1", key), salt)
+
+
 def test_the_registry_keeps_what_a_worker_serves(store):
-    own = endpoints.own_route(Endpoint("openai", "http://a.example/v1", "sk-a"))
+    salt = store.fingerprint_salt()
+    own = endpoints.own_route(Endpoint("openai", "http://a.example/v1", "sk-a"), salt)
     store.heartbeat_worker(
         WorkerInfo("w-all", "h", 1, store.now(), 0.0, 4, serves_record([own, "http"])), ttl_s=10
     )
@@ -57,11 +62,9 @@ def test_the_registry_keeps_what_a_worker_serves(store):
     store.heartbeat_worker(WorkerInfo("w-old", "h", 3, store.now(), 0.0, 1), ttl_s=10)
     live = {w.worker_id: w for w in store.live_workers(holding=False)}
     assert live["w-all"].serves == f"{own},http" and live["w-old"].serves == ""
-    mine = _job(
-        "j1", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-a")
-    )
+    mine = _job("j1", endpoint="http://a.example/v1", key_fingerprint=_fingerprint("sk-a", salt))
     other_key = _job(
-        "j2", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-b")
+        "j2", endpoint="http://a.example/v1", key_fingerprint=_fingerprint("sk-b", salt)
     )
     legacy = _job("j3")
     hermes = _job("j4", client="hermes")

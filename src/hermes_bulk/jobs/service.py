@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..config.backend_url import SqliteUrl, parse_backend_url
 from ..config.fields import env_name
 from ..config.provider import OPENAI
+from ..credentials import FIXED_SALT_RECORD
 from ..errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from ..files import private_dir, remove_tree
 from ..fleet import endpoints
@@ -443,11 +444,13 @@ class Jobs:
                     "HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or the OPENAI_* / ANTHROPIC_* "
                     "equivalents), or pass --model."
                 )
-            provider = provider or provider_key(own.base_url, own.api_key)
+            # A dry run writes nothing: without a salt yet no job of this store can match it.
+            salt = self.backend.store.fingerprint_salt(create=not dry_run) or FIXED_SALT_RECORD
+            provider = provider or provider_key(own.base_url, own.api_key, salt)
             if bind_endpoint:
                 endpoint, key_fp = (
                     endpoints.endpoint_url(own.base_url),
-                    endpoints.key_fingerprint(own.api_key),
+                    endpoints.key_fingerprint(own, salt),
                 )
         from ..sources import Source
 
