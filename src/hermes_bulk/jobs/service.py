@@ -620,24 +620,29 @@ class Jobs:
             price_unknown=spec.price_unknown,
         )
 
-    @staticmethod
-    def _item_text(spec: JobSpec, entry: SourceItem, digest: str | None = None) -> tuple[str, str]:
+    def _item_text(
+        self, spec: JobSpec, entry: SourceItem, digest: str | None = None
+    ) -> tuple[str, str]:
         """prompt.item_text for an item found at create, after checking that it has every field
         the job's --template or --fields names (InputError naming the item, its line and the
-        fields it has)."""
+        fields it has) and that what they make of it is at most max_item_bytes (InputError
+        naming the item and the limit; rendering stops at the limit)."""
         from ..sources import content_hash, line_at
 
         digest = digest or content_hash(entry.content)
         shape = templates.shape(spec.template, tuple(spec.fields) if spec.fields else None)
+        flag = "--template" if spec.template is not None else "--fields"
         if shape is not None and (missing := shape.missing(entry.content)) != ():
             raise templates.missing_field_error(
-                "--template" if spec.template is not None else "--fields",
-                entry.name,
-                line_at(Path(spec.source), entry.offset),
-                missing,
-                entry.content,
+                flag, entry.name, line_at(Path(spec.source), entry.offset), missing, entry.content
             )
-        return prompt.item_text(spec, entry.content, digest)
+        limit = self.settings.max_item_bytes
+        try:
+            return prompt.item_text(spec, entry.content, digest, limit)
+        except templates.TooLarge:
+            line = line_at(Path(spec.source), entry.offset)
+            setting = self.setting_name("max_item_bytes")
+            raise templates.too_large_error(flag, entry.name, line, limit, setting) from None
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
         from ..sources import Skipped, content_hash
