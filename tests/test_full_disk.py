@@ -13,12 +13,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from hermes_bulk.testing.fake_provider import expected_answer
+
+from .helpers import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -136,3 +140,47 @@ def test_export_onto_a_full_disk_says_so_and_leaves_the_old_file(cli, tmp_path, 
     assert sorted(p.name for p in disk.iterdir()) == ["filler", "results.csv"], (
         "no temporary file left"
     )
+
+
+def test_answers_in_flight_when_the_disk_fills_are_kept_and_never_asked_again(
+    cli, tmp_path, small_disk, fake_provider
+):
+    """Four answers arrive while the data directory's disk is full, and it stays full past their
+    leases: the worker keeps them in memory, takes no new item, and saves them once space is
+    freed. Every item is asked once."""
+    disk = small_disk("4m")
+    env = {"HERMES_BULK_HOME": str(disk / "bulk"), "HERMES_BULK_LEASE_SECONDS": "2"}
+    src = tmp_path / "items.jsonl"
+    items = [json.dumps(f"item {i} " + "x" * 4000) for i in range(12)]
+    src.write_text("\n".join(items) + "\n")
+    job_id = json.loads(cli("create", "Echo", "--over", str(src), "--json", **env).stdout)["job_id"]
+    fake_provider.hold()
+    worker = cli.spawn_worker("-w", "4", **env)  # its log is outside the small disk
+    log = cli.logs_dir / "worker-1.log"
+    try:
+        cli("run", job_id, **env)
+        fake_provider.wait_held(4, timeout=60)
+        filler = fill(disk)
+        fake_provider.release()
+        wait_for(
+            lambda: log.read_text().count("an answer is kept in memory") == 4,
+            timeout=60,
+            message="the four answers are kept",
+        )
+        time.sleep(3)  # so that their leases (2 s) run out while the disk is full
+        assert len(fake_provider.requests) == 4, "no new item is taken while the disk is full"
+        filler.unlink()
+        wait_for(lambda: cli.status(job_id, **env)["completed"] == 12, timeout=60, message="done")
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    asked = Counter(r.item for r in fake_provider.requests)
+    assert len(asked) == 12 and set(asked.values()) == {1}, asked
+    assert "Traceback" not in log.read_text()
+    rows = [
+        json.loads(line)
+        for line in cli(
+            "export", job_id, "--format", "jsonl", "--output", "-", **env
+        ).stdout.splitlines()
+    ]
+    assert [r["result"] for r in rows] == [expected_answer(item) for item in items]

@@ -43,6 +43,7 @@ from ..fleet.liveness import (
     this_host,
 )
 from ..fleet.tasks import EmbeddedConsumer, consumer_options, serve, stop_serving
+from ..full_disk import disk_full_at
 from ..providers.anthropic import AnthropicModelClient
 from ..providers.batch_api import BatchApi
 from ..providers.client import HttpModelClient, ModelClient
@@ -651,8 +652,11 @@ class WorkerRuntime:
                     self._send_triggers(self.backend.store.release_expired_leases())
             except HermesBulkError as exc:
                 log.warning("maintenance: %s (retrying)", exc)
-            except Exception:
-                log.exception("maintenance failed (retrying)")
+            except Exception as exc:
+                if (full := disk_full_at(exc, self.settings.home)) is None:
+                    log.exception("maintenance failed (retrying)")
+                else:
+                    log.warning("maintenance: the disk is full at %s (retrying)", full)
 
     def _send_triggers(self, released: dict[str, int]) -> None:
         for job_id, n in released.items():
