@@ -34,9 +34,7 @@ LOG2_N, BLOCK, PARALLEL = 15, 8, 1
 COST_ENV = "HERMES_BULK_FINGERPRINT_COST"
 #: A fingerprint made by `fingerprint` (a legacy one is 16 hex digits, without it).
 PREFIX = "s1:"
-#: The salt of clients made outside a worker or `create` (tests, benchmarks): fixed, so still
-#: slow to guess against, only not per store.
-FIXED_SALT_RECORD = f"scrypt${LOG2_N}${BLOCK}${PARALLEL}${b'hermes-bulk fixed salt v1'.hex()}"
+_FIXED_SALT = b"hermes-bulk fixed salt v1".hex()
 
 _LEGACY_LABEL = b"hermes-bulk endpoint key fingerprint v1"
 _cache: dict[tuple[str, str], str] = {}
@@ -59,10 +57,21 @@ def credentials(base_url: str, api_key: str | None) -> str:
 
 def new_salt_record() -> str:
     """A store's fingerprint salt with the scrypt parameters it is used with."""
+    return f"scrypt${_log2_n()}${BLOCK}${PARALLEL}${secrets.token_hex(16)}"
+
+
+def fixed_salt_record() -> str:
+    """The salt of what has no store to take one from (a client made outside a worker, a dry
+    run before the store has one): fixed, so as slow to guess against, only not per store.
+    Never stored by a worker or `create`, so its cost may follow the environment."""
+    return f"scrypt${_log2_n()}${BLOCK}${PARALLEL}${_FIXED_SALT}"
+
+
+def _log2_n() -> int:
     log2_n = int(os.environ.get(COST_ENV) or LOG2_N)
     if not 1 <= log2_n <= 20:
         raise ValueError(f"{COST_ENV} must be from 1 to 20 (log2 of scrypt's N)")
-    return f"scrypt${log2_n}${BLOCK}${PARALLEL}${secrets.token_hex(16)}"
+    return log2_n
 
 
 def fingerprint(material: str, salt_record: str) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..config.backend_url import SqliteUrl, parse_backend_url
 from ..config.fields import env_name
 from ..config.provider import OPENAI
-from ..credentials import FIXED_SALT_RECORD
+from ..credentials import fixed_salt_record
 from ..errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from ..files import private_dir, remove_tree
 from ..fleet import endpoints
@@ -444,8 +444,7 @@ class Jobs:
                     "HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or the OPENAI_* / ANTHROPIC_* "
                     "equivalents), or pass --model."
                 )
-            # A dry run writes nothing: without a salt yet no job of this store can match it.
-            salt = self.backend.store.fingerprint_salt(create=not dry_run) or FIXED_SALT_RECORD
+            salt = self._fingerprint_salt(dry_run)
             provider = provider or provider_key(own.base_url, own.api_key, salt)
             if bind_endpoint:
                 endpoint, key_fp = (
@@ -538,6 +537,15 @@ class Jobs:
                     allowance = min(allowance, spec.max_output_tokens)
                 return allowance, job.job_id
         return None
+
+    def _fingerprint_salt(self, dry_run: bool) -> str:
+        """The store's salt of credential fingerprints (made now if it has none), or for a dry
+        run, which writes nothing and opens no store that does not exist, the one there is:
+        without one yet, no job of the store can match, and any salt will do."""
+        if not dry_run:
+            return self.store.fingerprint_salt()
+        found = None if missing_database(self.settings) else self.store.fingerprint_salt(False)
+        return found or fixed_salt_record()
 
     def _plan(self, spec: JobSpec, over: str, source: Source, *, learned_from: str | None) -> Plan:
         """What create would record and send first, read from the source, and what of it would be

@@ -64,13 +64,12 @@ class FirstAnswers:
 FIRST_ANSWERS = FirstAnswers()
 
 
-def provider_key(
-    base_url: str, api_key: str | None, salt_record: str = credentials.FIXED_SALT_RECORD
-) -> str:
+def provider_key(base_url: str, api_key: str | None, salt_record: str | None = None) -> str:
     """Workers that share an endpoint and credentials share one quota, so they share one wait.
     Stored (limits, job specs): a hash of the public URL and of the credentials' slow salted
     fingerprint (credentials.py), never a fast hash of a key."""
     material = credentials.credentials(base_url, api_key)
+    salt_record = salt_record or credentials.fixed_salt_record()
     shown = f"{public_url(base_url.rstrip('/'))}\0{credentials.fingerprint(material, salt_record)}"
     return "p:" + hashlib.sha256(shown.encode()).hexdigest()[:20]
 
