@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -142,12 +143,14 @@ def test_export_onto_a_full_disk_says_so_and_leaves_the_old_file(cli, tmp_path, 
     )
 
 
+@pytest.mark.parametrize("runner", ["worker", "run --wait"])
 def test_answers_in_flight_when_the_disk_fills_are_kept_and_never_asked_again(
-    cli, tmp_path, small_disk, fake_provider
+    cli, tmp_path, small_disk, fake_provider, runner
 ):
     """Four answers arrive while the data directory's disk is full, and it stays full past their
-    leases: the worker keeps them in memory, takes no new item, and saves them once space is
-    freed. Every item is asked once."""
+    leases: they are kept in memory, no new item is taken, and they are saved once space is
+    freed. Every item is asked once. (`run --wait` stops when its heartbeat cannot be written
+    for a lease, after saving what it kept; run again, it finishes.)"""
     disk = small_disk("4m")
     env = {"HERMES_BULK_HOME": str(disk / "bulk"), "HERMES_BULK_LEASE_SECONDS": "2"}
     src = tmp_path / "items.jsonl"
@@ -155,28 +158,44 @@ def test_answers_in_flight_when_the_disk_fills_are_kept_and_never_asked_again(
     src.write_text("\n".join(items) + "\n")
     job_id = json.loads(cli("create", "Echo", "--over", str(src), "--json", **env).stdout)["job_id"]
     fake_provider.hold()
-    worker = cli.spawn_worker("-w", "4", **env)  # its log is outside the small disk
-    log = cli.logs_dir / "worker-1.log"
-    try:
+    if runner == "worker":
+        process = cli.spawn_worker("-w", "4", **env)  # its log is outside the small disk
         cli("run", job_id, **env)
+    else:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hermes_bulk", "run", job_id, "--wait", "-w", "4"],
+            env=cli.full_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
         fake_provider.wait_held(4, timeout=60)
         filler = fill(disk)
         fake_provider.release()
-        wait_for(
-            lambda: log.read_text().count("an answer is kept in memory") == 4,
-            timeout=60,
-            message="the four answers are kept",
-        )
+        if runner == "worker":
+            log = cli.logs_dir / "worker-1.log"
+            wait_for(
+                lambda: log.read_text().count("an answer is kept in memory") == 4,
+                timeout=60,
+                message="the four answers are kept",
+            )
         time.sleep(3)  # so that their leases (2 s) run out while the disk is full
         assert len(fake_provider.requests) == 4, "no new item is taken while the disk is full"
         filler.unlink()
-        wait_for(lambda: cli.status(job_id, **env)["completed"] == 12, timeout=60, message="done")
+        if runner == "worker":
+            wait_for(lambda: cli.status(job_id, **env)["completed"] == 12, timeout=60)
+            assert "Traceback" not in log.read_text()
+        else:
+            out, err = process.communicate(timeout=60)
+            assert "Traceback" not in out + err and "internal error" not in out + err
+            if cli.status(job_id, **env)["completed"] < 12:
+                cli("run", job_id, "--wait", **env)
     finally:
-        worker.terminate()
-        worker.wait(30)
+        process.terminate()
+        process.wait(30)
     asked = Counter(r.item for r in fake_provider.requests)
     assert len(asked) == 12 and set(asked.values()) == {1}, asked
-    assert "Traceback" not in log.read_text()
     rows = [
         json.loads(line)
         for line in cli(
