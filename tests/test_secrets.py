@@ -285,6 +285,11 @@ def test_model_names_are_not_masked():
             "http://h/v1?key=***&token=***&sig=***&signature=***&password=***&secret=***&code=***&access_token=***"
             "&api_key=***",
         ),
+        (  # a key under a name of its own: any name that says key, token, secret, sig, auth
+            "http://h/v1?subscription-key=a&x-goog-api-key=b&sv_sig=c&authz=d&api-version=3",
+            "http://h/v1?subscription-key=***&x-goog-api-key=***&sv_sig=***&authz=***"
+            "&api-version=3",
+        ),
         ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
         ("redis://cache:6379/0?prefix=p", "redis://cache:6379/0?prefix=p"),
         ("/var/lib/ledger.db", "/var/lib/ledger.db"),
