@@ -203,3 +203,36 @@ def test_answers_in_flight_when_the_disk_fills_are_kept_and_never_asked_again(
         ).stdout.splitlines()
     ]
     assert [r["result"] for r in rows] == [expected_answer(item) for item in items]
+
+
+def test_batch_results_that_arrive_on_a_full_disk_are_read_again_never_bought_again(
+    cli, tmp_path, small_disk, fake_provider
+):
+    """A batch ends while the data directory's disk is full, and stays so for more passes than
+    a batch's strikes: its results are read again once there is room; no second batch."""
+    disk = small_disk("4m")
+    env = {"HERMES_BULK_HOME": str(disk / "bulk"), "HERMES_BULK_BATCH_POLL_SECONDS": "0.1"}
+    src = tmp_path / "items.jsonl"
+    items = [json.dumps(f"item {i} " + "x" * 4000) for i in range(6)]
+    src.write_text("\n".join(items) + "\n")
+    fake_provider.configure(batch_hold=True)
+    job_id = cli.json("create", "Echo", "--over", str(src), "--batch", "--json", **env)["job_id"]
+    cli("run", job_id, **env)
+    worker = cli.spawn_worker("-w", "2", **env)
+    log = cli.logs_dir / "worker-1.log"
+    try:
+        wait_for(lambda: len(fake_provider.batches.created) == 1, timeout=60)
+        filler = fill(disk)
+        fake_provider.configure(batch_hold=False)
+        wait_for(  # more passes than a batch's strikes (MAX_STRIKES, 5)
+            lambda: log.read_text().count("results are read again once there is room") > 5,
+            timeout=60,
+            message="the worker says the disk is full, pass after pass",
+        )
+        filler.unlink()
+        wait_for(lambda: cli.status(job_id, **env)["state"] == "completed", timeout=60)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert len(fake_provider.batches.created) == 1 and len(fake_provider.batches.lines) == 6
+    assert not fake_provider.requests and "Traceback" not in log.read_text()
