@@ -140,9 +140,6 @@ class ItemProcessor:
         )
         self.breaker = breaker or EndpointBreaker()  # this process's, shared by its threads
         self._outputs: dict[str, str] = {}  # job id -> its outputs folder (_output_file)
-        #: Answers received and not yet saved because the disk is full: each waits in its
-        #: thread (so at most one a thread), which takes no new item meanwhile.
-        self.waiting_for_room = 0
 
     def handle(
         self,
@@ -520,8 +517,9 @@ class ItemProcessor:
         """write(*args), tried again while the disk it writes to is full: an answer received is
         never thrown away for want of space (it would be asked, and paid for, again). It waits
         in this thread, which takes no new item meanwhile; its lease is renewed with the other
-        held items' (a small write that a full disk's free WAL pages still take, where the
-        answer's does not)."""
+        held items' where the store still takes so small a write. One that ran out anyway may be
+        reaped before the next try once there is room: the save is then refused ("lease lost")
+        and the item asked again."""
         told = False
         while True:
             try:
@@ -532,8 +530,6 @@ class ItemProcessor:
                     raise
                 if not told:
                     told = True
-                    with self._held_lock:
-                        self.waiting_for_room += 1
                     log.warning(
                         "the disk is full at %s: an answer is kept in memory until it can be "
                         "saved (this thread takes no new item meanwhile); free some space there",
@@ -542,8 +538,6 @@ class ItemProcessor:
                 self.sleep(ROOM_RETRY_S)
                 continue
             if told:
-                with self._held_lock:
-                    self.waiting_for_room -= 1
                 log.info("there is room again: the answer kept in memory is saved")
             return result
 

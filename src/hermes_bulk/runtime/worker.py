@@ -471,9 +471,9 @@ class WorkerRuntime:
         return [self.backend.queue(route) for route in self.routes()]
 
     def queue_threads(self) -> list[int]:
-        """Threads per queue (queues' order): `threads`, but one on the kind's HTTP queue, where
-        only triggers of jobs that recorded no endpoint arrive (their chains go on on this
-        worker's own endpoint's queue)."""
+        """Threads per queue (queues' order): `threads`, but one on the kind's HTTP queue and on
+        the legacy route, where only triggers of jobs that recorded no endpoint, or the old
+        fingerprint, arrive (their chains go on on this worker's own endpoint's queue)."""
         single = (endpoints.HTTP, self.old_route)
         return [1 if route in single else self.threads for route in self.routes()]
 
