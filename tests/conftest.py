@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from hermes_bulk.config.settings import Settings, load_settings
+from hermes_bulk.credentials import COST_ENV
 from hermes_bulk.fleet import broker
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.store.redis.scripts import CHECK_KEYS_ENV
@@ -38,6 +39,9 @@ IN_CI = bool(os.environ.get("CI"))
 # Every Redis script of the suite refuses a key it was not passed in KEYS (scripts.py), in this
 # process and in the workers it starts.
 os.environ[CHECK_KEYS_ENV] = "1"
+# Stores the suite makes fingerprint credentials with scrypt's N = 2**10 (credentials.py):
+# ~1 ms a store, not ~0.1 s; the cost a store uses is recorded with its salt.
+os.environ[COST_ENV] = "10"
 
 
 def _ci_refusal(report) -> str | None:
@@ -205,6 +209,7 @@ def env(home, fake_provider, monkeypatch) -> dict[str, str]:
         "HERMES_BULK_MODEL": "fake-model",
         "HERMES_BULK_API_KEY": "sk-test-not-a-secret",
         CHECK_KEYS_ENV: "1",
+        COST_ENV: "10",
     }
     for key in list(os.environ):
         if key.startswith(("HERMES_BULK_", "OPENAI_", "ANTHROPIC_")) or key == "HERMES_HOME":

@@ -13,12 +13,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from hermes_bulk.testing.fake_provider import expected_answer
+
+from .helpers import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -136,3 +141,98 @@ def test_export_onto_a_full_disk_says_so_and_leaves_the_old_file(cli, tmp_path, 
     assert sorted(p.name for p in disk.iterdir()) == ["filler", "results.csv"], (
         "no temporary file left"
     )
+
+
+@pytest.mark.parametrize("runner", ["worker", "run --wait"])
+def test_answers_in_flight_when_the_disk_fills_are_kept_and_never_asked_again(
+    cli, tmp_path, small_disk, fake_provider, runner
+):
+    """Four answers arrive while the data directory's disk is full, and it stays full past their
+    leases: they are kept in memory, no new item is taken, and they are saved once space is
+    freed. Every item is asked once. (`run --wait` stops when its heartbeat cannot be written
+    for a lease, after saving what it kept; run again, it finishes.)"""
+    disk = small_disk("4m")
+    env = {"HERMES_BULK_HOME": str(disk / "bulk"), "HERMES_BULK_LEASE_SECONDS": "2"}
+    src = tmp_path / "items.jsonl"
+    items = [json.dumps(f"item {i} " + "x" * 4000) for i in range(12)]
+    src.write_text("\n".join(items) + "\n")
+    job_id = json.loads(cli("create", "Echo", "--over", str(src), "--json", **env).stdout)["job_id"]
+    fake_provider.hold()
+    if runner == "worker":
+        process = cli.spawn_worker("-w", "4", **env)  # its log is outside the small disk
+        cli("run", job_id, **env)
+    else:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hermes_bulk", "run", job_id, "--wait", "-w", "4"],
+            env=cli.full_env(**env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    try:
+        fake_provider.wait_held(4, timeout=60)
+        filler = fill(disk)
+        fake_provider.release()
+        if runner == "worker":
+            log = cli.logs_dir / "worker-1.log"
+            wait_for(
+                lambda: log.read_text().count("an answer is kept in memory") == 4,
+                timeout=60,
+                message="the four answers are kept",
+            )
+        time.sleep(3)  # so that their leases (2 s) run out while the disk is full
+        assert len(fake_provider.requests) == 4, "no new item is taken while the disk is full"
+        filler.unlink()
+        if runner == "worker":
+            wait_for(lambda: cli.status(job_id, **env)["completed"] == 12, timeout=60)
+            assert "Traceback" not in log.read_text()
+        else:
+            out, err = process.communicate(timeout=60)
+            assert "Traceback" not in out + err and "internal error" not in out + err
+            if cli.status(job_id, **env)["completed"] < 12:
+                cli("run", job_id, "--wait", **env)
+    finally:
+        process.terminate()
+        process.wait(30)
+    asked = Counter(r.item for r in fake_provider.requests)
+    assert len(asked) == 12 and set(asked.values()) == {1}, asked
+    rows = [
+        json.loads(line)
+        for line in cli(
+            "export", job_id, "--format", "jsonl", "--output", "-", **env
+        ).stdout.splitlines()
+    ]
+    assert [r["result"] for r in rows] == [expected_answer(item) for item in items]
+
+
+def test_batch_results_that_arrive_on_a_full_disk_are_read_again_never_bought_again(
+    cli, tmp_path, small_disk, fake_provider
+):
+    """A batch ends while the data directory's disk is full, and stays so for more passes than
+    a batch's strikes: its results are read again once there is room; no second batch."""
+    disk = small_disk("4m")
+    env = {"HERMES_BULK_HOME": str(disk / "bulk"), "HERMES_BULK_BATCH_POLL_SECONDS": "0.1"}
+    src = tmp_path / "items.jsonl"
+    items = [json.dumps(f"item {i} " + "x" * 4000) for i in range(6)]
+    src.write_text("\n".join(items) + "\n")
+    fake_provider.configure(batch_hold=True)
+    job_id = cli.json("create", "Echo", "--over", str(src), "--batch", "--json", **env)["job_id"]
+    cli("run", job_id, **env)
+    worker = cli.spawn_worker("-w", "2", **env)
+    log = cli.logs_dir / "worker-1.log"
+    try:
+        wait_for(lambda: len(fake_provider.batches.created) == 1, timeout=60)
+        filler = fill(disk)
+        fake_provider.configure(batch_hold=False)
+        wait_for(  # more passes than a batch's strikes (MAX_STRIKES, 5)
+            lambda: log.read_text().count("results are read again once there is room") > 5,
+            timeout=60,
+            message="the worker says the disk is full, pass after pass",
+        )
+        filler.unlink()
+        wait_for(lambda: cli.status(job_id, **env)["state"] == "completed", timeout=60)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert len(fake_provider.batches.created) == 1 and len(fake_provider.batches.lines) == 6
+    assert not fake_provider.requests and "Traceback" not in log.read_text()

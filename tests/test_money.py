@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from hermes_bulk.config.settings import load_settings
 from hermes_bulk.errors import ConfigError
 from hermes_bulk.jobs import prices, prompt
 from hermes_bulk.store.records import JobRecord, JobSpec, Usage
@@ -90,7 +91,7 @@ def test_the_price_database_knows_the_model_and_its_batch_price():
     assert "no model" in prices.resolve(None, None, batch=False, setting="").unknown
 
 
-def test_the_price_setting_names_a_price_or_a_file_of_them(tmp_path):
+def test_the_price_setting_names_a_price_or_a_file_of_them(tmp_path, monkeypatch):
     given = prices.resolve("fake-model", None, batch=False, setting="1.5, 6")
     assert given.price == prices.Price(1.5, 6.0, 1.5, "HERMES_BULK_PRICE")
     assert prices.resolve("gpt-4o-mini", None, batch=True, setting="1,2,0.5").price == (
@@ -118,6 +119,12 @@ def test_the_price_setting_names_a_price_or_a_file_of_them(tmp_path):
         ("1,2,3,-4", "not a price"),
         ("-1,2", "not a price"),
         ("nan,2", "not a price"),
+        ("1_000,1", "not a price"),
+        ("1e3,1", "not a price"),
+        ("inf,1", "not a price"),
+        ("+1,2", "not a price"),
+        ("1,2,", "not a price"),
+        ("١,2", "not a price"),  # digits of another script: float() reads them
         ("1,20000", "not a price"),
         ("a,b", "not a price"),
         (str(tmp_path / "missing.json"), "missing.json: cannot read it"),
@@ -125,6 +132,11 @@ def test_the_price_setting_names_a_price_or_a_file_of_them(tmp_path):
     ]:
         with pytest.raises(ConfigError, match=says):
             prices.resolve("m", None, batch=False, setting=bad)
+    # Spaces around a number are no doubt; what else float() reads is refused, naming the setting.
+    assert prices.parse_setting_price(" 0.15 , .6 ", "x").output == 0.6
+    monkeypatch.setenv("HERMES_BULK_PRICE", "1_000,1")
+    with pytest.raises(ConfigError, match="HERMES_BULK_PRICE: .*'1_000,1' is not a price"):
+        load_settings()
     table.write_text('{"my-model": 0.2}')
     with pytest.raises(ConfigError, match="JSON object of model"):
         prices.resolve("my-model", None, batch=False, setting=str(table))

@@ -86,3 +86,22 @@ def test_public_url_in_the_corners(url, shown):
 
 def test_a_secret_found_by_its_shape_keeps_its_first_three_characters():
     assert redact.redact("key sk-abcdefgh123456 refused") == f"key sk-{redact.MASK} refused"
+
+
+@pytest.mark.parametrize("user", ["", "u", "us", "user", "apikey"])
+@pytest.mark.parametrize("after", ["", ":"])
+def test_a_secret_in_base64_is_masked_whatever_comes_before_or_after_it(user, after):
+    """Basic auth carries base64("user:KEY") (or "KEY:"): the key's bytes fall at any of three
+    alignments; each is masked, leaving at most a group of four characters at either end
+    beside the user name's own."""
+    import base64
+
+    redact.register_secret(LONG)
+    raw = f"{user}:{LONG}{after}" if user else LONG + after
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        text = encode(raw.encode()).decode()
+        shown = redact.redact(f"Authorization failed for {text}.")
+        assert text not in shown and "***" in shown, shown
+        left = shown.removeprefix("Authorization failed for ").removesuffix(".")
+        users_own = (len(user) + 1) // 3 * 4 if user else 0  # groups of the user name alone
+        assert len(left.replace("***", "").rstrip("=")) <= users_own + 8, shown

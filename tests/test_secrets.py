@@ -9,6 +9,7 @@ results.jsonl and the other exports.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -32,6 +33,10 @@ KEYS = {
     "hex40": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
     "words": "correct-horse-battery-staple",
 }
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def _items(tmp_path: Path) -> Path:
@@ -102,7 +107,7 @@ def _run_a_leaky_job(
     fake_provider.configure(
         item_faults={"LEAK-401": "422", "LEAK-400": "400"},
         echo_credentials=True,
-        error_echo=f"your key {key} is not valid",
+        error_echo=f"your key {key} is not valid (as sent: {_b64(key)}, {_b64('apikey:' + key)})",
     )
     env = {"HERMES_BULK_API_KEY": key, **extra_env}
     job_id = json.loads(
@@ -146,6 +151,7 @@ def test_a_key_the_provider_echoes_is_nowhere_hermes_bulk_writes(
     assert "your key *** is not valid" in logged, "masked by value, not only by shape"
     everything = terminal + logged + _everything_under(home)
     assert key not in everything
+    assert _b64(key) not in everything and _b64("apikey:" + key) not in everything
     assert (home / "jobs").is_dir() and list((home / "jobs").rglob("results.jsonl")), (
         "the exports were searched"
     )
@@ -278,6 +284,11 @@ def test_model_names_are_not_masked():
             "http://h/v1?key=a&token=b&sig=c&signature=d&password=e&secret=f&code=g&access_token=h&api_key=i",
             "http://h/v1?key=***&token=***&sig=***&signature=***&password=***&secret=***&code=***&access_token=***"
             "&api_key=***",
+        ),
+        (  # a key under a name of its own: any name that says key, token, secret, sig, auth
+            "http://h/v1?subscription-key=a&x-goog-api-key=b&sv_sig=c&authz=d&api-version=3",
+            "http://h/v1?subscription-key=***&x-goog-api-key=***&sv_sig=***&authz=***"
+            "&api-version=3",
         ),
         ("redis://:pw@cache:6379/0", "redis://:***@cache:6379/0"),
         ("redis://cache:6379/0?prefix=p", "redis://cache:6379/0?prefix=p"),

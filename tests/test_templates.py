@@ -229,3 +229,54 @@ def test_text_goes_unescaped_and_a_record_too_deep_to_read_has_no_fields():
     assert templates.shape(None, ("t",)).render('{"t": "é ✓", "u": 1}') == '{"t": "é ✓"}'
     deep = "[" * 100_000 + "]" * 100_000
     assert templates.shape("{a}", None).missing(deep) is None
+
+
+def test_a_rendered_item_over_max_item_bytes_is_refused_at_create_and_in_the_dry_run(
+    backend_cli, tmp_path
+):
+    """A template that repeats a field makes the request text what max_item_bytes bounds: at the
+    limit it is created, one byte over it is an error naming the item and the limit (the dry
+    run too), and nothing is created."""
+    cli = backend_cli
+    src = tmp_path / "records.jsonl"
+    src.write_text('{"x": "short"}\n' + json.dumps({"x": "a" * 100}) + "\n")
+    template = "{x}" * 10  # the second record: 1,000 bytes
+    proc = cli("create", "Do", "--over", str(src), "--template", template, "--dry-run",
+               check=False, HERMES_BULK_MAX_ITEM_BYTES="999")  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert (
+        "--template: line:2 (line 2) makes a request text larger than max_item_bytes (999 bytes);"
+        in proc.stderr
+    ) and "HERMES_BULK_MAX_ITEM_BYTES" in proc.stderr
+    proc = cli("create", "Do", "--over", str(src), "--template", template, check=False,
+               HERMES_BULK_MAX_ITEM_BYTES="999")  # fmt: skip
+    assert proc.returncode == 1 and "line:2 (line 2) makes a request text" in proc.stderr
+    assert "No jobs yet" in cli("list").stdout
+    created = cli.json("create", "Do", "--over", str(src), "--template", template, "--json",
+                       HERMES_BULK_MAX_ITEM_BYTES="1000")  # fmt: skip
+    assert created["items"] == 2
+
+
+def test_rendering_stops_at_the_limit():
+    """A 100 KB field 6,000 times (600 MB rendered) against a 4 MiB limit: refused having built
+    no more than about the limit; a multi-byte text counts its UTF-8 bytes."""
+    import tracemalloc
+
+    shape = templates.shape("{x}" * 6000, None)
+    record = json.dumps({"x": "a" * 100_000})
+    tracemalloc.start()
+    try:
+        with pytest.raises(templates.TooLarge):
+            shape.render(record, 4 * 1024 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024, peak
+    two = templates.shape("{x}{x}", None)
+    assert two.render('{"x": "é"}', 4) == "éé"
+    with pytest.raises(templates.TooLarge):
+        two.render('{"x": "é"}', 3)
+    fields = templates.shape(None, ("x",))
+    assert fields.render('{"x": "ab"}', 11) == '{"x": "ab"}'
+    with pytest.raises(templates.TooLarge):
+        fields.render('{"x": "ab"}', 10)

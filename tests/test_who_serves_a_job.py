@@ -152,20 +152,81 @@ def test_answers_are_reused_only_from_the_same_endpoint_and_key(
     assert len(fake_provider.requests) == 8
 
 
-def test_the_key_fingerprint_is_keyed_and_never_the_key():
-    from hermes_bulk.fleet import endpoints
+def test_a_key_in_the_url_binds_the_job(cli, fake_provider, tmp_path, backend_env):
+    """A job made with `?api-key=A` in the base URL and no key header is not taken by a worker
+    whose URL carries key B (it says so once); its recorded endpoint hides the key; a worker
+    with A does it."""
+    env_a = {
+        **backend_env,
+        "HERMES_BULK_API_KEY": "",
+        "HERMES_BULK_BASE_URL": fake_provider.base_url + "?api-key=query-key-aaaa",
+    }
+    env_b = {**env_a, "HERMES_BULK_BASE_URL": fake_provider.base_url + "?api-key=query-key-bbbb"}
+    folder, items = _items(tmp_path, "alpha", 3)
+    job = _create(cli, folder, env_a)
+    cli("run", job, **env_a)
+    worker_b = cli.spawn_worker("-w", "2", **env_b)
+    try:
+        log_b = cli.logs_dir / "worker-1.log"
+        wait_for(
+            lambda: log_b.exists() and f"job {job} is left to workers" in log_b.read_text(),
+            timeout=30,
+            message="the worker of key B says it leaves the job",
+        )
+        assert not fake_provider.requests
+        st = _status(cli, job, env_a)
+        assert (st["state"], st["completed"]) == ("waiting_for_worker", 0), st
+        assert st["endpoint"] == fake_provider.base_url + "?api-key=***"
+        cli("run", job, "--wait", **env_a)
+    finally:
+        worker_b.terminate()
+        worker_b.wait(30)
+    assert {r.item for r in fake_provider.requests} == items
+    assert "other credentials" in log_b.read_text()
 
-    fp = endpoints.key_fingerprint("sk-secret-value")
-    assert (
-        fp
-        == endpoints.key_fingerprint("sk-secret-value")
-        != endpoints.key_fingerprint("sk-secret-valuf")
+
+def test_every_credential_is_fingerprinted_slowly_once_per_store(settings, monkeypatch):
+    """The key header, the URL's password or token and every query value each change the
+    fingerprint; it is scrypt with the store's salt (recorded with its cost), computed once per
+    process; a job's spec holds neither the key nor a fast hash of it."""
+    import hashlib
+
+    from hermes_bulk import credentials
+    from hermes_bulk.config.provider import Endpoint
+    from hermes_bulk.fleet import endpoints
+    from hermes_bulk.jobs.service import Jobs
+
+    store = Jobs(settings).backend.store
+    salt = store.fingerprint_salt()
+    assert salt == store.fingerprint_salt(create=False) == store.fingerprint_salt()
+    assert salt.startswith("scrypt$10$8$1$")  # the suite's cost; a store records its own
+    calls = []
+    real = hashlib.scrypt
+    monkeypatch.setattr(hashlib, "scrypt", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def fp(url: str, key: str | None = None) -> str:
+        return endpoints.key_fingerprint(Endpoint("openai", url, key), salt)
+
+    base = "https://gw.example/v1"
+    variants = [
+        fp(base, "sk-header-key"),
+        fp(base, "sk-header-kez"),
+        fp(f"{base}?api-key=one-query-key"),
+        fp(f"{base}?api-key=one-query-kez"),
+        fp(f"{base}?subscription=one-query-key"),
+        fp("https://user:pass-one@gw.example/v1"),
+        fp("https://user:pass-two@gw.example/v1"),
+        fp("https://token-one@gw.example/v1"),
+    ]
+    assert len(set(variants)) == len(variants) and all(v.startswith("s1:") for v in variants)
+    assert fp(base) == "" and len(calls) == len(variants)
+    assert fp(f"{base}?api-key=one-query-key") == variants[2] and len(calls) == len(variants)
+    other = credentials.fingerprint(
+        credentials.credentials(base, "sk-header-key"), "scrypt$10$8$1$00"
     )
-    assert "secret" not in fp and len(fp) == 16
-    assert (
-        endpoints.endpoint_url("https://user:pw@host.example/v1/?api_key=abc")
-        == "https://user:***@host.example/v1/?api_key=***"
-    )
+    assert other != variants[0]  # another store's salt, another fingerprint
+    monkeypatch.delenv(credentials.COST_ENV)
+    assert credentials.new_salt_record().startswith("scrypt$15$8$1$")
 
 
 def test_a_killed_run_wait_is_seen_at_once_and_named(
@@ -227,3 +288,40 @@ def test_a_killed_run_wait_is_seen_at_once_and_named(
     finally:
         other.terminate()
         other.wait(30)
+
+
+def test_jobs_of_the_old_fingerprint_are_served_where_it_said_everything(
+    settings, tmp_path, monkeypatch
+):
+    """A job recorded with the header key's old HMAC fingerprint: a worker of that key (and no
+    credential in its URL) serves it, taking it from the old route and going on on its own; a
+    worker of another key, or with a key in its URL, does not."""
+    from hermes_bulk import credentials
+    from hermes_bulk.config.settings import load_settings
+    from hermes_bulk.fleet.liveness import can_serve, serves_record
+    from hermes_bulk.jobs.service import Jobs
+    from hermes_bulk.runtime.worker import WorkerRuntime
+    from hermes_bulk.store.protocol import WorkerInfo
+
+    jobs = Jobs(settings)
+    folder, _ = _items(tmp_path, "alpha", 2)
+    job_id = jobs.create("Summarize", str(folder)).job.job_id
+    old = credentials.legacy_fingerprint(settings.endpoint.api_key)
+    jobs.backend.store.db.connection().execute(
+        "UPDATE jobs SET spec = json_set(spec, '$.key_fingerprint', ?) WHERE id = ?", (old, job_id)
+    )
+    job = jobs.backend.store.get_job(job_id)
+    assert job.spec.key_fingerprint == old
+
+    def worker(**env: str) -> WorkerRuntime:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        return WorkerRuntime(jobs.backend, load_settings(), threads=1)
+
+    mine = worker()
+    assert mine.serves(job) and mine.route_of(job) == mine.own_route != mine.old_route
+    info = WorkerInfo("w", "h", 1, 0.0, 0.0, 1, serves_record(mine.routes()))
+    assert can_serve(info, job)
+    url = settings.endpoint.base_url
+    assert not worker(HERMES_BULK_API_KEY="sk-another-account-key").serves(job)
+    assert not worker(HERMES_BULK_BASE_URL=url + "?api-key=query-key-aaaa").serves(job)

@@ -151,12 +151,18 @@ def test_each_kind_of_model_client_has_its_own_queue_on_both_backends(
 
 @pytest.mark.parametrize(
     "clients, queues",
-    [(None, ["hermes-bulk.{own}", "hermes-bulk"]), ({"hermes": None}, ["hermes-bulk.hermes"])],
+    [
+        (None, ["hermes-bulk.{own}", "hermes-bulk", "hermes-bulk.{old}"]),
+        ({"hermes": None}, ["hermes-bulk.hermes"]),
+    ],
 )
 def test_a_worker_consumes_the_queues_of_the_kinds_it_serves(settings, clients, queues):
-    """HTTP: its own endpoint's queue, and the kind's (jobs that recorded no endpoint)."""
-    runtime = WorkerRuntime(Jobs(settings).backend, settings, threads=1, clients=clients)
-    assert [q.name for q in runtime.queues()] == [q.format(own=runtime.own_route) for q in queues]
+    """HTTP: its own endpoint's queue, the kind's (jobs that recorded no endpoint) and that of
+    jobs its key made before every credential bound a job (one thread each but its own)."""
+    runtime = WorkerRuntime(Jobs(settings).backend, settings, threads=3, clients=clients)
+    names = [q.format(own=runtime.own_route, old=runtime.old_route) for q in queues]
+    assert [q.name for q in runtime.queues()] == names
+    assert runtime.queue_threads() == [3, 1, 1][: len(names)]
 
 
 def test_the_default_worker_serves_only_jobs_made_by_hermes_bulk_create(settings):

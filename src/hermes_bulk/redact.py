@@ -13,6 +13,7 @@ lone userinfo token) and secret-looking query values become ***.
 
 from __future__ import annotations
 
+import base64
 import re
 import threading
 from urllib.parse import parse_qsl, quote, unquote, unquote_plus, urlsplit, urlunsplit
@@ -39,6 +40,17 @@ SECRET_QUERY_NAMES = frozenset(
     }
 )
 
+#: Parts of a query parameter's name that make its value a credential too (`subscription-key`,
+#: `x-goog-api-key`, `access-token`, `sv_sig`...): a key can hide under any name.
+SECRET_QUERY_PARTS = ("key", "token", "secret", "sig", "pass", "auth", "credential")
+
+
+def secret_query_name(name: str) -> bool:
+    """Whether a query parameter of this name carries a credential."""
+    name = name.lower()
+    return name in SECRET_QUERY_NAMES or any(part in name for part in SECRET_QUERY_PARTS)
+
+
 #: The shortest value masked by value: masking every "ab" in a log would hide everything and
 #: protect nothing (such a secret is guessed faster than read).
 MIN_SECRET_LEN = 4
@@ -58,14 +70,35 @@ _values: frozenset[str] = frozenset()
 _by_value: re.Pattern[str] | None = None
 
 
+#: The shortest base64 run masked for a secret (6 bytes of it): shorter runs would match text.
+MIN_BASE64_LEN = 8
+
+
+def base64_forms(value: str) -> list[str]:
+    """The runs of base64 text that encode this value wherever it sits in what is encoded
+    (alone, `user:KEY` as Basic auth carries it, `KEY:`): for each of the three alignments,
+    the characters that depend on the value's bytes alone; standard and URL-safe alphabets."""
+    raw = value.encode("utf-8")
+    forms = []
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode("ascii")
+        # The first group mixes in what comes before (offset > 0); the last, partial one,
+        # what comes after: the full groups between are the value's own.
+        core = encoded[4 if offset else 0 : (offset + len(raw)) // 3 * 4]
+        if len(core) >= MIN_BASE64_LEN:
+            forms += [core, core.replace("+", "-").replace("/", "_")]
+    return list(dict.fromkeys(forms))
+
+
 def register_secret(value: str | None) -> None:
-    """Mask this value wherever text is logged from now on (in this process)."""
+    """Mask this value wherever text is logged from now on (in this process), and its base64
+    encodings (base64_forms)."""
     global _values, _by_value
     value = (value or "").strip()
     if len(value) < MIN_SECRET_LEN or value in _values:
         return
     with _lock:
-        values = _values | {value}
+        values = _values | {value, *base64_forms(value)}
         # Longest first, so a key that contains another is masked whole.
         _by_value = re.compile(
             "|".join(re.escape(v) for v in sorted(values, key=len, reverse=True))
@@ -94,7 +127,7 @@ def url_secrets(url: str) -> list[str]:
     found += [
         value
         for name, value in parse_qsl(parts.query, keep_blank_values=True)
-        if name.lower() in SECRET_QUERY_NAMES
+        if secret_query_name(name)
     ]
     found += [quote(value, safe="") for value in found] + [
         unquote(value) for value in found
@@ -129,7 +162,7 @@ def public_url(url: str) -> str:
 
 def _public_param(param: str) -> str:
     name, eq, _ = param.partition("=")
-    return f"{name}={MASK}" if eq and unquote_plus(name).lower() in SECRET_QUERY_NAMES else param
+    return f"{name}={MASK}" if eq and secret_query_name(unquote_plus(name)) else param
 
 
 def redact(text: str) -> str:

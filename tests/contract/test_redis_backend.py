@@ -49,12 +49,11 @@ def store(backend):
 
 
 def keys_of(raw: redis.Redis, prefix: str) -> list[str]:
-    """The prefix's keys but its layout mark (P:layout, set when a store opens: no job's or
-    worker's). Job keys start with their hash tag ({prefix:job:…}), Huey's with "huey.": match
-    anywhere."""
-    return sorted(
-        k for k in raw.scan_iter(match=f"*{prefix}*", count=1000) if k != f"{prefix}:layout"
-    )
+    """The prefix's keys but its layout mark and fingerprint salt (P:layout, set when a store
+    opens, P:fingerprint_salt, by the first create: no job's or worker's). Job keys start with
+    their hash tag ({prefix:job:…}), Huey's with "huey.": match anywhere."""
+    store_wide = {f"{prefix}:layout", f"{prefix}:fingerprint_salt"}
+    return sorted(k for k in raw.scan_iter(match=f"*{prefix}*", count=1000) if k not in store_wide)
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -16,15 +18,39 @@ BACKENDS = ["sqlite", "redis"]
 
 
 @pytest.fixture(params=BACKENDS)
-def store(request, tmp_path):
-    url = (
-        f"sqlite:///{tmp_path / 'bulk.db'}"
-        if request.param == "sqlite"
-        else request.getfixturevalue("redis_url")
-    )
+def url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'bulk.db'}"
+    return request.getfixturevalue("redis_url")
+
+
+@pytest.fixture
+def store(url):
     backend = broker.build_backend(url)
     yield backend.store
     backend.close()
+
+
+def test_the_fingerprint_salt_is_made_once_and_the_same_for_every_opener(url, store):
+    """None until someone needs it (a dry run asks without making it); then one salt, with its
+    cost, whoever makes it first among threads and openers."""
+    assert store.fingerprint_salt(create=False) is None
+    other = broker.build_backend(url)
+    try:
+        found: list[str] = []
+        threads = [
+            threading.Thread(target=lambda s=s: found.append(s.fingerprint_salt()))
+            for s in (store, other.store) * 4
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(set(found)) == 1 and len(found) == 8
+        assert re.fullmatch(r"scrypt\$10\$8\$1\$[0-9a-f]{32}", found[0]), found[0]
+        assert other.store.fingerprint_salt(create=False) == found[0]
+    finally:
+        other.close()
 
 
 def _job(job_id: str, **spec) -> SimpleNamespace:
@@ -43,8 +69,13 @@ def _job(job_id: str, **spec) -> SimpleNamespace:
     )
 
 
+def _fingerprint(key: str, salt: str) -> str:
+    return endpoints.key_fingerprint(Endpoint("openai", "http://a.example/v1", key), salt)
+
+
 def test_the_registry_keeps_what_a_worker_serves(store):
-    own = endpoints.own_route(Endpoint("openai", "http://a.example/v1", "sk-a"))
+    salt = store.fingerprint_salt()
+    own = endpoints.own_route(Endpoint("openai", "http://a.example/v1", "sk-a"), salt)
     store.heartbeat_worker(
         WorkerInfo("w-all", "h", 1, store.now(), 0.0, 4, serves_record([own, "http"])), ttl_s=10
     )
@@ -57,11 +88,9 @@ def test_the_registry_keeps_what_a_worker_serves(store):
     store.heartbeat_worker(WorkerInfo("w-old", "h", 3, store.now(), 0.0, 1), ttl_s=10)
     live = {w.worker_id: w for w in store.live_workers(holding=False)}
     assert live["w-all"].serves == f"{own},http" and live["w-old"].serves == ""
-    mine = _job(
-        "j1", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-a")
-    )
+    mine = _job("j1", endpoint="http://a.example/v1", key_fingerprint=_fingerprint("sk-a", salt))
     other_key = _job(
-        "j2", endpoint="http://a.example/v1", key_fingerprint=endpoints.key_fingerprint("sk-b")
+        "j2", endpoint="http://a.example/v1", key_fingerprint=_fingerprint("sk-b", salt)
     )
     legacy = _job("j3")
     hermes = _job("j4", client="hermes")

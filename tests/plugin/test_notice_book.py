@@ -54,3 +54,24 @@ def test_posting_is_used_only_where_inject_message_takes_a_session_key():
             raise PermissionError("allow_gateway_injection is off")
 
     assert hermes.post_to_session(Refusing(), "Job x ended", "k") is False
+
+
+def test_the_book_is_never_written_through_a_link_and_its_folders_are_owner_only(tmp_path):
+    profile = tmp_path / "home"
+    notices.watch(str(profile), "job1")
+    for folder in (profile, profile / "plugin-data", profile / "plugin-data" / "bulk"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    book = profile / "plugin-data" / "bulk" / "notices.json"
+    book.unlink()
+    target = tmp_path / "elsewhere.txt"
+    target.write_text("someone else's file")
+    book.symlink_to(target)
+    notices.watch(str(profile), "job2")
+    assert notices.watched(str(profile)) == {} and not notices.take(str(profile), "job2")
+    assert target.read_text() == "someone else's file" and book.is_symlink()
+    book.unlink()
+    book.write_text('{"job3": ""}')
+    book.chmod(0o644)
+    notices.watch(str(profile), "job4")
+    assert notices.watched(str(profile)) == {"job3": "", "job4": ""}
+    assert stat.S_IMODE(book.stat().st_mode) == 0o600

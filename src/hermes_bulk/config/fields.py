@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,16 +66,21 @@ def names_a_price(value: str) -> bool:
     return "," in value or value.replace(".", "", 1).isdigit()
 
 
+#: A price as people write one: digits with an optional fraction. Not what float() also takes
+#: (1_000, 1e3, inf, nan, +1, a thousands comma is a field separator here): no guessing.
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+", re.ASCII)
+
+
 def parse_price(text: str) -> tuple[float, float, float, float | None]:
     """`input,output[,cached_input[,cache_write]]` USD per million tokens (cached_input defaults
     to input; cache_write, what a prompt-cache write costs, to None: the input price), or
     ValueError saying what to write."""
-    try:
-        values = [float(part) for part in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) not in (2, 3, 4) or not all(
-        math.isfinite(v) and 0 <= v <= MAX_PRICE_PER_MTOK for v in values
+    parts = [part.strip() for part in text.split(",")]
+    values = [float(part) for part in parts if _DECIMAL.fullmatch(part)]
+    if (
+        len(values) != len(parts)
+        or len(values) not in (2, 3, 4)
+        or not all(math.isfinite(v) and 0 <= v <= MAX_PRICE_PER_MTOK for v in values)
     ):
         raise ValueError(
             f"{text!r} is not a price; give input,output[,cached_input[,cache_write]] in USD per "

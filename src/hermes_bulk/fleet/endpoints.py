@@ -6,10 +6,15 @@ worker configured with the same URL and key takes its items: its triggers go to 
 endpoint (a route), which only such workers consume, so a trigger is never taken by a worker
 that cannot serve it, and no claim has to be refused and re-sent (no cost per item).
 
-The fingerprint is HMAC-SHA256 keyed by the API key over a fixed label, cut to 64 bits. It says
-whether two keys are the same and nothing else: without the key it cannot be computed, so it
-cannot be reversed, and testing a guessed key needs the guess to be the key itself (API keys
-carry well over 64 bits of randomness, far beyond a search).
+The fingerprint (credentials.py) covers every credential the endpoint's requests carry: the
+key header, the URL's userinfo and its query. It is a slow salted hash (scrypt, the salt stored
+once per store): one process computes it once per credential, and a guess read from the store
+costs one scrypt.
+
+Jobs recorded with the fingerprint that came before (an HMAC of the header key alone) are still
+served by a worker whose credentials that fingerprint described in full: a header key, and none
+in its URL (legacy_route). One recorded with a key in its URL recorded none then, and no worker
+serves it now: it must be created again.
 
 Jobs from a store made before endpoints were recorded have none: any worker with an HTTP
 endpoint serves them (their triggers go to the queue of the kind, "http"; a worker that takes
@@ -19,21 +24,22 @@ one from there keeps its chain on its own endpoint's queue).
 from __future__ import annotations
 
 import hashlib
-import hmac
+from urllib.parse import urlsplit
 
+from .. import credentials
 from ..config.provider import OPENAI, Endpoint
-from ..redact import public_url
+from ..redact import public_url, url_secrets
 from ..store.protocol import JobSpec
 
 HTTP = "http"
-_LABEL = b"hermes-bulk endpoint key fingerprint v1"
 
 
-def key_fingerprint(api_key: str | None) -> str:
-    """A short keyed hash of the key ("" when there is none): equal keys, equal fingerprints."""
-    if not api_key:
-        return ""
-    return hmac.new(api_key.encode("utf-8"), _LABEL, hashlib.sha256).hexdigest()[:16]
+def key_fingerprint(endpoint: Endpoint, salt_record: str) -> str:
+    """The fingerprint of every credential the endpoint sends ("" when it sends none), with the
+    store's salt (JobStore.fingerprint_salt): equal credentials, equal fingerprints."""
+    return credentials.fingerprint(
+        credentials.credentials(endpoint.base_url, endpoint.api_key), salt_record
+    )
 
 
 def endpoint_url(base_url: str) -> str:
@@ -49,11 +55,32 @@ def identity(url: str, fingerprint: str, protocol: str = OPENAI) -> str:
     return HTTP + "@" + hashlib.sha256(f"{url}\0{fingerprint}{tail}".encode()).hexdigest()[:16]
 
 
-def own_route(endpoint: Endpoint) -> str:
+def own_route(endpoint: Endpoint, salt_record: str) -> str:
     """The route of the endpoint these settings configure."""
     return identity(
-        endpoint_url(endpoint.base_url), key_fingerprint(endpoint.api_key), endpoint.protocol
+        endpoint_url(endpoint.base_url), key_fingerprint(endpoint, salt_record), endpoint.protocol
     )
+
+
+def legacy_route(endpoint: Endpoint) -> str | None:
+    """The route jobs of this endpoint recorded before every credential bound them, when their
+    fingerprint (the header key's) described all of this endpoint's credentials; else None."""
+    if _url_credentials(endpoint.base_url):
+        return None
+    return identity(
+        endpoint_url(endpoint.base_url),
+        credentials.legacy_fingerprint(endpoint.api_key),
+        endpoint.protocol,
+    )
+
+
+def _url_credentials(url: str) -> bool:
+    """Whether the URL carries a credential the public URL hides (userinfo, a secret query)."""
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return True
+    return "@" in netloc or bool(url_secrets(url))
 
 
 def spec_identity(spec: JobSpec) -> str:

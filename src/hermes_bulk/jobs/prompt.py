@@ -45,14 +45,17 @@ def build_messages(
     return [{"role": "system", "content": framing}, {"role": "user", "content": user}]
 
 
-def item_text(spec: JobSpec, content: str, content_hash: str) -> tuple[str, str]:
+def item_text(
+    spec: JobSpec, content: str, content_hash: str, limit: int | None = None
+) -> tuple[str, str]:
     """What is sent for an item, and its content hash: the item as stored, or what the job's
     --template or --fields make of it (jobs/templates.py), hashed as sources.content_hash hashes
-    an item, so the answer key is made from what the model is asked."""
+    an item, so the answer key is made from what the model is asked. limit: templates.TooLarge
+    once the rendered text is over that many bytes (create checks every item against it)."""
     shape = templates.shape(spec.template, tuple(spec.fields) if spec.fields else None)
     if shape is None:
         return content, content_hash
-    text = shape.render(content)
+    text = shape.render(content, limit)
     return text, "b2:" + hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..config.backend_url import SqliteUrl, parse_backend_url
 from ..config.fields import env_name
 from ..config.provider import OPENAI
+from ..credentials import fixed_salt_record
 from ..errors import ConfigError, InputError, InvalidTransition, JobNotFound, NoDatabase, UsageError
 from ..files import private_dir, remove_tree
 from ..fleet import endpoints
@@ -474,11 +475,12 @@ class Jobs:
                     "HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or the OPENAI_* / ANTHROPIC_* "
                     "equivalents), or pass --model."
                 )
-            provider = provider or provider_key(own.base_url, own.api_key)
+            salt = self._fingerprint_salt(dry_run)
+            provider = provider or provider_key(own.base_url, own.api_key, salt)
             if bind_endpoint:
                 endpoint, key_fp = (
                     endpoints.endpoint_url(own.base_url),
-                    endpoints.key_fingerprint(own.api_key),
+                    endpoints.key_fingerprint(own, salt),
                 )
         from ..sources import Source
 
@@ -566,6 +568,15 @@ class Jobs:
                     allowance = min(allowance, spec.max_output_tokens)
                 return allowance, job.job_id
         return None
+
+    def _fingerprint_salt(self, dry_run: bool) -> str:
+        """The store's salt of credential fingerprints (made now if it has none), or for a dry
+        run, which writes nothing and opens no store that does not exist, the one there is:
+        without one yet, no job of the store can match, and any salt will do."""
+        if not dry_run:
+            return self.store.fingerprint_salt()
+        found = None if missing_database(self.settings) else self.store.fingerprint_salt(False)
+        return found or fixed_salt_record()
 
     def _plan(self, spec: JobSpec, over: str, source: Source, *, learned_from: str | None) -> Plan:
         """What create would record and send first, read from the source, and what of it would be
@@ -656,24 +667,29 @@ class Jobs:
             price_unknown=spec.price_unknown,
         )
 
-    @staticmethod
-    def _item_text(spec: JobSpec, entry: SourceItem, digest: str | None = None) -> tuple[str, str]:
+    def _item_text(
+        self, spec: JobSpec, entry: SourceItem, digest: str | None = None
+    ) -> tuple[str, str]:
         """prompt.item_text for an item found at create, after checking that it has every field
         the job's --template or --fields names (InputError naming the item, its line and the
-        fields it has)."""
+        fields it has) and that what they make of it is at most max_item_bytes (InputError
+        naming the item and the limit; rendering stops at the limit)."""
         from ..sources import content_hash, line_at
 
         digest = digest or content_hash(entry.content)
         shape = templates.shape(spec.template, tuple(spec.fields) if spec.fields else None)
+        flag = "--template" if spec.template is not None else "--fields"
         if shape is not None and (missing := shape.missing(entry.content)) != ():
             raise templates.missing_field_error(
-                "--template" if spec.template is not None else "--fields",
-                entry.name,
-                line_at(Path(spec.source), entry.offset),
-                missing,
-                entry.content,
+                flag, entry.name, line_at(Path(spec.source), entry.offset), missing, entry.content
             )
-        return prompt.item_text(spec, entry.content, digest)
+        limit = self.settings.max_item_bytes
+        try:
+            return prompt.item_text(spec, entry.content, digest, limit)
+        except templates.TooLarge:
+            line = line_at(Path(spec.source), entry.offset)
+            setting = self.setting_name("max_item_bytes")
+            raise templates.too_large_error(flag, entry.name, line, limit, setting) from None
 
     def _add_items(self, spec: JobSpec, source: Source, on_progress) -> list[Skipped]:
         from ..sources import Skipped, content_hash

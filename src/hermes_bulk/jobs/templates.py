@@ -79,21 +79,52 @@ class Shape:
             return None
         return tuple(name for name in self.names if name not in record)
 
-    def render(self, content: str) -> str:
+    def render(self, content: str, limit: int | None = None) -> str:
         """What is sent for an item (create checked that it has every field; an item that lost
-        one since, which a source-change check catches first, gets an empty value)."""
+        one since, which a source-change check catches first, gets an empty value). With a
+        limit (bytes of UTF-8), TooLarge as soon as the text would be longer: a template that
+        repeats a large field stops there, never builds the whole text."""
         record = _record(content) or {}
         if self.parts is None:
             chosen = {name: record.get(name, "") for name in self.fields or ()}
-            return _dumps(chosen)
-        out = []
+            text = _dumps(chosen)
+            if limit is not None and _utf8_len(text) > limit:
+                raise TooLarge(limit)
+            return text
+        out, size = [], 0
         for i, part in enumerate(self.parts):
             if i % 2 == 0:
-                out.append(part)
+                piece = part
             else:
                 value = record.get(part, "")
-                out.append(value if type(value) is str else _dumps(value))
+                piece = value if type(value) is str else _dumps(value)
+            if limit is not None:
+                size += _utf8_len(piece)
+                if size > limit:
+                    raise TooLarge(limit)
+            out.append(piece)
         return "".join(out)
+
+
+class TooLarge(ValueError):
+    """A rendered item over its limit (bytes)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def too_large_error(flag: str, item: str, line: int | None, limit: int, setting: str) -> InputError:
+    """The create-time error for an item whose rendered text is over max_item_bytes."""
+    where = f"{item} (line {line})" if line else item
+    return InputError(
+        f"{flag}: {where} makes a request text larger than max_item_bytes ({limit:,} bytes); "
+        f"name fewer or shorter fields in {flag}, or raise {setting}."
+    )
 
 
 def parse_template(text: str) -> tuple[str, ...]:

@@ -13,12 +13,16 @@ import fcntl
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
+
+from ..files import private_dir
 
 log = logging.getLogger("hermes_bulk.plugin")
 
 FILE = "notices.json"
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def _path(profile: str) -> Path:
@@ -29,8 +33,18 @@ def _path(profile: str) -> Path:
 def _book(profile: str) -> Iterator[dict[str, str]]:
     """The book, read and written back under an exclusive lock (several processes may share it)."""
     path = _path(profile)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    private_dir(path.parent)
+    try:
+        # O_NOFOLLOW: never written through a link; O_NONBLOCK: a FIFO is refused, not waited on.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise IsADirectoryError(path)  # any kind but a regular file: handled as one below
+    except OSError as exc:  # a link, a FIFO, a folder in its place: left alone, not followed
+        log.warning("bulk: %s is not a regular file (%s); job ends are not kept", path, exc)
+        yield {}
+        return
+    os.fchmod(fd, 0o600)  # owner-only, whatever made it
     with os.fdopen(fd, "r+", encoding="utf-8") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         text = f.read()

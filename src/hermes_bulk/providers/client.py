@@ -28,8 +28,7 @@ from ..errors import (
 )
 from ..redact import public_url
 from ..store.protocol import MAX_USAGE_TOKENS, Usage
-from . import answers, rate_headers
-from .pacing import provider_key
+from . import answers, pacing, rate_headers
 from .rate_headers import RateHeaders
 from .transport import JsonPoster
 
@@ -154,13 +153,15 @@ class HttpModelClient:
         model: str,
         timeout_s: float,
         max_connections: int = 16,
+        provider_key: str | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         #: The endpoint as logged and stored with each result: no password, no secret query values.
         self.endpoint = public_url(self.base_url)
         self._chat_url = endpoint_url(self.base_url, self.PATH)
         self.model = model
-        self.provider_key = provider_key(self.base_url, api_key)
+        #: Given by a worker (with its store's salt); computed with the fixed salt elsewhere.
+        self.provider_key = provider_key or pacing.provider_key(self.base_url, api_key)
         self._poster = JsonPoster(
             self._chat_url,
             endpoint=self.endpoint,

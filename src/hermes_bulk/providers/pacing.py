@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from .. import credentials
+from ..redact import public_url
 from ..store.protocol import JobRecord, SharedLimits, Turn
 from .rate_headers import RateHeaders
 
@@ -62,10 +64,14 @@ class FirstAnswers:
 FIRST_ANSWERS = FirstAnswers()
 
 
-def provider_key(base_url: str, api_key: str | None) -> str:
-    """Workers that share an endpoint and key share one quota, so they share one wait."""
-    digest = hashlib.sha256(f"{base_url.rstrip('/')}\0{api_key or ''}".encode()).hexdigest()
-    return "p:" + digest[:20]
+def provider_key(base_url: str, api_key: str | None, salt_record: str | None = None) -> str:
+    """Workers that share an endpoint and credentials share one quota, so they share one wait.
+    Stored (limits, job specs): a hash of the public URL and of the credentials' slow salted
+    fingerprint (credentials.py), never a fast hash of a key."""
+    material = credentials.credentials(base_url, api_key)
+    salt_record = salt_record or credentials.fixed_salt_record()
+    shown = f"{public_url(base_url.rstrip('/'))}\0{credentials.fingerprint(material, salt_record)}"
+    return "p:" + hashlib.sha256(shown.encode()).hexdigest()[:20]
 
 
 class RequestGate(Protocol):

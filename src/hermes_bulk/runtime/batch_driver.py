@@ -57,6 +57,7 @@ from ..errors import (
     SourceUnusable,
 )
 from ..files import private_dir, write_private
+from ..full_disk import disk_full_at
 from ..jobs import bounds, prices, prompt
 from ..providers.batch_api import (
     DEFAULT_MAX_LINE_BYTES,
@@ -104,6 +105,9 @@ NOT_ATTEMPTS = frozenset({"batch_expired", "batch_cancelled"})
 #: Unusable answers about one batch (a poll, a create, an upload or a file download that failed
 #: or could not be read), a poll apart, before the batch is given up.
 MAX_STRIKES = 5
+#: A full disk is no strike against a batch: what it has answered stays at the provider and
+#: is read again once there is room; never bought again.
+_FULL = "job %s: the disk is full at %s; its batches' results are read again once there is room"
 #: Polls a cancelled batch is given to end before it is given up (20 polls: 10 min at the
 #: default 30 s, OpenAI's own bound on cancelling).
 CANCEL_GRACE_POLLS = 20
@@ -238,6 +242,9 @@ class BatchDriver:
                         "job %s: batch step failed (%s); trying again at the next pass", job_id, exc
                     )
                 except Exception as exc:  # a fault of ours: the other jobs go on
+                    if (full := disk_full_at(exc, self.jobs_dir.parent)) is not None:
+                        log.warning(_FULL, job_id, full)
+                        continue
                     log.exception("job %s: batch step failed; the other jobs go on", job_id)
                     self._report(job_id, job_id, exc)
 
@@ -533,6 +540,10 @@ class BatchDriver:
             )
             return failed
         except Exception as exc:
+            if (full := disk_full_at(exc, self.jobs_dir.parent)) is not None:
+                log.warning(_FULL, job.job_id, full)  # not the batch's fault: no strike
+                self._retry_at[batch.batch_id] = self.store.now() + self.poll_for(job)
+                return failed
             log.exception(
                 "job %s: batch %s: a step failed", job.job_id, batch.provider_id or batch.batch_id
             )

@@ -38,6 +38,7 @@ from ..errors import (
     with_usage,
 )
 from ..files import write_private
+from ..full_disk import disk_full_at
 from ..jobs import bounds, prices, prompt
 from ..providers import answers
 from ..providers.client import Completion, ModelClient
@@ -71,6 +72,9 @@ TOKENS_IN_FLIGHT_RETRY_S = 1.0
 CONNECT_RETRY_S = SPACING_S
 #: Saving an outcome through a backend outage: the first wait, doubling up to the longest.
 PERSIST_FIRST_WAIT_S, PERSIST_LONGEST_WAIT_S = 0.25, 5.0
+#: Saving an answer onto a full disk: tried again this often until there is room (sooner than
+#: a reaper's pass, should its lease have run out meanwhile).
+ROOM_RETRY_S = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +347,11 @@ class ItemProcessor:
                 tokens_in=completion.usage.tokens_in or 0,
                 tokens_out=completion.usage.tokens_out or 0,
             )
-            write_private(self._output_file(spec.job_id, claim.index), completion.text + "\n")
+            self._until_room(
+                write_private,
+                self._output_file(spec.job_id, claim.index),
+                completion.text + "\n",
+            )
         except BaseException:
             if isinstance(taken, Claim):
                 self.give_back(taken)
@@ -541,12 +549,40 @@ class ItemProcessor:
         pause = PERSIST_FIRST_WAIT_S
         while True:
             try:
-                return write(*args, **kwargs)
+                return self._until_room(write, *args, **kwargs)
             except BackendUnavailable:
                 if time.monotonic() >= gives_up:
                     raise
                 self.sleep(pause)
                 pause = min(pause * 2, PERSIST_LONGEST_WAIT_S)
+
+    def _until_room(self, write, *args, **kwargs):
+        """write(*args), tried again while the disk it writes to is full: an answer received is
+        never thrown away for want of space (it would be asked, and paid for, again). It waits
+        in this thread, which takes no new item meanwhile; its lease is renewed with the other
+        held items' where the store still takes so small a write. One that ran out anyway may be
+        reaped before the next try once there is room: the save is then refused ("lease lost")
+        and the item asked again."""
+        told = False
+        while True:
+            try:
+                result = write(*args, **kwargs)
+            except Exception as exc:
+                where = disk_full_at(exc, self.jobs_dir.parent)
+                if where is None:
+                    raise
+                if not told:
+                    told = True
+                    log.warning(
+                        "the disk is full at %s: an answer is kept in memory until it can be "
+                        "saved (this thread takes no new item meanwhile); free some space there",
+                        where,
+                    )
+                self.sleep(ROOM_RETRY_S)
+                continue
+            if told:
+                log.info("there is room again: the answer kept in memory is saved")
+            return result
 
 
 def unpaced_key(client: ModelClient, spec) -> str | None:

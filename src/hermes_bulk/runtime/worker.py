@@ -22,6 +22,7 @@ resume_interrupted continues such jobs (liveness.recover_interrupted).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -42,11 +43,12 @@ from ..fleet.liveness import (
     this_host,
 )
 from ..fleet.tasks import EmbeddedConsumer, consumer_options, serve, stop_serving
+from ..full_disk import disk_full_at
 from ..providers.anthropic import AnthropicModelClient
 from ..providers.batch_api import BatchApi
 from ..providers.client import HttpModelClient, ModelClient
 from ..providers.message_batches import MessageBatchApi
-from ..providers.pacing import OpenGate, RequestGate
+from ..providers.pacing import OpenGate, RequestGate, provider_key
 from ..store.protocol import (
     IN_FLIGHT,
     INTERRUPTED_WORKER_STOP,
@@ -146,8 +148,8 @@ class WorkerRuntime:
         self.only_job = only_job
         #: The provider's protocol, URL and key (config/provider.py), resolved once.
         self.endpoint = settings.endpoint
-        #: The queue of jobs made for this worker's endpoint and key (fleet/endpoints.py).
-        self.own_route = endpoints.own_route(self.endpoint)
+        #: The store's salt of credential fingerprints (credentials.py), asked once.
+        self._salt: str | None = None
         self._told_unserved: set[str] = set()  # jobs whose endpoint is not this worker's: said once
         self._taken: set[str] = (
             set()
@@ -267,16 +269,41 @@ class WorkerRuntime:
         except HermesBulkError:
             return True
 
+    @property
+    def salt(self) -> str:
+        if self._salt is None:
+            self._salt = self.backend.store.fingerprint_salt()
+        return self._salt
+
+    @functools.cached_property
+    def own_route(self) -> str:
+        """The queue of jobs made for this worker's endpoint and credentials (fleet/endpoints.py):
+        its fingerprint is computed here, once."""
+        return endpoints.own_route(self.endpoint, self.salt)
+
+    @functools.cached_property
+    def old_route(self) -> str | None:
+        """The route its jobs recorded before every credential bound them, when that differs
+        (fleet/endpoints.legacy_route): consumed on one thread, chains go on on own_route."""
+        route = endpoints.legacy_route(self.endpoint)
+        return None if route == self.own_route else route
+
     def routes(self) -> list[str]:
         """The routes (queues) this worker consumes: per kind of job it has a model client for;
-        for HTTP, its own endpoint's and the kind's (jobs that recorded no endpoint)."""
+        for HTTP, its own endpoint's, the kind's (jobs that recorded no endpoint) and its
+        legacy route (old_route)."""
         routes: list[str] = []
         for kind in self.clients:
-            routes += [self.own_route, endpoints.HTTP] if kind == endpoints.HTTP else [kind]
+            if kind != endpoints.HTTP:
+                routes.append(kind)
+                continue
+            routes += [self.own_route, endpoints.HTTP]
+            routes += [self.old_route] if self.old_route else []
         return routes
 
     def route_of(self, job: JobRecord) -> str:
-        return endpoints.route(job.spec, self.own_route)
+        route = endpoints.route(job.spec, self.own_route)
+        return self.own_route if route == self.old_route else route
 
     def serves(self, job: JobRecord) -> bool:
         """Whether this worker takes the job's items: its kind and endpoint, and (run JOB --wait)
@@ -298,7 +325,7 @@ class WorkerRuntime:
         elif job.spec.protocol != self.endpoint.protocol:
             why = f"to speak {job.spec.protocol}, and this worker speaks {self.endpoint.protocol}"
         else:
-            why = "with another API key than this worker's"
+            why = "with other credentials than this worker's"
         log.info(
             "job %s is left to workers of its endpoint: it was created for %s %s",
             job.job_id,
@@ -385,6 +412,7 @@ class WorkerRuntime:
                     model=model,
                     timeout_s=self.settings.request_timeout_seconds,
                     max_connections=max(4, self.threads),
+                    provider_key=provider_key(endpoint.base_url, endpoint.api_key, self.salt),
                 )
             return client
 
@@ -443,10 +471,11 @@ class WorkerRuntime:
         return [self.backend.queue(route) for route in self.routes()]
 
     def queue_threads(self) -> list[int]:
-        """Threads per queue (queues' order): `threads`, but one on the kind's HTTP queue, where
-        only triggers of jobs that recorded no endpoint arrive (their chains go on on this
-        worker's own endpoint's queue)."""
-        return [1 if route == endpoints.HTTP else self.threads for route in self.routes()]
+        """Threads per queue (queues' order): `threads`, but one on the kind's HTTP queue and on
+        the legacy route, where only triggers of jobs that recorded no endpoint, or the old
+        fingerprint, arrive (their chains go on on this worker's own endpoint's queue)."""
+        single = (endpoints.HTTP, self.old_route)
+        return [1 if route in single else self.threads for route in self.routes()]
 
     def start_embedded_consumer(self) -> None:
         """Consumer threads inside this process, `threads` per queue; the host keeps its signal
@@ -623,8 +652,11 @@ class WorkerRuntime:
                     self._send_triggers(self.backend.store.release_expired_leases())
             except HermesBulkError as exc:
                 log.warning("maintenance: %s (retrying)", exc)
-            except Exception:
-                log.exception("maintenance failed (retrying)")
+            except Exception as exc:
+                if (full := disk_full_at(exc, self.settings.home)) is None:
+                    log.exception("maintenance failed (retrying)")
+                else:
+                    log.warning("maintenance: the disk is full at %s (retrying)", full)
 
     def _send_triggers(self, released: dict[str, int]) -> None:
         for job_id, n in released.items():

@@ -518,6 +518,11 @@ class JobStore(Protocol):
     def now(self) -> float:
         """The backend's clock (leases are compared against it)."""
 
+    def fingerprint_salt(self, create: bool = True) -> str | None:
+        """The store's salt of credential fingerprints with its scrypt parameters
+        (credentials.new_salt_record): made by the first caller (None instead when not
+        `create`), the same for every process after. One step on both backends."""
+
     def close(self) -> None:
         """Release connections."""
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, replace
 
 import redis
 
+from ... import credentials
 from ..protocol import (
     CREATING,
     PENDING,
@@ -73,6 +74,12 @@ class RedisJobStore(RedisBatches):
 
     def now(self) -> float:
         return self.conn.now_s()
+
+    def fingerprint_salt(self, create: bool = True) -> str | None:
+        if create:
+            self.r.set(self.keys.fingerprint_salt, credentials.new_salt_record(), nx=True)
+        salt = self.r.get(self.keys.fingerprint_salt)
+        return salt.decode() if salt is not None else None
 
     def close(self) -> None:
         self.conn.close()

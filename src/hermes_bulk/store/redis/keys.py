@@ -64,6 +64,8 @@ Across jobs:
                                    that opens a Redis without it moves every job of layout 1
                                    (one hash per family for a whole job, hashes in hex) first
                                    (layout.py)
+    P:fingerprint_salt       STRING the salt of credential fingerprints with scrypt's
+                                   parameters (credentials.new_salt_record), set once
     P:jobs:batched           SET   job ids with an open provider batch (a superset)
     P:jobs:active            ZSET  job id scored by run epoch: every job that is running or may
                                    hold leases (a superset, pruned by release_expired_leases)
@@ -144,6 +146,7 @@ class RedisKeys:
         self.answers = f"{prefix}:answers"
         self.jobs_batched = f"{prefix}:jobs:batched"
         self.layout = f"{prefix}:layout"
+        self.fingerprint_salt = f"{prefix}:fingerprint_salt"
 
     def job(self, job_id: str, extra: Iterable[str] = (), buckets: Iterable[int] = ()) -> list[str]:
         """A job script's KEYS, in the order _job.lua names them: the job's twelve keys, the

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, replace
 
+from ... import credentials
 from ...words import count
 from ..compression import pack, unpack
 from ..protocol import (
@@ -133,6 +134,18 @@ class SqliteJobStore(SqliteBatches):
 
     def now(self) -> float:
         return self.db.clock()
+
+    def fingerprint_salt(self, create: bool = True) -> str | None:
+        read = "SELECT value FROM store_meta WHERE name = 'fingerprint_salt'"
+        rows = self.db.read(read)
+        if rows or not create:
+            return rows[0][0] if rows else None
+        with self.db.write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO store_meta VALUES ('fingerprint_salt', ?)",
+                (credentials.new_salt_record(),),
+            )
+            return conn.execute(read).fetchone()[0]
 
     def close(self) -> None:
         if not self._closed:  # once per open: the database is shared with other users

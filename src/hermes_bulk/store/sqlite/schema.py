@@ -342,3 +342,14 @@ ALTER TABLE jobs ADD COLUMN worst_tokens INTEGER NOT NULL DEFAULT 0;
 """,
     )
 )
+
+# Values set once per store: the salt of credential fingerprints (credentials.py), written by
+# the first `create` or worker that needs it.
+migration(
+    (
+        "m017_store_meta",
+        """
+CREATE TABLE store_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+""",
+    )
+)
