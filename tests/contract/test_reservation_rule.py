@@ -169,3 +169,15 @@ def test_a_job_keeps_the_sum_of_the_worst_cases_it_will_ask(store):
     job = store.get_job(job_id)
     assert (job.estimated_tokens, job.worst_tokens) == (20, 800)
     assert reserved_by_next_claim(store, job_id, 1) == 500
+
+
+def test_an_answer_without_usage_is_charged_what_its_claim_held(store):
+    """No bill said: the item is charged its worst case, in tokens and, under --max-cost, in
+    money (the estimate it was priced at is less), so the cap still holds. With usage reported,
+    what is reported."""
+    job_id = make_job(store, 2, estimate=100, max_output_tokens=40, max_cost=10**9, price=PRICE)
+    for index, usage in ((0, Usage(None, None, None, 5_000)), (1, Usage(3, 4, None, 5_000))):
+        assert claim(store, job_id, hint=index).index == index
+        assert store.complete_item(job_id, index, "w1", "a", usage)
+    job = store.get_job(job_id)
+    assert (job.tokens_charged, job.cost_nusd, job.cost_reserved) == (100 + 7, COST + 5_000, 0)

@@ -393,20 +393,22 @@ class Model:
         charged = (
             (usage.tokens_in or 0) + (usage.tokens_out or 0) if usage.reported else it.reserved
         )
+        # no bill said: charged what its claim held, in money too
+        cost = usage.cost_nusd if usage.reported else max(usage.cost_nusd, it.reserved_cost)
         self.charged += charged
         self.tokens_in += usage.tokens_in or 0
         self.tokens_out += usage.tokens_out or 0
         self.tokens_cached += usage.tokens_cached or 0
         self.tokens_written += usage.tokens_written or 0
-        self.cost += usage.cost_nusd
+        self.cost += cost
         self.list_cost += usage.list_nusd
         it.status, it.owner, it.until, it.reserved = COMPLETED, None, 0, 0
-        it.result, it.cost = result, it.cost + usage.cost_nusd
+        it.result, it.cost = result, it.cost + cost
         it.tokens_in += usage.tokens_in or 0
         it.tokens_out += usage.tokens_out or 0
         it.provider, it.model, it.waits = provider or None, model or None, 0  # "" is none
         index = self.items.index(it)
-        self.answers[it.key] = (index, charged, usage.cost_nusd)  # later jobs reuse this answer
+        self.answers[it.key] = (index, charged, cost)  # later jobs reuse this answer
         for d in self.duplicates(index):  # the same answer, nothing charged
             d.status, d.result, d.tokens_in, d.tokens_out = COMPLETED, result, 0, 0
             d.provider, d.model = provider or None, model or None

@@ -772,6 +772,12 @@ class SqliteJobStore(SqliteBatches):
             return None
         reserved, held_cost = held
         charged = tokens_in + tokens_out if usage.reported else reserved
+        if not usage.reported and held_cost > cost:  # no bill said: what its claim held (a cap's)
+            conn.execute(
+                "UPDATE items SET cost = cost + ? WHERE job_id = ? AND idx = ?",
+                (held_cost - cost, job_id, index),
+            )
+            cost = held_cost
         result = pack(result)  # the one place a result is encoded (store/compression.py)
         conn.execute(
             "INSERT INTO results (job_id, idx, text) VALUES (?, ?, ?)", (job_id, index, result)

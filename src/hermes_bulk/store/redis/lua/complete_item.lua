@@ -21,12 +21,16 @@ local tokens_in, tokens_out = tonumber(ARGV[4]) or 0, tonumber(ARGV[5]) or 0
 local cached, cost, list_cost = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]), tonumber(ARGV[11])
 local written = tonumber(ARGV[12]) or 0
 local st, reserved, reserved_cost = unlease(idx)
+-- Without a reported usage the bill is unknown: the item is charged what its claim held, its
+-- worst case in tokens and, under --max-cost, in money (as SqliteJobStore.complete_item).
+local cost_digits = ARGV[10]
+if not reported and reserved_cost > cost then cost, cost_digits = reserved_cost, digits(reserved_cost) end
 -- An item's tokens and cost add to what its attempts not kept were billed (charge_unkept).
 st.s, st.w = S_COMPLETED, 0
 st.ti, st.to = (st.ti or 0) + tokens_in, (st.to or 0) + tokens_out
 if cached > 0 then st.tc = cached end
 if written > 0 then st.tw = written end
-if cost > 0 then st.c = add_digits(st.c, ARGV[10]) end  -- as text: exact past 14 digits
+if cost > 0 then st.c = add_digits(st.c, cost_digits) end  -- as text: exact past 14 digits
 if ARGV[6] ~= '' then st.pv = ARGV[6] end
 if ARGV[7] ~= '' then st.md = ARGV[7] end
 save_state(idx, st)
@@ -50,7 +54,7 @@ if #dups > 0 then
 end
 local key = redis.call('HGET', at('keys', idx), idx)
 if key then
-  redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged .. '\t' .. ARGV[10])
+  redis.call('HSET', ANSWERS, key, ARGV[8] .. '\t' .. idx .. '\t' .. charged .. '\t' .. cost_digits)
   -- Its "k:" entry served create only (duplicates find their item); the keys bucket's entry
   -- stays (delete_job).
   redis.call('HDEL', AKEYS, 'k:' .. key)
@@ -69,6 +73,6 @@ redis.call('HINCRBY', META, 'tokens_in', tokens_in)
 redis.call('HINCRBY', META, 'tokens_out', tokens_out)
 if cached > 0 then redis.call('HINCRBY', META, 'tokens_cached', cached) end
 if written > 0 then redis.call('HINCRBY', META, 'tokens_written', written) end
-if cost > 0 then redis.call('HINCRBY', META, 'cost', ARGV[10]) end
+if cost > 0 then redis.call('HINCRBY', META, 'cost', cost_digits) end
 if list_cost > 0 then redis.call('HINCRBY', META, 'list_cost', ARGV[11]) end
 return 1
