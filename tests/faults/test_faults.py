@@ -383,7 +383,9 @@ def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(
     cli, tmp_path, fake_provider
 ):
     src = jsonl(tmp_path / "items.jsonl", 30)
-    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "1000")
+    job_id = cli.create(
+        "Process", src, "--concurrency", "4", "--max-tokens", "1000", "--max-output-tokens", "100"
+    )
     assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, (
         "--wait ended paused: exit 4"
     )
@@ -412,14 +414,23 @@ def test_a_token_limit_pauses_the_job_before_it_goes_over_and_resume_raises_it(
 
 
 def test_max_tokens_counts_what_items_use_not_what_is_still_reserved(cli, tmp_path, fake_provider):
-    # Each item reserves its estimate (about 620 tokens) while it runs and uses about 60: four
-    # in flight reserve most of 3000, and the next item waits for them to settle instead of
-    # pausing the job. (It paused with 0 charged + 2528 reserved, and resume refused 3000.)
+    # Each item reserves its worst case (its bytes and max_tokens 200) while it runs and uses
+    # about 60: four in flight reserve most of the limit, and the next item waits for them to
+    # settle instead of pausing the job. (It paused with 0 charged + 2528 reserved, and resume
+    # refused the limit.)
     fake_provider.configure(latency_s=0.1)
     src = jsonl(tmp_path / "items.jsonl", 16)
-    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
-    per_item = status(cli, job_id)["estimated_tokens"] / 16
-    assert 4 * per_item <= 3000 < 5 * per_item, "a fifth reservation would not fit"
+    plan = cli.json(
+        "create", "Process", "--over", str(src), "--max-output-tokens", "200", "--dry-run",
+        "--json",
+    )  # fmt: skip
+    per_item = plan["worst_case_tokens"] / 16
+    limit = int(4.5 * per_item)
+    job_id = cli.create(
+        "Process", src, "--concurrency", "4", "--max-tokens", str(limit),
+        "--max-output-tokens", "200",
+    )  # fmt: skip
+    assert 4 * per_item <= limit < 5 * per_item, "a fifth reservation would not fit"
     cli("run", job_id, "--wait", timeout=120)
     done = status(cli, job_id)
     assert (done["state"], done["completed"], done["pause_reason"]) == ("completed", 16, None)
@@ -432,8 +443,10 @@ def test_max_tokens_pauses_when_what_is_charged_leaves_no_room_and_resume_needs_
     cli, tmp_path, fake_provider
 ):
     src = jsonl(tmp_path / "items.jsonl", 80)
-    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
-    per_item = status(cli, job_id)["estimated_tokens"] / 80
+    job_id = cli.create(
+        "Process", src, "--concurrency", "4", "--max-tokens", "3000", "--max-output-tokens", "100"
+    )
+    per_item = status(cli, job_id)["worst_case_tokens"] / 80
     assert cli("run", job_id, "--wait", check=False, timeout=120).returncode == 4, (
         "--wait ended paused: exit 4"
     )
@@ -447,7 +460,7 @@ def test_max_tokens_pauses_when_what_is_charged_leaves_no_room_and_resume_needs_
         "paused at the limit, not before"
     )
     assert paused["completed"] > 2 * 3000 / per_item, (
-        "well past the four items whose reservations fill 3000"
+        "well past the items whose reservations fill 3000"
     )
     for flags in (
         (),
@@ -469,7 +482,9 @@ def test_resume_takes_the_same_limit_when_what_is_charged_leaves_room(
     # A job paused at its limit by a version that counted reservations in flight: nothing is
     # charged, so the same limit has room, and resume takes it, with or without --max-tokens.
     src = jsonl(tmp_path / "items.jsonl", 8)
-    job_id = cli.create("Process", src, "--concurrency", "4", "--max-tokens", "3000")
+    job_id = cli.create(
+        "Process", src, "--concurrency", "4", "--max-tokens", "3000", "--max-output-tokens", "100"
+    )
     open_backend(settings).store.set_state(
         job_id, "paused", from_states=["not_started"], pause_reason="token limit reached"
     )
