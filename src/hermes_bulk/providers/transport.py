@@ -36,6 +36,7 @@ from urllib3.exceptions import (
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
 from ..errors import EndpointUnreachable, TransientModelError
+from . import deadline
 
 log = logging.getLogger("hermes_bulk.providers.transport")
 
@@ -94,6 +95,9 @@ class JsonPoster:
             **headers,
         }
         self._timeout = urllib3.Timeout(connect=min(timeout_s, 10.0), read=timeout_s)
+        #: The whole request's bound (connect, send, headers, body): a read timeout alone lets
+        #: an answer that drips a byte at a time hold the request for ever.
+        self._total_s = timeout_s
         # The certificate store httpx used (certifi, or SSL_CERT_FILE / SSL_CERT_DIR); slow to
         # build, so once for every thread.
         self._ssl = httpx.create_ssl_context() if parts.scheme == "https" else None
@@ -119,6 +123,9 @@ class JsonPoster:
                 pool = proxied.connection_from_url(self.url)
             else:
                 pool = urllib3.connection_from_url(self.url, **options)
+            self._local.watch = watch = deadline.new_watch()
+            new_conn = pool._new_conn
+            pool._new_conn = lambda: deadline.watched(new_conn(), watch)  # type: ignore[method-assign]
             self._local.pool = pool
             with self._lock:
                 self._pools.append(pool)
@@ -131,26 +138,50 @@ class JsonPoster:
         TransientModelError for a timeout or a connection lost on the way."""
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         pool = self._pool()
+        watch: deadline.Watch = self._local.watch
+        with self._slots:
+            watch.arm(self._total_s)
+            try:
+                reply = self._exchange(pool, data, limit)
+            except EndpointUnreachable:
+                watch.disarm()
+                raise
+            except Exception:
+                if watch.disarm():  # the watchdog cut it: whatever broke, the deadline passed
+                    raise self._timed_out() from None
+                raise
+            if watch.disarm():  # a body without a length ends at the shutdown: not the whole
+                raise self._timed_out()
+        return reply
+
+    def _timed_out(self) -> TransientModelError:
+        log.warning("no whole answer from %s within %s s", self.endpoint, self._total_s)
+        return TransientModelError(
+            f"the request timed out (no whole answer within {self._total_s:g} s)"
+        )
+
+    def _exchange(
+        self, pool: urllib3.HTTPConnectionPool, data: bytes, limit: Callable[[int], int]
+    ) -> Reply:
         try:
-            with self._slots:
-                response = pool.urlopen(
-                    "POST",
-                    self._target,
-                    body=data,
-                    headers=self._headers,
-                    retries=False,
-                    redirect=False,
-                    assert_same_host=False,
-                    preload_content=False,
-                    decode_content=True,
-                )
-                raw, whole = bytearray(), False
-                try:
-                    raw, whole = _read_bounded(response, limit(response.status))
-                finally:
-                    if not whole:  # unread bytes may be left on it: it cannot carry another request
-                        response.close()
-                    response.release_conn()
+            response = pool.urlopen(
+                "POST",
+                self._target,
+                body=data,
+                headers=self._headers,
+                retries=False,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=True,
+            )
+            raw, whole = bytearray(), False
+            try:
+                raw, whole = _read_bounded(response, limit(response.status))
+            finally:
+                if not whole:  # unread bytes may be left on it: it cannot carry another request
+                    response.close()
+                response.release_conn()
         except (NewConnectionError, ConnectTimeoutError, ProxyError, SSLError) as exc:
             # Before the other timeouts: no connection means nothing reached the endpoint (a TLS
             # handshake refused is one too, as httpx counted it).
