@@ -16,9 +16,10 @@ import time
 
 import pytest
 
-from hermes_bulk.errors import TransientModelError
+from hermes_bulk.errors import EndpointRedirects, TransientModelError
 from hermes_bulk.jobs.prompt import build_messages
 from hermes_bulk.providers.anthropic import AnthropicModelClient
+from hermes_bulk.providers.batch_api import BatchApi, BatchFileCut, BatchRedirected
 from hermes_bulk.providers.client import HttpModelClient
 
 from .test_transport import no_proxies  # noqa: F401
@@ -78,9 +79,12 @@ class DripServer:
                     data += chunk
                 head, _, data = data.partition(b"\r\n\r\n")
                 length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
                 )
                 while len(data) < length:
                     data += conn.recv(65536)
@@ -170,4 +174,111 @@ def test_an_answer_that_drips_to_its_end_before_the_timeout_is_read(drip, no_pro
         assert client.complete(MESSAGES, max_tokens=None).text == "ok"
     finally:
         client.close()
+    assert drip.requests == 2
+
+
+# The Batch APIs (httpx): a batch object, an output file ----------------------------------------
+
+
+@pytest.fixture
+def batch_api(settings, drip):
+    from hermes_bulk.fleet.broker import open_backend
+
+    api = BatchApi(
+        base_url=drip.url,
+        api_key="k",
+        provider_key="p:test",
+        limits=open_backend(settings).limits,
+        timeout_s=TIMEOUT_S,
+    )
+    yield api
+    api.close()
+
+
+BATCH = json.dumps(
+    {"id": "batch_1", "status": "in_progress", "request_counts": {"completed": 0, "failed": 0}}
+).encode()
+
+
+def test_a_batch_object_that_drips_gives_up_at_the_request_timeout(batch_api, drip, no_proxies):
+    drip.answer = _response(BATCH + b" " * 200)
+    drip.from_byte = drip.answer.index(b"\r\n\r\n") + 10
+    started = time.monotonic()
+    with pytest.raises(TransientModelError, match="timed out"):
+        batch_api.get("batch_1")
+    took = time.monotonic() - started
+    assert TIMEOUT_S * 0.9 <= took < TIMEOUT_S + SLACK_S, took
+    drip.answer, drip.from_byte = _response(BATCH), len(_response(BATCH))  # the neighbour
+    assert batch_api.get("batch_1").status == "in_progress"
+
+
+LINE = b'{"custom_id": "hb-j-b-%d", "response": {"status_code": 500}, "error": null}\n'
+
+
+def test_a_file_that_never_ends_gives_its_lines_then_is_cut_at_its_time_bound(
+    batch_api, drip, no_proxies
+):
+    """The lines, then a newline every 0.1 s for ever (no length: it would end with the
+    connection): the lines that came are given, then BatchFileCut at the file's bound."""
+    lines = b"".join(LINE % i for i in range(3))
+    drip.answer = _response(lines + b"\n" * 10_000, length=False)
+    drip.from_byte = drip.answer.index(b"\r\n\r\n") + 4 + len(lines)
+    batch_api.file_timeout_s = 1.5
+    seen, started = [], time.monotonic()
+    with pytest.raises(BatchFileCut, match="did not end within 1.5 s"):
+        for line in batch_api.lines("file-1"):
+            seen.append(line.custom_id)
+    assert seen == ["hb-j-b-0", "hb-j-b-1", "hb-j-b-2"]
+    assert 1.5 * 0.9 <= time.monotonic() - started < 1.5 + SLACK_S
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_file_of_its_byte_bound_is_read_whole_and_one_byte_more_is_cut(
+    batch_api, drip, no_proxies, over
+):
+    lines = b"".join(LINE % i for i in range(3))
+    body = lines + b"\n" * over
+    drip.answer = _response(body)
+    drip.from_byte = len(drip.answer)
+    read = batch_api.lines("file-1", max_bytes=len(lines))
+    if over:
+        with pytest.raises(BatchFileCut, match=f"within {len(lines)} bytes"):
+            assert len(list(read)) == 3
+    else:
+        assert [line.custom_id for line in read] == [f"hb-j-b-{i}" for i in range(3)]
+
+
+# Redirects: never followed, never read as an answer ---------------------------------------------
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_to_a_live_request_is_an_endpoint_error_not_followed(drip, no_proxies, status):
+    """Before, a redirect was the item's permanent failure ("rejected the request"): each item
+    failed. Now the endpoint's (the breaker counts it; the item is not charged), and the key
+    never goes to the host it names."""
+    drip.answer = (
+        b"HTTP/1.1 %d Moved\r\nLocation: http://127.0.0.2:9/v1/chat/completions\r\n"
+        b"Content-Length: 0\r\n\r\n" % status
+    )
+    drip.from_byte = len(drip.answer)
+    client = HttpModelClient(base_url=drip.url, api_key="k", model="m", timeout_s=TIMEOUT_S)
+    try:
+        with pytest.raises(EndpointRedirects, match=f"redirect \\(HTTP {status}\\)"):
+            client.complete(MESSAGES, max_tokens=None)
+    finally:
+        client.close()
+    assert drip.requests == 1
+
+
+@pytest.mark.parametrize("status", [301, 307])
+def test_a_redirect_to_a_batch_call_or_file_is_not_an_answer(batch_api, drip, no_proxies, status):
+    """Before, a redirected file read as an empty one (every item then unanswered)."""
+    drip.answer = (
+        b"HTTP/1.1 %d Moved\r\nLocation: http://127.0.0.2:9/\r\nContent-Length: 0\r\n\r\n" % status
+    )
+    drip.from_byte = len(drip.answer)
+    with pytest.raises(BatchRedirected, match=f"HTTP {status}"):
+        list(batch_api.lines("file-1"))
+    with pytest.raises(BatchRedirected, match=f"HTTP {status}"):
+        batch_api.get("batch_1")
     assert drip.requests == 2

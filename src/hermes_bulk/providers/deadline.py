@@ -148,14 +148,18 @@ _deadline = threading.local()
 
 
 @contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """The httpx exchanges of this thread in the block end by `seconds` from now."""
+def until(at: float) -> Iterator[None]:
+    """The httpx exchanges of this thread in the block end by `at` (time.monotonic())."""
     before = getattr(_deadline, "at", math.inf)
-    _deadline.at = min(before, time.monotonic() + seconds)
+    _deadline.at = min(before, at)
     try:
         yield
     finally:
         _deadline.at = before
+
+
+def passed(at: float) -> bool:
+    return time.monotonic() >= at
 
 
 def _left(timeout: float | None, exc: type[Exception]) -> float | None:

@@ -10,6 +10,10 @@ What httpx did by itself is kept: HTTP(S)_PROXY, ALL_PROXY and NO_PROXY are hono
 SSL_CERT_FILE / SSL_CERT_DIR), gzip answers are decoded (in bounded steps: urllib3 2.6 caps
 what one read decompresses), redirects are not followed, nothing is retried here (the pipeline
 decides), and every failure is one of the errors in `errors.py`.
+
+The request timeout bounds the whole request, not one read (DESIGN.md invariant 17): a
+watchdog (deadline.py) shuts down the socket of a request past it, so an answer that drips a
+byte at a time gives up at the timeout. A SOCKS proxy is refused (`proxy_refusal`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -35,7 +40,7 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
-from ..errors import EndpointUnreachable, TransientModelError
+from ..errors import ClientUnavailable, EndpointUnreachable, TransientModelError
 from . import deadline
 
 log = logging.getLogger("hermes_bulk.providers.transport")
@@ -66,6 +71,26 @@ def environment_proxy(url: str) -> str | None:
     return proxy if "://" in proxy else "http://" + proxy
 
 
+#: The proxies a request can go through: a SOCKS proxy is refused (docs/decisions.md, "Proxies").
+PROXY_SCHEMES = frozenset({"http", "https"})
+
+
+def proxy_refusal(url: str) -> str | None:
+    """One line naming the variable and what to do, when the proxy the environment names for
+    url is not one the requests can go through (SOCKS); else None."""
+    proxy = environment_proxy(url)
+    scheme = urlsplit(proxy).scheme.lower() if proxy else ""
+    if proxy is None or scheme in PROXY_SCHEMES:
+        return None
+    target = urlsplit(url).scheme
+    names = [f"{target}_proxy", f"{target.upper()}_PROXY", "all_proxy", "ALL_PROXY"]
+    name = next((n for n in names if os.environ.get(n, "").strip()), "ALL_PROXY")
+    return (
+        f"{name} names a {scheme} proxy, which hermes-bulk does not support: unset {name} (or "
+        f"add the endpoint's host to NO_PROXY), or name an HTTP proxy there (http://host:port)."
+    )
+
+
 class JsonPoster:
     """POSTs JSON to one URL; each thread has a connection of its own, kept alive, and at most
     max_connections requests are in flight at once (one shared pool would scan its connections
@@ -83,6 +108,9 @@ class JsonPoster:
         self.url = url
         self.endpoint = endpoint  # as logged: no secrets
         parts = urlsplit(url)
+        refusal = proxy_refusal(url)
+        if refusal is not None:  # checked at start (frontends/cli.py); an item never fails for it
+            raise ClientUnavailable(refusal)
         self._proxy = environment_proxy(url)
         # A forwarding proxy (plain HTTP) takes the absolute URL; a direct connection or a
         # CONNECT tunnel (HTTPS) the path.

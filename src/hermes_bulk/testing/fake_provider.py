@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .fake_batches import FakeBatches
+from .fake_batches import Endless, FakeBatches, Redirect
 
 _ITEM = re.compile(r"----- BEGIN ITEM (\w+) -----\n(.*)\n----- END ITEM \1 -----", re.S)
 
@@ -458,11 +458,7 @@ class FakeProvider:
             )
             if delay:
                 await asyncio.sleep(delay)
-            if isinstance(obj, bytes):
-                return self._send_bytes(writer, status, obj)
-            if isinstance(obj, Path):
-                return await self._send_file(writer, status, obj)
-            return self._send(writer, status, obj)
+            return await self._send_batch_answer(writer, status, obj)
         return self._send(writer, 404, {"error": {"message": "not found"}})
 
     def _refused(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict] | None:
@@ -923,6 +919,31 @@ class FakeProvider:
                 writer.write(chunk)
                 await writer.drain()
         return True
+
+    async def _send_batch_answer(self, writer: asyncio.StreamWriter, status: int, obj: Any) -> bool:
+        if isinstance(obj, Redirect):
+            return self._send(writer, status, {}, [("Location", obj.location)])
+        if isinstance(obj, Endless):
+            return await self._send_endless(writer, obj)
+        if isinstance(obj, bytes):
+            return self._send_bytes(writer, status, obj)
+        if isinstance(obj, Path):
+            return await self._send_file(writer, status, obj)
+        return self._send(writer, status, obj)
+
+    async def _send_endless(self, writer: asyncio.StreamWriter, endless: Endless) -> bool:
+        """A file's content, then its fill for as long as the client reads (64 KiB every 5 ms:
+        what a loopback client reads past any bound in moments, on a machine others share)."""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/jsonl\r\nConnection: close\r\n\r\n"
+        )
+        writer.write(endless.path.read_bytes())
+        fill = Endless.FILL[endless.kind]
+        while not self._stopping:
+            writer.write(fill)
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        return False
 
     # Running -------------------------------------------------------------------------------
     async def _serve(self) -> None:
