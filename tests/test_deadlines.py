@@ -22,6 +22,7 @@ from hermes_bulk.providers.anthropic import AnthropicModelClient
 from hermes_bulk.providers.batch_api import BatchApi, BatchFileCut, BatchRedirected
 from hermes_bulk.providers.client import HttpModelClient
 
+from .test_batch_mode import _source
 from .test_transport import no_proxies  # noqa: F401
 
 MESSAGES = build_messages("Say it", "line:1", "row", "b2:" + "0" * 32)
@@ -282,3 +283,54 @@ def test_a_redirect_to_a_batch_call_or_file_is_not_an_answer(batch_api, drip, no
     with pytest.raises(BatchRedirected, match=f"HTTP {status}"):
         batch_api.get("batch_1")
     assert drip.requests == 2
+
+
+# Live jobs, by real `run --wait` processes on both stores ---------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_env(request, tmp_path) -> dict[str, str]:
+    url = (
+        f"sqlite:///{tmp_path / 'bulk.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("redis_url")
+    )
+    return {"HERMES_BULK_BACKEND": url}
+
+
+def test_a_dripping_answer_is_a_transient_failure_retried_and_the_job_ends(
+    cli, fake_provider, tmp_path, store_env
+):
+    """Before, the item stayed in progress for as long as the answer dripped (here a minute)."""
+    fake_provider.configure(fail_once={"DRIP": "drip"}, hang_s=60, drip_s=0.1)
+    env = {**store_env, "HERMES_BULK_REQUEST_TIMEOUT_SECONDS": "1"}
+    job_id = cli.json(
+        "create", "Say", "--over", str(_source(tmp_path, 2, marks={0: "DRIP"})), "--json", **env
+    )["job_id"]
+    started = time.monotonic()
+    proc = cli("run", job_id, "--wait", "--no-check", check=False, timeout=60, **env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 20
+    status = cli.status(job_id, **env)
+    assert (status["completed"], status["failed"]) == (2, 0)
+    assert len(fake_provider.requests) == 3, "the dripping attempt, its retry, the other item"
+    events = cli("events", job_id, **env).stdout
+    assert "the request timed out (no whole answer within 1 s)" in events, events
+
+
+def test_redirects_to_live_requests_pause_the_job_and_fail_nothing(
+    cli, fake_provider, tmp_path, store_env
+):
+    """Before, a redirect failed each item at once ("the provider rejected the request")."""
+    fake_provider.configure(fail_rate=1.0, fail_kinds=["307"])
+    env = {**store_env, "HERMES_BULK_BREAKER_FAILURES": "2"}
+    job_id = cli.json("create", "Say", "--over", str(_source(tmp_path, 3)), "--json", **env)[
+        "job_id"
+    ]
+    proc = cli("run", job_id, "--wait", "--no-check", check=False, timeout=60, **env)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    status = cli.status(job_id, **env)
+    assert (status["state"], status["failed"], status["completed"]) == ("paused", 0, 0), status
+    reason = status["pause_reason"]
+    assert "2 requests in a row with a redirect (HTTP 307)" in reason, reason
+    assert fake_provider.base_url in reason
