@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from hermes_bulk.runtime.batch_driver import MAX_STRIKES
+
 from .test_batch_mode import FAST, PROTOCOLS, _source, backend_settings
 
 #: A line of the fake's answers is well under this; the byte bound of a file of n requests is
@@ -138,3 +140,30 @@ def test_an_endpoint_without_a_batch_api_pauses_the_job_at_its_first_answer(
     first = "create" if anthropic else "upload"
     assert fake_provider.batches.calls == [first], "known from its first answer"
     assert cli.json("status", job_id, "--failed", "--json", **backend_env) == []
+
+
+@pytest.mark.parametrize(("backend", "protocol"), [("sqlite", "anthropic"), ("redis", "openai")])
+def test_a_file_cut_before_its_lines_is_read_again_from_the_same_batch_then_given_up(
+    cli, request, fake_provider, tmp_path, backend, protocol
+):
+    """A file whose first line passes the file's byte bound (64 x 3 x 4096 bytes for 2
+    requests) and never ends: the lines after it never come. The same batch is read again,
+    MAX_STRIKES times, never bought again; then its items get a failed attempt naming the
+    bound."""
+    fake_provider.batches.configure(
+        endless="bytes", line_faults={'"n": 0': "huge"}, huge_line_bytes=1024 * 1024
+    )
+    env = {**_env(request, backend, protocol), **SMALL_LINES}
+    job_id = cli.json(
+        "create", "Summarise", "--over", str(_source(tmp_path, 2)), "--batch", "--fresh",
+        "--retries", "0", "--json", **env,
+    )["job_id"]  # fmt: skip
+    proc = _run_wait(cli, job_id, env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # ended with failed items
+    assert len(fake_provider.batches.created) == 1
+    assert len(fake_provider.batches.file_gets) == MAX_STRIKES, fake_provider.batches.file_gets
+    assert len(set(fake_provider.batches.file_gets)) == 1
+    failed = cli.json("status", job_id, "--failed", "--json", **env)
+    assert {f["error_type"] for f in failed} == {"BatchUnusable"}, failed
+    bound = 64 * 3 * 4096
+    assert all(f"did not end within {bound} bytes" in f["message"] for f in failed), failed
