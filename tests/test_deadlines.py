@@ -334,3 +334,17 @@ def test_redirects_to_live_requests_pause_the_job_and_fail_nothing(
     reason = status["pause_reason"]
     assert "2 requests in a row with a redirect (HTTP 307)" in reason, reason
     assert fake_provider.base_url in reason
+
+
+def test_doctor_gives_up_on_an_answer_that_drips(drip, no_proxies):
+    """`run` asks doctor first: an endpoint that drips its answer to GET /models must not hold
+    it (before, `run` waited for as long as the answer dripped)."""
+    from hermes_bulk.providers.doctor import check_endpoint
+
+    drip.answer = _response(b'{"object": "list", "data": []}' + b" " * 400)
+    drip.from_byte = drip.answer.index(b"\r\n\r\n") + 6
+    started = time.monotonic()
+    report = check_endpoint(drip.url, "k", "m", timeout_s=TIMEOUT_S)
+    assert time.monotonic() - started < TIMEOUT_S + SLACK_S
+    assert not report.usable
+    assert "did not answer within 1 s" in report.text(), report.text()

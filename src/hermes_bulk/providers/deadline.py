@@ -118,6 +118,8 @@ class _Watchdog:
         while True:
             now = time.monotonic()
             soonest = math.inf
+            # Idle before the scan: a request armed during it wakes the wait below at once.
+            self._idle = True
             with self._lock:
                 watches = list(self._watches)
             for watch in watches:
@@ -129,7 +131,8 @@ class _Watchdog:
                         log.exception("a request's deadline could not be enforced")
                 else:
                     soonest = min(soonest, deadline)
-            self._idle = soonest == math.inf
+            if soonest < math.inf:
+                self._idle = False
             self._wake.wait(min(TICK_S, max(0.0, soonest - now)) if not self._idle else 5.0)
             self._wake.clear()
 
