@@ -111,7 +111,8 @@ class _Watchdog:
         return watch
 
     def wake_if_idle(self) -> None:
-        if self._idle:
+        if self._idle:  # only the first request armed since the watchdog went idle wakes it
+            self._idle = False
             self._wake.set()
 
     def _run(self) -> None:
