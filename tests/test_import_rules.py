@@ -144,12 +144,14 @@ THIRD_PARTY: dict[str, set[str]] = {
     },
     "httpx": {
         "providers/transport.py",  # its certificate store only (create_ssl_context)
+        "providers/deadline.py",  # a network backend bounding each call's total time
         "providers/batch_api.py",
         "providers/message_batches.py",
         "providers/doctor.py",
         "plugin/hermes.py",
     },
     "urllib3": {"providers/transport.py"},
+    "httpcore": {"providers/deadline.py"},
     "zstandard": {"store/compression.py"},
     "jsonschema": {"providers/answers.py"},
     "referencing": {"providers/answers.py"},

@@ -114,6 +114,12 @@ class EndpointUnreachable(TransientModelError):
     endpoint."""
 
 
+class EndpointRedirects(EndpointUnreachable):
+    """The endpoint answered with a redirect (HTTP 3xx), which is never followed (the key would
+    go to the host it names): the request was not served there, so, as a failure to connect, it
+    says nothing about the item and the breaker counts it for the endpoint."""
+
+
 class PermanentModelError(ModelError):
     """Authentication, other 4xx, content filters: the item fails at once."""
 

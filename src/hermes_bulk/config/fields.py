@@ -248,7 +248,8 @@ SETTINGS: tuple[Setting, ...] = (
         120.0,
         gt=0,
         le=3600,
-        description="Timeout of one model request.",
+        description="The most one request to the provider may take, whole (connect, send, "
+        "headers, body).",
     ),
     Setting(
         "output_tokens_estimate",

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from ..broken_pipe import is_broken_pipe, stdout_gone
 from ..config import quick as quick_settings
 from ..config.fields import register_settings_secrets
-from ..errors import BackendUnavailable, HermesBulkError, InvalidTransition
+from ..errors import BackendUnavailable, ConfigError, HermesBulkError, InvalidTransition
 from ..full_disk import disk_full_at
 from ..jobs import hints, prices
 from ..jobs.service import Jobs, Plan, state_label
@@ -117,6 +117,20 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+#: The commands that may send requests to the endpoint: an unusable proxy stops them at once.
+PROXY_CHECKED = frozenset({"create", "run", "worker"})
+
+
+def _refuse_unusable_proxy(settings: Settings) -> None:
+    """A SOCKS proxy in the environment (ALL_PROXY=socks5://…) is one line and exit 1, before
+    anything runs: no item is sent to fail for a setting (docs/decisions.md, "Proxies")."""
+    from ..providers.transport import proxy_refusal
+
+    refusal = proxy_refusal(settings.endpoint.base_url)
+    if refusal is not None:
+        raise ConfigError(refusal)
+
+
 def load_settings_for(command: str) -> Settings:
     """The settings, read quickly for a read command whose environment leaves no doubt, else by
     pydantic-settings, which also words the error of a bad value."""
@@ -125,7 +139,10 @@ def load_settings_for(command: str) -> Settings:
         return quick  # type: ignore[return-value]  # the same attributes, read without pydantic
     from ..config.settings import load_settings
 
-    return load_settings()
+    settings = load_settings()
+    if command in PROXY_CHECKED:
+        _refuse_unusable_proxy(settings)
+    return settings
 
 
 def _save_traceback(settings: Settings | None) -> Path | None:

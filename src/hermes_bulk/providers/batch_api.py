@@ -14,12 +14,18 @@ Nothing the provider answers is trusted (DESIGN.md invariant 15): a batch object
 read in lines of at most `max_line_bytes` (a longer line is skipped as it streams, keeping only
 its start), and each line is read by `read_line` into a FileLine that says what is wrong with it,
 if anything. What is wrong is said in our words, never the provider's.
+
+Every call has a total deadline and a byte bound (DESIGN.md invariant 17; deadline.py): an
+answer within the request timeout and MAX_OBJECT_BYTES, a file within FILE_TIMEOUTS request
+timeouts and the bytes the caller allows (past either, BatchFileCut after the lines that came).
+A redirect is BatchRedirected, never an answer or an empty file.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +38,7 @@ import httpx
 from ..errors import RateLimited, TransientModelError
 from ..redact import public_url
 from ..store.protocol import BatchRecord, SharedLimits
+from . import deadline
 from .client import Completion, classify_status, endpoint_url, parse_completion, retry_after_seconds
 from .pacing import ProviderGate
 
@@ -58,6 +65,14 @@ _REMOTE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 _CUSTOM_ID_AT_START = re.compile(rb'"custom_id"\s*:\s*"([A-Za-z0-9_-]{1,100})"')
 #: The largest request count believed (a batch holds at most 50,000 requests).
 _MAX_COUNT = 10**9
+#: The largest Batch API answer read (a batch object, a page of 100 of them: tens of KiB).
+MAX_OBJECT_BYTES = 4 * 1024 * 1024
+#: How much of an error answer is read, for the log.
+MAX_ERROR_BYTES = 64 * 1024
+#: An upload may take the request timeout and a second for each of these bytes besides.
+UPLOAD_BYTES_PER_S = 1024 * 1024
+#: How many request timeouts an output or results file may take to read whole.
+FILE_TIMEOUTS = 15
 
 
 class BatchAnswerInvalid(TransientModelError):
@@ -71,6 +86,28 @@ class BatchAnswerInvalid(TransientModelError):
 
 class BatchUnreachable(TransientModelError):
     """Nothing answered (no connection): not the batch's fault, so not counted against it."""
+
+
+class BatchRedirected(BatchUnreachable):
+    """The provider answered with a redirect (HTTP 3xx), which is never followed (the key would
+    go to the host it names): an answer that could not be read, never an empty one, and not the
+    batch's fault; the driver asks again, then pauses the job naming it."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(
+            f"the provider's Batch API answered with a redirect (HTTP {status}), which is not "
+            "followed",
+            http_status=status,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A Batch API answer, read within its bounds."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,25 +288,43 @@ class BatchApi:
         self.endpoint = public_url(self.base_url)
         self.gate = ProviderGate(limits, provider_key, rpm=rpm, tpm=None, sleep=sleep)
         self.sleep = sleep
+        #: Each call's total bound (connect, send, headers, body: deadline.py), and a file's.
+        self.timeout_s = timeout_s
+        self.file_timeout_s = FILE_TIMEOUTS * timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(
-            headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+        self._http = deadline.bound_client(
+            httpx.Client(
+                headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+            )
         )
+
+    #: What the endpoint lacks when it answers a batch create as if it had no batch API.
+    KIND = "Batch API (POST /files and /batches)"
 
     def close(self) -> None:
         self._http.close()
 
+    def discard(self, input_file: str | None) -> None:
+        """Forget a batch's input that will not be sent (a file uploaded stays at the provider,
+        which removes it in time)."""
+
     def _url(self, path: str) -> str:
         return endpoint_url(self.base_url, path)
 
-    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """One call through the shared wait; a 429 pauses the key and the call is made again."""
+    def _send(
+        self, method: str, path: str, *, total_s: float | None = None, **kwargs: Any
+    ) -> Answer:
+        """One call through the shared wait; a 429 pauses the key and the call is made again.
+        The call ends within total_s (the request timeout by default) and reads at most
+        MAX_OBJECT_BYTES of answer; a redirect is BatchRedirected, never an answer."""
         while True:
             self.gate.wait_for_turn(0, max_block_s=self.max_wait_s)
             if "files" in kwargs:  # an upload: the file is read again from its start
                 kwargs["files"]["file"][1].seek(0)
+            at = time.monotonic() + (total_s or self.timeout_s)
             try:
-                response = self._http.request(method, self._url(path), **kwargs)
+                with deadline.until(at):
+                    answer = self._exchange(method, path, **kwargs)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 log.warning("connection error talking to %s: %r", self.endpoint, exc)
                 raise BatchUnreachable(f"connection error ({type(exc).__name__})") from None
@@ -278,30 +333,53 @@ class BatchApi:
             except httpx.TransportError as exc:
                 log.warning("connection error talking to %s: %r", self.endpoint, exc)
                 raise TransientModelError(f"connection error ({type(exc).__name__})") from None
-            if response.status_code == 429:
-                until = self.gate.rate_limited(retry_after_seconds(response.headers))
+            if answer.status_code == 429:
+                until = self.gate.rate_limited(retry_after_seconds(answer.headers))
                 log.info(
                     "Batch API rate limited (HTTP 429); every worker on this key waits until %.0f",
                     until,
                 )
                 continue
-            if response.status_code >= 400:
+            if 300 <= answer.status_code < 400 or answer.status_code < 200:
+                log.warning("HTTP %s (not followed) from %s %s", answer.status_code, method, path)
+                raise BatchRedirected(answer.status_code)
+            if answer.status_code >= 400:
                 log.warning(
                     "HTTP %s from %s %s: %s",
-                    response.status_code,
+                    answer.status_code,
                     method,
                     path,
-                    response.text[:2000],
+                    answer.content[:2000].decode("utf-8", "replace"),
                 )
-                raise classify_status(response.status_code, response.headers)
+                raise classify_status(answer.status_code, answer.headers)
             self.gate.succeeded()
-            return response
+            return answer
+
+    def _exchange(self, method: str, path: str, **kwargs: Any) -> Answer:
+        """The answer's status, headers and body (of at most MAX_OBJECT_BYTES, or of
+        MAX_ERROR_BYTES for an error: what passes it is not read)."""
+        request = self._http.build_request(method, self._url(path), **kwargs)
+        response = self._http.send(request, stream=True)
+        try:
+            limit = MAX_OBJECT_BYTES if response.status_code < 400 else MAX_ERROR_BYTES
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    if response.status_code >= 400:
+                        break
+                    raise BatchAnswerInvalid(
+                        f"the provider's Batch API answer is larger than {limit // 2**20} MiB"
+                    )
+            return Answer(response.status_code, response.headers, bytes(body))
+        finally:
+            response.close()
 
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self._send(method, path, **kwargs)
         try:
-            data = response.json()
-        except ValueError:
+            data = json.loads(response.content)
+        except (ValueError, RecursionError):
             raise BatchAnswerInvalid("the provider's Batch API answer could not be read") from None
         if not isinstance(data, dict):
             raise BatchAnswerInvalid("the provider's Batch API answer is not an object")
@@ -327,6 +405,7 @@ class BatchApi:
             data = self._json(
                 "POST",
                 "files",
+                total_s=self.timeout_s + os.fstat(handle.fileno()).st_size / UPLOAD_BYTES_PER_S,
                 data={"purpose": "batch"},
                 files={"file": (path.name, handle, "application/jsonl")},
             )
@@ -387,34 +466,55 @@ class BatchApi:
         return None
 
     def lines(
-        self, file_id: str, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+        self,
+        file_id: str,
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        max_bytes: int | None = None,
     ) -> Iterator[FileLine]:
         """The lines of a file, read as they arrive, each checked (read_line): one line of at
-        most max_line_bytes in memory at a time. BatchAnswerInvalid when the file cannot be
-        read (an HTTP error: the file is named, not the endpoint or model)."""
+        most max_line_bytes in memory at a time. The file is read for at most file_timeout_s
+        and max_bytes: past either, BatchFileCut once the lines that came were given (the file
+        never ended: what came stands, the rest is read again). BatchFileUnreadable when the
+        file cannot be read (an HTTP error: the file is named, not the endpoint or model),
+        BatchRedirected for a redirect (never an empty file)."""
         self.gate.wait_for_turn(0, max_block_s=float("inf"))
         what = self._content_name(file_id)
+        at = time.monotonic() + self.file_timeout_s
         try:
-            with self._http.stream("GET", self._url(self._content_path(file_id))) as response:
-                if response.status_code >= 400:
-                    log.warning("HTTP %s reading %s", response.status_code, what)
-                    if response.status_code == 429:
-                        error = classify_status(429, response.headers)
-                        assert isinstance(error, RateLimited)
-                        self.gate.rate_limited(error.retry_after_s)
-                        raise error
-                    raise BatchFileUnreadable(
-                        f"{what} could not be read (HTTP {response.status_code})",
-                        http_status=response.status_code,
-                    )
-                for raw, overlong in bounded_lines(response.iter_bytes(), max_line_bytes):
+            with deadline.until(at):
+                request = self._http.build_request("GET", self._url(self._content_path(file_id)))
+                response = self._http.send(request, stream=True)
+            try:
+                self._check_file_answer(response, what)
+                chunks = _bounded_chunks(response, at, max_bytes, what, self.file_timeout_s)
+                for raw, overlong in bounded_lines(chunks, max_line_bytes):
                     yield self._read_line(raw, overlong=overlong, max_bytes=max_line_bytes)
+            finally:
+                response.close()
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise BatchUnreachable(f"connection error ({type(exc).__name__})") from None
         except httpx.TimeoutException:
             raise BatchFileUnreadable(f"reading {what} timed out") from None
         except httpx.TransportError as exc:
             raise BatchFileUnreadable(f"reading {what} broke off ({type(exc).__name__})") from None
+
+    def _check_file_answer(self, response: httpx.Response, what: str) -> None:
+        """Anything but a 200 is not the file: a 429 pauses the key, a redirect is
+        BatchRedirected, another status BatchFileUnreadable."""
+        status = response.status_code
+        if status == 200:
+            return
+        log.warning("HTTP %s reading %s", status, what)
+        if status == 429:
+            error = classify_status(429, response.headers)
+            assert isinstance(error, RateLimited)
+            self.gate.rate_limited(error.retry_after_s)
+            raise error
+        if 300 <= status < 400 or status < 200:
+            raise BatchRedirected(status)
+        # An error, or a 2xx that is not the file's 200 (a 204): not its content.
+        raise BatchFileUnreadable(f"{what} could not be read (HTTP {status})", http_status=status)
 
     def _content_path(self, file_id: str) -> str:
         """Where an output or error file is read."""
@@ -432,3 +532,29 @@ class BatchFileUnreadable(TransientModelError):
     """An output or error file the provider would not (or could not) give whole."""
 
     error_type = "BatchFileUnreadable"
+
+
+class BatchFileCut(BatchFileUnreadable):
+    """A file that did not end within its time or byte bound: the lines read before stand."""
+
+
+def _bounded_chunks(
+    response: httpx.Response, at: float, max_bytes: int | None, what: str, timeout_s: float
+) -> Iterator[bytes]:
+    """The body's chunks until it ends, or BatchFileCut once it passes `at` or max_bytes."""
+    chunks, seen = response.iter_bytes(), 0
+    while True:
+        try:
+            with deadline.until(at):
+                chunk = next(chunks, None)
+        except httpx.TimeoutException:
+            if not deadline.passed(at):
+                raise
+            raise BatchFileCut(f"{what} did not end within {timeout_s:g} s") from None
+        if chunk is None:
+            return
+        seen += len(chunk)
+        if max_bytes is not None and seen > max_bytes:
+            yield chunk[: len(chunk) - (seen - max_bytes)]  # the lines within the bound stand
+            raise BatchFileCut(f"{what} did not end within {max_bytes} bytes")
+        yield chunk

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import (
+    EndpointRedirects,
     InvalidAnswer,
     ModelError,
     PermanentModelError,
@@ -199,6 +200,13 @@ class HttpModelClient:
         seen = rate_headers.read(response.headers)
         if seen is not None:  # the latest answer's word on the limits, for every thread
             self.rate = seen
+        if 300 <= response.status < 400 or response.status < 200:
+            log.warning("HTTP %s (not followed) from %s", response.status, self.endpoint)
+            raise EndpointRedirects(
+                f"{self.endpoint} answered with a redirect (HTTP {response.status}), which is not "
+                "followed",
+                http_status=response.status,
+            )
         if response.status != 200:
             log.warning(
                 "HTTP %s from %s: %s",

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from ..redact import public_url
-from . import anthropic
+from . import anthropic, deadline
 from .client import endpoint_url
 
 OPENAI, ANTHROPIC = "openai", anthropic.PROTOCOL
@@ -81,7 +81,8 @@ def check_endpoint(
     else:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
-    with httpx.Client(headers=headers, timeout=timeout, transport=transport) as http:
+    client = httpx.Client(headers=headers, timeout=timeout, transport=transport)
+    with client if transport is not None else deadline.bound_client(client) as http:
         _check(http, base_url, shown, api_key, model, report, protocol)
     report.seconds = time.monotonic() - started
     return report
@@ -180,7 +181,8 @@ def _request(
 ) -> tuple[int, Any] | None:
     """(status, JSON body or None); None when no answer came (the endpoint line says why)."""
     try:
-        response = http.request(method, url, **kwargs)
+        with deadline.until(time.monotonic() + (http.timeout.read or CHECK_TIMEOUT_S)):
+            response = http.request(method, url, **kwargs)  # the whole answer within the timeout
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.ProxyError) as exc:
         log.warning("doctor: cannot connect to %s: %r", shown, exc)
         report.add(

@@ -85,8 +85,15 @@ class MessageBatchApi(BatchApi):
         super().__init__(api_key=None, **kw)
         self._http.headers.update(anthropic.auth_headers(api_key))
 
+    KIND = "Message Batches"
+
     def request_line(self, custom_id: str, body: dict[str, Any]) -> dict[str, Any]:
         return {"custom_id": custom_id, "params": body}
+
+    def discard(self, input_file: str | None) -> None:
+        kept = Path(input_file.removeprefix(LOCAL)) if input_file else None
+        if input_file and input_file.startswith(LOCAL) and kept and kept.name.endswith(KEPT_SUFFIX):
+            kept.unlink(missing_ok=True)
 
     def parse(self, body: Any, model: str) -> Completion:
         return anthropic.parse_message(body, endpoint=self.endpoint, model=model)

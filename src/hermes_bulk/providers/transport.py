@@ -10,6 +10,10 @@ What httpx did by itself is kept: HTTP(S)_PROXY, ALL_PROXY and NO_PROXY are hono
 SSL_CERT_FILE / SSL_CERT_DIR), gzip answers are decoded (in bounded steps: urllib3 2.6 caps
 what one read decompresses), redirects are not followed, nothing is retried here (the pipeline
 decides), and every failure is one of the errors in `errors.py`.
+
+The request timeout bounds the whole request, not one read (DESIGN.md invariant 17): a
+watchdog (deadline.py) shuts down the socket of a request past it, so an answer that drips a
+byte at a time gives up at the timeout. A SOCKS proxy is refused (`proxy_refusal`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import threading
 import urllib.request
 from collections.abc import Callable
@@ -35,7 +40,8 @@ from urllib3.exceptions import (
 )
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 
-from ..errors import EndpointUnreachable, TransientModelError
+from ..errors import ClientUnavailable, EndpointUnreachable, TransientModelError
+from . import deadline
 
 log = logging.getLogger("hermes_bulk.providers.transport")
 
@@ -65,6 +71,26 @@ def environment_proxy(url: str) -> str | None:
     return proxy if "://" in proxy else "http://" + proxy
 
 
+#: The proxies a request can go through: a SOCKS proxy is refused (docs/decisions.md, "Proxies").
+PROXY_SCHEMES = frozenset({"http", "https"})
+
+
+def proxy_refusal(url: str) -> str | None:
+    """One line naming the variable and what to do, when the proxy the environment names for
+    url is not one the requests can go through (SOCKS); else None."""
+    proxy = environment_proxy(url)
+    scheme = urlsplit(proxy).scheme.lower() if proxy else ""
+    if proxy is None or scheme in PROXY_SCHEMES:
+        return None
+    target = urlsplit(url).scheme
+    names = [f"{target}_proxy", f"{target.upper()}_PROXY", "all_proxy", "ALL_PROXY"]
+    name = next((n for n in names if os.environ.get(n, "").strip()), "ALL_PROXY")
+    return (
+        f"{name} names a {scheme} proxy, which hermes-bulk does not support: unset {name} (or "
+        f"add the endpoint's host to NO_PROXY), or name an HTTP proxy there (http://host:port)."
+    )
+
+
 class JsonPoster:
     """POSTs JSON to one URL; each thread has a connection of its own, kept alive, and at most
     max_connections requests are in flight at once (one shared pool would scan its connections
@@ -82,6 +108,9 @@ class JsonPoster:
         self.url = url
         self.endpoint = endpoint  # as logged: no secrets
         parts = urlsplit(url)
+        refusal = proxy_refusal(url)
+        if refusal is not None:  # checked at start (frontends/cli.py); an item never fails for it
+            raise ClientUnavailable(refusal)
         self._proxy = environment_proxy(url)
         # A forwarding proxy (plain HTTP) takes the absolute URL; a direct connection or a
         # CONNECT tunnel (HTTPS) the path.
@@ -94,6 +123,9 @@ class JsonPoster:
             **headers,
         }
         self._timeout = urllib3.Timeout(connect=min(timeout_s, 10.0), read=timeout_s)
+        #: The whole request's bound (connect, send, headers, body): a read timeout alone lets
+        #: an answer that drips a byte at a time hold the request for ever.
+        self._total_s = timeout_s
         # The certificate store httpx used (certifi, or SSL_CERT_FILE / SSL_CERT_DIR); slow to
         # build, so once for every thread.
         self._ssl = httpx.create_ssl_context() if parts.scheme == "https" else None
@@ -119,6 +151,9 @@ class JsonPoster:
                 pool = proxied.connection_from_url(self.url)
             else:
                 pool = urllib3.connection_from_url(self.url, **options)
+            self._local.watch = watch = deadline.new_watch()
+            new_conn = pool._new_conn
+            pool._new_conn = lambda: deadline.watched(new_conn(), watch)  # type: ignore[method-assign]
             self._local.pool = pool
             with self._lock:
                 self._pools.append(pool)
@@ -131,26 +166,50 @@ class JsonPoster:
         TransientModelError for a timeout or a connection lost on the way."""
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
         pool = self._pool()
+        watch: deadline.Watch = self._local.watch
+        with self._slots:
+            watch.arm(self._total_s)
+            try:
+                reply = self._exchange(pool, data, limit)
+            except EndpointUnreachable:
+                watch.disarm()
+                raise
+            except Exception:
+                if watch.disarm():  # the watchdog cut it: whatever broke, the deadline passed
+                    raise self._timed_out() from None
+                raise
+            if watch.disarm():  # a body without a length ends at the shutdown: not the whole
+                raise self._timed_out()
+        return reply
+
+    def _timed_out(self) -> TransientModelError:
+        log.warning("no whole answer from %s within %s s", self.endpoint, self._total_s)
+        return TransientModelError(
+            f"the request timed out (no whole answer within {self._total_s:g} s)"
+        )
+
+    def _exchange(
+        self, pool: urllib3.HTTPConnectionPool, data: bytes, limit: Callable[[int], int]
+    ) -> Reply:
         try:
-            with self._slots:
-                response = pool.urlopen(
-                    "POST",
-                    self._target,
-                    body=data,
-                    headers=self._headers,
-                    retries=False,
-                    redirect=False,
-                    assert_same_host=False,
-                    preload_content=False,
-                    decode_content=True,
-                )
-                raw, whole = bytearray(), False
-                try:
-                    raw, whole = _read_bounded(response, limit(response.status))
-                finally:
-                    if not whole:  # unread bytes may be left on it: it cannot carry another request
-                        response.close()
-                    response.release_conn()
+            response = pool.urlopen(
+                "POST",
+                self._target,
+                body=data,
+                headers=self._headers,
+                retries=False,
+                redirect=False,
+                assert_same_host=False,
+                preload_content=False,
+                decode_content=True,
+            )
+            raw, whole = bytearray(), False
+            try:
+                raw, whole = _read_bounded(response, limit(response.status))
+            finally:
+                if not whole:  # unread bytes may be left on it: it cannot carry another request
+                    response.close()
+                response.release_conn()
         except (NewConnectionError, ConnectTimeoutError, ProxyError, SSLError) as exc:
             # Before the other timeouts: no connection means nothing reached the endpoint (a TLS
             # handshake refused is one too, as httpx counted it).

@@ -67,7 +67,9 @@ from ..providers.batch_api import (
     TERMINAL,
     BatchAnswerInvalid,
     BatchApi,
+    BatchFileCut,
     BatchFileUnreadable,
+    BatchRedirected,
     BatchUnreachable,
     FileLine,
     RemoteBatch,
@@ -89,7 +91,7 @@ from ..store.protocol import (
     Usage,
 )
 from ..words import count
-from .breaker import DEFAULT_FAILURES, pause_job, pause_reason, trips
+from .breaker import DEFAULT_FAILURES, pause_job, pause_reason, redirect_reason, trips
 from .pipeline import output_path, structured
 
 if TYPE_CHECKING:
@@ -113,6 +115,14 @@ _FULL = "job %s: the disk is full at %s; its batches' results are read again onc
 CANCEL_GRACE_POLLS = 20
 #: The final status recorded for a batch given up without the provider ending it.
 ABANDONED = "abandoned"
+#: A batch's output or error file is read to at most this many of the longest lines kept for
+#: each request it holds, and as many more: a valid file holds one line a request, and a line
+#: past the limit, skipped as it streams (an invalid answer of its item), may be far longer.
+FILE_LINES_A_REQUEST = 64
+#: The longest a redirected batch step waits before it is tried again, in polls (doubling).
+REDIRECT_BACKOFF_POLLS = 32
+#: What a batch create (or a file upload) answers on an endpoint without the batch API.
+NO_BATCH_API = frozenset({400, 404, 405})
 #: Item error types of what a batch did wrong (an attempt's event and, past --retries, the item's).
 INVALID_LINE, UNANSWERED, BATCH_UNUSABLE = "InvalidBatchLine", "BatchUnanswered", "BatchUnusable"
 
@@ -222,6 +232,7 @@ class BatchDriver:
         self._retry_at: dict[str, float] = {}  # a batch that failed a step waits a poll
         self._cancel_seen: dict[str, float] = {}  # when its cancel was first known sent
         self._reported: set[tuple[str, str]] = set()  # (job or batch, error type) recorded once
+        self._redirects: dict[str, int] = {}  # job -> redirects in a row
         self._lock = threading.Lock()  # one pass at a time in this process
 
     # One pass ---------------------------------------------------------------------------
@@ -368,19 +379,10 @@ class BatchDriver:
             self._close(job, batch, "the job stopped before its batch was submitted")
             return False
         if not batch.input_file:
-            path = self._write_file(job, batch)
-            if path is None:
-                self._close(job, batch, "no item of the batch could be sent")
-                return True
-            try:
-                file_id = api.upload(path)
-            finally:
-                path.unlink(missing_ok=True)
-            batch = self.store.update_batch(
-                job.job_id, batch.batch_id, self.worker_id, input_file=file_id
-            )
-            if batch is None:
-                return False  # the lease was lost: the worker that took it over submits it
+            uploaded = self._upload(job, batch, api)
+            if not isinstance(uploaded, BatchRecord):
+                return uploaded
+            batch = uploaded
         batch = self.store.lease_batch(
             job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s
         )
@@ -392,6 +394,10 @@ class BatchDriver:
                 window=self.window,
                 metadata={META_BATCH: batch.batch_id, META_JOB: job.job_id},
             )
+        except PermanentModelError as exc:
+            if self._no_batch_api(job, batch, api, exc):
+                return False
+            raise
         except BatchAnswerInvalid as exc:
             # The batch may exist all the same: look for it by its metadata. Not found, it is given
             # up at once (creating it again could pay for it twice): its items get an attempt each.
@@ -415,6 +421,27 @@ class BatchDriver:
                 [Event("batch_submitted", f"batch {created.id} submitted: {recorded.items} items")],
             )
         return True
+
+    def _upload(self, job: JobRecord, batch: BatchRecord, api: BatchApi) -> BatchRecord | bool:
+        """The batch's file written and uploaded, its id recorded: the batch as it is now; else
+        what _send_batch returns (True: closed, nothing to send; False: not sent)."""
+        path = self._write_file(job, batch)
+        if path is None:
+            self._close(job, batch, "no item of the batch could be sent")
+            return True
+        try:
+            file_id = api.upload(path)
+        except ModelError as exc:
+            if self._no_batch_api(job, batch, api, exc):
+                return False
+            raise
+        finally:
+            path.unlink(missing_ok=True)
+        # None: the lease was lost, and the worker that took it over submits it.
+        updated = self.store.update_batch(
+            job.job_id, batch.batch_id, self.worker_id, input_file=file_id
+        )
+        return False if updated is None else updated
 
     def _recorded(self, job_id: str) -> frozenset[str]:
         return _recorded(self.store, job_id)
@@ -507,6 +534,9 @@ class BatchDriver:
             done = step()
             self._unreachable.pop(job.job_id, None)
             return done
+        except BatchRedirected as exc:  # an answer that could not be read: asked again, no strike
+            self._count_redirect(job, batch, exc)
+            return failed
         except (
             BatchUnreachable,
             RateLimited,
@@ -570,6 +600,44 @@ class BatchDriver:
             self._pause_for_endpoint(
                 job, EndpointUnreachable(f"cannot connect to {endpoint}"), streak=streak
             )
+
+    def _count_redirect(self, job: JobRecord, batch: BatchRecord, exc: BatchRedirected) -> None:
+        """A redirect: the same step is tried again after a wait that doubles each time; at the
+        breaker's count in a row the job pauses naming what the provider does. The batch stays
+        open (its items are not put in another batch while the provider may still answer it)."""
+        streak = self._redirects[job.job_id] = self._redirects.get(job.job_id, 0) + 1
+        wait = self.poll_for(job) * min(2 ** (streak - 1), REDIRECT_BACKOFF_POLLS)
+        self._retry_at[batch.batch_id] = self.store.now() + wait
+        log.warning(
+            "job %s: batch %s: %s (%d in a row); asked again in %.0f s",
+            job.job_id,
+            batch.provider_id or batch.batch_id,
+            exc,
+            streak,
+            wait,
+        )
+        if streak >= self.breaker_failures:
+            self._redirects.pop(job.job_id, None)
+            where = f"the Batch API of {self.api_for(job).endpoint}"
+            pause_job(self.store, job.job_id, redirect_reason(where, exc.http_status, streak))
+
+    def _no_batch_api(self, job: JobRecord, batch: BatchRecord, api: BatchApi, exc: Exception):
+        """Whether exc, the answer to a batch create or a file upload, says the endpoint has no
+        batch API; then the batch is closed (its items back to pending, nothing charged) and the
+        job pauses at once saying so and what to do: an answer that will not change is not
+        asked again."""
+        if not isinstance(exc, PermanentModelError) or exc.http_status not in NO_BATCH_API:
+            return False
+        api.discard(batch.input_file)
+        self._close(job, batch, f"the endpoint has no {api.KIND}")
+        pause_job(
+            self.store,
+            job.job_id,
+            f"the endpoint {api.endpoint} has no {api.KIND} (it answered a batch create with "
+            f"HTTP {exc.http_status}); nothing was failed or charged. Create the job without "
+            "--batch to run it with live requests, or resume it once the endpoint has them",
+        )
+        return True
 
     def _pause_for_endpoint(self, job: JobRecord, exc: ModelError, *, streak: int = 0) -> None:
         reason = pause_reason(
@@ -733,6 +801,7 @@ class BatchDriver:
     ) -> BatchRecord | None:
         """What the provider says of the batch (status, counts, its files: checked), recorded on
         it."""
+        self._redirects.pop(job.job_id, None)  # it answered: redirects are no longer in a row
         return self.store.update_batch(
             job.job_id,
             batch.batch_id,
@@ -751,21 +820,9 @@ class BatchDriver:
         holds: after a batch that completed or failed, a failed attempt each (it was not
         answered); after one that expired (or was cancelled, not by us), the same when the
         batch answered nothing at all, else back to pending as they are."""
-        seen, tally = 0, _Tally()
-        for file_id in (batch.output_file, batch.error_file):
-            if not file_id:
-                continue
-            for line in api.lines(file_id, max_line_bytes=self.max_line_bytes):
-                self._line(job, batch, api, line, tally)
-                seen += 1
-                if (
-                    seen % RENEW_EVERY_LINES == 0
-                    and self.store.lease_batch(
-                        job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s
-                    )
-                    is None
-                ):
-                    return  # another worker took the batch over; it ingests again, idempotently
+        tally = _Tally()
+        if not self._read_files(job, batch, api, tally):
+            return  # another worker took the batch over; it ingests again, idempotently
         if tally.foreign or tally.unbound:
             log.warning(
                 "job %s: batch %s: %d lines for requests not sent in it and %d unreadable lines "
@@ -821,6 +878,7 @@ class BatchDriver:
         ):
             return
         self._forget(batch.batch_id)
+        self._redirects.pop(job.job_id, None)
         self.store.add_events(
             job.job_id,
             [
@@ -840,6 +898,36 @@ class BatchDriver:
         )
         if back and batch.run_rest_live:
             self.trigger(job.job_id, back)
+
+    def _read_files(self, job: JobRecord, batch: BatchRecord, api: BatchApi, tally: _Tally) -> bool:
+        """Every line of the batch's output and error files, ingested; False when the batch's
+        lease was lost on the way. A file that does not end within its bounds (BatchFileCut)
+        has what came ingested; while the batch still holds items the cut is raised (a strike),
+        so the same batch is read again at the next poll, never put in another."""
+        seen = 0
+        cut: BatchFileCut | None = None
+        max_bytes = (batch.items + 1) * FILE_LINES_A_REQUEST * self.max_line_bytes
+        for file_id in (batch.output_file, batch.error_file):
+            if not file_id:
+                continue
+            lines = api.lines(file_id, max_line_bytes=self.max_line_bytes, max_bytes=max_bytes)
+            try:
+                for line in lines:
+                    self._line(job, batch, api, line, tally)
+                    seen += 1
+                    if seen % RENEW_EVERY_LINES == 0 and not self._renew(job, batch):
+                        return False
+            except BatchFileCut as exc:
+                cut = exc  # what came is ingested; the other file is read too
+        if cut is not None and next(self.store.iter_batch_items(job.job_id, batch.batch_id), None):
+            raise cut
+        return True
+
+    def _renew(self, job: JobRecord, batch: BatchRecord) -> bool:
+        leased = self.store.lease_batch(
+            job.job_id, batch.batch_id, self.worker_id, lease_s=self.lease_s
+        )
+        return leased is not None
 
     def _line(
         self, job: JobRecord, batch: BatchRecord, api: BatchApi, read: FileLine, tally: _Tally

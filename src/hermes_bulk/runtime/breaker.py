@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import EndpointUnreachable, HermesBulkError, ModelError
+from ..errors import EndpointRedirects, EndpointUnreachable, HermesBulkError, ModelError
 from ..store.protocol import PAUSED, RUNNING, Event, JobStore
 
 DEFAULT_FAILURES = 5
@@ -144,6 +144,8 @@ def pause_reason(
         "or create the job again with the right HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY or "
         "--model"
     )
+    if isinstance(exc, EndpointRedirects):
+        return redirect_reason(where, exc.http_status, streak)
     if isinstance(exc, EndpointUnreachable):
         return (
             f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, "
@@ -158,6 +160,17 @@ def pause_reason(
     return (
         f"{where} does not know {named} (HTTP {exc.http_status}); {then} once it does; {again} "
         "(a job keeps the endpoint and model it was created with)"
+    )
+
+
+def redirect_reason(where: str, status: int | None, streak: int) -> str:
+    """Why a job paused after its endpoint answered with redirects, and what to do."""
+    return (
+        f"{where} answered {streak} requests in a row with a redirect (HTTP {status}) to another "
+        "address, which hermes-bulk never follows (the API key would go with it); nothing was "
+        "charged for it. Check the endpoint (hermes-bulk doctor) and resume the job once it "
+        "answers without a redirect; or create the job again with HERMES_BULK_BASE_URL set to "
+        "the address the provider names (a job keeps the endpoint it was created with)"
     )
 
 

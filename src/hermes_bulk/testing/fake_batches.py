@@ -87,6 +87,52 @@ class BatchFaults:
     ignore_cancel: bool = False
     foreign_lines: bool = False
     huge_line_bytes: int = 1024 * 1024
+    #: {kind of call: a 3xx status} answered (with a Location elsewhere) to that kind of call:
+    #: upload, create, get, list, cancel, content (an output file, a batch's results)
+    redirects: dict[str, int] = field(default_factory=dict)
+    #: A status (400, 404, 405) answered to every upload and batch create: no batch API here
+    no_batch_api: int | None = None
+    #: An output file or results that never end: "blank" (the lines, then newlines for ever),
+    #: "bytes" (the lines, then bytes without a newline for ever)
+    endless: str | None = None
+
+
+#: The kinds of call `redirects` names.
+CALL_KINDS = ("upload", "create", "get", "list", "cancel", "content")
+
+
+@dataclass(frozen=True)
+class Redirect:
+    """An answer that sends the client elsewhere (its Location)."""
+
+    location: str
+
+
+@dataclass(frozen=True)
+class Endless:
+    """A file's content, then `kind` (Endless.FILL) for ever."""
+
+    path: Path
+    kind: str
+
+    FILL = {"blank": b"\n" * 65536, "bytes": b"x" * 65536}
+
+
+def call_kind(method: str, parts: list[str]) -> str | None:
+    """Which kind of Batch API call a request is (CALL_KINDS), on either protocol."""
+    if parts[:2] == ["messages", "batches"]:
+        parts = ["batches", *parts[2:]]
+        if parts[2:] == ["results"]:
+            return "content" if method == "GET" else None
+    if method == "POST":
+        return {("files",): "upload", ("batches",): "create"}.get(tuple(parts)) or (
+            "cancel" if parts[-1:] == ["cancel"] else None
+        )
+    if parts == ["batches"]:
+        return "list"
+    if len(parts) == 2 and parts[0] == "batches":
+        return "get"
+    return "content" if parts[:1] == ["files"] and parts[2:] == ["content"] else None
 
 
 def _dressed(batch: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +164,7 @@ class FakeBatches:
         self.faults = BatchFaults()
         self.file_gets: list[str] = []  # every file whose content was asked for, in order
         self.cancels: list[str] = []  # every batch a cancel was asked for, in order
+        self.calls: list[str] = []  # the kind of every Batch API call (CALL_KINDS), in order
 
     def configure(self, **changes: Any) -> None:
         """Set hostile modes (BatchFaults' fields)."""
@@ -159,6 +206,22 @@ class FakeBatches:
         parts = [p for p in path.split("/") if p]
         if parts and parts[0] == "v1":
             parts = parts[1:]
+        kind = call_kind(method, parts)
+        with self.lock:
+            self.calls.append(kind or "other")
+        if kind in self.faults.redirects:
+            return self.faults.redirects[kind], Redirect("http://127.0.0.2:9/elsewhere" + path)
+        if kind in ("upload", "create") and self.faults.no_batch_api:
+            status = self.faults.no_batch_api
+            return status, self.provider.anthropic_error(status, "Not Found: " + path)
+        status, answer = self._route(method, parts, target, body, headers)
+        if kind == "content" and self.faults.endless and isinstance(answer, Path):
+            return status, Endless(answer, self.faults.endless)
+        return status, answer
+
+    def _route(
+        self, method: str, parts: list[str], target: str, body: bytes, headers: dict[str, str]
+    ):
         if parts[:2] == ["messages", "batches"]:
             return self._message_batches(method, parts[2:], target, body)
         if method == "POST" and parts == ["files"]:

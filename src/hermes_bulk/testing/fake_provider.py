@@ -14,11 +14,12 @@ Faults, set at start or live through `configure()` / `POST /_control`:
                    request, anthropic-ratelimit-requests-* (an RFC 3339 time) to a Messages one;
                    the limit per minute, what is left in the bucket, when it is full again
   fail_rate        probability of a transient failure, drawn from fail_kinds
-  fail_kinds       any of 500 502 503 408 409 425 timeout reset empty
+  fail_kinds       any of 500 502 503 408 409 425 timeout reset empty drip, or a 3xx status
   script           the next responses, in order: "ok", "429:3" (Retry-After 3), "429" (none),
                    "500", "400", "401", "timeout", "reset", "empty"
   item_faults      {substring of an item: fault}, e.g. {"PERMANENT-400": "400"}
-  hang_s           how long a "timeout" fault stays silent
+  hang_s           how long a "timeout" fault stays silent (and a "drip" fault drips)
+  drip_s           the "drip" fault: the headers, then a byte of the body every drip_s seconds
   echo_credentials error bodies quote the request's Authorization header and target (its query),
                    as careless providers do: what a leak test needs
   error_echo       a string every error body quotes (e.g. a key of some shape)
@@ -64,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .fake_batches import FakeBatches
+from .fake_batches import Endless, FakeBatches, Redirect
 
 _ITEM = re.compile(r"----- BEGIN ITEM (\w+) -----\n(.*)\n----- END ITEM \1 -----", re.S)
 
@@ -182,6 +183,7 @@ class FakeConfig:
     script: list[str] = field(default_factory=list)
     item_faults: dict[str, str] = field(default_factory=dict)
     hang_s: float = 30.0
+    drip_s: float = 0.1  # the "drip" fault: a byte of the answer every drip_s seconds
     echo_credentials: bool = False
     error_echo: str = ""
     seed: int = 1234
@@ -478,11 +480,7 @@ class FakeProvider:
             )
             if delay:
                 await asyncio.sleep(delay)
-            if isinstance(obj, bytes):
-                return self._send_bytes(writer, status, obj)
-            if isinstance(obj, Path):
-                return await self._send_file(writer, status, obj)
-            return self._send(writer, status, obj)
+            return await self._send_batch_answer(writer, status, obj)
         return self._send(writer, 404, {"error": {"message": "not found"}})
 
     def _refused(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict] | None:
@@ -583,6 +581,8 @@ class FakeProvider:
             await asyncio.sleep(self.config.hang_s)
             _reset(writer)
             return False
+        if fault == "drip":
+            return await self._drip(writer)
         if fault.startswith("429"):
             record.status = 429
             return self._send_429(writer, fault, echo, anthropic=messages_req is not None)
@@ -969,6 +969,43 @@ class FakeProvider:
                 writer.write(chunk)
                 await writer.drain()
         return True
+
+    async def _drip(self, writer: asyncio.StreamWriter) -> bool:
+        """An answer that never ends: its headers, then a byte of its body every drip_s seconds
+        for as long as the client reads (or hang_s passes)."""
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b"Content-Length: 1000000\r\n\r\n{")
+        ends = time.monotonic() + self.config.hang_s
+        while not self._stopping and time.monotonic() < ends:
+            await asyncio.sleep(self.config.drip_s)
+            writer.write(b" ")
+            await writer.drain()
+        return False
+
+    async def _send_batch_answer(self, writer: asyncio.StreamWriter, status: int, obj: Any) -> bool:
+        if isinstance(obj, Redirect):
+            return self._send(writer, status, {}, [("Location", obj.location)])
+        if isinstance(obj, Endless):
+            return await self._send_endless(writer, obj)
+        if isinstance(obj, bytes):
+            return self._send_bytes(writer, status, obj)
+        if isinstance(obj, Path):
+            return await self._send_file(writer, status, obj)
+        return self._send(writer, status, obj)
+
+    async def _send_endless(self, writer: asyncio.StreamWriter, endless: Endless) -> bool:
+        """A file's content, then its fill for as long as the client reads (64 KiB every 5 ms:
+        what a loopback client reads past any bound in moments, on a machine others share)."""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/jsonl\r\nConnection: close\r\n\r\n"
+        )
+        writer.write(endless.path.read_bytes())
+        fill = Endless.FILL[endless.kind]
+        while not self._stopping:
+            writer.write(fill)
+            await writer.drain()
+            await asyncio.sleep(0.005)
+        return False
 
     # Running -------------------------------------------------------------------------------
     async def _serve(self) -> None:
