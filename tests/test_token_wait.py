@@ -18,9 +18,11 @@ def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_it
     src = tmp_path / "rows.jsonl"
     src.write_text('{"n": 1}\n{"n": 2}\n{"n": 3}\n')
     jobs = Jobs(settings)
-    job = jobs.create("Do", str(src), concurrency=3, max_tokens=1300).job
-    per_item = job.estimated_tokens / 3
-    assert 2 * per_item <= 1300 < 3 * per_item, "two reservations fit, a third does not"
+    plan = jobs.create("Do", str(src), max_output_tokens=100, dry_run=True)
+    per_item = plan.worst_tokens / 3  # what each claim reserves: its worst case
+    limit = int(2.5 * per_item)
+    job = jobs.create("Do", str(src), concurrency=3, max_tokens=limit, max_output_tokens=100).job
+    assert 2 * per_item <= limit < 3 * per_item, "two reservations fit, a third does not"
     jobs.run(job.job_id)
     store = jobs.backend.store
     elsewhere = [
@@ -33,7 +35,7 @@ def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_it
         assert runtime.handle_trigger(job.job_id, 2) == TOKENS_IN_FLIGHT_RETRY_S
         assert store.get_job(job.job_id).state == RUNNING and fake_provider.requests == []
 
-        for c in elsewhere:  # they settle for far less than their estimates
+        for c in elsewhere:  # they settle for far less than their worst cases
             assert store.complete_item(job.job_id, c.index, "elsewhere", "r", Usage(10, 10))
         assert runtime.handle_trigger(job.job_id, 2) is None  # ran item 3, then nothing was left
     finally:
