@@ -3,6 +3,8 @@ job started from /bulk ended (once); and the words of /bulk count right."""
 
 from __future__ import annotations
 
+import re
+
 from ..helpers import wait_for
 from .conftest import job_id_of
 
@@ -61,11 +63,15 @@ def test_a_job_paused_at_its_token_limit_is_news_a_job_the_user_paused_is_not(
     for i in range(3):
         (src / f"{i}.txt").write_text(f"item {i} " * 50)
     gw = gateway()
-    limited = job_id_of(gw.bulk(f'"Summarize" --over {src} --max-tokens 100'))
+    # A limit that fits one item's worst case and a little more: the first item runs, and what
+    # it is charged leaves no room for the next one's worst case.
+    plan = " ".join(gw.bulk(f'"Summarize" --over {src} --dry-run').split())
+    per_item = int(re.search(r"At most ([\d,]+) tokens", plan).group(1).replace(",", "")) // 3
+    limited = job_id_of(gw.bulk(f'"Summarize" --over {src} --max-tokens {per_item + 10}'))
     gw.bulk(f"run {limited}")
     replies = _replies_until(
         gw,
-        f"Job {limited} paused at its token limit (0/3 items completed, 0 failed).\n"
+        f"Job {limited} paused at its token limit (1/3 items completed, 0 failed).\n"
         f"Continue with: /bulk resume {limited} --max-tokens <n>",
     )
     assert replies
