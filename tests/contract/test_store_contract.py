@@ -290,6 +290,17 @@ def test_claim_refuses_with_a_reason(store):
     assert claim(store, small).reason == "no_pending"
 
 
+def test_the_smaller_of_the_jobs_concurrency_and_the_workers_cap_caps_claims(store):
+    job_id = make_job(store, 5, concurrency=3)
+    assert isinstance(claim(store, job_id, max_running=1), Claim)
+    assert claim(store, job_id, max_running=1).reason == "at_capacity", (
+        "the worker's cap, below the job's concurrency, at equality"
+    )
+    assert isinstance(claim(store, job_id, max_running=2), Claim)
+    assert isinstance(claim(store, job_id, max_running=4), Claim), "one under the job's own"
+    assert claim(store, job_id, max_running=4).reason == "at_capacity"
+
+
 def test_a_claim_records_counts_and_the_reservation(store):
     job_id = make_job(store, 4, estimate=25)
     claim(store, job_id)
