@@ -4,8 +4,13 @@ each. Every status of a class is here with its neighbours, so taking one out of 
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
+from hermes_bulk.config.provider import ANTHROPIC, OPENAI
 from hermes_bulk.errors import (
     EndpointUnreachable,
     PermanentModelError,
@@ -122,13 +127,71 @@ def test_an_answer_resets_the_count_so_failures_after_it_start_again():
         (503, doctor.WARN, doctor.WARN),
     ],
 )
-def test_doctor_reads_each_status_of_the_probe(fake_provider, status, key, model):
+@pytest.mark.parametrize("protocol", [OPENAI, ANTHROPIC])
+def test_doctor_reads_each_status_of_the_probe(fake_provider, status, key, model, protocol):
     # GET /models lists fake-model only: a model it does not list is probed with 1 token.
     fake_provider.configure(script=[str(status)])
-    report = doctor.check_endpoint(fake_provider.base_url, "sk-x", "unlisted-model", timeout_s=5)
+    report = doctor.check_endpoint(
+        fake_provider.base_url, "sk-x", "unlisted-model", timeout_s=5, protocol=protocol
+    )
     marks = {c.name: c.mark for c in report.checks}
     assert marks["endpoint"] == doctor.OK and marks["key"] == key
     assert marks["model"] == model
     assert report.usable is (key != doctor.FAIL and model != doctor.FAIL)
     if key == doctor.FAIL:
         assert f"refused (HTTP {status})" in report.text()
+    assert [r.protocol for r in fake_provider.requests] == [protocol], "probed in its protocol"
+
+
+class _Answers(BaseHTTPRequestHandler):
+    """GET .../models answers `listing`; any POST (the probe) answers `probe`."""
+
+    listing, probe = 200, 200
+
+    def _answer(self, status: int) -> None:
+        body = json.dumps({"data": [{"id": "fake-model"}]} if status == 200 else {}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server interface
+        self._answer(self.listing)
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._answer(self.probe)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def answers():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Answers", (_Answers,), {}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("listing", "key", "model", "probed"),
+    [
+        (401, doctor.FAIL, doctor.SKIP, False),
+        (403, doctor.FAIL, doctor.SKIP, False),  # refused at the listing: no request is paid for
+        (404, doctor.OK, doctor.OK, True),  # no listing here: the probe answers for the model
+        (400, doctor.OK, doctor.OK, True),
+        (500, doctor.OK, doctor.OK, True),
+    ],
+)
+def test_doctor_reads_each_status_of_the_model_listing(answers, listing, key, model, probed):
+    answers.RequestHandlerClass.listing = listing
+    url = f"http://127.0.0.1:{answers.server_address[1]}/v1"
+    report = doctor.check_endpoint(url, "sk-x", "fake-model", timeout_s=5)
+    marks = {c.name: c.mark for c in report.checks}
+    assert (marks["key"], marks["model"]) == (key, model)
+    assert ("1-token request" in report.text()) is probed
+    if key == doctor.FAIL:
+        assert f"refused (HTTP {listing})" in report.text()
