@@ -91,6 +91,27 @@ def test_connection_failures_trip_at_the_count_not_one_before():
     assert streaks == [(1, False), (2, False), (3, True)]
 
 
+def test_by_default_the_fifth_failure_a_second_apart_trips_and_later_ones_still_do():
+    now = [0.0]
+    breaker = EndpointBreaker(clock=lambda: now[0])
+    verdicts = []
+    for second in (0.0, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5):  # 0.5 s after the first: the same moment
+        now[0] = second
+        verdicts.append(breaker.unreachable(breaker.attempt("k")))
+    assert [(v.streak, v.tripped) for v in verdicts] == [
+        (1, False), (1, False), (2, False), (3, False), (4, False), (5, True), (6, True)
+    ]  # fmt: skip
+    assert EndpointBreaker(failures=2).failures == 2
+
+
+def test_a_request_that_started_before_an_answer_knows_the_endpoint_answered_since():
+    breaker = EndpointBreaker(5, clock=lambda: 0.0)
+    before = breaker.attempt("k")
+    breaker.answered("k")
+    assert breaker.unreachable(before).answered_since
+    assert not breaker.unreachable(breaker.attempt("k")).answered_since, "none since this one"
+
+
 def test_failures_exactly_spacing_apart_count_and_just_under_do_not():
     now = [10.0]
     breaker = EndpointBreaker(5, spacing_s=1.0, clock=lambda: now[0])
