@@ -102,3 +102,17 @@ def test_a_keyed_job_is_taken_and_others_are_left_alone(tmp_path):
     notices.unwatch(profile, "job2")
     notices.unwatch(profile, "job2")
     assert notices.watched(profile) == {}
+
+
+def test_reading_the_book_writes_nothing_and_a_change_writes_it_sorted(tmp_path):
+    profile = str(tmp_path / "home")
+    notices.watch(profile, "job1")
+    book = tmp_path / "home" / "plugin-data" / "bulk" / "notices.json"
+    book.write_text('{ "job1" : "" }')  # as a hand would write it
+    before = book.stat().st_mtime_ns
+    assert notices.watched(profile) == {"job1": ""}
+    assert notices.take(profile, "job9") is False
+    notices.unwatch(profile, "job9")
+    assert book.read_text() == '{ "job1" : "" }' and book.stat().st_mtime_ns == before
+    notices.watch(profile, "job0", "k")
+    assert book.read_text() == '{"job0": "k", "job1": ""}'
