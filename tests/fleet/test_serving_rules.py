@@ -120,3 +120,16 @@ def test_a_worker_of_one_job_serves_that_job_alone():
         made_for(), spec=dataclasses.replace(made_for().spec, job_id="job2")
     )
     assert not can_serve(only, other)
+
+
+def test_an_openai_route_is_the_one_recorded_before_there_were_two_protocols():
+    # Triggers queued by older workers, and jobs routed by them, are found under these names.
+    assert endpoints.identity(URL, "abc") == "http@78891553cc0829b1"
+    assert endpoints.identity(URL, "abc", OPENAI) == "http@78891553cc0829b1"
+    assert endpoints.identity(URL, "abc", ANTHROPIC) == "http@9e495f865784d393"
+
+
+def test_a_url_that_cannot_be_read_has_no_old_route():
+    # Whether it carries a credential cannot be told: the old fingerprint cannot have said all.
+    assert endpoints.legacy_route(Endpoint(OPENAI, "http://[models.example/v1", KEY)) is None
+    assert endpoints.legacy_route(Endpoint(OPENAI, URL, KEY)) is not None
