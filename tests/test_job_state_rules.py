@@ -108,3 +108,25 @@ def test_why_a_job_awaits_recovery():
     assert interruption(job(state="awaiting_recovery", completed=4, pending=0)) is None
     assert interruption(job(state="paused", run_at=1.0, last_claim_at=2.0)) is None
     assert interruption(job(run_at=2.0, last_claim_at=1.0)) is None
+
+
+def test_states_read_from_a_store_are_compared_by_value():
+    # Strings a store returns are not the module's constants: the same text, another object.
+    def read(text: str) -> str:
+        return "".join(list(text))
+
+    stopped = job(
+        state=read("awaiting_recovery"), interrupted=read(INTERRUPTED_WORKER_STOP), run_at=1.0
+    )
+    assert interruption(stopped) == INTERRUPTED_WORKER_STOP
+    claimed = job(state=read("running"), run_at=1.0, last_claim_at=2.0)
+    assert interruption(claimed) == INTERRUPTED_ORPHANED
+    assert stopped_gracefully(
+        job(interrupted=read(INTERRUPTED_WORKER_STOP), interrupted_at=3.0, last_claim_at=2.0)
+    )
+
+
+def test_no_time_recorded_counts_as_the_start_of_the_clock():
+    never_claimed = job(interrupted=INTERRUPTED_WORKER_STOP, interrupted_at=0.0)
+    assert stopped_gracefully(never_claimed), "a stop with no claim at all is graceful"
+    assert interruption(job(run_at=None, last_claim_at=0.5)) == INTERRUPTED_ORPHANED

@@ -45,3 +45,7 @@ def test_a_worker_answers_until_three_of_the_longest_beats_pass_and_not_a_ms_aft
 def test_a_longer_beat_than_the_ceiling_waits_three_of_it():
     assert answering(beat_at(1000.0), 1030.0, heartbeat_s=10.0)
     assert not answering(beat_at(1000.0), 1030.001, heartbeat_s=10.0)
+
+
+def test_a_beat_long_ago_is_silent_however_the_times_divide():
+    assert not answering(beat_at(100.0), 1000.0, heartbeat_s=MAX_HEARTBEAT_S)
