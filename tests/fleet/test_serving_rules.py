@@ -133,3 +133,16 @@ def test_a_url_that_cannot_be_read_has_no_old_route():
     # Whether it carries a credential cannot be told: the old fingerprint cannot have said all.
     assert endpoints.legacy_route(Endpoint(OPENAI, "http://[models.example/v1", KEY)) is None
     assert endpoints.legacy_route(Endpoint(OPENAI, URL, KEY)) is not None
+
+
+def test_names_read_from_a_store_route_as_the_constants_do():
+    # Strings a store returns are not the module's constants: the same text, another object.
+    def read(text: str) -> str:
+        return "".join(list(text))
+
+    kinds, own, old = WORKERS["same"]
+    record = made_for()
+    stored = dataclasses.replace(record.spec, client=read("http"), protocol=read(OPENAI))
+    assert endpoints.route(stored) == endpoints.route(record.spec) == own
+    assert endpoints.served_route(stored, own, old) == own
+    assert endpoints.worker_routes([read("http")], own, old) == [own, "http", old]
