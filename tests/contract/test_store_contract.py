@@ -290,6 +290,17 @@ def test_claim_refuses_with_a_reason(store):
     assert claim(store, small).reason == "no_pending"
 
 
+def test_the_smaller_of_the_jobs_concurrency_and_the_workers_cap_caps_claims(store):
+    job_id = make_job(store, 5, concurrency=3)
+    assert isinstance(claim(store, job_id, max_running=1), Claim)
+    assert claim(store, job_id, max_running=1).reason == "at_capacity", (
+        "the worker's cap, below the job's concurrency, at equality"
+    )
+    assert isinstance(claim(store, job_id, max_running=2), Claim)
+    assert isinstance(claim(store, job_id, max_running=4), Claim), "one under the job's own"
+    assert claim(store, job_id, max_running=4).reason == "at_capacity"
+
+
 def test_a_claim_records_counts_and_the_reservation(store):
     job_id = make_job(store, 4, estimate=25)
     claim(store, job_id)
@@ -549,15 +560,19 @@ def test_a_failed_attempt_is_counted_and_settled_in_one_step(store):
 # Leases ----------------------------------------------------------------------------------------
 
 
-def test_expired_leases_return_to_pending_and_renewed_ones_stay(store):
+def test_expired_leases_return_to_pending_and_renewed_ones_stay(clocked):
+    store = clocked.store
     job_id = make_job(store, 2)
-    a = claim(store, job_id, worker="alive", lease_s=0.3)
-    b = claim(store, job_id, worker="dead", lease_s=0.3)
-    time.sleep(0.15)
+    # Times in eighths of a second: exact in SQLite's float seconds, so "at the end" is exact.
+    a = claim(store, job_id, worker="alive", lease_s=0.25)
+    b = claim(store, job_id, worker="dead", lease_s=0.25)
+    clocked.clock.advance(0.125)
     assert store.renew_leases("alive", [(job_id, a.index), (job_id, b.index)], lease_s=5) == 1, (
         "only the worker's own items are renewed"
     )
-    time.sleep(0.3)
+    clocked.clock.advance(0.125)
+    assert store.release_expired_leases() == {}, "a lease runs to its end, inclusive"
+    clocked.clock.advance(0.001)
     assert store.release_expired_leases() == {job_id: 1}
     assert store.complete_item(job_id, a.index, "alive", "ok", Usage()) is True
     assert store.complete_item(job_id, b.index, "dead", "late", Usage()) is False

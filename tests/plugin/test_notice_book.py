@@ -75,3 +75,44 @@ def test_the_book_is_never_written_through_a_link_and_its_folders_are_owner_only
     notices.watch(str(profile), "job4")
     assert notices.watched(str(profile)) == {"job3": "", "job4": ""}
     assert stat.S_IMODE(book.stat().st_mode) == 0o600
+
+
+def test_the_same_job_watched_again_from_another_session_is_told_once_there(tmp_path):
+    profile = str(tmp_path / "home")
+    notices.watch(profile, "job1", "agent:main:telegram:dm:1")
+    notices.watch(profile, "job1", "agent:main:tui:2")  # /bulk run job1 again, elsewhere
+    assert notices.watched(profile) == {"job1": "agent:main:tui:2"}, "one entry, the latest"
+    notices.watch(profile, "job1", "")  # and from a session that cannot be posted into
+    assert notices.watched(profile) == {"job1": ""}
+    assert notices.take(profile, "job1") is True
+    assert notices.take(profile, "job1") is False, "told once, however often it was watched"
+    notices.watch(profile, "job1", "agent:main:tui:2")  # run again after its end was told
+    assert notices.take(profile, "job1") is True, "a new run's end is news again"
+
+
+def test_a_keyed_job_is_taken_and_others_are_left_alone(tmp_path):
+    profile = str(tmp_path / "home")
+    assert notices.take(profile, "job1") is False and notices.watched(profile) == {}
+    notices.unwatch(profile, "job1")  # nothing to unwatch: no book is made
+    assert not (tmp_path / "home").exists()
+    notices.watch(profile, "job1", "agent:main:tui:1")
+    notices.watch(profile, "job2", "")
+    assert notices.take(profile, "job3") is False
+    assert notices.take(profile, "job1") is True
+    notices.unwatch(profile, "job2")
+    notices.unwatch(profile, "job2")
+    assert notices.watched(profile) == {}
+
+
+def test_reading_the_book_writes_nothing_and_a_change_writes_it_sorted(tmp_path):
+    profile = str(tmp_path / "home")
+    notices.watch(profile, "job1")
+    book = tmp_path / "home" / "plugin-data" / "bulk" / "notices.json"
+    book.write_text('{ "job1" : "" }')  # as a hand would write it
+    before = book.stat().st_mtime_ns
+    assert notices.watched(profile) == {"job1": ""}
+    assert notices.take(profile, "job9") is False
+    notices.unwatch(profile, "job9")
+    assert book.read_text() == '{ "job1" : "" }' and book.stat().st_mtime_ns == before
+    notices.watch(profile, "job0", "k")
+    assert book.read_text() == '{"job0": "k", "job1": ""}'

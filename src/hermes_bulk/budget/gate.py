@@ -26,7 +26,7 @@ from pathlib import Path
 from ..store.protocol import JobRecord
 from .ledger import CallRecord
 from .policy import BULK
-from .service import Budget
+from .service import Budget, Outcome
 from .settings import LEDGER_ENV, LEDGER_FILE, SETTINGS_FILE, budget_dir
 from .windows import ZonedInstant
 
@@ -46,6 +46,14 @@ def take_precharged() -> bool:
     pending = getattr(_precharged, "pending", False)
     _precharged.pending = False
     return pending
+
+
+def hold_s(outcome: Outcome, now: float) -> float:
+    """How long a bulk request waits: 0 when it may go; held, until its window reopens, and at
+    least MIN_HOLD_S. A hold with no window (none was read) lets it go: the budget failed open."""
+    if not outcome.held or outcome.window is None:
+        return 0.0
+    return max(MIN_HOLD_S, outcome.window.end_s - now)
 
 
 def _never() -> bool:
@@ -122,8 +130,9 @@ class BudgetGate:
                 api_mode="chat_completions",
             )
         )
-        if outcome.held and outcome.window is not None:
-            return max(MIN_HOLD_S, outcome.window.end_s - budget.clock())
+        wait = hold_s(outcome, budget.clock())
+        if wait:
+            return wait
         if spec.client == "hermes":
             mark_precharged()
         return 0.0

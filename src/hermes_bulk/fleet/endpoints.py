@@ -24,6 +24,7 @@ one from there keeps its chain on its own endpoint's queue).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 from urllib.parse import urlsplit
 
 from .. import credentials
@@ -99,3 +100,29 @@ def route(spec: JobSpec, legacy_http: str | None = None) -> str:
     if spec.endpoint is None:
         return legacy_http or HTTP
     return spec_identity(spec)
+
+
+def worker_routes(kinds: Collection[str], own: str, old: str | None) -> list[str]:
+    """The routes (queues) a worker consumes: per kind of job it has a model client for; for
+    HTTP, its own endpoint's (own), the kind's (jobs that recorded no endpoint) and the route its
+    jobs recorded before every credential bound them (old, legacy_route, when it differs)."""
+    routes: list[str] = []
+    for kind in kinds:
+        if kind != HTTP:
+            routes.append(kind)
+            continue
+        routes += [own, HTTP]
+        routes += [old] if old else []
+    return routes
+
+
+def served_route(spec: JobSpec, own: str, old: str | None) -> str:
+    """The route a job's triggers take to the worker of own and old: a job of its legacy route
+    goes on on its own, as does one that recorded no endpoint."""
+    found = route(spec, own)
+    return own if found == old else found
+
+
+def serves(spec: JobSpec, kinds: Collection[str], own: str, old: str | None) -> bool:
+    """Whether the worker of these kinds and routes takes the job's items."""
+    return spec.client in kinds and served_route(spec, own, old) in worker_routes(kinds, own, old)

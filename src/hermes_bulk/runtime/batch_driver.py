@@ -91,7 +91,13 @@ from ..store.protocol import (
     Usage,
 )
 from ..words import count
-from .breaker import DEFAULT_FAILURES, pause_job, pause_reason, redirect_reason, trips
+from .breaker import (
+    DEFAULT_FAILURES,
+    pause_job,
+    pause_reason,
+    redirect_reason,
+    refuses_key,
+)
 from .pipeline import output_path, structured
 
 if TYPE_CHECKING:
@@ -554,7 +560,7 @@ class BatchDriver:
         except ModelError as exc:
             # The key refused: no batch can succeed. (A 404 here names one batch or file, not the
             # model or the endpoint: it counts a strike against that batch.)
-            if trips(exc) and exc.http_status in (401, 403):
+            if refuses_key(exc):
                 self._pause_for_endpoint(job, exc)
                 return failed
             what = _what(exc)

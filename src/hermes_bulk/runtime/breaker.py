@@ -34,6 +34,9 @@ DEFAULT_FAILURES = 5
 SPACING_S = 1.0
 #: HTTP statuses that say no item of the job can succeed at this endpoint with this key and model.
 TRIPPING_STATUS = frozenset({401, 403, 404})
+#: Of those, the statuses of a refused key: the only ones that pause a batch job (a 404 there
+#: names one batch or file, not the model or the endpoint).
+REFUSED_STATUS = frozenset({401, 403})
 
 
 class EndpointBroken(HermesBulkError):
@@ -123,6 +126,11 @@ def trips(exc: ModelError) -> bool:
     return not isinstance(exc, EndpointUnreachable) and exc.http_status in TRIPPING_STATUS
 
 
+def refuses_key(exc: ModelError) -> bool:
+    """An HTTP answer that says the key is refused: it trips the batch path too."""
+    return trips(exc) and exc.http_status in REFUSED_STATUS
+
+
 def pause_reason(
     exc: ModelError,
     *,
@@ -151,7 +159,7 @@ def pause_reason(
             f"{exc}: {streak} connection attempts in a row failed; start the endpoint there, "
             f"{then}; {again} (a job keeps the endpoint it was created with)"
         )
-    if exc.http_status in (401, 403):
+    if exc.http_status in REFUSED_STATUS:
         return (
             f"{where} refused the API key this job was created with (HTTP {exc.http_status}); "
             f"restore that key's access, {then}; {again} (a job keeps its endpoint and key)"

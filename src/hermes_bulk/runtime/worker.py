@@ -288,29 +288,26 @@ class WorkerRuntime:
         route = endpoints.legacy_route(self.endpoint)
         return None if route == self.own_route else route
 
+    def _own_routes(self) -> tuple[str, str | None]:
+        """own_route and old_route, read (a fingerprint, the store's salt) only by an HTTP
+        worker."""
+        if endpoints.HTTP not in self.clients:
+            return "", None
+        return self.own_route, self.old_route
+
     def routes(self) -> list[str]:
-        """The routes (queues) this worker consumes: per kind of job it has a model client for;
-        for HTTP, its own endpoint's, the kind's (jobs that recorded no endpoint) and its
-        legacy route (old_route)."""
-        routes: list[str] = []
-        for kind in self.clients:
-            if kind != endpoints.HTTP:
-                routes.append(kind)
-                continue
-            routes += [self.own_route, endpoints.HTTP]
-            routes += [self.old_route] if self.old_route else []
-        return routes
+        """The routes (queues) this worker consumes (fleet/endpoints.worker_routes)."""
+        return endpoints.worker_routes(self.clients, *self._own_routes())
 
     def route_of(self, job: JobRecord) -> str:
-        route = endpoints.route(job.spec, self.own_route)
-        return self.own_route if route == self.old_route else route
+        return endpoints.served_route(job.spec, *self._own_routes())
 
     def serves(self, job: JobRecord) -> bool:
         """Whether this worker takes the job's items: its kind and endpoint, and (run JOB --wait)
         its id."""
         if self.only_job is not None and job.job_id != self.only_job:
             return False
-        return job.spec.client in self.clients and self.route_of(job) in self.routes()
+        return endpoints.serves(job.spec, self.clients, *self._own_routes())
 
     def _say_unserved(self, job: JobRecord) -> None:
         """Once per job: an HTTP job made for another endpoint or key is left to its workers."""
