@@ -424,7 +424,8 @@ def build_parser(
     p.add_argument(
         "--output",
         metavar="PATH",
-        help="a regular file to write (default: the job's folder)"
+        help="a regular file to write (default: results.FORMAT in the job's folder, named "
+        "apart for --only and --with-input: results-failed-with-input.csv)"
         + ("" if for_slash else "; - for standard output"),
     )
     p.add_argument(

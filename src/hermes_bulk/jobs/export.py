@@ -121,6 +121,14 @@ def export_to_stream(
 ONLY = (COMPLETED, FAILED)
 
 
+def default_name(fmt: str, *, only: str | None = None, with_input: bool = False) -> str:
+    """The file an export writes in the job's folder without --output: one per variant of
+    which items and what of them it holds (results.csv, results-failed.csv,
+    results-with-input.csv, results-failed-with-input.csv), so no variant replaces another."""
+    parts = ["results", *([only] if only else []), *(["with-input"] if with_input else [])]
+    return f"{'-'.join(parts)}.{fmt}"
+
+
 def _items(
     store: JobStore, job: JobRecord, only: str | None, with_content: bool
 ) -> Iterator[ItemRecord]:

@@ -1145,7 +1145,8 @@ class Jobs:
         column: str | None = None,
     ) -> Path:
         """Write the export to output (a regular file, or a new name in an existing folder), by
-        default results.<fmt> in the job's folder; returns the path written."""
+        default in the job's folder under its variant's name (export.default_name); returns the
+        path written."""
         from . import export as export_mod
 
         job = self.get(job_ref)
@@ -1175,7 +1176,9 @@ class Jobs:
                 column=column,
             )
             return target
-        target = self.job_dir(job.job_id) / f"results.{fmt}"
+        target = self.job_dir(job.job_id) / export_mod.default_name(
+            fmt, only=only, with_input=with_input
+        )
         export_mod.export(
             self.store,
             job,
