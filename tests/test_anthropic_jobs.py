@@ -54,8 +54,8 @@ def test_a_live_job_speaks_the_messages_api_and_reads_the_prompt_cache(
         (plain * 3 + read * 0.3 + written * 3.75 + job["tokens_out"] * 15) / 1e6, abs=1e-8
     )
     text = cli("status", job_id, **CLAUDE).stdout
-    assert f"({read} from the prompt cache, {written} written to it)" in text
-    assert f"for {read} tokens read (saving $" in text and f"for {written} written" in text
+    assert f"({read:,} from the prompt cache, {written:,} written to it)" in text
+    assert f"for {read:,} tokens read (saving $" in text and f"for {written:,} written" in text
     assert "$0.30 cached; $3.75 cache write;" in text
 
 

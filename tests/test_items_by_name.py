@@ -80,8 +80,8 @@ def test_show_one_item_by_name_or_number(backend_cli, tmp_path, fake_provider):
     }
     assert answer == exported["2026/q1.txt"]["result"]
     tokens = (
-        f"Tokens (reported by the provider): {exported['2026/q1.txt']['tokens_in']} in, "
-        f"{exported['2026/q1.txt']['tokens_out']} out"
+        f"Tokens (reported by the provider): {exported['2026/q1.txt']['tokens_in']:,} in, "
+        f"{exported['2026/q1.txt']['tokens_out']:,} out"
     )
     assert tokens in done and exported["2026/q1.txt"]["tokens_in"] > 0
     # a completed file's content is not kept: show says where the file is instead

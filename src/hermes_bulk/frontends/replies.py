@@ -159,7 +159,7 @@ def create(
     if isinstance(created, Plan):
         return Reply(views.plan_text(created, full=full), created)
     text = views.created_text(created, f"{place.cmd} run")
-    if created.job.spec.mode == "batch":
+    if created.job.spec.mode == "batch" and not created.job.finished:  # reuse answered all
         text += "\n" + _batch_note(jobs, created.job.spec.protocol)
     return Reply(text, created)
 
