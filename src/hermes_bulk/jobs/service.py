@@ -86,6 +86,21 @@ STATES = (
 )
 
 
+def _begins_with_bom(path: Path) -> bool:
+    """Whether a file begins with a UTF-8 byte-order mark (opened as every source is: a FIFO in
+    its place does not hang; what cannot be read has none, and the read of items says why)."""
+    import codecs
+
+    from ..errors import HermesBulkError
+    from ..sources.regular_files import open_file
+
+    try:
+        with open_file(path) as f:
+            return f.read(3) == codecs.BOM_UTF8
+    except (OSError, HermesBulkError):
+        return False
+
+
 def _first_request(spec: JobSpec, name: str, text: str, digest: str) -> dict[str, Any]:
     """The request create --dry-run shows for the first item: built as a worker sends it, in the
     job's protocol (Hermes' own client is shown as a chat request to its model)."""
@@ -509,6 +524,7 @@ class Jobs:
             instruction=instruction,
             source=str(source.path),
             source_kind=source.kind,
+            source_bom=source.kind == "csv" and _begins_with_bom(source.path),
             concurrency=concurrency,
             retries=s.max_retries if retries is None else retries,
             max_tokens=max_tokens,
