@@ -245,3 +245,10 @@ def test_a_bug_before_the_settings_load_logs_under_hermes_bulk_home(monkeypatch,
     assert cli_module.main(["list"]) == 1  # the neighbour: the default under HERMES_HOME
     assert (tmp_path / "hermes" / "plugin-data" / "bulk" / "logs" / "errors.log").is_file()
 
+
+def test_version_prints_the_installed_version(cli):
+    import importlib.metadata
+
+    proc = cli("--version")
+    assert proc.stdout == f"hermes-bulk {importlib.metadata.version('hermes-bulk')}\n"
+    assert proc.stderr == ""

@@ -182,6 +182,14 @@ def _add_job_controls(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_version(parser: Parser, for_slash: bool) -> None:
+    """hermes-bulk --version (a chat has no use for it)."""
+    if not for_slash:
+        from .. import __version__
+
+        parser.add_argument("--version", action="version", version=f"hermes-bulk {__version__}")
+
+
 def build_parser(
     prog: str = "hermes-bulk", *, for_slash: bool = False, command: str | None = None
 ) -> Parser:
@@ -194,6 +202,7 @@ def build_parser(
         epilog=None if for_slash else EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_version(parser, for_slash)
     # In a chat the help has the chat's width, not that of the terminal the gateway started in.
     parser_class = (
         functools.partial(Parser, formatter_class=CHAT_FORMATTER) if for_slash else Parser
