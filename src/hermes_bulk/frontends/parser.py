@@ -190,6 +190,19 @@ def _add_version(parser: Parser, for_slash: bool) -> None:
         parser.add_argument("--version", action="version", version=f"hermes-bulk {__version__}")
 
 
+def _add_slash_wait(add_command: Callable[..., Parser], for_slash: bool) -> None:
+    """/bulk wait: as long as a reply may wait (replies.wait), not until the end."""
+    if for_slash:
+        p = add_command(
+            "wait",
+            help="wait for a job to end, as long as a reply may (then a notice follows)",
+        )
+        p.add_argument("job", metavar="JOB")
+        p.add_argument(
+            "--timeout", type=_seconds, metavar="S", help="give up sooner, after S seconds"
+        )
+
+
 def build_parser(
     prog: str = "hermes-bulk", *, for_slash: bool = False, command: str | None = None
 ) -> Parser:
@@ -601,6 +614,8 @@ def build_parser(
             "--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)"
         )
         add_command("path", help="print the data directory")
+    _add_slash_wait(add_command, for_slash)
+    if not for_slash:
         p = add_command(
             "dashboard",
             help="serve a live web dashboard of jobs and workers",
