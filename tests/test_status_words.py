@@ -83,3 +83,12 @@ def test_a_rate_limit_wait_names_its_zone_in_status_and_events(cli, tmp_path, fa
     assert re.search(rf"Waiting on a rate limit until \d\d:\d\d:\d\d {zone} \(", text), text
     events = cli("events", job_id).stdout
     assert re.search(rf"all workers wait until \d\d:\d\d:\d\d {zone}$", events, re.M), events
+
+
+def test_item_counts_of_a_large_job_have_separators(cli, tmp_path):
+    src = tmp_path / "rows.jsonl"
+    src.write_text("".join(f'{{"n": {i}}}\n' for i in range(1200)))
+    job = cli.create("Say A", src)
+    status = cli("status", job).stdout
+    assert "Items: 0/1,200 completed, 0 failed, 1,200 pending, 0 running" in status, status
+    assert not [line for line in status.splitlines() if BARE.search(line)], status

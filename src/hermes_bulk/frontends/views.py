@@ -52,7 +52,7 @@ _LIMIT_PAUSES = {
 def end_notice(st: JobStatus, cmd: str) -> str:
     """How a job ended, and on a line of its own what to do next (each fits 80 columns)."""
     j = st.job
-    done = f"{j.completed}/{count(j.total, 'item')} completed, {j.failed} failed"
+    done = f"{j.completed:,}/{count(j.total, 'item')} completed, {j.failed:,} failed"
     if st.state == "paused":
         why, flag = _LIMIT_PAUSES.get(j.pause_reason, ("paused", ""))
         if j.pause_reason == PAUSE_SAMPLE:
@@ -282,17 +282,17 @@ def status_text(
     # With no worker alive, items still marked running are not running: they were interrupted,
     # and go back to the queue when Bulk next starts or the job is run.
     running = (
-        f"{j.running} interrupted"
+        f"{j.running:,} interrupted"
         if st.state == "awaiting_recovery" and j.running
-        else f"{j.running} in provider batches"
+        else f"{j.running:,} in provider batches"
         if spec.mode == "batch" and not any(b.run_rest_live for b in st.batches)
-        else f"{j.running} running"
+        else f"{j.running:,} running"
     )
     lines = [
         f"Job {j.job_id}: {summary}",
         f"State: {state_label(st.state)}",
-        f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, "
-        f"{running}",
+        f"Items: {j.completed:,}/{j.total:,} completed, {j.failed:,} failed, "
+        f"{j.pending:,} pending, {running}",
         f"Actual tokens (reported by {tokens_source}): {j.tokens_in:,} in"
         + _cache_tokens(j)
         + f", {j.tokens_out:,} out",
@@ -784,7 +784,8 @@ def progress_line(st: JobStatus, rate_per_s: float | None) -> str:
     """One plain line of progress: done/failed/total, the rate and the time left at that rate."""
     j = st.job
     line = (
-        f"job {j.job_id}: {j.completed}/{j.total} done, {j.failed} failed, {state_label(st.state)}"
+        f"job {j.job_id}: {j.completed:,}/{j.total:,} done, {j.failed:,} failed, "
+        f"{state_label(st.state)}"
     )
     if rate_per_s:
         left_s = max(j.total - j.completed - j.failed, 0) / rate_per_s
