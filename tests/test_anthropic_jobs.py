@@ -54,8 +54,8 @@ def test_a_live_job_speaks_the_messages_api_and_reads_the_prompt_cache(
         (plain * 3 + read * 0.3 + written * 3.75 + job["tokens_out"] * 15) / 1e6, abs=1e-8
     )
     text = cli("status", job_id, **CLAUDE).stdout
-    assert f"({read} from the prompt cache, {written} written to it)" in text
-    assert f"for {read} tokens read (saving $" in text and f"for {written} written" in text
+    assert f"({read:,} from the prompt cache, {written:,} written to it)" in text
+    assert f"for {read:,} tokens read (saving $" in text and f"for {written:,} written" in text
     assert "$0.30 cached; $3.75 cache write;" in text
 
 
@@ -109,3 +109,47 @@ def test_doctor_checks_a_claude_endpoint_with_its_own_headers(cli, fake_provider
     proc = cli("doctor", check=False, HERMES_BULK_API_KEY="sk-wrong-key-000", **CLAUDE)
     assert proc.returncode != 0
     assert "correct HERMES_BULK_API_KEY (or ANTHROPIC_API_KEY)" in proc.stdout + proc.stderr
+
+
+def _shown_request(text: str) -> dict:
+    """The request a dry run prints: the JSON after "The request for the first item"."""
+    start = text.index("\n", text.index("The request for the first item")) + 1
+    return json.loads(text[start:])
+
+
+def test_a_claude_dry_run_shows_the_messages_request_that_is_sent(cli, fake_provider, tmp_path):
+    """The dry run and the send build the request in one place: in Claude mode it is a
+    Messages request (top-level system, max_tokens, the forced tool for --schema), field for
+    field what the worker then sends for the same item."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"label": {"type": "string"}}}))
+    system = tmp_path / "system.txt"
+    system.write_text("Be brief.")
+    flags = ["--schema", str(schema), "--system", str(system), "-o", "top_k=5"]
+    src = _source(tmp_path, 1)
+    shown = cli("create", "Label it", "--over", str(src), *flags, "--dry-run", "--full", **CLAUDE)
+    request = _shown_request(shown.stdout)
+    assert request["system"] == [{"type": "text", "text": request["system"][0]["text"]}]
+    assert "Be brief." in request["system"][0]["text"]
+    assert [m["role"] for m in request["messages"]] == ["user"], "no system message inside"
+    assert request["max_tokens"] == 4096 and request["top_k"] == 5
+    assert request["tool_choice"]["type"] == "tool" and "response_format" not in request
+    job_id = cli.json("create", "Label it", "--over", str(src), *flags, "--json", **CLAUDE)[
+        "job_id"
+    ]
+    proc = cli("run", job_id, "--wait", check=False, **CLAUDE)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (sent,) = fake_provider.requests
+    assert (sent.protocol, sent.body) == ("anthropic", request)
+
+
+def test_an_openai_dry_run_shows_the_chat_request_that_is_sent(cli, fake_provider, tmp_path):
+    src = _source(tmp_path, 1)
+    shown = cli("create", "Say A", "--over", str(src), "--dry-run", "--full")
+    request = _shown_request(shown.stdout)
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert request["max_tokens"] == 4096 and "system" not in request
+    job_id = cli.create("Say A", src)
+    cli("run", job_id, "--wait")
+    (sent,) = fake_provider.requests
+    assert (sent.protocol, sent.body) == ("openai", request)

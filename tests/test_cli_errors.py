@@ -222,3 +222,33 @@ def test_an_unreadable_path_as_an_unprivileged_user(cli):
         assert json.loads(proc.stdout)["items"] == 1 and json.loads(proc.stdout)["skipped"] == 1
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_bug_before_the_settings_load_logs_under_hermes_bulk_home(monkeypatch, tmp_path, capsys):
+    """errors.log went to the Hermes data folder when HERMES_BULK_HOME pointed elsewhere and the
+    settings (which name the folder) were what failed: a bug planted there."""
+    from hermes_bulk.frontends import cli as cli_module
+
+    def broken(command):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(cli_module, "load_settings_for", broken)
+    monkeypatch.setenv("HERMES_BULK_HOME", str(tmp_path / "bulk"))
+    monkeypatch.setenv("HERMES_HOME", str(tmp_path / "hermes"))
+    assert cli_module.main(["list"]) == 1
+    err = capsys.readouterr().err
+    log = tmp_path / "bulk" / "logs" / "errors.log"
+    assert f"the traceback is in {log}." in err, err
+    assert "RuntimeError: planted" in log.read_text()
+    assert not (tmp_path / "hermes").exists(), "nothing in the Hermes data folder"
+    monkeypatch.delenv("HERMES_BULK_HOME")
+    assert cli_module.main(["list"]) == 1  # the neighbour: the default under HERMES_HOME
+    assert (tmp_path / "hermes" / "plugin-data" / "bulk" / "logs" / "errors.log").is_file()
+
+
+def test_version_prints_the_installed_version(cli):
+    import importlib.metadata
+
+    proc = cli("--version")
+    assert proc.stdout == f"hermes-bulk {importlib.metadata.version('hermes-bulk')}\n"
+    assert proc.stderr == ""

@@ -76,6 +76,12 @@ def test_every_command_fits_80_columns_and_keeps_its_numbers(cli, tmp_path, fake
     folder = _folder(tmp_path / "reports", 12)
     instruction = "Summarize this quarterly report in three bullet points for the board " * 2
 
+    cli.env["HERMES_BULK_PRICE"] = "3,15"  # the cost lines, with their price, are the widest
+    rc, lines = on_terminal(cli, "create", instruction, "--over", str(folder), "--dry-run")
+    fits(lines, "create --dry-run")
+    shown = " ".join(" ".join(lines).split())
+    assert re.search(r"At most [\d,]+ tokens \(each item once: its input bytes", shown), shown
+    assert re.search(r"Estimated cost: about \$[\d.]+, at most \$[\d.]+ at \$3", shown), shown
     rc, lines = on_terminal(cli, "create", instruction, "--over", str(folder), "--retries", "0")
     fits(lines, "create")
     job = re.search(r"Created job (\w+)", "\n".join(lines))[1]
@@ -83,9 +89,10 @@ def test_every_command_fits_80_columns_and_keeps_its_numbers(cli, tmp_path, fake
     rc, lines = on_terminal(cli, "run", job, "--wait", timeout=120)
     fits(lines, "run --wait")
     shown = "\n".join(lines)
-    assert re.search(r"\b12/12\b", shown) and " left " in shown, (
+    # the total, then each time before its own word (the elapsed time stood before "left")
+    assert re.search(r"\b12/12\s+(-|\d):[-\d]{2}:[-\d]{2} left\s+\d:\d\d:\d\d elapsed", shown), (
         shown
-    )  # the total and the time left
+    )
     assert re.search(r"completed with errors: 1 failed, 0 running, [\d,]+ tokens", shown), shown
 
     for args in (
@@ -113,10 +120,11 @@ def test_every_command_fits_80_columns_and_keeps_its_numbers(cli, tmp_path, fake
 
     rc, lines = on_terminal(cli, "list")
     listed = "\n".join(lines)
-    assert "…" not in listed and re.search(r"completed with\s.*\n.*errors", listed), (
-        listed
-    )  # whole, on two lines
-    assert re.search(rf"{job} .* 11/12 .* 1 .* \? ", listed), listed  # done/total, failed, cost
+    # the state whole, over lines of its cell; the instruction, not the state, is cut
+    assert re.search(r"completed(\s.*\n.*)?\swith(\s.*\n.*)?\serrors", listed), listed
+    assert listed.count("…") == 1 and re.search(r"│ Summarize\S* *…? *│", listed), listed
+    # done/total, failed, cost, and the instruction (it was left out at 80 columns)
+    assert re.search(rf"{job} .* 11/12 .* 1 .* \$[\d.]+ .* Summarize", listed), listed
 
     rc, lines = on_terminal(cli, "status", job)
     status = "\n".join(lines)

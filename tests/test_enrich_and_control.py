@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -267,3 +268,17 @@ def test_column_names_the_answer_in_csv_and_jsonl_and_is_refused_where_it_cannot
             proc.stderr,
         )
         assert not (tmp_path / "x.out").exists()
+
+
+def test_a_csv_given_back_begins_as_the_source_did_with_a_bom_or_not(cli, tmp_path):
+    """--with-input gives the user's CSV back: it began with a byte-order mark the source did
+    not have. It now follows the source; an export of answers alone keeps its BOM (Excel)."""
+    plain = _csv_source(tmp_path)
+    marked = tmp_path / "marked.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    for src, begins in ((plain, b"name,city"), (marked, b"\xef\xbb\xbfname,city")):
+        job_id = cli.create("Describe", src)
+        back = cli("export", job_id, "--format", "csv", "--with-input").stdout.strip()
+        assert Path(back).read_bytes().startswith(begins), src.name
+        answers = cli("export", job_id, "--format", "csv").stdout.strip()
+        assert Path(answers).read_bytes().startswith(b"\xef\xbb\xbfitem,"), src.name

@@ -80,8 +80,8 @@ def test_show_one_item_by_name_or_number(backend_cli, tmp_path, fake_provider):
     }
     assert answer == exported["2026/q1.txt"]["result"]
     tokens = (
-        f"Tokens (reported by the provider): {exported['2026/q1.txt']['tokens_in']} in, "
-        f"{exported['2026/q1.txt']['tokens_out']} out"
+        f"Tokens (reported by the provider): {exported['2026/q1.txt']['tokens_in']:,} in, "
+        f"{exported['2026/q1.txt']['tokens_out']:,} out"
     )
     assert tokens in done and exported["2026/q1.txt"]["tokens_in"] > 0
     # a completed file's content is not kept: show says where the file is instead
@@ -185,3 +185,25 @@ def test_export_only_failed_or_completed_in_every_format(backend_cli, tmp_path, 
     assert len(everything) == 3, "without --only every item is exported"
     bad = cli("export", job_id, "--only", "pending", check=False)
     assert bad.returncode == 2 and "--only" in bad.stderr
+
+
+def test_each_export_variant_has_its_own_default_file(backend_cli, tmp_path, fake_provider):
+    """`export --only failed` after a full export replaced the full results.csv: each variant
+    (which items, with their input or not) now writes a name of its own in the job's folder."""
+    cli = backend_cli
+    job_id = _folder_job(cli, tmp_path, fake_provider)
+    written = {}
+    for flags in ([], ["--only", "failed"], ["--only", "completed"], ["--with-input"]):
+        path = Path(cli("export", job_id, "--format", "csv", *flags).stdout.strip())
+        written[path.name] = path.read_bytes()
+    assert sorted(written) == [
+        "results-completed.csv",
+        "results-failed.csv",
+        "results-with-input.csv",
+        "results.csv",
+    ]
+    for name, before in written.items():
+        assert (path.parent / name).read_bytes() == before, f"{name} was replaced"
+    assert written["results.csv"].count(b"\n") == 4, "the full export kept its three rows"
+    both = cli("export", job_id, "--format", "jsonl", "--only", "failed", "--with-input")
+    assert Path(both.stdout.strip()).name == "results-failed-with-input.jsonl"

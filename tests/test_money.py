@@ -229,7 +229,7 @@ def test_a_long_shared_instruction_is_read_from_the_prompt_cache_at_its_price(
     uncached = (status["tokens_in"] * MINI.input + status["tokens_out"] * MINI.output) / 1e6
     assert status["cost_usd"] < uncached
     text = cli("status", job_id).stdout
-    assert f"{status['tokens_cached']} from the prompt cache" in text
+    assert f"{status['tokens_cached']:,} from the prompt cache" in text
 
 
 def test_a_model_without_a_price_says_why_and_the_setting_gives_one(cli, tmp_path):

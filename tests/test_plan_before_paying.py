@@ -236,7 +236,7 @@ def test_a_dry_run_counts_what_would_be_reused_and_estimates_only_the_rest(backe
     text = cli("create", "Say A", "--over", str(src), "--dry-run").stdout
     assert "9 items: 6 answered before (reused), 3 to run." in text
     assert (
-        f"Estimated tokens for the 3 to run: {again['estimated_tokens']} (allowing {learned} "
+        f"Estimated tokens for the 3 to run: {again['estimated_tokens']:,} (allowing {learned:,} "
         f"output tokens an item; as job {job_id} learned)"
     ) in text
 

@@ -325,8 +325,8 @@ def test_a_429_waits_its_retry_after_for_every_worker_and_uses_no_retry(
     assert len(events) == 2 and {(e.error_type, e.http_status) for e in events} == {
         ("RateLimitError", 429)
     }
-    until = datetime.datetime.fromtimestamp(start + 3).strftime("%H:%M:%S")
-    assert f"all workers wait until {until}" in events[0].message
+    until = datetime.datetime.fromtimestamp(start + 3).astimezone().strftime("%H:%M:%S %Z")
+    assert f"all workers wait until {until}" in events[0].message, "the time and its zone"
     assert backend.limits.pause_state(client.provider_key) is None, "the wait is over"
 
 

@@ -23,7 +23,7 @@ def test_status_names_reused_answers_and_the_tokens_they_saved(
     assert st["reused"] == 3 and st["tokens_saved"] > 0
     text = cli("status", again).stdout
     assert (
-        f"Reused answers: 3 of 4 items answered before, {st['tokens_saved']} tokens saved" in text
+        f"Reused answers: 3 of 4 items answered before, {st['tokens_saved']:,} tokens saved" in text
     ), text
     assert not re.search(r"Reused answers", cli("status", first).stdout), (
         "a job that reused nothing says nothing"

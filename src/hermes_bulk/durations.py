@@ -14,3 +14,15 @@ def parse_duration(text: str) -> float | None:
     them."""
     m = _DURATION.match(text or "")
     return float(m.group(1)) * _UNIT_S[m.group(2)] if m else None
+
+
+def zoned_clock(at_s: float, now_s: float | None = None) -> str:
+    """A wait's end as this machine's local time with its zone's name, "11:38:56 CET" (with the
+    date when not today): a reader elsewhere on a fleet, or a log read later, can place it, as
+    the budget's window names its zone."""
+    import datetime
+    import time
+
+    when = datetime.datetime.fromtimestamp(at_s).astimezone()
+    today = datetime.datetime.fromtimestamp(time.time() if now_s is None else now_s).date()
+    return when.strftime("%H:%M:%S %Z" if when.date() == today else "%Y-%m-%d %H:%M:%S %Z")

@@ -13,5 +13,6 @@ def plural(n: int, noun: str) -> str:
 
 
 def count(n: int, noun: str) -> str:
-    """ "1 item", "3 items", "0 items"."""
-    return f"{n} {plural(n, noun)}"
+    """ "1 item", "3 items", "1,323,614 tokens": thousands separated, as the dashboard shows
+    them."""
+    return f"{n:,} {plural(n, noun)}"

@@ -145,11 +145,19 @@ def load_settings_for(command: str) -> Settings:
     return settings
 
 
+def _home_from_environment() -> Path:
+    """The data directory the settings would name, read without them (they may be what
+    failed): HERMES_BULK_HOME, else the default under HERMES_HOME or ~/.hermes."""
+    from ..config.fields import default_home
+
+    named = os.environ.get("HERMES_BULK_HOME", "").strip()
+    return Path(named).expanduser() if named else default_home()
+
+
 def _save_traceback(settings: Settings | None) -> Path | None:
     """Where the traceback was appended, or None when it could not be (a full disk, a bad
     folder)."""
-    home = settings.home if settings else Path.home() / ".hermes" / "plugin-data" / "bulk"
-    path = home / "logs" / "errors.log"
+    path = (settings.home if settings else _home_from_environment()) / "logs" / "errors.log"
     # The command line and the traceback can hold a key or a URL's password: appended masked.
     try:
         logs.append_private(

@@ -182,6 +182,27 @@ def _add_job_controls(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_version(parser: Parser, for_slash: bool) -> None:
+    """hermes-bulk --version (a chat has no use for it)."""
+    if not for_slash:
+        from .. import __version__
+
+        parser.add_argument("--version", action="version", version=f"hermes-bulk {__version__}")
+
+
+def _add_slash_wait(add_command: Callable[..., Parser], for_slash: bool) -> None:
+    """/bulk wait: as long as a reply may wait (replies.wait), not until the end."""
+    if for_slash:
+        p = add_command(
+            "wait",
+            help="wait for a job to end, as long as a reply may (then a notice follows)",
+        )
+        p.add_argument("job", metavar="JOB")
+        p.add_argument(
+            "--timeout", type=_seconds, metavar="S", help="give up sooner, after S seconds"
+        )
+
+
 def build_parser(
     prog: str = "hermes-bulk", *, for_slash: bool = False, command: str | None = None
 ) -> Parser:
@@ -194,6 +215,7 @@ def build_parser(
         epilog=None if for_slash else EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_version(parser, for_slash)
     # In a chat the help has the chat's width, not that of the terminal the gateway started in.
     parser_class = (
         functools.partial(Parser, formatter_class=CHAT_FORMATTER) if for_slash else Parser
@@ -424,7 +446,8 @@ def build_parser(
     p.add_argument(
         "--output",
         metavar="PATH",
-        help="a regular file to write (default: the job's folder)"
+        help="a regular file to write (default: results.FORMAT in the job's folder, named "
+        "apart for --only and --with-input: results-failed-with-input.csv)"
         + ("" if for_slash else "; - for standard output"),
     )
     p.add_argument(
@@ -591,6 +614,8 @@ def build_parser(
             "--timeout", type=_seconds, metavar="S", help="give up after S seconds (exit 124)"
         )
         add_command("path", help="print the data directory")
+    _add_slash_wait(add_command, for_slash)
+    if not for_slash:
         p = add_command(
             "dashboard",
             help="serve a live web dashboard of jobs and workers",

@@ -11,6 +11,7 @@ plugin/bulk.py."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.provider import ANTHROPIC
 from ..errors import UsageError
 from ..jobs import hints
-from ..jobs.service import Jobs, JobStatus, Plan
+from ..jobs.service import Jobs, JobStatus, Plan, state_label
 from ..store.protocol import PAUSED, JobRecord
 from ..words import count
 from . import views
@@ -48,6 +49,8 @@ class Place:
     #: The export answer says what the file holds (/bulk); a shell prints the path alone, for
     #: scripts.
     export_summary: bool = False
+    #: `wait` gives up after this many seconds at most (a chat reply has a limit); None: never
+    wait_limit_s: float | None = None
 
     def __init__(self, *, on_progress: Callable[[int], None] | None = None) -> None:
         self.on_progress = on_progress  #: told the items found so far, while creating
@@ -159,7 +162,7 @@ def create(
     if isinstance(created, Plan):
         return Reply(views.plan_text(created, full=full), created)
     text = views.created_text(created, f"{place.cmd} run")
-    if created.job.spec.mode == "batch":
+    if created.job.spec.mode == "batch" and not created.job.finished:  # reuse answered all
         text += "\n" + _batch_note(jobs, created.job.spec.protocol)
     return Reply(text, created)
 
@@ -269,6 +272,36 @@ def status(
     return Reply(
         views.status_text(st, tokens_source=place.tokens_source(st.job), cmd=place.cmd), st
     )
+
+
+#: How often `wait` looks at the job.
+WAIT_POLL_S = 0.5
+
+
+def wait(jobs: Jobs, place: Place, *, job: str, timeout: float | None = None) -> Reply:
+    """The job's status once it ends (status), or, after timeout or the place's limit, that it
+    has not ended yet and that news of its end follows (the job is watched). A job not started
+    would never end: that is said at once."""
+    job_id = jobs.resolve(job)
+    limits = [t for t in (timeout, place.wait_limit_s) if t is not None]
+    deadline = time.monotonic() + min(limits) if limits else None
+    while not views.has_ended(st := jobs.status(job_id)):
+        if st.state == "not_started":
+            return Reply(
+                f"Job {job_id} is not started: start it with: {place.cmd} run {job_id}",
+                st,
+            )
+        if deadline is not None and time.monotonic() >= deadline:
+            place.watch(job_id)
+            j = st.job
+            return Reply(
+                f"Job {job_id} is still {state_label(st.state)} after {min(limits):g} s: "
+                f"{j.completed}/{j.total} completed, {j.failed} failed.{place.next_step_sep}"
+                f"A notice follows when it ends; check it with: {place.cmd} status {job_id}",
+                st,
+            )
+        time.sleep(WAIT_POLL_S)
+    return status(jobs, place, job=job_id)
 
 
 #: status --failed lists at most this many failed items; the export has them all.
@@ -440,4 +473,5 @@ HANDLERS: dict[str, Handler] = {
     "delete": delete,
     "show": show,
     "doctor": doctor,
+    "wait": wait,
 }

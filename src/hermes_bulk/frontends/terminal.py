@@ -150,8 +150,9 @@ FLEXIBLE_MIN = 10
 
 def fit_to_width(table: Table, width: int) -> Table:
     """The table for a terminal `width` columns wide: the columns with a max_width give way
-    first, down to FLEXIBLE_MIN and then out of the table. Left to rich, a wide table lost the
-    same share of every column, and at 100 columns the counts of `list` were cut to "1…" or
+    down to FLEXIBLE_MIN (or their header), then a wrapping column down to its longest word,
+    then the columns that gave way leave the table. Left to rich, a wide table lost the same
+    share of every column, and at 100 columns the counts of `list` were cut to "1…" or
     nothing."""
     from rich.cells import cell_len
 
@@ -163,26 +164,33 @@ def fit_to_width(table: Table, width: int) -> Table:
     widths = [natural(col, [row[i] for row in table.rows]) for i, col in enumerate(columns)]
     excess = sum(widths) + 3 * len(columns) + 1 - width
     for i, col in enumerate(columns):
-        if excess > 0 and col.max_width and widths[i] > FLEXIBLE_MIN:
-            give = min(excess, widths[i] - FLEXIBLE_MIN)
+        floor = max(FLEXIBLE_MIN, cell_len(col.header))  # a header is never cut
+        if excess > 0 and col.max_width and widths[i] > floor:
+            give = min(excess, widths[i] - floor)
             columns[i] = replace(col, max_width=widths[i] - give)
             excess -= give
-    keep = [i for i, col in enumerate(columns) if not (excess > 0 and col.max_width)]
-    excess -= sum(widths[i] + 3 for i in range(len(columns)) if i not in keep)
     # Then a wrapping column gives way down to its longest word: "completed with errors" shows
-    # whole over two lines rather than cut to "completed with erro…".
-    for i in keep:
-        col = columns[i]
-        if excess > 0 and not col.no_wrap:
-            longest = max(
-                cell_len(word)
-                for cell in [col.header, *(row[i] for row in table.rows)]
-                for word in cell.split() or [""]
-            )
-            give = min(excess, max(widths[i] - longest, 0))
-            if give:
-                columns[i] = replace(col, max_width=widths[i] - give)
-                excess -= give
+    # whole over two lines rather than cut to "completed with erro…". Only when that is not
+    # enough do the columns that gave way leave, and the wrapping ones give only what is left.
+    wrapping = {
+        i: max(
+            cell_len(word)
+            for cell in [col.header, *(row[i] for row in table.rows)]
+            for word in cell.split() or [""]
+        )
+        for i, col in enumerate(columns)
+        if not col.no_wrap
+    }
+    if excess > sum(max(widths[i] - longest, 0) for i, longest in wrapping.items()):
+        keep = [i for i, col in enumerate(columns) if not col.max_width]
+        excess -= sum(widths[i] + 3 for i in range(len(columns)) if i not in keep)
+    else:
+        keep = list(range(len(columns)))
+    for i, longest in wrapping.items():
+        give = min(excess, max(widths[i] - longest, 0))
+        if give > 0:
+            columns[i] = replace(columns[i], max_width=widths[i] - give)
+            excess -= give
     return Table(
         table.title, [columns[i] for i in keep], [[row[i] for i in keep] for row in table.rows]
     )

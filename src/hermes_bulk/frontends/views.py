@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..durations import zoned_clock
 from ..fleet.liveness import answering
 from ..jobs import hints, model_options, prices
 from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, next_poll, state_label
@@ -51,7 +52,7 @@ _LIMIT_PAUSES = {
 def end_notice(st: JobStatus, cmd: str) -> str:
     """How a job ended, and on a line of its own what to do next (each fits 80 columns)."""
     j = st.job
-    done = f"{j.completed}/{count(j.total, 'item')} completed, {j.failed} failed"
+    done = f"{j.completed:,}/{count(j.total, 'item')} completed, {j.failed:,} failed"
     if st.state == "paused":
         why, flag = _LIMIT_PAUSES.get(j.pause_reason, ("paused", ""))
         if j.pause_reason == PAUSE_SAMPLE:
@@ -98,7 +99,7 @@ def created_text(created: Created, run_command: str) -> str:
     limit = job.spec.max_tokens
     if limit is not None and limit < job.estimated_tokens:
         lines.append(
-            f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens} "
+            f"Warning: --max-tokens {limit} is below the estimate of {job.estimated_tokens:,} "
             "tokens for "
             "the whole job: it will pause at the limit; resume it then with a larger --max-tokens."
         )
@@ -168,18 +169,18 @@ def unkept_line(j, cost: prices.JobCost) -> list[str]:
     if not j.tokens_unkept:
         return []
     if cost.unkept is None:
-        return [f"Of the tokens charged, {j.tokens_unkept} were spent on answers not kept"]
+        return [f"Of the tokens charged, {j.tokens_unkept:,} were spent on answers not kept"]
     return [
         f"Of that, {prices.format_usd(cost.unkept)} spent on answers not kept "
-        f"({j.tokens_unkept} tokens)"
+        f"({j.tokens_unkept:,} tokens)"
     ]
 
 
 def _cache_tokens(j) -> str:
     """ " (800 from the prompt cache, 300 written to it)": of the input tokens."""
-    parts = [f"{j.tokens_cached} from the prompt cache"] if j.tokens_cached else []
+    parts = [f"{j.tokens_cached:,} from the prompt cache"] if j.tokens_cached else []
     if j.tokens_written:
-        parts.append(f"{j.tokens_written} written to {'it' if parts else 'the prompt cache'}")
+        parts.append(f"{j.tokens_written:,} written to {'it' if parts else 'the prompt cache'}")
     return f" ({', '.join(parts)})" if parts else ""
 
 
@@ -191,11 +192,11 @@ def cache_cost_line(j, cost: prices.JobCost) -> list[str]:
     parts = []
     if j.tokens_cached and cost.cache_read is not None:
         parts.append(
-            f"{prices.format_usd(cost.cache_read)} for {j.tokens_cached} tokens read"
+            f"{prices.format_usd(cost.cache_read)} for {j.tokens_cached:,} tokens read"
             + (f" (saving {prices.format_usd(cost.cache_saved)})" if cost.cache_saved else "")
         )
     if j.tokens_written and cost.cache_written is not None:
-        parts.append(f"{prices.format_usd(cost.cache_written)} for {j.tokens_written} written")
+        parts.append(f"{prices.format_usd(cost.cache_written)} for {j.tokens_written:,} written")
     return [f"Prompt cache: {', '.join(parts)}"]
 
 
@@ -225,7 +226,7 @@ def plan_text(plan: Plan, *, full: bool = False) -> str:
         + (f": {split}." if plan.to_run < plan.items else "."),
         "Estimated tokens for "
         + ("the whole job" if plan.to_run == plan.items else f"the {plan.to_run} to run")
-        + f": {plan.estimated_tokens} (allowing {plan.output_allowance} output tokens an item; "
+        + f": {plan.estimated_tokens:,} (allowing {plan.output_allowance:,} output tokens an item; "
         f"{basis})",
         worst_case_line(plan.worst_tokens, plan.output_bound),
     ]
@@ -263,9 +264,9 @@ def worst_case_line(tokens: int, output_bound: int) -> str:
 
 def _estimate_basis(j) -> str:
     if j.projected_tokens == j.estimated_tokens:
-        return f" (allowing {j.spec.output_tokens_estimate} output tokens an item, a default)"
+        return f" (allowing {j.spec.output_tokens_estimate:,} output tokens an item, a default)"
     return (
-        f" (learned from {count(j.answered, 'completed item')}: {j.output_allowance} output "
+        f" (learned from {count(j.answered, 'completed item')}: {j.output_allowance:,} output "
         "tokens expected an item)"
     )
 
@@ -281,40 +282,40 @@ def status_text(
     # With no worker alive, items still marked running are not running: they were interrupted,
     # and go back to the queue when Bulk next starts or the job is run.
     running = (
-        f"{j.running} interrupted"
+        f"{j.running:,} interrupted"
         if st.state == "awaiting_recovery" and j.running
-        else f"{j.running} in provider batches"
+        else f"{j.running:,} in provider batches"
         if spec.mode == "batch" and not any(b.run_rest_live for b in st.batches)
-        else f"{j.running} running"
+        else f"{j.running:,} running"
     )
     lines = [
         f"Job {j.job_id}: {summary}",
         f"State: {state_label(st.state)}",
-        f"Items: {j.completed}/{j.total} completed, {j.failed} failed, {j.pending} pending, "
-        f"{running}",
-        f"Actual tokens (reported by {tokens_source}): {j.tokens_in} in"
+        f"Items: {j.completed:,}/{j.total:,} completed, {j.failed:,} failed, "
+        f"{j.pending:,} pending, {running}",
+        f"Actual tokens (reported by {tokens_source}): {j.tokens_in:,} in"
         + _cache_tokens(j)
-        + f", {j.tokens_out} out",
-        f"Estimated tokens for the whole job: {j.projected_tokens}{_estimate_basis(j)}",
+        + f", {j.tokens_out:,} out",
+        f"Estimated tokens for the whole job: {j.projected_tokens:,}{_estimate_basis(j)}",
         *([worst_case_line(j.worst_tokens, spec.output_bound)] if j.worst_tokens else []),
         cost_line(prices.job_cost(j)),
         *unkept_line(j, prices.job_cost(j)),
         *cache_cost_line(j, prices.job_cost(j)),
-        concurrency_line(st),
+        *([concurrency_line(st)] if _sent_live(st) else []),
     ]
     if j.reused:
         lines.insert(
             4,
             f"Reused answers: {j.reused} of {count(j.total, 'item')} answered before, "
-            f"{j.tokens_saved} tokens saved",
+            f"{j.tokens_saved:,} tokens saved",
         )
     lines += concurrency_notes(st)
     if spec.mode == "batch":  # items "running" are in a provider batch
         lines += batch_lines(st)
     if spec.max_tokens is not None:
         lines.append(
-            f"Token limit: {spec.max_tokens} ({j.tokens_charged} charged, {j.tokens_reserved} "
-            "reserved)"
+            f"Token limit: {spec.max_tokens:,} ({j.tokens_charged:,} charged, "
+            f"{j.tokens_reserved:,} reserved)"
         )
     if spec.max_cost is not None:
         usd = prices.format_usd
@@ -331,7 +332,7 @@ def status_text(
         lines.append(request)
     if st.rate_limit and st.state == "processing":
         lines.append(
-            f"Waiting on a rate limit until {_clock(st.rate_limit.until)} (all workers wait "
+            f"Waiting on a rate limit until {zoned_clock(st.rate_limit.until)} (all workers wait "
             "together)"
         )
     if st.budget_held_until:
@@ -399,6 +400,12 @@ def request_line(spec: JobSpec) -> str:
     elif spec.fields:
         parts.append(f"only the fields {', '.join(spec.fields)} of each item")
     return f"Each request: {'; '.join(parts)}" if parts else ""
+
+
+def _sent_live(st: JobStatus) -> bool:
+    """Whether items go one request each (where concurrency holds): not a batch job's, unless
+    it runs its rest live."""
+    return st.job.spec.mode != "batch" or any(b.run_rest_live for b in st.batches)
 
 
 def concurrency_line(st: JobStatus) -> str:
@@ -536,10 +543,17 @@ def event_lines(events: list[Event], names: dict[int, str] | None = None) -> lis
             if e.item_index is None
             else f" {names.get(e.item_index) or f'item {e.item_index + 1}'}"
         )
-        lines.append(
-            f"{_clock(e.at)} {e.kind}{where}{_http(e.http_status, e.message)}: {_once(e.message)}"
-        )
+        lines.append(f"{_clock(e.at)} {_event_text(e, where)}")
     return lines
+
+
+def _event_text(e: Event, where: str) -> str:
+    """ "kind item HTTP n: message", or the message alone where it says the kind already
+    ("resumed with --max-tokens 5000", not "resumed: resumed with …")."""
+    message, http = _once(e.message), _http(e.http_status, e.message)
+    if not where and not http and (message == e.kind or message.startswith(e.kind + " ")):
+        return message
+    return f"{e.kind}{where}{http}: {message}"
 
 
 def _http(http_status: int | None, message: str) -> str:
@@ -582,7 +596,7 @@ def show_text(shown: ItemShown) -> str:
     lines = [
         f"Item {item.name} (number {item.index + 1} of job {shown.job.job_id})",
         f"State: {state_label(item.status)}",
-        f"Tokens (reported by the provider): {item.tokens_in} in, {item.tokens_out} out",
+        f"Tokens (reported by the provider): {item.tokens_in:,} in, {item.tokens_out:,} out",
     ]
     if item.model or item.provider:
         lines.append(f"Answered by: {' '.join(x for x in (item.model, item.provider) if x)}")
@@ -651,11 +665,20 @@ def jobs_table(statuses: list[JobStatus]) -> Table:
                 f"{j.completed}/{j.total}",
                 str(j.failed),
                 spent(j),
-                datetime.datetime.fromtimestamp(j.created_at).strftime("%Y-%m-%d %H:%M"),
+                short_time(j.created_at, time.time()),
                 j.spec.instruction.replace("\n", " "),
             ]
         )
     return table
+
+
+def short_time(at: float, now: float) -> str:
+    """When, in as few columns as tell it apart: "14:18" today, "Dec 07" this year, else
+    "2025-12-07" (at 80 columns a full date and time left `list` no room for the instruction)."""
+    when, today = datetime.datetime.fromtimestamp(at), datetime.datetime.fromtimestamp(now)
+    if when.date() == today.date():
+        return when.strftime("%H:%M")
+    return when.strftime("%b %d" if when.year == today.year else "%Y-%m-%d")
 
 
 def workers_table(workers: list[WorkerInfo], now_s: float, *, heartbeat_s: float) -> Table:
@@ -721,13 +744,15 @@ def follow(
             yield self.header
             yield self.make_tasks_table(self.tasks)
 
-    # Fixed widths: rich shrinks a column to "0:…" when the line is short of room.
+    # Fixed widths: rich shrinks a column to "0:…" when the line is short of room. Each time
+    # is followed by its word: "12/50 0:00:40 left 0:00:10 elapsed".
     columns = (
         BarColumn(bar_width=None),
         MofNCompleteColumn(table_column=RichColumn(no_wrap=True, min_width=9)),
-        TimeElapsedColumn(table_column=RichColumn(no_wrap=True, min_width=7)),
-        TextColumn("left"),
         TimeRemainingColumn(table_column=RichColumn(no_wrap=True, min_width=7)),
+        TextColumn("left"),
+        TimeElapsedColumn(table_column=RichColumn(no_wrap=True, min_width=7)),
+        TextColumn("elapsed"),
     )
     with TwoLines(
         *columns, console=console, transient=False, expand=console.width < 100
@@ -741,7 +766,7 @@ def follow(
                 f"{count(j.tokens_in + j.tokens_out, 'token')}"
             )
             if st.rate_limit:
-                detail += f"\nrate limited until {_clock(st.rate_limit.until)}"
+                detail += f"\nrate limited until {zoned_clock(st.rate_limit.until)}"
             progress.header = Text(detail, no_wrap=False, overflow="fold")
             progress.update(task, total=j.total, completed=j.completed + j.failed)
             if until(st) or (deadline_s is not None and time.monotonic() >= deadline_s):
@@ -759,13 +784,14 @@ def progress_line(st: JobStatus, rate_per_s: float | None) -> str:
     """One plain line of progress: done/failed/total, the rate and the time left at that rate."""
     j = st.job
     line = (
-        f"job {j.job_id}: {j.completed}/{j.total} done, {j.failed} failed, {state_label(st.state)}"
+        f"job {j.job_id}: {j.completed:,}/{j.total:,} done, {j.failed:,} failed, "
+        f"{state_label(st.state)}"
     )
     if rate_per_s:
         left_s = max(j.total - j.completed - j.failed, 0) / rate_per_s
         line += f", {rate_per_s:.1f} items/s, about {left_s:.0f} s left"
     if st.rate_limit:
-        line += f", rate limited until {_clock(st.rate_limit.until)}"
+        line += f", rate limited until {zoned_clock(st.rate_limit.until)}"
     return line
 
 

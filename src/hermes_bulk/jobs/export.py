@@ -98,7 +98,10 @@ def export(
     """
     writer = _writer(fmt, with_input, column, job)
     check_target(target, folder_must_exist=not make_folder)
-    with replace_atomically(target, private=private) as f:
+    # A CSV given back with its own columns begins as the user's file did, with a BOM or not.
+    own_csv = with_input and job.spec.source_kind == "csv"
+    bom = not own_csv or job.spec.source_bom
+    with replace_atomically(target, private=private, bom=bom) as f:
         writer(f, job, _items(store, job, only, with_input))
 
 
@@ -119,6 +122,14 @@ def export_to_stream(
 
 #: export --only: the item states an export may be limited to (every item by default).
 ONLY = (COMPLETED, FAILED)
+
+
+def default_name(fmt: str, *, only: str | None = None, with_input: bool = False) -> str:
+    """The file an export writes in the job's folder without --output: one per variant of
+    which items and what of them it holds (results.csv, results-failed.csv,
+    results-with-input.csv, results-failed-with-input.csv), so no variant replaces another."""
+    parts = ["results", *([only] if only else []), *(["with-input"] if with_input else [])]
+    return f"{'-'.join(parts)}.{fmt}"
 
 
 def _items(
@@ -349,8 +360,9 @@ def _write_jsonl_with_input(
 
 
 @contextmanager
-def replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO]:
-    """A temp file beside target, renamed over it on success (owner-only; see replaced_mode).
+def replace_atomically(target: Path, *, private: bool = True, bom: bool = True) -> Iterator[TextIO]:
+    """A temp file beside target, renamed over it on success (owner-only; see replaced_mode); a
+    .csv target begins with a byte-order mark when bom.
 
     The target is checked again just before the rename: what appeared there while the export
     was written (a FIFO, a link) is refused, not replaced.
@@ -365,7 +377,7 @@ def replace_atomically(target: Path, *, private: bool = True) -> Iterator[TextIO
             f"Cannot write {target} ({_reason(exc)}); choose another --output."
         ) from None
     # utf-8-sig: Excel reads a BOM-less CSV as the local code page and garbles non-ASCII text.
-    encoding = "utf-8-sig" if target.suffix.lower() == ".csv" else "utf-8"
+    encoding = "utf-8-sig" if bom and target.suffix.lower() == ".csv" else "utf-8"
     try:
         with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
             yield f

@@ -23,7 +23,6 @@ from ..files import private_dir, remove_tree
 from ..fleet import endpoints
 from ..fleet.broker import Backend, open_backend
 from ..fleet.liveness import Liveness, answering, heartbeat_interval, interruption
-from ..providers import answers
 from ..providers.pacing import OpenGate, RequestGate, provider_key
 from ..store.protocol import (
     AWAITING_RECOVERY,
@@ -85,6 +84,37 @@ STATES = (
     "completed_with_errors",
     "failed",
 )
+
+
+def _begins_with_bom(path: Path) -> bool:
+    """Whether a file begins with a UTF-8 byte-order mark (opened as every source is: a FIFO in
+    its place does not hang; what cannot be read has none, and the read of items says why)."""
+    import codecs
+
+    from ..errors import HermesBulkError
+    from ..sources.regular_files import open_file
+
+    try:
+        with open_file(path) as f:
+            return f.read(3) == codecs.BOM_UTF8
+    except (OSError, HermesBulkError):
+        return False
+
+
+def _first_request(spec: JobSpec, name: str, text: str, digest: str) -> dict[str, Any]:
+    """The request create --dry-run shows for the first item: built as a worker sends it, in the
+    job's protocol (Hermes' own client is shown as a chat request to its model)."""
+    from ..providers.bodies import request_body  # the HTTP client's modules: a dry run's only
+
+    http = spec.client == "http"
+    return request_body(
+        spec.protocol if http else OPENAI,
+        spec.model if http else "(Hermes' model)",
+        prompt.build_messages(spec.instruction, name, text, digest, spec.system),
+        max_tokens=spec.max_output_tokens,
+        json_schema=json.loads(spec.schema) if spec.schema else None,
+        options=spec.options,
+    )
 
 
 def _check_fits_alone(spec: JobSpec, name: str, worst: int) -> None:
@@ -494,6 +524,7 @@ class Jobs:
             instruction=instruction,
             source=str(source.path),
             source_kind=source.kind,
+            source_bom=source.kind == "csv" and _begins_with_bom(source.path),
             concurrency=concurrency,
             retries=s.max_retries if retries is None else retries,
             max_tokens=max_tokens,
@@ -619,17 +650,7 @@ class Jobs:
             text, digest = self._item_text(spec, entry)
             if request is None:
                 first = entry.name
-                request = {
-                    "model": spec.model if spec.client == "http" else "(Hermes' model)",
-                    "messages": prompt.build_messages(
-                        spec.instruction, entry.name, text, digest, spec.system
-                    ),
-                    **(spec.options or {}),
-                }
-                if spec.max_output_tokens:
-                    request["max_tokens"] = spec.max_output_tokens
-                if spec.schema:
-                    request["response_format"] = answers.response_format(json.loads(spec.schema))
+                request = _first_request(spec, entry.name, text, digest)
             items += 1
             item_worst = bounds.worst_case_tokens(spec, entry.name, text, digest)
             if spec.max_tokens is not None or spec.max_cost is not None:
@@ -1140,7 +1161,8 @@ class Jobs:
         column: str | None = None,
     ) -> Path:
         """Write the export to output (a regular file, or a new name in an existing folder), by
-        default results.<fmt> in the job's folder; returns the path written."""
+        default in the job's folder under its variant's name (export.default_name); returns the
+        path written."""
         from . import export as export_mod
 
         job = self.get(job_ref)
@@ -1170,7 +1192,9 @@ class Jobs:
                 column=column,
             )
             return target
-        target = self.job_dir(job.job_id) / f"results.{fmt}"
+        target = self.job_dir(job.job_id) / export_mod.default_name(
+            fmt, only=only, with_input=with_input
+        )
         export_mod.export(
             self.store,
             job,

@@ -307,6 +307,8 @@ class _Session(replies.Place):
     next_step_sep = "\n"
     processes_here = True
     export_summary = True
+    #: /bulk wait answers well within the time the handler waits for a reply
+    wait_limit_s = REPLY_WAIT_S - 5
 
     def __init__(self, *, on_progress: Callable[[int], None] | None = None) -> None:
         super().__init__(on_progress=on_progress)

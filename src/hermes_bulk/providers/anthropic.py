@@ -32,7 +32,11 @@ from ..errors import (
     with_usage,
 )
 from ..store.protocol import Usage
-from . import answers
+from .bodies import (  # the request is built there, for the dry run too
+    TOOL_NAME,
+    messages_body,
+    split_shared,  # noqa: F401 - part of this protocol's surface
+)
 from .client import Completion, HttpModelClient, token_count, truncated
 
 log = logging.getLogger("hermes_bulk.providers.anthropic")
@@ -41,15 +45,6 @@ log = logging.getLogger("hermes_bulk.providers.anthropic")
 PROTOCOL = "anthropic"
 #: The Messages API version every request names (the one the API's docs and SDKs send).
 API_VERSION = "2023-06-01"
-#: max_tokens is required by the Messages API; without --max-output-tokens this is sent.
-DEFAULT_MAX_TOKENS = 4096
-#: The tool a --schema answer is asked through (its input is the answer).
-TOOL_NAME = answers.SCHEMA_NAME
-#: The breakpoint goes after the shared prefix when it is at least this long (estimated): the
-#: smallest minimum any Claude model caches (512 to 4,096 tokens by model, and changing with each
-#: release). A breakpoint on a prefix below the model's own minimum is ignored by the API at no
-#: cost, so a table of minimums kept here could only lose savings when it goes stale.
-CACHE_FLOOR_TOKENS = 512
 #: stop_reason values of an answer cut short: at max_tokens, or where the context window ended
 _CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
 #: stop_reason values: the answer ended, or a tool was called, or it was cut at max_tokens.
@@ -59,56 +54,6 @@ _ENDED = frozenset({"end_turn", "stop_sequence", "tool_use"})
 def auth_headers(api_key: str | None) -> dict[str, str]:
     """What every request to the API carries: its version, and the key (x-api-key, not Bearer)."""
     return {"anthropic-version": API_VERSION, **({"x-api-key": api_key} if api_key else {})}
-
-
-def split_shared(user_text: str) -> tuple[str, str]:
-    """The user message as (what every item shares: the instruction, the item's part): cut
-    before the "Item … BEGIN ITEM" lines (jobs/prompt.build_messages). Joined, the two are the
-    text; where no cut is found, all of it is the item's part."""
-    begin = user_text.find("\n----- BEGIN ITEM ")
-    cut = user_text.rfind("\n\nItem ", 0, begin) if begin >= 0 else -1
-    return (user_text[:cut], user_text[cut:]) if cut > 0 else ("", user_text)
-
-
-def messages_body(
-    model: str,
-    messages: list[dict[str, Any]],
-    *,
-    max_tokens: int | None,
-    json_schema: dict[str, Any] | None = None,
-    options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The Messages request for one item: what complete() sends, and what a Message Batches
-    request carries as its params."""
-    system = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "system")
-    user = "\n\n".join(str(m["content"]) for m in messages if m.get("role") == "user")
-    shared, item = split_shared(user)
-    cache = (len(system) + len(shared)) // 4 >= CACHE_FLOOR_TOKENS
-    content: list[dict[str, Any]] = []
-    if shared:
-        block: dict[str, Any] = {"type": "text", "text": shared}
-        if cache:  # one breakpoint: system and instruction are the cached prefix
-            block["cache_control"] = {"type": "ephemeral"}
-        content.append(block)
-    content.append({"type": "text", "text": item})
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
-        "messages": [{"role": "user", "content": content}],
-        **(options or {}),
-    }
-    if system:
-        body["system"] = [{"type": "text", "text": system}]
-    if json_schema is not None:
-        body["tools"] = [
-            {
-                "name": TOOL_NAME,
-                "description": "Record the answer for this item.",
-                "input_schema": json_schema,
-            }
-        ]
-        body["tool_choice"] = {"type": "tool", "name": TOOL_NAME}
-    return body
 
 
 class AnthropicModelClient(HttpModelClient):

@@ -30,6 +30,7 @@ from ..errors import (
 from ..redact import public_url
 from ..store.protocol import MAX_USAGE_TOKENS, Usage
 from . import answers, pacing, rate_headers
+from .bodies import chat_body
 from .rate_headers import RateHeaders
 from .transport import JsonPoster
 
@@ -179,15 +180,11 @@ class HttpModelClient:
     def request_body(
         self, messages, *, max_tokens, json_schema=None, options=None
     ) -> dict[str, Any]:
-        """The chat-completions request for one item: what complete() sends, and what a line of a
-        provider batch carries (batch_api). options never hold the fields set here
-        (model_options.OWN_FIELDS)."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages, **(options or {})}
-        if max_tokens:
-            body["max_tokens"] = max_tokens
-        if json_schema is not None:
-            body["response_format"] = answers.response_format(json_schema)
-        return body
+        """The chat-completions request for one item (chat_body): what complete() sends, and
+        what a line of a provider batch carries (batch_api)."""
+        return chat_body(
+            self.model, messages, max_tokens=max_tokens, json_schema=json_schema, options=options
+        )
 
     def complete(self, messages, *, max_tokens, json_schema=None, options=None) -> Completion:
         body = self.request_body(

@@ -7,7 +7,6 @@ pipeline testable against a real store and a real HTTP server without a queue.
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import os
@@ -25,6 +24,7 @@ from tenacity import (
 )
 
 from .. import sources
+from ..durations import zoned_clock
 from ..errors import (
     BackendUnavailable,
     ClientUnavailable,
@@ -456,7 +456,7 @@ class ItemProcessor:
                         self.worker_id,
                         ItemError(
                             "RateLimitError",
-                            f"rate limited (HTTP 429); all workers wait until {_clock(until)}",
+                            f"rate limited (HTTP 429); all workers wait until {zoned_clock(until)}",
                             429,
                         ),
                         rate_limited=True,
@@ -630,7 +630,3 @@ def _item_error(exc: ModelError) -> ItemError:
     # An attempt's event kind (attempt_failed) says it was an attempt: the message does not repeat
     # it.
     return ItemError(exc.error_type, str(exc), exc.http_status)
-
-
-def _clock(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")

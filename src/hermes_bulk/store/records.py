@@ -125,6 +125,8 @@ class JobSpec:
     price_unknown: str | None = None
     #: create/resume --max-cost, in nano-USD (needs a price); changed by resume --max-cost
     max_cost: int | None = None
+    #: a CSV source began with a UTF-8 byte-order mark (export --with-input follows it)
+    source_bom: bool = False
 
     @property
     def output_bound(self) -> int:

@@ -167,6 +167,8 @@ class RequestRecord:
     options: dict[str, Any] = field(default_factory=dict)
     system: str = ""  # the system messages' text
     protocol: str = "openai"  # or "anthropic": the Messages API was asked
+    #: The request body as it arrived, in its own protocol
+    body: dict[str, Any] = field(default_factory=dict)
     #: What the answer bills (its usage as sent: input with the cache's reads and writes, and
     #: output), answer kept by the client or not; 0 for an answer without usage
     billed_in: int = 0
@@ -560,6 +562,7 @@ class FakeProvider:
         )
         item = item_text(prompt)
         fault, record = self._decide(item, req=req)
+        record.body = req if messages_req is None else messages_req
         if messages_req is not None:
             record.protocol = "anthropic"
         assert self._gate_open is not None
