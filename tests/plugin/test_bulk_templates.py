@@ -19,7 +19,7 @@ def test_a_bulk_job_sends_each_row_as_its_template_makes_it(
     created = gw.bulk(f"\"Describe\" --over {src} --template '{{title}} is {{body}}'")
     job = job_id_of(created)
     gw.bulk(f"run {job}")
-    status = wait_for_state(gw, job, "completed", backend=url)
+    status = " ".join(wait_for_state(gw, job, "completed", backend=url).split())  # unwrapped
     assert "each item as the template '{title} is {body}'" in status
     assert sorted(r.item for r in hermes_provider.requests) == sorted(
         [digest("Tea is Green"), digest("Coffee is Black")]

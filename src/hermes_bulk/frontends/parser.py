@@ -185,9 +185,11 @@ def _add_job_controls(p: argparse.ArgumentParser) -> None:
 def _add_version(parser: Parser, for_slash: bool) -> None:
     """hermes-bulk --version (a chat has no use for it)."""
     if not for_slash:
-        from .. import __version__
+        from importlib.metadata import version  # the installed distribution's, as pip says it
 
-        parser.add_argument("--version", action="version", version=f"hermes-bulk {__version__}")
+        parser.add_argument(
+            "--version", action="version", version=f"hermes-bulk {version('hermes-bulk')}"
+        )
 
 
 def _add_slash_wait(add_command: Callable[..., Parser], for_slash: bool) -> None:

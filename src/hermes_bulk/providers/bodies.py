@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.provider import ANTHROPIC
 from . import answers
 
+#: The protocol name of Anthropic's Messages API (config/provider.py's ANTHROPIC: a provider
+#: module imports no configuration).
+ANTHROPIC = "anthropic"
 #: max_tokens is required by the Messages API; without --max-output-tokens this is sent.
 DEFAULT_MAX_TOKENS = 4096
 #: The tool a --schema answer is asked through (its input is the answer).

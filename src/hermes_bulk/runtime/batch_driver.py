@@ -95,6 +95,7 @@ from .breaker import (
     DEFAULT_FAILURES,
     pause_job,
     pause_reason,
+    paused_by_redirects,
     redirect_reason,
     refuses_key,
 )
@@ -737,7 +738,9 @@ class BatchDriver:
         cancel = (
             batch.status not in TERMINAL
             and not batch.cancel_sent
-            and (job.state == PAUSED or past_deadline)
+            and (
+                (job.state == PAUSED and not paused_by_redirects(job.pause_reason)) or past_deadline
+            )
         )
         poll_s = self.poll_for(job)
         due = now - self._polled.get(batch.batch_id, 0.0) >= poll_s

@@ -171,10 +171,21 @@ def pause_reason(
     )
 
 
+#: What every redirect pause reason says (redirect_reason), so paused_by_redirects knows it.
+REDIRECT_MARK = "requests in a row with a redirect (HTTP"
+
+
+def paused_by_redirects(reason: str | None) -> bool:
+    """Whether a job paused because its provider answered with redirects: its batches stay open
+    at the provider (cancelling would be a call to the endpoint that redirects, and a batch still
+    known there is read again on resume, never bought again)."""
+    return bool(reason) and REDIRECT_MARK in reason
+
+
 def redirect_reason(where: str, status: int | None, streak: int) -> str:
     """Why a job paused after its endpoint answered with redirects, and what to do."""
     return (
-        f"{where} answered {streak} requests in a row with a redirect (HTTP {status}) to another "
+        f"{where} answered {streak} {REDIRECT_MARK} {status}) to another "
         "address, which hermes-bulk never follows (the API key would go with it); nothing was "
         "charged for it. Check the endpoint (hermes-bulk doctor) and resume the job once it "
         "answers without a redirect; or create the job again with HERMES_BULK_BASE_URL set to "
