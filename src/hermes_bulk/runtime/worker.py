@@ -307,7 +307,22 @@ class WorkerRuntime:
         its id."""
         if self.only_job is not None and job.job_id != self.only_job:
             return False
-        return endpoints.serves(job.spec, self.clients, *self._own_routes())
+        return endpoints.serves(
+            job.spec, self.clients, *self._own_routes(), batches=self.batch_driver is not None
+        )
+
+    def serves_record(self) -> str:
+        """What this worker serves, as its registry entry says it (liveness.serves_record): its
+        routes, the one job of `run JOB --wait`, and in words its endpoint, protocol and whether
+        it runs provider batches, for `workers` and `status` to show."""
+        http = endpoints.HTTP in self.clients
+        return serves_record(
+            self.routes(),
+            self.only_job,
+            endpoint=endpoints.endpoint_url(self.endpoint.base_url) if http else None,
+            protocol=self.endpoint.protocol if http else None,
+            batches=self.batch_driver is not None,
+        )
 
     def _say_unserved(self, job: JobRecord) -> None:
         """Once per job: an HTTP job made for another endpoint or key is left to its workers."""
@@ -624,7 +639,7 @@ class WorkerRuntime:
                 self.started_at,
                 0.0,
                 self.threads,
-                serves_record(self.routes(), self.only_job),
+                self.serves_record(),
             ),
             ttl_s=self.settings.lease_seconds,
         )
