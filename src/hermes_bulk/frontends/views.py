@@ -390,6 +390,43 @@ def batch_lines(st: JobStatus) -> list[str]:
     return lines
 
 
+def stopping_lines(on_their_way: int, timeout_s: float) -> list[str]:
+    """What the first Ctrl-C of `run --wait` says (each line fits 80 columns): that nothing new
+    starts, how many answers on their way are saved first and for how long at most, and that a
+    second Ctrl-C abandons them."""
+    if not on_their_way:
+        return ["Stopping: no new item starts, and no answer is on its way."]
+    one = on_their_way == 1
+    them = "the answer on its way is" if one else f"the {on_their_way:,} answers on their way are"
+    return [
+        f"Stopping: no new item starts; {them} saved first",
+        f"(up to {format_seconds(timeout_s)}). Ctrl-C again to abandon "
+        f"{'it: it' if one else 'them: they'} will be asked again.",
+    ]
+
+
+def stopped_line(on_their_way: int, saved: int, drained: bool, timeout_s: float) -> str:
+    """How the wait for the answers on their way ended."""
+    if not on_their_way:
+        return "Stopped."
+    of = f"{saved:,} of {count(on_their_way, 'answer')} saved"
+    if not drained:
+        return f"Stopped ({format_seconds(timeout_s)} passed): {of}; the rest will be asked again."
+    if saved == on_their_way:
+        return (
+            f"Stopped: {'the answer was' if saved == 1 else f'all {saved:,} answers were'} saved."
+        )
+    return f"Stopped: {of} (the others failed, or will be asked again)."
+
+
+def abandoned_line(on_their_way: int) -> str:
+    """What the second Ctrl-C says."""
+    if not on_their_way:
+        return "Stopped."
+    items = "its item goes" if on_their_way == 1 else f"their {on_their_way:,} items go"
+    return f"Abandoned: {items} back to the queue and will be asked again."
+
+
 def format_seconds(seconds: float) -> str:
     return f"{seconds:g} s" if seconds < 120 else f"{seconds / 60:g} min"
 
