@@ -46,7 +46,7 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
     status = cli("status", job).stdout
     assert "State: waiting for a worker" in status  # run, never picked up: nothing to recover
     assert (
-        f"No live worker (0 live workers): start one with: hermes-bulk worker, "
+        f"No worker is live; start one for this job's endpoint: hermes-bulk worker, "
         f"or process it here: hermes-bulk run {job} --wait"
     ) in status
     assert f"Continue with: hermes-bulk run {job}" not in status.splitlines(), (
@@ -79,10 +79,7 @@ def test_a_job_cut_off_mid_run_asks_for_run_and_a_worker_until_one_is_live(
     cli("run", job)
     kill_worker_holding_an_item(cli, fake_provider)
     status = cli("status", job).stdout
-    assert (
-        "No live worker (0 live workers). Items that were in progress when its workers stopped"
-        in status
-    )
+    assert "No worker is live. Items that were in progress when its workers stopped" in status
     assert (
         f"Continue with: hermes-bulk run {job} --wait, or start hermes-bulk worker and then: "
         f"hermes-bulk run {job}"

@@ -47,7 +47,7 @@ def test_a_frozen_worker_is_not_counted_after_three_heartbeats(
             message="status to stop saying processing",
         )
         took = time.monotonic() - frozen_at
-        assert st["live_workers"] == 0 and st["state"] in (
+        assert st["live_workers"] == st["live_workers_total"] == 0 and st["state"] in (
             "awaiting_recovery",
             "waiting_for_worker",
         ), st

@@ -18,6 +18,7 @@ import pytest
 from hermes_bulk.testing.fake_provider import FakeProvider, digest
 
 from .helpers import wait_for
+from .test_eighty_columns import fits, on_terminal
 
 BACKENDS = ["sqlite", "redis"]
 
@@ -113,6 +114,7 @@ def test_a_job_is_served_only_by_workers_of_its_endpoint(
         assert st["endpoint"] == fake_provider.base_url
         text = cli("status", job_a, **env).stdout
         assert f"waits for a hermes-bulk worker for {fake_provider.base_url}" in text, text
+        _says_who_is_live(cli, job_a, env, other_provider.base_url)
         worker_a = cli.spawn_worker("-w", "2", **env)
         wait_for(
             lambda: _status(cli, job_a, env)["state"] == "completed", timeout=60, message="A done"
@@ -125,6 +127,43 @@ def test_a_job_is_served_only_by_workers_of_its_endpoint(
     assert {r.item for r in fake_provider.requests} == items_a
     assert {r.item for r in other_provider.requests} == items_b
     assert log_b.read_text().count(f"job {job_a} is left to workers") == 1
+
+
+def _says_who_is_live(cli, job: str, env: dict, url_b: str) -> None:
+    """Job A waits while a worker of B is live: `status` says that worker is live and what it
+    serves, and the command that starts one for A (none to set in A's shell; the pure test
+    has the other shells); `--json` carries the same; `workers` says what each serves. The
+    words at 80 columns, as a terminal shows them, once (SQLite): they read no store."""
+    st = _status(cli, job, env)
+    assert (st["live_workers"], st["live_workers_total"]) == (0, 1), st
+    assert [(w["reason"], w["endpoint"], w["batches"]) for w in st["workers_elsewhere"]] == [
+        ("endpoint", url_b, True)
+    ], st
+    if "HERMES_BULK_BACKEND" in env:
+        return
+    said = _on_terminal(cli, env, "status", job)
+    assert (
+        f"1 worker is live but serves {url_b}; start one for this job's endpoint: hermes-bulk "
+        f"worker, or process it here: hermes-bulk run {job} --wait"
+    ) in said, said
+    lines = _on_terminal(cli, env, "workers", joined=False)
+    serves = "".join(row.split("│")[3] for row in lines if row.startswith("│")).replace(" ", "")
+    assert serves == f"{url_b}(openai,batches)", lines  # read down its column
+
+
+def _on_terminal(cli, env: dict, *args: str, joined: bool = True):
+    """The command's output on an 80-column terminal, every line checked for its width, and
+    its lines joined as one text (a terminal breaks a long line at spaces), or its lines."""
+    saved = dict(cli.env)
+    cli.env.update(env)
+    try:
+        rc, lines = on_terminal(cli, *args)
+    finally:
+        cli.env.clear()
+        cli.env.update(saved)
+    assert rc == 0, lines
+    fits(lines, " ".join(args))
+    return " ".join(" ".join(lines).split()) if joined else lines
 
 
 def test_answers_are_reused_only_from_the_same_endpoint_and_key(

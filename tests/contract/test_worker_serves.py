@@ -11,7 +11,7 @@ import pytest
 
 from hermes_bulk.config.provider import Endpoint
 from hermes_bulk.fleet import broker, endpoints
-from hermes_bulk.fleet.liveness import can_serve, serves_record
+from hermes_bulk.fleet.liveness import can_serve, offer, serves_record
 from hermes_bulk.store.protocol import JobSpec, WorkerInfo
 
 BACKENDS = ["sqlite", "redis"]
@@ -102,3 +102,29 @@ def test_the_registry_keeps_what_a_worker_serves(store):
     ]
     assert [can_serve(live[w], legacy) for w in ("w-all", "w-one", "w-old")] == [True, False, True]
     assert not any(can_serve(w, hermes) for w in live.values())
+
+
+def test_the_registry_keeps_what_a_worker_says_it_serves(store):
+    """The endpoint (a comma and a masked key in it), protocol and batches a worker writes come
+    back as written, and an entry rewritten by the next heartbeat says what it says then."""
+    url = "https://gw.example/v1?deployment=a,b&api-key=***"
+    said = serves_record(["http@abc", "http"], endpoint=url, protocol="anthropic", batches=True)
+    store.heartbeat_worker(WorkerInfo("w-new", "h", 1, store.now(), 0.0, 4, said), ttl_s=10)
+    (entry,) = store.live_workers(holding=False)
+    o = offer(entry)
+    assert (o.routes, o.endpoint, o.protocol, o.batches) == (
+        frozenset(["http@abc", "http"]),
+        url,
+        "anthropic",
+        True,
+    )
+    again = serves_record(
+        ["http@abc", "http"], "j1", endpoint=url, protocol="openai", batches=False
+    )
+    store.heartbeat_worker(WorkerInfo("w-new", "h", 1, store.now(), 0.0, 4, again), ttl_s=10)
+    (entry,) = store.live_workers(holding=False)
+    assert (offer(entry).only_job, offer(entry).protocol, offer(entry).batches) == (
+        "j1",
+        "openai",
+        False,
+    )

@@ -123,6 +123,13 @@ def served_route(spec: JobSpec, own: str, old: str | None) -> str:
     return own if found == old else found
 
 
-def serves(spec: JobSpec, kinds: Collection[str], own: str, old: str | None) -> bool:
-    """Whether the worker of these kinds and routes takes the job's items."""
-    return spec.client in kinds and served_route(spec, own, old) in worker_routes(kinds, own, old)
+def serves(
+    spec: JobSpec, kinds: Collection[str], own: str, old: str | None, *, batches: bool = True
+) -> bool:
+    """Whether the worker of these kinds and routes takes the job's items; a batch job's only
+    when it runs provider batches (`batches`: every worker with an HTTP endpoint does)."""
+    return (
+        spec.client in kinds
+        and served_route(spec, own, old) in worker_routes(kinds, own, old)
+        and (spec.mode != "batch" or batches)
+    )

@@ -11,8 +11,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
+from urllib.parse import quote, unquote
 
 from ..files import private_dir
 from ..store.protocol import (
@@ -77,21 +79,116 @@ def new_worker_id() -> str:
 
 
 ONLY_JOB = "job:"  #: the serves token of a worker that serves one job alone (`run JOB --wait`)
+#: The tokens with which a worker says what it offers, beside its routes (hashes, which name no
+#: endpoint): its HTTP endpoint's public URL (percent-encoded, so no comma is left in it), the
+#: protocol it speaks there, and whether it runs provider batches. A worker older than them
+#: records none; readers older than them ignore them (none is a route or a job).
+ENDPOINT_TOKEN, PROTOCOL_TOKEN, BATCHES_TOKEN = "endpoint=", "protocol=", "batches="
 
 
-def serves_record(routes: list[str], only_job: str | None = None) -> str:
+def serves_record(
+    routes: list[str],
+    only_job: str | None = None,
+    *,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    batches: bool | None = None,
+) -> str:
     """What a worker serves, as its registry entry records it (WorkerInfo.serves): the routes
-    it consumes (endpoints.route) and, for `run JOB --wait`, the one job it serves."""
-    return ",".join([*routes, *([ONLY_JOB + only_job] if only_job else [])])
+    it consumes (endpoints.route), for `run JOB --wait` the one job it serves, and what it
+    offers in words: its HTTP endpoint's public URL and protocol, and whether it runs batches."""
+    tokens = [*routes, *([ONLY_JOB + only_job] if only_job else [])]
+    if endpoint:
+        tokens.append(ENDPOINT_TOKEN + quote(endpoint, safe=":/"))
+    if protocol:
+        tokens.append(PROTOCOL_TOKEN + protocol)
+    if batches is not None:
+        tokens.append(BATCHES_TOKEN + ("yes" if batches else "no"))
+    return ",".join(tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """What a live worker serves, read from its registry entry (serves_record)."""
+
+    routes: frozenset[str]
+    only_job: str | None  #: `run JOB --wait`: the one job it serves
+    endpoint: str | None  #: its HTTP endpoint's public URL; None: no HTTP kind, or not said
+    protocol: str | None  #: the protocol it speaks there; None: as endpoint
+    batches: bool | None  #: whether it runs provider batches; None: not said (an older worker)
+    reported: bool  #: False: an entry older than the serves record (it serves "http" jobs)
+
+    @property
+    def http(self) -> bool:
+        """It serves jobs made by `hermes-bulk create` (some HTTP route)."""
+        return any(r == endpoints.HTTP or r.startswith(endpoints.HTTP + "@") for r in self.routes)
+
+
+def offer(worker: WorkerInfo) -> Offer:
+    """The worker's entry read as an Offer. An entry without a serves record (a worker older
+    than it) serves the HTTP jobs that recorded no endpoint, and says nothing more."""
+    if not worker.serves:
+        return Offer(frozenset([endpoints.HTTP]), None, None, None, None, reported=False)
+    routes, only, url, protocol, batches = set(), None, None, None, None
+    for token in worker.serves.split(","):
+        if token.startswith(ONLY_JOB):
+            only = token[len(ONLY_JOB) :]
+        elif token.startswith(ENDPOINT_TOKEN):
+            url = unquote(token[len(ENDPOINT_TOKEN) :])
+        elif token.startswith(PROTOCOL_TOKEN):
+            protocol = token[len(PROTOCOL_TOKEN) :]
+        elif token.startswith(BATCHES_TOKEN):
+            batches = token[len(BATCHES_TOKEN) :] == "yes"
+        else:
+            routes.add(token)
+    return Offer(frozenset(routes), only, url, protocol, batches, reported=True)
+
+
+#: Why a live worker does not serve a job (Unserved.reason), most telling first.
+ONLY_OTHER_JOB = "only_job"  #: it serves another job alone (`run OTHER --wait`)
+OTHER_KIND = "kind"  #: it has no model client of the job's kind (Hermes' model, or an endpoint)
+OTHER_ENDPOINT = "endpoint"  #: another URL (or, when the URL is the same, another protocol)
+OTHER_CREDENTIALS = "credentials"  #: the job's URL and protocol, with other credentials
+UNSAID_ENDPOINT = "unsaid"  #: another route, and the worker (older) does not say which endpoint
+NO_BATCHES = "batches"  #: the job is a batch job and the worker runs no provider batches
+
+
+class Unserved(NamedTuple):
+    """A live worker that does not serve a job, and why (one of the reasons above)."""
+
+    worker: WorkerInfo
+    reason: str
+    offer: Offer
+
+
+def unserved_because(worker: WorkerInfo, job: JobRecord) -> str | None:
+    """Why the worker does not take the job's items (a reason above), or None: it does. The
+    rule is can_serve's: the job's route among the worker's, every job or this one, and for a
+    batch job a worker that runs batches; the reason names the first part that fails."""
+    o = offer(worker)
+    if o.only_job is not None and o.only_job != job.job_id:
+        return ONLY_OTHER_JOB
+    spec = job.spec
+    if endpoints.route(spec) not in o.routes:
+        if spec.client != endpoints.HTTP or not o.http:
+            return OTHER_KIND
+        if o.endpoint is None:
+            return UNSAID_ENDPOINT
+        if o.endpoint == spec.endpoint and o.protocol == spec.protocol:
+            return OTHER_CREDENTIALS
+        return OTHER_ENDPOINT
+    if spec.mode == "batch" and o.batches is False:
+        return NO_BATCHES
+    return None
 
 
 def can_serve(worker: WorkerInfo, job: JobRecord) -> bool:
     """Whether this worker takes the job's items: it consumes the job's route (its kind, and
-    for HTTP its endpoint and key), and serves every job or this one. An entry without a record
-    (a worker older than it) serves the HTTP jobs that recorded no endpoint."""
-    tokens = worker.serves.split(",") if worker.serves else [endpoints.HTTP]
-    only = [t[len(ONLY_JOB) :] for t in tokens if t.startswith(ONLY_JOB)]
-    return endpoints.route(job.spec) in tokens and (not only or job.job_id in only)
+    for HTTP its endpoint and key), serves every job or this one, and for a batch job runs
+    provider batches (a worker that does not say so ran them: every HTTP worker has since
+    batches came, before what it serves was recorded in words). An entry without a record (a
+    worker older than it) serves the HTTP jobs that recorded no endpoint."""
+    return unserved_because(worker, job) is None
 
 
 class Liveness:
@@ -136,6 +233,17 @@ class Liveness:
     ) -> list[WorkerInfo]:
         """The live workers that take this job's items (can_serve)."""
         return [w for w in (self.live_workers() if live is None else live) if can_serve(w, job)]
+
+    def unserving_workers(
+        self, job: JobRecord, live: list[WorkerInfo] | None = None
+    ) -> list[Unserved]:
+        """The live workers that do not take this job's items, each with why."""
+        found = []
+        for w in self.live_workers() if live is None else live:
+            reason = unserved_because(w, job)
+            if reason is not None:
+                found.append(Unserved(w, reason, offer(w)))
+        return found
 
     def live_worker_ids(self) -> set[str]:
         # Without holdings: reading them would load every running item, a batch's 50,000 too,

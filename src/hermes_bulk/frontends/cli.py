@@ -39,6 +39,7 @@ from .terminal import WrappedStdout, print_table, say, stderr_console, terminal_
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
+    from ..runtime.worker import WorkerRuntime
     from ..store.protocol import JobRecord
 
 # What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
@@ -316,9 +317,8 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
     try:
         st = _follow(jobs, job_id, until=lambda s: s.state != "processing")
     except KeyboardInterrupt:
-        say("Stopping: items in progress go back to the queue…")
-        runtime.stop(graceful=False)
-        say(f"Stopped. Continue with: hermes-bulk run {job_id} --wait")
+        _stop_on_interrupt(runtime, settings.request_timeout_seconds)
+        say(f"Continue with: hermes-bulk run {job_id} --wait")
         return EXIT_INTERRUPTED
     runtime.stop(graceful=True)
     print(views.status_text(jobs.status(job_id)))
@@ -327,6 +327,26 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
     if st.state == "paused":
         return EXIT_OK  # run --sample: it did what was asked
     return EXIT_OK if st.state == "completed" else EXIT_ERROR
+
+
+def _stop_on_interrupt(runtime: WorkerRuntime, timeout_s: float) -> None:
+    """The first Ctrl-C: nothing new starts and the answers on their way are saved as they
+    land, for at most the request timeout (each of them ends by then); a second Ctrl-C, or the
+    timeout, abandons them: their items go back to the queue and are asked again at the next
+    run (docs/decisions.md, "Ctrl-C in run --wait"). Nothing is lost either way."""
+    saved = runtime.processor.counters.snapshot()["items_completed"]
+    try:
+        try:
+            on_their_way = runtime.stop_starting()
+            for line in views.stopping_lines(on_their_way, timeout_s):
+                say(line)
+            drained = runtime.drain(timeout_s)
+            saved = runtime.processor.counters.snapshot()["items_completed"] - saved
+            say(views.stopped_line(on_their_way, saved, drained, timeout_s))
+        except KeyboardInterrupt:
+            say(views.abandoned_line(runtime.processor.on_their_way()))
+    finally:
+        runtime.stop(graceful=False)
 
 
 def _follow(jobs: Jobs, job_id: str, *, until, timeout_s: float | None = None, quiet: bool = False):

@@ -102,6 +102,9 @@ class Column:
         None  #: longer cells end in "…"; on a narrow terminal it gives way first
     )
     no_wrap: bool = True  #: on a narrow terminal, cut (True) or wrap (False) the cell
+    #: a wrapping cell's word longer than the column is folded over lines, never cut (a URL, a
+    #: host name: what it says is the whole of it); such a column gives way to FOLD_MIN
+    fold: bool = False
 
 
 @dataclass
@@ -146,14 +149,16 @@ def shown(table: Table) -> Table:
 
 #: A column that gives way on a narrow terminal keeps at least this many characters, or goes.
 FLEXIBLE_MIN = 10
+#: A folding column gives way down to this many characters (or its header), its words folded.
+FOLD_MIN = 20
 
 
 def fit_to_width(table: Table, width: int) -> Table:
     """The table for a terminal `width` columns wide: the columns with a max_width give way
-    down to FLEXIBLE_MIN (or their header), then a wrapping column down to its longest word,
-    then the columns that gave way leave the table. Left to rich, a wide table lost the same
-    share of every column, and at 100 columns the counts of `list` were cut to "1…" or
-    nothing."""
+    down to FLEXIBLE_MIN (or their header), then the wrapping columns, widest first, down to
+    their longest word (a folding one to FOLD_MIN, its longer words folded over lines), then
+    the columns that gave way leave the table. Left to rich, a wide table lost the same share
+    of every column, and at 100 columns the counts of `list` were cut to "1…" or nothing."""
     from rich.cells import cell_len
 
     def natural(col: Column, cells: list[str]) -> int:
@@ -173,10 +178,13 @@ def fit_to_width(table: Table, width: int) -> Table:
     # whole over two lines rather than cut to "completed with erro…". Only when that is not
     # enough do the columns that gave way leave, and the wrapping ones give only what is left.
     wrapping = {
-        i: max(
-            cell_len(word)
-            for cell in [col.header, *(row[i] for row in table.rows)]
-            for word in cell.split() or [""]
+        i: min(
+            max(
+                cell_len(word)
+                for cell in [col.header, *(row[i] for row in table.rows)]
+                for word in cell.split() or [""]
+            ),
+            max(FOLD_MIN, cell_len(col.header)) if col.fold else width,
         )
         for i, col in enumerate(columns)
         if not col.no_wrap
@@ -186,11 +194,18 @@ def fit_to_width(table: Table, width: int) -> Table:
         excess -= sum(widths[i] + 3 for i in range(len(columns)) if i not in keep)
     else:
         keep = list(range(len(columns)))
-    for i, longest in wrapping.items():
-        give = min(excess, max(widths[i] - longest, 0))
+    # The widest wrapping column gives a character at a time, so they end up alike rather than
+    # the first one squeezed to its floor while the last keeps room it does not need.
+    narrowed = dict.fromkeys(wrapping, 0)
+    while excess > 0:
+        room = [i for i, floor in wrapping.items() if widths[i] - narrowed[i] > floor]
+        if not room:
+            break
+        narrowed[max(room, key=lambda i: widths[i] - narrowed[i])] += 1
+        excess -= 1
+    for i, give in narrowed.items():
         if give > 0:
             columns[i] = replace(columns[i], max_width=widths[i] - give)
-            excess -= give
     return Table(
         table.title, [columns[i] for i in keep], [[row[i] for i in keep] for row in table.rows]
     )
@@ -285,7 +300,8 @@ def rich_table(table: Table):
 
     drawn = RichTable(title=table.title, box=getattr(box, BOX_NAME))
     for col in table.columns:
-        options = {"overflow": "ellipsis", "max_width": col.max_width} if col.max_width else {}
+        overflow = "fold" if col.fold else "ellipsis"
+        options = {"overflow": overflow, "max_width": col.max_width} if col.max_width else {}
         drawn.add_column(col.header, justify=col.justify, no_wrap=col.no_wrap, **options)
     for row in table.rows:
         drawn.add_row(*row)

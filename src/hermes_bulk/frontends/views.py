@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import datetime
 import json
+import shlex
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..durations import zoned_clock
-from ..fleet.liveness import answering
+from ..fleet.liveness import (
+    NO_BATCHES,
+    ONLY_OTHER_JOB,
+    OTHER_CREDENTIALS,
+    OTHER_ENDPOINT,
+    OTHER_KIND,
+    answering,
+    offer,
+)
 from ..jobs import hints, model_options, prices
 from ..jobs.service import Created, ItemShown, Jobs, JobStatus, Plan, next_poll, state_label
 from ..store.protocol import (
@@ -381,6 +390,43 @@ def batch_lines(st: JobStatus) -> list[str]:
     return lines
 
 
+def stopping_lines(on_their_way: int, timeout_s: float) -> list[str]:
+    """What the first Ctrl-C of `run --wait` says (each line fits 80 columns): that nothing new
+    starts, how many answers on their way are saved first and for how long at most, and that a
+    second Ctrl-C abandons them."""
+    if not on_their_way:
+        return ["Stopping: no new item starts, and no answer is on its way."]
+    one = on_their_way == 1
+    them = "the answer on its way is" if one else f"the {on_their_way:,} answers on their way are"
+    return [
+        f"Stopping: no new item starts; {them} saved first",
+        f"(up to {format_seconds(timeout_s)}). Ctrl-C again to abandon "
+        f"{'it: it' if one else 'them: they'} will be asked again.",
+    ]
+
+
+def stopped_line(on_their_way: int, saved: int, drained: bool, timeout_s: float) -> str:
+    """How the wait for the answers on their way ended."""
+    if not on_their_way:
+        return "Stopped."
+    of = f"{saved:,} of {count(on_their_way, 'answer')} saved"
+    if not drained:
+        return f"Stopped ({format_seconds(timeout_s)} passed): {of}; the rest will be asked again."
+    if saved == on_their_way:
+        return (
+            f"Stopped: {'the answer was' if saved == 1 else f'all {saved:,} answers were'} saved."
+        )
+    return f"Stopped: {of} (the others failed, or will be asked again)."
+
+
+def abandoned_line(on_their_way: int) -> str:
+    """What the second Ctrl-C says."""
+    if not on_their_way:
+        return "Stopped."
+    items = "its item goes" if on_their_way == 1 else f"their {on_their_way:,} items go"
+    return f"Abandoned: {items} back to the queue and will be asked again."
+
+
 def format_seconds(seconds: float) -> str:
     return f"{seconds:g} s" if seconds < 120 else f"{seconds / 60:g} min"
 
@@ -493,12 +539,9 @@ def _waiting_for_worker(st: JobStatus, cmd: str) -> list[str]:
             if j.spec.endpoint
             else "a hermes-bulk worker"
         )
-        return [
-            f"Nothing was interrupted; it waits for {needs}.",
-            f"No live worker ({count(st.live_workers, 'live worker')}): start one with: "
-            f"hermes-bulk worker, or process it here: hermes-bulk run {j.job_id} --wait",
-        ]
+        return [f"Nothing was interrupted; it waits for {needs}.", worker_wanted(st, cmd)]
     return [
+        *([f"{workers_live(st)}."] if st.live_workers_total else []),
         "No live worker can serve this job: it needs Hermes' model (a Hermes process, or a "
         "hermes-bulk worker with HERMES_HOME set to the profile it was created in).",
         f"Process it with: {hints.process(j, 'run', cmd)}",
@@ -515,15 +558,12 @@ def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
         ]
     cut_off = j.state != RUNNING or (j.last_claim_at or 0) >= (j.run_at or 0)
     if not cut_off:  # run, but no worker has taken an item since: a worker is all it needs
-        return [
-            f"No live worker ({live}): start one with: hermes-bulk worker, "
-            f"or process it here: hermes-bulk run {j.job_id} --wait"
-        ]
+        return [worker_wanted(st, hints.CLI)]
     lines = [
-        "No live worker (0 live workers). Items that were in progress when its workers stopped go "
-        "back to the queue and are sent again only when the job runs.",
-        f"Continue with: hermes-bulk run {j.job_id} --wait, or start hermes-bulk worker and then: "
-        f"hermes-bulk run {j.job_id}",
+        f"{workers_live(st)}. Items that were in progress when its workers stopped go back to "
+        "the queue and are sent again only when the job runs.",
+        f"Continue with: {worker_command(st, hints.CLI, f'run {j.job_id} --wait')}, or start "
+        f"{worker_command(st, hints.CLI)} and then: hermes-bulk run {j.job_id}",
     ]
     if st.interrupted == INTERRUPTED_WORKER_STOP and j.state == RUNNING:
         lines.append(
@@ -531,6 +571,89 @@ def _awaiting_recovery_cli(st: JobStatus) -> list[str]:
             "by itself."
         )
     return lines
+
+
+def worker_wanted(st: JobStatus, cmd: str) -> str:
+    """For a job of `hermes-bulk create` that no live worker serves: who is live and what they
+    serve instead, and the command that starts a worker for the job's endpoint ("1 worker is
+    live but serves http://…/v1; start one for this job's endpoint: HERMES_BULK_BASE_URL=…
+    hermes-bulk worker"). What `status` says, and what any reply that says no worker picks a
+    job up should say (`/bulk run`, `/bulk status`)."""
+    j = st.job
+    where = "for this job's endpoint" if j.spec.endpoint else "with"
+    here = "process it here" if cmd == hints.CLI else "in a shell"
+    line = (
+        f"{workers_live(st)}; start one {where}: {worker_command(st, cmd)}, "
+        f"or {here}: {worker_command(st, cmd, f'run {j.job_id} --wait')}"
+    )
+    if j.spec.endpoint and "***" in j.spec.endpoint:
+        line += " (with the URL's key where *** stands)"
+    return line
+
+
+def workers_live(st: JobStatus) -> str:
+    """How many workers are live and, when none serves the job, what they serve instead: "No
+    worker is live", "1 worker is live but serves http://…/v1", "3 workers are live but none
+    serves this job: 2 serve http://…/v1, 1 serves job 3f2a… alone (run --wait)"."""
+    total = st.live_workers_total
+    if not total:
+        return "No worker is live"
+    if st.live_workers:
+        return f"{count(total, 'worker')} {'is' if total == 1 else 'are'} live"
+    groups: dict[tuple, int] = {}
+    for u in st.unserved:
+        key = (u.reason, u.offer.endpoint, u.offer.protocol, u.offer.only_job)
+        groups[key] = groups.get(key, 0) + 1
+    shown = [_unserved_words(n, key, st.job.spec) for key, n in groups.items()]
+    live = f"{count(total, 'worker')} {'is' if total == 1 else 'are'} live but"
+    if len(shown) == 1 and total == sum(groups.values()):
+        return f"{live} {shown[0].split(' ', 1)[1]}"  # "1 worker is live but serves …"
+    return f"{live} none serves this job: {', '.join(shown)}"
+
+
+def _unserved_words(n: int, key: tuple, spec: JobSpec) -> str:
+    """ "2 serve http://…/v1": n workers that do not serve the job, and what they do instead."""
+    reason, endpoint, protocol, only_job = key
+    s = "s" if n == 1 else ""
+    if reason == ONLY_OTHER_JOB:
+        what = f"serve{s} job {only_job} alone (run --wait)"
+    elif reason == OTHER_KIND:
+        what = (
+            f"serve{s} only jobs created in Hermes"
+            if spec.client == "http"
+            else f"serve{s} only jobs created by hermes-bulk create"
+        )
+    elif reason == OTHER_ENDPOINT:
+        what = f"serve{s} {endpoint}" + (f" ({protocol})" if protocol != spec.protocol else "")
+    elif reason == OTHER_CREDENTIALS:
+        what = f"serve{s} this endpoint with another API key"
+    elif reason == NO_BATCHES:
+        what = "cannot run provider batches"
+    else:  # UNSAID_ENDPOINT
+        what = f"serve{s} another endpoint (an older hermes-bulk, which does not say which)"
+    return f"{n:,} {what}"
+
+
+def _env_for(st: JobStatus, cmd: str) -> list[str]:
+    """The settings a shell needs beside its own for a worker of the job's endpoint: its
+    protocol and URL where they differ from this shell's (`here`); both where there is no shell
+    (a reply in Hermes). The key is never shown: the user sets the one the job was made with."""
+    spec = st.job.spec
+    if not spec.endpoint or spec.client != "http":
+        return []
+    url, protocol = st.here if st.here and cmd == hints.CLI else (None, None)
+    env = []
+    if spec.protocol != protocol:
+        env.append(f"HERMES_BULK_PROVIDER={spec.protocol}")
+    if spec.endpoint != url:
+        env.append(f"HERMES_BULK_BASE_URL={shlex.quote(spec.endpoint)}")
+    return env
+
+
+def worker_command(st: JobStatus, cmd: str, args: str = "worker") -> str:
+    """`hermes-bulk ARGS` as a shell configured as this one would run it for the job's endpoint
+    (`HERMES_BULK_BASE_URL=… hermes-bulk worker` when this shell's endpoint is another)."""
+    return " ".join([*_env_for(st, cmd), "hermes-bulk", args])
 
 
 def event_lines(events: list[Event], names: dict[int, str] | None = None) -> list[str]:
@@ -682,35 +805,72 @@ def short_time(at: float, now: float) -> str:
 
 
 def workers_table(workers: list[WorkerInfo], now_s: float, *, heartbeat_s: float) -> Table:
+    """Who is live, what each serves and holds, fitted to 80 columns: the cells wrap at spaces
+    (a worker shows as its host and pid, as ps finds it; its id ends in a random part that
+    only tells apart two processes of one pid)."""
     table = Table(
         "Workers",
         [
-            Column(header, no_wrap=False)
-            for header in ("worker", "host", "pid", "threads", "up", "last seen", "holding")
+            Column("worker", no_wrap=False, fold=True),
+            Column("last seen", no_wrap=False),
+            Column("serves", no_wrap=False, fold=True),
+            Column("holding", no_wrap=False),
         ],
     )
     for w in workers:
-        holding = ", ".join(f"{job}#{idx + 1}" for job, idx in w.holding[:6]) + (
-            " …" if len(w.holding) > 6 else ""
-        )
         age_s = now_s - w.heartbeat_at
         seen = (
-            f"{age_s:.1f}s ago"
+            f"{age_s:.1f} s ago"
             if answering(w, now_s, heartbeat_s=heartbeat_s)
             else f"not answering for {age_s:.0f} s"
         )
         table.rows.append(
             [
-                w.worker_id,
-                w.host,
-                str(w.pid),
-                str(w.threads),
-                f"{now_s - w.started_at:.0f}s",
+                f"{w.host} pid {w.pid}, {count(w.threads, 'thread')}, up "
+                f"{_age(now_s - w.started_at)}",
                 seen,
-                holding or "-",
+                serves_words(w),
+                _holding(w.holding) or "-",
             ]
         )
     return table
+
+
+def _age(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _holding(held: list[tuple[str, int]], shown: int = 6) -> str:
+    """ "3f2a91c04b7e: #4, #5 …": the items a worker holds by job, the first `shown`."""
+    by_job: dict[str, list[str]] = {}
+    for job, index in held[:shown]:
+        by_job.setdefault(job, []).append(f"#{index + 1}")
+    text = "; ".join(f"{job}: {', '.join(items)}" for job, items in by_job.items())
+    return text + (f" … ({len(held)} in all)" if len(held) > shown else "")
+
+
+#: What a worker of a kind other than HTTP serves, in words.
+_KIND_WORDS = {"hermes": "jobs created in Hermes (Hermes' model)"}
+
+
+def serves_words(worker: WorkerInfo) -> str:
+    """What a worker serves, as `workers` shows it: its endpoint and protocol, whether it runs
+    provider batches, the one job of a `run JOB --wait`; what an older worker does not say."""
+    o = offer(worker)
+    if not o.reported:
+        return "jobs with no endpoint recorded (an older hermes-bulk: it says no more)"
+    parts = []
+    if o.http:
+        batches = {True: ", batches", False: ", no batches", None: ""}[o.batches]
+        if o.endpoint:
+            parts.append(f"{o.endpoint} ({o.protocol}{batches})")
+        else:
+            parts.append(f"an endpoint it does not name (an older hermes-bulk){batches}")
+    for route in sorted(o.routes):
+        if route != "http" and not route.startswith("http@"):
+            parts.append(_KIND_WORDS.get(route, f"jobs of kind {route}"))
+    text = "; ".join(parts) or "nothing"
+    return f"job {o.only_job} only: {text}" if o.only_job else text
 
 
 def follow(

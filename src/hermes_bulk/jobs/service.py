@@ -22,7 +22,7 @@ from ..errors import ConfigError, InputError, InvalidTransition, JobNotFound, No
 from ..files import private_dir, remove_tree
 from ..fleet import endpoints
 from ..fleet.broker import Backend, open_backend
-from ..fleet.liveness import Liveness, answering, heartbeat_interval, interruption
+from ..fleet.liveness import Liveness, Unserved, answering, heartbeat_interval, interruption
 from ..providers.pacing import OpenGate, RequestGate, provider_key
 from ..store.protocol import (
     AWAITING_RECOVERY,
@@ -259,6 +259,13 @@ class JobStatus:
     poll_s: float | None = None
     #: a running job: the threads of the live workers that serve it (their sum; 0: none live)
     live_threads: int | None = None
+    #: every live worker that answers, whether or not it serves this job
+    live_workers_total: int = 0
+    #: the live workers that answer and do not serve this job, each with why (liveness.Unserved)
+    unserved: list[Unserved] = field(default_factory=list)
+    #: the endpoint this process is configured for (its public URL and protocol), to word the
+    #: command that starts a worker for the job's; None where there is none (inside Hermes)
+    here: tuple[str, str] | None = None
 
     @property
     def concurrency(self) -> int:
@@ -296,6 +303,8 @@ class JobStatus:
             "source": j.spec.source,
             "created_at": j.created_at,
             "live_workers": self.live_workers,
+            "live_workers_total": self.live_workers_total,
+            "workers_elsewhere": [_unserved_dict(u) for u in self.unserved],
             "budget_held_until": self.budget_held_until,
             "rpm": j.spec.rpm,
             "tpm": j.spec.tpm,
@@ -317,6 +326,19 @@ class JobStatus:
             "sample": [i + 1 for i in j.sample] if j.sample else None,
             **_cost_dict(prices.job_cost(j)),
         }
+
+
+def _unserved_dict(u: Unserved) -> dict:
+    """A live worker that does not serve the job in `status --json` (reason: liveness's
+    ONLY_OTHER_JOB … NO_BATCHES; endpoint, protocol, batches: null where it does not say)."""
+    return {
+        "worker": u.worker.worker_id,
+        "reason": u.reason,
+        "endpoint": u.offer.endpoint,
+        "protocol": u.offer.protocol,
+        "batches": u.offer.batches,
+        "only_job": u.offer.only_job,
+    }
 
 
 def _cost_dict(cost: prices.JobCost) -> dict:
@@ -806,11 +828,8 @@ class Jobs:
 
     def _status(self, job: JobRecord, workers: list[WorkerInfo], events: int = 0) -> JobStatus:
         now, beat = self.store.now(), heartbeat_interval(self.settings.lease_seconds)
-        capable = [
-            w
-            for w in self.liveness.capable_workers(job, workers)
-            if answering(w, now, heartbeat_s=beat)
-        ]
+        answer = [w for w in workers if answering(w, now, heartbeat_s=beat)]
+        capable = self.liveness.capable_workers(job, answer)
         live = len(capable)
         rate_limit = (
             self.backend.limits.pause_state(job.spec.provider_key)
@@ -834,12 +853,20 @@ class Jobs:
             budget_held_until=self.request_gate.held_until(job) if job.state == RUNNING else None,
             max_concurrency=self.max_concurrency_for(job),
             live_threads=sum(w.threads for w in capable) if job.state == RUNNING else None,
+            live_workers_total=len(answer),
+            unserved=self.liveness.unserving_workers(job, answer),
+            here=self._here(),
             max_concurrency_setting=self.settings.max_concurrency,
             batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [],
             poll_s=job.spec.batch_poll_s or self.settings.batch_poll_seconds
             if job.spec.mode == "batch"
             else None,
         )
+
+    def _here(self) -> tuple[str, str] | None:
+        """This process's endpoint, (public URL, protocol), when one is configured."""
+        endpoint = self.settings.endpoint
+        return (endpoints.endpoint_url(endpoint.base_url), endpoint.protocol)
 
     def item(self, job_ref: str | None, item_ref: str) -> ItemShown:
         """One item by its exact name or its number (1-based, the order of the export)."""

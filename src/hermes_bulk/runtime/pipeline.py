@@ -93,6 +93,11 @@ class _LostClaim(Exception):
     """The item is no longer ours (its lease expired and it was given away)."""
 
 
+class _NotSent(Exception):
+    """This worker is stopping and the item's request was not sent: it goes back to the queue
+    as it is (stop_sending)."""
+
+
 class _NotConnected(TransientModelError):
     """A failure to connect while the endpoint answers nobody: the endpoint's failure, not the
     item's, so it does not use up the item's retries (the breaker bounds it)."""
@@ -120,7 +125,7 @@ class ItemProcessor:
         lease_s: float,
         concurrency_cap: int,
         request_gate: RequestGate | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         max_item_bytes: int = sources.DEFAULT_MAX_ITEM_BYTES,
         on_claim: Callable[[JobRecord], None] | None = None,
         breaker: EndpointBreaker | None = None,
@@ -133,7 +138,17 @@ class ItemProcessor:
         )  # items this worker is working on: their leases are renewed
         self._held_lock = threading.Lock()
         self.client_for, self.jobs_dir = client_for, jobs_dir
-        self.lease_s, self.concurrency_cap, self.sleep = lease_s, concurrency_cap, sleep
+        self.lease_s, self.concurrency_cap = lease_s, concurrency_cap
+        #: Set by stop_sending: no request is sent from then on; the waits before one end.
+        self._stopped_sending = threading.Event()
+        #: The held items whose request went out (or whose answer is being saved): what a
+        #: stopping worker waits for, and the only ones (stop_sending).
+        self._sent: set[tuple[str, int]] = set()
+        #: Waits while an answer is saved (a backend outage, a full disk): never cut short.
+        self.sleep = sleep or time.sleep
+        #: Waits before a request (pacing, a rate limit, a retry's backoff): cut short, and the
+        #: item given back, when the worker stops sending.
+        self._wait_to_send = sleep or self._stopped_sending.wait
         self.max_item_bytes = max_item_bytes  # the most a source-change check reads for one item
         self._told_cannot_serve: set[str] = set()  # job ids that have the event already
         self.on_claim = (
@@ -174,6 +189,9 @@ class ItemProcessor:
         except LongWait as wait:
             self.store.release_item(job_id, claim.index, self.worker_id)
             return Outcome(claimed=True, reschedule_in=wait.seconds, index=claim.index)
+        except _NotSent:
+            # Stopping before its request went out: back to pending, no attempt charged.
+            self.store.release_item(job_id, claim.index, self.worker_id)
         except ClientUnavailable as exc:
             # Never send an item to a model it was not created for: give it back, and put the
             # trigger back on the queue, where a worker that can serve the job will take it.
@@ -208,6 +226,7 @@ class ItemProcessor:
         finally:
             with self._held_lock:
                 self._held.discard((job_id, claim.index))
+                self._sent.discard((job_id, claim.index))
         return Outcome(claimed=True, index=claim.index, next=taken)
 
     def _output_file(self, job_id: str, index: int) -> str:
@@ -228,6 +247,40 @@ class ItemProcessor:
     def held_items(self) -> list[tuple[str, int]]:
         with self._held_lock:
             return list(self._held)
+
+    def stop_sending(self) -> int:
+        """From now on no request is sent: an item whose request has not gone out goes back to
+        the queue at once (a wait before it ends early), and the answers on their way are saved
+        as they land. Returns how many are on their way now."""
+        with self._held_lock:
+            self._stopped_sending.set()
+            return len(self._sent)
+
+    def on_their_way(self) -> int:
+        """Items whose request went out and whose answer is not saved yet."""
+        with self._held_lock:
+            return len(self._sent)
+
+    def _sending(self, claim: Claim) -> None:
+        """The item's request goes out now, unless this worker stopped sending (_NotSent)."""
+        with self._held_lock:
+            if self._stopped_sending.is_set():
+                raise _NotSent()
+            self._sent.add((claim.job.job_id, claim.index))
+
+    def _not_sending(self, claim: Claim) -> None:
+        """The item's request ended without an answer to save (it may be sent again)."""
+        with self._held_lock:
+            self._sent.discard((claim.job.job_id, claim.index))
+
+    def _wait_before_sending(self, seconds: float) -> None:
+        """A wait before a request (pacing, a rate limit, a retry's backoff), cut short when
+        this worker stops sending: the item then goes back to the queue (_NotSent)."""
+        if self._stopped_sending.is_set():
+            raise _NotSent()
+        self._wait_to_send(seconds)
+        if self._stopped_sending.is_set():
+            raise _NotSent()
 
     # The steps -----------------------------------------------------------------------------
     def _process(
@@ -410,7 +463,7 @@ class ItemProcessor:
             stop=stop,
             wait=wait,
             after=record,
-            sleep=self.sleep,
+            sleep=self._wait_before_sending,
             reraise=True,
         )
         return retrying(self._call_through_limits, claim, client)
@@ -423,7 +476,7 @@ class ItemProcessor:
             client.provider_key,
             rpm=spec.rpm,
             tpm=spec.tpm,
-            sleep=self.sleep,
+            sleep=self._wait_before_sending,
             # Hermes' ctx.llm reads no headers: its client has no announced()
             announced=getattr(client, "announced", lambda: None),
         )
@@ -438,15 +491,8 @@ class ItemProcessor:
             while True:
                 gate.wait_for_turn(estimate, taken=taken)
                 taken = None
-                held_s = self.request_gate.admit(claim.job)
-                if held_s > 0:
-                    raise LongWait(
-                        held_s
-                    )  # the budget window is spent: give the item back until it reopens
-                self.counters.add(requests=1)
-                attempt = self.breaker.attempt(client.provider_key)
                 try:
-                    completion = self._call_once(claim, client, attempt, messages, schema)
+                    completion = self._send(claim, client, messages, schema)
                 except RateLimited as exc:
                     self.counters.add(rate_limit_waits=1)
                     until = gate.rate_limited(exc.retry_after_s)
@@ -473,6 +519,22 @@ class ItemProcessor:
                 return structured(completion, spec.schema) if spec.schema else completion
         finally:
             gate.answered()  # a first request that failed otherwise lets the others go too
+
+    def _send(self, claim: Claim, client: ModelClient, messages, schema) -> Completion:
+        """One request: on its way from here (unless this worker stopped sending, _NotSent),
+        admitted by the request gate, sent; no longer on its way if it ends without an answer
+        to save."""
+        self._sending(claim)  # first: a worker that stopped sending charges no budget
+        try:
+            held_s = self.request_gate.admit(claim.job)
+            if held_s > 0:
+                raise LongWait(held_s)  # the budget window is spent: back until it reopens
+            self.counters.add(requests=1)
+            attempt = self.breaker.attempt(client.provider_key)
+            return self._call_once(claim, client, attempt, messages, schema)
+        except BaseException:
+            self._not_sending(claim)
+            raise
 
     def _call_once(
         self, claim: Claim, client: ModelClient, attempt, messages, schema

@@ -89,6 +89,8 @@ CHAIN_SLICE_S = 1.0
 #: How often expired leases are looked for (the rest of the maintenance runs every lease/3, 5 s at
 #: most).
 REAP_EVERY_S = 1.0
+#: How often drain() looks whether the answers on their way have landed.
+DRAIN_POLL_S = 0.05
 
 
 class WorkerRuntime:
@@ -307,7 +309,22 @@ class WorkerRuntime:
         its id."""
         if self.only_job is not None and job.job_id != self.only_job:
             return False
-        return endpoints.serves(job.spec, self.clients, *self._own_routes())
+        return endpoints.serves(
+            job.spec, self.clients, *self._own_routes(), batches=self.batch_driver is not None
+        )
+
+    def serves_record(self) -> str:
+        """What this worker serves, as its registry entry says it (liveness.serves_record): its
+        routes, the one job of `run JOB --wait`, and in words its endpoint, protocol and whether
+        it runs provider batches, for `workers` and `status` to show."""
+        http = endpoints.HTTP in self.clients
+        return serves_record(
+            self.routes(),
+            self.only_job,
+            endpoint=endpoints.endpoint_url(self.endpoint.base_url) if http else None,
+            protocol=self.endpoint.protocol if http else None,
+            batches=self.batch_driver is not None,
+        )
 
     def _say_unserved(self, job: JobRecord) -> None:
         """Once per job: an HTTP job made for another endpoint or key is left to its workers."""
@@ -484,15 +501,43 @@ class WorkerRuntime:
         for consumer in self.consumers:
             consumer.start()
 
-    def stopping(self) -> None:
-        """From now on chains claim nothing more (items in progress go on); stop() follows.
-        Said in one line: from here on, what this worker has in progress is all it finishes."""
+    def stopping(self) -> int:
+        """From now on chains claim nothing more and no request is sent: an item whose request
+        has not gone out goes back to the queue, the answers on their way are saved as they
+        land; stop() follows. Said in one line. Returns how many answers are on their way."""
+        on_their_way = self.processor.stop_sending()
         if not self._stopping.is_set():
             self._stopping.set()
-            log.info("worker %s stopping: no new items start", self.worker_id)
+            log.info(
+                "worker %s stopping: no new items start; %s on %s way",
+                self.worker_id,
+                count(on_their_way, "answer"),
+                "its" if on_their_way == 1 else "their",
+            )
+        return on_their_way
+
+    def stop_starting(self) -> int:
+        """The first Ctrl-C of `run --wait`: stopping(), and its consumers take no more
+        triggers (those on the queue stay there). Returns the answers on their way."""
+        for consumer in self.consumers:
+            consumer.stop_flag.set()
+        return self.stopping()
+
+    def drain(self, timeout_s: float) -> bool:
+        """Wait, at most timeout_s, until this worker holds no item: the answers on their way
+        saved (or ended), the rest given back. Whether it came to that. In the caller's thread,
+        so a KeyboardInterrupt (a second Ctrl-C) ends it."""
+        ends = time.monotonic() + timeout_s
+        while self.processor.held_items():
+            left = ends - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(DRAIN_POLL_S, left))
+        return True
 
     def stop(self, *, graceful: bool = True) -> None:
         """Stop consuming, return what this worker still holds to the queue, deregister (once)."""
+        self.processor.stop_sending()
         self._stopping.set()
         if self._stopped:
             return
@@ -624,7 +669,7 @@ class WorkerRuntime:
                 self.started_at,
                 0.0,
                 self.threads,
-                serves_record(self.routes(), self.only_job),
+                self.serves_record(),
             ),
             ttl_s=self.settings.lease_seconds,
         )
