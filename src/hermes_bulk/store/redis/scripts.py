@@ -167,14 +167,17 @@ def call_job_script(
     items: Iterable[int] = (),
     buckets: Iterable[int] = (),
     extra_keys: Iterable[str] = (),
+    client: redis.Redis | None = None,
 ):
     """Run a job script with the buckets of `items` (and `buckets`) in its KEYS; when it chose
-    items of other buckets (it wrote nothing then), run it again with those too."""
+    items of other buckets (it wrote nothing then), run it again with those too. client: the
+    connection to send it on (durability.py), else the script's own client's pool."""
     wanted = {int(i) // BUCKET_ITEMS for i in items} | set(buckets)
     extra = list(extra_keys)
     for _ in range(NEEDKEYS_ROUNDS):
         try:
-            return script(keys=keys.job(job_id, extra, sorted(wanted)), args=args)
+            on = {"client": client} if client is not None else {}
+            return script(keys=keys.job(job_id, extra, sorted(wanted)), args=args, **on)
         except redis.ResponseError as exc:
             more = needed_buckets(exc)
             if more is None:
