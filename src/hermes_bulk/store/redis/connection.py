@@ -303,6 +303,18 @@ def map_connection_errors(cls):
     return cls
 
 
+def describe_primary(conn: RedisConnection) -> str:
+    """Where writes go now, for `doctor` and a worker's first line: "Redis primary
+    127.0.0.1:6380 (Sentinel service hermes), 1 replica". Raises BackendUnavailable."""
+    try:
+        host, port, replicas = conn.primary()
+    except redis.RedisError as exc:
+        raise conn.unavailable(exc) from None
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    service = f" (Sentinel service {conn.service})" if conn.sentinel is not None else ""
+    return f"Redis primary {shown}{service}, {replicas} replica{'' if replicas == 1 else 's'}"
+
+
 def persistence_warning(conn: RedisConnection) -> str | None:
     """A warning when this Redis would lose jobs on restart (no AOF), else None.
 
