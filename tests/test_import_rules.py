@@ -145,6 +145,7 @@ THIRD_PARTY: dict[str, set[str]] = {
         "store/redis/queue.py",
         "store/redis/scripts.py",
         "budget/redis_ledger.py",
+        "testing/sentinels.py",
     },
     "httpx": {
         "providers/transport.py",  # its certificate store only (create_ssl_context)

@@ -10,6 +10,7 @@ the primary died).
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 import urllib.request
@@ -23,9 +24,10 @@ from hermes_bulk.budget.policy import ALLOWED, FAILED_OPEN
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import LEDGER_ENV
 from hermes_bulk.testing.fake_provider import digest, expected_answer
+from hermes_bulk.testing.sentinels import SentinelCluster
 
+from ..conftest import IN_CI
 from ..helpers import wait_for
-from ..sentinels import SentinelCluster
 
 pytestmark = pytest.mark.slow
 
@@ -35,6 +37,8 @@ THREADS = 4  #: callers of the ledger test
 
 @pytest.fixture
 def cluster(tmp_path):
+    if shutil.which("redis-server") is None and not IN_CI:
+        pytest.skip("redis-server is not installed")
     cluster = SentinelCluster(tmp_path / "sentinel").start()
     yield cluster
     cluster.stop()
