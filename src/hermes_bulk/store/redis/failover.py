@@ -90,11 +90,32 @@ class _SSLConnection(_Demotable, redis.SSLConnection):
     pass
 
 
-class _SentinelConnection(_Demotable, SentinelManagedConnection):
+class _Rediscovering:
+    """A Sentinel connection that asks the Sentinels for the primary whenever it connects.
+    redis-py's connect() does, but a connection that lost its socket while held (a command on
+    it failed) is connected again by send_packed_command through connect_check_health, at the
+    address it had: the dead primary's, refused until the failover wait ran out."""
+
+    _addressing = False
+
+    def connect_to(self, address):
+        self._addressing = True
+        try:
+            return super().connect_to(address)
+        finally:
+            self._addressing = False
+
+    def connect_check_health(self, *args, **kwargs):
+        if self._sock is None and not self._addressing:
+            return self.connect()  # through the Sentinels, to connect_to
+        return super().connect_check_health(*args, **kwargs)
+
+
+class _SentinelConnection(_Demotable, _Rediscovering, SentinelManagedConnection):
     pass
 
 
-class _SentinelSSLConnection(_Demotable, SentinelManagedSSLConnection):
+class _SentinelSSLConnection(_Demotable, _Rediscovering, SentinelManagedSSLConnection):
     pass
 
 
