@@ -9,8 +9,13 @@ the primary died).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -18,16 +23,23 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import redis
 
 from hermes_bulk.budget.ledger import CallRecord
 from hermes_bulk.budget.policy import ALLOWED, FAILED_OPEN
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import LEDGER_ENV
+from hermes_bulk.config.backend_url import parse_backend_url
+from hermes_bulk.errors import BackendUnavailable
+from hermes_bulk.fleet import broker
+from hermes_bulk.store.records import Usage
+from hermes_bulk.store.redis.connection import connect_redis
+from hermes_bulk.store.redis.jobs import RedisJobStore
 from hermes_bulk.testing.fake_provider import digest, expected_answer
-from hermes_bulk.testing.sentinels import SentinelCluster
+from hermes_bulk.testing.sentinels import SentinelCluster, Server
 
 from ..conftest import IN_CI
-from ..helpers import wait_for
+from ..helpers import running_job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -181,3 +193,186 @@ def test_a_ledger_counting_through_kill_9_of_the_primary_misses_no_more_than_it_
     counted = report.counts.total
     assert counted <= decisions[ALLOWED], "never more counted than admitted"
     assert decisions[ALLOWED] - counted <= THREADS, "lost: only what was in flight at the kill"
+
+
+def test_create_through_kill_9_of_the_primary_makes_the_whole_job_or_says_it_did_not(
+    cli, cluster, tmp_path
+):
+    """`create` of 30,000 items, the primary killed while it adds them: it waits the failover
+    out and the job is whole on the new primary, or (a write lost in flight) it says so in one
+    line and leaves no job behind; never "Created" for a job that is not all there."""
+    cli.env["HERMES_BULK_BACKEND"] = cluster.url(0)
+    n = 30_000
+    src = jsonl(tmp_path / "many.jsonl", n, "c")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hermes_bulk", "create", "Do", "--over", str(src), "--json"],
+        env=cli.full_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    raw = redis.Redis(port=cluster.primary.port)
+    wait_for(
+        lambda: any(raw.scan_iter(match="*:contents", count=1000)),
+        timeout=30,
+        interval=0.01,
+        message="create adding items",
+    )
+    raw.close()
+    cluster.kill_primary()
+    out, err = proc.communicate(timeout=90)
+    assert proc.poll() is not None
+    jobs = cli.json("list", "--json")
+    if proc.returncode == 0:
+        job_id = json.loads(out)["job_id"]
+        status = cli.status(job_id)
+        assert (status["total"], status["state"]) == (n, "not_started")
+        assert [j["job_id"] for j in jobs] == [job_id]
+    else:
+        (line,) = err.strip().splitlines()
+        assert "Traceback" not in err and "Redis" in line
+        assert jobs == [], "no half-made job is listed"
+
+
+class Endpoint:
+    """A managed Redis's one address: a loopback TCP proxy to whichever server it names now.
+    Connections made before a switch stay where they were, as after a DNS change."""
+
+    def __init__(self, port: int) -> None:
+        self.target = port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            self.socks += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self.socks:
+            s.close()
+
+
+@pytest.fixture
+def managed(tmp_path):
+    """A primary and its replica, behind one endpoint (no Sentinel)."""
+    if shutil.which("redis-server") is None and not IN_CI:
+        pytest.skip("redis-server is not installed")
+    primary = Server(tmp_path / "p").start()
+    replica = Server(tmp_path / "r", "--replicaof", "127.0.0.1", str(primary.port)).start()
+    endpoint = Endpoint(primary.port)
+    yield primary, replica, endpoint
+    endpoint.close()
+    replica.kill()
+    primary.kill()
+
+
+def _switch_over(primary: Server, replica: Server, endpoint: Endpoint) -> None:
+    """What a managed Redis does in a failover: the replica becomes the primary, the old primary
+    its replica (READONLY to writes), and the endpoint names the new one."""
+    new, old = redis.Redis(port=replica.port), redis.Redis(port=primary.port)
+    wait_for(lambda: new.info("replication")["master_link_status"] == "up", message="in sync")
+    wait_for(lambda: old.execute_command("WAIT", 1, 100) == 1, message="the replica has it all")
+    new.execute_command("REPLICAOF", "NO", "ONE")
+    old.execute_command("REPLICAOF", "127.0.0.1", str(replica.port))
+    endpoint.target = replica.port
+    new.close()
+    old.close()
+
+
+def test_a_managed_endpoint_that_fails_over_answers_readonly_and_the_write_goes_to_the_new_primary(
+    managed,
+):
+    primary, replica, endpoint = managed
+    backend = broker.build_backend(f"redis://127.0.0.1:{endpoint.port}/0?prefix=m")
+    try:
+        job_id = running_job(backend.store, "managed1", ["a", "b"])
+        assert backend.store.get_job(job_id).pending == 2  # a pooled connection to the primary
+        _switch_over(primary, replica, endpoint)
+        claimed = backend.store.claim_item(job_id, 0, "w1", lease_s=30, max_running=2)
+        assert claimed.index == 0, "claimed on the new primary, not refused"
+        on_new = redis.Redis(port=replica.port)
+        assert on_new.info("replication")["role"] == "master"
+        assert backend.store.get_job(job_id).running == 1
+        on_new.close()
+    finally:
+        backend.close()
+
+
+def test_an_endpoint_that_stays_a_replica_is_one_line_after_the_wait_not_an_internal_error(
+    managed,
+):
+    primary, replica, endpoint = managed
+    location = parse_backend_url(f"redis://127.0.0.1:{endpoint.port}/0?prefix=m2")
+    conn = connect_redis(location, failover_wait_s=1.0)
+    store = RedisJobStore(conn)
+    try:
+        job_id = running_job(store, "managed2", ["a"])
+        _switch_over(primary, replica, endpoint)
+        endpoint.target = primary.port  # the endpoint still names the demoted primary
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable, match="is a replica now"):
+            store.claim_item(job_id, 0, "w1", lease_s=30, max_running=1)
+        assert 1.0 <= time.monotonic() - started < 5.0, "waited the failover wait, no longer"
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("wait_replicas", ["", "0"])
+def test_an_answer_saved_waits_for_the_replica_and_says_when_it_did_not_come(
+    cluster, caplog, wait_replicas
+):
+    """The replica stopped (SIGSTOP): an answer saved with WAIT on waits its timeout and the log
+    says it is at risk; with wait_replicas=0 the save returns at once, unconfirmed. Once the
+    replica runs again, WAIT answers at once."""
+    query = "prefix=w&wait_timeout_ms=300" + (
+        f"&wait_replicas={wait_replicas}" * bool(wait_replicas)
+    )
+    backend = broker.build_backend(cluster.url(0, query))
+    store = backend.store
+    try:
+        job_id = running_job(store, "wait1", ["a", "b", "c"])
+        for index in range(3):
+            store.claim_item(job_id, index, "w1", lease_s=30, max_running=3)
+        cluster.replica.proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            assert store.complete_item(job_id, 0, "w1", "answer a", Usage())
+            stopped_s = time.monotonic() - started
+            assert store.complete_item(job_id, 1, "w1", "answer b", Usage())  # told once a minute
+        finally:
+            cluster.replica.proc.send_signal(signal.SIGCONT)
+        started = time.monotonic()
+        assert store.complete_item(job_id, 2, "w1", "answer c", Usage())
+        running_s = time.monotonic() - started
+        warned = [r for r in caplog.records if "replicas confirmed it within 300 ms" in r.message]
+        if wait_replicas == "0":
+            assert stopped_s < 0.25 and not warned
+        else:
+            assert 0.3 <= stopped_s < 2.0, "waited for the replica, up to the timeout"
+            assert len(warned) == 1 and "0 of 1" in warned[0].message
+        assert running_s < 0.25
+        assert store.get_job(job_id).completed == 3
+    finally:
+        backend.close()

@@ -195,8 +195,15 @@ class RidingClient(redis.Redis):
             lambda: send(*args, **options),
             self.ride_out_s,
             self.sentinel,
-            lambda exc: did_not_run(exc, sentinel=self.sentinel),
+            self._rides,
         )
+
+    def _rides(self, exc: Exception) -> bool:
+        if isinstance(exc, Demoted):
+            # The other idle connections reach the demoted server too: drop them, so that a
+            # script loaded after NOSCRIPT is loaded where it then runs (the new primary).
+            self.connection_pool.disconnect(inuse_connections=False)
+        return did_not_run(exc, sentinel=self.sentinel)
 
 
 def connection_class(tls: bool, sentinel: bool) -> type[redis.Connection]:

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from importlib import resources
 
 import redis
+from redis.commands.core import Script
 
 from ..protocol import (
     CLAIMED,
@@ -188,6 +189,18 @@ def call_job_script(
     )
 
 
+class _Script(Script):
+    """A registered script that survives a failover: redis-py loads a script once after NOSCRIPT,
+    but a failover can move the connection between the load and the call (the load reached the
+    demoted primary, the call the new one, whose script cache is its own): then once more."""
+
+    def __call__(self, keys=None, args=None, client=None):
+        try:
+            return super().__call__(keys, args, client)
+        except redis.exceptions.NoScriptError:
+            return super().__call__(keys, args, client)
+
+
 class Scripts:
     """Every Lua script, registered once per client (EVALSHA, reloaded after NOSCRIPT).
 
@@ -206,7 +219,7 @@ class Scripts:
             common += _key_check(client, (p.read_text(encoding="utf-8") for p in here.iterdir()))
         job = common + read("_job")
         for name in _JOB_SCRIPTS:
-            setattr(self, name, client.register_script(job + read(name)))
+            setattr(self, name, _Script(client, job + read(name)))
         # One script of two: each script's text as a function of its own ARGV (a parameter named
         # ARGV shadows the global), so complete and claim stay written once.
         both = (
@@ -216,13 +229,11 @@ class Scripts:
             )
             + f"local function acquire(KEYS, ARGV)\n{read('acquire')}\nend\n"
         )
-        self.complete_and_claim = client.register_script(job + both + read("complete_and_claim"))
+        self.complete_and_claim = _Script(client, job + both + read("complete_and_claim"))
         settle = "".join(
             f"local function {name}(ARGV)\n{read(name)}\nend\n"
             for name in ("record_attempt", "fail_item", "release_item")
         )
-        self.settle_failed_attempt = client.register_script(
-            job + settle + read("settle_failed_attempt")
-        )
+        self.settle_failed_attempt = _Script(client, job + settle + read("settle_failed_attempt"))
         for name in _OTHER_SCRIPTS:
-            setattr(self, name, client.register_script(common + read(name)))
+            setattr(self, name, _Script(client, common + read(name)))
