@@ -143,39 +143,48 @@ def _ask(base_url: str, text: str) -> None:
     urllib.request.urlopen(request, timeout=10).read()
 
 
-def test_a_ledger_counting_through_kill_9_of_the_primary_misses_no_more_than_it_says(
+def test_a_ledger_counting_through_kill_9_of_the_primary_loses_only_what_no_replica_had(
     cluster, tmp_path, fake_provider, monkeypatch
 ):
     """Calls go through while the Sentinels elect a new primary (the ledger fails open and notes
-    each such call); afterwards it counts on the new primary. Counted plus noted is what the
-    provider was asked, less at most one admission a thread acknowledged just before the kill
-    that no replica had yet (the at-risk window)."""
+    each such call); afterwards it counts on the new primary. Admissions are not confirmed with
+    WAIT: what the replica had not received when the primary died is lost (the at-risk window:
+    under a loaded machine, replication can lag by many admissions), and nothing else; the
+    ledger never counts more than it admitted."""
     monkeypatch.delenv(LEDGER_ENV, raising=False)
     budget = Budget(tmp_path / "cron-budget")
     budget.settings_file.set("ledger", cluster.url(0, "prefix=budget"))
     stop, decisions, lock = threading.Event(), Counter(), threading.Lock()
+    slowest = [0.0]
 
     def caller(n: int) -> None:
         i = 0
         while not stop.is_set():
             i += 1
             call = CallRecord("cron", profile="p", job_id=f"job{n}", run_id=f"r{n}-{i}", model="m")
+            started = time.monotonic()
             outcome = budget.admit(call)
+            took = time.monotonic() - started
             _ask(fake_provider.base_url, f"thread {n} call {i}")
             with lock:
                 decisions[outcome.decision] += 1
+                slowest[0] = max(slowest[0], took)
             time.sleep(0.01)
 
     threads = [threading.Thread(target=caller, args=(n,)) for n in range(THREADS)]
     for t in threads:
         t.start()
+    replica = redis.Redis(port=cluster.replica.port)
+    window_key = f"{{budget:budget}}:w:{budget.report().window.start_s}"
     try:
         wait_for(lambda: decisions[ALLOWED] >= 40, message="the ledger counting")
+        replica_had = int(replica.hget(window_key, "total") or 0)  # before the kill: a floor
         cluster.kill_primary()
+        with lock:
+            admitted_by_the_old = decisions[ALLOWED]
         cluster.wait_promoted()
-        counted_before = decisions[ALLOWED]
         wait_for(
-            lambda: decisions[ALLOWED] > counted_before + 40,
+            lambda: decisions[ALLOWED] > admitted_by_the_old + 40,
             timeout=30,
             message="counting again on the new primary",
         )
@@ -183,16 +192,19 @@ def test_a_ledger_counting_through_kill_9_of_the_primary_misses_no_more_than_it_
         stop.set()
         for t in threads:
             t.join(30)
+        replica.close()
     report = budget.report()
     budget.close()
-    asked = len(fake_provider.requests)
-    assert sum(decisions.values()) == asked
+    assert sum(decisions.values()) == len(fake_provider.requests), "every call was sent"
     assert decisions[FAILED_OPEN] > 0, "calls went through while there was no primary"
+    assert slowest[0] < 2.5, "no call waited for the failover (the ledger fails open)"
     assert set(decisions) <= {ALLOWED, FAILED_OPEN}, decisions
     assert report.failopen is not None and report.failopen.calls == decisions[FAILED_OPEN]
     counted = report.counts.total
+    admitted_by_the_new = decisions[ALLOWED] - admitted_by_the_old
     assert counted <= decisions[ALLOWED], "never more counted than admitted"
-    assert decisions[ALLOWED] - counted <= THREADS, "lost: only what was in flight at the kill"
+    kept = counted - admitted_by_the_new  # what the promoted replica had of the old primary's
+    assert replica_had <= kept <= admitted_by_the_old, (replica_had, kept, admitted_by_the_old)
 
 
 def test_create_through_kill_9_of_the_primary_makes_the_whole_job_or_says_it_did_not(
