@@ -13,7 +13,7 @@ from bench.core import RowResult
 pytestmark = pytest.mark.slow
 
 
-ROWS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]
+ROWS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
 
 
 @pytest.mark.parametrize("row", ROWS)

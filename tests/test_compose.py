@@ -205,3 +205,41 @@ def test_init_leaves_a_folder_the_user_made_and_refuses_it_when_10001_cannot_wri
     mine.chmod(0o777)
     assert run_init(tmp_path, "a-long-random-password-1f3a", out=mine).returncode == 0
     assert mine.stat().st_uid == 1000
+
+
+def sentinel_stack() -> dict:
+    return yaml.safe_load((DOCKER / "compose.sentinel.yaml").read_text())
+
+
+def test_the_sentinel_variant_points_every_bulk_service_at_its_three_sentinels():
+    from hermes_bulk.config.backend_url import parse_backend_url
+    from hermes_bulk.store.redis.failover import FAILOVER_WAIT_S
+
+    stack = sentinel_stack()
+    services = stack["services"]
+    sentinels = sorted(name for name in services if name.startswith("sentinel-"))
+    assert sentinels == ["sentinel-1", "sentinel-2", "sentinel-3"]
+    script = services["sentinel-1"]["entrypoint"][2]
+    assert all(services[name]["entrypoint"][2] == script for name in sentinels)
+    monitor = re.search(r"^sentinel monitor (\S+) redis 6379 (\d+)$", script, re.M)
+    service, quorum = monitor.group(1), int(monitor.group(2))
+    assert quorum == 2, "a majority of three"
+    down_after_ms = int(re.search(rf"down-after-milliseconds {service} (\d+)", script).group(1))
+    assert down_after_ms / 1000 + 5 < FAILOVER_WAIT_S, "a failover ends before commands give up"
+    assert "sentinel auth-pass" in script and "resolve-hostnames yes" in script
+    for name in ("worker", "dashboard", "cli"):
+        url = parse_backend_url(
+            services[name]["environment"]["HERMES_BULK_BACKEND"].replace("${REDIS_PASSWORD}", "pw")
+        )
+        assert url.service == service
+        assert url.sentinels == tuple((s, 26379) for s in sentinels)
+        assert set(services[name]["depends_on"]) == set(sentinels)
+    replica = services["redis-replica"]["command"]
+    assert replica[replica.index("--replicaof") + 1 :][:2] == ["redis", "6379"]
+    assert "--masterauth" in replica and "--masterauth" in services["redis"]["command"]
+    assert set(stack["services"]) - set(compose()["services"]) == {"redis-replica", *sentinels}
+
+
+def test_the_sentinel_variant_says_to_name_both_files():
+    head = (DOCKER / "compose.sentinel.yaml").read_text().split("\n\n", 1)[0]
+    assert "docker compose -f docker/compose.yaml -f docker/compose.sentinel.yaml up" in head

@@ -139,10 +139,13 @@ THIRD_PARTY: dict[str, set[str]] = {
     "huey": {"fleet/tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
     "redis": {
         "store/redis/connection.py",
+        "store/redis/durability.py",
+        "store/redis/failover.py",
         "store/redis/jobs.py",
         "store/redis/queue.py",
         "store/redis/scripts.py",
         "budget/redis_ledger.py",
+        "testing/sentinels.py",
     },
     "httpx": {
         "providers/transport.py",  # its certificate store only (create_ssl_context)

@@ -141,7 +141,8 @@ def public_url(url: str) -> str:
     is masked as text): where its password ends cannot be told."""
     try:
         parts = urlsplit(url)
-        _ = parts.port  # raises on a malformed port
+        if "," not in parts.netloc:  # redis+sentinel://h1:p1,h2:p2 names several hosts
+            _ = parts.port  # raises on a malformed port
     except ValueError:
         return url.split("://", 1)[0] + "://…" if "://" in url else redact(url)
     netloc = parts.netloc

@@ -63,12 +63,21 @@ class RedisLedger:
 
     def __init__(self, location: RedisUrl) -> None:
         try:
+            # No failover wait: a call is never held for the ledger, it fails open (and is
+            # noted) until the new primary answers.
             self.conn: RedisConnection = connect_redis(
-                location, connect_timeout_s=REDIS_TIMEOUT_S, socket_timeout_s=REDIS_TIMEOUT_S
+                location,
+                connect_timeout_s=REDIS_TIMEOUT_S,
+                socket_timeout_s=REDIS_TIMEOUT_S,
+                failover_wait_s=0,
             )
         except BackendUnavailable as exc:  # down or refusing: the caller fails open
             raise LedgerUnavailable(str(exc)) from None
-        self.location = f"redis://{self.conn.where}"
+        self.location = (
+            f"redis+sentinel://{self.conn.where}"
+            if location.sentinels
+            else f"redis://{self.conn.where}"
+        )
         self.r = self.conn.client
         self.base = f"{{{self.conn.prefix}:budget}}"
         source = (resources.files(__package__) / "lua" / "admit_request.lua").read_text(

@@ -37,7 +37,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..config.backend_url import SqliteUrl, parse_ledger_url
+from ..config.backend_url import REDIS_SCHEMES, SqliteUrl, parse_ledger_url
 from ..errors import ConfigError
 from ..files import private_dir, write_private
 from ..redact import public_url
@@ -128,10 +128,10 @@ class BudgetSettings(BaseModel):
     def _ledger_url(cls, raw: Any) -> str:
         value = str(raw or "")
         scheme = value.split("://", 1)[0].lower() if "://" in value else ""
-        if scheme and scheme not in ("redis", "rediss", "sqlite"):
+        if scheme and scheme not in (*REDIS_SCHEMES, "sqlite"):
             raise ValueError(
-                f"ledger {scheme}:// is not supported; give a redis:// URL, a SQLite file path, "
-                "or an empty value for the local default."
+                f"ledger {scheme}:// is not supported; give a redis:// or redis+sentinel:// "
+                "URL, a SQLite file path, or an empty value for the local default."
             )
         return value
 

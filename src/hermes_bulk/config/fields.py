@@ -22,7 +22,7 @@ from ..redact import register_secret, register_url
 from .provider import Endpoint, check_provider, resolve
 
 ENV_PREFIX = "HERMES_BULK_"
-BACKEND_SCHEMES = ("sqlite", "redis", "rediss")
+BACKEND_SCHEMES = ("sqlite", "redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
 
 def default_home() -> Path:
@@ -42,7 +42,7 @@ def env_name(field: str) -> str:
 
 def check_backend(value: str) -> str:
     if value and value.split("://", 1)[0].lower() not in BACKEND_SCHEMES:
-        raise ValueError("must start with sqlite://, redis:// or rediss://")
+        raise ValueError("must start with sqlite://, redis://, rediss:// or redis+sentinel://")
     return value
 
 
@@ -140,7 +140,10 @@ SETTINGS: tuple[Setting, ...] = (
         "str",
         "",
         check=check_backend,
-        description="sqlite:///path, redis://… or rediss://…; default: SQLite in the data dir.",
+        description=(
+            "sqlite:///path, redis://…, rediss://… or redis+sentinel://…; default: SQLite in "
+            "the data dir."
+        ),
     ),
     Setting(
         "provider",

@@ -1,8 +1,10 @@
 """A backend from one URL: the Huey queue, the job store and the shared limiter, together.
 
 `sqlite:///path/bulk.db` (the embedded default: the store in that file, the Huey queues beside it
-in `bulk-queue.db`) or `redis://…` / `rediss://…` (the fleet). config/backend_url.py says what a URL
-names; this is the only place that maps it to classes, and nothing above it branches on the backend.
+in `bulk-queue.db`) or `redis://…` / `rediss://…` / `redis+sentinel://…` (the fleet; the Huey
+queues on the store's own connection pool, Sentinel's included). config/backend_url.py says
+what a URL names; this is the only place that maps it to classes, and nothing above it branches
+on the backend.
 
 One Huey queue per route (endpoints.route: the kind of model client, and for HTTP jobs their
 endpoint and key): a trigger goes only to workers that can call the job's model at the job's
@@ -54,6 +56,8 @@ class Backend:
         str(exc)
     )
     warnings: Callable[[], list[str]] = list  # e.g. Redis without persistence
+    #: Where writes go now, one line (Redis: the primary and its replicas); None for SQLite.
+    describe: Callable[[], str | None] = lambda: None
     _queues: dict[str, tuple[Huey, TaskWrapper]] = field(default_factory=dict, init=False)
     _clients: dict[str, str] = field(default_factory=dict, init=False)  # job id -> its route
     #: In a worker's process: the route of its own endpoint, which HTTP jobs that recorded no
@@ -190,7 +194,7 @@ def build_backend(url: str) -> Backend:
         )
     # Imported here: a SQLite user never loads redis-py.
     from ..store.redis import queue as redis_queue
-    from ..store.redis.connection import connect_redis, persistence_warning
+    from ..store.redis.connection import connect_redis, describe_primary, persistence_warning
     from ..store.redis.jobs import RedisJobStore
     from ..store.redis.limits import RedisLimits
 
@@ -203,4 +207,5 @@ def build_backend(url: str) -> Backend:
         queue_errors=redis_queue.QUEUE_ERRORS,
         unavailable=conn.unavailable,
         warnings=lambda: [w for w in [persistence_warning(conn)] if w],
+        describe=lambda: describe_primary(conn),
     )

@@ -511,7 +511,9 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
 
 def cmd_doctor(args: Namespace, settings: Settings) -> int:
     """The endpoint, key and model checked with one cheap request; exit 0 when usable, else 1."""
-    reply = replies.doctor_reply(SHELL.doctor(args.model, settings))
+    report = SHELL.doctor(args.model, settings)
+    replies.store_check(report, settings)
+    reply = replies.doctor_reply(report)
     print(reply.text)
     return EXIT_OK if reply.data.usable else EXIT_ERROR
 

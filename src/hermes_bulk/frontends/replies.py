@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.provider import ANTHROPIC
-from ..errors import UsageError
+from ..errors import HermesBulkError, UsageError
 from ..jobs import hints
 from ..jobs.service import Jobs, JobStatus, Plan, state_label
 from ..store.protocol import PAUSED, JobRecord
@@ -437,8 +437,27 @@ def events(jobs: Jobs, place: Place, *, job: str, limit: int = 50) -> Reply:
 
 def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
     """Can the model the jobs made here call be reached, with this key and model? One line a
-    check."""
-    return doctor_reply(place.doctor(model, jobs.settings))
+    check; on Redis, a line for the store: its primary and replicas."""
+    report = place.doctor(model, jobs.settings)
+    store_check(report, jobs.settings)
+    return doctor_reply(report)
+
+
+def store_check(report: Report, settings: Settings) -> None:
+    """On a Redis backend: the primary writes go to and its replicas (OK), or why it cannot be
+    used (FAIL). Nothing on SQLite (the file is opened by any command that needs it)."""
+    from ..config.backend_url import RedisUrl, parse_backend_url
+    from ..fleet.broker import open_backend
+    from ..providers.doctor import FAIL, OK
+
+    if not isinstance(parse_backend_url(settings.backend_url), RedisUrl):
+        return
+    try:
+        line = open_backend(settings).describe()
+    except HermesBulkError as exc:
+        report.add("store", FAIL, str(exc))
+        return
+    report.add("store", OK, line or "")
 
 
 def doctor_reply(report: Report) -> Reply:

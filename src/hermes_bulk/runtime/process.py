@@ -11,7 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
+from ..errors import HermesBulkError, InputError
 from ..redact import public_url
 from ..words import count
 
@@ -103,6 +103,11 @@ def run_worker(
     )
     for warning in backend.warnings():  # once, in the worker's log (stderr unless -l FILE)
         log.warning("%s", warning)
+    try:
+        if (where := backend.describe()) is not None:
+            log.info("worker: writes go to %s", where)
+    except HermesBulkError as exc:  # said once; a failover under way is waited out later
+        log.warning("worker: %s", exc)
     runtime.start()
     if metrics_port:
         try:

@@ -1,6 +1,9 @@
 """The fleet backend: one Redis, shared by every worker on every machine.
 
-    connection.py  the pinged pool for a RedisUrl, and the one-line errors of a Redis gone away
+    connection.py  the pinged pool for a RedisUrl (redis-py's Sentinel pool for redis+sentinel://),
+                   and the one-line errors of a Redis gone away
+    failover.py    which commands wait out a failover (READONLY, LOADING, no primary yet)
+    durability.py  WAIT for replicas after the writes a user is told about
     keys.py        the key schema: every key name, and what each holds
     scripts.py     the Lua scripts (lua/<operation>.lua), registered once per client
     codec.py       records as they are stored in hashes, lists and script replies

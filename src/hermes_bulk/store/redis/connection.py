@@ -3,6 +3,9 @@
 Every failure is one line naming host:port, never the password: `RedisConnection.unavailable`
 says it, and `map_connection_errors` makes every public method of the store and the limiter
 raise it when Redis goes away mid-call.
+
+A redis+sentinel:// URL gets redis-py's own SentinelConnectionPool: each new connection asks the
+Sentinels for the primary. failover.py says which commands wait out a failover.
 """
 
 from __future__ import annotations
@@ -13,9 +16,17 @@ import time
 from dataclasses import dataclass, field
 
 import redis
+from redis.sentinel import MasterNotFoundError, Sentinel
 
 from ...config.backend_url import URL_SHAPE, RedisUrl
 from ...errors import BackendUnavailable, ConfigError
+from .failover import (
+    FAILOVER_WAIT_S,
+    Demoted,
+    RidingClient,
+    SentinelPool,
+    connection_class,
+)
 from .scripts import Scripts
 
 #: Connecting must fail fast when Redis is down; reads may wait on a busy server. Keep
@@ -27,7 +38,7 @@ SOCKET_TIMEOUT_S = 30.0
 HEALTH_CHECK_INTERVAL_S = 30
 #: A restarted Redis answers LOADING until it has read its data back: a command that connects
 #: then waits up to this long (a PING has no effects to repeat), then says what is going on.
-LOADING_WAIT_S = 30.0
+LOADING_WAIT_S = FAILOVER_WAIT_S
 
 
 @dataclass(frozen=True)
@@ -37,8 +48,15 @@ class RedisConnection:
     pool: redis.ConnectionPool
     client: redis.Redis
     prefix: str
-    where: str  # host:port, never credentials
+    where: str  # host:port (or the Sentinel service), never credentials
     setting: str  # what messages tell the user to check
+    #: redis+sentinel://: redis-py's Sentinel client, which names the primary; None otherwise.
+    sentinel: Sentinel | None = None
+    service: str = ""
+    #: WAIT after the writes a user is told about (durability.py): replicas (None: 1 when the
+    #: primary has one), and the most it waits.
+    wait_replicas: int | None = None
+    wait_timeout_ms: int = 1000
     #: Tests only: a key holding the time (float ms since the epoch) that scripts and now_s()
     #: read instead of Redis TIME while it is set, so a test moves leases, pauses and pacing
     #: forward without waiting. None in production: the scripts are then exactly _clock.lua's.
@@ -58,6 +76,16 @@ class RedisConnection:
             return BackendUnavailable(
                 f"Redis at {self.where} is loading its data (it has just restarted); "
                 "try again in a moment."
+            )
+        if isinstance(exc, MasterNotFoundError):
+            return BackendUnavailable(
+                f"No Redis primary for {self.where} (no Sentinel answered, or they name none: a "
+                "failover that did not end?); check the Sentinels, or try again in a moment."
+            )
+        if isinstance(exc, Demoted):
+            return BackendUnavailable(
+                f"Redis at {self.where} is a replica now (a failover); no new primary answered "
+                "in time. Try again in a moment."
             )
         what = "Lost the connection to" if lost else "Cannot reach"
         return BackendUnavailable(
@@ -104,8 +132,25 @@ class RedisConnection:
         seconds, micros = replies[0]
         return seconds + micros / 1e6
 
+    def primary(self) -> tuple[str, int, int]:
+        """The primary this connection writes to now (host, port) and how many replicas are
+        connected to it (INFO replication; 0 when a managed Redis refuses INFO)."""
+        if self.sentinel is not None:
+            host, port = self.sentinel.discover_master(self.service)
+        else:
+            kwargs = self.pool.connection_kwargs
+            host, port = kwargs.get("host", "localhost"), int(kwargs.get("port", 6379))
+        try:
+            replicas = int(self.client.info("replication").get("connected_slaves", 0))
+        except redis.ResponseError:
+            replicas = 0
+        return str(host), int(port), replicas
+
     def close(self) -> None:
         self.pool.disconnect()
+        if self.sentinel is not None:
+            for client in self.sentinel.sentinels:
+                client.close()
 
 
 def connect_redis(
@@ -114,39 +159,43 @@ def connect_redis(
     connect_timeout_s: float = CONNECT_TIMEOUT_S,
     socket_timeout_s: float = SOCKET_TIMEOUT_S,
     clock_key: str | None = None,
+    failover_wait_s: float = FAILOVER_WAIT_S,
 ) -> RedisConnection:
-    """A pinged connection pool for a parsed redis:// or rediss:// URL (config/backend_url.py).
+    """A pinged connection pool for a parsed redis://, rediss:// or redis+sentinel:// URL
+    (config/backend_url.py).
 
-    clock_key: tests only (RedisConnection.clock_key).
+    clock_key: tests only (RedisConnection.clock_key). failover_wait_s: how long a command that
+    did not run waits out a failover (did_not_run) once the first PING has answered; 0 fails at
+    once (the budget ledger, which fails open instead).
 
     Raises BackendUnavailable naming host:port (never the password) when Redis cannot be used.
     """
     setting = location.setting
     try:
-        # No retries: a script whose reply was lost must not run a second time (a claim would
-        # take a second item). A stale pooled connection is replaced at checkout instead.
-        pool = redis.ConnectionPool.from_url(
-            location.client_url,
-            socket_connect_timeout=connect_timeout_s,
-            socket_timeout=socket_timeout_s,
-            health_check_interval=HEALTH_CHECK_INTERVAL_S,
-        )
+        pool, sentinel = _pool(location, connect_timeout_s, socket_timeout_s)
     except (ValueError, TypeError):
+        shape = URL_SHAPE if not location.sentinels else "redis+sentinel://"
         raise ConfigError(
-            f"Invalid setting {setting}: not a redis:// or rediss:// URL ({URL_SHAPE})."
+            f"Invalid setting {setting}: not a redis:// or rediss:// URL ({shape})."
         ) from None
+    client = RidingClient(connection_pool=pool)
+    client.sentinel = sentinel is not None
     conn = RedisConnection(
         pool=pool,
-        client=redis.Redis(connection_pool=pool),
+        client=client,
         prefix=location.prefix,
         where=location.where,
         setting=setting,
         clock_key=clock_key,
+        sentinel=sentinel,
+        service=location.service,
+        wait_replicas=location.wait_replicas,
+        wait_timeout_ms=location.wait_timeout_ms,
     )
     try:
         _ping_once_loaded(conn.client)
     except redis.ResponseError as exc:
-        pool.disconnect()
+        conn.close()
         if "DB index is out of range" in str(exc):
             raise ConfigError(
                 f"Invalid setting {setting}: database {location.database} is out of range for "
@@ -155,15 +204,55 @@ def connect_redis(
             ) from None
         raise conn.unavailable(exc, lost=False) from None
     except redis.RedisError as exc:
-        pool.disconnect()
+        conn.close()
         raise conn.unavailable(exc, lost=False) from None
     except TypeError as exc:  # an option redis-py passes on to a connection that does not take it
-        pool.disconnect()
+        conn.close()
         raise ConfigError(
             f"Invalid setting {setting}: an option in the URL is not one Redis connections "
             f"take ({str(exc).rsplit(' ', 1)[-1]})."
         ) from None
+    # From now on a failover is waited out: at start, an unreachable Redis is said at once.
+    client.ride_out_s = failover_wait_s
+    if isinstance(pool, SentinelPool):
+        pool.ride_out_s = failover_wait_s
     return conn
+
+
+def _pool(
+    location: RedisUrl, connect_timeout_s: float, socket_timeout_s: float
+) -> tuple[redis.ConnectionPool, Sentinel | None]:
+    """The connection pool of a URL, and for redis+sentinel:// the Sentinel client behind it.
+
+    No retries: a script whose reply was lost must not run a second time (a claim would take a
+    second item). A stale pooled connection is replaced at checkout instead."""
+    options = redis.connection.parse_url(location.client_url)
+    tls = options.pop("connection_class", None) is redis.SSLConnection
+    options.update(
+        socket_connect_timeout=connect_timeout_s,
+        socket_timeout=socket_timeout_s,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
+    )
+    if not location.sentinels:
+        return redis.ConnectionPool(connection_class=connection_class(tls, False), **options), None
+    del options["host"], options["port"]
+    # The Sentinels: their own credentials (sentinel_password=), the same TLS as Redis.
+    sentinel_options = {
+        k: v
+        for k, v in options.items()
+        if k.startswith(("socket_", "ssl_")) and k != "socket_keepalive_options"
+    }
+    if tls:
+        sentinel_options["ssl"] = True
+    if location.sentinel_password:
+        sentinel_options["password"] = location.sentinel_password
+        if location.sentinel_username:
+            sentinel_options["username"] = location.sentinel_username
+    sentinel = Sentinel(list(location.sentinels), sentinel_kwargs=sentinel_options)
+    pool = SentinelPool(
+        location.service, sentinel, connection_class=connection_class(tls, True), **options
+    )
+    return pool, sentinel
 
 
 def _ping_once_loaded(client: redis.Redis) -> None:
@@ -185,7 +274,7 @@ def map_connection_errors(cls):
     One wrapper for the whole class, so no method can forget it; generators (iter_items) are
     wrapped as generators, since their errors surface while the caller iterates.
     """
-    errors = (redis.ConnectionError, redis.TimeoutError)
+    errors = (redis.ConnectionError, redis.TimeoutError)  # Demoted and MasterNotFound too
 
     def wrap(fn):
         if inspect.isgeneratorfunction(fn):
@@ -212,6 +301,18 @@ def map_connection_errors(cls):
         if not name.startswith("_") and inspect.isfunction(fn):
             setattr(cls, name, wrap(fn))
     return cls
+
+
+def describe_primary(conn: RedisConnection) -> str:
+    """Where writes go now, for `doctor` and a worker's first line: "Redis primary
+    127.0.0.1:6380 (Sentinel service hermes), 1 replica". Raises BackendUnavailable."""
+    try:
+        host, port, replicas = conn.primary()
+    except redis.RedisError as exc:
+        raise conn.unavailable(exc) from None
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    service = f" (Sentinel service {conn.service})" if conn.sentinel is not None else ""
+    return f"Redis primary {shown}{service}, {replicas} replica{'' if replicas == 1 else 's'}"
 
 
 def persistence_warning(conn: RedisConnection) -> str | None:

@@ -38,6 +38,7 @@ from ..protocol import (
 from . import codec
 from .batches import RedisBatches
 from .connection import RedisConnection, map_connection_errors
+from .durability import Durability
 from .keys import BUCKET_ITEMS, RedisKeys
 from .layout import ensure_layout
 from .limits import ACQUIRE_TIMING_ARGS, turn_of
@@ -67,6 +68,7 @@ class RedisJobStore(RedisBatches):
         self.r = conn.client
         self.keys = RedisKeys(conn.prefix)
         self.lua = conn.lua
+        self.durable = Durability(conn, self.keys.wait_mark)
         try:
             ensure_layout(conn, self.keys)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -183,7 +185,11 @@ class RedisJobStore(RedisBatches):
             raise
 
     def finish_job(self, job_id: str) -> JobRecord:
-        self.lua.finish_job(keys=self.keys.job(job_id))
+        # The creator is told the job exists once a replica has it all (WAIT: durability.py;
+        # replication keeps order, so the items added before come with it).
+        with self.durable.writing() as client:
+            self.lua.finish_job(keys=self.keys.job(job_id), client=client)
+            self.durable.confirm(client, "a new job")
         job = self.get_job(job_id)
         if job is None:
             raise ValueError(f"finish_job: no job {job_id!r}")
@@ -463,6 +469,7 @@ class RedisJobStore(RedisBatches):
         epoch = pipe.execute()[-1]
         if epoch is None:
             return None
+        self.durable.confirm_earlier("a job's new state")  # run, pause, resume: told the user
         if state == RUNNING:
             self._raise_active_epoch(job_id, epoch)
         return self.get_job(job_id)
@@ -567,7 +574,11 @@ class RedisJobStore(RedisBatches):
         self, job_id, index, worker_id, result, usage: Usage, *, provider=None, model=None
     ):
         args = self._complete_args(job_id, index, worker_id, result, usage, provider, model)
-        return bool(self._run(self.lua.complete_item, job_id, args, items=[index]))
+        with self.durable.writing() as client:
+            done = self._run(self.lua.complete_item, job_id, args, items=[index], client=client)
+            if done:
+                self.durable.confirm(client, "an answer")
+        return bool(done)
 
     @staticmethod
     def _complete_args(job_id, index, worker_id, result, usage: Usage, provider, model) -> list:
@@ -603,23 +614,26 @@ class RedisJobStore(RedisBatches):
         take_turn=None,
     ):
         turn_args = [1, *ACQUIRE_TIMING_ARGS] if take_turn else [0]
-        reply = call_job_script(
-            self.lua.complete_and_claim,
-            self.keys,
-            job_id,
-            [
-                *self._complete_args(job_id, index, worker_id, result, usage, provider, model),
-                index_hint,
-                worker_id,
-                lease_s * 1000,
-                max_running,
-                *turn_args,
-            ],
-            items=[index, index_hint],
-            extra_keys=[self.keys.limit(take_turn)] if take_turn else (),
-        )
-        if not reply[0]:
-            return False, None
+        with self.durable.writing() as client:
+            reply = call_job_script(
+                self.lua.complete_and_claim,
+                self.keys,
+                job_id,
+                [
+                    *self._complete_args(job_id, index, worker_id, result, usage, provider, model),
+                    index_hint,
+                    worker_id,
+                    lease_s * 1000,
+                    max_running,
+                    *turn_args,
+                ],
+                items=[index, index_hint],
+                extra_keys=[self.keys.limit(take_turn)] if take_turn else (),
+                client=client,
+            )
+            if not reply[0]:
+                return False, None
+            self.durable.confirm(client, "an answer")
         claimed = self._claimed(reply[1])
         if len(reply) > 2:  # the turn taken with the claim (take_turn)
             turn = turn_of(self.conn.backoff_clean, take_turn, reply[2])

@@ -64,6 +64,9 @@ Across jobs:
                                    that opens a Redis without it moves every job of layout 1
                                    (one hash per family for a whole job, hashes in hex) first
                                    (layout.py)
+    P:wait_mark              STRING a counter, bumped on a connection of a thread's own so that a
+                                    WAIT there covers a write the thread made on a shared one
+                                    (durability.py); written only where replicas are waited on
     P:fingerprint_salt       STRING the salt of credential fingerprints with scrypt's
                                    parameters (credentials.new_salt_record), set once
     P:jobs:batched           SET   job ids with an open provider batch (a superset)
@@ -147,6 +150,7 @@ class RedisKeys:
         self.jobs_batched = f"{prefix}:jobs:batched"
         self.layout = f"{prefix}:layout"
         self.fingerprint_salt = f"{prefix}:fingerprint_salt"
+        self.wait_mark = f"{prefix}:wait_mark"
 
     def job(self, job_id: str, extra: Iterable[str] = (), buckets: Iterable[int] = ()) -> list[str]:
         """A job script's KEYS, in the order _job.lua names them: the job's twelve keys, the

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from importlib import resources
 
 import redis
+from redis.commands.core import Script
 
 from ..protocol import (
     CLAIMED,
@@ -167,14 +168,17 @@ def call_job_script(
     items: Iterable[int] = (),
     buckets: Iterable[int] = (),
     extra_keys: Iterable[str] = (),
+    client: redis.Redis | None = None,
 ):
     """Run a job script with the buckets of `items` (and `buckets`) in its KEYS; when it chose
-    items of other buckets (it wrote nothing then), run it again with those too."""
+    items of other buckets (it wrote nothing then), run it again with those too. client: the
+    connection to send it on (durability.py), else the script's own client's pool."""
     wanted = {int(i) // BUCKET_ITEMS for i in items} | set(buckets)
     extra = list(extra_keys)
     for _ in range(NEEDKEYS_ROUNDS):
         try:
-            return script(keys=keys.job(job_id, extra, sorted(wanted)), args=args)
+            on = {"client": client} if client is not None else {}
+            return script(keys=keys.job(job_id, extra, sorted(wanted)), args=args, **on)
         except redis.ResponseError as exc:
             more = needed_buckets(exc)
             if more is None:
@@ -183,6 +187,18 @@ def call_job_script(
     raise redis.ResponseError(
         f"a script of job {job_id} still chose items of other buckets after {NEEDKEYS_ROUNDS} calls"
     )
+
+
+class _Script(Script):
+    """A registered script that survives a failover: redis-py loads a script once after NOSCRIPT,
+    but a failover can move the connection between the load and the call (the load reached the
+    demoted primary, the call the new one, whose script cache is its own): then once more."""
+
+    def __call__(self, keys=None, args=None, client=None):
+        try:
+            return super().__call__(keys, args, client)
+        except redis.exceptions.NoScriptError:
+            return super().__call__(keys, args, client)
 
 
 class Scripts:
@@ -203,7 +219,7 @@ class Scripts:
             common += _key_check(client, (p.read_text(encoding="utf-8") for p in here.iterdir()))
         job = common + read("_job")
         for name in _JOB_SCRIPTS:
-            setattr(self, name, client.register_script(job + read(name)))
+            setattr(self, name, _Script(client, job + read(name)))
         # One script of two: each script's text as a function of its own ARGV (a parameter named
         # ARGV shadows the global), so complete and claim stay written once.
         both = (
@@ -213,13 +229,11 @@ class Scripts:
             )
             + f"local function acquire(KEYS, ARGV)\n{read('acquire')}\nend\n"
         )
-        self.complete_and_claim = client.register_script(job + both + read("complete_and_claim"))
+        self.complete_and_claim = _Script(client, job + both + read("complete_and_claim"))
         settle = "".join(
             f"local function {name}(ARGV)\n{read(name)}\nend\n"
             for name in ("record_attempt", "fail_item", "release_item")
         )
-        self.settle_failed_attempt = client.register_script(
-            job + settle + read("settle_failed_attempt")
-        )
+        self.settle_failed_attempt = _Script(client, job + settle + read("settle_failed_attempt"))
         for name in _OTHER_SCRIPTS:
-            setattr(self, name, client.register_script(common + read(name)))
+            setattr(self, name, _Script(client, common + read(name)))
