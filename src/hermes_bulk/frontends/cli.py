@@ -312,9 +312,9 @@ def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int
             "(HERMES_BULK_PROVIDER, HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY). It stays queued "
             "for a worker configured for that endpoint."
         )
-    runtime.start()
-    runtime.start_embedded_consumer()
-    try:
+    try:  # a Ctrl-C while the consumers start finds answers on their way too
+        runtime.start()
+        runtime.start_embedded_consumer()
         st = _follow(jobs, job_id, until=lambda s: s.state != "processing")
     except KeyboardInterrupt:
         _stop_on_interrupt(runtime, settings.request_timeout_seconds)
