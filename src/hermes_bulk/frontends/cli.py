@@ -188,6 +188,9 @@ class _GateWhenAsked:
     def held_until(self, job) -> float | None:
         return request_gate().held_until(job)
 
+    def not_sent(self, job) -> None:
+        request_gate().not_sent(job)
+
 
 @functools.cache
 def request_gate() -> RequestGate:

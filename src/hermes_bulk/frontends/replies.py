@@ -442,13 +442,18 @@ def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
 
 
 def doctor_reply(report: Report) -> Reply:
-    verdict = (
-        "Usable."
-        if report.usable
-        else "Not usable: correct what the FAIL lines name, then check again (a job that paused "
-        "for it "
-        "continues with resume)."
-    )
+    if report.held_until is not None:  # the budget keeps what is left of the window for chat
+        verdict = (
+            f"Not checked. Check again once the window reopens at {report.held_until.shown()}, "
+            "or give bulk more of this window (raise daily_limit or lower chat_reserve)."
+        )
+    elif report.usable:
+        verdict = "Usable."
+    else:
+        verdict = (
+            "Not usable: correct what the FAIL lines name, then check again (a job that paused "
+            "for it continues with resume)."
+        )
     return Reply(f"{report.text()}\n{verdict}", report)
 
 

@@ -390,15 +390,23 @@ class _Session(replies.Place):
 
     def doctor(self, model: str | None, settings: Settings):
         """The model /bulk jobs call is Hermes' own (ctx.llm): one 1-token request through it, as an
-        item's goes. Bulk has no endpoint or key of its own to check here."""
+        item's goes: through the request budget, charged as bulk (not sent while the budget
+        holds bulk requests), taken back if it never reached the provider. Bulk has no endpoint
+        or key of its own to check here."""
+        from ..budget.gate import budget_hold
         from ..errors import ModelError
-        from ..providers.doctor import FAIL, OK, Report
+        from ..providers.doctor import FAIL, OK, SKIP, Report
 
         model = hermes.configured_model()
         named = (
             "/".join(part for part in (model.provider, model.model) if part) or "(none configured)"
         )
         report = Report(f"Hermes' model {named}")
+        hold = budget_hold(self.gate, self.gate.doctor_call(model.model, *model.route()))
+        if hold is not None:
+            report.add("model", SKIP, f"not checked: nothing was sent; {hold.why}")
+            report.held_until = hold.until
+            return report
         client = hermes.HermesLlmClient(
             _ctx.llm,
             provider_key=model.provider_key,
@@ -408,6 +416,8 @@ class _Session(replies.Place):
         try:
             client.complete([{"role": "user", "content": "Say OK."}], max_tokens=1)
         except ModelError as exc:
+            if not exc.reached_provider:
+                self.gate.not_sent()
             if exc.http_status != 200:  # 200: it answered, with nothing in one token
                 report.add(
                     "model", FAIL, f"Hermes' model {named} did not answer a 1-token request: {exc}"

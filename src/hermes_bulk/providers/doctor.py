@@ -50,6 +50,9 @@ class Report:
     endpoint: str
     checks: list[Check] = field(default_factory=list)
     seconds: float = 0.0
+    #: When the request budget held the check (nothing was sent): the time it reopens, shown
+    #: with its zone (budget.windows.ZonedInstant); None when the checks ran.
+    held_until: Any = None
 
     @property
     def usable(self) -> bool:
