@@ -56,8 +56,8 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
     cli("pause", job)
     resumed = cli("resume", job).stdout
     assert resumed.startswith(
-        f"Job {job} resumed: 3 items pending. No worker is live to pick it up: start one with: "
-        "hermes-bulk worker"
+        f"Job {job} resumed and waits for a worker: 3 items pending. No worker is live to pick "
+        "it up: start one with: hermes-bulk worker"
     ), resumed
 
     worker = cli.spawn_worker()

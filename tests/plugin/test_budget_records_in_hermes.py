@@ -1,14 +1,17 @@
 """What the request budget records of /bulk's requests in real Hermes 0.19.0 (issue 46, point 14):
 the provider and API mode Hermes really speaks to (a Claude endpoint's Messages API, as Hermes'
 own chat rows have it), and only requests that reached a provider (a port nobody listens on
-receives nothing, so counts nothing)."""
+receives nothing, so counts nothing); and what /bulk run says of a job the budget holds (point
+11)."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from hermes_bulk.budget.ledger import CallRecord
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import budget_dir
+from hermes_bulk.budget.windows import ZonedInstant
 
 from ..conftest import free_port
 from ..helpers import wait_for
@@ -75,3 +78,36 @@ def test_requests_that_reach_no_provider_are_not_counted(gateway, hermes_home, t
     finally:
         budget.close()
     assert (c.total, c.by_class()["bulk"], c.get("not_sent")) == (0, 0, 2), c
+
+
+def test_a_run_the_budget_holds_says_so_and_until_when_not_that_it_runs(
+    gateway, hermes_home, hermes_provider, tmp_path
+):
+    """Issue 46, 11: nothing is sent before the window reopens, and the reply says that."""
+    budget = Budget(budget_dir(hermes_home))
+    try:
+        budget.settings_file.set("chat_reserve", "1")
+        budget.settings_file.set("daily_limit", "3")
+        budget.settings_file.set("mode", "enforce")
+        for _ in range(2):
+            budget.admit(CallRecord("chat", profile="default", model="fake-model"))
+        window = budget.window(budget.settings())
+        until = ZonedInstant(window.end_s, window.zone).shown()
+        gw = gateway()
+        job = job_id_of(gw.bulk(f'"Summarize" --over {_items(tmp_path / "in", 3)}'))
+        ran = gw.bulk(f"run {job}")
+        assert " ".join(ran.split()) == (
+            f"Job {job} waits for the request budget: 3 items pending, none sent before {until} "
+            "(the rest of this window is kept for chat). The worker in this process sends them "
+            f"then, up to 4 at once, if it still runs. Check it with: /bulk status {job}"
+        ), ran
+        assert all(len(line) <= 80 for line in ran.splitlines()), ran
+        wait_for(
+            lambda: budget.report().counts.decisions("held") >= 3,
+            timeout=60,
+            interval=0.2,
+            message="each item asked the budget and was held",
+        )
+        assert hermes_provider.requests == []
+    finally:
+        budget.close()

@@ -37,7 +37,7 @@ from ..frontends.parser import (
     options_for,
     split_slash_args,
 )
-from ..frontends.terminal import CHAT_WIDTH, wrap
+from ..frontends.terminal import CHAT_WIDTH, fill, wrap
 from ..jobs.service import Jobs
 from ..runtime import cancel_batches
 from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
@@ -53,16 +53,26 @@ _POLL_S = 0.02
 DESCRIPTION = "Apply one instruction to many files, CSV rows or JSON records, in the background"
 ARGS_HINT = '"<instruction>" --over <path> | run|status|pause|resume|retry|export <job_id>'
 
-HELP = f"""\
-Bulk: apply one instruction to many files, CSV rows or JSON records. Each item is its own
-model call, made in the background with Hermes' model; progress is kept outside the chat.
-A first word that is not a command means create: {CMD} "<instruction>" --over <path>.
-create makes no model calls; items answered before are reused (--fresh asks again); --batch
-uses the provider's Batch API (about half the price), run by a hermes-bulk worker.
-
-{commands_text(build_parser(CMD, for_slash=True))}
-
-A job id may be shortened to any unique prefix. Details of one command: {CMD} <command> --help"""
+#: /bulk help's prose, one paragraph a line: broken once, to the reply's width (never written
+#: broken at one width and then wrapped again at another, which left a word or two on a line).
+HELP_PROSE = (
+    "Bulk: apply one instruction to many files, CSV rows or JSON records. Each item is its own "
+    "model call, made in the background with Hermes' model; progress is kept outside the chat.",
+    f'A first word that is not a command means create: {CMD} "<instruction>" --over <path>. '
+    "create makes no model calls; items answered before are reused (--fresh asks again); "
+    "--batch uses the provider's Batch API (about half the price), run by a hermes-bulk worker.",
+)
+HELP = "\n\n".join(
+    [
+        *(fill(paragraph, CHAT_WIDTH) for paragraph in HELP_PROSE),
+        commands_text(build_parser(CMD, for_slash=True)),
+        fill(
+            f"A job id may be shortened to any unique prefix. Details of one command: {CMD} "
+            "<command> --help",
+            CHAT_WIDTH,
+        ),
+    ]
+)
 
 _ctx: Any = None  # the PluginContext Hermes registered us with: ctx.llm and, newer, ctx.get_config
 _late_lock = threading.Lock()
@@ -174,7 +184,7 @@ async def handle(raw_args: str) -> str:
     )
     with _late_lock:
         late = late_answers.pop(profile, [])
-    return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask: 80 columns
+    return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask (terminal.py)
 
 
 def answer(
