@@ -18,6 +18,7 @@ from hermes_bulk.budget.ledger import CallRecord
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.windows import ZonedInstant
 from hermes_bulk.config.settings import load_settings
+from hermes_bulk.errors import InvalidTransition
 from hermes_bulk.fleet import broker, endpoints
 from hermes_bulk.fleet.broker import open_backend
 from hermes_bulk.frontends import replies
@@ -173,3 +174,24 @@ def test_a_batch_job_counts_only_workers_that_serve_it_and_names_the_next_step(
         "(about half the price; answers within the batch window), submitted by a hermes-bulk "
         f"worker with its own endpoint. {who}\nCheck it with: /bulk status {job.job_id}"
     )
+
+
+class Refusing(InHermes):
+    """/bulk's place: a job not made in Hermes cannot be processed by its workers."""
+
+    def check_servable(self, job_ref: str) -> None:
+        raise InvalidTransition(f"Job {job_ref} was created by hermes-bulk create")
+
+
+def test_resume_of_a_batch_job_in_hermes_names_its_worker_not_hermes_bulk_create(jobs, src):
+    """A `/bulk … --batch` job is a hermes-bulk worker's: resume is not refused as if it had been
+    made by `hermes-bulk create` (run never was), and starts no worker in Hermes."""
+    job = jobs.create("Classify", str(src), batch=True, bind_endpoint=False).job
+    place = Refusing()
+    replies.run(jobs, place, job=job.job_id)
+    jobs.pause(job.job_id)
+    text = replies.resume(jobs, place, job=job.job_id).text
+    assert text.startswith(f"Job {job.job_id} resumed and waits for a worker: 3 items pending.")
+    assert place.started == 0
+    with pytest.raises(InvalidTransition):  # the neighbour: a live job is still refused there
+        replies.resume(jobs, place, job=jobs.create("Other", str(src), fresh=True).job.job_id)
