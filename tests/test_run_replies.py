@@ -195,3 +195,27 @@ def test_resume_of_a_batch_job_in_hermes_names_its_worker_not_hermes_bulk_create
     assert place.started == 0
     with pytest.raises(InvalidTransition):  # the neighbour: a live job is still refused there
         replies.resume(jobs, place, job=jobs.create("Other", str(src), fresh=True).job.job_id)
+
+
+def test_the_dashboards_resume_and_retry_say_the_same(jobs, src, budget):
+    """The dashboard's buttons answer in its own words, by the same facts: only a worker that
+    serves the job takes it up, and a job the budget holds sends nothing before it reopens."""
+    from hermes_bulk.frontends.dashboard import app
+
+    job = jobs.create("Classify", str(src)).job
+    jobs.run(job.job_id)
+    jobs.pause(job.job_id)
+    live_worker(jobs, "hermes")  # live, serving only jobs made in Hermes
+    assert app.resume(jobs, job.job_id) == (
+        f"Job {job.job_id} resumed: 3 items pending. No live worker serves it: the job waits "
+        "until one starts (see Workers)."
+    )
+    until = at_the_cap(budget)
+    live_worker(jobs, endpoints.route(job.spec), name="w2")
+    store = jobs.backend.store
+    assert store.claim_item(job.job_id, 0, "w1", lease_s=30, max_running=10).index == 0
+    assert store.fail_item(job.job_id, 0, "w1", ItemError("PermanentError", "no", 400))
+    assert app.retry(jobs, job.job_id) == (
+        f"Job {job.job_id}: 1 failed item returned to the queue. Nothing is sent before {until}: "
+        "the request budget keeps the rest for chat. 1 live worker takes it up (see Workers)."
+    )
