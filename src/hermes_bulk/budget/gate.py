@@ -91,10 +91,15 @@ def route_of(job: JobRecord) -> tuple[str, str]:
     """(provider, API mode) of a job's requests as far as the job says: a hermes-bulk endpoint's
     protocol (Claude's Messages API, or OpenAI-compatible chat completions). Jobs made in Hermes
     go where Hermes' model is configured: the plugin gives its gate a describe of its own."""
-    if job.spec.protocol == ANTHROPIC:
-        return ANTHROPIC, "anthropic_messages"
-    if job.spec.client == "hermes":
+    if job.spec.client == "hermes" and job.spec.protocol != ANTHROPIC:
         return "hermes", "unknown"
+    return protocol_route(job.spec.protocol)
+
+
+def protocol_route(protocol: str | None) -> tuple[str, str]:
+    """(provider, API mode) of a request to an endpoint of Bulk's own, by its protocol."""
+    if protocol == ANTHROPIC:
+        return ANTHROPIC, "anthropic_messages"
     return "openai-compatible", "chat_completions"
 
 

@@ -83,18 +83,28 @@ class Place:
     def unwatch(self, job_id: str) -> None:
         """The user has seen the job end, or stopped it: its end is no news."""
 
-    def doctor(self, model: str | None, settings: Settings) -> Report:
+    def doctor(self, model: str | None, settings: Settings, gate: Any = None) -> Report:
         """The checks of the model its jobs call: here the endpoint, key and model in
-        HERMES_BULK_*."""
+        HERMES_BULK_*. The one model request a check may make is a bulk request: it passes the
+        request budget's gate (budget.gate.BudgetGate) as a job's would."""
+        from ..budget.gate import budget_hold, protocol_route
         from ..providers import doctor
 
         own = settings.endpoint
+        model = model or settings.model
+
+        def admit():
+            if gate is None:
+                return None
+            return budget_hold(gate, gate.doctor_call(model or "", *protocol_route(own.protocol)))
+
         return doctor.check_endpoint(
             own.base_url,
             own.api_key,
-            model or settings.model,
+            model,
             protocol=own.protocol,
             timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S),
+            admit=admit,
         )
 
 
@@ -460,7 +470,7 @@ def events(jobs: Jobs, place: Place, *, job: str, limit: int = 50) -> Reply:
 def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
     """Can the model the jobs made here call be reached, with this key and model? One line a
     check."""
-    return doctor_reply(place.doctor(model, jobs.settings))
+    return doctor_reply(place.doctor(model, jobs.settings, jobs.request_gate))
 
 
 def doctor_reply(report: Report) -> Reply:

@@ -398,7 +398,7 @@ class _Session(replies.Place):
         clients = {hermes.CLIENT: factory}
         background.ensure_running(self.settings, self.backend, clients=clients, gate=self.gate)
 
-    def doctor(self, model: str | None, settings: Settings):
+    def doctor(self, model: str | None, settings: Settings, gate: Any = None):
         """The model /bulk jobs call is Hermes' own (ctx.llm): one 1-token request through it, as an
         item's goes: through the request budget, charged as bulk (not sent while the budget
         holds bulk requests), taken back if it never reached the provider. Bulk has no endpoint
