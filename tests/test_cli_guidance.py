@@ -40,9 +40,9 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
     job = cli.create("Classify", rows(3, tmp_path / "rows.jsonl"))
     ran = cli("run", job).stdout
     assert (
-        "No worker is live to pick it up: start one with: hermes-bulk worker "
-        f"(or process it here: hermes-bulk run {job} --wait)."
-    ) in ran
+        f"No worker is live; start one for this job's endpoint: hermes-bulk worker, "
+        f"or process it here: hermes-bulk run {job} --wait."
+    ) in " ".join(ran.split()), "run and status say the same"
     status = cli("status", job).stdout
     assert "State: waiting for a worker" in status  # run, never picked up: nothing to recover
     assert (
@@ -56,8 +56,8 @@ def test_with_no_live_worker_run_and_status_say_a_worker_is_missing(cli, tmp_pat
     cli("pause", job)
     resumed = cli("resume", job).stdout
     assert resumed.startswith(
-        f"Job {job} resumed: 3 items pending. No worker is live to pick it up: start one with: "
-        "hermes-bulk worker"
+        f"Job {job} resumed and waits for a worker: 3 items pending. No worker is live; start "
+        "one for this job's endpoint: hermes-bulk worker"
     ), resumed
 
     worker = cli.spawn_worker()

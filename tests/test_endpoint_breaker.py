@@ -181,7 +181,8 @@ def test_run_checks_the_endpoint_before_it_enqueues_anything(cli, tmp_path, fake
     assert fake_provider.requests == [] or all(r.status == 401 for r in fake_provider.requests)
 
     skipped = cli("run", job_id, "--no-check", check=False, HERMES_BULK_BASE_URL=url)
-    assert skipped.returncode == 0 and "is running" in skipped.stdout, skipped.stderr
+    # set running, unchecked; no worker is live, and run says so (issue 46, 11)
+    assert skipped.returncode == 0 and "waits for a worker" in skipped.stdout, skipped.stderr
     fake_provider.configure(require_key=None)
     # The job keeps the endpoint it was created with: that endpoint comes up, and the check passes
     # on one GET /models.

@@ -63,6 +63,10 @@ class ModelError(HermesBulkError):
     """A model call failed. `error_type` and `http_status` are what job records keep."""
 
     error_type = "ModelError"
+    #: Whether the request reached the provider, which may then bill it or count it against a
+    #: rate limit: what the request budget counts. False for a connection never made and a call
+    #: refused before it was sent (not_sent()).
+    reached_provider = True
     #: What the provider reported it billed for the answer this error refuses (a truncated,
     #: invalid or refused answer): a store.records.Usage, charged to the job though the answer is
     #: not kept; None when nothing was answered or no usage came with it (billed()).
@@ -83,6 +87,12 @@ def with_usage(exc: ModelError, usage) -> ModelError:
     given: the answer's own, before a caller's guess)."""
     if exc.usage is None and usage is not None and usage.reported:
         exc.usage = usage
+    return exc
+
+
+def not_sent(exc: ModelError) -> ModelError:
+    """exc, marked as a failure of a request that never reached the provider."""
+    exc.reached_provider = False
     return exc
 
 
@@ -113,11 +123,16 @@ class EndpointUnreachable(TransientModelError):
     nothing was sent, so it says nothing about the item; runtime/breaker.py counts it for the
     endpoint."""
 
+    reached_provider = False
+
 
 class EndpointRedirects(EndpointUnreachable):
     """The endpoint answered with a redirect (HTTP 3xx), which is never followed (the key would
     go to the host it names): the request was not served there, so, as a failure to connect, it
-    says nothing about the item and the breaker counts it for the endpoint."""
+    says nothing about the item and the breaker counts it for the endpoint. The request itself
+    did reach a host the endpoint's URL names (with its key), so the budget counts it."""
+
+    reached_provider = True
 
 
 class PermanentModelError(ModelError):

@@ -99,15 +99,16 @@ def test_a_broken_budget_json_lets_calls_through_status_warns_and_set_repairs_it
 
     status = hermes("cron-budget", "status")
     assert status.returncode == 0
-    assert "Cron budget: observe mode" in status.stdout  # the defaults are what is in force
+    said = " ".join(status.stdout.split())  # unwrapped
+    assert "Cron budget: observe mode" in said  # the defaults are what is in force
     assert (
         f"⚠ Settings cannot be read, so calls go through uncounted until they can: {path}: "
         "daily_limit 'lots' is not a whole number"
-    ) in status.stdout
-    assert "fix it with: hermes cron-budget set daily_limit VALUE." in status.stdout
+    ) in said
+    assert "fix it with: hermes cron-budget set daily_limit VALUE." in said
     assert (
         "Settings (defaults, not in budget.json): mode=observe, daily_limit=1000, chat_reserve=300"
-        in status.stdout
+        in said
     )
     assert "⚠ Accounting failed" in status.stdout  # the chat turn's fail-open is shown
     report = json.loads(hermes("cron-budget", "status", "--json").stdout)
@@ -123,7 +124,7 @@ def test_a_broken_budget_json_lets_calls_through_status_warns_and_set_repairs_it
     path.write_text("{oops")
     refused = hermes("cron-budget", "set", "mode", "observe", check=False)
     assert refused.returncode == 1
-    assert refused.stderr.strip() == (
+    assert " ".join(refused.stderr.split()) == (  # unwrapped
         f"hermes cron-budget: {path} is not valid JSON (Expecting property name enclosed in double "
         f"quotes at line 1, column 2); fix it by hand, or delete it (rm {path}) to start from the "
         "defaults and set your keys again."

@@ -208,6 +208,48 @@ def test_the_record_keeps_every_field_of_each_call_in_admission_order(ledger, wi
     assert entries[0].at <= entries[1].at <= entries[2].at
 
 
+def test_a_call_taken_back_frees_its_count_and_is_recorded_as_not_sent(ledger, window):
+    """A request that never reached the provider: its counts go back, to the one it took."""
+    bulk = CallRecord("bulk", profile="host-a", job_id="b1", provider="anthropic", model="m")
+    for _ in range(6):
+        admit(ledger, window, bulk)
+    assert admit(ledger, window, bulk).decision == HELD  # at the cap (10 - 4)
+    ledger.take_back(bulk, window)
+    c = ledger.counts(window)
+    assert (c.total, c.by_class()["bulk"], c.by_profile(), c.get("not_sent")) == (
+        5,
+        5,
+        {"host-a": 5},
+        1,
+    )
+    assert {j.job_id: j.requests for j in c.jobs()} == {"b1": 5}
+    assert c.get("calls") == 7, "the call was recorded once, when it was admitted"
+    assert admit(ledger, window, bulk).decision == ALLOWED, "the cap has room again"
+    assert admit(ledger, window, bulk).decision == HELD, "for one request, not two"
+    last = ledger.entries(window)[-3]
+    assert (last.call, last.decision, last.counted) == (bulk, "not_sent", False)
+
+
+def test_a_take_back_never_takes_a_count_below_zero(ledger, window):
+    """One more take-back than counts (its neighbour): the counters stay at 0, not below."""
+    call = cron(run="r1")
+    admit(ledger, window, call)
+    ledger.take_back(call, window)
+    ledger.take_back(call, window)
+    c = ledger.counts(window)
+    assert (c.total, c.by_class()["cron"], c.get("job:job1:requests")) == (0, 0, 0)
+    assert c.get("not_sent") == 2 and c.by_profile() == {"default": 0}
+    assert admit(ledger, window, chat()).window_total == 1
+
+
+def test_a_take_back_counts_in_the_window_of_the_call(ledger, window):
+    admit(ledger, window, chat())
+    later = next_window(window, dt.time(0, 0))
+    admit(ledger, later, chat())
+    ledger.take_back(chat(), window)
+    assert (ledger.counts(window).total, ledger.counts(later).total) == (0, 1)
+
+
 def test_a_job_keeps_its_name_and_class(ledger, window):
     admit(ledger, window, cron(name="morning digest"))
     admit(ledger, window, cron(name=""))  # a call that could not look the name up keeps the old one

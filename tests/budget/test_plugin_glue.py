@@ -73,6 +73,42 @@ def test_a_chat_call_goes_to_the_provider_and_is_counted_once(budget):
     assert budget.report().counts.by_class()["chat"] == 2
 
 
+def _failing(cause: BaseException):
+    """A provider call that fails as the openai SDK fails: APIConnectionError from cause."""
+    import httpx
+    import openai
+
+    def call(request):
+        request_ = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+        try:
+            raise cause
+        except BaseException as exc:
+            raise openai.APIConnectionError(request=request_) from exc
+
+    return call
+
+
+@pytest.mark.parametrize(
+    ("cause", "counted"),
+    [("ConnectError", 0), ("RemoteProtocolError", 1)],
+    ids=["no connection made", "connection lost after sending"],
+)
+def test_a_chat_call_that_never_reached_the_provider_is_taken_back(budget, cause, counted):
+    """Issue 46, 14: the error reaches the caller unchanged; only a connection never made is
+    taken back (a connection lost on the way may have reached the provider)."""
+    import httpx
+    import openai
+
+    budget.settings_file.set("mode", "observe")
+    error = getattr(httpx, cause)("x")
+    with pytest.raises(openai.APIConnectionError):
+        cron_budget.llm_execution(
+            {"messages": []}, _failing(error), session_id="s", platform="cli", **MAIN_LOOP
+        )
+    c = budget.report().counts
+    assert (c.by_class()["chat"], c.get("not_sent")) == (counted, 1 - counted)
+
+
 def test_a_cron_call_over_the_cap_answers_without_the_provider(budget):
     over_the_cap(budget)
     provider = Provider()

@@ -96,8 +96,9 @@ def test_a_ledger_locked_for_long_lets_the_call_through_and_status_warns_until_t
     assert (
         "is not answering (database is locked)" in report.failopen.reason
     )  # the cause, not "skipped"
-    assert "⚠ Accounting failed 2 times in this window" in status_text(report)
-    assert "went through uncounted" in status_text(report)
+    text = " ".join(status_text(report).split())  # unwrapped
+    assert "⚠ Accounting failed 2 times in this window" in text
+    assert "went through uncounted" in text
     later = Budget(budget_dir, clock=lambda: time.time() + 86_400)  # the next window starts clean
     assert later.report().failopen is None
     later.close()
@@ -183,7 +184,7 @@ def test_a_broken_budget_json_fails_open_and_status_shows_the_defaults_error_and
         and "daily_limit 'lots' is not a whole number" in report.settings_error
     )
     assert report.failopen is not None and report.failopen.calls == 1  # the warning is found
-    text = status_text(report)
+    text = " ".join(status_text(report).split())  # unwrapped
     assert "⚠ Accounting failed 1 time in this window" in text
     assert "⚠ Settings cannot be read, so calls go through uncounted until they can: " in text
     assert "fix it with: hermes cron-budget set daily_limit VALUE." in text
@@ -210,7 +211,7 @@ def test_a_broken_budget_json_fails_open_and_status_shows_the_defaults_error_and
         status == 1
         and "budget.json is not valid JSON (Expecting property name enclosed in double quotes at "
         "line 1, column 2); fix it by hand, or delete it (rm "
-        in reply
+        in " ".join(reply.split())  # unwrapped
     )
     assert (budget_dir / "budget.json").read_text() == "{not json"  # nothing changed
 

@@ -62,9 +62,9 @@ def test_a_slow_command_answers_with_the_next_one(monkeypatch):
     monkeypatch.setattr(bulk, "answer", slow_answer)
     first = asyncio.run(bulk.handle('"Summarize" --over big'))
     assert first == (
-        "Still working on it (1,200 items found so far). It goes on in the background;\n"
-        "  the answer comes with your next /bulk command."
-    )  # 80 columns
+        "Still working on it (1,200 items found so far). It goes on in the\n"
+        "  background; the answer comes with your next /bulk command."
+    )  # 72 columns
     release.set()
     wait_for(
         lambda: any(bulk.late_answers.values()), timeout=10, message="the late answer to be kept"

@@ -62,14 +62,29 @@ def test_a_batch_job_created_in_hermes_says_who_runs_it_and_a_worker_with_an_end
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(20)))
     before = len(hermes_provider.batches.created)  # the provider lives for the session
     gw = gateway()
+    # A live job first: the worker in this Hermes is live, and it serves no batch (issue 46, 11).
+    live = tmp_path / "live.jsonl"
+    live.write_text('{"live": 1}\n')
+    first = job_id_of(gw.bulk(f'"Summarise" --over {live} --fresh'))
+    assert gw.bulk(f"run {first}").startswith(f"Job {first} is running in the background")
     created = gw.bulk(f'"Summarise" --over {src} --batch --fresh --poll 1')
     job = job_id_of(created)
     status = " ".join(gw.bulk(f"status {job}").split())  # unwrapped
     assert "Batch API): 0 batches, 0 open; polled every 1 s" in status, status
+    unwrapped = " ".join(created.split())
     assert "Batch API" in created and "Hermes' model has no batch call" in created
-    assert "No worker is running now" in created and "hermes-bulk worker" in created
-    ran = gw.bulk(f"run {job}")
-    assert f"Job {job} is running: 20 items pending." in ran and "Batch API" in ran
+    assert (
+        "No worker that serves it is live: start one where HERMES_BULK_BASE_URL and the key are "
+        "set: hermes-bulk worker"
+    ) in unwrapped, unwrapped
+    ran = " ".join(gw.bulk(f"run {job}").split())
+    assert ran == (
+        f"Job {job} waits for a worker: 20 items pending. It runs through the provider's Batch "
+        "API (about half the price; answers within the batch window), submitted by a "
+        "hermes-bulk worker with its own endpoint. No worker that serves it is live: start one "
+        "where HERMES_BULK_BASE_URL and the key are set: hermes-bulk worker Check it with: "
+        f"/bulk status {job}"
+    ), ran
     gw.close()
 
     env = _worker_env(hermes_home, redis_url, tmp_path, hermes_provider.base_url, "sk-worker-own")

@@ -15,7 +15,7 @@ def _replies_until(gw, needle: str, timeout: float = 60) -> list[str]:
 
     def seen() -> bool:
         replies.append(gw.bulk("list"))
-        return needle in replies[-1]
+        return " ".join(needle.split()) in " ".join(replies[-1].split())  # however wrapped
 
     wait_for(seen, timeout=timeout, interval=0.3, message=needle)
     return replies

@@ -75,9 +75,9 @@ def test_bulk_end_to_end_in_hermes(gateway, hermes_home, hermes_provider, tmp_pa
 
     ran = gw.bulk(f"run {job}")
     assert ran == (
-        f"Job {job} is running in the background: 5 items pending, up to 3 at once.\n"
-        f"Check it with: /bulk status {job}"
-    )
+        f"Job {job} is running in the background: 5 items pending, up to 3\n"
+        f"  at once.\nCheck it with: /bulk status {job}"
+    )  # 72 columns: Hermes' TUI frames a reply in 6 to 7 of 80
     status = wait_for_state(gw, job, "completed")
     lines = status.splitlines()
     assert lines[:3] == [
@@ -180,8 +180,8 @@ def test_work_goes_on_in_the_background_and_pause_and_resume_take_effect(
         hermes_provider.wait_held(2)
         assert completed(gw.bulk(f"status {job}")) == 0
 
-        assert gw.bulk(f"pause {job}") == (
-            f"Job {job} paused: no new items start; items in progress may finish.\n"
+        assert " ".join(gw.bulk(f"pause {job}").split()) == (  # unwrapped
+            f"Job {job} paused: no new items start; items in progress may finish. "
             f"Continue with: /bulk resume {job}"
         )
         with local_jobs(data_dir(gw)) as jobs:
@@ -202,7 +202,9 @@ def test_work_goes_on_in_the_background_and_pause_and_resume_take_effect(
     finally:
         hermes_provider.release()
 
-    assert gw.bulk(f"resume {job}").startswith(f"Job {job} resumed: ")
+    assert " ".join(gw.bulk(f"resume {job}").split()).startswith(  # unwrapped
+        f"Job {job} resumed and is running in the background: 28 items pending, up to 2 at once."
+    )
     wait_for_state(gw, job, "completed")
     counts = Counter(r.item for r in hermes_provider.requests)
     assert sorted(counts) == sorted(digest(json.dumps({"n": i})) for i in range(30))
@@ -218,7 +220,8 @@ def test_a_429_is_waited_out_by_every_worker_not_failed(gateway, hermes_provider
     gw.bulk(f"run {job}")
     status = wait_for_state(gw, job, "completed")
     assert "Items: 3/3 completed, 0 failed" in status
-    waits = [line for line in gw.bulk(f"events {job}").splitlines() if "HTTP 429" in line]
+    events = gw.bulk(f"events {job}").replace("\n  ", " ")  # each event on one line again
+    waits = [line for line in events.splitlines() if "HTTP 429" in line]
     assert len(waits) == 1 and "all workers wait until" in waits[0], waits
     statuses = [r.status for r in hermes_provider.requests]
     assert statuses[:3] == [429, 429, 200] and statuses.count(429) == 2
@@ -278,7 +281,8 @@ def test_answers_are_text_help_usage_errors_and_settings(
     help_text = gw.bulk("")
     assert (
         help_text.startswith("Bulk: apply one instruction")
-        and "/bulk run [--concurrency N] [--rpm N] [--tpm N] [--sample N] JOB" in help_text
+        and "/bulk run [--concurrency N] [--rpm N] [--tpm N] [--sample N]\n          JOB"
+        in help_text
     )
     assert gw.bulk("help") == help_text
     assert gw.bulk("export --help").startswith("usage: /bulk export [-h] [--format {md,csv,jsonl}]")

@@ -129,6 +129,40 @@ def test_the_configured_model_and_its_provider_key(profile, monkeypatch, tmp_pat
     assert hermes.profile_name() == "work"
 
 
+@pytest.mark.parametrize(
+    ("provider", "base_url", "configured", "mode"),
+    [
+        ("anthropic", "", "", "anthropic_messages"),  # Claude: Hermes' chat rows read so
+        ("claude", "", "", "anthropic_messages"),  # an alias of it
+        ("custom", "http://127.0.0.1:9/anthropic", "", "anthropic_messages"),  # the URL says so
+        ("custom", "http://127.0.0.1:9/v1", "", "chat_completions"),
+        ("custom", "http://127.0.0.1:9/v1", "codex_responses", "codex_responses"),  # configured
+        ("custom", "http://127.0.0.1:9/v1", "no-such-mode", "chat_completions"),
+        ("openai-codex", "", "", "codex_responses"),
+        ("openrouter", "", "", "chat_completions"),
+        ("bedrock", "", "", "bedrock_converse"),
+    ],
+)
+def test_the_api_mode_a_request_is_recorded_with_is_the_one_hermes_speaks(
+    provider, base_url, configured, mode
+):
+    """Issue 46, 14: read from Hermes' own tables (hermes_cli.providers), which an upgrade that
+    renames them breaks here; "unknown" never, while they are there."""
+    assert hermes.api_mode(provider, base_url, configured) == mode
+
+
+def test_a_job_made_in_hermes_records_its_provider_and_the_api_mode_in_force(profile):
+    job = a_job("hermes:default:custom:fake-model")
+    assert hermes.request_route(job) == ("custom", "chat_completions")
+    config_set(profile, "model.base_url", "http://127.0.0.1:9/anthropic")
+    assert hermes.request_route(job) == ("custom", "anthropic_messages")
+    # made for another provider than the one configured now: that provider's own transport
+    assert hermes.request_route(a_job("hermes:default:anthropic:claude-x")) == (
+        "anthropic",
+        "anthropic_messages",
+    )
+
+
 def test_in_profile_carries_the_profile_onto_another_thread(profile, tmp_path):
     other = tmp_path / "other-profile"
     seen = []

@@ -143,6 +143,60 @@ def _cases():
     ]
 
 
+def _from(cause: BaseException, make):
+    """make(), raised from cause, as the SDKs raise their connection errors."""
+    try:
+        try:
+            raise cause
+        except BaseException as inner:
+            raise make() from inner
+    except BaseException as outer:
+        return outer
+
+
+def test_only_a_connection_never_made_or_a_call_refused_before_sending_went_unsent():
+    """Issue 46, 14: the budget takes back what never reached a provider, and nothing else."""
+    import httpx
+    import openai
+    from agent.plugin_llm import PluginLlmTrustError
+
+    never = {
+        "openai, connection refused": _from(
+            httpx.ConnectError("refused", request=_request()),
+            lambda: openai.APIConnectionError(request=_request()),
+        ),
+        "openai, connect timeout": _from(
+            httpx.ConnectTimeout("slow", request=_request()),
+            lambda: openai.APITimeoutError(request=_request()),
+        ),
+        "httpx refused": httpx.ConnectError("refused", request=_request()),
+        "httpx connect timeout": httpx.ConnectTimeout("slow", request=_request()),
+        "trust refused": PluginLlmTrustError("not allowed"),
+        "no provider": RuntimeError("no provider"),
+    }
+    sent = {
+        "openai, cut off": _from(
+            httpx.RemoteProtocolError("peer closed", request=_request()),
+            lambda: openai.APIConnectionError(request=_request()),
+        ),
+        "openai, read timeout": _from(
+            httpx.ReadTimeout("slow", request=_request()),
+            lambda: openai.APITimeoutError(request=_request()),
+        ),
+        "openai, no cause": openai.APIConnectionError(request=_request()),
+        "httpx read timeout": httpx.ReadTimeout("slow", request=_request()),
+        "openai 503": _openai_status("InternalServerError", 503),
+        "openai 429": _openai_status("RateLimitError", 429),
+        "socket reset": ConnectionResetError(104, "reset"),
+    }
+    assert {
+        k: hermes.classify_error(e).reached_provider for k, e in never.items()
+    } == dict.fromkeys(never, False)
+    assert {k: hermes.classify_error(e).reached_provider for k, e in sent.items()} == dict.fromkeys(
+        sent, True
+    )
+
+
 def test_each_provider_error_class_maps_to_its_bulk_error():
     for label, make, expected, words in _cases():
         error = hermes.classify_error(make())

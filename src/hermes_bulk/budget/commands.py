@@ -15,7 +15,7 @@ from ..errors import HermesBulkError, UsageError
 from ..usage import Parser
 from ..words import count
 from .grammar import add_budget_arguments
-from .report import as_dict, status_text
+from .report import as_dict, fitted, status_text
 from .service import Budget
 from .settings import BudgetSettings
 
@@ -29,12 +29,11 @@ def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -
         if command == "set":
             before = budget.settings_in_force()[0]  # a broken budget.json is what `set` repairs
             settings = budget.settings_file.set(args.key, args.value)
-            text = f"{args.key} = {settings.shown(args.key)}" + _moved_window_note(
-                budget, before, settings
-            )
+            notes = _moved_window_note(budget, before, settings)
             if args.key == "ledger":
-                text += _reachability_note(budget, settings)
-            return EXIT_OK, text
+                notes += _reachability_note(budget, settings)
+            # "key = value" stays one line, to be read and copied whole; the notes are broken
+            return EXIT_OK, f"{args.key} = {settings.shown(args.key)}" + fitted(notes)
         if command == "path":
             return EXIT_OK, str(budget.directory)
         report = budget.report()
@@ -42,7 +41,7 @@ def run_budget_command(args: argparse.Namespace, budget: Budget, *, prog: str) -
             return EXIT_OK, json.dumps(as_dict(report))
         return EXIT_OK, status_text(report)
     except HermesBulkError as exc:
-        return EXIT_ERROR, f"{prog}: {exc}"
+        return EXIT_ERROR, fitted(f"{prog}: {exc}")
 
 
 def _moved_window_note(budget: Budget, before: BudgetSettings, after: BudgetSettings) -> str:
@@ -90,7 +89,7 @@ def slash(raw_args: str, budget: Budget) -> str:
     try:
         args = parser.parse_args(words)
     except UsageError as exc:
-        return f"/cron-budget: {exc} Usage: /cron-budget [status | set KEY VALUE | path]"
+        return fitted(f"/cron-budget: {exc} Usage: /cron-budget [status | set KEY VALUE | path]")
     except SystemExit:
         return parser.format_help()
     return run_budget_command(args, budget, prog="/cron-budget")[1]

@@ -21,9 +21,12 @@ import os
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.provider import ANTHROPIC
 from ..store.protocol import JobRecord
+from ..words import count
 from .ledger import CallRecord
 from .policy import BULK
 from .service import Budget, Outcome
@@ -56,6 +59,50 @@ def hold_s(outcome: Outcome, now: float) -> float:
     return max(MIN_HOLD_S, outcome.window.end_s - now)
 
 
+@dataclass(frozen=True)
+class Hold:
+    """Why the budget holds a request, and until when (in the budget's zone)."""
+
+    until: ZonedInstant
+    why: str
+
+
+def budget_hold(gate: BudgetGate, call: CallRecord) -> Hold | None:
+    """Charge one request that is no job's (doctor's check) as bulk: None when it may be sent
+    (counted, and marked so Hermes' observer does not count it again), else why it is held."""
+    outcome = gate.charge(call, precharge=True)
+    if outcome is None or not outcome.held or outcome.window is None:
+        return None
+    s, a, w = outcome.settings, outcome.admission, outcome.window
+    until = ZonedInstant(w.end_s, w.zone)
+    used = (
+        f"this window has used {a.window_total} of its {count(s.daily_limit, 'request')}, "
+        if a
+        else ""
+    )
+    return Hold(
+        until,
+        f"the request budget holds bulk requests until {until.shown(gate.budget.clock())}: "
+        f"{used}and cron and bulk stop at {s.background_cap} ({s.chat_reserve} kept for chat)",
+    )
+
+
+def route_of(job: JobRecord) -> tuple[str, str]:
+    """(provider, API mode) of a job's requests as far as the job says: a hermes-bulk endpoint's
+    protocol (Claude's Messages API, or OpenAI-compatible chat completions). Jobs made in Hermes
+    go where Hermes' model is configured: the plugin gives its gate a describe of its own."""
+    if job.spec.client == "hermes" and job.spec.protocol != ANTHROPIC:
+        return "hermes", "unknown"
+    return protocol_route(job.spec.protocol)
+
+
+def protocol_route(protocol: str | None) -> tuple[str, str]:
+    """(provider, API mode) of a request to an endpoint of Bulk's own, by its protocol."""
+    if protocol == ANTHROPIC:
+        return ANTHROPIC, "anthropic_messages"
+    return "openai-compatible", "chat_completions"
+
+
 def _never() -> bool:
     return False
 
@@ -76,8 +123,11 @@ class BudgetGate:
         profile: str = "",
         counting_here: Callable[[], bool] = _never,
         budget: Budget | None = None,
+        describe: Callable[[JobRecord], tuple[str, str]] | None = None,
     ) -> None:
         self.directory = directory
+        #: (provider, API mode) of a job's requests, as the ledger records them
+        self.describe = describe or route_of
         # Looked for before every request: joined once, as strings (pathlib cost more than the
         # two stat calls). os.path.exists is False where this user cannot look (another user's
         # home): such a budget is not this user's.
@@ -89,6 +139,7 @@ class BudgetGate:
         self.counting_here = counting_here
         self._budget = budget
         self._lock = threading.Lock()
+        self._last = threading.local()  # the request admitted last on each thread
 
     @property
     def budget(self) -> Budget:
@@ -115,27 +166,56 @@ class BudgetGate:
 
     def admit(self, job: JobRecord) -> float:
         take_precharged()  # a mark left by a ctx.llm call that failed (unseen) must not carry over
-        if not self.configured():
-            return 0.0
+        outcome = self.charge(self.call_of(job), precharge=job.spec.client == "hermes")
+        return 0.0 if outcome is None else hold_s(outcome, self.budget.clock())
+
+    def call_of(self, job: JobRecord) -> CallRecord:
+        """The ledger record of one request of job: the provider and API mode it goes to."""
         spec = job.spec
-        budget = self.budget
-        outcome = budget.admit(
-            CallRecord(
-                call_class=BULK,
-                profile=self.profile,
-                job_id=spec.job_id,
-                job_name="bulk job",
-                provider="hermes" if spec.client == "hermes" else "openai-compatible",
-                model=spec.model or "",
-                api_mode="chat_completions",
-            )
+        provider, api_mode = self.describe(job)
+        return CallRecord(
+            call_class=BULK,
+            profile=self.profile,
+            job_id=spec.job_id,
+            job_name="bulk job",
+            provider=provider,
+            model=spec.model or "",
+            api_mode=api_mode,
         )
-        wait = hold_s(outcome, budget.clock())
-        if wait:
-            return wait
-        if spec.client == "hermes":
+
+    def charge(self, call: CallRecord, *, precharge: bool = False) -> Outcome | None:
+        """Admit one request (None: no budget is configured, it goes uncharged). When it may go,
+        it is remembered on this thread for not_sent, and with precharge the auxiliary-call
+        observer is told it is counted already (a ctx.llm call)."""
+        self._last.admitted = None
+        if not self.configured():
+            return None
+        outcome = self.budget.admit(call)
+        if hold_s(outcome, self.budget.clock()):
+            return outcome
+        self._last.admitted = (call, outcome)
+        if precharge:
             mark_precharged()
-        return 0.0
+        return outcome
+
+    def doctor_call(self, model: str, provider: str, api_mode: str) -> CallRecord:
+        """The ledger record of doctor's one check request: a bulk request of no job."""
+        return CallRecord(
+            call_class=BULK,
+            profile=self.profile,
+            provider=provider,
+            model=model or "",
+            api_mode=api_mode,
+        )
+
+    def not_sent(self, job: JobRecord | None = None) -> None:
+        """The request admitted last on this thread (for job, when one is named) never reached
+        the provider: its count is taken back. A provider counts what it received."""
+        admitted, self._last.admitted = getattr(self._last, "admitted", None), None
+        take_precharged()  # nothing reached Hermes' observer either
+        if admitted is None or (job is not None and admitted[0].job_id != job.spec.job_id):
+            return
+        self.budget.take_back(*admitted)
 
     def held_until(self, job: JobRecord) -> ZonedInstant | None:
         if not self.configured():
@@ -144,9 +224,15 @@ class BudgetGate:
 
 
 def gate_from_environment(
-    root: Path | None = None, *, profile: str = "", counting_here: Callable[[], bool] = _never
+    root: Path | None = None,
+    *,
+    profile: str = "",
+    counting_here: Callable[[], bool] = _never,
+    describe: Callable[[JobRecord], tuple[str, str]] | None = None,
 ) -> BudgetGate:
     """The BudgetGate of this machine's budget: `<root Hermes home>/plugin-data/cron-budget/`
     (root from HERMES_HOME as Hermes resolves it), or HERMES_BULK_BUDGET_LEDGER. It charges
     nothing until a budget is configured there, and follows it from the next request once one is."""
-    return BudgetGate(budget_dir(root), profile=profile, counting_here=counting_here)
+    return BudgetGate(
+        budget_dir(root), profile=profile, counting_here=counting_here, describe=describe
+    )

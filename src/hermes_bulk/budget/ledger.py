@@ -13,7 +13,9 @@ Counters are named the same on both backends (a window's counters are one flat m
     class:<class>            counted requests of one class (chat, cron, auxiliary, bulk)
     profile:<profile>        counted requests of one Hermes profile
     decision:<decision>      calls by decision (allowed, held, would_block), counted or not
-    uncounted                calls whose model matches none of `models`
+    uncounted                calls whose model matches none of `models` (the globs in force
+                             when each call was made)
+    not_sent                 counted calls taken back: they never reached the provider
     job:<id>:requests        counted requests of one job
     job:<id>:held            held calls of one job
     job:<id>:held_runs       distinct runs of the job that were held
@@ -150,6 +152,18 @@ def counter_updates(call: CallRecord, decision: str, counted: bool) -> list[str]
     return keys
 
 
+#: The decision a take-back records (its record, beside the call's own).
+NOT_SENT = "not_sent"
+
+
+def counters_taken_back(call: CallRecord) -> list[str]:
+    """The counters a counted call incremented that a take-back decrements (take_back)."""
+    keys = ["total", f"class:{call.call_class}", f"profile:{call.profile or 'default'}"]
+    if call.job_id:
+        keys.append(f"job:{call.job_id}:requests")
+    return keys
+
+
 def run_counter(call: CallRecord, decision: str) -> str | None:
     """The distinct-run counter a held or would-block call of a job run feeds, if any."""
     if not call.job_id or decision not in (HELD, WOULD_BLOCK):
@@ -171,6 +185,12 @@ class RequestLedger(Protocol):
         chat and auxiliary calls are always allowed and counted; every call is recorded.
         Raises LedgerUnavailable when the ledger cannot answer within its short timeout.
         """
+
+    def take_back(self, call: CallRecord, window: Window) -> None:
+        """A call this window counted never reached the provider (no connection was made, or it
+        was refused before it was sent): atomically, its counts go back (counters_taken_back,
+        never below 0), `not_sent` counts it, and a record with decision NOT_SENT says so.
+        Raises LedgerUnavailable as admit does."""
 
     def counts(self, window: Window) -> WindowCounts:
         """The window's counters and job names (empty when nothing was recorded in it)."""

@@ -28,11 +28,13 @@ from ..store.redis.connection import RedisConnection, connect_redis
 from . import policy
 from .ledger import (
     KEEP_AFTER_WINDOW_S,
+    NOT_SENT,
     Admission,
     CallRecord,
     LedgerEntry,
     LedgerUnavailable,
     WindowCounts,
+    counters_taken_back,
 )
 from .policy import Terms
 from .windows import Window
@@ -54,6 +56,7 @@ def _lua_constants() -> str:
         "D_ALLOWED": policy.ALLOWED,
         "D_HELD": policy.HELD,
         "D_WOULD_BLOCK": policy.WOULD_BLOCK,
+        "D_NOT_SENT": NOT_SENT,
     }
     return "".join(f"local {name} = {json.dumps(value)}\n" for name, value in values.items())
 
@@ -80,10 +83,8 @@ class RedisLedger:
         )
         self.r = self.conn.client
         self.base = f"{{{self.conn.prefix}:budget}}"
-        source = (resources.files(__package__) / "lua" / "admit_request.lua").read_text(
-            encoding="utf-8"
-        )
-        self._admit = self.r.register_script(_lua_constants() + source)
+        self._admit = self.r.register_script(_lua_constants() + _script("admit_request.lua"))
+        self._take_back = self.r.register_script(_lua_constants() + _script("take_back.lua"))
 
     def window_keys(self, window: Window) -> list[str]:
         w = f"{self.base}:w:{window.start_s}"
@@ -120,6 +121,27 @@ class RedisLedger:
             job_requests=int(job_requests),
             job_held_runs=int(held_runs),
         )
+
+    def take_back(self, call: CallRecord, window: Window) -> None:
+        w, _runs, log = self.window_keys(window)
+        args = [
+            window.start_s,
+            window.end_s + KEEP_AFTER_WINDOW_S,
+            LOG_ENTRIES_KEPT,
+            call.call_class,
+            call.profile,
+            call.job_id,
+            call.job_name,
+            call.run_id,
+            call.provider,
+            call.model,
+            call.api_mode,
+            *counters_taken_back(call),
+        ]
+        try:
+            self._take_back(keys=[w, log], args=args)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise self._unavailable(exc) from None
 
     def counts(self, window: Window) -> WindowCounts:
         try:
@@ -177,6 +199,10 @@ class RedisLedger:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _script(name: str) -> str:
+    return (resources.files(__package__) / "lua" / name).read_text(encoding="utf-8")
 
 
 def _text(value: bytes | str) -> str:

@@ -7,9 +7,10 @@ reply; `as_dict` is the `--json` shape (keys are only ever added).
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
 
 from ..words import count
-from .ledger import JobCounts
+from .ledger import NOT_SENT, JobCounts
 from .policy import CALL_CLASSES, ENFORCE, HELD, WOULD_BLOCK
 from .service import Report
 from .settings import KEYS
@@ -20,7 +21,7 @@ JOBS_SHOWN = 20
 
 #: What each mode does, in the status block's first line
 ENFORCE_DOES = "cron and bulk are held at the cap"
-OBSERVE_DOES = "nothing is held; would-block runs are recorded"
+OBSERVE_DOES = "nothing held; would-block runs recorded"
 
 
 def use_bar(used: int, limit: int, cap: int, width: int = BAR_WIDTH) -> str:
@@ -44,12 +45,19 @@ def _clock(local: dt.datetime) -> str:
     return local.strftime("%Y-%m-%d %H:%M %Z")
 
 
+#: The widest line status draws: it is a /cron-budget reply in Hermes too, whose TUI shows a
+#: reply in a pager 6 columns narrower than the terminal (frontends/terminal.CHAT_WIDTH).
+WIDTH = 72
+#: A job's name in the jobs table: longer names end in "…".
+NAME_WIDTH = 17
+
+
 def status_text(r: Report) -> str:
     s, w = r.settings, r.window
     lines = [
         f"Cron budget: {s.mode} mode ({ENFORCE_DOES if s.mode == ENFORCE else OBSERVE_DOES})",
-        f"Window: {_clock(w.start_local)} → {_clock(w.end_local)} ({w.zone}); resets in "
-        f"{_duration(w.end_s - r.now_s)}",
+        f"Window: {_clock(w.start_local)} → {_clock(w.end_local)} (resets in "
+        f"{_duration(w.end_s - r.now_s)})",
     ]
     if r.counts is None:
         lines.append(f"Ledger: {r.ledger} cannot be read now: {r.ledger_error}")
@@ -57,24 +65,32 @@ def status_text(r: Report) -> str:
         c = r.counts
         pct = 100 * c.total / max(s.daily_limit, 1)
         lines.append(
-            f"Used: {c.total} of {count(s.daily_limit, 'request')} "
+            f"Used: {c.total:,} of {count(s.daily_limit, 'request')} "
             f"[{use_bar(c.total, s.daily_limit, s.background_cap)}] {pct:.0f}%"
         )
         lines.append(
-            f"Cron and bulk stop at {s.background_cap} ({s.chat_reserve} kept for chat); "
-            f"{max(0, s.background_cap - c.total)} left for them"
+            f"Cron and bulk stop at {s.background_cap:,} ({s.chat_reserve:,} kept for chat); "
+            f"{max(0, s.background_cap - c.total):,} left for them"
         )
         by_class = c.by_class()
+        lines.append("By class: " + ", ".join(f"{k} {by_class[k]:,}" for k in CALL_CLASSES))
         lines.append(
-            "By class: "
-            + ", ".join(f"{k} {by_class[k]}" for k in CALL_CLASSES)
-            + f"; held {c.decisions(HELD)}, would-block {c.decisions(WOULD_BLOCK)}"
+            f"Requests held: {c.decisions(HELD):,}, would-block: {c.decisions(WOULD_BLOCK):,}"
+            + (
+                f"; not sent, so not counted: {c.get(NOT_SENT):,}"  # no connection was made
+                if c.get(NOT_SENT)
+                else ""
+            )
         )
         profiles = c.by_profile()
         if profiles:
-            lines.append("By profile: " + ", ".join(f"{p} {n}" for p, n in profiles.items()))
+            lines.append("By profile: " + ", ".join(f"{p} {n:,}" for p, n in profiles.items()))
         if c.get("uncounted"):
-            lines.append(f"Not counted (models outside {','.join(s.models)}): {c.get('uncounted')}")
+            # The globs in force when each was made decided, and they may have changed since.
+            lines.append(
+                f"Not counted: {count(c.get('uncounted'), 'request')}, whose model was outside "
+                "the models setting at the time"
+            )
         jobs = c.jobs()
         if jobs:
             lines.append("")
@@ -100,25 +116,53 @@ def status_text(r: Report) -> str:
         )
     else:
         lines.append("Settings: " + ", ".join(f"{k}={s.shown(k)}" for k in KEYS))
-    return "\n".join(lines)
+    return fitted("\n".join(lines))
+
+
+def fitted(text: str) -> str:
+    """Each line of text at most WIDTH columns (what every budget command prints)."""
+    return "\n".join(_fitted(line) for line in text.split("\n"))
+
+
+def _fitted(line: str) -> str:
+    """A line of at most WIDTH columns, broken at spaces, its continuations indented by two (a
+    word longer than that, such as a path, stays whole)."""
+    if len(line) <= WIDTH:
+        return line
+    return "\n".join(
+        textwrap.wrap(
+            line,
+            WIDTH,
+            subsequent_indent="  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    )
 
 
 def _jobs_table(jobs: list[JobCounts], job_limit: int | None) -> list[str]:
-    header = ("job", "name", "class", "requests", "held runs", "would-block runs")
+    header = ("job", "name", "class", "requests", "held runs", "would-block")
     rows = [
         (
             j.job_id,
             j.name or "-",
             j.call_class or "-",
-            f"{j.requests}/{job_limit}"
+            f"{j.requests:,}/{job_limit:,}"
             if job_limit and j.call_class == "cron"
-            else str(j.requests),
-            str(j.held_runs),
-            str(j.would_block_runs),
+            else f"{j.requests:,}",
+            f"{j.held_runs:,}",
+            f"{j.would_block_runs:,}",
         )
         for j in jobs
     ]
-    rows = [tuple(cell if len(cell) <= 24 else cell[:23] + "…" for cell in row) for row in rows]
+    width = {0: 12, 1: NAME_WIDTH, 2: 9}  # a job's id, its name, its class
+    rows = [
+        tuple(
+            cell if len(cell) <= width.get(i, 12) else cell[: width.get(i, 12) - 1] + "…"
+            for i, cell in enumerate(row)
+        )
+        for row in rows
+    ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     right = {3, 4, 5}
 
@@ -147,6 +191,7 @@ def as_dict(r: Report) -> dict:
         "held": c.decisions(HELD) if c else None,
         "would_block": c.decisions(WOULD_BLOCK) if c else None,
         "uncounted": c.get("uncounted") if c else None,
+        "not_sent": c.get(NOT_SENT) if c else None,
         "jobs": [
             {
                 "job_id": j.job_id,

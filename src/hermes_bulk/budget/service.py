@@ -159,6 +159,17 @@ class Budget:
             )
         return Outcome(admission.decision, window, settings, admission)
 
+    def take_back(self, call: CallRecord, outcome: Outcome) -> None:
+        """The call admitted with outcome never reached the provider: if it was counted, its
+        count goes back (in the window it was counted in). Never raises: a take-back that fails
+        leaves the call counted, which errs on the side of the reserve."""
+        if outcome.admission is None or not outcome.admission.counted or outcome.window is None:
+            return
+        try:
+            self.ledger(outcome.settings).take_back(call, outcome.window)
+        except Exception:
+            log.warning("cron-budget: a request never sent stays counted", exc_info=True)
+
     def _skip_for_a_while(self, reason: str) -> str:
         self._skip_reason = reason
         self._skip_until = self.clock() + RETRY_AFTER_S

@@ -18,12 +18,14 @@ from pathlib import Path
 from ..store.sqlite.database import open_database
 from .ledger import (
     KEEP_AFTER_WINDOW_S,
+    NOT_SENT,
     Admission,
     CallRecord,
     LedgerEntry,
     LedgerUnavailable,
     WindowCounts,
     counter_updates,
+    counters_taken_back,
     run_counter,
 )
 from .policy import Terms, counts_toward_total, decide
@@ -92,6 +94,33 @@ _ENTRY_COLUMNS = (
     "at, window_start, call_class, profile, job_id, job_name, run_id, provider, model, "
     "api_mode, decision, counted"
 )
+
+
+def _record(
+    conn: sqlite3.Connection,
+    at: float,
+    window_start: int,
+    call: CallRecord,
+    decision: str,
+    counted: bool,
+) -> None:
+    conn.execute(
+        f"INSERT INTO requests ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            at,
+            window_start,
+            call.call_class,
+            call.profile,
+            call.job_id,
+            call.job_name,
+            call.run_id,
+            call.provider,
+            call.model,
+            call.api_mode,
+            decision,
+            int(counted),
+        ),
+    )
 
 
 # One FileTurns (a lock-file descriptor and its thread) per ledger file per process, for the
@@ -186,23 +215,7 @@ class SqliteLedger:
                 "DO UPDATE SET name = excluded.name WHERE excluded.name != ''",
                 (start, call.job_id, call.call_class, call.job_name),
             )
-        conn.execute(
-            f"INSERT INTO requests ({_ENTRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                now,
-                start,
-                call.call_class,
-                call.profile,
-                call.job_id,
-                call.job_name,
-                call.run_id,
-                call.provider,
-                call.model,
-                call.api_mode,
-                decision,
-                int(counted),
-            ),
-        )
+        _record(conn, now, start, call, decision, counted)
         return Admission(
             decision=decision,
             counted=counted,
@@ -210,6 +223,27 @@ class SqliteLedger:
             job_requests=have.get(job_key, 0) + int(counted and bool(job_key)),
             job_held_runs=have.get(held_runs_key, 0) + int(new_run and run_key == held_runs_key),
         )
+
+    def take_back(self, call: CallRecord, window: Window) -> None:
+        try:
+            with self.turns.turn(ADMIT_TIMEOUT_S), self.db.write() as conn:
+                start = window.start_s
+                conn.executemany(
+                    "UPDATE counters SET n = n - 1 WHERE window_start = ? AND key = ? AND n > 0",
+                    [(start, k) for k in counters_taken_back(call)],
+                )
+                conn.execute(
+                    "INSERT INTO counters VALUES (?, ?, ?, 1) ON CONFLICT (window_start, key) "
+                    "DO UPDATE SET n = n + 1",
+                    (start, window.end_s, NOT_SENT),
+                )
+                _record(conn, self.db.clock(), start, call, NOT_SENT, False)
+        except TurnTimeout as exc:
+            raise LedgerUnavailable(f"The cron-budget ledger is busy: {exc}.") from None
+        except sqlite3.OperationalError as exc:
+            raise LedgerUnavailable(
+                f"The cron-budget ledger {self.path} is not answering ({exc})."
+            ) from None
 
     def _prune(self, conn: sqlite3.Connection, now: float) -> None:
         """The first call of a window drops what ended more than KEEP_AFTER_WINDOW_S ago."""

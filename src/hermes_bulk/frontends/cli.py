@@ -189,6 +189,12 @@ class _GateWhenAsked:
     def held_until(self, job) -> float | None:
         return request_gate().held_until(job)
 
+    def not_sent(self, job) -> None:
+        request_gate().not_sent(job)
+
+    def __getattr__(self, name: str):  # the rest of the gate (doctor's charge), looked up as well
+        return getattr(request_gate(), name)
+
 
 @functools.cache
 def request_gate() -> RequestGate:
@@ -281,7 +287,7 @@ def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
     (runtime/breaker.py): say so now, and run nothing."""
     if job.spec.client != "http" or job.finished:
         return  # another kind calls its own model (Hermes'); a finished job has nothing to run
-    report = SHELL.doctor(job.spec.model, jobs.settings)
+    report = SHELL.doctor(job.spec.model, jobs.settings, jobs.request_gate)
     if not report.usable:
         raise InvalidTransition(
             f"Job {job.job_id} was not run: its endpoint cannot serve it now:\n{report.text()}\n"
@@ -511,11 +517,12 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
 
 def cmd_doctor(args: Namespace, settings: Settings) -> int:
     """The endpoint, key and model checked with one cheap request; exit 0 when usable, else 1."""
-    report = SHELL.doctor(args.model, settings)
+    report = SHELL.doctor(args.model, settings, request_gate())
     replies.store_check(report, settings)
     reply = replies.doctor_reply(report)
     print(reply.text)
-    return EXIT_OK if reply.data.usable else EXIT_ERROR
+    checked = reply.data.held_until is None  # else the budget held the check: not known usable
+    return EXIT_OK if reply.data.usable and checked else EXIT_ERROR
 
 
 def cmd_path(args: Namespace, settings: Settings) -> int:

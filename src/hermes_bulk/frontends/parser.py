@@ -498,8 +498,13 @@ def build_parser(
 
     p = add_command(
         "doctor",
-        help="check that the endpoint answers, the key is accepted and the model is known",
-        description="One line per check, from one cheap request (GET /models; a 1-token request "
+        help="check Hermes' model with one 1-token request (counted as bulk)"
+        if for_slash
+        else "check that the endpoint answers, the key is accepted and the model is known",
+        description="One 1-token request through Hermes' model, as an item's goes; while the "
+        "request budget holds bulk requests nothing is sent."
+        if for_slash
+        else "One line per check, from one cheap request (GET /models; a 1-token request "
         "only when the model is not listed there). Exit status 0 when usable, else 1.",
     )
     if not for_slash:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config.provider import ANTHROPIC
+from ..durations import zoned_clock
 from ..errors import HermesBulkError, UsageError
 from ..jobs import hints
 from ..jobs.service import Jobs, JobStatus, Plan, state_label
@@ -82,18 +83,28 @@ class Place:
     def unwatch(self, job_id: str) -> None:
         """The user has seen the job end, or stopped it: its end is no news."""
 
-    def doctor(self, model: str | None, settings: Settings) -> Report:
+    def doctor(self, model: str | None, settings: Settings, gate: Any = None) -> Report:
         """The checks of the model its jobs call: here the endpoint, key and model in
-        HERMES_BULK_*."""
+        HERMES_BULK_*. The one model request a check may make is a bulk request: it passes the
+        request budget's gate (budget.gate.BudgetGate) as a job's would."""
+        from ..budget.gate import budget_hold, protocol_route
         from ..providers import doctor
 
         own = settings.endpoint
+        model = model or settings.model
+
+        def admit():
+            if gate is None:
+                return None
+            return budget_hold(gate, gate.doctor_call(model or "", *protocol_route(own.protocol)))
+
         return doctor.check_endpoint(
             own.base_url,
             own.api_key,
-            model or settings.model,
+            model,
             protocol=own.protocol,
             timeout_s=min(settings.request_timeout_seconds, doctor.CHECK_TIMEOUT_S),
+            admit=admit,
         )
 
 
@@ -163,29 +174,34 @@ def create(
         return Reply(views.plan_text(created, full=full), created)
     text = views.created_text(created, f"{place.cmd} run")
     if created.job.spec.mode == "batch" and not created.job.finished:  # reuse answered all
-        text += "\n" + _batch_note(jobs, created.job.spec.protocol)
+        text += "\n" + _batch_note(jobs, created.job)
     return Reply(text, created)
 
 
-def _batch_note(jobs: Jobs, protocol: str) -> str:
+#: What a batch job is, said where it is created or run.
+BATCH_API = "the provider's Batch API (about half the price; answers within the batch window)"
+
+
+def _batch_note(jobs: Jobs, job: JobRecord) -> str:
     """Who runs a batch job: a hermes-bulk worker with its own endpoint (Hermes' model has no batch
-    call), one that speaks the job's protocol."""
-    live = len(jobs.liveness.live_worker_ids())
+    call), one that serves the job (fleet/endpoints: its kind, endpoint and protocol); how many
+    such workers are live now, and where to start one when none is."""
+    live = len(jobs.liveness.capable_workers(job))
+    return (
+        f"It runs through {BATCH_API}, submitted by a hermes-bulk worker with its own endpoint; "
+        f"Hermes' model has no batch call. {_batch_workers(live, job)}"
+    )
+
+
+def _batch_workers(live: int, job: JobRecord) -> str:
+    if live:
+        return f"{count(live, 'live worker')} serve{'s' if live == 1 else ''} it."
     where = (
         "HERMES_BULK_PROVIDER=anthropic and ANTHROPIC_API_KEY are"
-        if protocol == ANTHROPIC
+        if job.spec.protocol == ANTHROPIC
         else "HERMES_BULK_BASE_URL and the key are"
     )
-    who = (
-        f"{count(live, 'worker')} running now."
-        if live
-        else f"No worker is running now: start one where {where} set: hermes-bulk worker"
-    )
-    return (
-        "It runs through the provider's Batch API (about half the price; answers within the batch "
-        "window), submitted by a hermes-bulk worker with its own endpoint; Hermes' model has no "
-        f"batch call. {who}"
-    )
+    return f"No worker that serves it is live: start one where {where} set: hermes-bulk worker"
 
 
 def run(
@@ -212,35 +228,61 @@ def run(
             f"pauses: look at the answers ({place.cmd} export {job.job_id}), then resume it for "
             f"the rest ({place.cmd} resume {job.job_id}). {check}"
         )
-    if job.spec.mode == "batch" and not wait:
-        return Reply(
-            f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
-            f"{_batch_note(jobs, job.spec.protocol)}{place.next_step_sep}{check}",
-            job,
+    if wait:  # the workers are this process's (`hermes-bulk run --wait`), whose bar says the rest
+        return Reply(f"Job {job.job_id} is running: {count(job.pending, 'item')} pending.", job)
+    return Reply(under_way(jobs, place, job, f"Job {job.job_id}", check), job)
+
+
+def under_way(jobs: Jobs, place: Place, job: JobRecord, lead: str, check: str) -> str:
+    """What run, resume and retry answer once the job is set running: who serves it (this
+    process's workers, live workers that serve it by fleet/endpoints' rule, or none yet), whether
+    the request budget holds its requests and until when (in the budget's zone), and the next
+    step. Only what will happen: a job that no worker serves, or that the budget holds, is not
+    said to be running. lead: "Job <id>", or "Job <id> resumed and"; check: the closing line."""
+    sep = place.next_step_sep
+    pending = count(job.pending, "item")
+    if job.spec.mode == "batch":  # Hermes' model has no batch call: a hermes-bulk worker's
+        live = jobs.status(job.job_id).live_workers
+        said = "is running" if live else "waits for a worker"
+        return (
+            f"{lead} {said}: {pending} pending. It runs through {BATCH_API}, submitted by a "
+            f"hermes-bulk worker with its own endpoint. {_batch_workers(live, job)}{sep}{check}"
         )
-    if not place.processes_here:
-        return Reply(
-            f"Job {job.job_id} is running: {count(job.pending, 'item')} pending. "
-            f"{_who_picks_it_up(job, jobs)}{place.next_step_sep}{check}",
-            job,
+    if place.processes_here:
+        place.start_workers()
+        place.watch(job.job_id)
+    st = jobs.status(job.job_id)  # after the start: the workers serving it and their cap
+    if st.budget_held_until is not None:  # nothing is sent before the window reopens
+        held = st.budget_held_until
+        until = held.shown() if hasattr(held, "shown") else zoned_clock(held)
+        who = (
+            f"The worker in this process sends them then, up to {st.concurrency} at once, if it "
+            "still runs."
+            if place.processes_here
+            else _who_picks_it_up(job, jobs, place)
         )
-    place.start_workers()
-    place.watch(job.job_id)
-    st = jobs.status(job.job_id)  # the concurrency in force: the workers' settings, now they run
-    return Reply(
-        "\n".join(
+        return "\n".join(
             [
-                f"Job {job.job_id} is running in the background: {count(job.pending, 'item')} "
-                f"pending, up to {st.concurrency} at once.",
+                f"{lead} waits for the request budget: {pending} pending, none sent before "
+                f"{until} (the rest of this window is kept for chat). {who}",
                 *views.concurrency_notes(st),
                 check,
             ]
-        ),
-        job,
-    )
+        )
+    if place.processes_here:
+        return "\n".join(
+            [
+                f"{lead} is running in the background: {pending} pending, up to "
+                f"{st.concurrency} at once.",
+                *views.concurrency_notes(st),
+                check,
+            ]
+        )
+    said = "is running" if st.live_workers else "waits for a worker"
+    return f"{lead} {said}: {pending} pending. {_who_picks_it_up(job, jobs, place)}{sep}{check}"
 
 
-def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
+def _who_picks_it_up(job: JobRecord, jobs: Jobs, place: Place) -> str:
     if (
         hints.PROCESSED_BY.get(job.spec.client) == hints.SLASH
     ):  # only where Hermes' model can be called
@@ -252,10 +294,8 @@ def _who_picks_it_up(job: JobRecord, jobs: Jobs) -> str:
     live = len(jobs.liveness.capable_workers(job))  # only those that serve its endpoint and key
     if live:
         return f"{count(live, 'live worker')} pick{'s' if live == 1 else ''} it up."
-    return (
-        f"No worker is live to pick it up: start one with: hermes-bulk worker "
-        f"(or process it here: hermes-bulk run {job.job_id} --wait)."
-    )
+    # who is live and what they serve instead, and the command for a worker that would
+    return views.worker_wanted(jobs.status(job.job_id), place.cmd) + "."
 
 
 def status(
@@ -348,7 +388,8 @@ def resume(
     wait: bool = False,
 ) -> Reply:
     named = jobs.get(job)
-    place.check_servable(named.job_id)
+    if named.spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
+        place.check_servable(named.job_id)
     job = jobs.resume(
         named.job_id,
         max_tokens=max_tokens,
@@ -357,37 +398,26 @@ def resume(
         rpm=rpm,
         tpm=tpm,
     )
-    resumed = f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending"
-    if (
-        not place.processes_here
-    ):  # with --wait the workers are this process's: no one else to ask for
-        return Reply(resumed + "." + ("" if wait else f" {_who_picks_it_up(job, jobs)}"), job)
-    place.start_workers()
-    place.watch(job.job_id)
-    return Reply(
-        f"{resumed}, processing in the background.\nCheck it with: {place.cmd} status {job.job_id}",
-        job,
-    )
+    if wait:  # the workers are this process's: no one else to ask for
+        return Reply(f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending.", job)
+    check = f"Check it with: {place.cmd} status {job.job_id}"
+    return Reply(under_way(jobs, place, job, f"Job {job.job_id} resumed and", check), job)
 
 
 def retry(jobs: Jobs, place: Place, *, job: str, wait: bool = False) -> Reply:
     named = jobs.get(job)
-    place.check_servable(named.job_id)
+    if named.spec.mode != "batch":  # a batch job is submitted by a hermes-bulk worker
+        place.check_servable(named.job_id)
     job, n = jobs.retry(named.job_id)
     returned = f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue"
-    if not place.processes_here:
-        return Reply(returned + ".", job)
     if job.state == PAUSED:
         return Reply(
             f"{returned}. The job is paused; continue with: {place.cmd} resume {job.job_id}", job
         )
-    place.start_workers()
-    place.watch(job.job_id)
-    return Reply(
-        f"{returned}, processing in the background.\nCheck it with: {place.cmd} status "
-        f"{job.job_id}",
-        job,
-    )
+    if wait:  # the workers are this process's: no one else to ask for
+        return Reply(returned + ".", job)
+    check = f"Check it with: {place.cmd} status {job.job_id}"
+    return Reply(under_way(jobs, place, job, f"{returned}; the job", check), job)
 
 
 def export(
@@ -438,7 +468,7 @@ def events(jobs: Jobs, place: Place, *, job: str, limit: int = 50) -> Reply:
 def doctor(jobs: Jobs, place: Place, *, model: str | None = None) -> Reply:
     """Can the model the jobs made here call be reached, with this key and model? One line a
     check; on Redis, a line for the store: its primary and replicas."""
-    report = place.doctor(model, jobs.settings)
+    report = place.doctor(model, jobs.settings, jobs.request_gate)
     store_check(report, jobs.settings)
     return doctor_reply(report)
 
@@ -461,13 +491,18 @@ def store_check(report: Report, settings: Settings) -> None:
 
 
 def doctor_reply(report: Report) -> Reply:
-    verdict = (
-        "Usable."
-        if report.usable
-        else "Not usable: correct what the FAIL lines name, then check again (a job that paused "
-        "for it "
-        "continues with resume)."
-    )
+    if report.held_until is not None:  # the budget keeps what is left of the window for chat
+        verdict = (
+            f"Not checked. Check again once the window reopens at {report.held_until.shown()}, "
+            "or give bulk more of this window (raise daily_limit or lower chat_reserve)."
+        )
+    elif report.usable:
+        verdict = "Usable."
+    else:
+        verdict = (
+            "Not usable: correct what the FAIL lines name, then check again (a job that paused "
+            "for it continues with resume)."
+        )
     return Reply(f"{report.text()}\n{verdict}", report)
 
 

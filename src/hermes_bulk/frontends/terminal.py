@@ -24,8 +24,11 @@ def say(text: str, *, end: str = "\n") -> None:
     sys.stderr.flush()
 
 
-#: Where no terminal gives a width (a /bulk reply in a chat): lines fit this many columns.
-CHAT_WIDTH = 80
+#: Where no terminal gives a width (a /bulk or /cron-budget reply in Hermes): lines fit this many
+#: columns. Not 80: Hermes' TUI shows a reply in its transcript (a gutter of 3 and a margin of 4)
+#: or, when longer, in a framed pager (6 columns of frame), and wraps again whatever is wider, so
+#: at 80 columns a line of 74 to 80 came out broken twice. 72 fits both.
+CHAT_WIDTH = 72
 _ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -39,6 +42,14 @@ def terminal_width(stream) -> int | None:
         return os.get_terminal_size(stream.fileno()).columns or None
     except (AttributeError, OSError, ValueError):
         return None
+
+
+def fill(paragraph: str, width: int) -> str:
+    """Prose (one paragraph, its words on one line) broken at spaces into lines of width, without
+    the hanging indent wrap() gives a continued line: what a help text's paragraphs are."""
+    import textwrap
+
+    return textwrap.fill(paragraph, width, break_long_words=False, break_on_hyphens=False)
 
 
 def wrap(text: str, width: int) -> str:

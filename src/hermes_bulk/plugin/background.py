@@ -59,7 +59,11 @@ def _budget_gate(settings: Settings) -> RequestGate:
     from ..budget.gate import gate_from_environment
     from . import cron_budget, hermes
 
-    return gate_from_environment(profile=hermes.profile_name(), counting_here=cron_budget.counting)
+    return gate_from_environment(
+        profile=hermes.profile_name(),
+        counting_here=cron_budget.counting,
+        describe=hermes.request_route,  # the provider and API mode, as Hermes' chat rows have them
+    )
 
 
 def worker_clients(settings: Settings) -> Served:

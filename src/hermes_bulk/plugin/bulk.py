@@ -37,7 +37,7 @@ from ..frontends.parser import (
     options_for,
     split_slash_args,
 )
-from ..frontends.terminal import CHAT_WIDTH, wrap
+from ..frontends.terminal import CHAT_WIDTH, fill, wrap
 from ..jobs.service import Jobs
 from ..runtime import cancel_batches
 from ..store.protocol import PAUSE_USER, PAUSED, JobRecord
@@ -53,16 +53,26 @@ _POLL_S = 0.02
 DESCRIPTION = "Apply one instruction to many files, CSV rows or JSON records, in the background"
 ARGS_HINT = '"<instruction>" --over <path> | run|status|pause|resume|retry|export <job_id>'
 
-HELP = f"""\
-Bulk: apply one instruction to many files, CSV rows or JSON records. Each item is its own
-model call, made in the background with Hermes' model; progress is kept outside the chat.
-A first word that is not a command means create: {CMD} "<instruction>" --over <path>.
-create makes no model calls; items answered before are reused (--fresh asks again); --batch
-uses the provider's Batch API (about half the price), run by a hermes-bulk worker.
-
-{commands_text(build_parser(CMD, for_slash=True))}
-
-A job id may be shortened to any unique prefix. Details of one command: {CMD} <command> --help"""
+#: /bulk help's prose, one paragraph a line: broken once, to the reply's width (never written
+#: broken at one width and then wrapped again at another, which left a word or two on a line).
+HELP_PROSE = (
+    "Bulk: apply one instruction to many files, CSV rows or JSON records. Each item is its own "
+    "model call, made in the background with Hermes' model; progress is kept outside the chat.",
+    f'A first word that is not a command means create: {CMD} "<instruction>" --over <path>. '
+    "create makes no model calls; items answered before are reused (--fresh asks again); "
+    "--batch uses the provider's Batch API (about half the price), run by a hermes-bulk worker.",
+)
+HELP = "\n\n".join(
+    [
+        *(fill(paragraph, CHAT_WIDTH) for paragraph in HELP_PROSE),
+        commands_text(build_parser(CMD, for_slash=True)),
+        fill(
+            f"A job id may be shortened to any unique prefix. Details of one command: {CMD} "
+            "<command> --help",
+            CHAT_WIDTH,
+        ),
+    ]
+)
 
 _ctx: Any = None  # the PluginContext Hermes registered us with: ctx.llm and, newer, ctx.get_config
 _late_lock = threading.Lock()
@@ -174,7 +184,7 @@ async def handle(raw_args: str) -> str:
     )
     with _late_lock:
         late = late_answers.pop(profile, [])
-    return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask: 80 columns
+    return wrap("\n\n".join([*late, text]), CHAT_WIDTH)  # a chat has no width to ask (terminal.py)
 
 
 def answer(
@@ -388,17 +398,25 @@ class _Session(replies.Place):
         clients = {hermes.CLIENT: factory}
         background.ensure_running(self.settings, self.backend, clients=clients, gate=self.gate)
 
-    def doctor(self, model: str | None, settings: Settings):
+    def doctor(self, model: str | None, settings: Settings, gate: Any = None):
         """The model /bulk jobs call is Hermes' own (ctx.llm): one 1-token request through it, as an
-        item's goes. Bulk has no endpoint or key of its own to check here."""
+        item's goes: through the request budget, charged as bulk (not sent while the budget
+        holds bulk requests), taken back if it never reached the provider. Bulk has no endpoint
+        or key of its own to check here."""
+        from ..budget.gate import budget_hold
         from ..errors import ModelError
-        from ..providers.doctor import FAIL, OK, Report
+        from ..providers.doctor import FAIL, OK, SKIP, Report
 
         model = hermes.configured_model()
         named = (
             "/".join(part for part in (model.provider, model.model) if part) or "(none configured)"
         )
         report = Report(f"Hermes' model {named}")
+        hold = budget_hold(self.gate, self.gate.doctor_call(model.model, *model.route()))
+        if hold is not None:
+            report.add("model", SKIP, f"not checked: nothing was sent; {hold.why}")
+            report.held_until = hold.until
+            return report
         client = hermes.HermesLlmClient(
             _ctx.llm,
             provider_key=model.provider_key,
@@ -408,6 +426,8 @@ class _Session(replies.Place):
         try:
             client.complete([{"role": "user", "content": "Say OK."}], max_tokens=1)
         except ModelError as exc:
+            if not exc.reached_provider:
+                self.gate.not_sent()
             if exc.http_status != 200:  # 200: it answered, with nothing in one token
                 report.add(
                     "model", FAIL, f"Hermes' model {named} did not answer a 1-token request: {exc}"

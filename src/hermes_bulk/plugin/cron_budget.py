@@ -106,12 +106,14 @@ def held_text(outcome) -> str:
 
 
 def llm_execution(request, next_call, **context):
-    """Admit the call; hold an over-cap cron call, let everything else through."""
-    held = None
+    """Admit the call; hold an over-cap cron call, let everything else through. A call that
+    never reached the provider (no connection was made) is taken back: a provider counts what
+    it received."""
+    held = call = outcome = None
     try:
         call = classify(context)
         if call.call_class == "auxiliary" and _aux_via_hook:
-            pass  # pre_auxiliary_call counts it
+            call = None  # pre_auxiliary_call counts it
         else:
             outcome = budget().admit(call)
             if outcome.held:
@@ -122,7 +124,22 @@ def llm_execution(request, next_call, **context):
         log.exception("cron-budget: middleware failed; the call goes through")
     if held is not None:
         return held
-    return next_call(request)
+    try:
+        return next_call(request)
+    except Exception as exc:
+        if call is not None and outcome is not None and _never_sent(exc):
+            budget().take_back(call, outcome)
+        raise
+
+
+def _never_sent(exc: BaseException) -> bool:
+    try:
+        from .hermes import never_sent
+
+        return never_sent(exc)
+    except Exception:  # whatever went wrong here, the provider's error is what the caller sees
+        log.exception("cron-budget: telling whether a failed call was sent failed")
+        return False
 
 
 def _count_auxiliary(model: str, provider: str = "", api_mode: str = "") -> None:

@@ -34,6 +34,7 @@ from ..errors import (
     ModelError,
     PermanentModelError,
     TransientModelError,
+    not_sent,
     with_usage,
 )
 from ..providers.client import Completion, classify_status, token_count, truncated
@@ -122,6 +123,14 @@ class HermesModel:
     profile: str
     provider: str
     model: str
+    base_url: str = ""
+    configured_api_mode: str = ""  #: model.api_mode, as config.yaml has it ("" when unset)
+
+    def route(self) -> tuple[str, str]:
+        """(provider, API mode) of a request to this model, as the budget records it."""
+        return self.provider or "auto", api_mode(
+            self.provider, self.base_url, self.configured_api_mode
+        )
 
     @property
     def provider_key(self) -> str:
@@ -143,7 +152,59 @@ def configured_model() -> HermesModel:
     section = section if isinstance(section, dict) else {}
     provider = str(section.get("provider") or "").strip().lower()
     model = str(section.get("default") or section.get("model") or "").strip()
-    return HermesModel(profile_name(), provider, model)
+    return HermesModel(
+        profile_name(),
+        provider,
+        model,
+        base_url=str(section.get("base_url") or "").strip(),
+        configured_api_mode=str(section.get("api_mode") or "").strip().lower(),
+    )
+
+
+def provider_of(provider_key: str) -> str:
+    """The Hermes provider a job created in Hermes was created for, from its provider key."""
+    parts = provider_key.split(":", 3)
+    return parts[2] if len(parts) == 4 and parts[0] + ":" == _KEY_PREFIX else ""
+
+
+def request_route(job: JobRecord) -> tuple[str, str]:
+    """(provider, API mode) of a request of a job created in Hermes, as the cron budget records
+    it and as Hermes records its chat: the provider the job was created for, and the wire
+    protocol Hermes speaks to it (api_mode) with the base URL and api_mode configured for that
+    provider. A job of Bulk's own endpoint: its protocol (budget.gate.route_of)."""
+    from ..budget.gate import route_of
+
+    if job.spec.client != CLIENT:
+        return route_of(job)
+    provider = provider_of(job.spec.provider_key)
+    try:
+        model = configured_model()
+    except Exception:  # a config Hermes cannot read: the provider's own transport
+        model = HermesModel("", provider, "")
+    if model.provider != provider:  # configured since for another provider: not its URL
+        model = HermesModel(model.profile, provider, "")
+    return model.route()
+
+
+def api_mode(provider: str, base_url: str = "", configured: str = "") -> str:
+    """The API mode Hermes uses for a provider, as hermes_cli.providers.determine_api_mode
+    decides it, without its models.dev lookup (a catalog fetch over the network; the transport
+    comes from Hermes' own overlays anyway): the URL's mandated mode, then a custom endpoint's
+    configured one, then the provider's transport, else chat completions. "unknown" when this
+    Hermes has no such table."""
+    try:
+        from hermes_cli import providers
+    except Exception:
+        return "unknown"
+    mandated = providers.host_mandated_api_mode(base_url) if base_url else None
+    if mandated:
+        return mandated
+    if configured in providers.TRANSPORT_TO_API_MODE.values():
+        return configured
+    overlay = providers.HERMES_OVERLAYS.get(providers.normalize_provider(provider or ""))
+    if overlay is not None:
+        return providers.TRANSPORT_TO_API_MODE.get(overlay.transport, "chat_completions")
+    return "bedrock_converse" if provider == "bedrock" else "chat_completions"
 
 
 def register_model_secrets() -> None:
@@ -187,25 +248,53 @@ def classify_error(exc: BaseException) -> ModelError:
         return classify_status(status, _headers(exc), setup_fix=SETUP_FIX)
     timeouts, connection_errors = _transport_errors()
     if isinstance(exc, timeouts):  # before connection errors: openai's timeout is one of them
-        return TransientModelError("the request timed out")
+        error = TransientModelError("the request timed out")
+        return not_sent(error) if never_sent(exc) else error
     if isinstance(exc, connection_errors):
-        return TransientModelError(f"connection error ({type(exc).__name__})")
-    if isinstance(exc, PermissionError):  # agent.plugin_llm.PluginLlmTrustError
-        return PermanentModelError(
-            "Hermes refused the call (plugins.entries.bulk.llm); the details are in the Hermes log"
+        # no connection made: a provider received nothing to bill or to count
+        error = TransientModelError(f"connection error ({type(exc).__name__})")
+        return not_sent(error) if never_sent(exc) else error
+    if isinstance(exc, PermissionError):  # agent.plugin_llm.PluginLlmTrustError, before sending
+        return not_sent(
+            PermanentModelError(
+                "Hermes refused the call (plugins.entries.bulk.llm); the details are in the "
+                "Hermes log"
+            )
         )
-    # call_llm raises a plain RuntimeError when no provider is configured or it has no key. A
-    # library's subclass of it is no such verdict: pydantic's PydanticUserError, raised once in
-    # CI by the first calls of three threads at once inside Hermes, is retried like any other.
+    # call_llm raises a plain RuntimeError when no provider is configured or it has no key
+    # (before anything is sent). A library's subclass of it is no such verdict: pydantic's
+    # PydanticUserError, raised once in CI by the first calls of three threads at once inside
+    # Hermes, is retried like any other.
     if type(exc) is RuntimeError:
-        return PermanentModelError(
-            f"Hermes could not call a model: {SETUP_FIX}; the details are in the Hermes log"
+        return not_sent(
+            PermanentModelError(
+                f"Hermes could not call a model: {SETUP_FIX}; the details are in the Hermes log"
+            )
         )
     if isinstance(exc, ValueError):  # complete_structured: the answer does not match --schema
         return InvalidAnswer("the answer does not match --schema", http_status=200)
     return TransientModelError(
         f"Hermes' model call failed ({type(exc).__name__}); the details are in the Hermes log"
     )
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether a provider SDK's exception says no connection was made (refused, no route, DNS, a
+    connect timeout, a TLS handshake refused): httpx's ConnectError or ConnectTimeout is its
+    cause, as openai's and anthropic's APIConnectionError carry it. A connection lost after the
+    request went out (a read error, a read timeout) may have reached the provider: not this."""
+    try:
+        import httpx
+    except ImportError:
+        return False
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, httpx.ConnectError | httpx.ConnectTimeout):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 @functools.cache

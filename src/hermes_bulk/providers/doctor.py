@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,9 @@ class Report:
     endpoint: str
     checks: list[Check] = field(default_factory=list)
     seconds: float = 0.0
+    #: When the request budget held the check (nothing was sent): the time it reopens, shown
+    #: with its zone (budget.windows.ZonedInstant); None when the checks ran.
+    held_until: Any = None
 
     @property
     def usable(self) -> bool:
@@ -70,9 +74,13 @@ def check_endpoint(
     timeout_s: float = CHECK_TIMEOUT_S,
     transport: httpx.BaseTransport | None = None,
     protocol: str = OPENAI,
+    admit: Callable[[], Any] | None = None,
 ) -> Report:
     """The three checks against an endpoint of `protocol` (config/provider.py); never raises for
-    what it finds. Both protocols list models at GET /models in the same shape."""
+    what it finds. Both protocols list models at GET /models in the same shape. `admit`, asked
+    before the 1-token request (the one model request a check may make): None to send it, or
+    why it must not go and until when (budget.gate.Hold: `why`, `until`); then nothing is
+    sent."""
     shown = public_url(base_url.rstrip("/"))
     report = Report(shown)
     started = time.monotonic()
@@ -83,7 +91,7 @@ def check_endpoint(
     timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
     client = httpx.Client(headers=headers, timeout=timeout, transport=transport)
     with client if transport is not None else deadline.bound_client(client) as http:
-        _check(http, base_url, shown, api_key, model, report, protocol)
+        _check(http, base_url, shown, api_key, model, report, protocol, admit)
     report.seconds = time.monotonic() - started
     return report
 
@@ -103,6 +111,7 @@ def _check(
     model: str | None,
     report: Report,
     protocol: str = OPENAI,
+    admit: Callable[[], Any] | None = None,
 ) -> None:
     key_env, url_env = _ENV[protocol]
     listed = _request(http, "GET", endpoint_url(base_url, "models"), shown, report, url_env=url_env)
@@ -125,6 +134,12 @@ def _check(
         return
     # Not confirmed by /models: ask for one output token.
     why = "not listed by GET /models" if status == 200 else f"GET /models answered HTTP {status}"
+    hold = admit() if admit is not None else None
+    if hold is not None:  # the request budget keeps what is left of the window for chat
+        report.add("key", OK if status == 200 else WARN, _key_text(api_key, status, key_env))
+        report.add("model", SKIP, f"not checked ({why}): nothing was sent; {hold.why}")
+        report.held_until = hold.until
+        return
     answered = _request(
         http,
         "POST",

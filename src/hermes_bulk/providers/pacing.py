@@ -84,6 +84,10 @@ class RequestGate(Protocol):
     def held_until(self, job: JobRecord) -> float | None:
         """When the job may send again, if it is being held now; for status and the pump."""
 
+    def not_sent(self, job: JobRecord) -> None:
+        """The request admitted last on this thread for job never reached the provider (no
+        connection, or refused before sending): whatever admit counted is taken back."""
+
 
 class OpenGate:
     """No budget: every request may go."""
@@ -93,6 +97,9 @@ class OpenGate:
 
     def held_until(self, job: JobRecord) -> float | None:
         return None
+
+    def not_sent(self, job: JobRecord) -> None:
+        pass
 
 
 class LongWait(Exception):

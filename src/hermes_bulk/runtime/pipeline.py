@@ -551,6 +551,7 @@ class ItemProcessor:
                 options=spec.options,
             )
         except EndpointUnreachable as exc:
+            self._uncharge(claim, exc)
             verdict = self.breaker.unreachable(attempt)
             if verdict.tripped:
                 raise EndpointBroken(self._reason(claim, client, exc, verdict.streak)) from None
@@ -558,6 +559,7 @@ class ItemProcessor:
                 raise
             raise _NotConnected(exc) from None
         except ModelError as exc:
+            self._uncharge(claim, exc)
             if exc.http_status is not None:
                 self.breaker.answered(attempt.key)
             if trips(exc):
@@ -565,6 +567,12 @@ class ItemProcessor:
             raise
         self.breaker.answered(attempt.key)
         return completion
+
+    def _uncharge(self, claim: Claim, exc: ModelError) -> None:
+        """A request that never reached the provider is taken back from the request budget,
+        which counts what a provider could bill or rate-limit."""
+        if not exc.reached_provider:
+            self.request_gate.not_sent(claim.job)
 
     def _reason(self, claim: Claim, client: ModelClient, exc: ModelError, streak: int = 0) -> str:
         spec = claim.job.spec

@@ -602,6 +602,8 @@ class FakeProvider:
         if messages_req is not None:
             message = self._message_body(messages_req, answer, usage, fault)
             _bill(record, message)
+            if messages_req.get("stream"):  # Hermes' Anthropic client streams
+                return await self._stream_message(writer, message)
             return self._send(writer, 200, message, limits)
         if req.get("stream"):
             _bill(record, {"usage": usage})
@@ -929,6 +931,49 @@ class FakeProvider:
             }
             writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         writer.write(b"data: [DONE]\n\n")
+        await writer.drain()
+        return False
+
+    @staticmethod
+    async def _stream_message(writer, message: dict[str, Any]) -> bool:
+        """A Messages answer as the streaming API sends it: its events, one block at a time."""
+        usage = message.get("usage") or {}
+        events: list[dict[str, Any]] = [
+            {
+                "type": "message_start",
+                "message": {
+                    **message,
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {**usage, "output_tokens": 0},
+                },
+            }
+        ]
+        for i, block in enumerate(message["content"]):
+            if block["type"] == "tool_use":
+                start = {**block, "input": {}}
+                delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            else:
+                start = {"type": "text", "text": ""}
+                delta = {"type": "text_delta", "text": block["text"]}
+            events += [
+                {"type": "content_block_start", "index": i, "content_block": start},
+                {"type": "content_block_delta", "index": i, "delta": delta},
+                {"type": "content_block_stop", "index": i},
+            ]
+        events += [
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage.get("output_tokens", 0)},
+            },
+            {"type": "message_stop"},
+        ]
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        )
+        for event in events:
+            writer.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
         await writer.drain()
         return False
 

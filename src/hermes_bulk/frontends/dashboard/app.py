@@ -33,8 +33,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ...durations import zoned_clock
 from ...errors import HermesBulkError, InputError, InvalidTransition, JobNotFound, NoDatabase
 from ...jobs.service import Jobs
+from ...store.protocol import JobRecord
 from ...words import count
 from .. import replies
 from .access import Access
@@ -118,7 +120,7 @@ def build_app(jobs: Jobs, figures: Figures, access: Access) -> ASGIApp:
 
     async def api_action(request: Request) -> JSONResponse:
         action = request.path_params["action"]
-        act = {"pause": _pause, "resume": _resume, "retry": _retry}.get(action)
+        act = ACTIONS.get(action)
         if act is None:
             return JSONResponse(
                 {"error": f"No action {action!r}; the actions are pause, resume and retry."}, 404
@@ -190,7 +192,7 @@ def _failure(exc: HermesBulkError) -> JSONResponse:
 # The actions answer in the page's words: its buttons, not the CLI's commands.
 
 
-def _pause(jobs: Jobs, job_id: str) -> str:
+def pause(jobs: Jobs, job_id: str) -> str:
     replies.pause(jobs, replies.Place(), job=job_id)
     return (
         f"Job {job_id} paused: no new items start; items in progress may finish. Press Resume "
@@ -198,28 +200,41 @@ def _pause(jobs: Jobs, job_id: str) -> str:
     )
 
 
-def _resume(jobs: Jobs, job_id: str) -> str:
+def resume(jobs: Jobs, job_id: str) -> str:
     job = replies.resume(jobs, replies.Place(), job=job_id).data
-    return f"Job {job.job_id} resumed: {count(job.pending, 'item')} pending. {_who_takes_it(jobs)}"
+    pending = count(job.pending, "item")
+    return f"Job {job.job_id} resumed: {pending} pending. {_who_takes_it(jobs, job)}"
 
 
-def _retry(jobs: Jobs, job_id: str) -> str:
+def retry(jobs: Jobs, job_id: str) -> str:
     job, n = jobs.retry(job_id)
     returned = f"Job {job.job_id}: {count(n, 'failed item')} returned to the queue."
     return (
         f"{returned} The job is paused: press Resume to continue."
         if job.state == "paused"
-        else (f"{returned} {_who_takes_it(jobs)}")
+        else (f"{returned} {_who_takes_it(jobs, job)}")
     )
 
 
-def _who_takes_it(jobs: Jobs) -> str:
-    live = len(jobs.liveness.live_worker_ids())
-    if live:
-        return (
-            f"{count(live, 'live worker')} {'takes' if live == 1 else 'take'} it up (see Workers)."
-        )
-    return "No worker is live: the job waits until a worker starts (see Workers)."
+def _who_takes_it(jobs: Jobs, job: JobRecord) -> str:
+    """Who serves the job now (live workers that take its items, fleet/endpoints' rule), and
+    whether the request budget holds it: what replies.under_way says, in the page's words."""
+    st = jobs.status(job.job_id)
+    live = st.live_workers
+    who = (
+        f"{count(live, 'live worker')} {'takes' if live == 1 else 'take'} it up (see Workers)."
+        if live
+        else "No live worker serves it: the job waits until one starts (see Workers)."
+    )
+    held = st.budget_held_until
+    if held is None or job.spec.mode == "batch":
+        return who
+    until = held.shown() if hasattr(held, "shown") else zoned_clock(held)
+    return f"Nothing is sent before {until}: the request budget keeps the rest for chat. {who}"
+
+
+#: What each button does, answered in the page's words.
+ACTIONS = {"pause": pause, "resume": resume, "retry": retry}
 
 
 class _QueueWriter:
