@@ -170,7 +170,7 @@ def _one_size(ctx: Context, Hosts, n: int) -> dict:
 def run(ctx: Context) -> RowResult:
     from tests.fleet.test_cross_host import Hosts  # the fleet tests' hosts: one way to make them
 
-    sizes = (200, 400) if ctx.quick else (100_000, 1_000_000)  # quick: does it run (smoke test)
+    sizes = (100, 200) if ctx.quick else (100_000, 1_000_000)  # quick: does it run (smoke test)
     if os.environ.get("BENCH_FLEET_SIZES"):
         sizes = tuple(int(s) for s in os.environ["BENCH_FLEET_SIZES"].split(","))
     data = {}

@@ -66,8 +66,8 @@ def _p95(values: list[float]) -> float:
 def run(ctx: Context) -> RowResult:
     import httpx
 
-    small, large = (500, 5_000) if ctx.quick else (1_000, 1_000_000)
-    rounds = 5 if ctx.quick else 30
+    small, large = (200, 2_000) if ctx.quick else (1_000, 1_000_000)
+    rounds = 3 if ctx.quick else 30
     data: dict[str, dict] = {}
     for n in (small, large):
         src = write_csv(ctx.dir("src") / f"rows-{n}.csv", n)

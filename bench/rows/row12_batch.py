@@ -77,7 +77,7 @@ def _one(ctx: Context, provider: FakeProviderProc, n: int) -> dict:
 
 
 def run(ctx: Context) -> RowResult:
-    small, large = (200, 1_000) if ctx.quick else (10_000, 100_000)
+    small, large = (100, 400) if ctx.quick else (10_000, 100_000)
     provider = FakeProviderProc()
     try:
         data = {str(n): _one(ctx, provider, n) for n in (small, large)}

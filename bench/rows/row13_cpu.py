@@ -23,7 +23,7 @@ def _cpu_ms(out: dict, n: int) -> float:
 
 
 def run(ctx: Context) -> RowResult:
-    n = 300 if ctx.quick else 3000
+    n = 60 if ctx.quick else 3000
     src = write_jsonl(ctx.dir("src") / "items.jsonl", n)
     provider = FakeProviderProc(latency_s=0.0)
     sides = ["pool", "sqlite", "redis"]

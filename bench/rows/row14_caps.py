@@ -22,7 +22,7 @@ def _billed_usd(provider: FakeProviderProc) -> float:
 
 
 def run(ctx: Context) -> RowResult:
-    n, threads = (200, 16) if ctx.quick else (2000, 16)
+    n, threads = (60, 8) if ctx.quick else (2000, 16)
     src = write_jsonl(ctx.dir("src") / "items.jsonl", n)
     provider = FakeProviderProc(latency_s=0.02)
     # A cap well below what the job bills, and one far above it.

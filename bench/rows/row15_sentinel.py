@@ -63,7 +63,7 @@ def _first_save_after_kill(env: HermesEnv, cluster, src, n: int, ctx: Context) -
 def run(ctx: Context) -> RowResult:
     from hermes_bulk.testing.sentinels import DOWN_AFTER_MS, SentinelCluster
 
-    n = 300 if ctx.quick else 3000
+    n = 100 if ctx.quick else 3000
     src = write_jsonl(ctx.dir("src") / "items.jsonl", n)
     provider = FakeProviderProc(latency_s=0.0)
     runs: dict[str, list[dict]] = {"on": [], "off": []}

@@ -19,7 +19,7 @@ GOALS = {"sqlite": 0.8, "redis": 0.7}
 
 
 def run(ctx: Context) -> RowResult:
-    n, threads = (300, 16) if ctx.quick else (10_000, 16)
+    n, threads = (100, 16) if ctx.quick else (10_000, 16)
     src = write_jsonl(ctx.dir("src") / "items.jsonl", n)
     provider = FakeProviderProc(latency_s=0.0)
     sides = ["pool", "sqlite", "redis", "shared"]

@@ -20,7 +20,7 @@ TITLE = "latency-bound throughput (provider latency, many items in flight)"
 
 
 def run(ctx: Context) -> RowResult:
-    latency, conc, waves = (0.05, 8, 6) if ctx.quick else (0.2, 64, 50)
+    latency, conc, waves = (0.05, 8, 3) if ctx.quick else (0.2, 64, 50)
     rounds = max(1, min(ctx.rounds, 2))
     provider = FakeProviderProc(latency_s=latency)
     cases = [

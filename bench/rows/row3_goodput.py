@@ -21,7 +21,7 @@ MODES = {"paced": "paced (--rpm)", "headers": "headers only", "unpaced": "no pac
 
 
 def run(ctx: Context) -> RowResult:
-    limit, n, conc, latency = (60.0, 60, 8, 0.05) if ctx.quick else (20.0, 1000, 32, 0.2)
+    limit, n, conc, latency = (60.0, 30, 8, 0.05) if ctx.quick else (20.0, 1000, 32, 0.2)
     src = write_jsonl(ctx.dir("src") / "items.jsonl", n)
     provider = FakeProviderProc(latency_s=latency)
     cases = [(backend, mode) for backend in ("sqlite", "redis") for mode in MODES]

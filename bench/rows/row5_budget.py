@@ -123,7 +123,7 @@ def _measure(
 
 
 def run(ctx: Context) -> RowResult:
-    processes, per_process, cap = (4, 40, 100) if ctx.quick else (8, 2_000, 5_000)
+    processes, per_process, cap = (2, 30, 40) if ctx.quick else (8, 2_000, 5_000)
     paced_rate = 100.0  # admissions a second per process: 800/s together, far above any provider's
     cases = {  # name: (processes, admissions each, cap, rate)
         "hammer": (processes, per_process, cap, 0.0),

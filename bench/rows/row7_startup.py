@@ -22,7 +22,7 @@ GOAL_S = 0.2  #: issue 17: `status`, `list` and `path` on SQLite within 0.2 s on
 
 
 def run(ctx: Context) -> RowResult:
-    rounds = 3 if ctx.quick else 15
+    rounds = 2 if ctx.quick else 15
     provider = FakeProviderProc(latency_s=0.0)
     try:
         env = HermesEnv(ctx.dir("home"), backend=None, base_url=provider.base_url)

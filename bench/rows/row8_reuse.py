@@ -24,7 +24,7 @@ FLAT = 1.25  # peak RSS at the large size at most this many times the small size
 
 
 def run(ctx: Context) -> RowResult:
-    small, large = (200, 1_000) if ctx.quick else (100_000, 1_000_000)
+    small, large = (100, 400) if ctx.quick else (100_000, 1_000_000)
     data: dict[str, dict] = {}
     for n in (small, large):
         src = write_csv(ctx.dir("src") / f"rows-{n}.csv", n)

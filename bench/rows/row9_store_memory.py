@@ -140,7 +140,7 @@ def _sqlite_bytes(home: Path) -> int:
 
 
 def run(ctx: Context) -> RowResult:
-    n, threads = (200, 8) if ctx.quick else (5_000, 16)
+    n, threads = (100, 8) if ctx.quick else (5_000, 16)
     src = ctx.dir("docs")
     raw_bytes = write_text_files(src, n)
     provider = FakeProviderProc(latency_s=0.0)
