@@ -10,7 +10,7 @@ from redis.sentinel import MasterNotFoundError
 from hermes_bulk.config.backend_url import parse_backend_url, parse_ledger_url
 from hermes_bulk.errors import ConfigError
 from hermes_bulk.redact import public_url
-from hermes_bulk.store.redis.failover import Demoted, did_not_run, never_sent
+from hermes_bulk.store.redis.failover import Demoted, did_not_run, never_sent, reason
 
 
 @pytest.mark.parametrize(
@@ -146,3 +146,15 @@ def test_never_sent_is_connecting_or_no_primary_only():
     assert never_sent(REFUSED) and never_sent(MasterNotFoundError("x"))
     assert not never_sent(CLOSED) and not never_sent(READ_TIMEOUT)
     assert not never_sent(redis.ResponseError("ERR connecting to nothing"))
+
+
+def test_a_wait_is_logged_with_a_few_words_of_why_not_redis_pys_repr_of_every_sentinel():
+    """redis-py's "No master found" holds the repr of each Sentinel client and its error: a
+    kilobyte a Sentinel in the worker's log, had it been logged as it is."""
+    clients = "<redis.client.Redis(<ConnectionPool(<Connection(username=<REDACTED>,pas***)>)>)>"
+    assert reason(MasterNotFoundError(f"No master found for 'svc' : {clients * 3}")) == (
+        "the Sentinels name no primary"
+    )
+    assert reason(REFUSED) == "Error 111 connecting to 127.0.0.1:6380. Connection refused"
+    assert reason(redis.ConnectionError("x" * 500 + "\nmore")) == "x" * 120
+    assert reason(redis.ConnectionError()) == "ConnectionError"

@@ -40,6 +40,8 @@ from hermes_bulk.testing.sentinels import SentinelCluster, Server
 
 from ..conftest import IN_CI
 from ..helpers import running_job, wait_for
+from ..test_batch_mode import FAST as POLL_FAST
+from ..test_batch_mode import _source as batch_source
 
 pytestmark = pytest.mark.slow
 
@@ -387,3 +389,78 @@ def test_an_answer_saved_waits_for_the_replica_and_says_when_it_did_not_come(
         assert store.get_job(job_id).completed == 3
     finally:
         backend.close()
+
+
+def sent_in_batches(fake_provider) -> Counter:
+    """How many batches created at the provider held each (job, item): by the custom_ids of
+    their input files (Message Batches' requests are kept as a file too)."""
+    sent: Counter = Counter()
+    for batch_id in fake_provider.batches.created:
+        batch = fake_provider.batches.batches[batch_id]
+        lines = fake_provider.batches.files[batch["input_file_id"]].read_text().splitlines()
+        for line in filter(None, lines):
+            _, job_id, _, index = json.loads(line)["custom_id"].split("-")
+            sent[job_id, int(index)] += 1
+    return sent
+
+
+def test_batch_ingests_on_both_protocols_through_kill_9_of_the_primary_answer_each_item_once(
+    cli, cluster, tmp_path, fake_provider
+):
+    """Two --batch jobs, one through OpenAI's Batch API and one through Anthropic's Message
+    Batches, each ingesting its batch's results on a worker of its own when the primary dies.
+    Each ingest rides out the failover and goes on, on the new primary; what the replica lacked
+    is ingested again from the provider's file. The provider's own count: one batch a job, each
+    item sent in one batch and answered once, nothing asked live."""
+    n = 1000
+    cli.env.update(HERMES_BULK_BACKEND=cluster.url(0), **POLL_FAST)
+    envs = {"openai": {}, "anthropic": {"HERMES_BULK_PROVIDER": "anthropic"}}
+    fake_provider.configure(batch_hold=True)  # both batches end together, once both are made
+    jobs = {}
+    for mark, env in envs.items():
+        src = batch_source(tmp_path, n, f"{mark}.jsonl", dict.fromkeys(range(n), mark))
+        jobs[mark] = cli.json(
+            "create", "Summarise", "--over", str(src), "--batch", "--fresh", "--json", **env
+        )["job_id"]
+        cli("run", jobs[mark], **env)
+    workers = [cli.spawn_worker("-w", "2", **env) for env in envs.values()]
+    store = broker.build_backend(cluster.url(0)).store
+    try:
+        wait_for(
+            lambda: len(fake_provider.batches.created) == 2, timeout=60, message="both batches"
+        )
+        fake_provider.configure(batch_hold=False)
+        wait_for(
+            lambda: all(store.get_job(j).completed > 50 for j in jobs.values()),
+            timeout=60,
+            interval=0.005,
+            message="both ingests under way",
+        )
+        cluster.kill_primary()
+        cut = {mark: store.get_job(j).completed for mark, j in jobs.items()}  # on the new primary
+        assert all(c < n for c in cut.values()), ("the primary died mid-ingest", cut)
+        for job_id in jobs.values():
+            wait_for(
+                lambda j=job_id: cli.status(j)["state"] == "completed",
+                timeout=90,
+                interval=0.2,
+                message="the job completed on the new primary",
+            )
+    finally:
+        store.close()
+    assert all(w.poll() is None for w in workers), "the workers outlived the primary"
+    assert fake_provider.requests == [], "no item was asked live"
+    assert len(fake_provider.batches.created) == 2, "one batch a job: none bought twice"
+    sent = sent_in_batches(fake_provider)
+    answered = Counter(r.item for r in fake_provider.batches.lines if r.status == 200)
+    for mark, job_id in jobs.items():
+        contents = [json.dumps({"n": i, "mark": mark}) for i in range(n)]
+        rows = exported(cli, job_id)
+        assert [r["item"] for r in rows] == [f"line:{i + 1}" for i in range(n)]
+        assert [r["status"] for r in rows] == ["completed"] * n
+        assert [r["result"] for r in rows] == [expected_answer(c) for c in contents]
+        mine = {digest(c) for c in contents}
+        assert sorted(times for item, times in answered.items() if item in mine) == [1] * n
+        assert sorted(times for (job, _), times in sent.items() if job == job_id) == [1] * n, (
+            "each item sent in one batch"
+        )

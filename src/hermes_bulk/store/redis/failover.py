@@ -133,8 +133,9 @@ class _Episode:
             if self.since is not None:
                 return
             self.since = time.monotonic()
-        reason = str(exc).rstrip(".")
-        log.warning("Redis: %s; waiting up to %.0f s (a failover or a restart)", reason, ride_out_s)
+        log.warning(
+            "Redis: %s; waiting up to %.0f s (a failover or a restart)", reason(exc), ride_out_s
+        )
 
     def through(self) -> None:
         with self.lock:
@@ -144,6 +145,15 @@ class _Episode:
 
 
 _EPISODE = _Episode()
+
+
+def reason(exc: Exception) -> str:
+    """Why a command waits, in a few words: redis-py's own text ("Error 111 connecting to
+    127.0.0.1:6380. Connection refused"), but for Sentinels that name no primary, whose text
+    holds the repr of every Sentinel client and its error (kilobytes of it)."""
+    if isinstance(exc, MasterNotFoundError):
+        return "the Sentinels name no primary"
+    return str(exc).splitlines()[0].rstrip(".")[:120] if str(exc) else type(exc).__name__
 
 
 def _ride(call, ride_out_s: float, sentinel: bool, rides):
