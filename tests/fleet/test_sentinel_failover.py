@@ -36,7 +36,7 @@ from hermes_bulk.store.records import Usage
 from hermes_bulk.store.redis.connection import connect_redis
 from hermes_bulk.store.redis.jobs import RedisJobStore
 from hermes_bulk.testing.fake_provider import digest, expected_answer
-from hermes_bulk.testing.sentinels import SentinelCluster, Server
+from hermes_bulk.testing.sentinels import SentinelCluster, Server, free_port
 
 from ..conftest import IN_CI
 from ..helpers import running_job, wait_for
@@ -249,13 +249,16 @@ def test_create_through_kill_9_of_the_primary_makes_the_whole_job_or_says_it_did
 
 class Endpoint:
     """A managed Redis's one address: a loopback TCP proxy to whichever server it names now.
-    Connections made before a switch stay where they were, as after a DNS change."""
+    Connections made before a switch stay where they were, as after a DNS change. hold() keeps
+    what clients send from then on (`held` is set once something was kept); drop() closes every
+    connection, with what it kept unsent, as an endpoint that fails over drops its clients."""
 
     def __init__(self, port: int) -> None:
         self.target = port
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.socks: list[socket.socket] = []
+        self.holding, self.held = False, threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -264,15 +267,21 @@ class Endpoint:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:  # the server it names is gone: the client sees a closed connection
+                client.close()
+                continue
             self.socks += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
         try:
             while data := src.recv(65536):
+                if from_client and self.holding:
+                    self.held.set()
+                    continue
                 dst.sendall(data)
         except OSError:
             pass
@@ -281,10 +290,21 @@ class Endpoint:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
+    def hold(self) -> None:
+        self.held.clear()
+        self.holding = True
+
+    def drop(self) -> None:
+        self.holding = False
+        socks, self.socks = self.socks, []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
     def close(self) -> None:
         self.listener.close()
-        for s in self.socks:
-            s.close()
+        self.drop()
 
 
 @pytest.fixture
@@ -347,6 +367,79 @@ def test_an_endpoint_that_stays_a_replica_is_one_line_after_the_wait_not_an_inte
         started = time.monotonic()
         with pytest.raises(BackendUnavailable, match="is a replica now"):
             store.claim_item(job_id, 0, "w1", lease_s=30, max_running=1)
+        assert 1.0 <= time.monotonic() - started < 5.0, "waited the failover wait, no longer"
+    finally:
+        store.close()
+
+
+def cut_in_flight(endpoint: Endpoint, call, switch=None):
+    """call() in a thread, its first request held by the endpoint and then dropped with its
+    connection, after switch() (a failover) when given. Returns (its value, its error)."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+            out["error"] = exc
+
+    endpoint.hold()
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert endpoint.held.wait(10), "the request reached the endpoint"
+        if switch is not None:
+            switch()
+    finally:
+        endpoint.drop()
+        thread.join(30)
+    assert not thread.is_alive()
+    return out.get("value"), out.get("error")
+
+
+def test_reads_cut_by_a_failover_are_read_again_on_the_new_primary_and_a_write_is_not_sent_twice(
+    managed,
+):
+    """Through a managed endpoint (plain redis://): export's read of its second page is cut in
+    flight by a failover, then status's and list's reads by dropped connections; each is read
+    again and returns what the new primary holds. A write cut so (an answer saved) may have
+    run: it is not sent again, and says the connection was lost. A read cut every time gives up
+    after the failover wait, in one line."""
+    primary, replica, endpoint = managed
+    location = parse_backend_url(f"redis://127.0.0.1:{endpoint.port}/0?prefix=r")
+    store = RedisJobStore(connect_redis(location, failover_wait_s=1.0))
+    try:
+        n = 2500
+        job_id = running_job(store, "reads1", [f"c{i}" for i in range(n)])
+        store.claim_item(job_id, 7, "w1", lease_s=30, max_running=4)
+        pages = store.iter_items(job_id, batch=1000)
+        first = next(pages)  # the first page is read
+        rest, error = cut_in_flight(
+            endpoint, lambda: list(pages), lambda: _switch_over(primary, replica, endpoint)
+        )
+        assert error is None, error
+        assert [first.index] + [r.index for r in rest] == list(range(n))
+        for read in (
+            lambda: store.get_job(job_id).running,  # status
+            lambda: len(store.list_events(job_id)),
+            lambda: store.list_batches(job_id),
+            lambda: [j.job_id for j in store.list_jobs()],  # list
+        ):
+            assert cut_in_flight(endpoint, read) == (read(), None)
+        assert store.get_job(job_id).running == 1
+
+        _, error = cut_in_flight(
+            endpoint, lambda: store.complete_item(job_id, 7, "w1", "answer", Usage())
+        )
+        assert isinstance(error, BackendUnavailable) and "Lost the connection" in str(error)
+        held = store.get_item(job_id, 7).item
+        assert (held.status, held.result) == ("running", None), "the held write never ran"
+
+        endpoint.target = free_port()  # nothing there: every connection is dropped at once
+        started = time.monotonic()
+        _, error = cut_in_flight(endpoint, lambda: store.get_job(job_id))
+        assert isinstance(error, BackendUnavailable), error
+        assert "Traceback" not in str(error) and len(str(error).splitlines()) == 1
         assert 1.0 <= time.monotonic() - started < 5.0, "waited the failover wait, no longer"
     finally:
         store.close()

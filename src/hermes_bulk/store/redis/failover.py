@@ -10,7 +10,9 @@ connection; nothing here discovers one.
 
 A command whose reply was lost in flight is not sent again: it may have run (a claim would take a
 second item, an answer be saved twice), and the caller decides, as after a restart (the pipeline
-saves an outcome again, which the store refuses once done; a lost claim's lease runs out).
+saves an outcome again, which the store refuses once done; a lost claim's lease runs out). A read
+(READS; a pipeline of nothing else) is sent again then too, within the same wait: it changed
+nothing, so an export, a status or a list cut by a failover goes on on the new primary.
 
 READONLY reaches these rules from a plain redis:// URL too (a managed endpoint that fails over by
 itself): the connection is dropped, and the next one finds whatever the endpoint names now. A
@@ -44,6 +46,39 @@ RIDE_FIRST_WAIT_S, RIDE_LONGEST_WAIT_S = 0.05, 0.5
 
 class Demoted(redis.ConnectionError):
     """The server answered READONLY: a failover made it a replica. The command did not run."""
+
+
+#: Commands that only read (no effect to repeat): one whose reply was lost is sent again. What
+#: the store, the ledger and Huey read; a command not named here is taken for a write.
+READS = frozenset(
+    {
+        *("PING", "ECHO", "TIME", "INFO", "DBSIZE", "EXISTS", "TYPE", "TTL", "PTTL", "SCAN"),
+        *("GET", "MGET", "STRLEN", "GETRANGE"),
+        *("HGET", "HMGET", "HGETALL", "HKEYS", "HVALS", "HLEN", "HEXISTS", "HSTRLEN", "HSCAN"),
+        *("LLEN", "LRANGE", "LINDEX"),
+        *("SCARD", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SSCAN"),
+        *("ZCARD", "ZCOUNT", "ZLEXCOUNT", "ZSCORE", "ZMSCORE", "ZRANK", "ZREVRANK", "ZSCAN"),
+        *("ZRANGE", "ZRANGEBYLEX", "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYLEX"),
+        *("ZREVRANGEBYSCORE", "XRANGE", "XREVRANGE", "XLEN"),
+    }
+)
+
+
+def is_read(args: tuple) -> bool:
+    """Whether a command (its name and arguments, as redis-py sends them) only reads."""
+    name = args[0] if args else ""
+    if isinstance(name, bytes):
+        name = name.decode("ascii", "replace")
+    return isinstance(name, str) and name.upper() in READS
+
+
+def read_rides(exc: Exception, *, sentinel: bool) -> bool:
+    """Whether a read that raised exc is sent again: whatever did_not_run sends again, and a
+    reply lost in flight (a closed or reset connection, a read that timed out), which a write's
+    is not. A refused connection on a plain URL is still a Redis down, said at once."""
+    if did_not_run(exc, sentinel=sentinel):
+        return True
+    return isinstance(exc, redis.ConnectionError | redis.TimeoutError) and not never_sent(exc)
 
 
 def did_not_run(exc: Exception, *, sentinel: bool) -> bool:
@@ -193,27 +228,66 @@ class SentinelPool(SentinelConnectionPool):
 
 
 class RidingClient(redis.Redis):
-    """A client whose commands (scripts included) that surely did not run are sent again while a
-    failover lasts (did_not_run; ride_out_s, 0 until the first PING answered)."""
+    """A client whose commands (scripts included) that surely did not run, and reads whose reply
+    was lost, are sent again while a failover lasts (did_not_run, read_rides; ride_out_s, 0
+    until the first PING answered). Its pipelines of reads alone do the same."""
 
     ride_out_s = 0.0
     sentinel = False
 
     def execute_command(self, *args, **options):
         send = super().execute_command
+        read = is_read(args)
         return _ride(
             lambda: send(*args, **options),
             self.ride_out_s,
             self.sentinel,
-            self._rides,
+            lambda exc: self._rides(exc, read=read),
         )
 
-    def _rides(self, exc: Exception) -> bool:
+    def _rides(self, exc: Exception, *, read: bool = False) -> bool:
         if isinstance(exc, Demoted):
             # The other idle connections reach the demoted server too: drop them, so that a
             # script loaded after NOSCRIPT is loaded where it then runs (the new primary).
             self.connection_pool.disconnect(inuse_connections=False)
+        if read:
+            return read_rides(exc, sentinel=self.sentinel)
         return did_not_run(exc, sentinel=self.sentinel)
+
+    def pipeline(self, transaction=True, shard_hint=None) -> redis.client.Pipeline:
+        pipe = _RidingPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint
+        )
+        pipe.ride_out_s, pipe.sentinel = self.ride_out_s, self.sentinel
+        return pipe
+
+
+class _RidingPipeline(redis.client.Pipeline):
+    """A pipeline that, holding reads alone and no transaction, is sent again as a read is
+    (read_rides); any other is sent once, as redis-py sends it."""
+
+    ride_out_s = 0.0
+    sentinel = False
+
+    def execute(self, raise_on_error: bool = True) -> list:
+        stack = list(self.command_stack)
+        reads = not (self.transaction or self.explicit_transaction or self.watching) and all(
+            is_read(args) for args, _ in stack
+        )
+        if not (reads and stack and self.ride_out_s):
+            return super().execute(raise_on_error)
+        send = super().execute
+
+        def again() -> list:
+            self.command_stack = list(stack)  # a failed execute() reset the pipeline
+            return send(raise_on_error)
+
+        return _ride(
+            again,
+            self.ride_out_s,
+            self.sentinel,
+            lambda exc: read_rides(exc, sentinel=self.sentinel),
+        )
 
 
 def connection_class(tls: bool, sentinel: bool) -> type[redis.Connection]:
