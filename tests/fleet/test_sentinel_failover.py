@@ -337,12 +337,18 @@ def _switch_over(primary: Server, replica: Server, endpoint: Endpoint) -> None:
 def test_a_managed_endpoint_that_fails_over_answers_readonly_and_the_write_goes_to_the_new_primary(
     managed,
 ):
+    """The store's writes, and Huey's enqueue of a trigger, refused by the demoted primary
+    (READONLY) through the one address, are sent again and land on the new primary."""
     primary, replica, endpoint = managed
     backend = broker.build_backend(f"redis://127.0.0.1:{endpoint.port}/0?prefix=m")
     try:
         job_id = running_job(backend.store, "managed1", ["a", "b"])
         assert backend.store.get_job(job_id).pending == 2  # a pooled connection to the primary
+        backend.trigger(job_id)  # Huey's, on the same pool
+        huey = backend.queue(backend.client_of(job_id))
         _switch_over(primary, replica, endpoint)
+        backend.trigger(job_id)  # first after the switch: Huey's LPUSH meets READONLY
+        assert huey.pending_count() == 2, "both triggers on the new primary"
         claimed = backend.store.claim_item(job_id, 0, "w1", lease_s=30, max_running=2)
         assert claimed.index == 0, "claimed on the new primary, not refused"
         on_new = redis.Redis(port=replica.port)
