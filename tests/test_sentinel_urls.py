@@ -12,6 +12,7 @@ from hermes_bulk.errors import ConfigError
 from hermes_bulk.redact import public_url
 from hermes_bulk.store.redis.failover import (
     Demoted,
+    TooFewReplicas,
     did_not_run,
     is_read,
     never_sent,
@@ -131,6 +132,8 @@ READ_TIMEOUT = redis.TimeoutError("Timeout reading from socket")
     [
         (Demoted("the server is a replica now (READONLY)"), True, True),
         (redis.BusyLoadingError("Redis is loading the dataset in memory"), True, True),
+        (TooFewReplicas("too few replicas in sync (NOREPLICAS)"), True, True),
+        (redis.ResponseError("NOREPLICAS Not enough good replicas to write."), False, False),
         (MasterNotFoundError("No master found for 'svc'"), True, False),
         (REFUSED, True, False),
         (redis.TimeoutError("Timeout connecting to server"), True, False),

@@ -451,6 +451,47 @@ def test_reads_cut_by_a_failover_are_read_again_on_the_new_primary_and_a_write_i
         store.close()
 
 
+def test_a_primary_with_min_replicas_to_write_that_lost_its_replica_is_waited_on_then_one_line(
+    tmp_path,
+):
+    """min-replicas-to-write 1 (docs/operations.md advises it): while the replica is gone the
+    primary refuses writes (NOREPLICAS); a write waits the failover wait for a replica, then
+    says so in one line, never an internal error; once a replica is back, writes go through."""
+    if shutil.which("redis-server") is None and not IN_CI:
+        pytest.skip("redis-server is not installed")
+    primary = Server(tmp_path / "p", "--min-replicas-to-write", "1").start()
+    replicas = [
+        Server(tmp_path / f"r{i}", "--replicaof", "127.0.0.1", str(primary.port)) for i in (1, 2)
+    ]
+    raw = redis.Redis(port=primary.port)
+    synced = lambda: raw.info("replication").get("min_slaves_good_slaves") == 1  # noqa: E731
+    replicas[0].start()
+    location = parse_backend_url(f"redis://127.0.0.1:{primary.port}/0?prefix=nr")
+    store = None
+    try:
+        wait_for(synced, message="the replica in sync")
+        store = RedisJobStore(connect_redis(location, failover_wait_s=1.0))
+        job_id = running_job(store, "norep1", ["a", "b"])
+        replicas[0].kill()
+        wait_for(lambda: not synced(), message="the primary without its replica")
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable) as refused:
+            store.claim_item(job_id, 0, "w1", lease_s=30, max_running=2)
+        assert 1.0 <= time.monotonic() - started < 5.0, "waited the failover wait, no longer"
+        (line,) = str(refused.value).splitlines()
+        assert "min-replicas-to-write" in line and "Traceback" not in line
+        assert store.get_job(job_id).running == 0, "the refused claim did not run"
+        replicas[1].start()
+        wait_for(synced, message="another replica in sync")
+        assert store.claim_item(job_id, 0, "w1", lease_s=30, max_running=2).index == 0
+    finally:
+        if store is not None:
+            store.close()
+        raw.close()
+        for server in (*replicas, primary):
+            server.kill()
+
+
 @pytest.mark.parametrize("wait_replicas", ["", "0"])
 def test_an_answer_saved_waits_for_the_replica_and_says_when_it_did_not_come(
     cluster, caplog, wait_replicas

@@ -14,6 +14,10 @@ saves an outcome again, which the store refuses once done; a lost claim's lease 
 (READS; a pipeline of nothing else) is sent again then too, within the same wait: it changed
 nothing, so an export, a status or a list cut by a failover goes on on the new primary.
 
+NOREPLICAS (the primary's min-replicas-to-write: too few replicas in sync) is a refusal too,
+waited on the same way: a replica that reconnects, or a failover's new primary that gains one,
+ends it.
+
 READONLY reaches these rules from a plain redis:// URL too (a managed endpoint that fails over by
 itself): the connection is dropped, and the next one finds whatever the endpoint names now. A
 refused connection on a plain URL is not waited on: that is a Redis down, said at once.
@@ -46,6 +50,12 @@ RIDE_FIRST_WAIT_S, RIDE_LONGEST_WAIT_S = 0.05, 0.5
 
 class Demoted(redis.ConnectionError):
     """The server answered READONLY: a failover made it a replica. The command did not run."""
+
+
+class TooFewReplicas(redis.ConnectionError):
+    """The primary answered NOREPLICAS: fewer replicas than its min-replicas-to-write are in
+    sync (one is gone, or a failover left the new primary without one). The write did not run
+    (a script is refused at its first write, before any effect)."""
 
 
 #: Commands that only read (no effect to repeat): one whose reply was lost is sent again. What
@@ -83,9 +93,9 @@ def read_rides(exc: Exception, *, sentinel: bool) -> bool:
 
 def did_not_run(exc: Exception, *, sentinel: bool) -> bool:
     """Whether a command that raised exc surely had no effect, so sending it again is safe: the
-    server refused it (READONLY, LOADING), or (through Sentinel, where a refused connection
-    means the primary is gone and another is coming) it never reached a server."""
-    if isinstance(exc, Demoted | redis.BusyLoadingError):
+    server refused it (READONLY, LOADING, NOREPLICAS), or (through Sentinel, where a refused
+    connection means the primary is gone and another is coming) it never reached a server."""
+    if isinstance(exc, Demoted | TooFewReplicas | redis.BusyLoadingError):
         return True
     return sentinel and never_sent(exc)
 
@@ -103,7 +113,8 @@ def never_sent(exc: Exception) -> bool:
 class _Demotable:
     """A connection that turns READONLY into Demoted, after dropping itself: the next command
     connects again, to whatever the endpoint (or the Sentinels) name now. redis-py's Sentinel
-    connection already drops itself, with a ConnectionError of its own, renamed here."""
+    connection already drops itself, with a ConnectionError of its own, renamed here. NOREPLICAS
+    becomes TooFewReplicas (the connection stays: the server is still the primary)."""
 
     def read_response(self, *args, **kwargs):
         try:
@@ -111,6 +122,12 @@ class _Demotable:
         except redis.ReadOnlyError:
             self.disconnect()
             raise Demoted("the server is a replica now (READONLY)") from None
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("NOREPLICAS"):
+                raise
+            raise TooFewReplicas(
+                "the primary refuses writes: too few replicas in sync (NOREPLICAS)"
+            ) from None
         except redis.ConnectionError as exc:
             if "previous master is now a slave" not in str(exc):
                 raise
