@@ -58,6 +58,13 @@ def cluster(tmp_path):
     cluster.stop()
 
 
+def outlived(cli, workers) -> str:
+    """Why the workers did not all outlive the primary: each one's exit code and last lines."""
+    logs = sorted(cli.logs_dir.glob("worker-*.log"))
+    tails = ["".join(p.read_text().splitlines(keepends=True)[-15:]) for p in logs]
+    return f"the workers outlived the primary: {[w.poll() for w in workers]}\n" + "\n".join(tails)
+
+
 def jsonl(path: Path, n: int, key: str) -> Path:
     path.write_text("".join(json.dumps({key: i}) + "\n" for i in range(n)))
     return path
@@ -112,7 +119,7 @@ def test_a_600_item_job_on_two_workers_and_a_job_created_just_before_kill_9_of_t
         message="both jobs completed on the new primary",
     )
     assert cluster.primary_port() == new
-    assert all(w.poll() is None for w in workers), "the workers outlived the primary"
+    assert all(w.poll() is None for w in workers), outlived(cli, workers)
     # Where writes go, as the workers said at start and doctor says now.
     first_lines = (cli.logs_dir / "worker-1.log").read_text()
     assert f"writes go to Redis primary 127.0.0.1:{old} (Sentinel service hermes), 1 replica\n" in (
@@ -588,7 +595,7 @@ def test_batch_ingests_on_both_protocols_through_kill_9_of_the_primary_answer_ea
             )
     finally:
         store.close()
-    assert all(w.poll() is None for w in workers), "the workers outlived the primary"
+    assert all(w.poll() is None for w in workers), outlived(cli, workers)
     assert fake_provider.requests == [], "no item was asked live"
     assert len(fake_provider.batches.created) == 2, "one batch a job: none bought twice"
     sent = sent_in_batches(fake_provider)
