@@ -10,7 +10,15 @@ from redis.sentinel import MasterNotFoundError
 from hermes_bulk.config.backend_url import parse_backend_url, parse_ledger_url
 from hermes_bulk.errors import ConfigError
 from hermes_bulk.redact import public_url
-from hermes_bulk.store.redis.failover import Demoted, did_not_run, never_sent
+from hermes_bulk.store.redis.failover import (
+    Demoted,
+    TooFewReplicas,
+    did_not_run,
+    is_read,
+    never_sent,
+    read_rides,
+    reason,
+)
 
 
 @pytest.mark.parametrize(
@@ -124,6 +132,8 @@ READ_TIMEOUT = redis.TimeoutError("Timeout reading from socket")
     [
         (Demoted("the server is a replica now (READONLY)"), True, True),
         (redis.BusyLoadingError("Redis is loading the dataset in memory"), True, True),
+        (TooFewReplicas("too few replicas in sync (NOREPLICAS)"), True, True),
+        (redis.ResponseError("NOREPLICAS Not enough good replicas to write."), False, False),
         (MasterNotFoundError("No master found for 'svc'"), True, False),
         (REFUSED, True, False),
         (redis.TimeoutError("Timeout connecting to server"), True, False),
@@ -142,7 +152,52 @@ def test_only_a_command_that_surely_did_not_run_is_sent_again(exc, through_senti
     assert did_not_run(exc, sentinel=False) is plain
 
 
+@pytest.mark.parametrize(
+    "exc, through_sentinel, plain",
+    [
+        (CLOSED, True, True),  # a reply lost in flight: a read changed nothing
+        (READ_TIMEOUT, True, True),
+        (Demoted("the server is a replica now (READONLY)"), True, True),
+        (REFUSED, True, False),  # on a plain URL, a Redis down: said at once
+        (redis.ResponseError("WRONGTYPE Operation against a key"), False, False),
+    ],
+)
+def test_a_read_is_sent_again_after_its_reply_was_lost_too(exc, through_sentinel, plain):
+    assert read_rides(exc, sentinel=True) is through_sentinel
+    assert read_rides(exc, sentinel=False) is plain
+
+
+@pytest.mark.parametrize(
+    "args, read",
+    [
+        (("HGETALL", "k"), True),
+        ((b"hmget", "k", "f"), True),
+        (("ZREVRANGE", "k", 0, 1), True),
+        (("PING",), True),
+        (("EVALSHA", "sha", 1, "k"), False),  # a script may write: never taken for a read
+        (("BRPOP", "q", 1), False),  # a pop is a write
+        (("LPUSH", "q", "x"), False),
+        (("ZRANGESTORE", "d", "k", 0, 1), False),
+        ((), False),
+    ],
+)
+def test_only_commands_that_read_are_reads(args, read):
+    assert is_read(args) is read
+
+
 def test_never_sent_is_connecting_or_no_primary_only():
     assert never_sent(REFUSED) and never_sent(MasterNotFoundError("x"))
     assert not never_sent(CLOSED) and not never_sent(READ_TIMEOUT)
     assert not never_sent(redis.ResponseError("ERR connecting to nothing"))
+
+
+def test_a_wait_is_logged_with_a_few_words_of_why_not_redis_pys_repr_of_every_sentinel():
+    """redis-py's "No master found" holds the repr of each Sentinel client and its error: a
+    kilobyte a Sentinel in the worker's log, had it been logged as it is."""
+    clients = "<redis.client.Redis(<ConnectionPool(<Connection(username=<REDACTED>,pas***)>)>)>"
+    assert reason(MasterNotFoundError(f"No master found for 'svc' : {clients * 3}")) == (
+        "the Sentinels name no primary"
+    )
+    assert reason(REFUSED) == "Error 111 connecting to 127.0.0.1:6380. Connection refused"
+    assert reason(redis.ConnectionError("x" * 500 + "\nmore")) == "x" * 120
+    assert reason(redis.ConnectionError()) == "ConnectionError"

@@ -36,10 +36,12 @@ from hermes_bulk.store.records import Usage
 from hermes_bulk.store.redis.connection import connect_redis
 from hermes_bulk.store.redis.jobs import RedisJobStore
 from hermes_bulk.testing.fake_provider import digest, expected_answer
-from hermes_bulk.testing.sentinels import SentinelCluster, Server
+from hermes_bulk.testing.sentinels import SentinelCluster, Server, free_port
 
 from ..conftest import IN_CI
 from ..helpers import running_job, wait_for
+from ..test_batch_mode import FAST as POLL_FAST
+from ..test_batch_mode import _source as batch_source
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +56,13 @@ def cluster(tmp_path):
     cluster = SentinelCluster(tmp_path / "sentinel").start()
     yield cluster
     cluster.stop()
+
+
+def outlived(cli, workers) -> str:
+    """Why the workers did not all outlive the primary: each one's exit code and last lines."""
+    logs = sorted(cli.logs_dir.glob("worker-*.log"))
+    tails = ["".join(p.read_text().splitlines(keepends=True)[-15:]) for p in logs]
+    return f"the workers outlived the primary: {[w.poll() for w in workers]}\n" + "\n".join(tails)
 
 
 def jsonl(path: Path, n: int, key: str) -> Path:
@@ -110,7 +119,7 @@ def test_a_600_item_job_on_two_workers_and_a_job_created_just_before_kill_9_of_t
         message="both jobs completed on the new primary",
     )
     assert cluster.primary_port() == new
-    assert all(w.poll() is None for w in workers), "the workers outlived the primary"
+    assert all(w.poll() is None for w in workers), outlived(cli, workers)
     # Where writes go, as the workers said at start and doctor says now.
     first_lines = (cli.logs_dir / "worker-1.log").read_text()
     assert f"writes go to Redis primary 127.0.0.1:{old} (Sentinel service hermes), 1 replica\n" in (
@@ -247,13 +256,16 @@ def test_create_through_kill_9_of_the_primary_makes_the_whole_job_or_says_it_did
 
 class Endpoint:
     """A managed Redis's one address: a loopback TCP proxy to whichever server it names now.
-    Connections made before a switch stay where they were, as after a DNS change."""
+    Connections made before a switch stay where they were, as after a DNS change. hold() keeps
+    what clients send from then on (`held` is set once something was kept); drop() closes every
+    connection, with what it kept unsent, as an endpoint that fails over drops its clients."""
 
     def __init__(self, port: int) -> None:
         self.target = port
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.socks: list[socket.socket] = []
+        self.holding, self.held = False, threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -262,15 +274,21 @@ class Endpoint:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:  # the server it names is gone: the client sees a closed connection
+                client.close()
+                continue
             self.socks += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
 
-    @staticmethod
-    def _pump(src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
         try:
             while data := src.recv(65536):
+                if from_client and self.holding:
+                    self.held.set()
+                    continue
                 dst.sendall(data)
         except OSError:
             pass
@@ -279,10 +297,21 @@ class Endpoint:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
+    def hold(self) -> None:
+        self.held.clear()
+        self.holding = True
+
+    def drop(self) -> None:
+        self.holding = False
+        socks, self.socks = self.socks, []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
     def close(self) -> None:
         self.listener.close()
-        for s in self.socks:
-            s.close()
+        self.drop()
 
 
 @pytest.fixture
@@ -315,12 +344,18 @@ def _switch_over(primary: Server, replica: Server, endpoint: Endpoint) -> None:
 def test_a_managed_endpoint_that_fails_over_answers_readonly_and_the_write_goes_to_the_new_primary(
     managed,
 ):
+    """The store's writes, and Huey's enqueue of a trigger, refused by the demoted primary
+    (READONLY) through the one address, are sent again and land on the new primary."""
     primary, replica, endpoint = managed
     backend = broker.build_backend(f"redis://127.0.0.1:{endpoint.port}/0?prefix=m")
     try:
         job_id = running_job(backend.store, "managed1", ["a", "b"])
         assert backend.store.get_job(job_id).pending == 2  # a pooled connection to the primary
+        backend.trigger(job_id)  # Huey's, on the same pool
+        huey = backend.queue(backend.client_of(job_id))
         _switch_over(primary, replica, endpoint)
+        backend.trigger(job_id)  # first after the switch: Huey's LPUSH meets READONLY
+        assert huey.pending_count() == 2, "both triggers on the new primary"
         claimed = backend.store.claim_item(job_id, 0, "w1", lease_s=30, max_running=2)
         assert claimed.index == 0, "claimed on the new primary, not refused"
         on_new = redis.Redis(port=replica.port)
@@ -348,6 +383,120 @@ def test_an_endpoint_that_stays_a_replica_is_one_line_after_the_wait_not_an_inte
         assert 1.0 <= time.monotonic() - started < 5.0, "waited the failover wait, no longer"
     finally:
         store.close()
+
+
+def cut_in_flight(endpoint: Endpoint, call, switch=None):
+    """call() in a thread, its first request held by the endpoint and then dropped with its
+    connection, after switch() (a failover) when given. Returns (its value, its error)."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except Exception as exc:  # noqa: BLE001 - the caller asserts on it
+            out["error"] = exc
+
+    endpoint.hold()
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert endpoint.held.wait(10), "the request reached the endpoint"
+        if switch is not None:
+            switch()
+    finally:
+        endpoint.drop()
+        thread.join(30)
+    assert not thread.is_alive()
+    return out.get("value"), out.get("error")
+
+
+def test_reads_cut_by_a_failover_are_read_again_on_the_new_primary_and_a_write_is_not_sent_twice(
+    managed,
+):
+    """Through a managed endpoint (plain redis://): export's read of its second page is cut in
+    flight by a failover, then status's and list's reads by dropped connections; each is read
+    again and returns what the new primary holds. A write cut so (an answer saved) may have
+    run: it is not sent again, and says the connection was lost. A read cut every time gives up
+    after the failover wait, in one line."""
+    primary, replica, endpoint = managed
+    location = parse_backend_url(f"redis://127.0.0.1:{endpoint.port}/0?prefix=r")
+    store = RedisJobStore(connect_redis(location, failover_wait_s=1.0))
+    try:
+        n = 2500
+        job_id = running_job(store, "reads1", [f"c{i}" for i in range(n)])
+        store.claim_item(job_id, 7, "w1", lease_s=30, max_running=4)
+        pages = store.iter_items(job_id, batch=1000)
+        first = next(pages)  # the first page is read
+        rest, error = cut_in_flight(
+            endpoint, lambda: list(pages), lambda: _switch_over(primary, replica, endpoint)
+        )
+        assert error is None, error
+        assert [first.index] + [r.index for r in rest] == list(range(n))
+        for read in (
+            lambda: store.get_job(job_id).running,  # status
+            lambda: len(store.list_events(job_id)),
+            lambda: store.list_batches(job_id),
+            lambda: [j.job_id for j in store.list_jobs()],  # list
+        ):
+            assert cut_in_flight(endpoint, read) == (read(), None)
+        assert store.get_job(job_id).running == 1
+
+        _, error = cut_in_flight(
+            endpoint, lambda: store.complete_item(job_id, 7, "w1", "answer", Usage())
+        )
+        assert isinstance(error, BackendUnavailable) and "Lost the connection" in str(error)
+        held = store.get_item(job_id, 7).item
+        assert (held.status, held.result) == ("running", None), "the held write never ran"
+
+        endpoint.target = free_port()  # nothing there: every connection is dropped at once
+        started = time.monotonic()
+        _, error = cut_in_flight(endpoint, lambda: store.get_job(job_id))
+        assert isinstance(error, BackendUnavailable), error
+        assert "Traceback" not in str(error) and len(str(error).splitlines()) == 1
+        assert 1.0 <= time.monotonic() - started < 5.0, "waited the failover wait, no longer"
+    finally:
+        store.close()
+
+
+def test_a_primary_with_min_replicas_to_write_that_lost_its_replica_is_waited_on_then_one_line(
+    tmp_path,
+):
+    """min-replicas-to-write 1 (docs/operations.md advises it): while the replica is gone the
+    primary refuses writes (NOREPLICAS); a write waits the failover wait for a replica, then
+    says so in one line, never an internal error; once a replica is back, writes go through."""
+    if shutil.which("redis-server") is None and not IN_CI:
+        pytest.skip("redis-server is not installed")
+    primary = Server(tmp_path / "p", "--min-replicas-to-write", "1").start()
+    replicas = [
+        Server(tmp_path / f"r{i}", "--replicaof", "127.0.0.1", str(primary.port)) for i in (1, 2)
+    ]
+    raw = redis.Redis(port=primary.port)
+    synced = lambda: raw.info("replication").get("min_slaves_good_slaves") == 1  # noqa: E731
+    replicas[0].start()
+    location = parse_backend_url(f"redis://127.0.0.1:{primary.port}/0?prefix=nr")
+    store = None
+    try:
+        wait_for(synced, message="the replica in sync")
+        store = RedisJobStore(connect_redis(location, failover_wait_s=1.0))
+        job_id = running_job(store, "norep1", ["a", "b"])
+        replicas[0].kill()
+        wait_for(lambda: not synced(), message="the primary without its replica")
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable) as refused:
+            store.claim_item(job_id, 0, "w1", lease_s=30, max_running=2)
+        assert 1.0 <= time.monotonic() - started < 5.0, "waited the failover wait, no longer"
+        (line,) = str(refused.value).splitlines()
+        assert "min-replicas-to-write" in line and "Traceback" not in line
+        assert store.get_job(job_id).running == 0, "the refused claim did not run"
+        replicas[1].start()
+        wait_for(synced, message="another replica in sync")
+        assert store.claim_item(job_id, 0, "w1", lease_s=30, max_running=2).index == 0
+    finally:
+        if store is not None:
+            store.close()
+        raw.close()
+        for server in (*replicas, primary):
+            server.kill()
 
 
 @pytest.mark.parametrize("wait_replicas", ["", "0"])
@@ -387,3 +536,78 @@ def test_an_answer_saved_waits_for_the_replica_and_says_when_it_did_not_come(
         assert store.get_job(job_id).completed == 3
     finally:
         backend.close()
+
+
+def sent_in_batches(fake_provider) -> Counter:
+    """How many batches created at the provider held each (job, item): by the custom_ids of
+    their input files (Message Batches' requests are kept as a file too)."""
+    sent: Counter = Counter()
+    for batch_id in fake_provider.batches.created:
+        batch = fake_provider.batches.batches[batch_id]
+        lines = fake_provider.batches.files[batch["input_file_id"]].read_text().splitlines()
+        for line in filter(None, lines):
+            _, job_id, _, index = json.loads(line)["custom_id"].split("-")
+            sent[job_id, int(index)] += 1
+    return sent
+
+
+def test_batch_ingests_on_both_protocols_through_kill_9_of_the_primary_answer_each_item_once(
+    cli, cluster, tmp_path, fake_provider
+):
+    """Two --batch jobs, one through OpenAI's Batch API and one through Anthropic's Message
+    Batches, each ingesting its batch's results on a worker of its own when the primary dies.
+    Each ingest rides out the failover and goes on, on the new primary; what the replica lacked
+    is ingested again from the provider's file. The provider's own count: one batch a job, each
+    item sent in one batch and answered once, nothing asked live."""
+    n = 1000
+    cli.env.update(HERMES_BULK_BACKEND=cluster.url(0), **POLL_FAST)
+    envs = {"openai": {}, "anthropic": {"HERMES_BULK_PROVIDER": "anthropic"}}
+    fake_provider.configure(batch_hold=True)  # both batches end together, once both are made
+    jobs = {}
+    for mark, env in envs.items():
+        src = batch_source(tmp_path, n, f"{mark}.jsonl", dict.fromkeys(range(n), mark))
+        jobs[mark] = cli.json(
+            "create", "Summarise", "--over", str(src), "--batch", "--fresh", "--json", **env
+        )["job_id"]
+        cli("run", jobs[mark], **env)
+    workers = [cli.spawn_worker("-w", "2", **env) for env in envs.values()]
+    store = broker.build_backend(cluster.url(0)).store
+    try:
+        wait_for(
+            lambda: len(fake_provider.batches.created) == 2, timeout=60, message="both batches"
+        )
+        fake_provider.configure(batch_hold=False)
+        wait_for(
+            lambda: all(store.get_job(j).completed > 50 for j in jobs.values()),
+            timeout=60,
+            interval=0.005,
+            message="both ingests under way",
+        )
+        cluster.kill_primary()
+        cut = {mark: store.get_job(j).completed for mark, j in jobs.items()}  # on the new primary
+        assert all(c < n for c in cut.values()), ("the primary died mid-ingest", cut)
+        for job_id in jobs.values():
+            wait_for(
+                lambda j=job_id: cli.status(j)["state"] == "completed",
+                timeout=90,
+                interval=0.2,
+                message="the job completed on the new primary",
+            )
+    finally:
+        store.close()
+    assert all(w.poll() is None for w in workers), outlived(cli, workers)
+    assert fake_provider.requests == [], "no item was asked live"
+    assert len(fake_provider.batches.created) == 2, "one batch a job: none bought twice"
+    sent = sent_in_batches(fake_provider)
+    answered = Counter(r.item for r in fake_provider.batches.lines if r.status == 200)
+    for mark, job_id in jobs.items():
+        contents = [json.dumps({"n": i, "mark": mark}) for i in range(n)]
+        rows = exported(cli, job_id)
+        assert [r["item"] for r in rows] == [f"line:{i + 1}" for i in range(n)]
+        assert [r["status"] for r in rows] == ["completed"] * n
+        assert [r["result"] for r in rows] == [expected_answer(c) for c in contents]
+        mine = {digest(c) for c in contents}
+        assert sorted(times for item, times in answered.items() if item in mine) == [1] * n
+        assert sorted(times for (job, _), times in sent.items() if job == job_id) == [1] * n, (
+            "each item sent in one batch"
+        )

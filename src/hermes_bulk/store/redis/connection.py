@@ -25,6 +25,7 @@ from .failover import (
     Demoted,
     RidingClient,
     SentinelPool,
+    TooFewReplicas,
     connection_class,
 )
 from .scripts import Scripts
@@ -86,6 +87,11 @@ class RedisConnection:
             return BackendUnavailable(
                 f"Redis at {self.where} is a replica now (a failover); no new primary answered "
                 "in time. Try again in a moment."
+            )
+        if isinstance(exc, TooFewReplicas):
+            return BackendUnavailable(
+                f"Redis at {self.where} refuses writes: fewer replicas in sync than its "
+                "min-replicas-to-write, for longer than the failover wait. Check the replicas."
             )
         what = "Lost the connection to" if lost else "Cannot reach"
         return BackendUnavailable(

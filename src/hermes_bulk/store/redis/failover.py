@@ -10,7 +10,13 @@ connection; nothing here discovers one.
 
 A command whose reply was lost in flight is not sent again: it may have run (a claim would take a
 second item, an answer be saved twice), and the caller decides, as after a restart (the pipeline
-saves an outcome again, which the store refuses once done; a lost claim's lease runs out).
+saves an outcome again, which the store refuses once done; a lost claim's lease runs out). A read
+(READS; a pipeline of nothing else) is sent again then too, within the same wait: it changed
+nothing, so an export, a status or a list cut by a failover goes on on the new primary.
+
+NOREPLICAS (the primary's min-replicas-to-write: too few replicas in sync) is a refusal too,
+waited on the same way: a replica that reconnects, or a failover's new primary that gains one,
+ends it.
 
 READONLY reaches these rules from a plain redis:// URL too (a managed endpoint that fails over by
 itself): the connection is dropped, and the next one finds whatever the endpoint names now. A
@@ -46,11 +52,50 @@ class Demoted(redis.ConnectionError):
     """The server answered READONLY: a failover made it a replica. The command did not run."""
 
 
+class TooFewReplicas(redis.ConnectionError):
+    """The primary answered NOREPLICAS: fewer replicas than its min-replicas-to-write are in
+    sync (one is gone, or a failover left the new primary without one). The write did not run
+    (a script is refused at its first write, before any effect)."""
+
+
+#: Commands that only read (no effect to repeat): one whose reply was lost is sent again. What
+#: the store, the ledger and Huey read; a command not named here is taken for a write.
+READS = frozenset(
+    {
+        *("PING", "ECHO", "TIME", "INFO", "DBSIZE", "EXISTS", "TYPE", "TTL", "PTTL", "SCAN"),
+        *("GET", "MGET", "STRLEN", "GETRANGE"),
+        *("HGET", "HMGET", "HGETALL", "HKEYS", "HVALS", "HLEN", "HEXISTS", "HSTRLEN", "HSCAN"),
+        *("LLEN", "LRANGE", "LINDEX"),
+        *("SCARD", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SSCAN"),
+        *("ZCARD", "ZCOUNT", "ZLEXCOUNT", "ZSCORE", "ZMSCORE", "ZRANK", "ZREVRANK", "ZSCAN"),
+        *("ZRANGE", "ZRANGEBYLEX", "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYLEX"),
+        *("ZREVRANGEBYSCORE", "XRANGE", "XREVRANGE", "XLEN"),
+    }
+)
+
+
+def is_read(args: tuple) -> bool:
+    """Whether a command (its name and arguments, as redis-py sends them) only reads."""
+    name = args[0] if args else ""
+    if isinstance(name, bytes):
+        name = name.decode("ascii", "replace")
+    return isinstance(name, str) and name.upper() in READS
+
+
+def read_rides(exc: Exception, *, sentinel: bool) -> bool:
+    """Whether a read that raised exc is sent again: whatever did_not_run sends again, and a
+    reply lost in flight (a closed or reset connection, a read that timed out), which a write's
+    is not. A refused connection on a plain URL is still a Redis down, said at once."""
+    if did_not_run(exc, sentinel=sentinel):
+        return True
+    return isinstance(exc, redis.ConnectionError | redis.TimeoutError) and not never_sent(exc)
+
+
 def did_not_run(exc: Exception, *, sentinel: bool) -> bool:
     """Whether a command that raised exc surely had no effect, so sending it again is safe: the
-    server refused it (READONLY, LOADING), or (through Sentinel, where a refused connection
-    means the primary is gone and another is coming) it never reached a server."""
-    if isinstance(exc, Demoted | redis.BusyLoadingError):
+    server refused it (READONLY, LOADING, NOREPLICAS), or (through Sentinel, where a refused
+    connection means the primary is gone and another is coming) it never reached a server."""
+    if isinstance(exc, Demoted | TooFewReplicas | redis.BusyLoadingError):
         return True
     return sentinel and never_sent(exc)
 
@@ -68,7 +113,8 @@ def never_sent(exc: Exception) -> bool:
 class _Demotable:
     """A connection that turns READONLY into Demoted, after dropping itself: the next command
     connects again, to whatever the endpoint (or the Sentinels) name now. redis-py's Sentinel
-    connection already drops itself, with a ConnectionError of its own, renamed here."""
+    connection already drops itself, with a ConnectionError of its own, renamed here. NOREPLICAS
+    becomes TooFewReplicas (the connection stays: the server is still the primary)."""
 
     def read_response(self, *args, **kwargs):
         try:
@@ -76,6 +122,12 @@ class _Demotable:
         except redis.ReadOnlyError:
             self.disconnect()
             raise Demoted("the server is a replica now (READONLY)") from None
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("NOREPLICAS"):
+                raise
+            raise TooFewReplicas(
+                "the primary refuses writes: too few replicas in sync (NOREPLICAS)"
+            ) from None
         except redis.ConnectionError as exc:
             if "previous master is now a slave" not in str(exc):
                 raise
@@ -133,8 +185,9 @@ class _Episode:
             if self.since is not None:
                 return
             self.since = time.monotonic()
-        reason = str(exc).rstrip(".")
-        log.warning("Redis: %s; waiting up to %.0f s (a failover or a restart)", reason, ride_out_s)
+        log.warning(
+            "Redis: %s; waiting up to %.0f s (a failover or a restart)", reason(exc), ride_out_s
+        )
 
     def through(self) -> None:
         with self.lock:
@@ -144,6 +197,15 @@ class _Episode:
 
 
 _EPISODE = _Episode()
+
+
+def reason(exc: Exception) -> str:
+    """Why a command waits, in a few words: redis-py's own text ("Error 111 connecting to
+    127.0.0.1:6380. Connection refused"), but for Sentinels that name no primary, whose text
+    holds the repr of every Sentinel client and its error (kilobytes of it)."""
+    if isinstance(exc, MasterNotFoundError):
+        return "the Sentinels name no primary"
+    return str(exc).splitlines()[0].rstrip(".")[:120] if str(exc) else type(exc).__name__
 
 
 def _ride(call, ride_out_s: float, sentinel: bool, rides):
@@ -183,27 +245,66 @@ class SentinelPool(SentinelConnectionPool):
 
 
 class RidingClient(redis.Redis):
-    """A client whose commands (scripts included) that surely did not run are sent again while a
-    failover lasts (did_not_run; ride_out_s, 0 until the first PING answered)."""
+    """A client whose commands (scripts included) that surely did not run, and reads whose reply
+    was lost, are sent again while a failover lasts (did_not_run, read_rides; ride_out_s, 0
+    until the first PING answered). Its pipelines of reads alone do the same."""
 
     ride_out_s = 0.0
     sentinel = False
 
     def execute_command(self, *args, **options):
         send = super().execute_command
+        read = is_read(args)
         return _ride(
             lambda: send(*args, **options),
             self.ride_out_s,
             self.sentinel,
-            self._rides,
+            lambda exc: self._rides(exc, read=read),
         )
 
-    def _rides(self, exc: Exception) -> bool:
+    def _rides(self, exc: Exception, *, read: bool = False) -> bool:
         if isinstance(exc, Demoted):
             # The other idle connections reach the demoted server too: drop them, so that a
             # script loaded after NOSCRIPT is loaded where it then runs (the new primary).
             self.connection_pool.disconnect(inuse_connections=False)
+        if read:
+            return read_rides(exc, sentinel=self.sentinel)
         return did_not_run(exc, sentinel=self.sentinel)
+
+    def pipeline(self, transaction=True, shard_hint=None) -> redis.client.Pipeline:
+        pipe = _RidingPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint
+        )
+        pipe.ride_out_s, pipe.sentinel = self.ride_out_s, self.sentinel
+        return pipe
+
+
+class _RidingPipeline(redis.client.Pipeline):
+    """A pipeline that, holding reads alone and no transaction, is sent again as a read is
+    (read_rides); any other is sent once, as redis-py sends it."""
+
+    ride_out_s = 0.0
+    sentinel = False
+
+    def execute(self, raise_on_error: bool = True) -> list:
+        stack = list(self.command_stack)
+        reads = not (self.transaction or self.explicit_transaction or self.watching) and all(
+            is_read(args) for args, _ in stack
+        )
+        if not (reads and stack and self.ride_out_s):
+            return super().execute(raise_on_error)
+        send = super().execute
+
+        def again() -> list:
+            self.command_stack = list(stack)  # a failed execute() reset the pipeline
+            return send(raise_on_error)
+
+        return _ride(
+            again,
+            self.ride_out_s,
+            self.sentinel,
+            lambda exc: read_rides(exc, sentinel=self.sentinel),
+        )
 
 
 def connection_class(tls: bool, sentinel: bool) -> type[redis.Connection]:
