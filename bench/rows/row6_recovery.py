@@ -24,9 +24,7 @@ TITLE = "recovery after kill -9 of every worker"
 def run(ctx: Context) -> RowResult:
     from hermes_bulk.fleet.broker import open_backend
 
-    lease, latency, conc, n, procs = (
-        (3.0, 0.1, 4, 40, 2) if ctx.quick else (30.0, 0.5, 16, 2000, 2)
-    )
+    lease, latency, conc, n, procs = (3.0, 0.1, 4, 40, 2) if ctx.quick else (30.0, 0.5, 16, 2000, 2)
     src = write_jsonl(ctx.dir("src") / "items.jsonl", n)
     provider = FakeProviderProc(latency_s=latency)
     cases = [
