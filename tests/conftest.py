@@ -245,9 +245,10 @@ class Cli:
         }
         return {**base, **self.env, **extra}
 
-    #: Commands a test uses as set-up, run in this process (tests/helpers.run_in_process): the
-    #: same cli.main, without a process start each (about 800 of them in the suite).
-    IN_PROCESS = frozenset({"create", "run"})
+    #: Commands run in this process (tests/helpers.run_in_process): the same cli.main, without
+    #: a process start each (about 1,000 of them in the suite, half a second of CPU each);
+    #: tests/test_harness.py holds each one's output and exit status equal to its process's.
+    IN_PROCESS = frozenset({"create", "run", "status", "list", "show", "pause", "export"})
 
     def __call__(
         self,

@@ -121,6 +121,26 @@ def test_create_and_run_in_process_answer_as_their_processes_do_and_leave_nothin
         == cli.status(ids[1], **extra)["state"]
         == "waiting_for_worker"
     )
+    # The other commands run here, each beside its own process, on the same job.
+    for args in (
+        ["status", ids[0]],
+        ["status", ids[0], "--json"],
+        ["show", ids[0], "2"],
+        ["export", ids[0], "--format", "jsonl", "--output", "-"],
+        ["list"],
+        ["status", "nosuchjob"],
+        ["pause", ids[0]],
+        ["pause", ids[0]],  # a wrong state: the same error either way
+    ):
+        here = cli(*args, check=False, **extra)
+        if args[0] == "pause" and here.returncode == 0:
+            cli("resume", ids[0], **extra)  # the same job paused again in its own process
+        there = cli(*args, check=False, process=True, **extra)
+        assert (here.returncode, here.stdout, here.stderr) == (
+            there.returncode,
+            there.stdout,
+            there.stderr,
+        ), args
     assert dict(os.environ) == environ
     assert {
         name: (list(lg.handlers), lg.level, lg.propagate)
