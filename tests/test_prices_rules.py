@@ -1,0 +1,119 @@
+"""A job's money as pure functions (jobs/prices.py), each figure beside its neighbour: cache
+writes capped by what is left of the input after cached reads, a price whose write rate is above,
+below or equal to its input rate, what status shows of the prompt cache, the worst case beside
+what is spent and reserved, a job whose projection is below what it was charged, a settled job
+beside one with items still running. tests/test_money.py holds the same through the CLI and
+workers; this file is in what `scripts/mutate prices` runs per mutant."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from hermes_bulk.jobs import prices
+from hermes_bulk.store.records import JobRecord, JobSpec, Usage, worst_case_nusd
+
+#: USD per million tokens: Claude's shape (a cache write at 1.25x input) and OpenAI's (none)
+CLAUDE = prices.Price(0.8, 4.0, 0.08, "s", cache_write_input=1.0)
+MINI = prices.Price(0.15, 0.6, 0.075, "s")
+
+
+def _job(price: prices.Price, **counts) -> JobRecord:
+    spec = JobSpec("j", "Do", "/s", "jsonl", 1, 0, price=price.as_dict(), max_output_tokens=100)
+    base = dict(
+        created_at=0, state="running", pause_reason=None, total=12, pending=0, running=0,
+        completed=12, failed=0, tokens_in=0, tokens_out=0, tokens_charged=0, tokens_reserved=0,
+        estimated_tokens=0, skipped=0, last_claim_at=None, run_at=None,
+    )  # fmt: skip
+    return JobRecord(spec, **{**base, **counts})
+
+
+def test_cache_writes_are_what_is_left_of_the_input_after_cached_reads():
+    # 100 in: 60 read from the cache, 50 said written: only 40 can have been.
+    assert CLAUDE.cost_nusd(100, 0, 60, 50) == round((60 * 0.08 + 40 * 1.0) * 1000)
+    assert CLAUDE.cost_nusd(100, 0, 60, 40) == CLAUDE.cost_nusd(100, 0, 60, 50)
+    assert CLAUDE.cost_nusd(100, 0, 60, 39) == round((1 * 0.8 + 60 * 0.08 + 39 * 1.0) * 1000)
+    # nothing said written: none at the write rate (the default, and priced's reading of None)
+    assert CLAUDE.cost_nusd(1000, 10) == round((1000 * 0.8 + 10 * 4.0) * 1000)
+    job = _job(CLAUDE)
+    for usage in (Usage(1000, 10, 0, tokens_written=None), Usage(1000, 10, None)):
+        assert prices.priced(job, "", usage, by_batch=False).cost_nusd == CLAUDE.cost_nusd(1000, 10)
+    written = prices.priced(job, "", Usage(1000, 10, 0, tokens_written=300), by_batch=False)
+    assert written.cost_nusd == round((700 * 0.8 + 300 * 1.0 + 10 * 4.0) * 1000)
+
+
+def test_the_write_rate_is_the_input_rate_unless_a_price_names_its_own():
+    assert MINI.write_rate == 0.15 and CLAUDE.write_rate == 1.0
+    cheaper = prices.Price(1.0, 2.0, 1.0, "s", cache_write_input=0.5)
+    assert cheaper.write_rate == 0.5
+
+
+@pytest.mark.parametrize(
+    ("price", "shown"),
+    [
+        (CLAUDE, "$0.80 in, $4.00 out per million tokens ($0.08 cached; $1.00 cache write; s)"),
+        (  # a write below the input rate is said too
+            prices.Price(1.0, 2.0, 1.0, "s", cache_write_input=0.5),
+            "$1.00 in, $2.00 out per million tokens ($0.50 cache write; s)",
+        ),
+        (  # equal rates, as separate floats (read from a file), say nothing more
+            prices.Price(float("2.5"), 8, float("2.5"), "s", cache_write_input=float("2.5")),
+            "$2.50 in, $8.00 out per million tokens (s)",
+        ),
+    ],
+)
+def test_a_price_says_its_cached_and_write_rates_only_where_they_differ(price, shown):
+    assert prices.describe(price) == shown
+
+
+def test_what_status_shows_of_the_prompt_cache():
+    cost = prices.job_cost(_job(CLAUDE, tokens_cached=2_000_000, tokens_written=1_000_000))
+    assert cost.cache_read == pytest.approx(0.16)  # 2M at $0.08
+    assert cost.cache_saved == pytest.approx(1.44)  # 2M at $0.80 - $0.08
+    assert cost.cache_written == pytest.approx(1.0)  # 1M at $1.00
+    none = prices.job_cost(_job(CLAUDE))
+    assert (none.cache_read, none.cache_saved, none.cache_written) == (0.0, 0.0, 0.0)
+    # a cached rate above the input rate (a provider's odd price): nothing saved, not a loss
+    odd = prices.Price(1.0, 2.0, 3.0, "s")
+    assert prices.job_cost(_job(odd, tokens_cached=1_000_000)).cache_saved == 0.0
+
+
+def test_the_worst_case_is_of_the_items_asked_and_never_below_what_is_spent_and_reserved():
+    # 12 items, 4 reused: the other 8 may bill their 100 output tokens each.
+    job = _job(MINI, worst_tokens=5_000, reused=4, cost_nusd=3_000, cost_reserved=2_000)
+    worst = worst_case_nusd(job.spec, 5_000, 8)
+    assert worst == round((4_200 * 0.15 + 800 * 0.6) * 1000)
+    assert prices.job_cost(job).worst_case == worst / 1e9
+    # spent and reserved past it (retries): that sum, not the worst case
+    over = dataclasses.replace(job, cost_nusd=worst, cost_reserved=2_000)
+    assert prices.job_cost(over).worst_case == (worst + 2_000) / 1e9
+    # a job made before worst cases were recorded has none
+    assert prices.job_cost(dataclasses.replace(job, worst_tokens=0)).worst_case is None
+
+
+def test_the_estimate_adds_nothing_for_a_job_charged_past_its_projection():
+    job = _job(MINI, pending=3, completed=9, estimated_tokens=100, tokens_charged=500, cost_nusd=7)
+    assert job.projected_tokens < job.tokens_charged
+    assert prices.job_cost(job).estimated == 7 / 1e9
+
+
+def test_a_job_with_items_running_is_not_settled_though_nothing_is_pending():
+    running = _job(MINI, running=2, completed=10, estimated_tokens=1_000, cost_nusd=7)
+    assert prices.job_cost(running).estimated > 7 / 1e9
+    settled = dataclasses.replace(running, running=0, completed=12)
+    assert prices.job_cost(settled).estimated == 7 / 1e9
+
+
+def test_what_is_unkept_is_shown_apart_and_a_job_cost_cannot_be_changed():
+    cost = prices.job_cost(_job(MINI, cost_nusd=5_000, cost_unkept=1_500))
+    assert (cost.spent, cost.unkept) == (5e-6, 1.5e-6)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cost.spent = 0.0  # type: ignore[misc]
+
+
+def test_the_price_database_records_the_cache_write_rate():
+    claude = prices._database_price("claude-3-5-haiku-latest", None, batch=False)
+    assert (claude.input, claude.cache_write_input) == (0.8, 1.0)
+    mini = prices._database_price("gpt-4o-mini", None, batch=False)
+    assert (mini.input, mini.cached_input, mini.cache_write_input) == (0.15, 0.075, 0.15)
