@@ -112,8 +112,15 @@ def server(monkeypatch):
     srv.server_close()
 
 
+def _read(protocol: str) -> str:
+    """The protocol as the settings give it: an equal string, not the constant itself."""
+    return "".join(list(protocol))
+
+
 def _check(server, model="fake-model", key=KEY, *, protocol=doctor.OPENAI, timeout_s=5.0):
-    report = doctor.check_endpoint(server.url, key, model, timeout_s=timeout_s, protocol=protocol)
+    report = doctor.check_endpoint(
+        server.url, key, model, timeout_s=timeout_s, protocol=_read(protocol)
+    )
     return report, {c.name: (c.mark, c.text) for c in report.checks}
 
 
@@ -362,7 +369,7 @@ def test_an_endpoint_that_cannot_be_reached_says_where_to_correct_it(server, pro
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    report = doctor.check_endpoint(url, KEY, "m", timeout_s=5, protocol=protocol)
+    report = doctor.check_endpoint(url, KEY, "m", timeout_s=5, protocol=_read(protocol))
     env = "ANTHROPIC_BASE_URL" if protocol == doctor.ANTHROPIC else "OPENAI_BASE_URL"
     assert [(c.name, c.mark, c.text) for c in report.checks] == [
         (

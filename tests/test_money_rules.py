@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from hermes_bulk.jobs import prices
+from hermes_bulk.jobs import prices, prompt
 from hermes_bulk.store.records import JobRecord, JobSpec, Usage, worst_case_nusd
 
 #: USD per million tokens: Claude's shape (a cache write at 1.25x input) and OpenAI's (none)
@@ -41,6 +41,11 @@ def test_cache_writes_are_what_is_left_of_the_input_after_cached_reads():
         assert prices.priced(job, "", usage, by_batch=False).cost_nusd == CLAUDE.cost_nusd(1000, 10)
     written = prices.priced(job, "", Usage(1000, 10, 0, tokens_written=300), by_batch=False)
     assert written.cost_nusd == round((700 * 0.8 + 300 * 1.0 + 10 * 4.0) * 1000)
+    # unreported: the estimate, as the store charges it, none of it at the write rate
+    guessed = prices.priced(job, "x" * 300, Usage(), by_batch=False)
+    estimate_in = prompt.estimate_tokens("x" * 300, "Do", 0)
+    assert guessed.cost_nusd == CLAUDE.cost_nusd(estimate_in, job.output_allowance)
+    assert guessed.cost_nusd == round((estimate_in * 0.8 + job.output_allowance * 4.0) * 1000)
 
 
 def test_the_write_rate_is_the_input_rate_unless_a_price_names_its_own():
@@ -105,11 +110,13 @@ def test_a_job_with_items_running_is_not_settled_though_nothing_is_pending():
     assert prices.job_cost(settled).estimated == 7 / 1e9
 
 
-def test_what_is_unkept_is_shown_apart_and_a_job_cost_cannot_be_changed():
+def test_what_is_unkept_is_shown_apart_and_prices_and_costs_cannot_be_changed():
+    """A price is recorded on a job and shared: none of these records can be changed."""
     cost = prices.job_cost(_job(MINI, cost_nusd=5_000, cost_unkept=1_500))
     assert (cost.spent, cost.unkept) == (5e-6, 1.5e-6)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        cost.spent = 0.0  # type: ignore[misc]
+    for record, field in ((cost, "spent"), (MINI, "input"), (prices.JobPrice(MINI), "price")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(record, field, None)
 
 
 def test_the_price_database_records_the_cache_write_rate():
