@@ -73,10 +73,14 @@ def test_a_price_says_its_cached_and_write_rates_only_where_they_differ(price, s
 
 
 def test_what_status_shows_of_the_prompt_cache():
-    cost = prices.job_cost(_job(CLAUDE, tokens_cached=2_000_000, tokens_written=1_000_000))
-    assert cost.cache_read == pytest.approx(0.16)  # 2M at $0.08
-    assert cost.cache_saved == pytest.approx(1.44)  # 2M at $0.80 - $0.08
-    assert cost.cache_written == pytest.approx(1.0)  # 1M at $1.00
+    sonnet = prices.Price(3.0, 15.0, 0.3, "s", cache_write_input=3.75)
+    cost = prices.job_cost(_job(sonnet, tokens_cached=2_000_000, tokens_written=1_500_000))
+    assert cost.cache_read == 2_000_000 * 0.3 / 1e6  # 2M at $0.30: $0.60
+    assert cost.cache_saved == 2_000_000 * 2.7 / 1e6  # 2M at $3.00 - $0.30: $5.40
+    assert cost.cache_written == 1_500_000 * 3.75 / 1e6  # 1.5M at $3.75: $5.625
+    assert (cost.cache_read, cost.cache_saved, cost.cache_written) == pytest.approx(
+        (0.6, 5.4, 5.625), rel=1e-12
+    )
     none = prices.job_cost(_job(CLAUDE))
     assert (none.cache_read, none.cache_saved, none.cache_written) == (0.0, 0.0, 0.0)
     # a cached rate above the input rate (a provider's odd price): nothing saved, not a loss
@@ -85,10 +89,10 @@ def test_what_status_shows_of_the_prompt_cache():
 
 
 def test_the_worst_case_is_of_the_items_asked_and_never_below_what_is_spent_and_reserved():
-    # 12 items, 4 reused: the other 8 may bill their 100 output tokens each.
-    job = _job(MINI, worst_tokens=5_000, reused=4, cost_nusd=3_000, cost_reserved=2_000)
-    worst = worst_case_nusd(job.spec, 5_000, 8)
-    assert worst == round((4_200 * 0.15 + 800 * 0.6) * 1000)
+    # 12 items, 3 reused: the other 9 may bill their 100 output tokens each.
+    job = _job(MINI, worst_tokens=5_000, reused=3, cost_nusd=3_000, cost_reserved=2_000)
+    worst = worst_case_nusd(job.spec, 5_000, 9)
+    assert worst == round((4_100 * 0.15 + 900 * 0.6) * 1000)
     assert prices.job_cost(job).worst_case == worst / 1e9
     # spent and reserved past it (retries): that sum, not the worst case
     over = dataclasses.replace(job, cost_nusd=worst, cost_reserved=2_000)
