@@ -12,7 +12,14 @@ import dataclasses
 import pytest
 
 from hermes_bulk.jobs import prices, prompt
-from hermes_bulk.store.records import JobRecord, JobSpec, Usage, worst_case_nusd
+from hermes_bulk.store.records import (
+    JobRecord,
+    JobSpec,
+    Usage,
+    claim_cost,
+    reserved_cost,
+    worst_case_nusd,
+)
 
 #: USD per million tokens: Claude's shape (a cache write at 1.25x input) and OpenAI's (none)
 CLAUDE = prices.Price(0.8, 4.0, 0.08, "s", cache_write_input=1.0)
@@ -128,3 +135,35 @@ def test_the_price_database_records_the_cache_write_rate():
     assert (claude.input, claude.cache_write_input) == (0.8, 1.0)
     mini = prices._database_price("gpt-4o-mini", None, batch=False)
     assert (mini.input, mini.cached_input, mini.cache_write_input) == (0.15, 0.075, 0.15)
+
+
+def _batch_spec(**kw) -> JobSpec:
+    """A batch job: it pays the batch price, its items answered live the list price."""
+    return JobSpec(
+        "j", "Do", "/s", "jsonl", 1, 0, mode="batch", price=MINI_BATCH.as_dict(),
+        list_price=MINI.as_dict(), max_output_tokens=100, **kw,
+    )  # fmt: skip
+
+
+MINI_BATCH = prices.Price(0.075, 0.3, 0.075, "s")
+
+
+def test_a_claim_reserves_at_the_price_it_pays_and_nothing_without_one():
+    live = JobSpec("j", "Do", "/s", "jsonl", 1, 0, price=MINI.as_dict(), max_output_tokens=100)
+    assert claim_cost(live, 1_000) == reserved_cost(1_000, 100, 0.15, 0.6)
+    assert claim_cost(live, 1_000) == round((900 * 0.15 + 100 * 0.6) * 1000)
+    batch = _batch_spec()
+    assert claim_cost(batch, 1_000) == reserved_cost(1_000, 100, 0.075, 0.3), "a batch's"
+    assert claim_cost(batch, 1_000, batch=True) == claim_cost(batch, 1_000)
+    assert claim_cost(batch, 1_000, batch=False) == reserved_cost(1_000, 100, 0.15, 0.6)
+    assert claim_cost(JobSpec("j", "Do", "/s", "jsonl", 1, 0), 1_000) == 0, "no price"
+    # input at the dearer of the input and the cache-write rate: an item may write it all
+    assert claim_cost(_job(CLAUDE).spec, 1_000) == reserved_cost(1_000, 100, 1.0, 4.0)
+
+
+def test_a_batch_jobs_worst_case_is_at_the_batch_price_and_no_items_cost_nothing():
+    batch = _batch_spec()
+    assert worst_case_nusd(batch, 5_000, 9) == reserved_cost(5_000, 900, 0.075, 0.3)
+    assert worst_case_nusd(batch, 500, 1) == reserved_cost(500, 100, 0.075, 0.3), "one item"
+    assert worst_case_nusd(batch, 5_000, 0) == 0
+    assert worst_case_nusd(JobSpec("j", "Do", "/s", "jsonl", 1, 0), 5_000, 9) == 0
