@@ -106,3 +106,20 @@ def test_only_keeps_the_named_functions_of_a_script_and_whole_scripts_by_file_na
     target["only"] = ["reserved_cost", "not_a_function"]
     with pytest.raises(SystemExit, match="not_a_function"):
         mutate.lua_in_only(target)
+
+
+def test_every_target_names_modules_tests_and_definitions_that_exist():
+    """A target whose module moved, whose test file was renamed or whose `only` names a function
+    that is gone fails here, not an hour into a mutation run."""
+    for name, target in mutate.load_targets().items():
+        modules = mutate.modules_of(target)
+        for path in [*modules, *target["tests"]]:
+            assert (ROOT / path).is_file(), (name, path)
+        if all(m.endswith(".lua") for m in modules):
+            mutate.lua_in_only(target)  # raises on a name no script defines
+            continue
+        names = set(target.get("only") or [])
+        found = set()
+        for module in modules:
+            found |= set(mutate.line_ranges((ROOT / module).read_text(), list(names)))
+        assert names <= found, (name, sorted(names - found))
