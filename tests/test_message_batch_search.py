@@ -8,6 +8,7 @@ project's loopback provider."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hermes_bulk.fleet import broker
+from hermes_bulk.providers.batch_api import BatchAnswerInvalid
 from hermes_bulk.providers.message_batches import LOCAL, MessageBatchApi
 from hermes_bulk.store.protocol import BatchRecord
 
@@ -164,3 +166,40 @@ def test_discard_removes_only_a_requests_file_that_upload_kept(api, tmp_path):
     assert other.exists() and bare.exists()
     api.discard(kept)
     assert not folder.joinpath("b1.requests.jsonl").exists()
+
+
+@pytest.mark.parametrize("has_more", ["missing", None, "true", 1])
+def test_a_page_that_does_not_say_true_for_more_is_the_last(api, has_more):
+    page = {"data": [_batch("msgbatch_a", 4)], "last_id": "msgbatch_a"}
+    if has_more != "missing":
+        page["has_more"] = has_more
+    api.server.pages = [page, {"data": [_batch("msgbatch_ours", 3)], "has_more": False}]
+    assert api.find(_record(3)) is None
+    assert len(api.server.asked) == 1
+
+
+def test_two_batches_that_fit_are_neither_adopted_and_the_log_says_so(api, caplog):
+    api.server.pages = [
+        {"data": [_batch("msgbatch_a", 3), _batch("msgbatch_b", 3)], "has_more": False}
+    ]
+    with caplog.at_level(logging.WARNING, logger="hermes_bulk.providers.message_batches"):
+        assert api.find(_record(3)) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "batch b1: 2 provider batches could be it; none is adopted"
+    ]
+    caplog.clear()
+    api.server.pages = [{"data": [_batch("msgbatch_a", 4)], "has_more": False}]
+    with caplog.at_level(logging.WARNING, logger="hermes_bulk.providers.message_batches"):
+        assert api.find(_record(3)) is None
+    assert caplog.records == [], "none fits: nothing to say"
+
+
+@pytest.mark.parametrize("folder", ["archive", "batches-old", "other"])
+def test_a_requests_file_outside_a_batches_folder_is_never_read(api, tmp_path, folder):
+    """Folders whose names sort before and after `batches`, and one that begins with it."""
+    path = tmp_path / folder / "b1.requests.jsonl"
+    path.parent.mkdir()
+    path.write_text("{}\n")
+    with pytest.raises(BatchAnswerInvalid, match="not on this machine"):
+        api.create(LOCAL + str(path), window="24h", metadata={})
+    assert path.exists() and api.server.asked == []
