@@ -78,7 +78,7 @@ def api(tmp_path, monkeypatch):
     server.server_close()
 
 
-NOW = time.time()
+NOW = float(int(time.time()))  # whole seconds: a creation time exactly at the skew's edge
 
 
 def _batch(batch_id: str, requests: int, *, age_s: float = 0.0, **fields) -> dict:
@@ -136,6 +136,18 @@ def test_a_search_stops_at_the_last_page_and_follows_one_that_has_more(api):
     assert "after_id=msgbatch_a" in api.server.asked[1]
 
 
+def test_a_batch_of_more_requests_than_small_numbers_is_found_by_its_count(api):
+    api.server.pages = [{"data": [_batch("msgbatch_ours", 300)], "has_more": False}]
+    assert api.find(_record(300)).id == "msgbatch_ours"
+
+
+@pytest.mark.parametrize(("age_s", "found"), [(360.0, True), (361.0, False)])
+def test_a_batch_created_at_the_clocks_skew_before_ours_is_still_a_candidate(api, age_s, found):
+    """Ours was opened 60 s ago; the skew allowed is 300 s: 360 s ago is the edge, 361 s past."""
+    api.server.pages = [{"data": [_batch("msgbatch_ours", 3, age_s=age_s)], "has_more": False}]
+    assert (api.find(_record(3)) is not None) is found
+
+
 def test_a_search_stops_at_a_batch_older_than_ours(api):
     api.server.pages = [
         {
@@ -166,6 +178,7 @@ def test_discard_removes_only_a_requests_file_that_upload_kept(api, tmp_path):
     assert other.exists() and bare.exists()
     api.discard(kept)
     assert not folder.joinpath("b1.requests.jsonl").exists()
+    api.discard(kept)  # already gone (the create removed it): nothing to do, no error
 
 
 @pytest.mark.parametrize("has_more", ["missing", None, "true", 1])
