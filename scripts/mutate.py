@@ -302,6 +302,56 @@ def lua_mutants(text: str) -> list[tuple[int, int, str, str]]:
     return found
 
 
+_LUA_FUNCTION = re.compile(r"^local function (\w+)\(")
+
+
+def lua_ranges(text: str, names: list[str]) -> dict[str, tuple[int, int]]:
+    """The lines of each top-level `local function NAME(` of a script that `names` lists, from
+    that line to the first line after it that is `end` alone (how every script of ours ends
+    one: a test holds the mutator to it)."""
+    found: dict[str, tuple[int, int]] = {}
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        match = _LUA_FUNCTION.match(line)
+        if match and match.group(1) in names:
+            last = next(
+                (n for n, rest in enumerate(lines[number:], number + 1) if rest.rstrip() == "end"),
+                len(lines),
+            )
+            found[match.group(1)] = (number, last)
+    return found
+
+
+def lua_in_only(target: dict) -> tuple[list[tuple], int]:
+    """The target's Lua mutants within its `only` (all of them without one): a name is a
+    top-level local function of a script, or a script's file name (the whole script); and how
+    many were left out."""
+    every = [
+        (module, *m)
+        for module in modules_of(target)
+        for m in lua_mutants((ROOT / module).read_text())
+    ]
+    names = list(target.get("only") or [])
+    if not names:
+        return every, 0
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    seen: set[str] = set()
+    for module in modules_of(target):
+        text = (ROOT / module).read_text()
+        if Path(module).name in names:
+            ranges[module] = [(1, len(text.splitlines()))]
+            seen.add(Path(module).name)
+            continue
+        found = lua_ranges(text, names)
+        ranges[module] = list(found.values())
+        seen |= set(found)
+    missing = sorted(set(names) - seen)
+    if missing:
+        raise SystemExit(f"mutate: `only` names what no script defines: {', '.join(missing)}")
+    kept = [m for m in every if any(a <= m[1] <= b for a, b in ranges[m[0]])]
+    return kept, len(every) - len(kept)
+
+
 def run_lua(
     name: str,
     target: dict,
@@ -311,16 +361,16 @@ def run_lua(
     only_mutants=None,
     killed_before: int = 0,
 ) -> dict[str, int]:
-    """Mutate each Lua module of the target one change at a time and run its tests on each."""
-    mutants = [
-        (module, *m)
-        for module in modules_of(target)
-        for m in lua_mutants((ROOT / module).read_text())
-    ]
+    """Mutate each Lua module of the target one change at a time and run its tests on each
+    (within the target's `only`: lua_in_only)."""
+    mutants, outside = lua_in_only(target)
     if only_mutants is not None:
         mutants = [m for m in mutants if m in only_mutants]
     if count_only:
-        print(f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants to run")
+        print(
+            f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants to run "
+            f"({outside} outside `only`: not run)"
+        )
         return {}
     work = Path(tempfile.mkdtemp(prefix=f"hermes-bulk-mutate-{name}-"))
     try:
@@ -397,9 +447,10 @@ def run_lua(
             if only_mutants is not None
             else ""
         )
+        left_out = f" ({outside} outside `only`: not run)" if outside else ""
         print(
-            f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants: {killed} killed, "
-            f"{len(survivors)} survived{broke}: score {score:.0%}{before} "
+            f"{name}: {', '.join(modules_of(target))}: {len(mutants)} mutants{left_out}: "
+            f"{killed} killed, {len(survivors)} survived{broke}: score {score:.0%}{before} "
             f"({time.monotonic() - started:.0f} s); mutation-reports/{name}{suffix}.txt"
         )
         for block in survivors[:3]:
@@ -442,15 +493,7 @@ def run(
     if all(module.endswith(".lua") for module in modules_of(target)):
         if survivors_only:
             again, killed_before = last_lua_survivors(name)
-            chosen = {
-                m
-                for m in [
-                    (module, *x)
-                    for module in modules_of(target)
-                    for x in lua_mutants((ROOT / module).read_text())
-                ]
-                if m in again
-            }
+            chosen = {m for m in lua_in_only(target)[0] if m in again}
             return run_lua(
                 name,
                 target,

@@ -191,7 +191,7 @@ class _Answers(BaseHTTPRequestHandler):
 @pytest.fixture
 def answers():
     server = ThreadingHTTPServer(("127.0.0.1", 0), type("Answers", (_Answers,), {}))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     yield server
     server.shutdown()
     server.server_close()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -74,3 +76,50 @@ def test_the_store_scripts_have_mutants_and_each_names_its_place_exactly():
         number = mutant[0]
         assert not lines[number - 1].lstrip().startswith("--")
         assert _applied(lines[number - 1], mutant) != lines[number - 1]
+
+
+def test_only_keeps_the_named_functions_of_a_script_and_whole_scripts_by_file_name():
+    text = (ROOT / "src/hermes_bulk/store/redis/lua/_job.lua").read_text()
+    lines = text.splitlines()
+    ranges = mutate.lua_ranges(text, ["reserved_cost", "usd_text", "no_such_function"])
+    assert set(ranges) == {"reserved_cost", "usd_text"}
+    for first, last in ranges.values():
+        assert lines[first - 1].startswith("local function ") and lines[last - 1] == "end"
+        assert not any(line == "end" for line in lines[first : last - 1]), "the first end"
+    target = {
+        "module": [
+            "src/hermes_bulk/store/redis/lua/_job.lua",
+            "src/hermes_bulk/store/redis/lua/set_sample.lua",
+        ],
+        "only": ["reserved_cost", "set_sample.lua"],
+    }
+    kept, outside = mutate.lua_in_only(target)
+    (first, last) = mutate.lua_ranges(text, ["reserved_cost"])["reserved_cost"]
+    sample = ROOT / "src/hermes_bulk/store/redis/lua/set_sample.lua"
+    assert {m for m in kept if m[0].endswith("set_sample.lua")} == {
+        ("src/hermes_bulk/store/redis/lua/set_sample.lua", *m)
+        for m in mutate.lua_mutants(sample.read_text())
+    }
+    in_job = [m for m in kept if m[0].endswith("_job.lua")]
+    assert in_job and all(first <= m[1] <= last for m in in_job)
+    assert outside == len(mutate.lua_mutants(text)) - len(in_job)
+    target["only"] = ["reserved_cost", "not_a_function"]
+    with pytest.raises(SystemExit, match="not_a_function"):
+        mutate.lua_in_only(target)
+
+
+def test_every_target_names_modules_tests_and_definitions_that_exist():
+    """A target whose module moved, whose test file was renamed or whose `only` names a function
+    that is gone fails here, not an hour into a mutation run."""
+    for name, target in mutate.load_targets().items():
+        modules = mutate.modules_of(target)
+        for path in [*modules, *target["tests"]]:
+            assert (ROOT / path).is_file(), (name, path)
+        if all(m.endswith(".lua") for m in modules):
+            mutate.lua_in_only(target)  # raises on a name no script defines
+            continue
+        names = set(target.get("only") or [])
+        found = set()
+        for module in modules:
+            found |= set(mutate.line_ranges((ROOT / module).read_text(), list(names)))
+        assert names <= found, (name, sorted(names - found))

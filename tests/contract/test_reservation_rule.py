@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from hermes_bulk.fleet import broker
 from hermes_bulk.store.protocol import (
     LEARN_AFTER,
     PAUSE_COST_LIMIT,
@@ -181,3 +182,39 @@ def test_an_answer_without_usage_is_charged_what_its_claim_held(store):
         assert store.complete_item(job_id, index, "w1", "a", usage)
     job = store.get_job(job_id)
     assert (job.tokens_charged, job.cost_nusd, job.cost_reserved) == (100 + 7, COST + 5_000, 0)
+
+
+def test_a_redis_job_begun_before_its_meta_held_the_output_bound_reads_it_from_its_spec(
+    redis_url, raw
+):
+    """A job begun by an older version keeps max_output_tokens and output_tokens_estimate in its
+    spec only (_job.lua's output_bound): its claims reserve as the fields would have had them."""
+    backend = broker.build_backend(redis_url)
+    try:
+        store = backend.store
+        bounded = make_job(
+            store, 1, estimate=100, max_output_tokens=40, max_cost=10**9, price=PRICE
+        )
+        older = make_job(
+            store, 1, estimate=100, output_tokens_estimate=10, max_cost=10**9, price=PRICE
+        )
+        for job_id in (bounded, older):
+            meta = store.keys.job(job_id)[0]
+            assert raw.hdel(meta, "max_output_tokens", "output_tokens_estimate") >= 1
+            claim(store, job_id)
+        assert store.get_job(bounded).cost_reserved == COST
+        assert store.get_job(older).cost_reserved == reserved_cost(100, 10, 1.0, 4.0)
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("nusd", [1, 2])
+def test_a_reservation_of_a_nano_dollar_or_two_is_held_and_given_back_whole(store, nusd):  # noqa: F811
+    """The smallest reservations: one item of one token at $0.001 or $0.002 a million."""
+    price = {"input": 0.001 * nusd, "output": 0.001 * nusd, "cached_input": 0.0, "source": "t"}
+    job_id = make_job(store, 2, estimate=1, max_output_tokens=1, max_cost=10**9, price=price)
+    assert reserved_cost(1, 1, 0.001 * nusd, 0.001 * nusd) == nusd
+    taken = claim(store, job_id)
+    assert store.get_job(job_id).cost_reserved == nusd
+    assert store.release_item(job_id, taken.index, "w1")
+    assert store.get_job(job_id).cost_reserved == 0, "given back whole"

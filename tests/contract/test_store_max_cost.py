@@ -112,6 +112,15 @@ def test_a_token_pause_comes_before_a_cost_one(store):
     assert store.get_job(job_id).pause_reason == PAUSE_TOKEN_LIMIT
 
 
+@pytest.mark.parametrize("max_tokens", [ESTIMATE, ESTIMATE + 1, 10**6])
+def test_a_token_cap_the_item_fits_leaves_the_cost_cap_to_pause(store, max_tokens):  # noqa: F811
+    """The neighbours: the item fits --max-tokens exactly, with a token to spare, far under it;
+    the cost does not fit, and the job pauses for the cost."""
+    job_id = priced_job(store, 2, NEED - 1, max_tokens=max_tokens)
+    assert claim(store, job_id) == ClaimRefused("cost_limit")
+    assert store.get_job(job_id).pause_reason == PAUSE_COST_LIMIT
+
+
 def test_without_a_limit_nothing_is_reserved_in_money(store):
     job_id = priced_job(store, 3, None)
     c = claim(store, job_id)
