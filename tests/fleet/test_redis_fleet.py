@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_job_created_here_is_processed_by_two_worker_processes_and_deleted_without_a_trace(
-    cli, redis_url, redis_server, tmp_path
+    cli, redis_url, redis_server, tmp_path, fake_provider
 ):
     src = tmp_path / "items.jsonl"
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(200)))
@@ -30,18 +30,23 @@ def test_a_job_created_here_is_processed_by_two_worker_processes_and_deleted_wit
     )["job_id"]
     cli("run", job_id, **env)
     port = free_port()
-    workers = [
-        cli.spawn_worker("-w", "4", "--metrics-port", str(port), **env),
-        cli.spawn_worker("-w", "4", **env),
-    ]
+    # Both workers hold requests before any answer but the first comes back, so each does part
+    # of the job whatever the machine's load (a process's first request goes alone).
+    fake_provider.hold(let_through=1)
+    workers = [cli.spawn_worker("-w", "4", "--metrics-port", str(port), **env)]
     try:
+        fake_provider.wait_held(4)
+        workers.append(cli.spawn_worker("-w", "4", **env))
+        fake_provider.wait_held(5)
+        fake_provider.release()
         wait_for(
             lambda: cli.status(job_id, **env)["state"] == "completed",
             timeout=120,
             message="completion",
         )
-        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        page = wait_for(lambda: _metrics(port), message="the first worker's metrics")
     finally:
+        fake_provider.release()
         for w in workers:
             w.send_signal(signal.SIGINT)
             w.wait(30)
@@ -65,6 +70,13 @@ def test_a_job_created_here_is_processed_by_two_worker_processes_and_deleted_wit
     ]  # no job's
     assert left == [], left
     r.close()
+
+
+def _metrics(port: int) -> str | None:
+    try:
+        return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    except OSError:  # its server not up yet
+        return None
 
 
 def test_an_unreachable_redis_is_one_line_and_exit_status_3(cli, tmp_path):
