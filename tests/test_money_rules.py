@@ -131,9 +131,9 @@ def test_what_is_unkept_is_shown_apart_and_prices_and_costs_cannot_be_changed():
 
 
 def test_the_price_database_records_the_cache_write_rate():
-    claude = prices._database_price("claude-3-5-haiku-latest", None, batch=False)
+    claude = prices.resolve("claude-3-5-haiku-latest", None, batch=False, setting="").price
     assert (claude.input, claude.cache_write_input) == (0.8, 1.0)
-    mini = prices._database_price("gpt-4o-mini", None, batch=False)
+    mini = prices.resolve("gpt-4o-mini", None, batch=False, setting="").price
     assert (mini.input, mini.cached_input, mini.cache_write_input) == (0.15, 0.075, 0.15)
 
 
