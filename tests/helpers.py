@@ -202,3 +202,11 @@ def running_job(store, job_id: str, contents: list[str], **spec_kw) -> str:
     store.finish_job(job_id)
     store.set_state(job_id, RUNNING, from_states=[NOT_STARTED])
     return job_id
+
+
+def without_proxies(monkeypatch) -> None:
+    """No proxy variable of the runner's reaches a client of the test: loopback is spoken to
+    directly, as a user without a proxy would."""
+    for scheme in ("http", "https", "all"):
+        for name in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY"):
+            monkeypatch.delenv(name, raising=False)

@@ -21,6 +21,8 @@ import pytest
 
 from hermes_bulk.providers import anthropic, doctor
 
+from .helpers import without_proxies
+
 KEY = "sk-doctor-test"
 #: The provider's own words in an error answer: they go to the log, never to the screen.
 PROVIDER_TEXT = "provider-says-" + "z" * 2500
@@ -96,15 +98,7 @@ def server(monkeypatch):
     # here) for all of them makes this file quick enough to run per mutant.
     _TLS or _TLS.append(httpx._config.create_ssl_context())  # noqa: SLF001
     monkeypatch.setattr(httpx._transports.default, "create_ssl_context", lambda **_: _TLS[0])  # noqa: SLF001
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    without_proxies(monkeypatch)
     srv = _Server()
     threading.Thread(target=srv.serve_forever, args=(0.02,), daemon=True).start()
     yield srv

@@ -21,6 +21,8 @@ from hermes_bulk.providers.batch_api import BatchAnswerInvalid
 from hermes_bulk.providers.message_batches import LOCAL, MessageBatchApi
 from hermes_bulk.store.protocol import BatchRecord
 
+from .helpers import without_proxies
+
 
 class _Pages(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -51,15 +53,7 @@ class _Server(ThreadingHTTPServer):
 
 @pytest.fixture
 def api(tmp_path, monkeypatch):
-    for name in (
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "ALL_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "all_proxy",
-    ):
-        monkeypatch.delenv(name, raising=False)
+    without_proxies(monkeypatch)
     server = _Server()
     threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     backend = broker.build_backend(f"sqlite:///{tmp_path / 'bulk.db'}")
