@@ -364,6 +364,17 @@ def _first_answers_of_a_fresh_process(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _no_secret_registered(monkeypatch):
+    """Each test starts with no secret registered for masking by value: in-process CLI runs and
+    Hypothesis-drawn settings register keys ("limit", "1234") that would mask words in a later
+    test's text, as one did in CI."""
+    from hermes_bulk import redact
+
+    monkeypatch.setattr(redact, "_values", frozenset())
+    monkeypatch.setattr(redact, "_by_value", None)
+
+
+@pytest.fixture(autouse=True)
 def _collect_after_each_test():
     """HERMES_BULK_TEST_GC=1: collect garbage at the end of every test, so an object it left
     unclosed (a socket, a file) warns in that test rather than in whichever test the collector

@@ -9,10 +9,12 @@ import dataclasses
 import pytest
 
 from hermes_bulk.fleet.liveness import interruption, stopped_gracefully
-from hermes_bulk.jobs.service import derive_state
+from hermes_bulk.jobs.service import derive_state, next_poll, shown_batches
 from hermes_bulk.store.records import (
+    BATCH_DONE,
     INTERRUPTED_ORPHANED,
     INTERRUPTED_WORKER_STOP,
+    BatchRecord,
     JobRecord,
     JobSpec,
 )
@@ -130,3 +132,27 @@ def test_no_time_recorded_counts_as_the_start_of_the_clock():
     never_claimed = job(interrupted=INTERRUPTED_WORKER_STOP, interrupted_at=0.0)
     assert stopped_gracefully(never_claimed), "a stop with no claim at all is graceful"
     assert interruption(job(run_at=None, last_claim_at=0.5)) == INTERRUPTED_ORPHANED
+
+
+@pytest.mark.parametrize(("completed", "closed"), [(4, True), (3, False)])
+def test_a_finished_job_shows_no_batch_open_and_one_item_short_keeps_it_open(completed, closed):
+    """Between a worker saving a batch's answers and closing the batch, the job is finished
+    beside a batch recorded open: status shows it ended, with no next poll."""
+    record = job(completed=completed, pending=4 - completed)
+    still_open = BatchRecord(
+        batch_id="b1", job_id="job1", status="completed", items=4, created_at=0.0, polled_at=9.0
+    )
+    done = BatchRecord(
+        batch_id="b0",
+        job_id="job1",
+        status=BATCH_DONE,
+        items=1,
+        created_at=0.0,
+        final_status="expired",
+    )
+    shown = shown_batches(record, [still_open, done])
+    assert shown[1] == done
+    assert (not shown[0].open) is closed
+    assert (next_poll(shown[0], poll_s=1.0) is None) is closed
+    if closed:
+        assert shown[0].final_status == "completed", "the provider's last word is kept"

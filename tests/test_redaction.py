@@ -12,15 +12,6 @@ import pytest
 
 from hermes_bulk import redact
 
-
-@pytest.fixture(autouse=True)
-def clean_registry(monkeypatch):
-    """Each test starts with no secret registered: other tests in this process register keys
-    and URLs (and Hypothesis-drawn values, "1234" among them) that would mask parts of these."""
-    monkeypatch.setattr(redact, "_values", frozenset())
-    monkeypatch.setattr(redact, "_by_value", None)
-
-
 SHORT = "plainpass.71"
 LONG = "plainpass.71!tail.of.the.longer.secret"
 

@@ -26,6 +26,7 @@ from ..fleet.liveness import Liveness, Unserved, answering, heartbeat_interval, 
 from ..providers.pacing import OpenGate, RequestGate, provider_key
 from ..store.protocol import (
     AWAITING_RECOVERY,
+    BATCH_DONE,
     FAILED,
     LEARN_AFTER,
     NOT_STARTED,
@@ -365,6 +366,18 @@ def next_poll(b: BatchRecord, poll_s: float | None) -> float | None:
     if not b.open or poll_s is None:
         return None
     return (b.polled_at or b.submitted_at or b.created_at) + poll_s
+
+
+def shown_batches(job: JobRecord, batches: list[BatchRecord]) -> list[BatchRecord]:
+    """A job's batches as `status` shows them. Once every item is answered no batch is open:
+    a worker ingests a batch's answers before it closes the batch, so in between the job is
+    finished beside a batch still recorded open, which will not be polled again."""
+    if not job.finished:
+        return batches
+    return [
+        replace(b, status=BATCH_DONE, final_status=b.final_status or b.status) if b.open else b
+        for b in batches
+    ]
 
 
 def _batch_dict(b: BatchRecord, poll_s: float | None) -> dict:
@@ -857,7 +870,9 @@ class Jobs:
             unserved=self.liveness.unserving_workers(job, answer),
             here=self._here(),
             max_concurrency_setting=self.settings.max_concurrency,
-            batches=self.store.list_batches(job.job_id) if job.spec.mode == "batch" else [],
+            batches=shown_batches(job, self.store.list_batches(job.job_id))
+            if job.spec.mode == "batch"
+            else [],
             poll_s=job.spec.batch_poll_s or self.settings.batch_poll_seconds
             if job.spec.mode == "batch"
             else None,
