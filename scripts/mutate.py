@@ -51,6 +51,7 @@ def test_env(work: Path) -> dict[str, str]:
         **os.environ,
         "PYTHONPATH": str(work / "src"),
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONPYCACHEPREFIX": "",  # no bytecode cached from scripts/test read for a mutant
         # A mutant needs the stateful test's verdict, not its smallest failing example.
         "HERMES_BULK_STATEFUL_SHRINK": "0",
     }
