@@ -139,6 +139,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "huey": {"fleet/tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
     "redis": {
         "store/redis/connection.py",
+        "store/redis/creation.py",
         "store/redis/durability.py",
         "store/redis/failover.py",
         "store/redis/jobs.py",
