@@ -10,6 +10,7 @@ from dataclasses import replace
 from ..protocol import Claim, ClaimRefused, Usage
 from . import codec
 from .connection import map_connection_errors
+from .item_state import ATTEMPTS, WAITS
 from .limits import ACQUIRE_TIMING_ARGS, turn_of
 from .scripts import call_job_script
 
@@ -45,8 +46,8 @@ class RedisClaims:
             origin=origin,
             offset=offset,
             stat_sig=stat_sig,
-            attempts=st.get("a", 0),
-            rate_limit_waits=st.get("w", 0),
+            attempts=st.get(ATTEMPTS, 0),
+            rate_limit_waits=st.get(WAITS, 0),
         )
 
     def complete_and_claim(

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-from ..protocol import CREATING, PENDING, RUNNING, ItemDetail, ItemRecord, JobRecord, spread
+from ..protocol import CREATING, RUNNING, ItemDetail, ItemRecord, JobRecord, spread
 from . import codec
 from .connection import map_connection_errors
+from .item_state import item_record, parse_state
 from .keys import BUCKET_ITEMS
 
 #: Job ids read per round trip when walking an index.
@@ -137,8 +138,8 @@ class RedisReads:
             ):
                 if head is None:
                     continue
-                record = self._item_record(
-                    index, codec.text(name), codec.parse_state(state, meta), result
+                record = item_record(
+                    index, codec.text(name), parse_state(state, meta), codec.stored_text(result)
                 )
                 if with_content:
                     record = replace(
@@ -157,27 +158,10 @@ class RedisReads:
         _, field = codec.parse_head(head)
         # No content: dropped when the item completed (protocol.drops_content).
         content = self.r.hget(self.keys.job_key(job_id, "contents"), field)
-        record = self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
-        return ItemDetail(record, codec.stored_text(content), codec.content_hash_of(field))
-
-    @staticmethod
-    def _item_record(index: int, name: str, st: dict, result) -> ItemRecord:
-        return ItemRecord(
-            index=index,
-            name=name,
-            status=st.get("s", PENDING),
-            result=codec.stored_text(result),
-            error_type=st.get("et"),
-            http_status=st.get("hs"),
-            error_message=st.get("em"),
-            tokens_in=st.get("ti", 0),
-            tokens_out=st.get("to", 0),
-            attempts=st.get("a", 0),
-            provider=st.get("pv"),
-            model=st.get("md"),
-            reused_from=(st["rj"], st["ri"]) if "rj" in st else None,
-            cost_nusd=int(st.get("c") or 0),
+        record = item_record(
+            index, codec.text(name), parse_state(state, meta), codec.stored_text(result)
         )
+        return ItemDetail(record, codec.stored_text(content), codec.content_hash_of(field))
 
     def find_item(self, job_id: str, name: str) -> int | None:
         # No index on names: the names buckets are read FIND_BUCKETS a round trip, lowest first.
@@ -203,7 +187,9 @@ class RedisReads:
             job_id, ("items", "names", "states", "results"), indexes
         )
         return [
-            self._item_record(index, codec.text(name), codec.parse_state(state, meta), result)
+            item_record(
+                index, codec.text(name), parse_state(state, meta), codec.stored_text(result)
+            )
             for index, head, name, state, result in zip(
                 indexes, heads, names, states, results, strict=True
             )

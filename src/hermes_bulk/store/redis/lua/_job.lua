@@ -98,10 +98,10 @@ local function intern(name)
   return id
 end
 
--- An item's changing fields; absent means a fresh pending item. Stored short (under 64 bytes,
--- the listpack's value limit): the status as a digit (STATUS_CODE), provider and model
--- interned, counts that are 0 left out.
-local ZERO_OMITTED = {'a', 'w', 'r', 'ti', 'to'}
+-- An item's changing fields (st.s, st.a, ...: their legend is store/redis/item_state.py); absent
+-- means a fresh pending item. Stored short (under 64 bytes, the listpack's value limit): the
+-- status as a digit (STATUS_CODE), provider and model interned, the counts in ZERO_OMITTED
+-- (item_state.py) left out at 0.
 local function item_state(idx)
   local raw = redis.call('HGET', at('states', idx), idx)
   if not raw then return {s = S_PENDING, a = 0, w = 0, r = 0} end

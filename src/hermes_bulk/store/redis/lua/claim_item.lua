@@ -7,6 +7,7 @@
 -- token_limit, cost_in_flight, cost_limit, sample_done: the job's run --sample has settled, and it paused),
 -- else {'ok', job (HGETALL of META before the claim), index, content hash, name, source (JSON
 -- [origin, offset, stat_sig]), state JSON or false, content}.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local flat = redis.call('HGETALL', META)
 if #flat == 0 then return {'no_job'} end
 local job = {}

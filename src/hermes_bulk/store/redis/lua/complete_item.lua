@@ -13,6 +13,7 @@
 -- points the item's answer key at it.
 -- Returns 1, or 0 when worker_id does not hold the item (a completed item is never
 -- completed again: it has no owner).
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local idx = ARGV[1]
 need_buckets(with_duplicates(idx))
 if not owned_by(idx, ARGV[2]) then return 0 end

@@ -5,6 +5,7 @@
 -- ARGV[6] the owner prefix of batch items ("batch:")   ARGV[7] job id
 -- ARGV[8] take_from: a worker the caller found dead, whose preparing lease is taken at once ('' = none)
 -- Returns {reason} when refused, else {'ok', batch record JSON}.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local BATCHES, BATCHED = KEYS[14], KEYS[15]
 local flat = redis.call('HGETALL', META)
 if #flat == 0 then return {'no_job'} end
