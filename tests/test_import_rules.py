@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "store.protocol",
             "store.records",
             "store.limits_math",
+            "store.claim_rule",
             "store.sqlite",
             "store.redis",
             "budget",

@@ -23,22 +23,14 @@ class RedisEvents:
                 keys=self.keys.job(job_id), args=[skipped, *codec.event_args(events)]
             )
 
-    def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
+    def list_events(self, job_id: str, limit: int = 100, *, item: int | None = None) -> list[Event]:
         if limit <= 0:
             return []
-        return [
-            codec.parse_event(e)
-            for e in self.r.lrange(self.keys.job_key(job_id, "events"), -limit, -1)
+        events = self.keys.job_key(job_id, "events")
+        if item is None:
+            return [codec.parse_event(e) for e in self.r.lrange(events, -limit, -1)]
+        # No index on an item's events: the job's kept events, read whole.
+        mine = [
+            e for e in map(codec.parse_event, self.r.lrange(events, 0, -1)) if e.item_index == item
         ]
-
-    def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
-        if limit <= 0:
-            return []
-        events = [
-            e
-            for e in map(
-                codec.parse_event, self.r.lrange(self.keys.job_key(job_id, "events"), 0, -1)
-            )
-            if e.item_index == index
-        ]
-        return events[-limit:]
+        return mine[-limit:]

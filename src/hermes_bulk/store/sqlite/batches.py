@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from ..claim_rule import fits_sql
 from ..compression import unpack
 from ..protocol import (
     BATCH_DONE,
@@ -112,8 +113,9 @@ class SqliteBatches:
             " (ORDER BY idx) AS cum_cost FROM c)"
             " UPDATE items SET status = :claimed, owner = :owner, lease_until = :until,"
             " reserved = s.r, reserved_cost = s.rc FROM s WHERE items.job_id = :job AND"
-            " items.idx = s.idx AND (:max_tokens IS NULL OR :tokens_used + s.cum <="
-            " :max_tokens) AND (:max_cost IS NULL OR :cost_used + s.cum_cost <= :max_cost)",
+            " items.idx = s.idx AND "
+            f"{fits_sql(':tokens_used', 's.cum', ':max_tokens')} AND "
+            f"{fits_sql(':cost_used', 's.cum_cost', ':max_cost')}",
             {
                 **limits(job, batch=True),
                 "job": job_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from ..claim_rule import IN_FLIGHT, LIMIT, fits, refusal
 from ..compression import unpack
 from ..protocol import (
     CLAIMED,
@@ -181,9 +182,10 @@ class SqliteClaims:
             return ClaimRefused("no_pending")
         idx, estimate = row[0], row[1]
         limit = job.spec.max_tokens
-        if limit is not None and job.tokens_charged + job.tokens_reserved + estimate > limit:
-            if job.tokens_charged + estimate <= limit:
-                return ClaimRefused("tokens_in_flight")
+        tokens = refusal(job.tokens_charged, job.tokens_reserved, estimate, limit)
+        if tokens == IN_FLIGHT:
+            return ClaimRefused("tokens_in_flight")
+        if tokens == LIMIT:
             return self._pause_at_limit(
                 conn,
                 job,
@@ -196,7 +198,7 @@ class SqliteClaims:
         max_cost = job.spec.max_cost
         if max_cost is not None:
             need = reserved_cost(estimate, job.spec.output_bound, params["rin"], params["rout"])
-            if job.cost_nusd + need > max_cost:
+            if not fits(job.cost_nusd, need, max_cost):
                 message = cost_limit_reached(job.cost_nusd, need, idx, max_cost)
                 return self._pause_at_limit(conn, job, PAUSE_COST_LIMIT, message, idx)
         return ClaimRefused("cost_in_flight")

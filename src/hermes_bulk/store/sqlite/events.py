@@ -26,18 +26,13 @@ class SqliteEvents:
             ],
         )
 
-    def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
+    def list_events(self, job_id: str, limit: int = 100, *, item: int | None = None) -> list[Event]:
+        where, params = ("job_id = ?", (job_id,))
+        if item is not None:
+            where, params = ("job_id = ? AND item_idx = ?", (job_id, item))
         rows = self.db.read(
             "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
-            " WHERE job_id = ? ORDER BY id DESC LIMIT ?",
-            (job_id, limit),
-        )
-        return [Event(*r) for r in reversed(rows)]
-
-    def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
-        rows = self.db.read(
-            "SELECT kind, message, item_idx, error_type, http_status, at FROM events"
-            " WHERE job_id = ? AND item_idx = ? ORDER BY id DESC LIMIT ?",
-            (job_id, index, limit),
+            f" WHERE {where} ORDER BY id DESC LIMIT ?",
+            (*params, limit),
         )
         return [Event(*r) for r in reversed(rows)]

@@ -31,11 +31,11 @@ local now = now_ms()
 
 -- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while
 -- reservations are in flight (they may settle for less); the job pauses only when the item
--- would not fit beside what is charged alone (as SqliteJobStore._refuse_claim).
+-- would not fit beside what is charged alone (store/claim_rule.py; SQLite: sqlite/claims.py).
 if job.max_tokens ~= '' then
   local limit = tonumber(job.max_tokens)
   local charged, reserved = tonumber(job.tokens_charged), tonumber(job.tokens_reserved)
-  if charged + reserved + estimate > limit then
+  if not fits(charged + reserved, estimate, limit) then
     return refuse_over_limit(now, charged, estimate, idx, limit)
   end
 end
@@ -45,7 +45,7 @@ local max_cost, rates = cost_limit(job)
 if max_cost then
   cost = reserved_cost(estimate, output_bound(job), rates[1], rates[2])
   local spent = tonumber(job.cost or '0')
-  if spent + tonumber(job.cost_reserved or '0') + cost > max_cost then
+  if not fits(spent + tonumber(job.cost_reserved or '0'), cost, max_cost) then
     return refuse_over_cost(now, spent, cost, idx, max_cost)
   end
 end

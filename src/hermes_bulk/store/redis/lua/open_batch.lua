@@ -46,14 +46,14 @@ local hold_until = now + tonumber(ARGV[5])
 local taken, reserved = 0, 0
 for _, idx in ipairs(idxs) do
   local estimate = item_head(idx)  -- its worst case, as claim_item reserves it
-  if limit and used + estimate > limit then
+  if limit and not fits(used, estimate, limit) then
     if taken > 0 then break end
     return refuse_over_limit(now, charged, estimate, idx, limit)
   end
   local cost = 0
   if max_cost then
     cost = reserved_cost(estimate, out_bound, rates[3], rates[4])
-    if spent_and_held + cost > max_cost then
+    if not fits(spent_and_held, cost, max_cost) then
       if taken > 0 then break end
       return refuse_over_cost(now, spent, cost, idx, max_cost)
     end
