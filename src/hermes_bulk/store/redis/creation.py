@@ -95,7 +95,7 @@ class RedisCreation:
                     hits, pipe.execute(), strict=True
                 ):
                     if text is not None:  # passed on as stored (compressed or not)
-                        # an answer recorded before costs were kept has none
+                        # an entry without a cost (three fields) spent nothing known
                         spent = int(cost[0]) if cost else 0
                         answers[key] = (job, int(idx), int(float(tokens)), spent, text)
         args: list = []

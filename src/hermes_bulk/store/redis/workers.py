@@ -79,7 +79,7 @@ class RedisWorkers:
 
     def item_owners(self) -> dict[str, int]:
         # Counted in Redis (item_owners.lua): every maintenance pass asks, while batches may
-        # hold a whole job's items; reading them here made a worker's heap grow with them.
+        # hold a whole job's items, which read here would grow a worker's heap with them.
         owners: dict[str, int] = {}
         for flat in self._each_active_job(self.lua.item_owners, []).values():
             for owner, n in zip(flat[::2], flat[1::2], strict=True):

@@ -64,7 +64,7 @@ class SqliteCreation:
                 min(it.index for it in items),
                 max(it.index for it in items),
                 reuse=reuse is None or bool(reuse),
-            )  # a spec from before reuse reuses too
+            )  # a spec without `reuse` reuses
             # An item completed from an earlier answer is never processed, so where the job drops
             # a completed item's content (complete_item) its bytes are not stored at all. Any other
             # item with that content stores them itself (INSERT OR IGNORE), in this batch or a later

@@ -45,7 +45,7 @@ class SqliteWorkers:
             return [WorkerInfo(*r) for r in rows]
         held: dict[str, list[tuple[str, int]]] = {}
         # INDEXED BY: for the ORDER BY the planner would rather walk the primary key, every item
-        # of every job (0.12 s at a million), than sort the few running ones. Only the listed
+        # of every job, than sort the few running ones. Only the listed
         # workers' items: a provider batch's (owner "batch:…", up to 50,000) are no worker's.
         for owner, job_id, idx in self.db.read(
             "SELECT owner, job_id, idx FROM items INDEXED BY items_owned WHERE status = "
