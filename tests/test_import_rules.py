@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "store.protocol",
             "store.records",
             "store.limits_math",
+            "store.claim_rule",
             "store.sqlite",
             "store.redis",
             "budget",
@@ -139,6 +140,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "huey": {"fleet/tasks.py", "store/sqlite/queue.py", "store/redis/queue.py"},
     "redis": {
         "store/redis/connection.py",
+        "store/redis/creation.py",
         "store/redis/durability.py",
         "store/redis/failover.py",
         "store/redis/jobs.py",

@@ -15,7 +15,7 @@ import json
 import pytest
 import redis
 
-from hermes_bulk.store.redis.codec import STATUS_CODES
+from hermes_bulk.store.redis.item_state import STATUS_CODES
 from hermes_bulk.store.redis.keys import BUCKET_ITEMS, ITEM_FAMILIES, RedisKeys
 
 from .contract.conftest import prefix_of

@@ -321,7 +321,7 @@ def test_a_429_waits_its_retry_after_for_every_worker_and_uses_no_retry(
     assert clock.sleeps[:3] == [3.0, 4.0, 2.0]
     done = item(backend.store, job)
     assert done.status == COMPLETED and done.attempts == 1, "the 429s used none of the one retry"
-    events = [e for e in backend.store.item_events(job, 0) if "429" in e.message]
+    events = [e for e in backend.store.list_events(job, item=0) if "429" in e.message]
     assert len(events) == 2 and {(e.error_type, e.http_status) for e in events} == {
         ("RateLimitError", 429)
     }
@@ -546,7 +546,9 @@ def test_an_endpoint_nobody_reaches_retries_without_using_retries_until_the_brea
     back = item(backend.store, job)
     assert (back.status, back.attempts) == (PENDING, 0)
     kept = [
-        e for e in backend.store.item_events(job, 0) if "not counted against retries" in e.message
+        e
+        for e in backend.store.list_events(job, item=0)
+        if "not counted against retries" in e.message
     ]
     assert len(kept) == 2
 

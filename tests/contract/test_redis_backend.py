@@ -26,7 +26,7 @@ from hermes_bulk.store.protocol import (
     Usage,
     WorkerInfo,
 )
-from hermes_bulk.store.redis.jobs import RETRY_BATCH_ITEMS
+from hermes_bulk.store.redis.job_state import RETRY_BATCH_ITEMS
 from hermes_bulk.store.redis.keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
 from hermes_bulk.store.redis.scripts import call_job_script
 from tests.conftest import RedisServer, free_port

@@ -39,7 +39,7 @@ from hermes_bulk.store.protocol import (
     NewItem,
     Usage,
 )
-from hermes_bulk.store.redis import jobs as redis_jobs
+from hermes_bulk.store.redis import job_state as redis_job_state
 from hermes_bulk.store.sqlite.database import SqliteDatabase
 
 from .conftest import prefix_of
@@ -234,7 +234,7 @@ def fail_all(store, job_id: str, n: int) -> None:
 def test_a_retry_cut_off_between_batches_adds_up_and_the_next_retry_moves_the_rest(
     rstore, monkeypatch
 ):
-    monkeypatch.setattr(redis_jobs, "RETRY_BATCH_ITEMS", 2)
+    monkeypatch.setattr(redis_job_state, "RETRY_BATCH_ITEMS", 2)
     job_id = make_job(rstore, 5)
     fail_all(rstore, job_id, 5)
     real, calls = rstore.lua.retry_failed, []

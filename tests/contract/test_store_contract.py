@@ -256,12 +256,12 @@ def test_one_item_is_read_by_index_and_found_by_name(store):
     assert (store.find_item(job_id, "item-4"), store.find_item(job_id, "item-9")) == (4, None)
     assert store.item_names(job_id, [4, 0, 4, 99]) == {0: "item-0", 4: "item-4"}
     assert store.item_names(job_id, []) == {}
-    events = store.item_events(job_id, 2)
+    events = store.list_events(job_id, item=2)
     assert [(e.kind, e.http_status, e.message) for e in events] == [
         ("attempt_failed", 503, "the provider answered HTTP 503")
     ]
-    assert [e.message for e in store.item_events(job_id, 3)] == ["about item 4"]
-    assert store.item_events(job_id, 1) == []
+    assert [e.message for e in store.list_events(job_id, item=3)] == ["about item 4"]
+    assert store.list_events(job_id, item=1) == []
 
 
 # Claims --------------------------------------------------------------------------------------
@@ -515,7 +515,8 @@ def test_attempts_and_rate_limit_waits_are_counted_per_item(store):
     ]
     # Each event keeps its item, error type and HTTP status, as `events` shows them.
     assert [
-        (e.item_index, e.error_type, e.http_status) for e in store.item_events(job_id, again.index)
+        (e.item_index, e.error_type, e.http_status)
+        for e in store.list_events(job_id, item=again.index)
     ][-2:] == [(again.index, "TransientError", 503), (again.index, "RateLimitError", 429)]
 
 
@@ -552,7 +553,7 @@ def test_a_failed_attempt_is_counted_and_settled_in_one_step(store):
         0,
     )
     assert store.settle_failed_attempt(job_id, 1, "stranger", e, retries=2) == -1
-    assert [ev.kind for ev in store.item_events(job_id, 0)] == ["attempt_failed"] * 3 + [
+    assert [ev.kind for ev in store.list_events(job_id, item=0)] == ["attempt_failed"] * 3 + [
         "item_failed"
     ]
 

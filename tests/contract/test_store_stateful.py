@@ -1242,7 +1242,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.list_events(self.job_id, limit=len(want)) == want
         for index in {e.item_index for e in events if e.item_index is not None}:
             mine = [e for e in want if e.item_index == index]
-            assert self.store.item_events(self.job_id, index, limit=len(mine)) == mine
+            assert self.store.list_events(self.job_id, limit=len(mine), item=index) == mine
 
     @precondition(has_job)
     @rule(pick=st.integers(0, MAX_ITEMS))

@@ -909,7 +909,7 @@ class Jobs:
             job=job,
             detail=detail,
             messages=messages,
-            attempts=self.store.item_events(job.job_id, detail.item.index),
+            attempts=self.store.list_events(job.job_id, item=detail.item.index),
         )
 
     def failed_items(self, job_id: str, limit: int) -> list[ItemRecord]:

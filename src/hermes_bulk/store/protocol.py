@@ -146,8 +146,9 @@ class JobStore(Protocol):
         with_content: each record also holds the content the item was given (export
         --with-input)."""
 
-    def list_events(self, job_id: str, limit: int = 100) -> list[Event]:
-        """The newest events of a job, oldest first."""
+    def list_events(self, job_id: str, limit: int = 100, *, item: int | None = None) -> list[Event]:
+        """The newest events of a job, oldest first; with `item`, of that item (by index) only
+        (on Redis, among the job's kept events)."""
 
     def get_item(self, job_id: str, index: int) -> ItemDetail | None:
         """One item by index, with its result and content; None if the job or index is unknown."""
@@ -164,9 +165,6 @@ class JobStore(Protocol):
     def item_names(self, job_id: str, indexes: Iterable[int]) -> dict[int, str]:
         """The names of these items (unknown indexes are left out): one read for a page of
         events."""
-
-    def item_events(self, job_id: str, index: int, limit: int = 100) -> list[Event]:
-        """The newest events of one item, oldest first (on Redis, among the job's kept events)."""
 
     # Job state -----------------------------------------------------------------------------
     def set_state(

@@ -7,7 +7,16 @@
     keys.py        the key schema: every key name, and what each holds
     scripts.py     the Lua scripts (lua/<operation>.lua), registered once per client
     codec.py       records as they are stored in hashes, lists and script replies
-    jobs.py        RedisJobStore (store/protocol.py JobStore)
+    jobs.py        RedisJobStore (store/protocol.py JobStore), made of one room per concept, the
+                   same rooms as the SQLite store's:
+      creation.py   begin a job, add its items, finish it, delete it
+      reads.py      jobs and items read back
+      events.py     a job's history
+      job_state.py  run, pause and resume moves, interruptions, settings, retries, the sample
+      claims.py     an item to a worker under the job's limits, lease renewal
+      settling.py   a claimed item completed, failed, released or taken back
+      batches.py    provider batches
+      workers.py    heartbeats and who holds what
     limits.py      RedisLimits (store/protocol.py SharedLimits)
     queue.py       Huey's RedisHuey queues, on the store's pool
 

@@ -8,13 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from ..protocol import (
-    BATCH_FIELDS,
-    BATCH_OWNER_PREFIX,
-    BatchItem,
-    BatchRecord,
-    ClaimRefused,
-)
+from ..protocol import BATCH_FIELDS, BATCH_OWNER_PREFIX, BatchItem, BatchRecord, ClaimRefused
 from . import codec
 
 

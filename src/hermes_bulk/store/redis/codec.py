@@ -1,6 +1,7 @@
 """Records as the Redis store keeps them: hash fields, list entries, script arguments and replies.
 
-The layouts are in keys.py; the Lua scripts read the same fields.
+The layouts are in keys.py, an item's state fields in item_state.py; the Lua scripts read the
+same fields.
 """
 
 from __future__ import annotations
@@ -12,12 +13,7 @@ from dataclasses import replace
 
 from ..compression import pack, unpack
 from ..protocol import (
-    CLAIMED,
-    COMPLETED,
     CREATING,
-    FAILED,
-    PENDING,
-    WAITING,
     Event,
     JobRecord,
     JobSpec,
@@ -26,9 +22,6 @@ from ..protocol import (
 )
 from ..protocol import cost_rates as records_cost_rates
 
-#: An item's status in its stored state: a digit, not the word (a state stays short).
-STATUS_CODES = {PENDING: 0, CLAIMED: 1, COMPLETED: 2, FAILED: 3, WAITING: 4}
-_STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
 #: A 128-bit hash spelled in hex ("b2:" + 32 digits for contents, 32 digits for answer keys) is
 #: stored as its 16 bytes: a content hash behind a NUL byte (no text hash starts with one), so
 #: it reads back as it was given; an answer key is only ever looked up, never read back.
@@ -164,19 +157,6 @@ def parse_source(raw: bytes) -> tuple[str, int, str]:
     """(origin, offset, stat_sig) of a sources record."""
     origin, offset, stat_sig = json.loads(raw)
     return origin, offset, stat_sig
-
-
-def parse_state(raw: bytes | None, meta: dict[str, str]) -> dict:
-    """An item's state (absent: a fresh pending item), its status a word again and provider
-    and model names again: a state holds them as numbers that META's "n:<id>" fields name
-    (_job.lua: intern)."""
-    st = json.loads(raw) if raw else {}
-    if isinstance(st.get("s"), int):
-        st["s"] = _STATUS_NAMES[st["s"]]
-    for k in ("pv", "md"):
-        if isinstance(st.get(k), int):
-            st[k] = meta.get(f"n:{st[k]}")
-    return st
 
 
 def event_body(e: Event) -> str:

@@ -25,10 +25,10 @@ One job's keys share the hash tag {P:job:ID}, so each job's script touches one c
         sources:<B>  JSON [origin, offset, stat_sig]: what processing needs; goes when the
                      item completes (never processed again), never written for one that
                      completed at create
-        states:<B>   JSON {s status digit (codec.STATUS_CODES), a attempts, w 429 waits,
-                     r reserved, ti/to tokens, et/hs/em error, pv provider, md model (numbers
-                     META's "n:<id>" names), rj/ri/ts reused from, d waits on}, counts of 0
-                     left out; absent means a fresh pending item
+        states:<B>   JSON of the item's changing fields under one- and two-letter names
+                     (status, attempts, reservations, tokens, cost, error, provider, model,
+                     reused from, waits on): their legend is item_state.py; counts of 0 left
+                     out; absent means a fresh pending item
         results:<B>  the result text (compressed as contents are)
         keys:<B>     the item's answer key as its 16 bytes (codec.answer_field), for the
                      first item of each key (delete_job finds the job's answers by it)

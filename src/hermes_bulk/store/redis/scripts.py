@@ -28,7 +28,7 @@ from ..protocol import (
     SAMPLE_DONE,
     WAITING,
 )
-from .codec import STATUS_CODES
+from .item_state import STATUS_CODES, ZERO_OMITTED
 from .keys import BUCKET_ITEMS, EVENTS_KEPT, LIMIT_IDLE_KEEP_MS, RedisKeys
 
 #: Set to 1 (the test suite does), every script refuses a key it was not passed in KEYS: Redis
@@ -96,7 +96,9 @@ def _lua_constants() -> str:
         "BUCKET_ITEMS": BUCKET_ITEMS,
     }
     text = "".join(f"local {name} = {json.dumps(value)}\n" for name, value in values.items())
-    # An item's status as stored in its state (codec.STATUS_CODES), and back.
+    # The counts an item's state leaves out at 0, and its status as stored there and back
+    # (item_state.py, the legend of a state's fields).
+    text += "local ZERO_OMITTED = {" + ", ".join(json.dumps(k) for k in ZERO_OMITTED) + "}\n"
     text += (
         "local STATUS_CODE = {"
         + ", ".join(f"[{json.dumps(k)}] = {v}" for k, v in STATUS_CODES.items())

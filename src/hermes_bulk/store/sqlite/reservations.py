@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..claim_rule import fits_sql
 from ..records import JobRecord, cost_rates
 
 # The reservation rule in SQL: an item reserves its stored `estimate`, the worst case recorded
 # at create (NewItem.claim_tokens), and under --max-cost what that costs (records.reserved_cost,
 # the SQL function database.py registers), with the check that both fit beside what is spent
-# and reserved. _job.lua's claim_item and open_batch are the Redis copy. Parameters: limits().
+# and reserved (store/claim_rule.py). _job.lua's claim_item and open_batch are the Redis copy.
+# Parameters: limits().
 RESERVED_COST = (
     "CASE WHEN :max_cost IS NULL THEN 0 ELSE reserved_cost(estimate, :output_bound, :rin, :rout) "
     "END"
 )
 FITS = (
-    "(:max_tokens IS NULL OR :tokens_used + estimate <= :max_tokens) AND (:max_cost IS NULL "
-    f"OR :cost_used + {RESERVED_COST} <= :max_cost)"
+    f"{fits_sql(':tokens_used', 'estimate', ':max_tokens')} AND "
+    f"{fits_sql(':cost_used', RESERVED_COST, ':max_cost')}"
 )
 
 

@@ -107,9 +107,9 @@ CREATE TABLE limits (
 )
 
 # Adaptive pacing that relaxes with time (auto_since) and slows down once per generation of
-# requests (decreases). Databases made earlier have limits with or without auto_since (one
-# version of main added it to m001), so the table is rebuilt rather than altered: its state is
-# short-lived (waits, pacing, a two-second rate window).
+# requests (decreases). A database at m001 may have limits with or without auto_since, so the
+# table is rebuilt rather than altered: its state is short-lived (waits, pacing, a two-second
+# rate window).
 migration(
     (
         "m002_limits_decrease_epochs",
@@ -223,7 +223,7 @@ ALTER TABLE jobs ADD COLUMN drop_content INTEGER NOT NULL DEFAULT 0;
 )
 
 # The dashboard and `status --failed` list a job's first failed items: without an
-# index that is a scan of every item of the job (a quarter of a second at a million items).
+# index that is a scan of every item of the job.
 migration(
     (
         "m007_dashboard",

@@ -98,10 +98,10 @@ local function intern(name)
   return id
 end
 
--- An item's changing fields; absent means a fresh pending item. Stored short (under 64 bytes,
--- the listpack's value limit): the status as a digit (STATUS_CODE), provider and model
--- interned, counts that are 0 left out.
-local ZERO_OMITTED = {'a', 'w', 'r', 'ti', 'to'}
+-- An item's changing fields (st.s, st.a, ...: their legend is store/redis/item_state.py); absent
+-- means a fresh pending item. Stored short (under 64 bytes, the listpack's value limit): the
+-- status as a digit (STATUS_CODE), provider and model interned, the counts in ZERO_OMITTED
+-- (item_state.py) left out at 0.
 local function item_state(idx)
   local raw = redis.call('HGET', at('states', idx), idx)
   if not raw then return {s = S_PENDING, a = 0, w = 0, r = 0} end
@@ -225,10 +225,8 @@ local function output_bound(job)
   return spec.output_tokens_estimate
 end
 
--- An item that does not fit under --max-tokens: it waits while reservations in flight may settle
--- for less; the job pauses only when it would not fit beside what is charged alone.
 -- No item of the sample is pending: while one still runs (has an owner), nothing to claim; once
--- every one has settled, the job pauses and the sample is cleared (as SqliteJobStore._end_sample).
+-- every one has settled, the job pauses and the sample is cleared (as sqlite/claims.py _end_sample).
 local function end_sample(now, sample)
   for _, idx in ipairs(sample) do
     if redis.call('HEXISTS', OWNERS, string.format('%d', idx)) == 1 then return {'no_pending'} end
@@ -237,6 +235,13 @@ local function end_sample(now, sample)
   redis.call('HDEL', META, 'sample')
   add_event(now, 'paused', string.format(SAMPLE_DONE, #sample))
   return {'sample_done'}
+end
+
+-- store/claim_rule.py's fits, copied: need fits beside used under limit while used + need <=
+-- limit (a reservation that reaches the limit exactly fits). Every limit a claim or a batch
+-- checks is compared here only.
+local function fits(used, need, limit)
+  return used + need <= limit
 end
 
 -- --max-cost: the job's limit (nano-USD) and the rates its claims reserve at (USD per million
@@ -269,15 +274,18 @@ end
 -- An item whose cost does not fit under --max-cost beside what is spent and reserved: as
 -- refuse_over_limit, in money.
 local function refuse_over_cost(now, spent, need, idx, limit)
-  if spent + need <= limit then return {'cost_in_flight'} end
+  if fits(spent, need, limit) then return {'cost_in_flight'} end
   redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_COST_LIMIT)
   add_event(now, 'paused', 'cost limit reached: ' .. usd_text(spent) .. ' spent + ' .. usd_text(need)
     .. ' for item ' .. (tonumber(idx) + 1) .. ' would exceed --max-cost ' .. usd_text(limit), tonumber(idx))
   return {'cost_limit'}
 end
 
+-- An item that does not fit under --max-tokens: it waits while reservations in flight may settle
+-- for less; the job pauses only when it would not fit beside what is charged alone
+-- (store/claim_rule.py refusal).
 local function refuse_over_limit(now, charged, estimate, idx, limit)
-  if charged + estimate <= limit then return {'tokens_in_flight'} end
+  if fits(charged, estimate, limit) then return {'tokens_in_flight'} end
   redis.call('HSET', META, 'state', S_PAUSED, 'pause_reason', PAUSE_TOKEN_LIMIT)
   add_event(now, 'paused', string.format(
     'token limit reached: %d charged + %d for item %d would exceed --max-tokens %d',

@@ -12,6 +12,7 @@
 -- earlier item of the job has waits on it (DUPS); the first of each key is pending and recorded
 -- in AKEYS ("k:<key>" -> index) and its keys bucket (index -> key).
 -- Returns the number added, or an error (unknown job, index already present; nothing written).
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local N = 13
 if redis.call('EXISTS', META) == 0 then
   return redis.error_reply('ERR no such job')

@@ -7,6 +7,7 @@
 -- token_limit, cost_in_flight, cost_limit, sample_done: the job's run --sample has settled, and it paused),
 -- else {'ok', job (HGETALL of META before the claim), index, content hash, name, source (JSON
 -- [origin, offset, stat_sig]), state JSON or false, content}.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local flat = redis.call('HGETALL', META)
 if #flat == 0 then return {'no_job'} end
 local job = {}
@@ -30,11 +31,11 @@ local now = now_ms()
 
 -- --max-tokens: charged + reserved + estimate must fit. When it does not, the item waits while
 -- reservations are in flight (they may settle for less); the job pauses only when the item
--- would not fit beside what is charged alone (as SqliteJobStore._refuse_claim).
+-- would not fit beside what is charged alone (store/claim_rule.py; SQLite: sqlite/claims.py).
 if job.max_tokens ~= '' then
   local limit = tonumber(job.max_tokens)
   local charged, reserved = tonumber(job.tokens_charged), tonumber(job.tokens_reserved)
-  if charged + reserved + estimate > limit then
+  if not fits(charged + reserved, estimate, limit) then
     return refuse_over_limit(now, charged, estimate, idx, limit)
   end
 end
@@ -44,7 +45,7 @@ local max_cost, rates = cost_limit(job)
 if max_cost then
   cost = reserved_cost(estimate, output_bound(job), rates[1], rates[2])
   local spent = tonumber(job.cost or '0')
-  if spent + tonumber(job.cost_reserved or '0') + cost > max_cost then
+  if not fits(spent + tonumber(job.cost_reserved or '0'), cost, max_cost) then
     return refuse_over_cost(now, spent, cost, idx, max_cost)
   end
 end

@@ -13,6 +13,7 @@
 -- points the item's answer key at it.
 -- Returns 1, or 0 when worker_id does not hold the item (a completed item is never
 -- completed again: it has no owner).
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local idx = ARGV[1]
 need_buckets(with_duplicates(idx))
 if not owned_by(idx, ARGV[2]) then return 0 end
@@ -22,7 +23,7 @@ local cached, cost, list_cost = tonumber(ARGV[9]) or 0, tonumber(ARGV[10]), tonu
 local written = tonumber(ARGV[12]) or 0
 local st, reserved, reserved_cost = unlease(idx)
 -- Without a reported usage the bill is unknown: the item is charged what its claim held, its
--- worst case in tokens and, under --max-cost, in money (as SqliteJobStore.complete_item).
+-- worst case in tokens and, under --max-cost, in money (as sqlite/settling.py _complete).
 local cost_digits = ARGV[10]
 if not reported and reserved_cost > cost then cost, cost_digits = reserved_cost, digits(reserved_cost) end
 -- An item's tokens and cost add to what its attempts not kept were billed (charge_unkept).

@@ -8,6 +8,7 @@
 -- charged as an answer not kept (charge_unkept)
 -- Its duplicates (DUPS) fail with the same error.
 -- Returns 1, or 0 when worker_id does not hold the item.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local idx = ARGV[1]
 need_buckets(with_duplicates(idx))
 if not owned_by(idx, ARGV[2]) then return 0 end

@@ -8,6 +8,7 @@
 -- KEYS: the job's keys and the buckets of the items it moves (_job.lua).
 -- ARGV[1] first index   ARGV[2] last index
 -- Returns the number of items moved.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local function unhex(hex)
   return (string.gsub(hex, '..', function(cc) return string.char(tonumber(cc, 16)) end))
 end

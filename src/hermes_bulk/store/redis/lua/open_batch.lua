@@ -5,6 +5,7 @@
 -- ARGV[6] the owner prefix of batch items ("batch:")   ARGV[7] job id
 -- ARGV[8] take_from: a worker the caller found dead, whose preparing lease is taken at once ('' = none)
 -- Returns {reason} when refused, else {'ok', batch record JSON}.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local BATCHES, BATCHED = KEYS[14], KEYS[15]
 local flat = redis.call('HGETALL', META)
 if #flat == 0 then return {'no_job'} end
@@ -45,14 +46,14 @@ local hold_until = now + tonumber(ARGV[5])
 local taken, reserved = 0, 0
 for _, idx in ipairs(idxs) do
   local estimate = item_head(idx)  -- its worst case, as claim_item reserves it
-  if limit and used + estimate > limit then
+  if limit and not fits(used, estimate, limit) then
     if taken > 0 then break end
     return refuse_over_limit(now, charged, estimate, idx, limit)
   end
   local cost = 0
   if max_cost then
     cost = reserved_cost(estimate, out_bound, rates[3], rates[4])
-    if spent_and_held + cost > max_cost then
+    if not fits(spent_and_held, cost, max_cost) then
       if taken > 0 then break end
       return refuse_over_cost(now, spent, cost, idx, max_cost)
     end

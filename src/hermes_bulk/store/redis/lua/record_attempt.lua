@@ -4,6 +4,7 @@
 -- ARGV[4] error_type   ARGV[5] http_status ('' = none)   ARGV[6] message
 -- Returns the new count of that kind (a transient failure also ends a run of 429s), or -1
 -- when worker_id does not hold the item.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local idx = ARGV[1]
 if not owned_by(idx, ARGV[2]) then return -1 end
 local st = item_state(idx)

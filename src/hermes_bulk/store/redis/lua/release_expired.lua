@@ -4,6 +4,7 @@
 -- ARGV: none.
 -- Returns {released, idle, run_epoch}: idle is 1 when the job is gone, or is not running and
 -- holds no leases (so it may leave the active-jobs index if its epoch has not moved since).
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local state = redis.call('HGET', META, 'state')
 if not state then return {0, 1, -1} end
 local now = now_ms()

@@ -3,6 +3,7 @@
 --       PENDING, LEASES, OWNERS, EVENTS.
 -- ARGV[1] worker_id (known dead, or stopping)
 -- Returns how many were released.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local owners = redis.call('HGETALL', OWNERS)
 local held = {}
 for i = 1, #owners, 2 do

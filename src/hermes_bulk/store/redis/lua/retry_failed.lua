@@ -4,6 +4,7 @@
 -- ARGV[1] how many at most (the caller repeats until fewer come back, so one call never
 --         holds Redis for a million items)
 -- Returns the number returned to pending.
+-- An item's state fields (st.s, st.a, st.r, ...): their legend is store/redis/item_state.py.
 local idxs = redis.call('ZRANGE', FAILED, 0, tonumber(ARGV[1]) - 1)
 need_buckets(idxs)
 for _, idx in ipairs(idxs) do
