@@ -1,6 +1,6 @@
 """What `status` says of the workers that are live when none serves the job, and what `workers`
 says each serves (issue 46): pure functions of the registry's entries (fleet/liveness.py) and
-the job, worded by frontends/views.py. The process test is in test_who_serves_a_job.py."""
+the job, worded by frontends/views/workers.py. The process test is in test_who_serves_a_job.py."""
 
 from __future__ import annotations
 

@@ -31,8 +31,14 @@ HERMES_MODULES = (
     "tools",
     "openai",
 )
-#: /bulk's Hermes APIs, the cron budget's, and the provider-shaped answers a held cron call returns.
-FENCE = {Path("plugin/hermes.py"), Path("plugin/hermes_budget.py"), Path("plugin/held_response.py")}
+#: /bulk's Hermes APIs (ctx.llm; the profile's config), the cron budget's, and the provider-shaped
+#: answers a held cron call returns.
+FENCE = {
+    Path("plugin/hermes.py"),
+    Path("plugin/hermes_config.py"),
+    Path("plugin/hermes_budget.py"),
+    Path("plugin/held_response.py"),
+}
 
 
 def imports(path: Path) -> list[tuple[int, str, bool]]:

@@ -1,4 +1,5 @@
-"""Pins each Hermes API that plugin/hermes.py wraps, against the installed hermes-agent 0.19.0.
+"""Pins each Hermes API that plugin/hermes.py and plugin/hermes_config.py wrap, against the
+installed hermes-agent 0.19.0.
 
 These run in this process with HERMES_HOME pointing at a temporary profile whose model is the
 loopback provider; ctx.llm is Hermes' own PluginLlm, making real calls. If a Hermes upgrade

@@ -3,7 +3,7 @@
 cli.py         `hermes-bulk`: one handler per command
 parser.py      the grammar `hermes-bulk` and `/bulk` share (one parser serves both)
 replies.py     what each command answers, once for both front ends
-views.py       the status block, job and worker tables, the live progress view
+views/         what users read: the status block, job and worker tables, progress
 terminal.py    lines, tables and bars on a terminal
 logs.py        where logs go, redacted
 flag_files.py  the small files a flag names (`--schema`, `--instruction-file`)

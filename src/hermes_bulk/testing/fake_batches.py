@@ -9,14 +9,9 @@ expired: the rest go to the error file as batch_expired), batch_hold (stays in p
 cancelled or released by configuring it off). Output lines succeed, failed lines go to the
 error file, as OpenAI writes them.
 
-Hostile modes (`FakeBatches.configure(**BatchFaults fields)`), the ways a buggy or hostile Batch API
-(or a proxy before it) answers: `line_faults` {substring of an item: kind} writes that item's output
-line wrong (LINE_FAULTS); `create_fields` / `poll_fields` are merged into the answer to a create /
-every other answer about a batch: poll, cancel, list (ABSENT drops a field); `files_missing` answers
-404 for every file's content; `ignore_cancel` answers a cancel but goes on; `foreign_lines` writes
-the first batch's output lines (another job's answers) at the start of every later batch's output
-file. Message Batches get the same modes in Anthropic's shapes (create_fields and poll_fields
-dress the message_batch objects).
+The hostile modes a test sets (`FakeBatches.configure(**BatchFaults fields)`) are described in
+fake_batch_faults.py; Message Batches, the same batches in Anthropic's shapes, are in
+fake_message_batches.py.
 
 What a test checks is recorded: `lines` (one RequestRecord per line processed), `uploaded`
 (file id -> its number of lines), `created` (every batch created, in order) and
@@ -26,126 +21,37 @@ time: seconds during which any batch was processing).
 
 from __future__ import annotations
 
-import datetime
 import json
-import re
 import secrets
 import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-#: A Message Batches request's custom_id, as Anthropic checks it.
-_MESSAGE_CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-def _query(target: str) -> dict[str, str]:
-    """A request target's query parameters (the fake's clients send plain ones)."""
-    if "?" not in target:
-        return {}
-    return dict(p.split("=", 1) for p in target.split("?", 1)[1].split("&") if "=" in p)
-
-
-def _iso(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
-
-
-#: A field value in create_fields / poll_fields that leaves the field out of the answer.
-ABSENT = "<absent>"
-#: How line_faults write an item's output line:
-#:   not_object          `[1, 2, 3]`
-#:   not_json            its custom_id, then JSON cut short
-#:   no_custom_id        the answer, without a custom_id
-#:   missing             no line at all (the batch completes without answering it)
-#:   bad_status          status_code "200" (a string); Message Batches: a result type that is a list
-#:   bad_body            status 200 and a body that is a list; Message Batches: the message a list
-#:   huge                the answer padded to huge_line_bytes (custom_id first), then a newline
-#:   huge_unterminated   the same, last in the file, with no newline after it
-LINE_FAULTS = (
-    "not_object",
-    "not_json",
-    "no_custom_id",
-    "missing",
-    "bad_status",
-    "bad_body",
-    "huge",
-    "huge_unterminated",
+from .fake_anthropic import anthropic_error
+from .fake_batch_faults import (
+    ABSENT,
+    LINE_FAULTS,
+    BatchFaults,
+    Endless,
+    Redirect,
+    call_kind,
+    dressed,
+    query_params,
 )
+from .fake_message_batches import MessageBatches
+
+#: ABSENT is imported from here by tests: what a poll_fields value drops.
+__all__ = ["ABSENT", "FakeBatches"]
 
 
-@dataclass
-class BatchFaults:
-    line_faults: dict[str, str] = field(default_factory=dict)
-    create_fields: dict[str, Any] = field(default_factory=dict)
-    poll_fields: dict[str, Any] = field(default_factory=dict)
-    files_missing: bool = False
-    ignore_cancel: bool = False
-    foreign_lines: bool = False
-    huge_line_bytes: int = 1024 * 1024
-    #: {kind of call: a 3xx status} answered (with a Location elsewhere) to that kind of call:
-    #: upload, create, get, list, cancel, content (an output file, a batch's results)
-    redirects: dict[str, int] = field(default_factory=dict)
-    #: A status (400, 404, 405) answered to every upload and batch create: no batch API here
-    no_batch_api: int | None = None
-    #: An output file or results that never end: "blank" (the lines, then newlines for ever),
-    #: "bytes" (the lines, then bytes without a newline for ever)
-    endless: str | None = None
+class FakeBatches(MessageBatches):
+    """The Batch API of one FakeProvider: its files, its batches and the thread that processes
+    each."""
 
-
-#: The kinds of call `redirects` names.
-CALL_KINDS = ("upload", "create", "get", "list", "cancel", "content")
-
-
-@dataclass(frozen=True)
-class Redirect:
-    """An answer that sends the client elsewhere (its Location)."""
-
-    location: str
-
-
-@dataclass(frozen=True)
-class Endless:
-    """A file's content, then `kind` (Endless.FILL) for ever."""
-
-    path: Path
-    kind: str
-
-    FILL = {"blank": b"\n" * 65536, "bytes": b"x" * 65536}
-
-
-def call_kind(method: str, parts: list[str]) -> str | None:
-    """Which kind of Batch API call a request is (CALL_KINDS), on either protocol."""
-    if parts[:2] == ["messages", "batches"]:
-        parts = ["batches", *parts[2:]]
-        if parts[2:] == ["results"]:
-            return "content" if method == "GET" else None
-    if method == "POST":
-        return {("files",): "upload", ("batches",): "create"}.get(tuple(parts)) or (
-            "cancel" if parts[-1:] == ["cancel"] else None
-        )
-    if parts == ["batches"]:
-        return "list"
-    if len(parts) == 2 and parts[0] == "batches":
-        return "get"
-    return "content" if parts[:1] == ["files"] and parts[2:] == ["content"] else None
-
-
-def _dressed(batch: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    out = dict(batch)
-    for key, value in changes.items():
-        if value == ABSENT:
-            out.pop(key, None)
-        else:
-            out[key] = value
-    return out
-
-
-class FakeBatches:
     def __init__(self, provider: Any) -> None:
         self.provider = provider
         self.dir = Path(tempfile.mkdtemp(prefix="fake-batches-"))
@@ -213,7 +119,7 @@ class FakeBatches:
             return self.faults.redirects[kind], Redirect("http://127.0.0.2:9/elsewhere" + path)
         if kind in ("upload", "create") and self.faults.no_batch_api:
             status = self.faults.no_batch_api
-            return status, self.provider.anthropic_error(status, "Not Found: " + path)
+            return status, anthropic_error(status, "Not Found: " + path)
         status, answer = self._route(method, parts, target, body, headers)
         if kind == "content" and self.faults.endless and isinstance(answer, Path):
             return status, Endless(answer, self.faults.endless)
@@ -238,7 +144,7 @@ class FakeBatches:
             )  # streamed from disk (a file may be far larger than memory should hold)
         if method == "POST" and parts == ["batches"]:
             status, answer = self._create(json.loads(body or b"{}"))
-            return status, _dressed(answer, self.faults.create_fields) if status == 200 else answer
+            return status, dressed(answer, self.faults.create_fields) if status == 200 else answer
         if method == "GET" and parts == ["batches"]:
             return 200, self._list(target)
         if len(parts) >= 2 and parts[0] == "batches":
@@ -255,7 +161,7 @@ class FakeBatches:
                         "cancelled",
                     ):
                         batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
-                return 200, _dressed(batch, self.faults.poll_fields)
+                return 200, dressed(batch, self.faults.poll_fields)
         return 404, {"error": {"message": "not found"}}
 
     def _upload(self, body: bytes, content_type: str):
@@ -331,13 +237,13 @@ class FakeBatches:
         return 200, dict(batch)
 
     def _list(self, target: str) -> dict[str, Any]:
-        query = _query(target)
+        query = query_params(target)
         limit = int(query.get("limit", 20))
         with self.lock:
             ids = [i for i in reversed(self.created) if not self.batches[i]["anthropic"]]
             if query.get("after") in ids:
                 ids = ids[ids.index(query["after"]) + 1 :]
-            page = [_dressed(self.batches[i], self.faults.poll_fields) for i in ids[:limit]]
+            page = [dressed(self.batches[i], self.faults.poll_fields) for i in ids[:limit]]
         return {
             "object": "list",
             "data": page,
@@ -345,158 +251,6 @@ class FakeBatches:
             "first_id": page[0]["id"] if page else None,
             "last_id": page[-1]["id"] if page else None,
         }
-
-    # Message Batches (Anthropic) -------------------------------------------------------------
-    def _message_batches(self, method: str, rest: list[str], target: str, body: bytes):
-        """POST /v1/messages/batches, GET …/{id}, GET … (newest first, limit/after_id),
-        POST …/{id}/cancel, GET …/{id}/results: the same batches underneath, in Anthropic's
-        shapes; a request's custom_id must match ^[a-zA-Z0-9_-]{1,64}$, as Anthropic's must."""
-        if method == "POST" and not rest:
-            return self._create_message_batch(body)
-        if method == "GET" and not rest:
-            return 200, self._list_message_batches(target)
-        with self.lock:
-            batch = self.batches.get(rest[0]) if rest else None
-            if batch is None or not batch.get("anthropic"):
-                return 404, self.provider.anthropic_error(404, "no such message batch")
-            if method == "POST" and rest[1:] == ["cancel"]:
-                self.cancels.append(rest[0])
-                if not self.faults.ignore_cancel and batch["status"] in (
-                    "validating",
-                    "in_progress",
-                ):
-                    batch["status"], batch["cancelling_at"] = "cancelling", int(time.time())
-                return 200, self._message_batch_view(batch)
-            if method == "GET" and not rest[1:]:
-                return 200, self._message_batch_view(batch)
-            if method == "GET" and rest[1:] == ["results"]:
-                path_ = self.files.get(batch.get("output_file_id") or "")
-                self.file_gets.append(rest[0])
-                if self.faults.files_missing or path_ is None:
-                    return 404, self.provider.anthropic_error(404, "the batch has no results yet")
-                return 200, path_
-        return 404, self.provider.anthropic_error(404, "not found")
-
-    def _create_message_batch(self, body: bytes):
-        try:
-            requests = json.loads(body or b"{}").get("requests")
-        except (ValueError, AttributeError):
-            requests = None
-        ids = [r.get("custom_id") for r in requests or [] if isinstance(r, dict)]
-        if (
-            not isinstance(requests, list)
-            or not requests
-            or len(ids) != len(requests)
-            or len(set(ids)) != len(ids)
-            or not all(isinstance(i, str) and _MESSAGE_CUSTOM_ID.match(i) for i in ids)
-            or not all(isinstance(r.get("params"), dict) for r in requests)
-        ):
-            return 400, self.provider.anthropic_error(
-                400, "requests: each needs a unique custom_id and params"
-            )
-        file_id = "file-" + secrets.token_hex(8)
-        path = self.dir / file_id
-        with path.open("w") as out:
-            for r in requests:
-                chat = self.provider.as_chat_request(r["params"])
-                out.write(json.dumps({"custom_id": r["custom_id"], "body": chat, **r}) + "\n")
-        with self.lock:
-            self.files[file_id] = path
-            self.uploaded[file_id] = len(requests)
-        status, created = self._create(
-            {"input_file_id": file_id, "endpoint": "/v1/chat/completions"}, anthropic=True
-        )
-        with self.lock:
-            return status, self._message_batch_view(
-                self.batches[created["id"]], self.faults.create_fields
-            )
-
-    def _list_message_batches(self, target: str) -> dict[str, Any]:
-        query = _query(target)
-        limit = int(query.get("limit", 20))
-        with self.lock:
-            ids = [i for i in reversed(self.created) if self.batches[i].get("anthropic")]
-            if query.get("after_id") in ids:
-                ids = ids[ids.index(query["after_id"]) + 1 :]
-            page = [self._message_batch_view(self.batches[i]) for i in ids[:limit]]
-        return {
-            "data": page,
-            "has_more": len(ids) > limit,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-        }
-
-    def _message_batch_view(
-        self, batch: dict[str, Any], dress: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """A batch as Anthropic's message_batch object (under the lock), dressed with `dress`
-        (by default poll_fields)."""
-        status = batch["status"]
-        processing = {"validating": "in_progress", "in_progress": "in_progress"}.get(
-            status, "canceling" if status == "cancelling" else "ended"
-        )
-        counts = dict(batch["results"])
-        total = batch["request_counts"]["total"]
-        counts["processing"] = 0 if processing == "ended" else total - sum(counts.values())
-        ended = processing == "ended"
-        return _dressed(
-            {
-                "id": batch["id"],
-                "type": "message_batch",
-                "processing_status": processing,
-                "request_counts": counts,
-                "created_at": _iso(batch["created_at"]),
-                "expires_at": _iso(batch["created_at"] + 86_400),
-                "ended_at": _iso(
-                    batch.get("completed_at")
-                    or batch.get("cancelled_at")
-                    or batch.get("expired_at")
-                )
-                if ended
-                else None,
-                "cancel_initiated_at": _iso(batch["cancelling_at"])
-                if batch.get("cancelling_at")
-                else None,
-                "archived_at": None,
-                "results_url": f"{self.provider.base_url}/messages/batches/{batch['id']}/results"
-                if ended
-                else None,
-            },
-            self.faults.poll_fields if dress is None else dress,
-        )
-
-    def _answer_message_line(
-        self, batch: dict[str, Any], line: dict[str, Any], out, last: list[bytes]
-    ) -> int:
-        """One Message Batches request answered into the results file, in Anthropic's shape (a
-        line fault of its item writes it wrong, as _answer_line does)."""
-        status, body = self.provider.message_line_answer(line["params"], self.lines)
-        with self.lock:
-            batch["results"]["succeeded" if status == 200 else "errored"] += 1
-        entry = {"custom_id": line["custom_id"]}
-        fault = self._line_fault(line)
-        if fault is not None:
-            answer = {**entry, "result": {"type": "succeeded", "message": body}}
-            self._write_fault(
-                fault,
-                answer,
-                out,
-                last,
-                bad_status={**entry, "result": {"type": ["succeeded"], "message": body}},
-                bad_body={**entry, "result": {"type": "succeeded", "message": [1, 2, 3]}},
-                huge_head=json.dumps(entry)[:-1]
-                + ', "result": {"type": "succeeded", "message": {"pad": "',
-            )
-            return status
-        if status == 200:
-            result: dict[str, Any] = {"type": "succeeded", "message": body}
-        else:
-            result = {
-                "type": "errored",
-                "error": body or self.provider.anthropic_error(500, "fake: dropped"),
-            }
-        out.write(json.dumps({**entry, "result": result}) + "\n")
-        return status
 
     def _line_fault(self, line: dict[str, Any]) -> str | None:
         """The line fault configured for this line's item, if any."""
@@ -526,12 +280,6 @@ class FakeBatches:
             )
             + "\n"
         )
-
-    def _end_message_line(self, batch: dict[str, Any], line: dict[str, Any], out, kind: str):
-        """A request the batch ended before answering: its result says canceled or expired."""
-        out.write(json.dumps({"custom_id": line["custom_id"], "result": {"type": kind}}) + "\n")
-        with self.lock:
-            batch["results"][kind] += 1
 
     # Processing ---------------------------------------------------------------------------
     def _status(self, batch_id: str) -> str:
