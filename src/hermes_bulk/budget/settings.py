@@ -449,7 +449,7 @@ class SettingsFile:
 
 
 def describe() -> list[tuple[str, str, str]]:
-    """(key, default, meaning) for help texts and the README table."""
+    """(key, default, meaning) for help texts; the table of docs/cron-budget.md says the same."""
     meaning = {
         "mode": "observe records what would be held; enforce holds it",
         "daily_limit": "provider requests per window, every profile (and machine) together",
