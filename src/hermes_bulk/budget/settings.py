@@ -375,7 +375,8 @@ class SettingsFile:
 
     def _values(self) -> dict:
         """The file's keys as stored ({} when there is no file), a relative ledger path made
-        absolute (an older version kept it as given); ConfigError when it is not JSON."""
+        absolute (`set` stores it so; a file written otherwise may not); ConfigError when it is
+        not JSON."""
         values = self._stored()
         if isinstance(values.get("ledger"), str):
             with contextlib.suppress(ConfigError):  # a bad ledger value is named by validation
