@@ -18,7 +18,7 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 HEADER = """# hermes-bulk command reference
 
 Generated from the parser (`python -m tests.test_cli_docs`); a test fails when it drifts.
-Narrative docs: [README.md](../README.md), [operations.md](operations.md).
+How the commands behave together: [commands](commands.md); the fleet: [operations](operations.md).
 """
 
 

@@ -30,9 +30,8 @@ def example_env() -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
 
 
-def fleet_section() -> str:
-    readme = (ROOT / "README.md").read_text()
-    return readme.split("## The fleet", 1)[1].split("\n## ", 1)[0]
+def fleet_page() -> str:
+    return (ROOT / "docs" / "fleet.md").read_text()
 
 
 def test_the_image_runs_as_uid_10001_and_ships_the_init_script():
@@ -73,8 +72,8 @@ def test_an_init_service_runs_first_as_root_and_everything_waits_for_it():
     )
 
 
-def test_the_readme_fleet_section_says_compose_v2_and_the_env_copy_step():
-    section = fleet_section()
+def test_the_fleet_page_says_compose_v2_and_the_env_copy_step():
+    section = fleet_page()
     assert "cp docker/.env.example docker/.env" in section
     assert "Docker Compose v2" in section and "docker compose -f docker/compose.yaml up" in section
     assert "docker-compose` 1.x, Debian's 1.29, rejects the file" in section

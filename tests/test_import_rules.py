@@ -28,7 +28,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "hermes_bulk"
 
 #: Lowest first. A module may import its own layer and the layers below it, never one above.
-#: Finer than the README's layout table (folders): within the folders, the order of modules.
+#: Finer than the layout table of docs/development.md (folders): the order of modules within them.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "leaves: the standard library only",
@@ -241,14 +241,15 @@ def arrows() -> dict[str, set[str]]:
     return graph
 
 
-README = SRC.parents[1] / "README.md"
+#: The page whose "## Layout" section holds the layout table and the long modules' concepts.
+LAYOUT_DOC = SRC.parents[1] / "docs" / "development.md"
 
 
 @cache
 def layout_table() -> list[tuple[str, set[str], set[str]]]:
-    """README's layout table: (row, the folders and files it names, the rows it may import)."""
-    text = README.read_text()
-    section = text[text.index("### Layout") :]
+    """The layout table: (row, the folders and files it names, the rows it may import)."""
+    text = LAYOUT_DOC.read_text()
+    section = text[text.index("## Layout") :]
     rows: list[tuple[str, set[str], set[str]]] = []
     for line in section.splitlines()[1:]:
         if line.startswith("#"):
@@ -273,7 +274,8 @@ def row_of(module: str) -> str:
     entry = f"{top}/" if (SRC / top).is_dir() else f"{top}.py"
     found = [key for key, names, _ in layout_table() if entry in names]
     assert len(found) == 1, (
-        f"{entry} is in {len(found)} rows of README's layout table; give it exactly one"
+        f"{entry} is in {len(found)} rows of the layout table (docs/development.md); give it "
+        "exactly one"
     )
     return found[0]
 
@@ -417,7 +419,7 @@ def test_a_read_command_starts_without_the_heavy_libraries(command, tmp_path):
         "import json, sys\nfrom hermes_bulk.frontends import cli\nstatus = "
         "cli.main([sys.argv[1]])\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
     )
-    # A user's environment as the README sets it up: the endpoint, the key, a model, a limit.
+    # A user's environment as the docs set it up: the endpoint, the key, a model, a limit.
     env = {
         "HERMES_BULK_HOME": str(tmp_path / "home"),
         "HOME": str(tmp_path),
@@ -501,12 +503,12 @@ def test_a_planted_private_reach_is_caught():
     assert private_reaches(ast.parse(planted)) == ["broker._build (line 2)"]
 
 
-#: Above this many lines a module names its one concept in README's layout section.
+#: Above this many lines a module names its one concept in docs/development.md's layout section.
 LONG_MODULE_LINES = 400
 
 
-def test_every_module_over_400_lines_names_its_one_concept_in_the_readme():
-    text = README.read_text()
+def test_every_module_over_400_lines_names_its_one_concept_in_the_layout_section():
+    text = LAYOUT_DOC.read_text()
     section = text[text.index("Modules over 400 lines") :].split("\n\n", 2)[1]
     named = {
         m.group(1): m.group(2).strip()

@@ -158,7 +158,7 @@ def test_quick_settings_never_disagree_with_settings(env):
 
 @st.composite
 def plain_environments(draw):
-    """Values as the README and a user write them: quick_settings must answer these itself."""
+    """Values as the docs and a user write them: quick_settings must answer these itself."""
     env = {"HOME": "/home/tester"}
     for setting in draw(st.lists(st.sampled_from(SETTINGS), max_size=8, unique=True)):
         if setting.kind == "int":

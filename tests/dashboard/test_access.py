@@ -183,7 +183,8 @@ def test_an_action_needs_the_token_and_the_same_origin():
 
 
 def test_the_token_rules_are_the_documented_ones():
-    """README: a configured token has at least 16 characters; a made one is 24 random bytes."""
+    """docs/configuration.md: a configured token has at least 16 characters; a made one is 24
+    random bytes."""
     assert choose_token("t" * 16, "0.0.0.0") == ("t" * 16, False)
     with pytest.raises(UsageError):
         choose_token("t" * 15, "127.0.0.1")

@@ -128,9 +128,8 @@ class BudgetGate:
         self.directory = directory
         #: (provider, API mode) of a job's requests, as the ledger records them
         self.describe = describe or route_of
-        # Looked for before every request: joined once, as strings (pathlib cost more than the
-        # two stat calls). os.path.exists is False where this user cannot look (another user's
-        # home): such a budget is not this user's.
+        # Looked for before every request, so joined once, as plain strings. os.path.exists is
+        # False where this user cannot look (another user's home): such a budget is not this user's.
         self._budget_files = (
             os.path.join(directory, SETTINGS_FILE),
             os.path.join(directory, LEDGER_FILE),

@@ -375,7 +375,8 @@ class SettingsFile:
 
     def _values(self) -> dict:
         """The file's keys as stored ({} when there is no file), a relative ledger path made
-        absolute (an older version kept it as given); ConfigError when it is not JSON."""
+        absolute (`set` stores it so; a file written otherwise may not); ConfigError when it is
+        not JSON."""
         values = self._stored()
         if isinstance(values.get("ledger"), str):
             with contextlib.suppress(ConfigError):  # a bad ledger value is named by validation
@@ -449,7 +450,7 @@ class SettingsFile:
 
 
 def describe() -> list[tuple[str, str, str]]:
-    """(key, default, meaning) for help texts and the README table."""
+    """(key, default, meaning) for help texts; the table of docs/cron-budget.md says the same."""
     meaning = {
         "mode": "observe records what would be held; enforce holds it",
         "daily_limit": "provider requests per window, every profile (and machine) together",

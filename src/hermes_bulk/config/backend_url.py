@@ -142,9 +142,9 @@ def parse_redis_url(url: str, setting: str) -> RedisUrl:
     is wrong. redis-py reads the rest: username and password, db number, TLS for rediss://.
     redis+sentinel:// and rediss+sentinel:// go to parse_sentinel_url.
 
-    Checked here, before redis-py sees the URL: a broken IPv6 host or a port past 65535 raised
-    ValueError deep inside it, a database that is not a number was silently taken as 0, and
-    TLS options on redis:// raised TypeError at the first command.
+    Checked here, before redis-py sees the URL: redis-py raises ValueError deep inside for a
+    broken IPv6 host or a port past 65535, takes a database that is not a number as 0 without a
+    word, and raises TypeError at the first command for TLS options on redis://.
     """
 
     if _scheme(url) in SENTINEL_SCHEMES:

@@ -51,7 +51,7 @@ def endpoint_url(base_url: str) -> str:
 def identity(url: str, fingerprint: str, protocol: str = OPENAI) -> str:
     """The route of an endpoint: the queue of its jobs' triggers (a hash: a URL makes no queue
     name). The protocol is part of it, as one proxy URL may speak both; an OpenAI endpoint's
-    stays what it was before there were two."""
+    has no protocol part, so the routes a store already holds keep matching."""
     tail = "" if protocol == OPENAI else f"\0{protocol}"
     return HTTP + "@" + hashlib.sha256(f"{url}\0{fingerprint}{tail}".encode()).hexdigest()[:16]
 

@@ -185,9 +185,9 @@ def unserved_because(worker: WorkerInfo, job: JobRecord) -> str | None:
 def can_serve(worker: WorkerInfo, job: JobRecord) -> bool:
     """Whether this worker takes the job's items: it consumes the job's route (its kind, and
     for HTTP its endpoint and key), serves every job or this one, and for a batch job runs
-    provider batches (a worker that does not say so ran them: every HTTP worker has since
-    batches came, before what it serves was recorded in words). An entry without a record (a
-    worker older than it) serves the HTTP jobs that recorded no endpoint."""
+    provider batches (a worker that does not say whether it does is taken to: every HTTP worker
+    that records no such word runs them). An entry without a serves record serves the HTTP jobs
+    that recorded no endpoint."""
     return unserved_because(worker, job) is None
 
 
@@ -247,7 +247,7 @@ class Liveness:
 
     def live_worker_ids(self) -> set[str]:
         # Without holdings: reading them would load every running item, a batch's 50,000 too,
-        # every maintenance pass and status (benchmarks, row 12: the worker's RSS grew with them).
+        # every maintenance pass and status (benchmarks, row 12: a worker's RSS grows with them).
         return {
             w.worker_id
             for w in self.store.live_workers(holding=False)

@@ -27,7 +27,7 @@ def say(text: str, *, end: str = "\n") -> None:
 #: Where no terminal gives a width (a /bulk or /cron-budget reply in Hermes): lines fit this many
 #: columns. Not 80: Hermes' TUI shows a reply in its transcript (a gutter of 3 and a margin of 4)
 #: or, when longer, in a framed pager (6 columns of frame), and wraps again whatever is wider, so
-#: at 80 columns a line of 74 to 80 came out broken twice. 72 fits both.
+#: at 80 columns a line of 74 to 80 comes out broken twice. 72 fits both.
 CHAT_WIDTH = 72
 _ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -168,8 +168,8 @@ def fit_to_width(table: Table, width: int) -> Table:
     """The table for a terminal `width` columns wide: the columns with a max_width give way
     down to FLEXIBLE_MIN (or their header), then the wrapping columns, widest first, down to
     their longest word (a folding one to FOLD_MIN, its longer words folded over lines), then
-    the columns that gave way leave the table. Left to rich, a wide table lost the same share
-    of every column, and at 100 columns the counts of `list` were cut to "1…" or nothing."""
+    the columns that gave way leave the table. Left to rich, a wide table loses the same share
+    of every column, which cuts short columns such as the counts of `list` to "1…" or nothing."""
     from rich.cells import cell_len
 
     def natural(col: Column, cells: list[str]) -> int:

@@ -8,8 +8,8 @@ cached, `--schema` as one tool with that `input_schema` and a forced `tool_choic
 (`client.classify_status`: 429 with Retry-After, 529 "overloaded" and 5xx transient, 400/401/
 403/404 permanent); provider text goes to the log only.
 
-Its own client, not the `anthropic` SDK: the SDK took 1.4-1.9 s to import here (2.17.0, with
-pydantic, opentelemetry and its own HTTP stack), and this one sends on the same per-thread
+Its own client, not the `anthropic` SDK: importing the SDK (pydantic, opentelemetry and an HTTP
+stack of its own) costs over a second at start, and this one sends on the same per-thread
 kept-alive connection as the OpenAI client (transport.JsonPoster). The tests run the SDK
 against the loopback provider, so the fake stays true to the real client.
 

@@ -1,11 +1,10 @@
 """How a model client's request reaches the provider: one kept-alive connection per worker thread.
 
-urllib3, not httpx, on this path: every item is one POST, and urllib3 spent 0.18 ms of CPU on
-one where httpx spent 0.36 ms and hermes-bulk's whole httpx-based client 0.41 ms (loopback,
-`bench/http_clients.py`), about a third of an item's CPU (benchmarks, row 13). The batch APIs
-and `doctor`, a few requests a job, keep httpx.
+urllib3, not httpx, on this path: every item is one POST, and urllib3 spends about half the
+CPU httpx does on one, where a request is a large share of an item's CPU (`bench/http_clients.py`
+compares them; benchmarks, row 13). The batch APIs and `doctor`, a few requests a job, use httpx.
 
-What httpx did by itself is kept: HTTP(S)_PROXY, ALL_PROXY and NO_PROXY are honoured (as
+What httpx does by itself is done here too: HTTP(S)_PROXY, ALL_PROXY and NO_PROXY are honoured (as
 `trust_env`), the same certificate store is used (httpx.create_ssl_context: certifi, or
 SSL_CERT_FILE / SSL_CERT_DIR), gzip answers are decoded (in bounded steps: urllib3 2.6 caps
 what one read decompresses), redirects are not followed, nothing is retried here (the pipeline
@@ -62,7 +61,7 @@ class Reply:
 
 def environment_proxy(url: str) -> str | None:
     """The proxy the environment names for url (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY, in either
-    case), unless NO_PROXY exempts its host: what httpx's trust_env did."""
+    case), unless NO_PROXY exempts its host, as httpx's trust_env does."""
     parts = urlsplit(url)
     proxies = urllib.request.getproxies_environment()
     proxy = proxies.get(parts.scheme) or proxies.get("all")

@@ -26,7 +26,7 @@ from .figures import Figures
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP spelled out: asyncio turns Nagle off (TCP_NODELAY) only on sockets that say so,
-    # and without it each answer on a kept-alive connection waited 40 ms for a delayed ACK.
+    # and without it each answer on a kept-alive connection waits for the peer's delayed ACK.
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
