@@ -107,7 +107,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "the backend from a URL, one item's life",
-        ("fleet.broker", "runtime.pipeline", "runtime.batch_driver"),
+        (
+            "fleet.broker",
+            "runtime.pipeline",
+            "runtime.batch_requests",
+            "runtime.batch_faults",
+            "runtime.batch_submit",
+            "runtime.batch_poll",
+            "runtime.batch_ingest",
+            "runtime.batch_delete",
+            "runtime.batch_driver",
+        ),
     ),
     ("the service API and the grammar", ("jobs.service", "frontends.parser", "budget.commands")),
     (
