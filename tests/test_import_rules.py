@@ -109,6 +109,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "the backend from a URL, one item's life",
         (
             "fleet.broker",
+            "runtime.saving",
+            "runtime.sending",
             "runtime.pipeline",
             "runtime.batch_requests",
             "runtime.batch_faults",
@@ -124,6 +126,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "what runs and shows jobs",
         (
             "runtime",
+            "runtime.worker_serving",
+            "runtime.worker_maintenance",
+            "runtime.worker_stop",
             "runtime.worker",
             "runtime.process",
             "frontends.views",
@@ -170,7 +175,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "zstandard": {"store/compression.py"},
     "jsonschema": {"providers/answers.py"},
     "referencing": {"providers/answers.py"},
-    "tenacity": {"runtime/pipeline.py"},
+    "tenacity": {"runtime/sending.py"},
     "rich": {"frontends/terminal.py", "frontends/views.py"},
     "pydantic": {"config/settings.py", "budget/settings.py"},
     "pydantic_settings": {"config/settings.py"},

@@ -15,7 +15,8 @@ from ..providers.client import classify_status
 from ..store.protocol import BATCH_DONE, BatchRecord, Event, ItemError, JobRecord, Usage
 from .batch_requests import bound_index
 from .breaker import pause_job
-from .pipeline import output_path, structured
+from .saving import output_path
+from .sending import structured
 
 log = logging.getLogger("hermes_bulk.runtime.batch_driver")
 

@@ -95,9 +95,8 @@ class Polling:
             batch = self._record(job, batch, api.get(batch.provider_id))
             if batch is None:
                 return
-            self._strikes.pop(
-                batch.batch_id, None
-            )  # a usable answer: the strikes were not in a row
+            # a usable answer: the strikes were not in a row
+            self._strikes.pop(batch.batch_id, None)
         if batch.status in TERMINAL:
             self._ingest(job, batch, api)
 
