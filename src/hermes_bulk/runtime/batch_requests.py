@@ -17,7 +17,7 @@ from ..store.protocol import BatchRecord, ItemError, JobRecord
 
 
 def new_batch_id() -> str:
-    """Our id of a batch: 16 hex digits (batches opened before custom_ids were bound had 12)."""
+    """Our id of a batch: 16 hex digits (12 mark a batch whose requests are named `item-N`)."""
     return secrets.token_hex(8)
 
 
@@ -34,7 +34,7 @@ _LEGACY_BATCH_ID = re.compile(r"^[0-9a-f]{12}$")
 
 def bound_index(line_id: object, job_id: str, batch_id: str) -> int | None:
     """The item a line's custom_id names when it is a request of this job sent in this batch;
-    else None. `item-N` (unbound) is taken only from a batch opened before ids were bound."""
+    else None. `item-N` (unbound) is taken only from a batch whose id has 12 digits."""
     if not isinstance(line_id, str):
         return None
     match = _CUSTOM_ID.match(line_id)

@@ -38,7 +38,7 @@ class Saving:
     """An item's outcome saved (a part of ItemProcessor, pipeline.py, whose state it uses)."""
 
     def _output_file(self, job_id: str, index: int) -> str:
-        """output_path as a string, its folder joined once per job (pathlib costs 25 µs an item)."""
+        """output_path as a string, its folder joined once per job (this runs for every item)."""
         folder = self._outputs.get(job_id)
         if folder is None:
             folder = self._outputs[job_id] = str(output_path(self.jobs_dir, job_id, 0).parent)
@@ -143,8 +143,8 @@ class Saving:
 
     def _persist(self, write, *args, **kwargs):
         """Save an outcome, waiting out a backend outage of up to a lease (0.25, 0.5, 1 … 5 s
-        between tries; a plain loop: it runs for every item, and tenacity's machinery cost more
-        than the write on SQLite).
+        between tries; a plain loop: it runs for every item, so it must cost less than the
+        write).
 
         The answer is already paid for: losing it to a Redis restart would send the item to the
         model again. Past a lease the item may have been handed to another worker anyway, and

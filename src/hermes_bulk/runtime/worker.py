@@ -167,8 +167,8 @@ class WorkerRuntime(Serving, Maintenance, Stopping):
         if client is None:
             return None  # the job was deleted
         if client not in self.routes():
-            # On a queue this worker serves but not the job's (sent before queues were per kind
-            # of client and endpoint): pass it on to the workers that can serve it, at once.
+            # On a queue this worker serves but not the job's route: pass it on to the workers
+            # that can serve it, at once.
             self.backend.trigger(job_id, index_hint, client=client)
             return None
         if not self._runs_live(job_id):
@@ -222,7 +222,7 @@ class WorkerRuntime(Serving, Maintenance, Stopping):
         that joins a running job must not wait for it to end), or when a trigger waits there
         and another job is running that it may be for (the pump can leave a spare trigger of
         this job on the queue, which would only be refused at capacity). A few reads, once a
-        slice; in doubt, yes, as every chain did before."""
+        slice; in doubt, yes."""
         try:
             if self.liveness.live_worker_ids() - {self.worker_id}:
                 return True

@@ -50,8 +50,9 @@ class Serving:
 
     @functools.cached_property
     def old_route(self) -> str | None:
-        """The route its jobs recorded before every credential bound them, when that differs
-        (fleet/endpoints.legacy_route): consumed on one thread, chains go on on own_route."""
+        """The route of its endpoint without every credential bound (fleet/endpoints.legacy_route),
+        which some jobs record, when that differs: consumed on one thread, chains go on on
+        own_route."""
         route = endpoints.legacy_route(self.endpoint)
         return None if route == self.own_route else route
 
