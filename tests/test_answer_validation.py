@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hermes_bulk.errors import InvalidAnswer, ModelError, PermanentModelError, TruncatedAnswer
 from hermes_bulk.providers import answers
 from hermes_bulk.providers.client import HttpModelClient
-from hermes_bulk.runtime.pipeline import structured
+from hermes_bulk.runtime.sending import structured
 from hermes_bulk.testing.fake_provider import HOSTILE
 
 from .helpers import wait_for

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes_bulk.runtime.batch_driver import MAX_STRIKES
+from hermes_bulk.runtime.batch_faults import MAX_STRIKES
 
 from .test_batch_mode import FAST, PROTOCOLS, _source, backend_settings
 

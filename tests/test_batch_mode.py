@@ -18,7 +18,7 @@ from hermes_bulk.errors import InvalidTransition
 from hermes_bulk.fleet import broker
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.providers.pacing import RATE_LIMIT_BASE_S, RATE_LIMIT_CAP_S
-from hermes_bulk.runtime.batch_driver import DELETE_WAIT_S
+from hermes_bulk.runtime.batch_delete import DELETE_WAIT_S
 from hermes_bulk.testing.fake_provider import digest, expected_answer
 
 from .helpers import wait_for

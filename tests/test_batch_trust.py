@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hermes_bulk.providers.batch_api import LINE_HEAD_BYTES, bounded_lines, read_line
-from hermes_bulk.runtime.batch_driver import bound_index
+from hermes_bulk.runtime.batch_requests import bound_index
 from hermes_bulk.testing.fake_batches import ABSENT
 from hermes_bulk.testing.fake_provider import expected_answer
 

@@ -25,7 +25,7 @@ import pytest
 from hermes_bulk.config.settings import load_settings
 from hermes_bulk.fleet import broker
 from hermes_bulk.jobs.service import Jobs
-from hermes_bulk.runtime import pipeline
+from hermes_bulk.runtime import sending
 from hermes_bulk.runtime.worker import WorkerRuntime
 from hermes_bulk.testing.fake_provider import digest
 
@@ -205,7 +205,7 @@ def test_a_retry_waiting_its_backoff_is_given_back_not_sent_again(
     """A 500, then the backoff before the second attempt: a stop during it gives the item back
     with its one attempt recorded, and no second request is sent. Its neighbour, the same 500
     with no stop, is asked again after the backoff."""
-    monkeypatch.setattr(pipeline, "RETRY_WAIT", lambda state: 60.0)
+    monkeypatch.setattr(sending, "RETRY_WAIT", lambda state: 60.0)
     folder, _ = _items(tmp_path, 1)
     job = jobs.create("Summarize", str(folder), concurrency=1).job.job_id
     fake_provider.configure(script=["500"])
@@ -223,7 +223,7 @@ def test_a_retry_waiting_its_backoff_is_given_back_not_sent_again(
     st = jobs.status(job).job
     assert (st.completed, st.pending, st.running) == (0, 1, 0)
     assert len(fake_provider.requests) == 1
-    monkeypatch.setattr(pipeline, "RETRY_WAIT", lambda state: 0.05)
+    monkeypatch.setattr(sending, "RETRY_WAIT", lambda state: 0.05)
     jobs.run(job)  # the neighbour: without a stop, the backoff ends in a second request
     runtime = _runtime(jobs, threads=1)
     try:

@@ -11,7 +11,8 @@ import threading
 
 from hermes_bulk.fleet import broker
 from hermes_bulk.providers.client import HttpModelClient
-from hermes_bulk.runtime.pipeline import ItemProcessor, output_path
+from hermes_bulk.runtime.pipeline import ItemProcessor
+from hermes_bulk.runtime.saving import output_path
 from hermes_bulk.store.protocol import COMPLETED
 
 from .helpers import running_job

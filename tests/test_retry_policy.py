@@ -27,9 +27,9 @@ from hermes_bulk.runtime.pipeline import (
     CLIENT_UNAVAILABLE_RETRY_S,
     TOKENS_IN_FLIGHT_RETRY_S,
     ItemProcessor,
-    output_path,
-    structured,
 )
+from hermes_bulk.runtime.saving import output_path
+from hermes_bulk.runtime.sending import structured
 from hermes_bulk.store.protocol import (
     COMPLETED,
     FAILED,
