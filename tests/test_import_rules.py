@@ -109,7 +109,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "the backend from a URL, one item's life",
         ("fleet.broker", "runtime.pipeline", "runtime.batch_driver"),
     ),
-    ("the service API and the grammar", ("jobs.service", "frontends.parser", "budget.commands")),
+    (
+        "the service API and the grammar",
+        (
+            "jobs.service",
+            "frontends.values",
+            "frontends.options",
+            "frontends.grammar",
+            "frontends.parser",
+            "budget.commands",
+        ),
+    ),
     (
         "what runs and shows jobs",
         (
