@@ -135,6 +135,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "front ends",
         (
+            "frontends.waiting",
             "frontends.cli",
             "__main__",
             "plugin.*",

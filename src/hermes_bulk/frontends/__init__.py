@@ -1,6 +1,7 @@
 """What users type and read: `hermes-bulk`, the dashboard, and what `/bulk` shares with them.
 
 cli.py         `hermes-bulk`: one handler per command
+waiting.py     a terminal waiting on a job: progress, and workers here until it ends (--wait)
 parser.py      the parser `hermes-bulk` and `/bulk` share, built from grammar.py's table
 grammar.py     every command and its options, declared once as data (options.py: how)
 values.py      the range of every number the command line takes, and the types that check it
