@@ -46,14 +46,13 @@ if TYPE_CHECKING:
 # in their handlers: `path`, `list` and `status` start without it.
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_PAUSED = (
-    4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
-)
+#: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
+EXIT_PAUSED = 4
 EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
 
 #: Commands that read the settings without loading pydantic when the environment leaves no doubt
-#: (quick_settings): reads a user types often, which should answer at once (docs/benchmarks.md, row
-#: 7).
+#: (quick_settings): reads a user types often, which should answer at once (docs/benchmarks.md,
+#: row 7).
 QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
 
 
@@ -63,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:  # a mistyped command word
         say(f"hermes-bulk: {exc}")
         return EXIT_USAGE
-    if (
-        width := terminal_width(sys.stdout)
-    ) and "--json" not in argv:  # help too: argparse prints it
+    # Help too is wrapped to the terminal: argparse prints it.
+    if (width := terminal_width(sys.stdout)) and "--json" not in argv:
         sys.stdout = WrappedStdout(sys.stdout, width)  # type: ignore[assignment]
     parser = build_parser(command=argv[0] if argv else None)
     try:

@@ -31,9 +31,7 @@ def run_here(
         jobs.backend, settings, threads, request_gate=gate, only_job=job_id
     )
     job = jobs.get(job_id)
-    if (
-        job.spec.client not in runtime.clients
-    ):  # its triggers would wait for another worker forever here
+    if job.spec.client not in runtime.clients:  # its triggers would wait for another worker forever
         raise InvalidTransition(
             f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
             f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}"
