@@ -122,7 +122,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "runtime.batch_driver",
         ),
     ),
-    ("the service API and the grammar", ("jobs.service", "frontends.parser", "budget.commands")),
+    (
+        "the service API and the grammar",
+        (
+            "jobs.service",
+            "frontends.values",
+            "frontends.options",
+            "frontends.grammar",
+            "frontends.parser",
+            "budget.commands",
+        ),
+    ),
     (
         "what runs and shows jobs",
         (
@@ -150,6 +160,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "front ends",
         (
+            "frontends.waiting",
             "frontends.cli",
             "__main__",
             "plugin.*",

@@ -27,33 +27,32 @@ from ..config import quick as quick_settings
 from ..config.fields import register_settings_secrets
 from ..errors import BackendUnavailable, ConfigError, HermesBulkError, InvalidTransition
 from ..full_disk import disk_full_at
-from ..jobs import hints, prices
+from ..jobs import prices
 from ..jobs.service import Jobs, Plan, state_label
 from ..providers.pacing import RequestGate
 from ..runtime import cancel_batches
 from ..store.records import PAUSE_SAMPLE
 from ..words import count
-from . import logs, replies, views
+from . import logs, replies, views, waiting
 from .parser import UsageError, build_parser, normalise, options_for
-from .terminal import WrappedStdout, print_table, say, stderr_console, terminal_width
+from .terminal import WrappedStdout, print_table, say, terminal_width
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
-    from ..runtime.worker import WorkerRuntime
+    from ..jobs.service import JobStatus
     from ..store.protocol import JobRecord
 
 # What only some commands use (views, the worker runtime, huey, the budget, metrics) is imported
 # in their handlers: `path`, `list` and `status` start without it.
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_PAUSED = (
-    4  #: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
-)
+#: `wait`, or `run`/`resume`/`retry --wait`: the job paused (its token limit, or a user)
+EXIT_PAUSED = 4
 EXIT_TIMEOUT = 124  #: `wait`: its --timeout passed (as timeout(1) exits)
 
 #: Commands that read the settings without loading pydantic when the environment leaves no doubt
-#: (quick_settings): reads a user types often, which should answer at once (docs/benchmarks.md, row
-#: 7).
+#: (quick_settings): reads a user types often, which should answer at once (docs/benchmarks.md,
+#: row 7).
 QUICK_COMMANDS = frozenset({"path", "list", "status", "events", "show"})
 
 
@@ -63,9 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:  # a mistyped command word
         say(f"hermes-bulk: {exc}")
         return EXIT_USAGE
-    if (
-        width := terminal_width(sys.stdout)
-    ) and "--json" not in argv:  # help too: argparse prints it
+    # Help too is wrapped to the terminal: argparse prints it.
+    if (width := terminal_width(sys.stdout)) and "--json" not in argv:
         sys.stdout = WrappedStdout(sys.stdout, width)  # type: ignore[assignment]
     parser = build_parser(command=argv[0] if argv else None)
     try:
@@ -298,71 +296,21 @@ def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
-    from ..runtime.process import worker_runtime
-
-    runtime, served = worker_runtime(
-        jobs.backend, settings, threads, request_gate=request_gate(), only_job=job_id
-    )
-    job = jobs.get(job_id)
-    if (
-        job.spec.client not in runtime.clients
-    ):  # its triggers would wait for another worker forever here
-        raise InvalidTransition(
-            f"Job {job_id} cannot be processed here: this machine {served.note}. It stays queued "
-            f"for a worker that can; or continue it with: {hints.process(job, 'run', hints.CLI)}"
-        )
-    if not runtime.serves(job):  # made for another endpoint or key: its workers take it
-        raise InvalidTransition(
-            f"Job {job_id} cannot be processed here: it was created for {job.spec.endpoint} "
-            f"({job.spec.protocol}), and the endpoint, protocol or API key here differ "
-            "(HERMES_BULK_PROVIDER, HERMES_BULK_BASE_URL, HERMES_BULK_API_KEY). It stays queued "
-            "for a worker configured for that endpoint."
-        )
-    try:  # a Ctrl-C while the consumers start finds answers on their way too
-        runtime.start()
-        runtime.start_embedded_consumer()
-        st = _follow(jobs, job_id, until=lambda s: s.state != "processing")
-    except KeyboardInterrupt:
-        _stop_on_interrupt(runtime, settings.request_timeout_seconds)
+    st = waiting.run_here(jobs, settings, job_id, threads, request_gate())
+    if st is None:
         say(f"Continue with: hermes-bulk run {job_id} --wait")
         return EXIT_INTERRUPTED
-    runtime.stop(graceful=True)
     print(views.status_text(jobs.status(job_id)))
+    return _ended_status(st)
+
+
+def _ended_status(st: JobStatus) -> int:
+    """The exit status of a job that stopped processing."""
     if st.state == "paused" and st.job.pause_reason != PAUSE_SAMPLE:
         return EXIT_PAUSED  # at its token limit, or by a pause from elsewhere: not done
     if st.state == "paused":
         return EXIT_OK  # run --sample: it did what was asked
     return EXIT_OK if st.state == "completed" else EXIT_ERROR
-
-
-def _stop_on_interrupt(runtime: WorkerRuntime, timeout_s: float) -> None:
-    """The first Ctrl-C: nothing new starts and the answers on their way are saved as they
-    land, for at most the request timeout (each of them ends by then); a second Ctrl-C, or the
-    timeout, abandons them: their items go back to the queue and are asked again at the next
-    run (docs/decisions.md, "Ctrl-C in run --wait"). Nothing is lost either way."""
-    saved = runtime.processor.counters.snapshot()["items_completed"]
-    try:
-        try:
-            on_their_way = runtime.stop_starting()
-            for line in views.stopping_lines(on_their_way, timeout_s):
-                say(line)
-            drained = runtime.drain(timeout_s)
-            saved = runtime.processor.counters.snapshot()["items_completed"] - saved
-            say(views.stopped_line(on_their_way, saved, drained, timeout_s))
-        except KeyboardInterrupt:
-            say(views.abandoned_line(runtime.processor.on_their_way()))
-    finally:
-        runtime.stop(graceful=False)
-
-
-def _follow(jobs: Jobs, job_id: str, *, until, timeout_s: float | None = None, quiet: bool = False):
-    """Progress while waiting on standard error: a live bar on a terminal, a plain line every
-    views.PROGRESS_LINE_EVERY_S elsewhere (a log, CI), nothing with --json; the last status."""
-    if not quiet and sys.stderr.isatty():
-        return views.follow(jobs, job_id, stderr_console(), until=until, timeout_s=timeout_s)
-    return views.follow_lines(
-        jobs, job_id, (lambda line: None) if quiet else say, until=until, timeout_s=timeout_s
-    )
 
 
 def _print_jobs(reply: replies.Reply, as_json: bool) -> None:
@@ -382,7 +330,9 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
     if args.watch:
         job_id = jobs.resolve(args.job)
         with contextlib.suppress(KeyboardInterrupt):
-            _follow(jobs, job_id, until=lambda s: s.state in views.FINAL_STATES, quiet=args.json)
+            waiting.follow(
+                jobs, job_id, until=lambda s: s.state in views.FINAL_STATES, quiet=args.json
+            )
         args.job = job_id
     reply = replies.status(jobs, SHELL, **options_for(replies.status, args))
     if args.failed and args.json:
@@ -500,7 +450,7 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
     """Block until the job ends; the exit status says how (for scripts)."""
     jobs = _jobs(settings)
     job_id = jobs.resolve(args.job)
-    st = _follow(jobs, job_id, until=views.has_ended, timeout_s=args.timeout)
+    st = waiting.follow(jobs, job_id, until=views.has_ended, timeout_s=args.timeout)
     if not views.has_ended(st):
         say(
             f"hermes-bulk: job {job_id} has not ended after {args.timeout:g} s "
@@ -508,11 +458,7 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
         )
         return EXIT_TIMEOUT
     print(views.status_text(st))
-    if st.state == "paused" and st.job.pause_reason != PAUSE_SAMPLE:
-        return EXIT_PAUSED  # at its token limit, or by a pause from elsewhere: not done
-    if st.state == "paused":
-        return EXIT_OK  # run --sample: it did what was asked
-    return EXIT_OK if st.state == "completed" else EXIT_ERROR
+    return _ended_status(st)
 
 
 def cmd_doctor(args: Namespace, settings: Settings) -> int:

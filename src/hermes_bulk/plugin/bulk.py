@@ -2,10 +2,9 @@
 CLI.
 
 What it wires into Hermes, and nothing else:
-- `/bulk …` takes the grammar of `hermes-bulk` (frontends/parser.py: one parser serves both) and
-answers
-  as the CLI does (frontends/replies.py: one handler per command serves both), commands spelled
-  `/bulk`;
+- `/bulk …` takes the grammar of `hermes-bulk` (frontends/grammar.py: one table of commands and
+  options serves both) and answers as the CLI does (frontends/replies.py: one handler per command
+  serves both), commands spelled `/bulk`;
 - Hermes calls the handler on its event loop (in the gateway), so the handler is a coroutine:
   the command runs on a thread of its own, and the loop is free while it does;
 - `/bulk run`, `resume` and `retry` start the embedded workers in this process
@@ -53,8 +52,8 @@ _POLL_S = 0.02
 DESCRIPTION = "Apply one instruction to many files, CSV rows or JSON records, in the background"
 ARGS_HINT = '"<instruction>" --over <path> | run|status|pause|resume|retry|export <job_id>'
 
-#: /bulk help's prose, one paragraph a line: broken once, to the reply's width (never written
-#: broken at one width and then wrapped again at another, which left a word or two on a line).
+#: /bulk help's prose, one paragraph a line, broken once to the reply's width: text broken at one
+#: width and wrapped again at another leaves a word or two alone on a line.
 HELP_PROSE = (
     "Bulk: apply one instruction to many files, CSV rows or JSON records. Each item is its own "
     "model call, made in the background with Hermes' model; progress is kept outside the chat.",
@@ -209,9 +208,7 @@ def answer(
         handler = HANDLERS[args.command]
         return handler(session.jobs, session, **options_for(handler, args)).text
     except UsageError as exc:
-        if (
-            not exc.usage
-        ):  # a value the parser took but the command cannot use: the line says it all
+        if not exc.usage:  # a value the parser took but the command cannot use: the line says all
             return str(exc)
         return f"{exc}\n{exc.usage.strip()}\nSee: {CMD} help".replace("\n\n", "\n")
     except HermesBulkError as exc:
