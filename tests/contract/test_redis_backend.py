@@ -6,6 +6,7 @@ TTLs, the server going away), on servers this file starts where a test needs its
 
 from __future__ import annotations
 
+import inspect
 import time
 import uuid
 
@@ -27,7 +28,9 @@ from hermes_bulk.store.protocol import (
     WorkerInfo,
 )
 from hermes_bulk.store.redis.job_state import RETRY_BATCH_ITEMS
+from hermes_bulk.store.redis.jobs import RedisJobStore
 from hermes_bulk.store.redis.keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
+from hermes_bulk.store.redis.limits import RedisLimits
 from hermes_bulk.store.redis.scripts import call_job_script
 from tests.conftest import RedisServer, free_port
 
@@ -107,9 +110,28 @@ def test_a_redis_lost_mid_run_raises_backend_unavailable(tmp_path):
             list(b.store.iter_items(job_id))  # a generator: raised while iterating
         with pytest.raises(BackendUnavailable):
             b.limits.acquire("k", rpm=60, tpm=None, tokens=1)
+        with pytest.raises(BackendUnavailable):
+            b.store.list_batches(job_id)  # a method of a part the store is built from
     finally:
         b.close()
         server.kill()
+
+
+@pytest.mark.parametrize("cls", [RedisJobStore, RedisLimits], ids=["store", "limiter"])
+def test_every_public_method_of_every_part_maps_a_lost_redis(cls):
+    """A store built from parts (creation, claims, batches...): a part without the decorator
+    would let a lost Redis escape as redis.ConnectionError, a traceback to the user."""
+    public = {
+        name
+        for klass in cls.__mro__[:-1]
+        for name, fn in vars(klass).items()
+        if not name.startswith("_") and inspect.isfunction(fn)
+    }
+    assert len(public) > (20 if cls is RedisJobStore else 2)
+    unmapped = sorted(
+        name for name in public if not getattr(getattr(cls, name), "maps_connection_errors", False)
+    )
+    assert unmapped == []
 
 
 # Keys ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 from ..protocol import BATCH_FIELDS, BATCH_OWNER_PREFIX, BatchItem, BatchRecord, ClaimRefused
 from . import codec
+from .connection import map_connection_errors
 
 
 def _batch(raw) -> BatchRecord:
@@ -36,6 +37,7 @@ def _batch(raw) -> BatchRecord:
     )
 
 
+@map_connection_errors
 class RedisBatches:
     """The batch half of RedisJobStore (self.r, self.keys, self.lua and self._run come from
     it)."""

@@ -278,7 +278,8 @@ def map_connection_errors(cls):
     """Every public method of cls raises BackendUnavailable when Redis goes away mid-call.
 
     One wrapper for the whole class, so no method can forget it; generators (iter_items) are
-    wrapped as generators, since their errors surface while the caller iterates.
+    wrapped as generators, since their errors surface while the caller iterates. Only the methods
+    cls defines are wrapped: each part a store is built from carries the decorator itself.
     """
     errors = (redis.ConnectionError, redis.TimeoutError)  # Demoted and MasterNotFound too
 
@@ -292,6 +293,7 @@ def map_connection_errors(cls):
                 except errors as exc:
                     raise self.conn.unavailable(exc) from exc
 
+            gen.maps_connection_errors = True
             return gen
 
         @functools.wraps(fn)
@@ -301,6 +303,7 @@ def map_connection_errors(cls):
             except errors as exc:
                 raise self.conn.unavailable(exc) from exc
 
+        call.maps_connection_errors = True
         return call
 
     for name, fn in list(vars(cls).items()):
