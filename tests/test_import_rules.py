@@ -109,7 +109,18 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "the backend from a URL, one item's life",
         ("fleet.broker", "runtime.pipeline", "runtime.batch_driver"),
     ),
-    ("the service API and the grammar", ("jobs.service", "frontends.parser", "budget.commands")),
+    (
+        "the service API and the grammar",
+        (
+            "jobs.request",
+            "jobs.status",
+            "jobs.creating",
+            "jobs.life",
+            "jobs.service",
+            "frontends.parser",
+            "budget.commands",
+        ),
+    ),
     (
         "what runs and shows jobs",
         (
@@ -162,7 +173,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "referencing": {"providers/answers.py"},
     "tenacity": {"runtime/pipeline.py"},
     "rich": {"frontends/terminal.py", "frontends/views.py"},
-    "pydantic": {"config/settings.py", "budget/settings.py"},
+    "pydantic": {"config/settings.py", "budget/settings.py", "jobs/request.py"},
     "pydantic_settings": {"config/settings.py"},
     "starlette": {"frontends/dashboard/app.py"},
     "uvicorn": {"frontends/dashboard/serve.py"},
