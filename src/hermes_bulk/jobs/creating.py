@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # sources is imported where used: `list` and `status` start without it (docs/benchmarks.md, row 7).
 
 #: Items per transaction while creating, and the content bytes one may hold: memory stays flat,
-#: and commits stay few (a bigger batch rewrites fewer index pages per item).
+#: and commits stay few (a bigger batch rewrites fewer index pages per item: docs/benchmarks.md).
 ADD_BATCH = 20_000
 ADD_BATCH_BYTES = 16 * 1024 * 1024
 #: Items a dry run classifies per look-up in the answer index.
