@@ -123,8 +123,9 @@ def create(
     full: bool = False,
     **options: Any,
 ) -> Reply:
-    """The job request (jobs/request.py) made from the command's options: those named here are
-    the files and paths read where the command was typed, and who answers (the place's
+    """The job request (jobs/request.py) made from the command's options, and the job made of it
+    (with dry_run its Plan; full: the whole first request shown). The options named here are
+    files and paths read where the command was typed, and who answers (the place's
     create_options); the rest go to the request as they are, by their names."""
     from ..jobs.request import JobRequest  # pydantic: `list` and `status` start without it
 
