@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.providers.batch_api import LINE_HEAD_BYTES, bounded_lines, read_line
 from hermes_bulk.runtime.batch_requests import bound_index
 from hermes_bulk.testing.fake_batches import ABSENT
@@ -369,7 +370,11 @@ def test_a_fault_of_ours_in_one_job_is_recorded_and_the_pass_goes_on(
     for name in ("a", "b"):
         src = tmp_path / f"{name}.jsonl"
         src.write_text("".join(json.dumps({"n": i, "job": name}) + "\n" for i in range(3)))
-        ids.append(jobs.create("Do", str(src), batch=True, fresh=True, retries=0).job.job_id)
+        ids.append(
+            jobs.create(
+                JobRequest(instruction="Do", over=str(src), batch=True, fresh=True, retries=0)
+            ).job.job_id
+        )
         jobs.run(ids[-1])
     broken, healthy = sorted(ids)
     runtime = WorkerRuntime(jobs.backend, settings, threads=1)

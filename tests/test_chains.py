@@ -19,6 +19,7 @@ import pytest
 
 from hermes_bulk.config.settings import load_settings
 from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.runtime import worker
 from hermes_bulk.runtime.worker import WorkerRuntime
@@ -38,7 +39,7 @@ def settings_on(request, env, monkeypatch):
 def _job(jobs: Jobs, tmp_path, name: str, n: int) -> str:
     src = tmp_path / f"{name}.jsonl"
     src.write_text("".join(json.dumps({"job": name, "n": i}) + "\n" for i in range(n)))
-    return jobs.create("Answer", str(src), concurrency=1).job.job_id
+    return jobs.create(JobRequest(instruction="Answer", over=str(src), concurrency=1)).job.job_id
 
 
 def _started(jobs: Jobs, threads: int) -> WorkerRuntime:
@@ -88,7 +89,7 @@ def test_a_worker_that_joins_a_running_job_gets_a_share_of_it(
     jobs = Jobs(settings_on)
     src = tmp_path / "many.jsonl"
     src.write_text("".join(json.dumps({"n": i}) + "\n" for i in range(400)))
-    job_id = jobs.create("Answer", str(src), concurrency=2).job.job_id
+    job_id = jobs.create(JobRequest(instruction="Answer", over=str(src), concurrency=2)).job.job_id
     jobs.run(job_id)
     first = _started(jobs, threads=2)
     second = None

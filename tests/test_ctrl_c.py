@@ -24,6 +24,7 @@ import pytest
 
 from hermes_bulk.config.settings import load_settings
 from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.runtime import sending
 from hermes_bulk.runtime.worker import WorkerRuntime
@@ -184,7 +185,9 @@ def test_items_waiting_their_turn_go_back_at_once_and_are_never_sent(jobs, fake_
     the item back past 15 s). The stop ends those waits at once: nothing is on its way, the
     drain ends, and no request is sent after the first."""
     folder, _ = _items(tmp_path, 8)
-    job = jobs.create("Summarize", str(folder), concurrency=4, rpm=9).job.job_id
+    job = jobs.create(
+        JobRequest(instruction="Summarize", over=str(folder), concurrency=4, rpm=9)
+    ).job.job_id
     jobs.run(job)
     runtime = _runtime(jobs, threads=4)
     try:
@@ -207,7 +210,9 @@ def test_a_retry_waiting_its_backoff_is_given_back_not_sent_again(
     with no stop, is asked again after the backoff."""
     monkeypatch.setattr(sending, "RETRY_WAIT", lambda state: 60.0)
     folder, _ = _items(tmp_path, 1)
-    job = jobs.create("Summarize", str(folder), concurrency=1).job.job_id
+    job = jobs.create(
+        JobRequest(instruction="Summarize", over=str(folder), concurrency=1)
+    ).job.job_id
     fake_provider.configure(script=["500"])
     jobs.run(job)
     runtime = _runtime(jobs, threads=1)
@@ -243,7 +248,9 @@ def test_an_answer_that_never_comes_ends_the_wait_by_the_request_timeout(
     monkeypatch.setenv("HERMES_BULK_REQUEST_TIMEOUT_SECONDS", "1")
     jobs = Jobs(load_settings())
     folder, _ = _items(tmp_path, 2)
-    job = jobs.create("Summarize", str(folder), concurrency=1).job.job_id
+    job = jobs.create(
+        JobRequest(instruction="Summarize", over=str(folder), concurrency=1)
+    ).job.job_id
     fake_provider.hold(let_through=1)
     jobs.run(job)
     runtime = _runtime(jobs, threads=1)

@@ -125,6 +125,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "the service API and the grammar",
         (
+            "jobs.request",
+            "jobs.status",
+            "jobs.creating",
+            "jobs.life",
             "jobs.service",
             "frontends.values",
             "frontends.options",
@@ -199,7 +203,7 @@ THIRD_PARTY: dict[str, set[str]] = {
     "referencing": {"providers/answers.py"},
     "tenacity": {"runtime/sending.py"},
     "rich": {"frontends/terminal.py", "frontends/views/progress.py"},
-    "pydantic": {"config/settings.py", "budget/settings.py"},
+    "pydantic": {"config/settings.py", "budget/settings.py", "jobs/request.py"},
     "pydantic_settings": {"config/settings.py"},
     "starlette": {"frontends/dashboard/app.py"},
     "uvicorn": {"frontends/dashboard/serve.py"},

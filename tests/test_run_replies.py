@@ -22,6 +22,7 @@ from hermes_bulk.errors import InvalidTransition
 from hermes_bulk.fleet import broker, endpoints
 from hermes_bulk.fleet.broker import open_backend
 from hermes_bulk.frontends import replies
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.store.records import ItemError, WorkerInfo
 
@@ -74,7 +75,7 @@ def run(jobs, job_id) -> str:
 
 
 def test_a_job_no_live_worker_serves_waits_for_a_worker(jobs, src):
-    job = jobs.create("Classify", str(src)).job
+    job = jobs.create(JobRequest(instruction="Classify", over=str(src))).job
     live_worker(jobs, "hermes")  # live, but it serves only jobs made in Hermes
     text = run(jobs, job.job_id)
     assert text.startswith(
@@ -86,7 +87,7 @@ def test_a_job_no_live_worker_serves_waits_for_a_worker(jobs, src):
 
 def test_a_job_a_live_worker_serves_is_running(jobs, src):
     """The neighbour: a worker that consumes the job's route (its endpoint and key)."""
-    job = jobs.create("Classify", str(src)).job
+    job = jobs.create(JobRequest(instruction="Classify", over=str(src))).job
     live_worker(jobs, endpoints.route(job.spec))
     assert run(jobs, job.job_id) == (
         f"Job {job.job_id} is running: 3 items pending. 1 live worker picks it up. "
@@ -96,7 +97,7 @@ def test_a_job_a_live_worker_serves_is_running(jobs, src):
 
 def test_a_job_the_budget_holds_says_until_when(jobs, src, budget):
     until = at_the_cap(budget)
-    job = jobs.create("Classify", str(src)).job
+    job = jobs.create(JobRequest(instruction="Classify", over=str(src))).job
     live_worker(jobs, endpoints.route(job.spec))
     assert run(jobs, job.job_id) == (
         f"Job {job.job_id} waits for the request budget: 3 items pending, none sent before "
@@ -107,7 +108,7 @@ def test_a_job_the_budget_holds_says_until_when(jobs, src, budget):
 
 def test_resume_and_retry_say_the_same_of_a_held_job(jobs, src, budget):
     until = at_the_cap(budget)
-    job = jobs.create("Classify", str(src)).job
+    job = jobs.create(JobRequest(instruction="Classify", over=str(src))).job
     jobs.run(job.job_id)
     store = jobs.backend.store
     assert store.claim_item(job.job_id, 0, "w1", lease_s=30, max_running=10).index == 0
@@ -142,7 +143,7 @@ class InHermes(replies.Place):
 
 def test_in_hermes_a_held_job_is_not_running_in_the_background(jobs, src, budget):
     until = at_the_cap(budget)
-    job = jobs.create("Classify", str(src), concurrency=4).job
+    job = jobs.create(JobRequest(instruction="Classify", over=str(src), concurrency=4)).job
     place = InHermes()
     text = replies.run(jobs, place, job=job.job_id).text
     assert place.started == 1
@@ -160,7 +161,9 @@ def test_a_batch_job_counts_only_workers_that_serve_it_and_names_the_next_step(
 ):
     """The embedded worker of Hermes serves jobs made in Hermes, never a batch: it is no worker
     for a `/bulk … --batch` job (whose endpoint is any worker's)."""
-    job = jobs.create("Classify", str(src), batch=True, bind_endpoint=False).job
+    job = jobs.create(
+        JobRequest(instruction="Classify", over=str(src), batch=True, bind_endpoint=False)
+    ).job
     live_worker(jobs, serves)
     text = replies.run(jobs, InHermes(), job=job.job_id).text
     said = "is running" if live else "waits for a worker"
@@ -187,7 +190,9 @@ class Refusing(InHermes):
 def test_resume_of_a_batch_job_in_hermes_names_its_worker_not_hermes_bulk_create(jobs, src):
     """A `/bulk … --batch` job is a hermes-bulk worker's: resume is not refused as if it had been
     made by `hermes-bulk create` (run never was), and starts no worker in Hermes."""
-    job = jobs.create("Classify", str(src), batch=True, bind_endpoint=False).job
+    job = jobs.create(
+        JobRequest(instruction="Classify", over=str(src), batch=True, bind_endpoint=False)
+    ).job
     place = Refusing()
     replies.run(jobs, place, job=job.job_id)
     jobs.pause(job.job_id)
@@ -195,7 +200,11 @@ def test_resume_of_a_batch_job_in_hermes_names_its_worker_not_hermes_bulk_create
     assert text.startswith(f"Job {job.job_id} resumed and waits for a worker: 3 items pending.")
     assert place.started == 0
     with pytest.raises(InvalidTransition):  # the neighbour: a live job is still refused there
-        replies.resume(jobs, place, job=jobs.create("Other", str(src), fresh=True).job.job_id)
+        replies.resume(
+            jobs,
+            place,
+            job=jobs.create(JobRequest(instruction="Other", over=str(src), fresh=True)).job.job_id,
+        )
 
 
 def test_the_dashboards_resume_and_retry_say_the_same(jobs, src, budget):
@@ -203,7 +212,7 @@ def test_the_dashboards_resume_and_retry_say_the_same(jobs, src, budget):
     serves the job takes it up, and a job the budget holds sends nothing before it reopens."""
     from hermes_bulk.frontends.dashboard import app
 
-    job = jobs.create("Classify", str(src)).job
+    job = jobs.create(JobRequest(instruction="Classify", over=str(src))).job
     jobs.run(job.job_id)
     jobs.pause(job.job_id)
     live_worker(jobs, "hermes")  # live, serving only jobs made in Hermes

@@ -29,6 +29,7 @@ from hermes_bulk.config.settings import Settings, load_settings
 from hermes_bulk.errors import BackendUnavailable, InputError
 from hermes_bulk.fleet import broker
 from hermes_bulk.frontends.flag_files import read_schema
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.store.sqlite.database import is_open_sqlite_file, open_database
 from hermes_bulk.store.sqlite.queue import queue_maker
@@ -242,7 +243,8 @@ def test_a_source_schema_or_export_that_is_an_open_database_is_refused(tmp_path)
             exist_ok=True
         )  # Jobs makes the database (and the folder) at the first write: create
         (home / "notes.txt").write_text("a note")
-        created = jobs.create("Summarize", str(home))  # the data directory itself as the source
+        # the data directory itself as the source
+        created = jobs.create(JobRequest(instruction="Summarize", over=str(home)))
         skipped = {s.name: s.reason for s in created.skipped}
         for name in ("bulk.db", "bulk.db-wal", "bulk.db-shm", "bulk-queue.db"):
             assert "database in use" in skipped.get(name, ""), skipped

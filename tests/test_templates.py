@@ -280,3 +280,25 @@ def test_rendering_stops_at_the_limit():
     assert fields.render('{"x": "ab"}', 11) == '{"x": "ab"}'
     with pytest.raises(templates.TooLarge):
         fields.render('{"x": "ab"}', 10)
+
+
+@pytest.mark.parametrize(
+    ("template", "parts"),
+    [
+        ("{Q1: revenue}", ("", "Q1: revenue", "")),
+        ("{wow!}{a!r}", ("", "wow!", "", "a!r", "")),
+        ("{a[0]} {b:}", ("", "a[0]", " ", "b:", "")),
+        ("x: {a} [!]", ("x: ", "a", " [!]")),
+    ],
+)
+def test_a_name_is_everything_between_its_braces_colons_and_brackets_too(template, parts):
+    # A column may be called "Q1: revenue": no format spec, conversion or index is read in it.
+    assert templates.parse_template(template) == parts
+
+
+@pytest.mark.parametrize(
+    ("template", "says"), [("{a[}]}", "'}' at character 6"), ("{a:{b}}", "'{'")]
+)
+def test_a_brace_inside_a_name_is_a_lone_one(template, says):
+    with pytest.raises(UsageError, match=f"a lone {says}"):
+        templates.parse_template(template)

@@ -6,6 +6,7 @@ running); the worker's chain must then be retried, not end as it does when nothi
 
 from __future__ import annotations
 
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.runtime.pipeline import TOKENS_IN_FLIGHT_RETRY_S
 from hermes_bulk.runtime.worker import WorkerRuntime
@@ -18,10 +19,16 @@ def test_a_trigger_waiting_on_reservations_in_flight_is_retried_then_runs_its_it
     src = tmp_path / "rows.jsonl"
     src.write_text('{"n": 1}\n{"n": 2}\n{"n": 3}\n')
     jobs = Jobs(settings)
-    plan = jobs.create("Do", str(src), max_output_tokens=100, dry_run=True)
+    plan = jobs.create(
+        JobRequest(instruction="Do", over=str(src), max_output_tokens=100), dry_run=True
+    )
     per_item = plan.worst_tokens / 3  # what each claim reserves: its worst case
     limit = int(2.5 * per_item)
-    job = jobs.create("Do", str(src), concurrency=3, max_tokens=limit, max_output_tokens=100).job
+    job = jobs.create(
+        JobRequest(
+            instruction="Do", over=str(src), concurrency=3, max_tokens=limit, max_output_tokens=100
+        )
+    ).job
     assert 2 * per_item <= limit < 3 * per_item, "two reservations fit, a third does not"
     jobs.run(job.job_id)
     store = jobs.backend.store

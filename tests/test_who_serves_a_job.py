@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.testing.fake_provider import FakeProvider, digest
 
 from .helpers import wait_for
@@ -344,7 +345,7 @@ def test_jobs_of_the_old_fingerprint_are_served_where_it_said_everything(
 
     jobs = Jobs(settings)
     folder, _ = _items(tmp_path, "alpha", 2)
-    job_id = jobs.create("Summarize", str(folder)).job.job_id
+    job_id = jobs.create(JobRequest(instruction="Summarize", over=str(folder))).job.job_id
     old = credentials.legacy_fingerprint(settings.endpoint.api_key)
     jobs.backend.store.db.connection().execute(
         "UPDATE jobs SET spec = json_set(spec, '$.key_fingerprint', ?) WHERE id = ?", (old, job_id)

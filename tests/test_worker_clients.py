@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.providers.client import HttpModelClient
 from hermes_bulk.runtime.worker import WorkerRuntime
@@ -25,11 +26,13 @@ def _hermes_job(jobs: Jobs, tmp_path, n: int = 3) -> str:
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(f'{{"n": {i}}}\n' for i in range(n)))
     return jobs.create(
-        "Do",
-        str(src),
-        client="hermes",
-        provider="hermes:default:custom:fake-model",
-        model="fake-model",
+        JobRequest(
+            instruction="Do",
+            over=str(src),
+            client="hermes",
+            provider="hermes:default:custom:fake-model",
+            model="fake-model",
+        )
     ).job.job_id
 
 

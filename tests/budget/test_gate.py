@@ -15,6 +15,7 @@ from hermes_bulk.budget.settings import LEDGER_ENV, budget_dir
 from hermes_bulk.config.settings import load_settings
 from hermes_bulk.fleet import broker
 from hermes_bulk.fleet.broker import open_backend
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.runtime.worker import WorkerRuntime
 
@@ -86,7 +87,7 @@ def test_a_bulk_job_at_the_cap_waits_for_the_window_instead_of_failing_items(
     src.write_text("".join(f'{{"n": {i}}}\n' for i in range(5)))
     backend = open_backend(settings)
     jobs = Jobs(settings, backend, request_gate=gate)
-    job = jobs.create("Describe", str(src), concurrency=2).job
+    job = jobs.create(JobRequest(instruction="Describe", over=str(src), concurrency=2)).job
     runtime = WorkerRuntime(backend, settings, threads=2, request_gate=gate)
     runtime.start()
     runtime.start_embedded_consumer()

@@ -14,6 +14,7 @@ import pytest
 from hermes_bulk.config.settings import load_settings
 from hermes_bulk.fleet import broker
 from hermes_bulk.frontends import views
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.runtime.worker import WorkerRuntime
 from hermes_bulk.sources import content_hash
@@ -242,11 +243,11 @@ def test_a_rerun_over_a_folder_drops_the_reused_contents_and_retry_show_export_w
     folder.mkdir()
     for i in range(3):
         (folder / f"r{i}.txt").write_text(f"report number {i}\n")
-    first = jobs.create("Summarise", str(folder)).job
+    first = jobs.create(JobRequest(instruction="Summarise", over=str(folder))).job
     _answer_all(jobs, first.job_id)
     (folder / "r3.txt").write_text("a new report\n")
 
-    job = jobs.create("Summarise", str(folder)).job
+    job = jobs.create(JobRequest(instruction="Summarise", over=str(folder))).job
     assert (job.total, job.reused, job.pending) == (4, 3, 1)
     job_store = jobs.store
     reused = job_store.get_item(job.job_id, 0)
@@ -296,15 +297,15 @@ def test_a_rerun_over_a_folder_drops_the_reused_contents_and_retry_show_export_w
     md = _export(jobs, job.job_id, "md")
     assert all(f"summary of r{i}.txt" in md for i in range(3)) and rows[3]["result"] in md
 
-    again = jobs.create("Summarise", str(folder)).job
+    again = jobs.create(JobRequest(instruction="Summarise", over=str(folder))).job
     assert again.reused == 3, "the kept hashes still find the answers (r1.txt was edited since)"
 
 
 def test_a_rerun_over_a_csv_keeps_the_rows_for_export_with_input(jobs, tmp_path):
     path = tmp_path / "rows.csv"
     path.write_text("text,n\nhello,1\nworld,2\n")
-    _answer_all(jobs, jobs.create("Classify", str(path)).job.job_id)
-    job = jobs.create("Classify", str(path)).job
+    _answer_all(jobs, jobs.create(JobRequest(instruction="Classify", over=str(path))).job.job_id)
+    job = jobs.create(JobRequest(instruction="Classify", over=str(path))).job
     assert (job.reused, job.pending) == (2, 0)
     assert json.loads(jobs.item(job.job_id, "row:1").detail.content) == {"text": "hello", "n": "1"}
     table = list(csv.reader(io.StringIO(_export(jobs, job.job_id, "csv", with_input=True))))

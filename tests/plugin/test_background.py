@@ -10,6 +10,7 @@ import pytest
 
 from hermes_bulk.budget.gate import BudgetGate
 from hermes_bulk.budget.settings import SettingsFile, budget_dir
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.plugin import background, bulk
 from hermes_bulk.providers.client import HttpModelClient
@@ -106,12 +107,14 @@ def hermes_job(settings, tmp_path):
     src.write_text("".join(f'{{"n": {i}}}\n' for i in range(6)))
     jobs = Jobs(settings)
     job_id = jobs.create(
-        "Do",
-        str(src),
-        client="hermes",
-        provider="hermes:default:custom:fake-model",
-        model="fake-model",
-        concurrency=2,
+        JobRequest(
+            instruction="Do",
+            over=str(src),
+            client="hermes",
+            provider="hermes:default:custom:fake-model",
+            model="fake-model",
+            concurrency=2,
+        )
     ).job.job_id
     return jobs, job_id
 

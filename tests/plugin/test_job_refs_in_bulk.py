@@ -13,6 +13,7 @@ import pytest
 
 from hermes_bulk.config.settings import load_settings
 from hermes_bulk.fleet import broker
+from hermes_bulk.jobs.request import JobRequest
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.plugin import bulk
 
@@ -30,7 +31,7 @@ def plugin_jobs(env, tmp_path, monkeypatch):
     for name in ("older", "newer"):
         src = tmp_path / f"{name}.txt"
         src.write_text(name)
-        ids.append(jobs.create("Do", str(src)).job.job_id)
+        ids.append(jobs.create(JobRequest(instruction="Do", over=str(src))).job.job_id)
     yield jobs, ids
     broker.close_all()
 

@@ -18,6 +18,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config.backend_url import SqliteUrl, parse_backend_url
@@ -141,6 +142,15 @@ def open_backend(settings: Settings) -> Backend:
         if backend is None:
             backend = _open[key] = build_backend(url)
         return backend
+
+
+def missing_database(settings: Settings) -> Path | None:
+    """The SQLite store file of settings' backend when it does not exist yet (else None): what
+    open_backend would make."""
+    location = parse_backend_url(settings.backend_url)
+    if not isinstance(location, SqliteUrl):
+        return None
+    return None if location.path.exists() else location.path
 
 
 def _backend_key(url: str) -> object:

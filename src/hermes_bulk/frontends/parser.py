@@ -108,9 +108,10 @@ def commands_text(parser: Parser) -> str:
 def options_for(handler: Callable[..., object], args: argparse.Namespace) -> dict[str, Any]:
     """The parsed options a reply handler takes: its keyword parameters, by the grammar's names
     (`--max-tokens` is max_tokens). Options of one front end only (`--wait`) reach the handlers
-    that have the parameter; a handler never sees a namespace."""
+    that have the parameter, or take them all (`**options`); a handler never sees a namespace."""
     wanted = inspect.signature(handler).parameters
-    return {name: value for name, value in vars(args).items() if name in wanted}
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in wanted.values())
+    return {name: value for name, value in vars(args).items() if takes_all or name in wanted}
 
 
 def normalise(argv: list[str]) -> list[str]:

@@ -116,26 +116,19 @@ def create(
     instruction: str | None = None,
     instruction_file: str | None = None,
     schema: str | None = None,
-    concurrency: int | None = None,
-    retries: int | None = None,
-    max_tokens: int | None = None,
-    max_cost: int | None = None,
-    rpm: int | None = None,
-    tpm: int | None = None,
-    fresh: bool = False,
+    system: str | None = None,
+    model: str | None = None,
+    batch: bool = False,
     dry_run: bool = False,
     full: bool = False,
-    batch: bool = False,
-    batch_deadline: float | None = None,
-    model: str | None = None,
-    temperature: float | None = None,
-    max_output_tokens: int | None = None,
-    system: str | None = None,
-    option: list[str] | None = None,
-    poll: float | None = None,
-    template: str | None = None,
-    fields: str | None = None,
+    **options: Any,
 ) -> Reply:
+    """The job request (jobs/request.py) made from the command's options, and the job made of it
+    (with dry_run its Plan; full: the whole first request shown). The options named here are
+    files and paths read where the command was typed, and who answers (the place's
+    create_options); the rest go to the request as they are, by their names."""
+    from ..jobs.request import JobRequest  # pydantic: `list` and `status` start without it
+
     if instruction is not None and instruction_file:
         raise UsageError("Give the instruction or --instruction-file, not both.")
     if instruction_file:
@@ -144,32 +137,18 @@ def create(
         raise UsageError(
             f"Give an instruction: {hints.create(place.cmd)}, or --instruction-file PATH."
         )
-    schema_text = read_schema(Path(place.path(schema))) if schema else None
-    system_text = read_system(Path(place.path(system))) if system else None
-    created = jobs.create(
-        instruction,
-        place.path(over),
-        concurrency=concurrency,
-        retries=retries,
-        max_tokens=max_tokens,
-        max_cost=max_cost,
-        rpm=rpm,
-        tpm=tpm,
-        schema=schema_text,
-        fresh=fresh,
-        on_progress=place.on_progress,
-        dry_run=dry_run,
-        batch=batch,
-        batch_deadline_s=batch_deadline,
-        temperature=temperature,
-        max_output_tokens=max_output_tokens,
-        system=system_text,
-        options=option,
-        batch_poll_s=poll,
-        template=template,
-        fields=fields,
-        **place.create_options(model=model, batch=batch),
+    request = JobRequest.from_options(
+        {
+            **options,
+            "instruction": instruction,
+            "over": place.path(over),
+            "schema": read_schema(Path(place.path(schema))) if schema else None,
+            "system": read_system(Path(place.path(system))) if system else None,
+            "batch": batch,
+            **place.create_options(model=model, batch=batch),
+        }
     )
+    created = jobs.create(request, on_progress=place.on_progress, dry_run=dry_run)
     if isinstance(created, Plan):
         return Reply(views.plan_text(created, full=full), created)
     text = views.created_text(created, f"{place.cmd} run")

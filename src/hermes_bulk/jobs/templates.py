@@ -1,6 +1,6 @@
 """What of a CSV row or a JSON record is sent: `create --template TEXT` builds each item from
 named fields, `create --fields a,b` sends only those fields. Without either, the whole row (as a
-JSON object) or the whole record goes, as before.
+JSON object) or the whole record goes.
 
 The store keeps every item's content as read (so `export --with-input` gives the row back as
 itself); the template is applied when a request is made (jobs/prompt.py item_text), and the answer
@@ -16,8 +16,11 @@ array, an object) as its JSON text.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
+import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +32,8 @@ MAX_FIELDS = 200
 #: Kinds of source whose items have named fields.
 FIELDED_SOURCES = frozenset({"csv", "json", "jsonl"})
 
-_TOKEN = re.compile(r"\{\{|\}\}|\{([^{}]*)\}|[{}]")
+#: What string.Formatter reads as a format spec, a conversion or an index; a name's own here.
+_NAME_MARKS = ":!["
 _ESCAPE = re.compile(r"\\([nt\\])")
 _ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 
@@ -137,24 +141,15 @@ def parse_template(text: str) -> tuple[str, ...]:
             "(put long shared text in the instruction or --system)."
         )
     text = _ESCAPE.sub(lambda m: _ESCAPES[m.group(1)], text)
-    parts, literal, pos = [], [], 0
-    for m in _TOKEN.finditer(text):
-        literal.append(text[pos : m.start()])
-        pos = m.end()
-        token = m.group(0)
-        if token in ("{{", "}}"):
-            literal.append(token[0])
-        elif token in ("{", "}"):
-            raise UsageError(
-                f"--template: a lone {token!r} at character {m.start() + 1}; write {{{{ or }}}} "
-                "for a brace, {name} for a field."
-            )
-        elif not (name := m.group(1).strip()):
+    parts, literal = [], []
+    for piece, name in _pieces(text):
+        literal.append(piece)
+        if name is None:
+            continue
+        if not (name := name.strip()):
             raise UsageError("--template: {} names no field; write {name}, e.g. {title}.")
-        else:
-            parts += ["".join(literal), name]
-            literal = []
-    literal.append(text[pos:])
+        parts += ["".join(literal), name]
+        literal = []
     parts.append("".join(literal))
     if len(parts) == 1:
         raise UsageError(
@@ -164,6 +159,36 @@ def parse_template(text: str) -> tuple[str, ...]:
     if len(set(parts[1::2])) > MAX_FIELDS:
         raise UsageError(f"--template names more than {MAX_FIELDS} fields.")
     return tuple(parts)
+
+
+def _pieces(text: str) -> Iterator[tuple[str, str | None]]:
+    """(literal text, field name or None) as string.Formatter parses a format string, except
+    that a name is everything between its braces: `:`, `!` and `[` are a column's own characters
+    (`{Q1: revenue}`), not a format spec, a conversion or an index. A lone brace is a UsageError
+    naming it and where it is."""
+    hidden = _unused(text, len(_NAME_MARKS))
+    mask = str.maketrans(dict(zip(_NAME_MARKS, hidden, strict=True)))
+    unmask = str.maketrans(dict(zip(hidden, _NAME_MARKS, strict=True)))
+    done = 0  # characters of text parsed so far
+    try:
+        for literal, name, _, _ in string.Formatter().parse(text.translate(mask)):
+            escaped = name is None and literal[-1:] in ("{", "}")  # `{{` or `}}` ended it
+            done += len(literal) + (len(name) + 2 if name is not None else int(escaped))
+            yield literal.translate(unmask), None if name is None else name.translate(unmask)
+    except ValueError:
+        at = min(i for i in (text.find("{", done), text.find("}", done)) if i >= 0)
+        raise UsageError(
+            f"--template: a lone {text[at]!r} at character {at + 1}; write {{{{ or }}}} "
+            "for a brace, {name} for a field."
+        ) from None
+
+
+def _unused(text: str, n: int) -> list[str]:
+    """n characters of Unicode's private use areas that text does not hold (a template is far
+    shorter than those areas are long)."""
+    used = set(text)
+    areas = itertools.chain(range(0xE000, 0xF900), range(0xF0000, 0xFFFFE))
+    return list(itertools.islice((chr(c) for c in areas if chr(c) not in used), n))
 
 
 def parse_fields(text: str) -> tuple[str, ...]:
