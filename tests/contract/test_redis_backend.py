@@ -484,3 +484,41 @@ def test_a_retry_whose_failed_items_changed_after_it_read_them_asks_for_their_bu
     # What retry_failed does after reading the failed items, given an older read (none).
     assert call_job_script(store.lua.retry_failed, store.keys, job_id, [1000]) == 2
     assert [store.get_item(job_id, i).item.status for i in (3, 250)] == ["pending"] * 2
+
+
+def test_a_job_lost_in_a_failover_while_it_is_created_is_one_line_about_redis(store, redis_url):
+    """A failover promotes a replica the job's first write had not reached (replication is
+    asynchronous): adding its items finds no job. Said as the backend's error, naming Redis and
+    what to do, never an internal error."""
+    job_id = "jobgone0001"
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="do it",
+            source="/nowhere",
+            source_kind="directory",
+            concurrency=4,
+            retries=2,
+            provider_key="p:test",
+        )
+    )
+    raw = redis.Redis.from_url(redis_url.split("?")[0])
+    gone = list(raw.scan_iter(match=f"*{job_id}*", count=1000))  # what the replica never had
+    assert gone and raw.delete(*gone) == len(gone)
+    raw.close()
+    item = NewItem(
+        index=0,
+        name="a",
+        content="x",
+        content_hash="b2:x",
+        origin="a.txt",
+        offset=-1,
+        stat_sig="1:1",
+        estimated_tokens=10,
+        answer_key="",
+    )
+    with pytest.raises(BackendUnavailable) as caught:
+        store.add_items(job_id, [item])
+    message = str(caught.value)
+    assert "Redis at 127.0.0.1:" in message and "no longer has the job being created" in message
+    assert "run create again" in message and "\n" not in message

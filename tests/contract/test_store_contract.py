@@ -21,6 +21,7 @@ from collections import Counter
 
 import pytest
 
+from hermes_bulk.errors import HermesBulkError
 from hermes_bulk.fleet import broker
 from hermes_bulk.providers.pacing import IN_PLACE_WAIT_S
 from hermes_bulk.store.protocol import (
@@ -1069,3 +1070,35 @@ def test_answered_names_the_keys_the_answer_index_holds_and_changes_nothing(stor
     assert store.get_job(job_id).completed == 1, "read only"
     store.delete_job(job_id)
     assert store.answered([keys[1]]) == set(), "a deleted job's answers go with it"
+
+
+def test_items_for_a_job_deleted_while_it_is_created_are_one_line_to_create_again(store):
+    """Another process deleted the job `create` was filling (or, on Redis, a failover lost it:
+    test_redis_backend): adding its items is the store's one-line error, never an internal one."""
+    spec = JobSpec(
+        job_id="jobgone0002",
+        instruction="do it",
+        source="/nowhere",
+        source_kind="directory",
+        concurrency=4,
+        retries=2,
+        provider_key="p:test",
+    )
+    store.begin_job(spec)
+    store.delete_job(spec.job_id)
+    item = NewItem(
+        index=0,
+        name="a",
+        content="x",
+        content_hash="b2:x",
+        origin="a.txt",
+        offset=-1,
+        stat_sig="1:1",
+        estimated_tokens=10,
+        answer_key="",
+    )
+    with pytest.raises(HermesBulkError) as caught:
+        store.add_items(spec.job_id, [item])
+    message = str(caught.value)
+    assert "run create again" in message and "\n" not in message
+    assert store.list_jobs() == []

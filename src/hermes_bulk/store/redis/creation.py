@@ -10,6 +10,7 @@ from dataclasses import asdict
 
 import redis
 
+from ...errors import BackendUnavailable
 from ..protocol import JobRecord, JobSpec, NewItem, drops_content
 from . import codec
 from .connection import map_connection_errors
@@ -118,7 +119,15 @@ class RedisCreation:
         try:
             self._run(self.lua.add_items, job_id, args, items=[it.index for it in batch])
         except redis.ResponseError as exc:
-            if "no such job" in str(exc) or "already added" in str(exc):
+            if "no such job" in str(exc):
+                # The job begun a moment ago is gone: a failover promoted a replica that had not
+                # received it yet (replication is asynchronous), or it was deleted meanwhile.
+                raise BackendUnavailable(
+                    f"Redis at {self.conn.where} no longer has the job being created (a failover "
+                    "loses the writes just before it, or the job was deleted meanwhile); nothing "
+                    "was created: run create again."
+                ) from None
+            if "already added" in str(exc):
                 raise ValueError(f"add_items: {str(exc).removeprefix('ERR ')}") from None
             raise
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict
 
+from ...errors import JobNotFound
 from ..compression import pack
 from ..protocol import CREATING, NOT_STARTED, JobRecord, JobSpec, NewItem, drops_content
 
@@ -35,10 +36,16 @@ class SqliteCreation:
         if not items:
             return
         with self.db.write() as conn:
-            reuse, drop = conn.execute(
+            row = conn.execute(
                 "SELECT json_extract(spec, '$.reuse'), drop_content FROM jobs WHERE id = ?",
                 (job_id,),
             ).fetchone()
+            if row is None:
+                raise JobNotFound(
+                    f"Job {job_id} was deleted while it was being created; nothing was created: "
+                    "run create again."
+                )
+            reuse, drop = row
             conn.executemany(
                 "INSERT INTO items (job_id, idx, name, content_hash, origin, byte_offset, "
                 "stat_sig, estimate, expected, answer_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
