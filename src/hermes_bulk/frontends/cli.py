@@ -28,12 +28,12 @@ from ..config.fields import register_settings_secrets
 from ..errors import BackendUnavailable, ConfigError, HermesBulkError, InvalidTransition
 from ..full_disk import disk_full_at
 from ..jobs import prices
-from ..jobs.service import Jobs, Plan, state_label
+from ..jobs.service import Jobs, state_label
 from ..providers.pacing import RequestGate
 from ..runtime import cancel_batches
 from ..store.records import PAUSE_SAMPLE
 from ..words import count
-from . import logs, replies, views, waiting
+from . import logs, replies, views
 from .parser import UsageError, build_parser, normalise, options_for
 from .terminal import WrappedStdout, print_table, say, terminal_width
 
@@ -216,6 +216,8 @@ def cmd_create(args: Namespace, settings: Settings) -> int:
     )
     if progress:
         say("")
+    from ..jobs.creating import Plan  # loaded by create anyway
+
     if args.json and isinstance(reply.data, Plan):
         plan = reply.data
         print(
@@ -296,6 +298,8 @@ def _check_endpoint_first(jobs: Jobs, job: JobRecord) -> None:
 
 def _wait_here(jobs: Jobs, settings: Settings, job_id: str, threads: int) -> int:
     """Run workers in this process until the job stops processing, with a progress bar."""
+    from . import waiting  # the terminal's wait: not loaded by list or path
+
     st = waiting.run_here(jobs, settings, job_id, threads, request_gate())
     if st is None:
         say(f"Continue with: hermes-bulk run {job_id} --wait")
@@ -330,6 +334,8 @@ def cmd_status(args: Namespace, settings: Settings) -> int:
     if args.watch:
         job_id = jobs.resolve(args.job)
         with contextlib.suppress(KeyboardInterrupt):
+            from . import waiting  # the terminal's wait: not loaded by list or path
+
             waiting.follow(
                 jobs, job_id, until=lambda s: s.state in views.FINAL_STATES, quiet=args.json
             )
@@ -450,6 +456,8 @@ def cmd_wait(args: Namespace, settings: Settings) -> int:
     """Block until the job ends; the exit status says how (for scripts)."""
     jobs = _jobs(settings)
     job_id = jobs.resolve(args.job)
+    from . import waiting  # the terminal's wait: not loaded by list or path
+
     st = waiting.follow(jobs, job_id, until=views.has_ended, timeout_s=args.timeout)
     if not views.has_ended(st):
         say(

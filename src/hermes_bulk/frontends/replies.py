@@ -21,7 +21,7 @@ from ..config.provider import ANTHROPIC
 from ..durations import zoned_clock
 from ..errors import HermesBulkError, UsageError
 from ..jobs import hints
-from ..jobs.service import Jobs, JobStatus, Plan, state_label
+from ..jobs.service import Jobs, JobStatus, state_label
 from ..store.protocol import PAUSED, JobRecord
 from ..words import count
 from . import views
@@ -149,6 +149,8 @@ def create(
         }
     )
     created = jobs.create(request, on_progress=place.on_progress, dry_run=dry_run)
+    from ..jobs.creating import Plan  # loaded by create anyway
+
     if isinstance(created, Plan):
         return Reply(views.plan_text(created, full=full), created)
     text = views.created_text(created, f"{place.cmd} run")

@@ -21,8 +21,7 @@ from ..fleet.liveness import Liveness
 from ..providers.pacing import OpenGate, RequestGate
 from ..store.protocol import ItemRecord, JobRecord, JobStore
 from ..store.sqlite.database import is_open_sqlite_file
-from . import creating, hints, life, prompt
-from .creating import Created, Plan, item_answer_key
+from . import hints, prompt
 from .status import (
     STATES,
     ItemShown,
@@ -36,6 +35,7 @@ from .status import (
 
 if TYPE_CHECKING:
     from ..config.settings import Settings
+    from .creating import Created, Plan, item_answer_key
     from .request import JobRequest
 
 #: The names front ends and tests take from the service API, wherever they are defined.
@@ -55,8 +55,20 @@ __all__ = [
     "state_label",
 ]
 
-# export (export) is imported where used: `list` and `status` start without it
-# (docs/benchmarks.md, row 7).
+# creating, life and export are imported where used: `list` and `status` start without them
+# (docs/benchmarks.md, row 7); their names above are looked up on first use (__getattr__).
+
+#: The names this module offers from creating.py, loaded with it.
+_FROM_CREATING = ("Created", "Plan", "item_answer_key")
+
+
+def __getattr__(name: str):
+    if name not in _FROM_CREATING:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import creating
+
+    return getattr(creating, name)
+
 
 #: Cancels a batch job's open batches at the provider before it is deleted; raises
 #: InvalidTransition, naming them, when the provider cannot be asked.
@@ -135,6 +147,8 @@ class Jobs:
         """Discover the request's items and record them; makes no model calls. Bad input creates
         nothing. on_progress is told the items found so far. With dry_run, only discover them:
         the Plan (first request, count, estimate), nothing written (jobs/creating.py)."""
+        from . import creating
+
         return creating.create(self, request, on_progress=on_progress, dry_run=dry_run)
 
     # Reading -------------------------------------------------------------------------------
@@ -234,9 +248,13 @@ class Jobs:
     ) -> JobRecord:
         """Continue a job (life.run): concurrency, rpm, tpm recorded on it first; sample: run
         only that many pending items, spread over the job, then pause it."""
+        from . import life
+
         return life.run(self, job_ref, concurrency=concurrency, rpm=rpm, tpm=tpm, sample=sample)
 
     def pause(self, job_ref: str | None) -> JobRecord:
+        from . import life
+
         return life.pause(self, job_ref)
 
     def resume(
@@ -250,6 +268,8 @@ class Jobs:
         tpm: int | None = None,
     ) -> JobRecord:
         """max_cost: --max-cost in nano-USD."""
+        from . import life
+
         return life.resume(
             self,
             job_ref,
@@ -262,11 +282,15 @@ class Jobs:
 
     def retry(self, job_ref: str | None) -> tuple[JobRecord, int]:
         """Failed items back to the queue; processing starts at once unless the job is paused."""
+        from . import life
+
         return life.retry(self, job_ref)
 
     def delete(self, job_ref: str, *, abandon_batches: bool = False) -> str:
         """Remove the job; a batch job's open batches are cancelled at the provider first
         (life.delete)."""
+        from . import life
+
         return life.delete(self, job_ref, abandon_batches=abandon_batches)
 
     # Results -------------------------------------------------------------------------------

@@ -4,11 +4,14 @@ request."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from ...jobs import prices
-from ...jobs.service import Created, Plan
 from ...words import count, plural
 from .money import cost_estimate_line, cost_limit_warning, worst_case_line
+
+if TYPE_CHECKING:
+    from ...jobs.creating import Created, Plan
 
 
 def created_text(created: Created, run_command: str) -> str:
