@@ -36,7 +36,7 @@ from tests.conftest import RedisServer, free_port
 
 from ..helpers import wait_for
 from .conftest import prefix_of
-from .test_store_contract import claim, make_job
+from .test_store_contract import ONE_ITEM, begun_job, claim, make_job
 
 
 @pytest.fixture
@@ -490,35 +490,13 @@ def test_a_job_lost_in_a_failover_while_it_is_created_is_one_line_about_redis(st
     """A failover promotes a replica the job's first write had not reached (replication is
     asynchronous): adding its items finds no job. Said as the backend's error, naming Redis and
     what to do, never an internal error."""
-    job_id = "jobgone0001"
-    store.begin_job(
-        JobSpec(
-            job_id=job_id,
-            instruction="do it",
-            source="/nowhere",
-            source_kind="directory",
-            concurrency=4,
-            retries=2,
-            provider_key="p:test",
-        )
-    )
+    job_id = begun_job(store, "jobgone0001")
     raw = redis.Redis.from_url(redis_url.split("?")[0])
     gone = list(raw.scan_iter(match=f"*{job_id}*", count=1000))  # what the replica never had
     assert gone and raw.delete(*gone) == len(gone)
     raw.close()
-    item = NewItem(
-        index=0,
-        name="a",
-        content="x",
-        content_hash="b2:x",
-        origin="a.txt",
-        offset=-1,
-        stat_sig="1:1",
-        estimated_tokens=10,
-        answer_key="",
-    )
     with pytest.raises(BackendUnavailable) as caught:
-        store.add_items(job_id, [item])
+        store.add_items(job_id, [ONE_ITEM])
     message = str(caught.value)
     assert "Redis at 127.0.0.1:" in message and "no longer has the job being created" in message
     assert "run create again" in message and "\n" not in message

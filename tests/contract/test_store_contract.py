@@ -1072,33 +1072,42 @@ def test_answered_names_the_keys_the_answer_index_holds_and_changes_nothing(stor
     assert store.answered([keys[1]]) == set(), "a deleted job's answers go with it"
 
 
+def begun_job(store, job_id: str) -> str:
+    """A job begun and not finished: what `create` has made before it adds the items."""
+    store.begin_job(
+        JobSpec(
+            job_id=job_id,
+            instruction="do it",
+            source="/nowhere",
+            source_kind="directory",
+            concurrency=4,
+            retries=2,
+            provider_key="p:test",
+        )
+    )
+    return job_id
+
+
+ONE_ITEM = NewItem(
+    index=0,
+    name="a",
+    content="x",
+    content_hash="b2:x",
+    origin="a.txt",
+    offset=-1,
+    stat_sig="1:1",
+    estimated_tokens=10,
+    answer_key="",
+)
+
+
 def test_items_for_a_job_deleted_while_it_is_created_are_one_line_to_create_again(store):
     """Another process deleted the job `create` was filling (or, on Redis, a failover lost it:
     test_redis_backend): adding its items is the store's one-line error, never an internal one."""
-    spec = JobSpec(
-        job_id="jobgone0002",
-        instruction="do it",
-        source="/nowhere",
-        source_kind="directory",
-        concurrency=4,
-        retries=2,
-        provider_key="p:test",
-    )
-    store.begin_job(spec)
-    store.delete_job(spec.job_id)
-    item = NewItem(
-        index=0,
-        name="a",
-        content="x",
-        content_hash="b2:x",
-        origin="a.txt",
-        offset=-1,
-        stat_sig="1:1",
-        estimated_tokens=10,
-        answer_key="",
-    )
+    job_id = begun_job(store, "jobgone0002")
+    store.delete_job(job_id)
     with pytest.raises(HermesBulkError) as caught:
-        store.add_items(spec.job_id, [item])
+        store.add_items(job_id, [ONE_ITEM])
     message = str(caught.value)
     assert "run create again" in message and "\n" not in message
     assert store.list_jobs() == []
