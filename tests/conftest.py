@@ -16,10 +16,8 @@ import gc
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +30,7 @@ from hermes_bulk.fleet import broker
 from hermes_bulk.jobs.service import Jobs
 from hermes_bulk.store.redis.scripts import CHECK_KEYS_ENV
 from hermes_bulk.testing.fake_provider import FakeProvider
+from hermes_bulk.testing.sentinels import Server
 
 from .helpers import environment, job_status, run_in_process, wait_for
 
@@ -92,19 +91,14 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A redis-server the tests own: kill it, restart it, point clients at it."""
+class RedisServer(Server):
+    """A redis-server the tests own: kill it, restart it, point clients at it. The one the
+    benchmarks and the Sentinel tests start (hermes_bulk.testing.sentinels.Server), with a
+    password and the arguments of its next start."""
 
     def __init__(self, workdir: Path, password: str | None = None) -> None:
-        self.workdir, self.password = workdir, password
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
+        super().__init__(workdir)
+        self.password = password
         self.extra_args: list[str] = []  # for the next start(), e.g. ["--key-load-delay", "1000"]
 
     @property
@@ -113,58 +107,14 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
-        exe = shutil.which("redis-server")
-        if exe is None:
+        if shutil.which("redis-server") is None:
             if IN_CI:
                 raise RuntimeError("redis-server is not installed; .ci/run installs it")
             pytest.skip("redis-server is not installed")
-        args = [
-            exe,
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.workdir),
-            "--appendonly",
-            "yes",
-            "--appendfsync",
-            "everysec",
-            "--save",
-            "",
-            "--daemonize",
-            "no",
-            "--logfile",
-            str(self.workdir / "redis.log"),
-        ]
-        if self.password:
-            args += ["--requirepass", self.password]
-        args += self.extra_args
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        """A clean shutdown (SIGTERM), as a service restart does: Redis first writes its
-        append-only file, so nothing acknowledged is lost (a kill can lose the last second)."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(30)
-
-    def restart(self, *, graceful: bool = False) -> None:
-        self.stop() if graceful else self.kill()
-        self.start()
+        self.args = ["--requirepass", self.password] if self.password else []
+        self.args += self.extra_args
+        super().start()
+        return self
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import free_port
+from hermes_bulk.testing.sentinels import free_port
+
 from .test_batch_mode import _source
 
 FAST = {"HERMES_BULK_BATCH_POLL_SECONDS": "0.1", "HERMES_BULK_BREAKER_FAILURES": "3"}

@@ -14,7 +14,8 @@ import sys
 import urllib.request
 from pathlib import Path
 
-from tests.conftest import ROOT, free_port
+from hermes_bulk.testing.sentinels import free_port
+from tests.conftest import ROOT
 from tests.helpers import kill_worker_holding_an_item, wait_for
 
 

@@ -129,7 +129,7 @@ def test_moving_the_reset_time_says_that_counting_starts_afresh_in_the_new_windo
 
 
 def test_setting_an_unreachable_redis_ledger_is_saved_with_a_warning(budget):
-    from tests.conftest import free_port
+    from hermes_bulk.testing.sentinels import free_port
 
     reply = slash(f"set ledger redis://127.0.0.1:{free_port()}/0", budget)
     assert reply.splitlines()[0].startswith("ledger = redis://127.0.0.1:")

@@ -18,7 +18,8 @@ from hermes_bulk.budget.ledger import (
 )
 from hermes_bulk.budget.ledger_location import open_ledger
 from hermes_bulk.budget.windows import Window, window_at
-from tests.conftest import RedisServer, free_port
+from hermes_bulk.testing.sentinels import free_port
+from tests.conftest import RedisServer
 
 TERMS = policy.terms_for(
     "chat", "m", None, mode="enforce", daily_limit=10, chat_reserve=2, job_limit=None, models=("*",)

@@ -32,7 +32,8 @@ from hermes_bulk.store.redis.jobs import RedisJobStore
 from hermes_bulk.store.redis.keys import EVENTS_KEPT, LIMIT_IDLE_KEEP_MS
 from hermes_bulk.store.redis.limits import RedisLimits
 from hermes_bulk.store.redis.scripts import call_job_script
-from tests.conftest import RedisServer, free_port
+from hermes_bulk.testing.sentinels import free_port
+from tests.conftest import RedisServer
 
 from ..helpers import wait_for
 from .conftest import prefix_of

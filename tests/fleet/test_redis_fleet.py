@@ -12,8 +12,9 @@ import redis as redis_py
 import yaml
 
 from hermes_bulk.testing.fake_provider import expected_answer
+from hermes_bulk.testing.sentinels import free_port
 
-from ..conftest import RedisServer, free_port
+from ..conftest import RedisServer
 from ..helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from hermes_bulk.budget.ledger import CallRecord
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import budget_dir
 from hermes_bulk.budget.windows import ZonedInstant
+from hermes_bulk.testing.sentinels import free_port
 
-from ..conftest import free_port
 from ..helpers import wait_for
 from .conftest import config_set, job_id_of
 

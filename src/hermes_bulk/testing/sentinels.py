@@ -51,10 +51,10 @@ class Server:
 
     def __init__(self, workdir: Path, *args: str) -> None:
         self.workdir, self.port, self.args = workdir, free_port(), list(args)
-        workdir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Server:
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
                 redis_server(),
@@ -85,6 +85,17 @@ class Server:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM), as a service restart does: Redis first writes its
+        append-only file, so nothing acknowledged is lost (a kill can lose the last second)."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+    def restart(self, *, graceful: bool = False) -> None:
+        self.stop() if graceful else self.kill()
+        self.start()
 
 
 class SentinelServer:
