@@ -30,6 +30,7 @@ import pytest
 from hermes_bulk.testing.fake_provider import FakeConfig, FakeProvider
 
 from ..conftest import IN_CI
+from ..helpers import wait_for
 
 BIN = Path(sys.executable).parent
 HERMES = BIN / "hermes"
@@ -243,3 +244,14 @@ def job_id_of(created: str) -> str:
     first = created.splitlines()[0]
     assert first.startswith("Created job "), created
     return first.split()[2]
+
+
+def run_until_completed(gw: Gateway, job: str, what: str = "the job") -> None:
+    """`/bulk run JOB` in this gateway, then its status read until the job has completed."""
+    gw.bulk(f"run {job}")
+    wait_for(
+        lambda: "State: completed" in gw.bulk(f"status {job}"),
+        timeout=90,
+        interval=0.3,
+        message=f"{what} completes",
+    )

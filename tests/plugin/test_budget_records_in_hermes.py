@@ -15,7 +15,7 @@ from hermes_bulk.budget.windows import ZonedInstant
 from hermes_bulk.testing.sentinels import free_port
 
 from ..helpers import wait_for
-from .conftest import config_set, job_id_of
+from .conftest import config_set, job_id_of, run_until_completed
 
 
 def _budget(home) -> Budget:
@@ -42,13 +42,7 @@ def test_requests_to_a_claude_endpoint_are_recorded_as_hermes_sends_them(
     try:
         gw = gateway()
         job = job_id_of(gw.bulk(f'"Summarize" --over {_items(tmp_path / "in", 2)}'))
-        gw.bulk(f"run {job}")
-        wait_for(
-            lambda: "State: completed" in gw.bulk(f"status {job}"),
-            timeout=90,
-            interval=0.3,
-            message="the job completes",
-        )
+        run_until_completed(gw, job)
         assert {r.protocol for r in hermes_provider.requests} == {"anthropic"}
         window = budget.window(budget.settings())
         rows = budget.ledger(budget.settings()).entries(window)

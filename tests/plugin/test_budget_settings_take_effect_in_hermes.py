@@ -15,7 +15,7 @@ from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import budget_dir
 
 from ..helpers import wait_for
-from .conftest import HERMES, clean_env, hermes, job_id_of
+from .conftest import HERMES, clean_env, hermes, job_id_of, run_until_completed
 
 pytestmark = pytest.mark.slow  # real Hermes processes: cron runs and a gateway under a budget
 
@@ -65,13 +65,7 @@ def test_a_budget_set_while_the_gateway_runs_holds_the_next_bulk_job_at_the_cap_
     gw = gateway()
     # /bulk runs before any budget exists; the plugin counts, so each request is counted as bulk.
     first = job_id_of(gw.bulk(f'"Summarize" --over {_items(tmp_path / "first", 3)}'))
-    gw.bulk(f"run {first}")
-    wait_for(
-        lambda: "State: completed" in gw.bulk(f"status {first}"),
-        timeout=90,
-        interval=0.3,
-        message="the first job completes",
-    )
+    run_until_completed(gw, first, "the first job")
     assert len(hermes_provider.requests) == 3
     classes = _classes(hermes_home)
     assert (classes["bulk"], classes["auxiliary"]) == (3, 0), classes
@@ -125,13 +119,7 @@ def test_set_ledger_local_is_one_file_under_the_root_home_whatever_the_working_d
     assert said == f"ledger = {hermes_home / 'local'}"
     gw = gateway(cwd=served_in)
     job = job_id_of(gw.bulk(f'"Summarize" --over {_items(tmp_path / "items", 2)}'))
-    gw.bulk(f"run {job}")
-    wait_for(
-        lambda: "State: completed" in gw.bulk(f"status {job}"),
-        timeout=90,
-        interval=0.3,
-        message="the job completes",
-    )
+    run_until_completed(gw, job)
     status = hermes(hermes_home, "cron-budget", "status").stdout
     assert "By class: chat 0, cron 0, auxiliary 0, bulk 2" in status, status
     assert (hermes_home / "local").is_file()

@@ -6,8 +6,7 @@ from __future__ import annotations
 from hermes_bulk.budget.service import Budget
 from hermes_bulk.budget.settings import budget_dir
 
-from ..helpers import wait_for
-from .conftest import job_id_of
+from .conftest import job_id_of, run_until_completed
 
 
 def test_the_ledger_counts_what_reached_the_provider_when_it_answers_5xx(
@@ -26,13 +25,7 @@ def test_the_ledger_counts_what_reached_the_provider_when_it_answers_5xx(
     hermes_provider.configure(script=["500", "502", "ok", "503"])
     gw = gateway()
     job = job_id_of(gw.bulk(f'"Summarize" --over {src} --concurrency 1 --retries 3'))
-    gw.bulk(f"run {job}")
-    wait_for(
-        lambda: "State: completed" in gw.bulk(f"status {job}"),
-        timeout=90,
-        interval=0.3,
-        message="the job completes",
-    )
+    run_until_completed(gw, job)
     try:
         charged = budget.report().counts.by_class()["bulk"]
     finally:
